@@ -1,0 +1,33 @@
+# Every target sets up .venv on first use, so a fresh clone needs only `make demo` / `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help demo test lint bench diagram fuzz clean
+
+help:  ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fsm_agent needs Python 3.11+, found " + sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic]'
+	@touch $(STAMP)
+
+demo: $(STAMP)  ## run the scripted demonstration of every stop path
+	$(PY) -m fsm_agent.demo
+
+test: $(STAMP)  ## run the whole test suite
+	$(PY) -m pytest -q
+
+lint: $(STAMP)  ## ruff and mypy --strict on the package
+	$(PY) -m ruff check fsm_agent tests benchmarks
+	$(PY) -m ruff format --check fsm_agent
+	$(PY) -m mypy
+
+bench: $(STAMP)  ## engine vs a plain loop, microseconds per step (medians)
+	$(PY) -m benchmarks.bench_engine
+
+clean:  ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -1,0 +1,40 @@
+"""fsm_agent: an LLM tool-calling agent loop as an explicit, drawable state machine.
+
+Every way a run ends is a named, guarded transition into ``Done`` or
+``Failed``; a stop reaches the caller as ``AgentLoopError(reason, result)``.
+"""
+
+from fsm_agent.engine import Agent, AgentRun, Model, run
+from fsm_agent.errors import AgentLoopError, DefinitionError, FsmAgentError, RunStateError
+from fsm_agent.limits import Limits
+from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.states import STATES, State
+from fsm_agent.table import TABLE, Row, Table
+from fsm_agent.tools import Tool, ToolRegistry, ToolResult
+
+__all__ = [
+    "STATES",
+    "TABLE",
+    "Agent",
+    "AgentLoopError",
+    "AgentRun",
+    "DefinitionError",
+    "FsmAgentError",
+    "Limits",
+    "Message",
+    "Model",
+    "ModelResponse",
+    "Row",
+    "RunResult",
+    "RunStateError",
+    "State",
+    "Step",
+    "Table",
+    "Tool",
+    "ToolCall",
+    "ToolRegistry",
+    "ToolResult",
+    "Transition",
+    "Usage",
+    "run",
+]

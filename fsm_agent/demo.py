@@ -1,0 +1,116 @@
+"""The demonstration ``make demo`` runs: every stop path of the seed chapter, with scripted models.
+
+Scenarios A to C reproduce the chapter's three printed lines exactly; D shows
+consecutive tool failures with the last error, E a natural finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from fsm_agent.engine import run
+from fsm_agent.errors import AgentLoopError
+from fsm_agent.records import RunResult, ToolCall
+from fsm_agent.testing import CounterModel, FakeModel, LoopingModel, demo_registry, edges, reply, tool_call, tool_turn
+
+
+def _scenario(label: str, go: Callable[[], RunResult], describe: Callable[[AgentLoopError], str]) -> RunResult:
+    try:
+        result = go()
+    except AgentLoopError as exc:
+        print(f"{label}) {exc.reason}: {describe(exc)}")
+        return exc.result
+    print(f"{label}) done: {result.final}")
+    return result
+
+
+def scenarios() -> list[tuple[str, RunResult]]:
+    """Run the five scenarios, print one line each, and return their results by name."""
+    registry = demo_registry()
+    results: list[tuple[str, RunResult]] = []
+
+    def keep(name: str, result: RunResult) -> None:
+        results.append((name, result))
+        print(f"   path: {' '.join(edges(result)[-3:])}")
+
+    keep(
+        "A_max_steps",
+        _scenario(
+            "A",
+            lambda: run(CounterModel(), registry, "开始", max_steps=3),
+            lambda exc: f"{exc.reason} | 已完成 {len(exc.result.steps)} 步",
+        ),
+    )
+    same = ToolCall(id="c1", name="echo", arguments={"text": "ping"})
+    keep(
+        "B_repeated_action",
+        _scenario(
+            "B",
+            lambda: run(LoopingModel(same), registry, "开始", max_steps=8),
+            lambda exc: f"{exc.reason} | 已完成 {len(exc.result.steps)} 步",
+        ),
+    )
+    truncated = reply("我先算加法得", stop_reason="max_tokens")
+    keep(
+        "C_max_tokens",
+        _scenario(
+            "C",
+            lambda: run(FakeModel([truncated]), registry, "请计算 (2+3)*4"),
+            lambda exc: f"{exc.reason} | 保留文本 {exc.result.final!r}",
+        ),
+    )
+    # Three different mistakes in a row: a string for a number, an unknown tool, a tool that reports an error.
+    stuck = FakeModel(
+        [
+            tool_turn(tool_call("add", a="2", b=3)),
+            tool_turn(tool_call("multiply", a=2, b=3)),
+            tool_turn(tool_call("fail", reason="quota exceeded")),
+        ]
+    )
+    keep(
+        "D_tool_failures",
+        _scenario(
+            "D",
+            lambda: run(stuck, registry, "请计算 (2+3)*4"),
+            lambda exc: f"{exc.reason} | 连续失败 {exc.evidence['failures']} 次, 最后错误: {exc.evidence['last_error']}",
+        ),
+    )
+    solved = FakeModel(
+        [
+            tool_turn(tool_call("add", a=2, b=3), content="先算加法。"),
+            tool_turn(tool_call("add", a=5, b=5), tool_call("add", a=10, b=10)),
+            reply("(2+3)*4 = 20"),
+        ]
+    )
+    keep("E_done", _scenario("E", lambda: run(solved, registry, "请计算 (2+3)*4"), lambda exc: exc.reason))
+    return results
+
+
+def main(_args: Any = None) -> int:
+    """Print every scenario; exit code 0 when each ended the way it is meant to."""
+    results = dict(scenarios())
+    expected = {
+        "A_max_steps": "max_steps",
+        "B_repeated_action": "repeated_action",
+        "C_max_tokens": "max_tokens",
+        "D_tool_failures": "tool_failures",
+        "E_done": "done",
+    }
+    wrong = [name for name, reason in expected.items() if results[name].reason != reason]
+    if wrong:
+        print(f"unexpected outcome in: {', '.join(wrong)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_command(commands: Any) -> None:
+    """Register ``python -m fsm_agent demo``."""
+    parser: argparse.ArgumentParser = commands.add_parser("demo", help="run the scripted demonstration")
+    parser.set_defaults(handler=main)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

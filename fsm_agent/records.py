@@ -1,0 +1,124 @@
+"""Immutable records that cross the API: messages, tool calls, responses, steps, results.
+
+Everything here is an ``attrs.frozen`` class so a result handed to the caller
+cannot be changed behind the engine's back, and so records compare by value in
+tests.  The one mutable object of a run lives in :mod:`fsm_agent.run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return dict(value)
+
+
+@attrs.frozen
+class ToolCall:
+    """One tool call requested by the model; ``arguments`` is the decoded JSON object."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Message:
+    """One chat message: ``system``, ``user``, ``assistant`` or ``tool``."""
+
+    role: str
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
+    tool_call_id: str | None = None
+
+
+@attrs.frozen
+class Usage:
+    """Tokens one model call consumed; a response without usage counts as zero."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+@attrs.frozen
+class ModelResponse:
+    """What a model returns for one call.
+
+    ``stop_reason`` follows the Anthropic vocabulary the engine understands:
+    ``end_turn``, ``tool_use``, ``max_tokens`` (the output was cut off) and
+    ``stop_sequence``; adapters map their provider's signals onto it.
+    """
+
+    message: Message
+    stop_reason: str = "end_turn"
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class Step:
+    """One unit of work the run did: a tool call (``kind="tool_call"``) or the final answer.
+
+    ``index`` is the model turn the step belongs to, so the tool calls of one
+    turn share an index.  ``counters`` maps each counter name to ``[used, limit]``
+    (``limit`` is ``None`` where no limit is set) after the step, so an app can
+    warn before a limit is hit.
+    """
+
+    index: int
+    kind: str
+    detail: str
+    counters: dict[str, list[int | float | None]] = attrs.field(factory=dict, converter=_dict)
+
+
+@attrs.frozen
+class Transition:
+    """One edge of the machine that a run took.
+
+    ``guard`` is the name of the predicate that allowed it (``None`` for a
+    fallback edge) and ``reason`` is set only on edges into ``Failed``; together
+    with ``source``, ``trigger`` and ``dest`` they name exactly one table row.
+    """
+
+    source: str
+    trigger: str
+    dest: str
+    guard: str | None = None
+    reason: str | None = None
+
+
+@attrs.frozen
+class RunResult:
+    """Everything a run produced, whether it ended in ``Done`` or ``Failed``.
+
+    ``reason`` is ``"done"`` for a natural finish and the stop reason
+    otherwise; ``ok`` is true only for a natural finish.  ``pending`` holds the
+    tool calls the model asked for that were never executed (for example the
+    repeated call that stopped the run), so nothing the model asked for is lost
+    without a trace.  ``evidence`` is the stop's JSON-serialisable diagnosis.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=_tuple)
+    steps: tuple[Step, ...] = attrs.field(converter=_tuple)
+    final: str
+    reason: str = "done"
+    trace: tuple[Transition, ...] = attrs.field(default=(), converter=_tuple)
+    evidence: dict[str, Any] = attrs.field(factory=dict, converter=_dict)
+    usage: Usage = attrs.field(factory=Usage)
+    pending: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
+
+    @property
+    def ok(self) -> bool:
+        """True if and only if the run reached ``Done`` without any stop."""
+        return self.reason == "done"
