@@ -75,7 +75,7 @@ def scenarios() -> list[tuple[str, RunResult]]:
         _scenario(
             "D",
             lambda: run(stuck, registry, "请计算 (2+3)*4"),
-            lambda exc: f"{exc.reason} | 连续失败 {exc.evidence['failures']} 次, 最后错误: {exc.evidence['last_error']}",
+            lambda exc: f"{exc.reason} | 连续失败 {exc.evidence['failures']} 次, 最后错误 {exc.evidence['last_error']}",
         ),
     )
     solved = FakeModel(

@@ -128,8 +128,8 @@ class AgentRun(Run):
             self.steps.append(Step(self.turns - 1, "final", self.final))
         else:
             self.reason = last.reason or "unknown"
-            if self.reason == "max_tokens" and self.last_response is not None:
-                # The cut-off text is kept so the caller can see how far the model got.
+            if self.reason in ("max_tokens", "refusal") and self.last_response is not None:
+                # The cut-off (or refusing) text is kept so the caller can see what the model said.
                 self.final = self.last_response.message.content
             self.evidence = evidence_for(self, self.reason)
         self._result = RunResult(

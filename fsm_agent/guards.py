@@ -20,6 +20,11 @@ def is_truncated(run: Run) -> bool:
     return run.last_response is not None and run.last_response.stop_reason == "max_tokens"
 
 
+def is_refusal(run: Run) -> bool:
+    """The provider refused or filtered the reply (``stop_reason == "refusal"``), so it is not an answer."""
+    return run.last_response is not None and run.last_response.stop_reason == "refusal"
+
+
 def has_no_tool_calls(run: Run) -> bool:
     """The assistant message asks for no tool: its text is the final answer."""
     return run.last_response is not None and not run.last_response.message.tool_calls
@@ -65,6 +70,12 @@ def max_tokens_evidence(run: Run) -> dict[str, Any]:
     }
 
 
+def refusal_evidence(run: Run) -> dict[str, Any]:
+    """What the provider said instead of answering (also kept as ``result.final``)."""
+    message = run.last_response.message if run.last_response is not None else None
+    return {"stop_reason": "refusal", "content": message.content if message else ""}
+
+
 def repeated_action_evidence(run: Run) -> dict[str, Any]:
     """The repeated call's signature and id."""
     call = run.pending[0]
@@ -85,6 +96,7 @@ def max_steps_evidence(run: Run) -> dict[str, Any]:
 EVIDENCE: dict[str, Callable[[Run], dict[str, Any]]] = {
     "model_error": model_error_evidence,
     "max_tokens": max_tokens_evidence,
+    "refusal": refusal_evidence,
     "repeated_action": repeated_action_evidence,
     "tool_failures": tool_failures_evidence,
     "max_steps": max_steps_evidence,

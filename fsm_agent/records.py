@@ -22,11 +22,17 @@ def _dict(value: Any) -> dict[str, Any]:
 
 @attrs.frozen
 class ToolCall:
-    """One tool call requested by the model; ``arguments`` is the decoded JSON object."""
+    """One tool call requested by the model; ``arguments`` is the decoded JSON object.
+
+    ``raw_arguments`` is set only when the model's argument text could not be
+    decoded (models do emit broken JSON): the call then fails with a message
+    telling the model what was wrong, and the text itself is kept.
+    """
 
     id: str
     name: str
     arguments: dict[str, Any] = attrs.field(factory=dict)
+    raw_arguments: str | None = None
 
 
 @attrs.frozen
@@ -57,8 +63,10 @@ class ModelResponse:
     """What a model returns for one call.
 
     ``stop_reason`` follows the Anthropic vocabulary the engine understands:
-    ``end_turn``, ``tool_use``, ``max_tokens`` (the output was cut off) and
-    ``stop_sequence``; adapters map their provider's signals onto it.
+    ``end_turn``, ``tool_use``, ``stop_sequence``, ``max_tokens`` (the output
+    was cut off: the run stops with reason ``max_tokens``) and ``refusal`` (the
+    provider refused or filtered the output: reason ``refusal``); adapters map
+    their provider's signals onto it.
     """
 
     message: Message

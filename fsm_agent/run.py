@@ -21,6 +21,8 @@ Signature = tuple[str, str]
 
 def signature(call: ToolCall) -> Signature:
     """Identify a tool call by name and canonical arguments, so key order does not matter."""
+    if call.raw_arguments is not None:
+        return call.name, "raw:" + call.raw_arguments
     try:
         arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError):

@@ -21,6 +21,7 @@ from fsm_agent.guards import (
     failures_exhausted,
     has_no_tool_calls,
     has_pending_calls,
+    is_refusal,
     is_truncated,
     repeats_last_call,
     steps_exhausted,
@@ -153,6 +154,7 @@ TABLE = Table(
         R(S.AwaitModel, MODEL_FAILED, S.Failed, reason="model_error"),
         R(S.AwaitModel, REPLIED, S.CheckTruncation),
         R(S.CheckTruncation, CHECK, S.Failed, is_truncated, "max_tokens"),
+        R(S.CheckTruncation, CHECK, S.Failed, is_refusal, "refusal"),
         R(S.CheckTruncation, CHECK, S.Dispatch),
         R(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
         R(S.Dispatch, DISPATCH, S.Failed, repeats_last_call, "repeated_action"),
@@ -162,7 +164,7 @@ TABLE = Table(
         R(S.ExecuteTool, TOOL_DONE, S.Failed, steps_exhausted, "max_steps"),
         R(S.ExecuteTool, TOOL_DONE, S.AwaitModel),
     ],
-    reasons=["model_error", "max_tokens", "repeated_action", "tool_failures", "max_steps"],
+    reasons=["model_error", "max_tokens", "refusal", "repeated_action", "tool_failures", "max_steps"],
 )
-"""The default machine: the five stop paths of the seed chapter plus the model's own failure."""
+"""The default machine: the seed chapter's stop paths plus the model's own failure and a provider refusal."""
 del R, S

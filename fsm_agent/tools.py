@@ -171,6 +171,14 @@ def arguments_error(arguments: Any, parameters: JSONSchema) -> str | None:
     return None
 
 
+def _json_problem(raw: str) -> str:
+    try:
+        json.loads(raw)
+    except ValueError as exc:
+        return f"{exc}; received {raw[:200]!r}"
+    return f"not a JSON object: {raw[:200]!r}"
+
+
 def _error(message: str) -> ToolResult:
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
 
@@ -238,6 +246,8 @@ class ToolRegistry:
         if tool is None:
             known = ", ".join(self._tools) or "none"
             return _error(f"unknown tool {call.name!r}; registered tools: {known}")
+        if call.raw_arguments is not None:
+            return _error(f"arguments for tool {call.name!r} are not valid JSON ({_json_problem(call.raw_arguments)})")
         problem = arguments_error(call.arguments, tool.parameters)
         if problem is not None:
             return _error(f"bad arguments for tool {call.name!r}: {problem}")
