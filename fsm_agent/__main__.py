@@ -12,9 +12,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fsm_agent", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Imported here so `python -m fsm_agent --help` does not need optional extras.
-    from fsm_agent import demo
+    import fsm_agent.demo
 
-    demo.add_command(commands)
+    fsm_agent.demo.add_command(commands)
     return parser
 
 
