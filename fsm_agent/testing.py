@@ -10,7 +10,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall, Usage
+from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall, Transition, Usage
+from fsm_agent.table import Row
 from fsm_agent.tools import JSONSchema, ToolRegistry
 
 _ids = itertools.count(1)
@@ -115,13 +116,16 @@ def path(result: RunResult) -> list[str]:
     return [result.trace[0].source, *(t.dest for t in result.trace)]
 
 
+def edge_id(edge: Row | Transition) -> str:
+    """Name a table row or a trace entry as ``Source->Dest[label]`` (label: the reason, else the guard)."""
+    guard = edge.guard_name if isinstance(edge, Row) else edge.guard
+    label = edge.reason or guard
+    return f"{edge.source}->{edge.dest}" + (f"[{label}]" if label else "")
+
+
 def edges(result: RunResult) -> list[str]:
-    """The edges a run took, as ``Source->Dest[label]`` strings (label: reason, else guard)."""
-    out = []
-    for t in result.trace:
-        label = t.reason or t.guard
-        out.append(f"{t.source}->{t.dest}" + (f"[{label}]" if label else ""))
-    return out
+    """The edges a run took, in order, named by ``edge_id``."""
+    return [edge_id(t) for t in result.trace]
 
 
 def assert_path(result: RunResult, expected: Sequence[str]) -> None:

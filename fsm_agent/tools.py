@@ -117,7 +117,9 @@ def _type_ok(value: Any, kind: str) -> bool:
         return value is None
     if kind == "array":
         return isinstance(value, list | tuple)
-    return isinstance(value, dict)
+    if kind == "object":
+        return isinstance(value, dict)
+    return False
 
 
 def _json_kind(value: Any) -> str:
@@ -130,9 +132,12 @@ def _json_kind(value: Any) -> str:
 def _schema_error(value: Any, schema: JSONSchema, path: str) -> str | None:
     """Return why ``value`` does not fit ``schema`` (the subset ``_type_schema`` emits), or None."""
     if "anyOf" in schema:
-        if any(_schema_error(value, option, path) is None for option in schema["anyOf"]):
+        errors = [_schema_error(value, option, path) for option in schema["anyOf"]]
+        if None in errors:
             return None
-        return f"{path}: {_json_kind(value)} {value!r} matches none of the allowed types"
+        # Where the value has the right outer type, the inner mismatch is the useful message.
+        same_kind = [e for e, o in zip(errors, schema["anyOf"], strict=True) if _type_ok(value, o.get("type", ""))]
+        return same_kind[0] if same_kind else f"{path}: {_json_kind(value)} {value!r} matches none of the allowed types"
     if "enum" in schema:
         if any(value == option and type(value) is type(option) for option in schema["enum"]):
             return None

@@ -1,0 +1,117 @@
+"""Engine vs a plain while-loop on the same scripted workload: microseconds per model turn, and their ratio.
+
+Both sides use the same records, registry and scripted model, run in the same
+process and are interleaved round by round, so machine noise hits both alike.
+The figure that matters is the ratio of medians; absolute times vary by machine.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, RunResult, Step, ToolCall, ToolRegistry
+from fsm_agent.testing import demo_registry, reply, tool_turn
+from fsm_agent.tools import JSONSchema
+
+TARGET_RATIO = 8.0
+
+
+class Script:
+    """K tool-call turns (distinct arguments, so no repeat) then a final answer; restartable."""
+
+    def __init__(self, k: int) -> None:
+        self.responses = [tool_turn(ToolCall(f"c{i}", "echo", {"text": f"turn {i}"})) for i in range(k)]
+        self.responses.append(reply("done"))
+        self.i = 0
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        response = self.responses[self.i]
+        self.i += 1
+        return response
+
+
+def plain_run(model: Script, registry: ToolRegistry, user_input: str, max_steps: int, max_failures: int) -> RunResult:
+    """The seed chapter's loop written directly: the baseline the engine is measured against."""
+    messages = [Message("user", user_input)]
+    steps: list[Step] = []
+    last_sig: tuple[str, str] | None = None
+    failures = 0
+    for i in range(max_steps):
+        resp = model.complete(messages, registry.schemas())
+        msg = resp.message
+        messages.append(msg)
+        if resp.stop_reason == "max_tokens":
+            raise AgentLoopError("max_tokens", RunResult(messages, steps, msg.content, "max_tokens"))
+        if not msg.tool_calls:
+            steps.append(Step(i, "final", msg.content))
+            return RunResult(messages, steps, msg.content)
+        for tc in msg.tool_calls:
+            sig = (tc.name, json.dumps(tc.arguments, sort_keys=True))
+            if sig == last_sig:
+                raise AgentLoopError("repeated_action", RunResult(messages, steps, "", "repeated_action"))
+            last_sig = sig
+            outcome = registry.execute(tc)
+            messages.append(Message("tool", outcome.content, tool_call_id=tc.id))
+            steps.append(Step(i, "tool_call", f"{tc.name}({json.dumps(tc.arguments)}) -> {outcome.content}"))
+            failures = failures + 1 if outcome.error is not None else 0
+            if failures >= max_failures:
+                raise AgentLoopError("tool_failures", RunResult(messages, steps, "", "tool_failures"))
+    raise AgentLoopError("max_steps", RunResult(messages, steps, "", "max_steps"))
+
+
+def _time_per_turn(go: Callable[[], RunResult], script: Script, runs: int, turns: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(runs):
+        script.i = 0
+        go()
+    return (time.perf_counter_ns() - start) / 1000 / runs / turns
+
+
+def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, float]:
+    """Median µs per model turn for (engine, plain loop) at K tool turns."""
+    registry = demo_registry()
+    script = Script(k)
+    turns = k + 1
+    agent = Agent(script, registry, max_steps=turns)
+    runs = max(1, budget_turns // turns)
+    engine_times, plain_times = [], []
+
+    def engine() -> RunResult:
+        return agent.run("go")
+
+    def plain() -> RunResult:
+        return plain_run(script, registry, "go", turns, 3)
+
+    for go in (engine, plain):  # both sides must do the whole workload, or the ratio means nothing
+        script.i = 0
+        result = go()
+        if (result.final, len(result.steps)) != ("done", turns):
+            raise SystemExit(f"benchmark workload broken at K={k}: {result.reason}")
+    gc.collect()
+    for _ in range(rounds):
+        engine_times.append(_time_per_turn(engine, script, runs, turns))
+        plain_times.append(_time_per_turn(plain, script, runs, turns))
+    return statistics.median(engine_times), statistics.median(plain_times)
+
+
+def main() -> int:
+    """Print the table of medians and ratios; exit 1 if a ratio misses the target."""
+    print(f"{'K':>5} {'engine µs/turn':>15} {'plain µs/turn':>14} {'ratio':>6}")
+    worst = 0.0
+    for k in (1, 8, 64):
+        engine, plain = measure(k)
+        ratio = engine / plain
+        worst = max(worst, ratio)
+        print(f"{k:>5} {engine:>15.2f} {plain:>14.2f} {ratio:>6.2f}")
+    verdict = "within" if worst <= TARGET_RATIO else "OUTSIDE"
+    print(f"worst ratio {worst:.2f}: {verdict} the {TARGET_RATIO:.0f}x target (medians of 21 interleaved rounds)")
+    return 0 if worst <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
