@@ -26,6 +26,9 @@ lint: $(STAMP)  ## ruff and mypy --strict on the package
 	$(PY) -m ruff format --check fsm_agent
 	$(PY) -m mypy
 
+diagram: $(STAMP)  ## draw the machine from its table: diagrams/agent_loop.dot, .svg, .mmd
+	$(PY) -m fsm_agent diagram
+
 bench: $(STAMP)  ## engine vs a plain loop, microseconds per step (medians)
 	$(PY) -m benchmarks.bench_engine
 

@@ -4,11 +4,14 @@ Every way a run ends is a named, guarded transition into ``Done`` or
 ``Failed``; a stop reaches the caller as ``AgentLoopError(reason, result)``.
 """
 
+from fsm_agent.cancellation import CancelToken
 from fsm_agent.engine import Agent, AgentRun, Model, run
 from fsm_agent.errors import AgentLoopError, DefinitionError, FsmAgentError, RunStateError
 from fsm_agent.limits import Limits
 from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.run import RunView
 from fsm_agent.states import STATES, State
+from fsm_agent.stops import StopCondition
 from fsm_agent.table import TABLE, Row, Table
 from fsm_agent.tools import Tool, ToolRegistry, ToolResult
 
@@ -18,6 +21,7 @@ __all__ = [
     "Agent",
     "AgentLoopError",
     "AgentRun",
+    "CancelToken",
     "DefinitionError",
     "FsmAgentError",
     "Limits",
@@ -27,8 +31,10 @@ __all__ = [
     "Row",
     "RunResult",
     "RunStateError",
+    "RunView",
     "State",
     "Step",
+    "StopCondition",
     "Table",
     "Tool",
     "ToolCall",

@@ -12,9 +12,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fsm_agent", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Imported here so `python -m fsm_agent --help` does not need optional extras.
+    import fsm_agent.cli
     import fsm_agent.demo
+    import fsm_agent.diagram
 
     fsm_agent.demo.add_command(commands)
+    fsm_agent.diagram.add_command(commands)
+    fsm_agent.cli.add_command(commands)
     return parser
 
 

@@ -90,8 +90,22 @@ def scenarios() -> list[tuple[str, RunResult]]:
 
 
 def main(_args: Any = None) -> int:
-    """Print every scenario; exit code 0 when each ended the way it is meant to."""
-    results = dict(scenarios())
+    """Print every scenario and draw its path into diagrams/runs/; exit 0 when each ended as meant to."""
+    named = scenarios()
+    results = dict(named)
+    # Imported here so importing the demo (tests reuse its scenarios) does not load the diagram code.
+    from fsm_agent.diagram import INSTALL_HINT, RUNS_DIR, write_runs
+
+    try:
+        written = write_runs(named)
+    except OSError as exc:
+        # The pictures are a by-product; the demo's verdict is about how the runs ended.
+        print(f"run-path pictures not written: {exc}", file=sys.stderr)
+    else:
+        if all(path.suffix == ".svg" for path in written):
+            print(f"run paths drawn in {RUNS_DIR}/")
+        else:
+            print(f"run paths written as DOT text in {RUNS_DIR}/; {INSTALL_HINT}", file=sys.stderr)
     expected = {
         "A_max_steps": "max_steps",
         "B_repeated_action": "repeated_action",

@@ -59,6 +59,11 @@ class TableMachine(Machine):
         for row in table.rows:
             self.add_transition(row.trigger, str(row.source), str(row.dest), row=row)
 
+    def try_fire(self, run: Run, trigger: str) -> bool:
+        """Take the first row on ``trigger`` whose guard holds, if any; for guard-only triggers."""
+        result: bool = self.events[trigger].trigger(run)
+        return result
+
     def fire(self, run: Run, trigger: str) -> None:
         """Take the first row out of ``run``'s state on ``trigger`` whose guard holds."""
         if not self.events[trigger].trigger(run):
@@ -68,7 +73,7 @@ class TableMachine(Machine):
             raise AssertionError(msg)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def machine_for(table: Table) -> TableMachine:
     """The shared machine for ``table``, built the first time it is asked for."""
     return TableMachine(table)

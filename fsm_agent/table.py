@@ -10,6 +10,7 @@ states at fault.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Iterable
 
@@ -17,14 +18,22 @@ import attrs
 
 from fsm_agent.errors import DefinitionError
 from fsm_agent.guards import (
+    FINALIZABLE,
     Guard,
+    asks_tools_while_finalizing,
+    budget_spent,
+    deadline_passed,
     failures_exhausted,
+    finalize_on,
     has_no_tool_calls,
     has_pending_calls,
+    is_cancelled,
+    is_cycling,
     is_refusal,
     is_truncated,
     repeats_last_call,
     steps_exhausted,
+    tool_calls_exhausted,
 )
 from fsm_agent.states import STATES, State
 
@@ -33,6 +42,17 @@ MODEL_FAILED = "model_failed"
 CHECK = "check"
 DISPATCH = "dispatch"
 TOOL_DONE = "tool_done"
+FINALIZE = "finalize"
+GUARDED_ONLY = frozenset({FINALIZE})
+"""Triggers the driver fires only after checking one of their rows applies, so they need no fallback."""
+
+LEAVE: dict[State, str] = {
+    State.AwaitModel: REPLIED,
+    State.CheckTruncation: CHECK,
+    State.Dispatch: DISPATCH,
+    State.ExecuteTool: TOOL_DONE,
+}
+"""The trigger that moves a run out of each non-terminal state in the normal course (user stops attach here)."""
 
 
 @attrs.frozen
@@ -73,6 +93,10 @@ def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, t
     for row in rows:
         by_trigger.setdefault((row.source, row.trigger), []).append(row)
     for (source, trigger), group in by_trigger.items():
+        if trigger in GUARDED_ONLY:
+            if any(row.guard is None for row in group):
+                problems.append(f"state {source}, trigger {trigger!r}: every row of this trigger must be guarded")
+            continue
         fallbacks = [i for i, row in enumerate(group) if row.guard is None]
         if fallbacks != [len(group) - 1]:
             problems.append(
@@ -131,6 +155,14 @@ class Table:
         """The rows leaving ``state`` (on ``trigger``, if given), in priority order."""
         return tuple(r for r in self.rows if r.source is state and (trigger is None or r.trigger == trigger))
 
+    @functools.cached_property
+    def index(self) -> dict[tuple[State, str], tuple[Row, ...]]:
+        """Rows by ``(source, trigger)`` in priority order: what a guard that looks ahead walks."""
+        out: dict[tuple[State, str], tuple[Row, ...]] = {}
+        for row in self.rows:
+            out[row.source, row.trigger] = (*out.get((row.source, row.trigger), ()), row)
+        return out
+
     def triggers(self) -> tuple[str, ...]:
         """Every trigger of the table, in first-use order."""
         return tuple(dict.fromkeys(row.trigger for row in self.rows))
@@ -147,24 +179,42 @@ class Table:
         return Table(rows, (*self.reasons, *reasons), self.initial, self.terminal)
 
 
+def _finalize_rows(rows: list[Row]) -> list[Row]:
+    """One ``finalize`` edge back to AwaitModel for each place a finalizable stop is checked."""
+    return [
+        Row(row.source, FINALIZE, State.AwaitModel, finalize_on(row.reason, row.trigger))
+        for row in rows
+        if row.reason in FINALIZABLE
+    ]
+
+
 R = Row
 S = State
+_ROWS = [
+    R(S.AwaitModel, MODEL_FAILED, S.Failed, reason="model_error"),
+    R(S.AwaitModel, REPLIED, S.CheckTruncation),
+    R(S.CheckTruncation, CHECK, S.Failed, is_truncated, "max_tokens"),
+    R(S.CheckTruncation, CHECK, S.Failed, is_refusal, "refusal"),
+    R(S.CheckTruncation, CHECK, S.Dispatch),
+    R(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
+    R(S.Dispatch, DISPATCH, S.Failed, asks_tools_while_finalizing, "finalize_failed"),
+    R(S.Dispatch, DISPATCH, S.Failed, is_cancelled, "cancelled"),
+    R(S.Dispatch, DISPATCH, S.Failed, deadline_passed, "timeout"),
+    R(S.Dispatch, DISPATCH, S.Failed, repeats_last_call, "repeated_action"),
+    R(S.Dispatch, DISPATCH, S.Failed, tool_calls_exhausted, "max_tool_calls"),
+    R(S.Dispatch, DISPATCH, S.ExecuteTool),
+    R(S.ExecuteTool, TOOL_DONE, S.Failed, failures_exhausted, "tool_failures"),
+    R(S.ExecuteTool, TOOL_DONE, S.Failed, is_cycling, "cycle"),
+    R(S.ExecuteTool, TOOL_DONE, S.Dispatch, has_pending_calls),
+    R(S.ExecuteTool, TOOL_DONE, S.Failed, is_cancelled, "cancelled"),
+    R(S.ExecuteTool, TOOL_DONE, S.Failed, deadline_passed, "timeout"),
+    R(S.ExecuteTool, TOOL_DONE, S.Failed, budget_spent, "token_budget"),
+    R(S.ExecuteTool, TOOL_DONE, S.Failed, steps_exhausted, "max_steps"),
+    R(S.ExecuteTool, TOOL_DONE, S.AwaitModel),
+]
 TABLE = Table(
-    rows=[
-        R(S.AwaitModel, MODEL_FAILED, S.Failed, reason="model_error"),
-        R(S.AwaitModel, REPLIED, S.CheckTruncation),
-        R(S.CheckTruncation, CHECK, S.Failed, is_truncated, "max_tokens"),
-        R(S.CheckTruncation, CHECK, S.Failed, is_refusal, "refusal"),
-        R(S.CheckTruncation, CHECK, S.Dispatch),
-        R(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
-        R(S.Dispatch, DISPATCH, S.Failed, repeats_last_call, "repeated_action"),
-        R(S.Dispatch, DISPATCH, S.ExecuteTool),
-        R(S.ExecuteTool, TOOL_DONE, S.Failed, failures_exhausted, "tool_failures"),
-        R(S.ExecuteTool, TOOL_DONE, S.Dispatch, has_pending_calls),
-        R(S.ExecuteTool, TOOL_DONE, S.Failed, steps_exhausted, "max_steps"),
-        R(S.ExecuteTool, TOOL_DONE, S.AwaitModel),
-    ],
-    reasons=["model_error", "max_tokens", "refusal", "repeated_action", "tool_failures", "max_steps"],
+    rows=_ROWS + _finalize_rows(_ROWS),
+    reasons=dict.fromkeys(row.reason for row in _ROWS if row.reason is not None),
 )
-"""The default machine: the seed chapter's stop paths plus the model's own failure and a provider refusal."""
+"""The default machine: every built-in stop, in priority order per state, then the finalize edges."""
 del R, S

@@ -87,6 +87,20 @@ class CounterModel:
         return tool_turn(ToolCall(f"c{self.n}", "echo", {"text": f"turn {self.n}"}))
 
 
+class ManualClock:
+    """A monotonic clock that only moves when told to, so timeout tests never sleep."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward."""
+        self.now += seconds
+
+
 def demo_registry() -> ToolRegistry:
     """A registry with ``echo`` (returns its text), ``add`` and ``fail`` (always returns an error)."""
     registry = ToolRegistry()

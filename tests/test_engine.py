@@ -38,7 +38,8 @@ def test_seed_a_counter_model_stops_on_max_steps_after_three_steps() -> None:
     """CounterModel dodges the repeat check and is stopped by max_steps=3 with exactly 3 steps done."""
     exc = _stop(lambda: fsm_agent.run(CounterModel(), demo_registry(), "开始", max_steps=3))
     assert (exc.reason, str(exc), len(exc.result.steps)) == ("max_steps", "max_steps", 3)
-    assert exc.evidence == {"step": 2, "turns": 3, "limit": 3}
+    assert exc.evidence["turns"] == exc.evidence["limit"] == 3
+    assert exc.evidence["step"] == 2
     assert [s.index for s in exc.result.steps] == [0, 1, 2]
     assert exc.result.final == ""
     assert edges(exc.result)[-1] == "ExecuteTool->Failed[max_steps]"
@@ -75,7 +76,13 @@ def test_consecutive_failures_stop_with_last_error_and_count() -> None:
     )
     exc = _stop(lambda: fsm_agent.run(script, demo_registry(), "q"))
     assert exc.reason == "tool_failures"
-    assert exc.evidence == {"step": 2, "failures": 3, "limit": 3, "last_error": "quota exceeded"}
+    assert {k: exc.evidence[k] for k in ("step", "failures", "limit", "last_error")} == {
+        "step": 2,
+        "failures": 3,
+        "limit": 3,
+        "last_error": "quota exceeded",
+    }
+    assert exc.evidence["counters"]["failures"] == [3, 3]
     assert len(exc.result.steps) == 3
 
 
@@ -148,7 +155,11 @@ def test_model_exception_is_model_error_with_cause() -> None:
     exc = _stop(lambda: fsm_agent.run(FakeModel([boom]), demo_registry(), "q"))
     assert exc.reason == "model_error"
     assert exc.__cause__ is boom
-    assert exc.evidence == {"step": 0, "error": "socket closed", "type": "ConnectionError"}
+    assert (exc.evidence["error"], exc.evidence["type"], exc.evidence["step"]) == (
+        "socket closed",
+        "ConnectionError",
+        0,
+    )
 
 
 def test_exhausted_script_says_so() -> None:

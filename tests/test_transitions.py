@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from fsm_agent import TABLE, Agent, AgentLoopError, Row, State
+from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, Row, State
 from fsm_agent.engine import AgentRun
 from fsm_agent.run import signature
+from fsm_agent.table import FINALIZE
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,
     LoopingModel,
+    ManualClock,
     demo_registry,
     edge_id,
     reply,
@@ -20,57 +23,104 @@ from fsm_agent.testing import (
     tool_turn,
 )
 
-Arrange = Callable[[], AgentRun]
-
-
-def _at(state: State, responses: tuple[object, ...] = (), **counters: object) -> AgentRun:
-    """A fresh run of a 3-step agent, moved to ``state`` with the given counters."""
-    agent = Agent(FakeModel(list(responses)), demo_registry(), max_steps=3, max_consecutive_failures=3)
-    run = agent.start("question")
-    run.state = state
-    for name, value in counters.items():
-        if name == "pending":
-            run.pending.extend(value)
-        else:
-            setattr(run, name, value)
-    return run
-
+Arrange = Callable[[dict[str, Any]], AgentRun]
 
 ECHO = tool_call("echo", id="e1", text="hi")
 ECHO2 = tool_call("echo", id="e2", text="again")
 FAIL = tool_call("fail", id="f1", reason="nope")
+A = tool_call("echo", id="a", text="a")
+B = tool_call("echo", id="b", text="b")
+
+
+def _at(state: State, options: dict[str, Any], responses: tuple[object, ...] = (), **counters: Any) -> AgentRun:
+    """A fresh run of a 3-step agent (plus ``options``), moved to ``state`` with the given counters."""
+    clock = ManualClock()
+    agent = Agent(FakeModel(list(responses)), demo_registry(), max_steps=3, clock=clock, **options)
+    run = agent.start("question", cancel=counters.pop("cancel", None))
+    run.state = state
+    run.pending.extend(counters.pop("pending", ()))
+    run.recent.extend(counters.pop("recent", ()))
+    clock.advance(counters.pop("seconds", 0.0))
+    for name, value in counters.items():
+        setattr(run, name, value)
+    return run
+
+
+def _cancelled() -> CancelToken:
+    token = CancelToken()
+    token.cancel("user pressed stop")
+    return token
+
+
+def _dispatch(options: dict[str, Any], **counters: Any) -> AgentRun:
+    counters.setdefault("pending", [ECHO])
+    return _at(State.Dispatch, options, turns=1, last_response=tool_turn(*counters["pending"]), **counters)
+
+
+def _execute(options: dict[str, Any], **counters: Any) -> AgentRun:
+    counters.setdefault("pending", [ECHO])
+    counters.setdefault("turns", 1)
+    return _at(State.ExecuteTool, options, **counters)
+
+
+STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
+    "AwaitModel->Failed[model_error]": (lambda o: _at(State.AwaitModel, o, (RuntimeError("provider down"),)), {}),
+    "CheckTruncation->Failed[max_tokens]": (
+        lambda o: _at(State.CheckTruncation, o, turns=1, last_response=reply("half an ans", stop_reason="max_tokens")),
+        {},
+    ),
+    "CheckTruncation->Failed[refusal]": (
+        lambda o: _at(State.CheckTruncation, o, turns=1, last_response=reply("I can't", stop_reason="refusal")),
+        {},
+    ),
+    "Dispatch->Failed[finalize_failed]": (lambda o: _dispatch(o, finalizing="max_steps"), {}),
+    "Dispatch->Failed[cancelled]": (lambda o: _dispatch(o, cancel=_cancelled()), {}),
+    "Dispatch->Failed[timeout]": (lambda o: _dispatch(o, seconds=10.0), {"timeout": 10}),
+    "Dispatch->Failed[repeated_action]": (lambda o: _dispatch(o, last_signature=signature(ECHO)), {}),
+    "Dispatch->Failed[max_tool_calls]": (lambda o: _dispatch(o, tool_calls=2), {"max_tool_calls": 2}),
+    "ExecuteTool->Failed[tool_failures]": (lambda o: _execute(o, pending=[FAIL], failures=2), {}),
+    "ExecuteTool->Failed[cycle]": (
+        lambda o: _execute(
+            o, pending=[B], recent=[(signature(A), '"a"'), (signature(B), '"b"'), (signature(A), '"a"')]
+        ),
+        {},
+    ),
+    "ExecuteTool->Failed[cancelled]": (lambda o: _execute(o, cancel=_cancelled()), {}),
+    "ExecuteTool->Failed[timeout]": (lambda o: _execute(o, seconds=5.0), {"timeout": 5}),
+    "ExecuteTool->Failed[token_budget]": (
+        lambda o: _execute(o, input_tokens=60, output_tokens=40),
+        {"token_budget": 100},
+    ),
+    "ExecuteTool->Failed[max_steps]": (lambda o: _execute(o, turns=3), {}),
+}
+"""Stop edges: how to arrange a run where the stop's guard holds, and the agent options it needs."""
 
 ARRANGE: dict[str, Arrange] = {
-    "AwaitModel->Failed[model_error]": lambda: _at(State.AwaitModel, (RuntimeError("provider down"),)),
-    "AwaitModel->CheckTruncation": lambda: _at(State.AwaitModel, (reply("hello"),)),
-    "CheckTruncation->Failed[max_tokens]": lambda: _at(
-        State.CheckTruncation, turns=1, last_response=reply("half an ans", stop_reason="max_tokens")
-    ),
-    "CheckTruncation->Failed[refusal]": lambda: _at(
-        State.CheckTruncation, turns=1, last_response=reply("I can't help", stop_reason="refusal")
-    ),
-    "CheckTruncation->Dispatch": lambda: _at(State.CheckTruncation, turns=1, last_response=reply("fine")),
-    "Dispatch->Done[has_no_tool_calls]": lambda: _at(State.Dispatch, turns=1, last_response=reply("42")),
-    "Dispatch->Failed[repeated_action]": lambda: _at(
-        State.Dispatch, turns=2, last_response=tool_turn(ECHO), pending=[ECHO], last_signature=signature(ECHO)
-    ),
-    "Dispatch->ExecuteTool": lambda: _at(State.Dispatch, turns=1, last_response=tool_turn(ECHO), pending=[ECHO]),
-    "ExecuteTool->Failed[tool_failures]": lambda: _at(State.ExecuteTool, turns=1, pending=[FAIL], failures=2),
-    "ExecuteTool->Dispatch[has_pending_calls]": lambda: _at(State.ExecuteTool, turns=1, pending=[ECHO, ECHO2]),
-    "ExecuteTool->Failed[max_steps]": lambda: _at(State.ExecuteTool, turns=3, pending=[ECHO]),
-    "ExecuteTool->AwaitModel": lambda: _at(State.ExecuteTool, turns=1, pending=[ECHO]),
+    **{edge: lambda o, go=go, opts=opts: go({**opts, **o}) for edge, (go, opts) in STOPS.items()},
+    "AwaitModel->CheckTruncation": lambda o: _at(State.AwaitModel, o, (reply("hello"),)),
+    "CheckTruncation->Dispatch": lambda o: _at(State.CheckTruncation, o, turns=1, last_response=reply("fine")),
+    "Dispatch->Done[has_no_tool_calls]": lambda o: _at(State.Dispatch, o, turns=1, last_response=reply("42")),
+    "Dispatch->ExecuteTool": lambda o: _dispatch(o),
+    "ExecuteTool->Dispatch[has_pending_calls]": lambda o: _execute(o, pending=[ECHO, ECHO2]),
+    "ExecuteTool->AwaitModel": lambda o: _execute(o),
 }
+# A finalize edge fires where its stop would, when the agent's policy for that stop is finalize.
+for _edge, (_go, _opts) in STOPS.items():
+    _source, _reason = _edge.split("->")[0], _edge.split("[")[1].rstrip("]")
+    ARRANGE[f"{_source}->AwaitModel[finalize_on_{_reason}]"] = lambda o, go=_go, opts=_opts, reason=_reason: go(
+        {**opts, "on_stop": {reason: "finalize"}, **o}
+    )
 
 
 def test_every_row_has_a_transition_test() -> None:
     """Adding a row to the table without arranging a test for it fails here."""
-    assert sorted(ARRANGE) == sorted(edge_id(row) for row in TABLE.rows)
+    assert {edge_id(row) for row in TABLE.rows} <= set(ARRANGE)
 
 
 @pytest.mark.parametrize("row", TABLE.rows, ids=edge_id)
 def test_row_fires_when_its_guard_holds(row: Row) -> None:
     """From the row's source, with its guard true and every earlier guard false, advance takes exactly this row."""
-    run = ARRANGE[edge_id(row)]()
+    run = ARRANGE[edge_id(row)]({})
     taken = run.advance()
     assert (taken.source, taken.trigger, taken.dest, taken.guard, taken.reason) == (
         row.source,
@@ -80,38 +130,87 @@ def test_row_fires_when_its_guard_holds(row: Row) -> None:
         row.reason,
     )
     assert run.state is row.dest
-    if row.dest is State.Failed:
-        assert run.result.reason == row.reason
-        assert run.result.ok is False
-        assert "step" in run.result.evidence
+    if row.dest is State.Failed and run.finalizing is None:
+        assert (run.result.reason, run.result.ok) == (row.reason, False)
+        assert run.result.evidence["step"] == max(run.turns - 1, 0)
+    elif row.dest is State.Failed:
+        # A failed finalize keeps the stop that forced it; the edge's reason says how the finalize failed.
+        assert (run.result.reason, run.result.ok) == (run.finalizing, False)
+        assert run.result.evidence["finalize"]["outcome"] == row.reason
+    if row.trigger == FINALIZE:
+        assert run.finalizing == row.guard_name.removeprefix("finalize_on_")  # type: ignore[union-attr]
+        assert run.messages[-1].role == "user"
+
+
+@pytest.mark.parametrize("edge", sorted(STOPS))
+def test_stop_edge_is_plain_failure_without_finalize_policy(edge: str) -> None:
+    """With the default policy (raise), a finalizable stop goes straight to Failed."""
+    run = ARRANGE[edge]({})
+    assert edge_id(run.advance()) == edge
 
 
 def test_truncation_outranks_tool_calls() -> None:
     """CheckTruncation->Failed[max_tokens] wins even when the cut reply also asks for tools."""
     cut = tool_turn(ECHO, content="let me")
     cut = type(cut)(cut.message, "max_tokens")
-    run = _at(State.CheckTruncation, turns=1, last_response=cut, pending=[ECHO])
+    run = _at(State.CheckTruncation, {}, turns=1, last_response=cut, pending=[ECHO])
     assert edge_id(run.advance()) == "CheckTruncation->Failed[max_tokens]"
     assert run.result.final == "let me"
 
 
 def test_failures_outrank_pending_calls_and_max_steps() -> None:
     """ExecuteTool->Failed[tool_failures] is tried before more calls of the turn and before max_steps."""
-    run = _at(State.ExecuteTool, turns=3, pending=[FAIL, ECHO], failures=2)
+    run = _execute({}, turns=3, pending=[FAIL, ECHO], failures=2)
     assert edge_id(run.advance()) == "ExecuteTool->Failed[tool_failures]"
     assert run.result.pending == (ECHO,)
 
 
-def test_pending_calls_outrank_max_steps() -> None:
-    """The calls of the last allowed turn all run before max_steps stops the run."""
-    run = _at(State.ExecuteTool, turns=3, pending=[ECHO, ECHO2])
+def test_pending_calls_outrank_end_of_turn_stops() -> None:
+    """The calls of the last allowed turn all run before max_steps, budget, timeout or cancel stop the run."""
+    run = _execute({"timeout": 1, "token_budget": 5}, turns=3, pending=[ECHO, ECHO2], cancel=_cancelled(), seconds=9)
+    run.input_tokens = 10
     assert edge_id(run.advance()) == "ExecuteTool->Dispatch[has_pending_calls]"
 
 
-def test_final_answer_outranks_repeat_check() -> None:
+def test_end_of_turn_priority_is_cancelled_timeout_budget_steps() -> None:
+    """When every end-of-turn stop holds at once, the table's order decides: cancelled first."""
+    everything = {"timeout": 1, "token_budget": 5}
+    expected = ["cancelled", "timeout", "token_budget", "max_steps"]
+    for reason in expected:
+        run = _execute(everything, turns=3, cancel=_cancelled(), seconds=9)
+        run.input_tokens = 10
+        for earlier in expected[: expected.index(reason)]:
+            if earlier == "cancelled":
+                run.cancel = None
+            if earlier == "timeout":
+                run.started = run.clock()
+            if earlier == "token_budget":
+                run.input_tokens = 0
+        assert edge_id(run.advance()) == f"ExecuteTool->Failed[{reason}]"
+
+
+def test_dispatch_priority_is_cancelled_timeout_repeat_cap() -> None:
+    """Before a tool call, cancel outranks timeout outranks repeated_action outranks max_tool_calls."""
+    run = _dispatch({"timeout": 1, "max_tool_calls": 1}, cancel=_cancelled(), seconds=2, last_signature=signature(ECHO))
+    run.tool_calls = 1
+    assert edge_id(run.advance()) == "Dispatch->Failed[cancelled]"
+    run = _dispatch({"timeout": 1, "max_tool_calls": 1}, seconds=2, last_signature=signature(ECHO), tool_calls=1)
+    assert edge_id(run.advance()) == "Dispatch->Failed[timeout]"
+    run = _dispatch({"max_tool_calls": 1}, last_signature=signature(ECHO), tool_calls=1)
+    assert edge_id(run.advance()) == "Dispatch->Failed[repeated_action]"
+
+
+def test_final_answer_outranks_every_stop_at_dispatch() -> None:
     """Dispatch->Done is the first row of Dispatch: an answer that arrived is never thrown away."""
-    run = _at(State.Dispatch, turns=3, last_response=reply("done"), last_signature=signature(ECHO))
+    run = _at(State.Dispatch, {"timeout": 1}, turns=3, last_response=reply("done"), cancel=_cancelled(), seconds=5)
     assert edge_id(run.advance()) == "Dispatch->Done[has_no_tool_calls]"
+
+
+def test_cycle_outranks_pending_calls() -> None:
+    """The cycle is checked after each tool call, even mid-turn."""
+    recent = [(signature(A), '"a"'), (signature(B), '"b"'), (signature(A), '"a"')]
+    run = _execute({}, pending=[B, ECHO], recent=recent)
+    assert edge_id(run.advance()) == "ExecuteTool->Failed[cycle]"
 
 
 def _trace_of(go: Callable[[], object]) -> list[str]:
@@ -119,22 +218,34 @@ def _trace_of(go: Callable[[], object]) -> list[str]:
         result = go()
     except AgentLoopError as exc:
         result = exc.result
-    return [edge_id(t) for t in result.trace]
+    return [edge_id(t) for t in result.trace]  # type: ignore[attr-defined]
 
 
-def test_every_row_fires_in_some_end_to_end_scenario() -> None:
-    """The seed's scenarios plus a model failure, a refusal and a multi-call turn together use every row."""
+def test_seed_rows_fire_in_end_to_end_scenarios() -> None:
+    """The seed's scenarios plus a model failure, a refusal and a multi-call turn use every seed-chapter row."""
     registry = demo_registry()
     scenarios = [
         lambda: Agent(CounterModel(), registry, max_steps=3).run("go"),
         lambda: Agent(LoopingModel(ECHO), registry).run("go"),
         lambda: Agent(FakeModel([reply("cut", stop_reason="max_tokens")]), registry).run("go"),
         lambda: Agent(FakeModel([reply("no", stop_reason="refusal")]), registry).run("go"),
-        lambda: Agent(FakeModel([tool_turn(FAIL, tool_call("nope"), tool_call("add", a="1", b=2))]), registry).run(
-            "go"
-        ),
+        lambda: Agent(FakeModel([tool_turn(FAIL, tool_call("nope"), tool_call("add", a="1", b=2))]), registry).run("x"),
         lambda: Agent(FakeModel([tool_turn(ECHO, ECHO2), reply("ok")]), registry).run("go"),
         lambda: Agent(FakeModel([]), registry).run("go"),
     ]
     seen = {edge for go in scenarios for edge in _trace_of(go)}
-    assert seen == {edge_id(row) for row in TABLE.rows}
+    seed_rows = {
+        "AwaitModel->Failed[model_error]",
+        "AwaitModel->CheckTruncation",
+        "CheckTruncation->Failed[max_tokens]",
+        "CheckTruncation->Failed[refusal]",
+        "CheckTruncation->Dispatch",
+        "Dispatch->Done[has_no_tool_calls]",
+        "Dispatch->Failed[repeated_action]",
+        "Dispatch->ExecuteTool",
+        "ExecuteTool->Failed[tool_failures]",
+        "ExecuteTool->Dispatch[has_pending_calls]",
+        "ExecuteTool->Failed[max_steps]",
+        "ExecuteTool->AwaitModel",
+    }
+    assert seen == seed_rows
