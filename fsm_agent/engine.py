@@ -19,7 +19,7 @@ from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.guards import evidence_for
 from fsm_agent.limits import Limits
 from fsm_agent.machine import TableMachine, machine_for
-from fsm_agent.records import Message, ModelResponse, RunResult, Step, Transition, Usage
+from fsm_agent.records import STOP_REASONS, Message, ModelResponse, RunResult, Step, Transition, Usage
 from fsm_agent.run import Clock, MessagesView, Run, signature
 from fsm_agent.states import TERMINAL, State
 from fsm_agent.stops import StopCondition, check_policies, check_stop_conditions
@@ -136,6 +136,12 @@ class AgentRun(Run):
             return
         self.turns += 1
         self.messages.append(response.message)
+        if response.stop_reason not in STOP_REASONS:
+            # The reply is kept in the messages, but an unknown signal is not guessed at.
+            msg = f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
+            self.model_exception = ValueError(msg)
+            self._machine.fire(self, MODEL_FAILED)
+            return
         self.last_response = response
         self.pending.extend(response.message.tool_calls)
         if response.usage is not None:

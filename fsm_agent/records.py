@@ -58,6 +58,10 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+STOP_REASONS = ("end_turn", "tool_use", "stop_sequence", "max_tokens", "refusal")
+"""The ``stop_reason`` values the engine understands; anything else is a model error."""
+
+
 @attrs.frozen
 class ModelResponse:
     """What a model returns for one call.
@@ -66,7 +70,9 @@ class ModelResponse:
     ``end_turn``, ``tool_use``, ``stop_sequence``, ``max_tokens`` (the output
     was cut off: the run stops with reason ``max_tokens``) and ``refusal`` (the
     provider refused or filtered the output: reason ``refusal``); adapters map
-    their provider's signals onto it.
+    their provider's signals onto it.  Any other value ends the run with
+    ``model_error``: guessing whether an unknown signal means "complete"
+    could hand a truncated answer to the caller as if it were whole.
     """
 
     message: Message

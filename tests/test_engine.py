@@ -182,6 +182,14 @@ def test_model_returning_wrong_type_is_model_error() -> None:
     assert "expected ModelResponse" in exc.evidence["error"]
 
 
+def test_unknown_stop_reason_is_model_error_not_a_guess() -> None:
+    """A stop_reason the engine does not know ends the run with model_error naming the value."""
+    exc = _stop(lambda: fsm_agent.run(FakeModel([reply("hm", stop_reason="paused_weirdly")]), demo_registry(), "q"))
+    assert exc.reason == "model_error"
+    assert "unknown stop_reason 'paused_weirdly'" in exc.evidence["error"]
+    assert exc.result.messages[-1].content == "hm"
+
+
 def test_unknown_tool_bad_arguments_and_raising_tool_become_error_results() -> None:
     """The model sees a JSON error for each mistake and the run continues to its answer."""
     registry = demo_registry()
