@@ -1,0 +1,274 @@
+"""The ``run`` command: ask a real model a question with the built-in tools, and watch the machine decide.
+
+``python -m fsm_agent run "question" --model openai:gpt-4o-mini`` drives the
+run one transition at a time (``AgentRun.advance``), so the current state
+and the counters can be shown while the model or a tool is working.  The
+answer goes to stdout (exit 0); a stop goes to stderr as its reason and
+evidence (exit 2).  Anything that prevents the run from starting (no API
+key, no SDK, a bad flag value) is one line on stderr and exit 1, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+from fsm_agent.builtin_tools import builtin_registry
+from fsm_agent.engine import Agent, AgentRun
+from fsm_agent.models import AnthropicModel, OpenAIChatModel
+from fsm_agent.records import RunResult, Transition
+
+EXIT_ANSWER = 0
+EXIT_SETUP = 1
+EXIT_STOPPED = 2
+EXIT_INTERRUPTED = 130
+
+PROVIDERS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+"""Provider prefix of ``--model`` -> the environment variable its SDK reads the key from."""
+
+# Local OpenAI-compatible servers ignore the key, but the SDK refuses to start without one.
+PLACEHOLDER_KEY = "no-key-needed"
+
+DEFAULT_SYSTEM = (
+    "You are a careful assistant. Use the tools for arithmetic, the current time and reading files "
+    "instead of guessing, then answer briefly."
+)
+
+LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--timeout", "timeout", float, "stop the run after this many seconds"),
+    ("--token-budget", "token_budget", int, "stop once the run used this many tokens"),
+    ("--max-tool-calls", "max_tool_calls", int, "stop after this many tool calls"),
+    ("--cycle-window", "cycle_window", int, "recent tool calls the cycle guard looks back over (0: off)"),
+)
+"""Limit flags offered only when ``Agent`` accepts the keyword, so the command follows the engine's limits."""
+
+_STATUS_DETAIL_CHARS = 100
+
+
+class SetupError(Exception):
+    """The run cannot start; the message is the one line shown to the user."""
+
+
+def _agent_keywords() -> set[str]:
+    return set(inspect.signature(Agent.__init__).parameters)
+
+
+def add_command(commands: Any) -> None:
+    """Register ``python -m fsm_agent run``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "run",
+        help="run an agent against a real model",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("question", help="what to ask the model")
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="PROVIDER:NAME",
+        help="e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, or openai:llama3.1 with --base-url",
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the API endpoint, e.g. http://localhost:11434/v1 for Ollama (OpenAI-compatible); "
+        "with it, a missing key is not an error",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY)",
+    )
+    parser.add_argument("--system", default=DEFAULT_SYSTEM, help="the system prompt")
+    parser.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")
+    parser.add_argument("--max-steps", type=int, default=8, help="model turns before the run stops (default 8)")
+    parser.add_argument(
+        "--max-consecutive-failures", type=int, default=3, help="failed tool calls in a row before stopping (default 3)"
+    )
+    accepted = _agent_keywords()
+    for flag, keyword, kind, text in LIMIT_FLAGS:
+        if keyword in accepted:
+            parser.add_argument(flag, dest=keyword, type=kind, default=None, help=text)
+    parser.add_argument(
+        "--max-retries", type=int, default=2, help="retries of 429/5xx/connection errors by the SDK (default 2)"
+    )
+    parser.add_argument("--trace", type=Path, metavar="FILE", help="write the run's result and trace as JSON")
+    parser.add_argument(
+        "--diagram", type=Path, metavar="FILE", help="draw the run's path over the machine (.svg, .png, .dot, .mmd)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no live status on stderr")
+    parser.set_defaults(handler=main)
+
+
+def build_model(
+    spec: str, base_url: str | None, api_key_env: str | None, max_retries: int
+) -> OpenAIChatModel | AnthropicModel:
+    """The adapter for ``provider:name``, with its key read from the environment; ``SetupError`` if it cannot be."""
+    provider, _, name = spec.partition(":")
+    if provider not in PROVIDERS or not name:
+        msg = f"--model wants PROVIDER:NAME with PROVIDER one of {', '.join(PROVIDERS)}, got {spec!r}"
+        raise SetupError(msg)
+    if max_retries < 0:
+        msg = f"--max-retries must be >= 0, got {max_retries}"
+        raise SetupError(msg)
+    variable = api_key_env or PROVIDERS[provider]
+    api_key = os.environ.get(variable)
+    if not api_key:
+        if base_url is None or api_key_env is not None:
+            msg = f"no API key: set {variable}" + ("" if api_key_env else " (or name another variable: --api-key-env)")
+            raise SetupError(msg)
+        api_key = PLACEHOLDER_KEY
+    adapter = OpenAIChatModel if provider == "openai" else AnthropicModel
+    try:
+        return adapter(name, api_key=api_key, base_url=base_url, max_retries=max_retries)
+    except ImportError as exc:
+        raise SetupError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - an SDK refusing its settings is a setup error, shown in one line
+        raise SetupError(f"cannot set up the {provider} client: {exc}") from None
+
+
+class Status:
+    """The live line on stderr: overwritten in place on a terminal, one line per transition otherwise."""
+
+    def __init__(self, stream: IO[str], enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.tty = enabled and stream.isatty()
+
+    @staticmethod
+    def counters(run: AgentRun) -> str:
+        """Every counter the stop guards read, ``used/limit`` (no limit: just ``used``), from ``run.counters()``."""
+        parts = []
+        for name, (used, limit) in run.counters().items():
+            shown = f"{used:.1f}" if isinstance(used, float) else str(used)
+            parts.append(f"{name} {shown}" + ("" if limit is None else f"/{limit:g}"))
+        return "  ".join(parts)
+
+    def before(self, run: AgentRun) -> None:
+        """Show the state whose work (model call, tool call) is about to happen."""
+        if self.tty:
+            self.stream.write(f"\r\x1b[K{run.state:<15} {self.counters(run)}")
+            self.stream.flush()
+
+    def after(self, run: AgentRun, edge: Transition) -> None:
+        """Report the edge just taken, on its own line when the stream is not a terminal."""
+        if not self.enabled or self.tty:
+            return
+        label = edge.reason or edge.guard
+        line = f"{edge.source} -> {edge.dest}" + (f" [{label}]" if label else "")
+        if edge.source == "ExecuteTool" and run.steps:
+            detail = run.steps[-1].detail
+            line += f"  {detail[:_STATUS_DETAIL_CHARS]}" + ("..." if len(detail) > _STATUS_DETAIL_CHARS else "")
+        print(f"{line}  ({self.counters(run)})", file=self.stream)
+
+    def end(self, run: AgentRun) -> None:
+        """Leave the final counters on the terminal."""
+        if self.tty:
+            self.stream.write(f"\r\x1b[K{run.state:<15} {self.counters(run)}\n")
+            self.stream.flush()
+
+
+def drive(run: AgentRun, status: Status) -> RunResult:
+    """Advance the run to ``Done`` or ``Failed``, updating the status around every transition."""
+    while not run.done:
+        status.before(run)
+        edge = run.advance()
+        status.after(run, edge)
+    status.end(run)
+    return run.result
+
+
+def trace_json(result: RunResult) -> str:
+    """The whole result (messages, steps, trace, evidence, usage) as JSON text."""
+    to_dict = getattr(result, "to_dict", None)
+    data = to_dict() if callable(to_dict) else attrs.asdict(result)
+    return json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n"
+
+
+def write_diagram(agent: Agent, result: RunResult, path: Path) -> str:
+    """Draw the run's path over the agent's table to ``path``; returns the line to show the user."""
+    try:
+        from fsm_agent import diagram
+    except ImportError as exc:
+        return f"--diagram is not available: {exc}"
+    if path.suffix == ".mmd":
+        path.write_text(diagram.to_mermaid(agent.table, result), encoding="utf-8")
+        return f"wrote {path}"
+    source = diagram.to_dot(agent.table, result)
+    if path.suffix == ".dot":
+        path.write_text(source, encoding="utf-8")
+        return f"wrote {path}"
+    written: Path = diagram.write_picture(source, path)
+    if written != path:
+        return f"{path} not drawn, DOT text written to {written} instead; {diagram.INSTALL_HINT}"
+    return f"wrote {path}"
+
+
+def _agent(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel) -> Agent:
+    try:
+        registry = builtin_registry(args.files)
+    except OSError as exc:
+        msg = f"--files: {exc}"
+        raise SetupError(msg) from None
+    limits = {
+        keyword: getattr(args, keyword) for _, keyword, _, _ in LIMIT_FLAGS if getattr(args, keyword, None) is not None
+    }
+    try:
+        return Agent(
+            model,
+            registry,
+            args.system,
+            max_steps=args.max_steps,
+            max_consecutive_failures=args.max_consecutive_failures,
+            **limits,
+        )
+    except (ValueError, TypeError) as exc:
+        raise SetupError(str(exc)) from None
+
+
+def _report(result: RunResult, out: IO[str], err: IO[str]) -> int:
+    if result.ok:
+        print(result.final, file=out)
+        return EXIT_ANSWER
+    evidence = json.dumps(result.evidence, ensure_ascii=False, default=str)
+    print(f"stopped: {result.reason} {evidence}", file=err)
+    if result.final:
+        print(f"partial answer: {result.final}", file=err)
+    return EXIT_STOPPED
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the question to the end; the exit code says how it ended (0 answer, 1 setup, 2 stopped)."""
+    out, err = sys.stdout, sys.stderr
+    try:
+        model = build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
+        with contextlib.closing(model):
+            agent = _agent(args, model)
+            try:
+                result = drive(agent.start(args.question), Status(err, enabled=not args.quiet))
+            except KeyboardInterrupt:
+                print("\ninterrupted", file=err)
+                return EXIT_INTERRUPTED
+    except SetupError as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_SETUP
+    # The outcome is reported even when a file cannot be written: the run itself already happened.
+    if args.trace is not None:
+        try:
+            args.trace.write_text(trace_json(result), encoding="utf-8")
+        except OSError as exc:
+            print(f"error: cannot write --trace: {exc}", file=err)
+    if args.diagram is not None:
+        try:
+            print(write_diagram(agent, result, args.diagram), file=err)
+        except OSError as exc:
+            print(f"error: cannot write --diagram: {exc}", file=err)
+    return _report(result, out, err)

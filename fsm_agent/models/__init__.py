@@ -1,0 +1,12 @@
+"""Adapters that put real models behind the engine's ``Model`` protocol, through the providers' official SDKs.
+
+The SDKs are optional extras (``pip install 'fsm-agent[openai]'``,
+``'fsm-agent[anthropic]'``) and are imported only when an adapter is built,
+so importing this package never needs them; building an adapter without its
+SDK raises ``ImportError`` with the install command.
+"""
+
+from fsm_agent.models.anthropic_messages import AnthropicModel
+from fsm_agent.models.openai_chat import OpenAIChatModel
+
+__all__ = ["AnthropicModel", "OpenAIChatModel"]

@@ -1,0 +1,212 @@
+"""The Anthropic Messages adapter over the official ``anthropic`` SDK.
+
+System messages go into the ``system`` parameter, tool calls and results
+become ``tool_use`` / ``tool_result`` content blocks (a failed result carries
+``is_error``), and consecutive tool results share one user turn, as the API
+expects.  The mapping of ``stop_reason`` onto the engine's is the table
+``STOP_REASONS``.  Retries of transient errors (429, 529 overloaded, 5xx,
+connection errors) are the SDK's own, bounded by ``max_retries``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fsm_agent.models.common import ProviderModel, check_params, decoded_input, require_sdk, tool_failed
+from fsm_agent.records import Message, ModelResponse, ToolCall, Usage
+from fsm_agent.tools import JSONSchema
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message as AnthropicMessage
+
+DEFAULT_MAX_TOKENS = 4096
+
+STOP_REASONS: dict[str, str] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "stop_sequence": "stop_sequence",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+    # A server tool's loop (web search, code execution) paused mid-turn: the reply is unfinished.
+    "pause_turn": "max_tokens",
+    "refusal": "refusal",
+}
+"""Anthropic ``stop_reason`` -> engine ``stop_reason``.
+
+``pause_turn`` maps to ``max_tokens``: it means the turn is incomplete (a
+server-side tool loop hit its iteration limit) and must not be taken for an
+answer, so the run stops at ``CheckTruncation`` with the partial text kept.
+Resuming it would need the server-tool blocks sent back verbatim, which this
+adapter does not keep; it offers only the registry's client tools, so a
+pause can only come from server tools added through ``params``.  Any other
+value is passed on unchanged, so the engine stops the run with ``model_error``
+naming it (the reply kept).
+"""
+
+_RESERVED = ("model", "messages", "tools", "system", "max_tokens")
+
+
+def _append(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    # Consecutive messages of one role become one turn: the API wants user and assistant turns to alternate.
+    if turns and turns[-1]["role"] == role:
+        turns[-1]["content"].extend(blocks)
+    else:
+        turns.append({"role": role, "content": blocks})
+
+
+def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """The conversation as the Messages API's ``system`` text and ``messages`` turns of content blocks."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            system.append(message.content)
+        elif message.role == "user":
+            _append(turns, "user", [{"type": "text", "text": message.content}])
+        elif message.role == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+            blocks.extend(
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+                for call in message.tool_calls
+            )
+            # The API rejects empty content; an empty assistant message carries nothing to send.
+            if blocks:
+                _append(turns, "assistant", blocks)
+        elif message.role == "tool":
+            if message.tool_call_id is None:
+                msg = "a tool message needs the tool_call_id of the call it answers"
+                raise ValueError(msg)
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+            block["content"] = message.content
+            if tool_failed(message):
+                block["is_error"] = True
+            _append(turns, "user", [block])
+        else:
+            msg = f"unknown message role {message.role!r}; expected system, user, assistant or tool"
+            raise ValueError(msg)
+    return "\n\n".join(system), turns
+
+
+def to_anthropic_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
+    """``ToolRegistry.schemas()`` as Messages API client tools."""
+    return [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in schemas]
+
+
+def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
+    """The engine's view of a Messages API response.
+
+    Text blocks are joined; ``tool_use`` blocks become tool calls; other
+    blocks (thinking, server tools) are not part of the engine's conversation
+    and are dropped.  A refusal without text gets the provider's explanation
+    as its text, so the user sees why.
+    """
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for block in message.content:
+        if block.type == "text":
+            texts.append(block.text)
+        elif block.type == "tool_use":
+            calls.append(decoded_input(block.id, block.name, block.input))
+    # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
+    stop_reason = STOP_REASONS.get(message.stop_reason or "", str(message.stop_reason))
+    text = "".join(texts)
+    details = getattr(message, "stop_details", None)
+    if stop_reason == "refusal" and not text and details is not None and details.explanation:
+        text = details.explanation
+    usage = message.usage
+    # Cached prompt tokens are billed and processed like input, and OpenAI's prompt_tokens counts them too.
+    input_tokens = (
+        usage.input_tokens
+        + (getattr(usage, "cache_creation_input_tokens", None) or 0)
+        + (getattr(usage, "cache_read_input_tokens", None) or 0)
+    )
+    return ModelResponse(Message("assistant", text, calls), stop_reason, Usage(input_tokens, usage.output_tokens))
+
+
+class AnthropicModel(ProviderModel):
+    """A :class:`~fsm_agent.Model` over the official ``anthropic`` SDK's Messages API.
+
+    Without ``client`` one is built from ``api_key`` (default: the
+    ``ANTHROPIC_API_KEY`` environment variable), ``base_url``, ``max_retries``
+    (default 2, the SDK's: 429, 529, 5xx and connection errors are retried
+    with exponential backoff) and ``timeout`` (seconds, default the SDK's).
+    A ``client`` you pass is used as configured and never closed here;
+    ``async_client`` likewise, else ``acomplete`` builds one with the sync
+    client's settings.  ``max_tokens`` is required by the API and defaults to
+    4096 (above about 21,000 the SDK refuses non-streaming calls unless a
+    ``timeout`` is given); ``params`` go into every request unchanged (``temperature``, ...).
+    Without the ``anthropic`` package this raises ``ImportError`` saying how
+    to install it.
+    """
+
+    client: anthropic.Anthropic
+
+    def __init__(
+        self,
+        model: str,
+        client: anthropic.Anthropic | None = None,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        async_client: anthropic.AsyncAnthropic | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> None:
+        sdk = require_sdk("anthropic")
+        check_params(params, _RESERVED, "AnthropicModel")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            msg = f"max_tokens must be an integer >= 1, got {max_tokens!r}"
+            raise ValueError(msg)
+        settings = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
+        given = {key: value for key, value in settings.items() if value is not None}
+        if client is not None and given:
+            msg = f"pass either client or {', '.join(given)}, not both: configure the client you pass instead"
+            raise TypeError(msg)
+        super().__init__(client if client is not None else sdk.Anthropic(**given), client is None, async_client)
+        self._sdk = sdk
+        self.model = model
+        self.max_tokens = max_tokens
+        self.params = params
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel({self.model!r}, base_url={str(self.client.base_url)!r})"
+
+    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create``: model, max_tokens, system (if any), messages, tools, params."""
+        system, turns = to_anthropic_messages(messages)
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": turns}
+        if system:
+            request["system"] = system
+        if tools:
+            request["tools"] = to_anthropic_tools(tools)
+        request.update(self.params)
+        return request
+
+    def parse(self, response: Any) -> ModelResponse:
+        """The engine's view of one Messages API ``Message``."""
+        return from_anthropic_message(response)
+
+    def _send(self, request: dict[str, Any]) -> Any:
+        return self.client.messages.create(**request)
+
+    async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
+        return await client.messages.create(**request)
+
+    def _new_async_client(self) -> Any:
+        client = self.client
+        return self._sdk.AsyncAnthropic(
+            api_key=client.api_key,
+            auth_token=client.auth_token,
+            base_url=client.base_url,
+            max_retries=client.max_retries,
+            timeout=client.timeout,
+        )
+
+    def _secrets(self) -> list[str | None]:
+        secrets = super()._secrets()
+        secrets.extend(getattr(client, "auth_token", None) for client in (self.client, self._async_client))
+        return secrets

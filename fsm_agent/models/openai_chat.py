@@ -1,0 +1,188 @@
+"""The OpenAI Chat Completions adapter, for OpenAI and the OpenAI-compatible servers (Ollama, vLLM, llama.cpp).
+
+Messages and tool schemas are converted to the Chat Completions wire format
+and each response back to a :class:`~fsm_agent.records.ModelResponse`.  The
+mapping of ``finish_reason`` onto the engine's ``stop_reason`` is the table
+``FINISH_REASONS``, so the README, the tests and the adapter read one table.
+Retries of transient errors (429, 5xx, connection errors) are the SDK's own,
+with its exponential backoff, bounded by ``max_retries``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fsm_agent.models.common import ProviderModel, check_params, decode_arguments, encode_arguments, require_sdk
+from fsm_agent.records import Message, ModelResponse, ToolCall, Usage
+from fsm_agent.tools import JSONSchema
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletion
+
+FINISH_REASONS: dict[str, str] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    # The deprecated predecessor of tool_calls; never requested here, but older servers may still send it.
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+"""OpenAI ``finish_reason`` -> engine ``stop_reason``.
+
+Two refinements apply on top: ``stop`` with tool calls in the message becomes
+``tool_use`` (some compatible servers report ``stop`` there), and a message
+whose ``refusal`` field is set is a ``refusal`` whatever the finish reason.
+Any other finish reason is passed on unchanged, so the engine stops the run
+with ``model_error`` naming it (the reply kept) instead of taking an unknown
+signal for an answer.
+"""
+
+_RESERVED = ("model", "messages", "tools")
+
+
+def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The conversation as Chat Completions ``messages``."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role in ("system", "user"):
+            out.append({"role": message.role, "content": message.content})
+        elif message.role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": message.content}
+            if message.tool_calls:
+                # The API wants null rather than "" next to tool calls.
+                entry["content"] = message.content or None
+                entry["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": encode_arguments(c)}}
+                    for c in message.tool_calls
+                ]
+            out.append(entry)
+        elif message.role == "tool":
+            if message.tool_call_id is None:
+                msg = "a tool message needs the tool_call_id of the call it answers"
+                raise ValueError(msg)
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content})
+        else:
+            msg = f"unknown message role {message.role!r}; expected system, user, assistant or tool"
+            raise ValueError(msg)
+    return out
+
+
+def to_openai_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
+    """``ToolRegistry.schemas()`` as Chat Completions function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": s["name"], "description": s["description"], "parameters": s["parameters"]},
+        }
+        for s in schemas
+    ]
+
+
+def _tool_call(call: Any) -> ToolCall:
+    # Read by attribute rather than by SDK class: the class names changed between openai 1.x and 2.x.
+    function = getattr(call, "function", None)
+    if function is not None:
+        return decode_arguments(call.id, function.name, function.arguments)
+    custom = call.custom
+    return ToolCall(call.id, custom.name, {}, raw_arguments=custom.input)
+
+
+def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
+    """The engine's view of a Chat Completions response (its first choice)."""
+    if not completion.choices:
+        msg = "the chat completion has no choices"
+        raise ValueError(msg)
+    choice = completion.choices[0]
+    message = choice.message
+    finish_reason: str | None = choice.finish_reason
+    # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
+    stop_reason = FINISH_REASONS.get(finish_reason or "", str(finish_reason))
+    calls = tuple(_tool_call(call) for call in message.tool_calls or ())
+    text = message.content or ""
+    if message.refusal:
+        stop_reason = "refusal"
+        text = text or message.refusal
+    elif stop_reason == "end_turn" and calls:
+        stop_reason = "tool_use"
+    usage = None
+    if completion.usage is not None:
+        usage = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+    return ModelResponse(Message("assistant", text, calls), stop_reason, usage)
+
+
+class OpenAIChatModel(ProviderModel):
+    """A :class:`~fsm_agent.Model` over the official ``openai`` SDK's Chat Completions API.
+
+    Without ``client`` one is built from ``api_key`` (default: the
+    ``OPENAI_API_KEY`` environment variable), ``base_url`` (default
+    ``OPENAI_BASE_URL`` or OpenAI's; point it at ``http://localhost:11434/v1``
+    for Ollama and the like), ``max_retries`` (default 2, the SDK's: 429, 5xx
+    and connection errors are retried with exponential backoff) and
+    ``timeout`` (seconds, default the SDK's).  A ``client`` you pass is used
+    as configured and never closed here; ``async_client`` likewise, else
+    ``acomplete`` builds one with the sync client's settings.  ``params`` go
+    into every request unchanged (``temperature``, ``max_completion_tokens``,
+    ...).  Without the ``openai`` package this raises ``ImportError`` saying
+    how to install it.
+    """
+
+    client: openai.OpenAI
+
+    def __init__(
+        self,
+        model: str,
+        client: openai.OpenAI | None = None,
+        *,
+        async_client: openai.AsyncOpenAI | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> None:
+        sdk = require_sdk("openai")
+        check_params(params, _RESERVED, "OpenAIChatModel")
+        settings = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
+        given = {key: value for key, value in settings.items() if value is not None}
+        if client is not None and given:
+            msg = f"pass either client or {', '.join(given)}, not both: configure the client you pass instead"
+            raise TypeError(msg)
+        super().__init__(client if client is not None else sdk.OpenAI(**given), client is None, async_client)
+        self._sdk = sdk
+        self.model = model
+        self.params = params
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.model!r}, base_url={str(self.client.base_url)!r})"
+
+    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create``: model, messages, tools (if any) and params."""
+        request: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages)}
+        if tools:
+            # An empty tools list is rejected by the API; no tools means leaving the key out.
+            request["tools"] = to_openai_tools(tools)
+        request.update(self.params)
+        return request
+
+    def parse(self, response: Any) -> ModelResponse:
+        """The engine's view of one ``ChatCompletion``."""
+        return from_openai_completion(response)
+
+    def _send(self, request: dict[str, Any]) -> Any:
+        return self.client.chat.completions.create(**request)
+
+    async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
+        return await client.chat.completions.create(**request)
+
+    def _new_async_client(self) -> Any:
+        client = self.client
+        return self._sdk.AsyncOpenAI(
+            api_key=client.api_key,
+            organization=client.organization,
+            project=client.project,
+            base_url=client.base_url,
+            max_retries=client.max_retries,
+            timeout=client.timeout,
+        )
