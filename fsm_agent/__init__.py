@@ -5,8 +5,9 @@ Every way a run ends is a named, guarded transition into ``Done`` or
 """
 
 from fsm_agent.cancellation import CancelToken
-from fsm_agent.engine import Agent, AgentRun, Model, run
+from fsm_agent.engine import Agent, AgentRun, Model, arun, run
 from fsm_agent.errors import AgentLoopError, DefinitionError, FsmAgentError, RunStateError
+from fsm_agent.events import CallEvent, JsonlLog, TransitionEvent
 from fsm_agent.limits import Limits
 from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
 from fsm_agent.run import RunView
@@ -21,9 +22,11 @@ __all__ = [
     "Agent",
     "AgentLoopError",
     "AgentRun",
+    "CallEvent",
     "CancelToken",
     "DefinitionError",
     "FsmAgentError",
+    "JsonlLog",
     "Limits",
     "Message",
     "Model",
@@ -41,6 +44,8 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "Transition",
+    "TransitionEvent",
     "Usage",
+    "arun",
     "run",
 ]

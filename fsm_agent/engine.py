@@ -1,40 +1,61 @@
-"""The driver: it does the I/O (model calls, tool calls) between triggers and lets the machine decide.
+"""The drivers: they do the I/O (model calls, tool calls) between triggers and let the machine decide.
 
-Each ``advance()`` performs at most one model or tool call and fires exactly
-one trigger, so a run can be walked transition by transition.  ``finish()``
-advances until ``Done`` or ``Failed`` and applies the stop's policy
-(``AgentLoopError`` by default); ``Agent.run`` and the module-level ``run``
-are that.
+Each ``advance()`` (or ``await aadvance()``) performs at most one model or tool
+call and fires exactly one trigger, so a run can be walked transition by
+transition; the sync and async drivers share the machine, the table and every
+bookkeeping step, and differ only in how they wait.  ``finish()`` advances
+until ``Done`` or ``Failed`` and applies the stop's policy (``AgentLoopError``
+by default); ``Agent.run``, ``Agent.arun``, ``Agent.stream`` and
+``Agent.astream`` are built on it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fsm_agent.cancellation import CancelToken
 from fsm_agent.errors import AgentLoopError, RunStateError
+from fsm_agent.events import CallEvent, Hook, Hooks, JsonlLog, TransitionEvent, logger
 from fsm_agent.guards import evidence_for
 from fsm_agent.limits import Limits
 from fsm_agent.machine import TableMachine, machine_for
-from fsm_agent.records import STOP_REASONS, Message, ModelResponse, RunResult, Step, Transition, Usage
+from fsm_agent.records import STOP_REASONS, Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
 from fsm_agent.run import Clock, MessagesView, Run, signature
 from fsm_agent.states import TERMINAL, State
 from fsm_agent.stops import StopCondition, check_policies, check_stop_conditions
-from fsm_agent.table import CHECK, DISPATCH, FINALIZE, LEAVE, MODEL_FAILED, REPLIED, TABLE, TOOL_DONE, Row, Table
-from fsm_agent.tools import JSONSchema, ToolRegistry
+from fsm_agent.table import (
+    CHECK,
+    DISPATCH,
+    FINALIZE,
+    INTERRUPTED,
+    LEAVE,
+    MODEL_FAILED,
+    REPLIED,
+    TABLE,
+    TOOL_DONE,
+    Row,
+    Table,
+)
+from fsm_agent.tools import JSONSchema, ToolRegistry, ToolResult
 
 FINALIZE_INSTRUCTION = (
     "The run has to stop now ({reason}). Do not call any tool. "
     "Give your best final answer from what you already have, and say what is missing."
 )
 
+Observer = Callable[[TransitionEvent], None]
+
 
 @runtime_checkable
 class Model(Protocol):
-    """Anything with ``complete(messages, tools) -> ModelResponse``.
+    """Anything with ``complete(messages, tools) -> ModelResponse``; ``async acomplete`` is used when present.
 
     ``messages`` is a read-only live view of the conversation so far and
     ``tools`` is ``ToolRegistry.schemas()`` (empty for a finalize call).
@@ -48,9 +69,11 @@ class Model(Protocol):
 
 
 class AgentRun(Run):
-    """One run of an agent, driven by ``advance()`` (one transition) or ``finish()`` (to the end)."""
+    """One run of an agent, driven by ``advance()``/``aadvance()`` (one transition) or ``finish()``/``afinish()``."""
 
-    def __init__(self, agent: Agent, messages: list[Message], cancel: CancelToken | None) -> None:
+    def __init__(
+        self, agent: Agent, messages: list[Message], cancel: CancelToken | None, observers: Sequence[Observer] = ()
+    ) -> None:
         super().__init__(
             agent.limits,
             messages,
@@ -64,9 +87,22 @@ class AgentRun(Run):
         self._registry = agent.registry
         self._stop_evidence = agent.stop_evidence
         self._finalize_from = agent.finalize_from
+        self._hooks = agent.hooks
+        self._strict_hooks = agent.strict_hooks
+        self._max_concurrency = agent.max_concurrency
+        self._observers = tuple(observers)
+        # Building events costs time, so a run nobody watches builds none.
+        self._observed = bool(self._hooks) or bool(self._observers)
         self._result: RunResult | None = None
         # Evidence of the stop a finalize call answers for, taken when the stop fired.
         self._finalize_evidence: dict[str, Any] = {}
+        # Results of parallel tool calls that ran but whose transitions are not replayed yet, in asked order.
+        self._ran: deque[tuple[ToolCall, ToolResult]] = deque()
+        # What moved the current transition, for its event.
+        self._response: ModelResponse | None = None
+        self._error: str | None = None
+        self._call: ToolCall | None = None
+        self._outcome: ToolResult | None = None
 
     @property
     def done(self) -> bool:
@@ -81,25 +117,234 @@ class AgentRun(Run):
             raise RunStateError(msg)
         return self._result
 
+    # --- sync driver ---------------------------------------------------------------------------------------
+
     def advance(self) -> Transition:
         """Do this state's I/O, if any, fire exactly one transition and return the edge taken."""
         handler = _HANDLERS.get(self.state)
         if handler is None:
-            msg = f"the run already finished in {self.state} (reason {self.reason!r}); start a new run"
-            raise RunStateError(msg)
+            raise self._finished_error()
         handler(self)
-        if self.state in TERMINAL:
-            self._conclude()
-        return self.trace[-1]
+        return self._after()
 
     def finish(self) -> RunResult:
         """Advance to the end; return the result, or apply the stop's policy (raise ``AgentLoopError`` by default)."""
         while self._result is None:
             self.advance()
-        result = self._result
-        if self.state is State.Failed and self.policies.get(result.reason, "raise") != "return":
-            raise AgentLoopError(result.reason, result) from self.model_exception
-        return result
+        return self._outcome_of_run()
+
+    def _await_model(self) -> None:
+        tools = self._offered_tools()
+        try:
+            response = self._model.complete(MessagesView(self.messages), tools)
+        except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
+            self.turns += 1
+            self._model_failed(exc)
+            return
+        self._model_replied(response)
+
+    def _execute_tool(self) -> None:
+        call = self.pending[0]
+        self._before_tool(call)
+        self._tool_done(call, self._registry.execute(call))
+
+    # --- async driver --------------------------------------------------------------------------------------
+
+    async def aadvance(self) -> Transition:
+        """Like ``advance()``, awaiting the model and tools; several calls of one turn run concurrently.
+
+        If the task is cancelled while a model or tool call is in flight, the
+        run is recorded as ``Failed``/``cancelled`` with everything so far and
+        the ``CancelledError`` propagates.
+        """
+        state = self.state
+        if state is State.AwaitModel:
+            await self._a_await_model()
+        elif state is State.ExecuteTool:
+            await self._a_execute_tool()
+        else:
+            handler = _HANDLERS.get(state)
+            if handler is None:
+                raise self._finished_error()
+            handler(self)
+        return self._after()
+
+    async def afinish(self) -> RunResult:
+        """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
+        while self._result is None:
+            await self.aadvance()
+        return self._outcome_of_run()
+
+    async def _a_await_model(self) -> None:
+        tools = self._offered_tools()
+        view = MessagesView(self.messages)
+        try:
+            acomplete = getattr(self._model, "acomplete", None)
+            if acomplete is not None:
+                response = await acomplete(view, tools)
+            else:
+                response = await asyncio.to_thread(self._model.complete, view, tools)
+        except asyncio.CancelledError:
+            self.turns += 1
+            self._interrupt()
+            raise
+        except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
+            self.turns += 1
+            self._model_failed(exc)
+            return
+        self._model_replied(response)
+
+    async def _a_execute_tool(self) -> None:
+        call = self.pending[0]
+        if self._ran and self._ran[0][0] is call:
+            self._tool_done(call, self._ran.popleft()[1])
+            return
+        batch = self._plan_batch()
+        try:
+            outcomes = await self._run_batch(batch)
+        except asyncio.CancelledError:
+            self._interrupt()
+            raise
+        self._ran.extend(zip(batch[1:], outcomes[1:], strict=True))
+        self._tool_done(call, outcomes[0])
+
+    def _plan_batch(self) -> list[ToolCall]:
+        """The calls of this turn, from the current one on, that Dispatch's guards let run, as if run in order.
+
+        The clock and the cancel token are read once, here, and frozen until
+        the batch is replayed, so replaying the batch through the machine
+        takes the same edges the plan assumed.
+        """
+        calls = list(self.pending)
+        if len(calls) == 1:
+            return calls
+        self.frozen_at = self.clock()
+        self.frozen_cancel = self.cancel is not None and self.cancel.cancelled
+        saved = (self.state, self.last_signature, self.tool_calls, dict(self.calls_by_tool), self.pending)
+        planned = calls[:1]
+        try:
+            self.state = State.Dispatch
+            for i in range(1, len(calls)):
+                previous = calls[i - 1]
+                self.last_signature = signature(previous)
+                self.tool_calls += 1
+                self.calls_by_tool[previous.name] = self.calls_by_tool.get(previous.name, 0) + 1
+                self.pending = deque(calls[i:])
+                row = self.first_row(DISPATCH)
+                if row is None or row.dest is not State.ExecuteTool:
+                    break
+                planned.append(calls[i])
+        finally:
+            self.state, self.last_signature, self.tool_calls, self.calls_by_tool, self.pending = saved
+        return planned
+
+    async def _run_batch(self, batch: list[ToolCall]) -> list[ToolResult]:
+        limit = asyncio.Semaphore(self._max_concurrency or len(batch))
+
+        async def one(call: ToolCall) -> ToolResult:
+            async with limit:
+                self._before_tool(call)
+                return await asyncio.to_thread(self._registry.execute, call)
+
+        tasks = [asyncio.ensure_future(one(call)) for call in batch]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            # Calls that finished before the cancellation ran for real: their results are kept.
+            for call, task in zip(batch, tasks, strict=True):
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    self._ran.append((call, task.result()))
+            raise
+
+    def _interrupt(self) -> None:
+        """Record a cancellation of the task driving the run as ``Failed``/``cancelled``."""
+        self._machine.fire(self, INTERRUPTED)
+        self._after()
+
+    # --- shared bookkeeping --------------------------------------------------------------------------------
+
+    def _finished_error(self) -> RunStateError:
+        msg = f"the run already finished in {self.state} (reason {self.reason!r}); start a new run"
+        return RunStateError(msg)
+
+    def _offered_tools(self) -> list[JSONSchema]:
+        if self._observed:
+            self._call_hooks(CallEvent("before_model", self.turns + 1, self.counters()))
+        return [] if self.finalizing is not None else self._registry.schemas()
+
+    def _model_failed(self, exc: Exception) -> None:
+        """The model call of this turn (already counted) failed: a ``model_error`` stop."""
+        self.model_exception = exc
+        self._error = f"{type(exc).__name__}: {exc}"
+        if self._observed:
+            self._call_hooks(CallEvent("after_model", self.turns, self.counters(), error=self._error))
+        self._machine.fire(self, MODEL_FAILED)
+
+    def _model_replied(self, response: object) -> None:
+        self.turns += 1
+        if not isinstance(response, ModelResponse):
+            self._model_failed(TypeError(f"model returned {type(response).__name__}, expected ModelResponse"))
+            return
+        self.messages.append(response.message)
+        self._response = response
+        if response.stop_reason not in STOP_REASONS:
+            # The reply is kept in the messages, but an unknown signal is not guessed at.
+            msg = f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
+            self._model_failed(ValueError(msg))
+            return
+        self.last_response = response
+        self.pending.extend(response.message.tool_calls)
+        if response.usage is not None:
+            self.input_tokens += response.usage.input_tokens
+            self.output_tokens += response.usage.output_tokens
+        if self._observed:
+            self._call_hooks(CallEvent("after_model", self.turns, self.counters(), response=response))
+        self._machine.fire(self, REPLIED)
+
+    def _check(self) -> None:
+        self._machine.fire(self, CHECK)
+
+    def _dispatch(self) -> None:
+        self._leave(DISPATCH)
+
+    def _before_tool(self, call: ToolCall) -> None:
+        if self._observed:
+            self._call_hooks(CallEvent("before_tool", self.turns, self.counters(), tool_call=call))
+
+    def _record_tool(self, call: ToolCall, outcome: ToolResult) -> None:
+        """Append a call's tool message and step and update the counters the guards read."""
+        self.messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+        self.tool_calls += 1
+        self.calls_by_tool[call.name] = self.calls_by_tool.get(call.name, 0) + 1
+        if outcome.error is None:
+            self.failures = 0
+        else:
+            self.failures += 1
+            self.last_error = outcome.error
+        self.last_signature = sig = signature(call)
+        if self.limits.cycle_window:
+            self.recent.append((sig, outcome.content))
+        arguments = json.dumps(call.arguments, ensure_ascii=False, default=repr)
+        detail = f"{call.name}({arguments}) -> {outcome.content}"
+        self.steps.append(Step(self.turns - 1, "tool_call", detail, self.counters()))
+
+    def _tool_done(self, call: ToolCall, outcome: ToolResult) -> None:
+        self.pending.popleft()
+        self._record_tool(call, outcome)
+        self._call, self._outcome = call, outcome
+        if self._observed:
+            event = CallEvent(
+                "after_tool",
+                self.turns,
+                self.counters(),
+                tool_call=call,
+                tool_result=outcome.content,
+                tool_error=outcome.error,
+            )
+            self._call_hooks(event)
+        self._leave(TOOL_DONE)
 
     def _leave(self, trigger: str) -> None:
         """Fire ``trigger``, unless the stop it would take is to be answered by a finalize call."""
@@ -122,58 +367,61 @@ class AgentRun(Run):
             self.messages.append(Message("tool", json.dumps(note), tool_call_id=call.id))
         self.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
 
-    def _await_model(self) -> None:
-        tools = [] if self.finalizing is not None else self._registry.schemas()
-        try:
-            response = self._model.complete(MessagesView(self.messages), tools)
-            if not isinstance(response, ModelResponse):
-                msg = f"model returned {type(response).__name__}, expected ModelResponse"
-                raise TypeError(msg)  # noqa: TRY301 - handled below like any other model failure
-        except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
-            self.turns += 1
-            self.model_exception = exc
-            self._machine.fire(self, MODEL_FAILED)
+    def _after(self) -> Transition:
+        """Close the transition just taken: conclude a finished run, release a batch freeze, notify observers."""
+        if self.frozen_at is not None and (self.state is State.AwaitModel or self.state in TERMINAL):
+            self.frozen_at = self.frozen_cancel = None
+        if self.state in TERMINAL:
+            self._conclude()
+        if self._observed:
+            self._emit()
+        self._response = self._call = self._outcome = None
+        self._error = None
+        return self.trace[-1]
+
+    def _emit(self) -> None:
+        last = self.trace[-1]
+        call = self._call
+        if call is None and last.dest == State.ExecuteTool and self.pending:
+            call = self.pending[0]
+        terminal = self.state in TERMINAL
+        event = TransitionEvent(
+            seq=len(self.trace) - 1,
+            source=last.source,
+            trigger=last.trigger,
+            dest=last.dest,
+            guard=last.guard,
+            reason=last.reason,
+            counters=self.counters(),
+            response=self._response,
+            error=self._error,
+            tool_call=call,
+            tool_result=None if self._outcome is None else self._outcome.content,
+            tool_error=None if self._outcome is None else self._outcome.error,
+            evidence=self.evidence if self.state is State.Failed else None,
+            result=self._result if terminal else None,
+        )
+        hooks = self._hooks
+        raised = hooks.call(f"leave:{last.source}", event) if hooks else None
+        if hooks:
+            raised = hooks.call(f"enter:{last.dest}", event) or raised
+            raised = hooks.call("transition", event) or raised
+            if self.state is State.Failed:
+                raised = hooks.call("failed", event) or raised
+        for observer in self._observers:
+            observer(event)
+        self._hook_failed(raised, terminal)
+
+    def _call_hooks(self, event: CallEvent) -> None:
+        self._hook_failed(self._hooks.call(event.kind, event), False)
+
+    def _hook_failed(self, exc: BaseException | None, terminal: bool) -> None:
+        if exc is None or not self._strict_hooks or self.hook_error is not None:
             return
-        self.turns += 1
-        self.messages.append(response.message)
-        if response.stop_reason not in STOP_REASONS:
-            # The reply is kept in the messages, but an unknown signal is not guessed at.
-            msg = f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
-            self.model_exception = ValueError(msg)
-            self._machine.fire(self, MODEL_FAILED)
+        if terminal:
+            logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")
             return
-        self.last_response = response
-        self.pending.extend(response.message.tool_calls)
-        if response.usage is not None:
-            self.input_tokens += response.usage.input_tokens
-            self.output_tokens += response.usage.output_tokens
-        self._machine.fire(self, REPLIED)
-
-    def _check(self) -> None:
-        self._machine.fire(self, CHECK)
-
-    def _dispatch(self) -> None:
-        self._leave(DISPATCH)
-
-    def _execute_tool(self) -> None:
-        call = self.pending[0]
-        outcome = self._registry.execute(call)
-        self.pending.popleft()
-        self.messages.append(Message("tool", outcome.content, tool_call_id=call.id))
-        self.tool_calls += 1
-        self.calls_by_tool[call.name] = self.calls_by_tool.get(call.name, 0) + 1
-        if outcome.error is None:
-            self.failures = 0
-        else:
-            self.failures += 1
-            self.last_error = outcome.error
-        self.last_signature = sig = signature(call)
-        if self.limits.cycle_window:
-            self.recent.append((sig, outcome.content))
-        arguments = json.dumps(call.arguments, ensure_ascii=False, default=repr)
-        detail = f"{call.name}({arguments}) -> {outcome.content}"
-        self.steps.append(Step(self.turns - 1, "tool_call", detail, self.counters()))
-        self._leave(TOOL_DONE)
+        self.hook_error = exc
 
     def _conclude(self) -> None:
         last = self.trace[-1]
@@ -188,6 +436,9 @@ class AgentRun(Run):
         else:
             edge_reason = last.reason or "unknown"
             evidence = self._evidence(edge_reason)
+            also_ran = self._record_leftovers()
+            if also_ran:
+                evidence["also_ran"] = also_ran
             if self.last_response is not None and (
                 edge_reason in ("max_tokens", "refusal") or self.finalizing is not None
             ):
@@ -198,9 +449,8 @@ class AgentRun(Run):
             else:
                 # The stop that forced the finalize stands; the evidence says why the finalize failed.
                 evidence.pop("counters", None)
-                outcome = {"outcome": edge_reason, **evidence}
                 self.reason = self.finalizing
-                self.evidence = {**self._finalize_evidence, "finalize": outcome}
+                self.evidence = {**self._finalize_evidence, "finalize": {"outcome": edge_reason, **evidence}}
         self._result = RunResult(
             messages=self.messages,
             steps=self.steps,
@@ -212,11 +462,27 @@ class AgentRun(Run):
             pending=self.pending,
         )
 
+    def _record_leftovers(self) -> list[str]:
+        """Tool calls of a parallel batch that ran although the run stopped before their turn: keep them all."""
+        ids = []
+        while self._ran and self.pending and self._ran[0][0] is self.pending[0]:
+            call, outcome = self._ran.popleft()
+            self.pending.popleft()
+            self._record_tool(call, outcome)
+            ids.append(call.id)
+        return ids
+
     def _evidence(self, reason: str) -> dict[str, Any]:
         custom = self._stop_evidence.get(reason)
         if custom is None:
             return evidence_for(self, reason)
         return {"step": max(self.turns - 1, 0), **custom(self), "counters": self.counters()}
+
+    def _outcome_of_run(self) -> RunResult:
+        result = self.result
+        if self.state is State.Failed and self.policies.get(result.reason, "raise") != "return":
+            raise AgentLoopError(result.reason, result) from (self.model_exception or self.hook_error)
+        return result
 
 
 _HANDLERS: dict[State, Callable[[AgentRun], None]] = {
@@ -231,8 +497,8 @@ class Agent:
     """A model, its tools and the limits that bound every run; serves any number of runs.
 
     An agent holds no per-run state, so one agent can run many conversations,
-    also from several threads at once (the model and tools must then be
-    thread-safe themselves).  Invalid limits, stop conditions or policies
+    also from several threads or tasks at once (the model and tools must then
+    be thread-safe themselves).  Invalid limits, stop conditions or policies
     raise ``ValueError`` here, never in the middle of a run.
     """
 
@@ -251,8 +517,10 @@ class Agent:
         clock: Clock = time.monotonic,
         stop_conditions: Iterable[StopCondition] = (),
         on_stop: Mapping[str, str] | None = None,
+        strict_hooks: bool = False,
+        max_concurrency: int | None = None,
     ) -> None:
-        if not callable(getattr(model, "complete", None)):
+        if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
             msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
             raise TypeError(msg)
         if not isinstance(registry, ToolRegistry):
@@ -264,10 +532,17 @@ class Agent:
         if not callable(clock):
             msg = f"clock must be a callable returning monotonic seconds, got {type(clock).__name__}"
             raise TypeError(msg)
+        if max_concurrency is not None and (
+            isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1
+        ):
+            msg = f"max_concurrency must be None (all calls of a turn) or an integer >= 1, got {max_concurrency!r}"
+            raise ValueError(msg)
         self.model = model
         self.registry = registry
         self.system = system
         self.clock = clock
+        self.strict_hooks = bool(strict_hooks)
+        self.max_concurrency = max_concurrency
         self.limits = Limits(
             max_steps=max_steps,
             max_consecutive_failures=max_consecutive_failures,
@@ -288,9 +563,30 @@ class Agent:
         finalizing = {reason for reason, policy in self.on_stop.items() if policy == "finalize"}
         self.finalize_from = frozenset(row.source for row in self.table.rows if row.reason in finalizing)
         self.machine = machine_for(self.table)
+        self.hooks = Hooks()
 
-    def start(self, user_input: str, *, cancel: CancelToken | None = None) -> AgentRun:
-        """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()``."""
+    def on(self, name: str, hook: Hook | None = None) -> Any:
+        """Register an observer: ``agent.on("transition", fn)`` or ``@agent.on("enter:ExecuteTool")``.
+
+        Names: ``transition`` and ``failed`` (a ``TransitionEvent``), ``enter:<State>``
+        and ``leave:<State>`` (the same event), ``before_model``, ``after_model``,
+        ``before_tool`` and ``after_tool`` (a ``CallEvent``).  For one
+        transition the order is leave, enter, transition, failed.
+        """
+        if hook is None:
+
+            def register(fn: Hook) -> Hook:
+                self.hooks.add(name, fn)
+                return fn
+
+            return register
+        self.hooks.add(name, hook)
+        return hook
+
+    def start(
+        self, user_input: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = ()
+    ) -> AgentRun:
+        """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()`` or ``aadvance()``."""
         if not isinstance(user_input, str):
             msg = f"user_input must be a str, got {type(user_input).__name__}"
             raise TypeError(msg)
@@ -299,11 +595,54 @@ class Agent:
             raise TypeError(msg)
         messages = [Message("system", self.system)] if self.system else []
         messages.append(Message("user", user_input))
-        return AgentRun(self, messages, cancel)
+        return AgentRun(self, messages, cancel, observers)
 
-    def run(self, user_input: str, *, cancel: CancelToken | None = None) -> RunResult:
-        """Run to the end: the result on ``Done``; on a stop, what its ``on_stop`` policy says."""
-        return self.start(user_input, cancel=cancel).finish()
+    def run(self, user_input: str, *, cancel: CancelToken | None = None, log: str | Path | None = None) -> RunResult:
+        """Run to the end: the result on ``Done``; on a stop, what its ``on_stop`` policy says.
+
+        ``log`` appends every transition to a JSON Lines file (see ``JsonlLog``).
+        """
+        with _log(log) as observers:
+            return self.start(user_input, cancel=cancel, observers=observers).finish()
+
+    async def arun(
+        self, user_input: str, *, cancel: CancelToken | None = None, log: str | Path | None = None
+    ) -> RunResult:
+        """Await a run to the end, like ``run``; the tool calls of one turn run concurrently."""
+        with _log(log) as observers:
+            return await self.start(user_input, cancel=cancel, observers=observers).afinish()
+
+    def stream(self, user_input: str, *, cancel: CancelToken | None = None) -> Iterator[TransitionEvent]:
+        """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it."""
+        events: deque[TransitionEvent] = deque()
+        run = self.start(user_input, cancel=cancel, observers=[events.append])
+        while not run.done:
+            run.advance()
+            while events:
+                yield events.popleft()
+        run.finish()
+
+    async def astream(self, user_input: str, *, cancel: CancelToken | None = None) -> AsyncIterator[TransitionEvent]:
+        """The async twin of ``stream``."""
+        events: deque[TransitionEvent] = deque()
+        run = self.start(user_input, cancel=cancel, observers=[events.append])
+        while not run.done:
+            await run.aadvance()
+            while events:
+                yield events.popleft()
+        await run.afinish()
+
+
+@contextlib.contextmanager
+def _log(path: str | Path | None) -> Iterator[list[Observer]]:
+    if path is None:
+        yield []
+        return
+    log = JsonlLog(path)
+    try:
+        yield [log]
+    finally:
+        log.close()
 
 
 def run(
@@ -314,28 +653,30 @@ def run(
     max_steps: int = 8,
     max_consecutive_failures: int = 3,
     *,
-    timeout: float | None = None,
-    token_budget: int | None = None,
-    max_tool_calls: int | Mapping[str, int] | None = None,
-    cycle_window: int = 6,
-    clock: Clock = time.monotonic,
-    stop_conditions: Iterable[StopCondition] = (),
-    on_stop: Mapping[str, str] | None = None,
     cancel: CancelToken | None = None,
+    log: str | Path | None = None,
+    **options: Any,
 ) -> RunResult:
-    """Run one conversation to the end with a throwaway ``Agent`` built from the same keywords."""
-    agent = Agent(
-        model,
-        registry,
-        system,
-        max_steps,
-        max_consecutive_failures,
-        timeout=timeout,
-        token_budget=token_budget,
-        max_tool_calls=max_tool_calls,
-        cycle_window=cycle_window,
-        clock=clock,
-        stop_conditions=stop_conditions,
-        on_stop=on_stop,
-    )
-    return agent.run(user_input, cancel=cancel)
+    """Run one conversation to the end with a throwaway ``Agent``; ``options`` are ``Agent``'s keywords.
+
+    Raises ``AgentLoopError`` on every stop unless ``on_stop`` says otherwise.
+    """
+    agent = Agent(model, registry, system, max_steps, max_consecutive_failures, **options)
+    return agent.run(user_input, cancel=cancel, log=log)
+
+
+async def arun(
+    model: Model,
+    registry: ToolRegistry,
+    user_input: str,
+    system: str = "",
+    max_steps: int = 8,
+    max_consecutive_failures: int = 3,
+    *,
+    cancel: CancelToken | None = None,
+    log: str | Path | None = None,
+    **options: Any,
+) -> RunResult:
+    """The async twin of ``run``: awaits an async model's ``acomplete`` and runs a turn's tool calls concurrently."""
+    agent = Agent(model, registry, system, max_steps, max_consecutive_failures, **options)
+    return await agent.arun(user_input, cancel=cancel, log=log)

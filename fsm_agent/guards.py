@@ -43,7 +43,12 @@ def asks_tools_while_finalizing(run: Run) -> bool:
 
 def is_cancelled(run: Run) -> bool:
     """Another thread called ``cancel()`` on the run's ``CancelToken``."""
-    return run.cancel is not None and run.cancel.cancelled
+    return run.cancel_requested()
+
+
+def hook_raised(run: Run) -> bool:
+    """A hook of a ``strict_hooks`` agent raised since the last transition."""
+    return run.hook_error is not None
 
 
 def deadline_passed(run: Run) -> bool:
@@ -173,7 +178,14 @@ def _finalize_failed(run: Run) -> dict[str, Any]:
 
 
 def _cancelled(run: Run) -> dict[str, Any]:
-    return {"why": run.cancel.why if run.cancel is not None else "", "state": str(run.trace[-1].source)}
+    why = (
+        run.cancel.why if run.cancel is not None and run.cancel.cancelled else "the task running the run was cancelled"
+    )
+    return {"why": why, "state": str(run.trace[-1].source)}
+
+
+def _hook_error(run: Run) -> dict[str, Any]:
+    return {"error": str(run.hook_error), "type": type(run.hook_error).__name__}
 
 
 def _timeout(run: Run) -> dict[str, Any]:
@@ -221,6 +233,7 @@ EVIDENCE: dict[str, Callable[[Run], dict[str, Any]]] = {
     "refusal": _refusal,
     "finalize_failed": _finalize_failed,
     "cancelled": _cancelled,
+    "hook_error": _hook_error,
     "timeout": _timeout,
     "repeated_action": _repeated_action,
     "max_tool_calls": _max_tool_calls,

@@ -7,6 +7,7 @@ tests.  The one mutable object of a run lives in :mod:`fsm_agent.run`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -136,3 +137,64 @@ class RunResult:
     def ok(self) -> bool:
         """True if and only if the run reached ``Done`` without any stop."""
         return self.reason == "done"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with a format version; ``from_dict`` reads it back losslessly."""
+        return _result_to_dict(self)
+
+    def to_json(self, **dumps: Any) -> str:
+        """``to_dict()`` as JSON text (keyword arguments go to ``json.dumps``)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, **dumps)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunResult:
+        """Rebuild a result from ``to_dict()`` output; a wrong version or shape is a ``ValueError`` saying what."""
+        return _result_from_dict(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunResult:
+        """Rebuild a result from ``to_json()`` text."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            msg = f"RunResult JSON does not parse: {exc}"
+            raise ValueError(msg) from exc
+        return _result_from_dict(data)
+
+
+RESULT_FORMAT = "fsm_agent.RunResult"
+RESULT_VERSION = 1
+
+
+def _result_to_dict(result: RunResult) -> dict[str, Any]:
+    data = attrs.asdict(result)
+    return {"format": RESULT_FORMAT, "version": RESULT_VERSION, **data, "ok": result.ok}
+
+
+def _message_from(data: dict[str, Any]) -> Message:
+    calls = tuple(ToolCall(**call) for call in data.get("tool_calls", ()))
+    return Message(data["role"], data.get("content", ""), calls, data.get("tool_call_id"))
+
+
+def _result_from_dict(data: Any) -> RunResult:
+    if not isinstance(data, dict):
+        msg = f"a RunResult dict must be a JSON object, got {type(data).__name__}"
+        raise ValueError(msg)  # noqa: TRY004 - every malformed input is a ValueError, whatever its kind
+    if data.get("format") != RESULT_FORMAT or data.get("version") != RESULT_VERSION:
+        found = (data.get("format"), data.get("version"))
+        msg = f"unsupported RunResult format {found}; this version reads ({RESULT_FORMAT!r}, {RESULT_VERSION})"
+        raise ValueError(msg)
+    try:
+        return RunResult(
+            messages=[_message_from(m) for m in data["messages"]],
+            steps=[Step(**s) for s in data["steps"]],
+            final=data["final"],
+            reason=data["reason"],
+            trace=[Transition(**t) for t in data["trace"]],
+            evidence=data["evidence"],
+            usage=Usage(**data["usage"]),
+            pending=[ToolCall(**c) for c in data["pending"]],
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        msg = f"malformed RunResult dict: {type(exc).__name__}: {exc}"
+        raise ValueError(msg) from exc

@@ -65,6 +65,9 @@ class Edge(Protocol):
     """What a guard that looks ahead needs of a table row (avoids importing the table here)."""
 
     @property
+    def dest(self) -> State: ...
+
+    @property
     def guard(self) -> Callable[[Run], bool] | None: ...
 
     @property
@@ -105,10 +108,15 @@ class Run:
         # (signature, result) of the latest executed calls, for the cycle guard; bounded by cycle_window.
         self.recent: deque[tuple[Signature, str]] = deque(maxlen=limits.cycle_window or 1)
         self.model_exception: BaseException | None = None
+        # An exception from a hook of a strict_hooks agent; it stops the run at the next transition.
+        self.hook_error: BaseException | None = None
         self.input_tokens = 0
         self.output_tokens = 0
         self.clock = clock
         self.started = clock()
+        # While a batch of parallel tool calls is replayed, guards see the clock and cancel token as planned.
+        self.frozen_at: float | None = None
+        self.frozen_cancel: bool | None = None
         self.cancel = cancel
         self.policies: Mapping[str, str] = policies or {}
         self.rows: Mapping[tuple[State, str], Sequence[Edge]] = rows or {}
@@ -126,7 +134,14 @@ class Run:
     @property
     def elapsed(self) -> float:
         """Seconds since the run started, on the run's clock."""
-        return self.clock() - self.started
+        now = self.clock() if self.frozen_at is None else self.frozen_at
+        return now - self.started
+
+    def cancel_requested(self) -> bool:
+        """Whether the run's token asks it to stop (as seen when the current batch was planned, during one)."""
+        if self.frozen_cancel is not None:
+            return self.frozen_cancel
+        return self.cancel is not None and self.cancel.cancelled
 
     def counters(self) -> dict[str, list[int | float | None]]:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""

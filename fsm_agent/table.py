@@ -27,6 +27,7 @@ from fsm_agent.guards import (
     finalize_on,
     has_no_tool_calls,
     has_pending_calls,
+    hook_raised,
     is_cancelled,
     is_cycling,
     is_refusal,
@@ -43,6 +44,7 @@ CHECK = "check"
 DISPATCH = "dispatch"
 TOOL_DONE = "tool_done"
 FINALIZE = "finalize"
+INTERRUPTED = "interrupted"
 GUARDED_ONLY = frozenset({FINALIZE})
 """Triggers the driver fires only after checking one of their rows applies, so they need no fallback."""
 
@@ -192,17 +194,23 @@ R = Row
 S = State
 _ROWS = [
     R(S.AwaitModel, MODEL_FAILED, S.Failed, reason="model_error"),
+    R(S.AwaitModel, INTERRUPTED, S.Failed, reason="cancelled"),
+    R(S.AwaitModel, REPLIED, S.Failed, hook_raised, "hook_error"),
     R(S.AwaitModel, REPLIED, S.CheckTruncation),
+    R(S.CheckTruncation, CHECK, S.Failed, hook_raised, "hook_error"),
     R(S.CheckTruncation, CHECK, S.Failed, is_truncated, "max_tokens"),
     R(S.CheckTruncation, CHECK, S.Failed, is_refusal, "refusal"),
     R(S.CheckTruncation, CHECK, S.Dispatch),
     R(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
+    R(S.Dispatch, DISPATCH, S.Failed, hook_raised, "hook_error"),
     R(S.Dispatch, DISPATCH, S.Failed, asks_tools_while_finalizing, "finalize_failed"),
     R(S.Dispatch, DISPATCH, S.Failed, is_cancelled, "cancelled"),
     R(S.Dispatch, DISPATCH, S.Failed, deadline_passed, "timeout"),
     R(S.Dispatch, DISPATCH, S.Failed, repeats_last_call, "repeated_action"),
     R(S.Dispatch, DISPATCH, S.Failed, tool_calls_exhausted, "max_tool_calls"),
     R(S.Dispatch, DISPATCH, S.ExecuteTool),
+    R(S.ExecuteTool, INTERRUPTED, S.Failed, reason="cancelled"),
+    R(S.ExecuteTool, TOOL_DONE, S.Failed, hook_raised, "hook_error"),
     R(S.ExecuteTool, TOOL_DONE, S.Failed, failures_exhausted, "tool_failures"),
     R(S.ExecuteTool, TOOL_DONE, S.Failed, is_cycling, "cycle"),
     R(S.ExecuteTool, TOOL_DONE, S.Dispatch, has_pending_calls),

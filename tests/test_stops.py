@@ -11,6 +11,7 @@ import pytest
 
 import fsm_agent
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, RunResult, StopCondition, ToolRegistry, Usage
+from fsm_agent.table import INTERRUPTED
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,
@@ -431,8 +432,8 @@ def test_steps_record_counters_against_limits() -> None:
     assert result.steps[1].counters["tokens"] == [110, 1000]
 
 
-def test_every_row_of_the_table_fires_in_some_scenario() -> None:
-    """Across the seed scenarios and the stops above, every edge of the default table is taken at least once."""
+def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
+    """Across the seed scenarios and the stops above, every non-embedding edge of the table is taken."""
     clock = ManualClock()
     finalize = dict.fromkeys(("cycle", "timeout", "token_budget", "max_tool_calls", "max_steps"), "finalize")
     token = CancelToken()
@@ -507,4 +508,6 @@ def test_every_row_of_the_table_fires_in_some_scenario() -> None:
             ).result
         )
     )
-    assert {edge_id(row) for row in TABLE.rows} - seen == set()
+    # Hook errors and task cancellation are embedding matters, covered end to end in test_embedding.py.
+    embedding = {edge_id(r) for r in TABLE.rows if r.reason == "hook_error" or r.trigger == INTERRUPTED}
+    assert {edge_id(row) for row in TABLE.rows} - embedding - seen == set()

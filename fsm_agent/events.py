@@ -1,0 +1,185 @@
+"""What observers see: one event per transition, call events around model and tool calls, and the hook registry.
+
+Hooks and streams are observers: they receive frozen records and cannot
+change the run.  A hook that raises is logged and the run goes on, unless the
+agent was built with ``strict_hooks=True``; then the run stops at its next
+transition out of a non-terminal state with reason ``hook_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from fsm_agent.records import ModelResponse, RunResult, ToolCall, Transition
+from fsm_agent.states import STATES
+
+logger = logging.getLogger("fsm_agent")
+
+CALL_HOOKS = ("before_model", "after_model", "before_tool", "after_tool")
+TRANSITION_HOOKS = ("transition", "failed")
+HOOK_NAMES = (
+    *TRANSITION_HOOKS,
+    *CALL_HOOKS,
+    *(f"enter:{state}" for state in STATES),
+    *(f"leave:{state}" for state in STATES),
+)
+
+
+@attrs.frozen
+class TransitionEvent:
+    """One transition of a run, with the counters after it and the payload that moved it.
+
+    ``response`` is set on edges moved by a model reply, ``error`` when the
+    model call failed, ``tool_call`` on edges out of ``Dispatch`` into
+    ``ExecuteTool`` (the call about to run) and out of ``ExecuteTool`` (the call
+    that ran, with ``tool_result`` and ``tool_error``).  ``evidence`` is set on
+    the edge into ``Failed``; ``result`` on the edge into ``Done`` or ``Failed``.
+    """
+
+    seq: int
+    source: str
+    trigger: str
+    dest: str
+    guard: str | None
+    reason: str | None
+    counters: dict[str, list[int | float | None]]
+    response: ModelResponse | None = None
+    error: str | None = None
+    tool_call: ToolCall | None = None
+    tool_result: str | None = None
+    tool_error: str | None = None
+    evidence: dict[str, Any] | None = None
+    result: RunResult | None = None
+
+    @property
+    def transition(self) -> Transition:
+        """The edge alone, as it appears in ``RunResult.trace``."""
+        return Transition(self.source, self.trigger, self.dest, self.guard, self.reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the edge, counters and payload (the final result is left to ``RunResult.to_dict``)."""
+        out: dict[str, Any] = {
+            "seq": self.seq,
+            "source": self.source,
+            "trigger": self.trigger,
+            "dest": self.dest,
+            "guard": self.guard,
+            "reason": self.reason,
+            "counters": self.counters,
+        }
+        if self.response is not None:
+            out["response"] = {
+                "content": self.response.message.content,
+                "tool_calls": [attrs.asdict(c) for c in self.response.message.tool_calls],
+                "stop_reason": self.response.stop_reason,
+                "usage": None if self.response.usage is None else attrs.asdict(self.response.usage),
+            }
+        if self.error is not None:
+            out["error"] = self.error
+        if self.tool_call is not None:
+            out["tool_call"] = attrs.asdict(self.tool_call)
+        if self.tool_result is not None:
+            out["tool_result"] = self.tool_result
+            out["tool_error"] = self.tool_error
+        if self.evidence is not None:
+            out["evidence"] = self.evidence
+        return out
+
+
+@attrs.frozen
+class CallEvent:
+    """A model or tool call about to happen (``before_*``) or just finished (``after_*``)."""
+
+    kind: str
+    turn: int
+    counters: dict[str, list[int | float | None]]
+    tool_call: ToolCall | None = None
+    response: ModelResponse | None = None
+    error: str | None = None
+    tool_result: str | None = None
+    tool_error: str | None = None
+
+
+Hook = Callable[[Any], object]
+
+
+class Hooks:
+    """Callbacks by hook name; calling them never lets an observer's exception break the run."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, list[Hook]] = {}
+
+    def add(self, name: str, hook: Hook) -> None:
+        """Register ``hook`` under ``name`` (one of ``HOOK_NAMES``)."""
+        if name not in HOOK_NAMES:
+            msg = f"unknown hook {name!r}; use one of: {', '.join(HOOK_NAMES)}"
+            raise ValueError(msg)
+        if not callable(hook):
+            msg = f"hook for {name!r} must be callable, got {type(hook).__name__}"
+            raise TypeError(msg)
+        self._by_name.setdefault(name, []).append(hook)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_name)
+
+    def get(self, name: str) -> list[Hook]:
+        """The hooks registered under ``name``, in registration order."""
+        return self._by_name.get(name, [])
+
+    def call(self, name: str, event: TransitionEvent | CallEvent) -> BaseException | None:
+        """Call every hook of ``name``; return the first exception one raised (after logging it), else None."""
+        first: BaseException | None = None
+        for hook in self._by_name.get(name, ()):
+            try:
+                hook(event)
+            except Exception as exc:
+                logger.exception("fsm_agent hook %r (%s) raised", name, getattr(hook, "__qualname__", hook))
+                first = first or exc
+        return first
+
+
+class JsonlLog:
+    """A ready-made ``transition`` hook writing one JSON object per line, readable by people and by the diagrams.
+
+    Use ``agent.on("transition", JsonlLog(path))``, or ``agent.run(q, log=path)``
+    which opens and closes one for that run.  Lines are flushed as they are
+    written, so a crashed process leaves every transition it made.
+    """
+
+    def __init__(self, target: str | Path | TextIO) -> None:
+        if isinstance(target, str | Path):
+            self._file: TextIO = Path(target).open("a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._owned = True
+        else:
+            self._file, self._owned = target, False
+
+    def __call__(self, event: TransitionEvent) -> None:
+        self._file.write(json.dumps(event.to_dict(), ensure_ascii=False, default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file if this log opened it."""
+        if self._owned:
+            self._file.close()
+
+
+def read_log(path: str | Path) -> tuple[Transition, ...]:
+    """The transitions recorded in a JSON Lines log, in order (what the run-path diagram needs)."""
+    entries = []
+    with Path(path).open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                entries.append(Transition(data["source"], data["trigger"], data["dest"], data["guard"], data["reason"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                msg = f"{path}:{number}: not a transition line of an fsm_agent log ({exc})"
+                raise ValueError(msg) from exc
+    return tuple(entries)
