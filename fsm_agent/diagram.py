@@ -24,6 +24,7 @@ from typing import Any, Literal
 import attrs
 import graphviz  # type: ignore[import-untyped]  # graphviz ships no type information
 
+from fsm_agent.events import read_log
 from fsm_agent.records import RunResult, Transition
 from fsm_agent.states import State
 from fsm_agent.table import TABLE, Row, Table
@@ -323,6 +324,20 @@ def load_table(spec: str) -> Table:
     return table
 
 
+def load_run(path: str | Path) -> RunResult:
+    """A run to draw: a ``RunResult.to_json()`` file, or a JSON Lines log written by ``JsonlLog`` (trace only)."""
+    text = Path(path).read_text(encoding="utf-8")
+    first = text.lstrip().split("\n", 1)[0]
+    if '"format"' in first and '"fsm_agent.RunResult"' in text[:200]:
+        return RunResult.from_json(text)
+    trace = read_log(path)
+    if not trace:
+        msg = f"{path}: no transitions in this log"
+        raise ValueError(msg)
+    reason = trace[-1].reason or ("done" if trace[-1].dest == State.Done else "running")
+    return RunResult(messages=(), steps=(), final="", reason=reason, trace=trace)
+
+
 def _format_for(out: str | None, fmt: str | None) -> str:
     if fmt is not None:
         return fmt
@@ -334,8 +349,8 @@ def _format_for(out: str | None, fmt: str | None) -> str:
     raise ValueError(msg)
 
 
-def _write_one(table: Table, fmt: str, out: str | None) -> int:
-    text = to_mermaid(table) if fmt == "mermaid" else to_dot(table)
+def _write_one(table: Table, fmt: str, out: str | None, result: RunResult | None = None) -> int:
+    text = to_mermaid(table, result) if fmt == "mermaid" else to_dot(table, result)
     picture = fmt in ("svg", "png")
     if out == "-":
         if picture and not dot_installed():
@@ -369,13 +384,18 @@ def main(args: argparse.Namespace) -> int:
     """
     try:
         table = load_table(args.table)
+        result = None if args.run is None else load_run(args.run)
+        if result is not None and args.format is None and args.out is None:
+            args.out = str(Path(args.run).with_suffix(".svg"))
         fmt = None if args.format is None and args.out is None else _format_for(args.out, args.format)
-    except (ValueError, TypeError, ImportError, AttributeError) as exc:
+        if result is not None:
+            diagram_edges(table, result)  # a trace from another table is reported here, not half-drawn
+    except (ValueError, TypeError, ImportError, AttributeError, OSError) as exc:
         print(f"diagram: {exc}", file=sys.stderr)
         return 1
     try:
         if fmt is not None:
-            return _write_one(table, fmt, args.out)
+            return _write_one(table, fmt, args.out, result)
         for path in write_all(table):
             print(f"wrote {path}")
     except OSError as exc:
@@ -402,5 +422,9 @@ def add_command(commands: Any) -> None:
         "--table",
         default="fsm_agent.table:TABLE",
         help="module:attribute of the Table (or Agent) to draw (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--run",
+        help="draw this run's path: a RunResult JSON (--trace of `run`) or a JSON Lines log (default out: RUN.svg)",
     )
     parser.set_defaults(handler=main)

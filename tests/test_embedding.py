@@ -435,3 +435,21 @@ def test_from_dict_rejects_wrong_versions_and_shapes(data: object, message: str)
     """A result of another version or shape is a clear ValueError, never a half-built result."""
     with pytest.raises(ValueError, match=message):
         RunResult.from_dict(data)
+
+
+def test_diagram_overlay_accepts_a_log_and_a_result_file(tmp_path: Path) -> None:
+    """The run-path diagram reads a JSON Lines log and a RunResult JSON file and highlights the same edges."""
+    from fsm_agent.diagram import diagram_edges, load_run
+
+    log = tmp_path / "run.jsonl"
+    with pytest.raises(AgentLoopError) as info:
+        fsm_agent.run(CounterModel(), demo_registry(), "q", max_steps=2, log=log)
+    saved = tmp_path / "run.json"
+    saved.write_text(info.value.result.to_json(), encoding="utf-8")
+    taken = {
+        source: [(e.index, e.count, e.final) for e in diagram_edges(TABLE, load_run(source)) if e.count]
+        for source in (log, saved)
+    }
+    assert taken[log] == taken[saved]
+    assert sum(count for _, count, _ in taken[log]) == len(info.value.result.trace)
+    assert load_run(log).reason == "max_steps"
