@@ -25,6 +25,7 @@ import attrs
 import graphviz  # type: ignore[import-untyped]  # graphviz ships no type information
 
 from fsm_agent.events import read_log
+from fsm_agent.markdown import README, update_readme
 from fsm_agent.records import RunResult, Transition
 from fsm_agent.states import State
 from fsm_agent.table import TABLE, Row, Table
@@ -398,6 +399,8 @@ def main(args: argparse.Namespace) -> int:
             return _write_one(table, fmt, args.out, result)
         for path in write_all(table):
             print(f"wrote {path}")
+        if table is TABLE and README.exists() and update_readme(table, to_mermaid(table)):
+            print(f"updated the rendered blocks of {README}")
     except OSError as exc:
         print(f"diagram: could not write: {exc}", file=sys.stderr)
         return 1

@@ -155,11 +155,13 @@ def _call(name: str, arguments: str) -> dict[str, Any]:
 
 
 def _model_error(run: Run) -> dict[str, Any]:
+    """`error`, `type`: the exception the model call raised (or why its reply was unusable)."""
     exc = run.model_exception
     return {"error": str(exc), "type": type(exc).__name__}
 
 
 def _max_tokens(run: Run) -> dict[str, Any]:
+    """`partial_chars`, `cut_tool_calls`: how much of the cut reply arrived; the text is `result.final`."""
     message = run.last_response.message if run.last_response is not None else None
     return {
         "stop_reason": "max_tokens",
@@ -169,15 +171,18 @@ def _max_tokens(run: Run) -> dict[str, Any]:
 
 
 def _refusal(run: Run) -> dict[str, Any]:
+    """`content`: what the provider said instead of answering (also `result.final`)."""
     message = run.last_response.message if run.last_response is not None else None
     return {"stop_reason": "refusal", "content": message.content if message else ""}
 
 
 def _finalize_failed(run: Run) -> dict[str, Any]:
+    """`tool_calls`: the tools the finalize reply asked for anyway."""
     return {"tool_calls": [call.name for call in run.pending]}
 
 
 def _cancelled(run: Run) -> dict[str, Any]:
+    """`why` (the text given to `cancel()`), `state` the run was leaving."""
     why = (
         run.cancel.why if run.cancel is not None and run.cancel.cancelled else "the task running the run was cancelled"
     )
@@ -185,36 +190,43 @@ def _cancelled(run: Run) -> dict[str, Any]:
 
 
 def _hook_error(run: Run) -> dict[str, Any]:
+    """`error`, `type`: the hook's exception (also the `AgentLoopError`'s `__cause__`)."""
     return {"error": str(run.hook_error), "type": type(run.hook_error).__name__}
 
 
 def _timeout(run: Run) -> dict[str, Any]:
+    """`elapsed` against `timeout`, in seconds."""
     return {"elapsed": round(run.elapsed, 6), "timeout": run.limits.timeout}
 
 
 def _repeated_action(run: Run) -> dict[str, Any]:
+    """`signature` (`name`, canonical `arguments`) and `tool_call_id` of the call not made."""
     call = run.pending[0]
     name, arguments = signature(call)
     return {"signature": {"name": name, "arguments": arguments}, "tool_call_id": call.id}
 
 
 def _max_tool_calls(run: Run) -> dict[str, Any]:
+    """`tool`, `scope` (the tool's own cap or `*`), `used` against `limit`."""
     name = run.pending[0].name
     scope, used, cap = _cap_reached(run, name) or ("*", run.tool_calls, 0)
     return {"tool": name, "scope": scope, "used": used, "limit": cap}
 
 
 def _tool_failures(run: Run) -> dict[str, Any]:
+    """`failures` against `limit`, and `last_error`."""
     return {"failures": run.failures, "limit": run.limits.max_consecutive_failures, "last_error": run.last_error}
 
 
 def _cycle(run: Run) -> dict[str, Any]:
+    """`period`, `calls` (one period of the cycle, name and arguments) and `window`."""
     period = find_cycle(run.recent)
     calls = [_call(*sig) for sig, _ in list(run.recent)[-period:]]
     return {"period": period, "calls": calls, "window": run.limits.cycle_window}
 
 
 def _token_budget(run: Run) -> dict[str, Any]:
+    """`tokens` against `budget`, split into `input_tokens` and `output_tokens`."""
     return {
         "tokens": run.tokens,
         "budget": run.limits.token_budget,
@@ -224,6 +236,7 @@ def _token_budget(run: Run) -> dict[str, Any]:
 
 
 def _max_steps(run: Run) -> dict[str, Any]:
+    """`turns` against `limit`."""
     return {"turns": run.turns, "limit": run.limits.max_steps}
 
 

@@ -66,6 +66,8 @@ class StopCondition:
 
         name = getattr(check, "__name__", "")
         guard.__name__ = guard.__qualname__ = name if name.isidentifier() else f"check_{self.reason}"
+        # The guard's docstring is what the rendered documentation says about the edge.
+        guard.__doc__ = self.description or check.__doc__
         object.__setattr__(self, "guard", guard)
 
     def evidence(self, run: Run) -> dict[str, Any]:

@@ -45,6 +45,16 @@ DISPATCH = "dispatch"
 TOOL_DONE = "tool_done"
 FINALIZE = "finalize"
 INTERRUPTED = "interrupted"
+TRIGGERS: dict[str, str] = {
+    MODEL_FAILED: "the model call raised, or its reply was unusable",
+    INTERRUPTED: "the task driving the run was cancelled while a call was in flight",
+    REPLIED: "the model replied",
+    CHECK: "the reply is checked before any tool call is looked at",
+    DISPATCH: "the next tool call of the turn is about to run, or the turn has none",
+    TOOL_DONE: "a tool call finished",
+    FINALIZE: "a stop whose policy is finalize: one last model call, without tools",
+}
+"""What fires each trigger, for the documentation the table renders."""
 GUARDED_ONLY = frozenset({FINALIZE})
 """Triggers the driver fires only after checking one of their rows applies, so they need no fallback."""
 

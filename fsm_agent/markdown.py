@@ -1,0 +1,86 @@
+"""The table as Markdown: the README's stop list per state and its table of reasons, rendered, never hand-kept.
+
+``make diagram`` rewrites the marked blocks of ``README.md`` from the table
+(and the Mermaid picture), and a test fails when the committed README differs
+from a fresh render, so the documentation cannot drift from the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fsm_agent.guards import EVIDENCE, FINALIZABLE
+from fsm_agent.table import FINALIZE, TRIGGERS, Row, Table
+
+README = Path("README.md")
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0] if doc and doc.strip() else ""
+
+
+def _row_text(row: Row) -> str:
+    if row.guard is None:
+        why = TRIGGERS.get(row.trigger, row.trigger)
+        condition = f"`{row.trigger}`: {why}" if row.reason else f"`{row.trigger}`, otherwise (fallback)"
+    else:
+        condition = f"`{row.trigger}` [`{row.guard_name}`]: {_first_line(row.guard.__doc__)}"
+    dest = f"**Failed({row.reason})**" if row.reason else f"**{row.dest}**"
+    return f"{dest} when {condition}"
+
+
+def stops_by_state(table: Table) -> str:
+    """Each non-terminal state's edges in priority order (finalize edges apart), as nested Markdown lists."""
+    lines = []
+    for state in table.states:
+        rows = [r for r in table.rows_from(state) if r.trigger != FINALIZE]
+        if not rows:
+            continue
+        lines.append(f"- **{state}**")
+        lines.extend(f"  {i}. {_row_text(row)}" for i, row in enumerate(rows, 1))
+    return "\n".join(lines)
+
+
+def reasons_table(table: Table) -> str:
+    """One row per stop reason: where it is checked, by which guard, its evidence and the policies it allows."""
+    lines = ["| reason | checked at | guard | evidence | `on_stop` |", "|---|---|---|---|---|"]
+    for reason in table.reasons:
+        rows = [r for r in table.rows if r.reason == reason]
+        places = ", ".join(f"{r.source} (`{r.trigger}`)" for r in rows)
+        guards = ", ".join(dict.fromkeys(f"`{r.guard_name}`" if r.guard else "—" for r in rows))
+        evidence = EVIDENCE[reason].__doc__ if reason in EVIDENCE else "`condition`, `description`"
+        policies = "raise, return" + (", finalize" if reason in FINALIZABLE else "")
+        if reason == "finalize_failed":
+            policies = "— (the stop that asked for the finalize stands)"
+        lines.append(f"| `{reason}` | {places} | {guards} | {_first_line(evidence)} | {policies} |")
+    return "\n".join(lines)
+
+
+def render_blocks(table: Table, mermaid: str) -> dict[str, str]:
+    """The README blocks by marker name."""
+    return {
+        "machine": f"```mermaid\n{mermaid.rstrip()}\n```",
+        "stops": stops_by_state(table),
+        "reasons": reasons_table(table),
+    }
+
+
+def fill(text: str, blocks: dict[str, str]) -> str:
+    """Replace each ``<!-- name:start -->…<!-- name:end -->`` block of ``text``; a missing marker is an error."""
+    for name, body in blocks.items():
+        match = re.search(rf"<!-- {name}:start -->\n(?:.*?\n)?<!-- {name}:end -->", text, re.DOTALL)
+        if match is None:
+            msg = f"README has no <!-- {name}:start --> ... <!-- {name}:end --> block"
+            raise ValueError(msg)
+        text = text[: match.start()] + f"<!-- {name}:start -->\n{body}\n<!-- {name}:end -->" + text[match.end() :]
+    return text
+
+
+def update_readme(table: Table, mermaid: str, path: Path = README) -> bool:
+    """Rewrite the rendered blocks of ``path``; return whether anything changed."""
+    text = path.read_text(encoding="utf-8")
+    new = fill(text, render_blocks(table, mermaid))
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
