@@ -11,8 +11,10 @@ from fsm_agent.events import CallEvent, JsonlLog, TransitionEvent
 from fsm_agent.limits import Limits
 from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
 from fsm_agent.run import RunView
+from fsm_agent.snapshot import SnapshotError
 from fsm_agent.states import STATES, State
 from fsm_agent.stops import StopCondition
+from fsm_agent.store import SqliteStore, Store, StoredRun
 from fsm_agent.table import TABLE, Row, Table
 from fsm_agent.tools import Tool, ToolRegistry, ToolResult
 
@@ -35,9 +37,13 @@ __all__ = [
     "RunResult",
     "RunStateError",
     "RunView",
+    "SnapshotError",
+    "SqliteStore",
     "State",
     "Step",
     "StopCondition",
+    "Store",
+    "StoredRun",
     "Table",
     "Tool",
     "ToolCall",

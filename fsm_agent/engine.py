@@ -15,21 +15,24 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from fsm_agent import snapshot
 from fsm_agent.cancellation import CancelToken
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.events import CallEvent, Hook, Hooks, JsonlLog, TransitionEvent, logger
 from fsm_agent.guards import evidence_for
 from fsm_agent.limits import Limits
 from fsm_agent.machine import TableMachine, machine_for
-from fsm_agent.records import STOP_REASONS, Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.records import STOP_REASONS, Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage, plain
 from fsm_agent.run import Clock, MessagesView, Run, signature
 from fsm_agent.states import TERMINAL, State
 from fsm_agent.stops import StopCondition, check_policies, check_stop_conditions
+from fsm_agent.store import Store
 from fsm_agent.table import (
     CHECK,
     DISPATCH,
@@ -38,6 +41,7 @@ from fsm_agent.table import (
     LEAVE,
     MODEL_FAILED,
     REPLIED,
+    RESUME,
     TABLE,
     TOOL_DONE,
     Row,
@@ -72,10 +76,18 @@ class AgentRun(Run):
     """One run of an agent, driven by ``advance()``/``aadvance()`` (one transition) or ``finish()``/``afinish()``."""
 
     def __init__(
-        self, agent: Agent, messages: list[Message], cancel: CancelToken | None, observers: Sequence[Observer] = ()
+        self,
+        agent: Agent,
+        messages: list[Message],
+        cancel: CancelToken | None,
+        observers: Sequence[Observer] = (),
+        *,
+        limits: Limits | None = None,
+        store: Store | None = None,
+        run_id: str | None = None,
     ) -> None:
         super().__init__(
-            agent.limits,
+            limits or agent.limits,
             messages,
             clock=agent.clock,
             cancel=cancel,
@@ -91,6 +103,12 @@ class AgentRun(Run):
         self._strict_hooks = agent.strict_hooks
         self._max_concurrency = agent.max_concurrency
         self._observers = tuple(observers)
+        self._approve = agent.approve
+        self._store = store
+        self.run_id = run_id or uuid.uuid4().hex
+        # Decisions on calls that need approval, by call id: True runs it, False or a reason rejects it.
+        self.approvals: dict[str, bool | str] = {}
+        self.paused = False
         # Building events costs time, so a run nobody watches builds none.
         self._observed = bool(self._hooks) or bool(self._observers)
         self._result: RunResult | None = None
@@ -124,12 +142,18 @@ class AgentRun(Run):
         handler = _HANDLERS.get(self.state)
         if handler is None:
             raise self._finished_error()
+        self._check_not_paused()
         handler(self)
         return self._after()
 
     def finish(self) -> RunResult:
-        """Advance to the end; return the result, or apply the stop's policy (raise ``AgentLoopError`` by default)."""
+        """Advance to the end; return the result, or apply the stop's policy (raise ``AgentLoopError`` by default).
+
+        A run paused for approval returns a result with ``reason == "paused"``.
+        """
         while self._result is None:
+            if self.paused:
+                return self._paused_result()
             self.advance()
         return self._outcome_of_run()
 
@@ -146,7 +170,8 @@ class AgentRun(Run):
     def _execute_tool(self) -> None:
         call = self.pending[0]
         self._before_tool(call)
-        self._tool_done(call, self._registry.execute(call))
+        rejected = self._rejection(call)
+        self._tool_done(call, rejected or self._registry.execute(call))
 
     # --- async driver --------------------------------------------------------------------------------------
 
@@ -158,6 +183,8 @@ class AgentRun(Run):
         the ``CancelledError`` propagates.
         """
         state = self.state
+        if state not in TERMINAL:
+            self._check_not_paused()
         if state is State.AwaitModel:
             await self._a_await_model()
         elif state is State.ExecuteTool:
@@ -172,6 +199,8 @@ class AgentRun(Run):
     async def afinish(self) -> RunResult:
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
         while self._result is None:
+            if self.paused:
+                return self._paused_result()
             await self.aadvance()
         return self._outcome_of_run()
 
@@ -198,6 +227,11 @@ class AgentRun(Run):
         call = self.pending[0]
         if self._ran and self._ran[0][0] is call:
             self._tool_done(call, self._ran.popleft()[1])
+            return
+        rejected = self._rejection(call)
+        if rejected is not None:
+            self._before_tool(call)
+            self._tool_done(call, rejected)
             return
         batch = self._plan_batch()
         try:
@@ -231,7 +265,7 @@ class AgentRun(Run):
                 self.calls_by_tool[previous.name] = self.calls_by_tool.get(previous.name, 0) + 1
                 self.pending = deque(calls[i:])
                 row = self.first_row(DISPATCH)
-                if row is None or row.dest is not State.ExecuteTool:
+                if row is None or row.dest is not State.ExecuteTool or self._needs_decision(calls[i]):
                     break
                 planned.append(calls[i])
         finally:
@@ -257,6 +291,73 @@ class AgentRun(Run):
                 if task.done() and not task.cancelled() and task.exception() is None:
                     self._ran.append((call, task.result()))
             raise
+
+    # --- approval and snapshots ---------------------------------------------------------------------------
+
+    def _needs_decision(self, call: ToolCall) -> bool:
+        return self._approve is not None and self._approve(call) and call.id not in self.approvals
+
+    def _check_not_paused(self) -> None:
+        if self.paused:
+            waiting = ", ".join(f"{c.name} ({c.id})" for c in self.awaiting())
+            msg = f"the run is paused until a person decides on: {waiting}; use decide({{call_id: True|False|'why'}})"
+            raise RunStateError(msg)
+
+    def awaiting(self) -> list[ToolCall]:
+        """The tool calls of this turn that need approval and have no decision yet."""
+        return [call for call in self.pending if self._needs_decision(call)]
+
+    def decide(self, approvals: Mapping[str, bool | str]) -> None:
+        """Record decisions on calls awaiting approval: ``True`` runs it, ``False`` or a reason text rejects it."""
+        for call_id, decision in approvals.items():
+            if not isinstance(decision, bool | str):
+                msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
+                raise TypeError(msg)
+            if not any(call.id == call_id for call in self.pending):
+                known = ", ".join(call.id for call in self.pending) or "none"
+                msg = f"no pending tool call has id {call_id!r} (pending: {known})"
+                raise ValueError(msg)
+        self.approvals.update(approvals)
+        self.paused = self.state is State.ExecuteTool and bool(self.pending) and self._needs_decision(self.pending[0])
+
+    def _rejection(self, call: ToolCall) -> ToolResult | None:
+        """The tool result of a call a person rejected (it counts toward tool_failures), or None."""
+        decision = self.approvals.pop(call.id, True)
+        if decision is True:
+            return None
+        why = decision if isinstance(decision, str) and decision else "no reason given"
+        message = f"a person rejected this call to {call.name!r}: {why}"
+        return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The run's whole position as a JSON-ready dict, for ``Agent.resume`` here or in another process."""
+        data = snapshot.dump(self)
+        data["run_id"] = self.run_id
+        data["paused"] = self.paused
+        data["approvals"] = dict(self.approvals)
+        data["finalize_evidence"] = self._finalize_evidence
+        data["ran"] = [[plain(call), outcome.content, outcome.error] for call, outcome in self._ran]
+        return data
+
+    def _restore(self, data: dict[str, Any], states: tuple[State, ...]) -> None:
+        snapshot.load(self, data, states)
+        try:
+            self.approvals = dict(data["approvals"])
+            self._finalize_evidence = dict(data["finalize_evidence"])
+            ran = [(ToolCall(**call), ToolResult(content, error)) for call, content, error in data["ran"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"snapshot is malformed: {type(exc).__name__}: {exc}"
+            raise snapshot.SnapshotError(msg) from exc
+        # Batch results pair with the pending calls they answer, by position after the current call.
+        for (call, outcome), waiting in zip(ran, list(self.pending)[1:], strict=False):
+            self._ran.append((waiting, outcome) if waiting == call else (call, outcome))
+        if data.get("error") is not None:
+            self.model_exception = RuntimeError(data["error"])
+
+    def _paused_result(self) -> RunResult:
+        waiting = self.awaiting()
+        evidence = {"step": max(self.turns - 1, 0), "awaiting": [c.id for c in waiting], "counters": self.counters()}
+        return self._make_result("paused", evidence, waiting)
 
     def _interrupt(self) -> None:
         """Record a cancellation of the task driving the run as ``Failed``/``cancelled``."""
@@ -377,6 +478,10 @@ class AgentRun(Run):
             self._emit()
         self._response = self._call = self._outcome = None
         self._error = None
+        if self._approve is not None:
+            self.paused = self.state is State.ExecuteTool and self._needs_decision(self.pending[0])
+        if self._store is not None and self._store.wants(self.state, self.paused):
+            self._store.save(self.run_id, self.snapshot())
         return self.trace[-1]
 
     def _emit(self) -> None:
@@ -451,15 +556,21 @@ class AgentRun(Run):
                 evidence.pop("counters", None)
                 self.reason = self.finalizing
                 self.evidence = {**self._finalize_evidence, "finalize": {"outcome": edge_reason, **evidence}}
-        self._result = RunResult(
+        self._result = self._make_result(self.reason, self.evidence, self.pending)
+
+    def _make_result(self, reason: str, evidence: dict[str, Any], pending: Iterable[ToolCall]) -> RunResult:
+        # A stopped or paused run carries its snapshot, so what the caller holds is enough to continue it.
+        snapshot = None if self.state is State.Done else self.snapshot()
+        return RunResult(
             messages=self.messages,
             steps=self.steps,
             final=self.final,
-            reason=self.reason,
+            reason=reason,
             trace=self.trace,
-            evidence=self.evidence,
+            evidence=evidence,
             usage=Usage(self.input_tokens, self.output_tokens),
-            pending=self.pending,
+            pending=pending,
+            snapshot=snapshot,
         )
 
     def _record_leftovers(self) -> list[str]:
@@ -519,6 +630,7 @@ class Agent:
         on_stop: Mapping[str, str] | None = None,
         strict_hooks: bool = False,
         max_concurrency: int | None = None,
+        approve: Collection[str] | Callable[[ToolCall], bool] | None = None,
     ) -> None:
         if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
             msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
@@ -537,6 +649,7 @@ class Agent:
         ):
             msg = f"max_concurrency must be None (all calls of a turn) or an integer >= 1, got {max_concurrency!r}"
             raise ValueError(msg)
+        self.approve = _approval_rule(approve)
         self.model = model
         self.registry = registry
         self.system = system
@@ -584,9 +697,19 @@ class Agent:
         return hook
 
     def start(
-        self, user_input: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = ()
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        store: Store | None = None,
+        run_id: str | None = None,
     ) -> AgentRun:
-        """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()`` or ``aadvance()``."""
+        """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()`` or ``aadvance()``.
+
+        With a ``store``, the run's snapshot is saved under ``run_id`` (a fresh
+        id by default) after every transition the store asks for.
+        """
         if not isinstance(user_input, str):
             msg = f"user_input must be a str, got {type(user_input).__name__}"
             raise TypeError(msg)
@@ -595,15 +718,82 @@ class Agent:
             raise TypeError(msg)
         messages = [Message("system", self.system)] if self.system else []
         messages.append(Message("user", user_input))
-        return AgentRun(self, messages, cancel, observers)
+        return AgentRun(self, messages, cancel, observers, store=store, run_id=run_id)
 
-    def run(self, user_input: str, *, cancel: CancelToken | None = None, log: str | Path | None = None) -> RunResult:
+    def resume(
+        self,
+        source: RunResult | dict[str, Any] | str,
+        *,
+        approvals: Mapping[str, bool | str] | None = None,
+        retry: bool = False,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        store: Store | None = None,
+        max_steps: int | None = None,
+        token_budget: int | None = None,
+        timeout: float | None = None,
+        max_tool_calls: int | Mapping[str, int] | None = None,
+    ) -> AgentRun:
+        """Continue a run from a snapshot (dict or JSON text) or from a stopped or paused ``RunResult``.
+
+        The run comes back exactly where it was, with its own limits unless
+        new ones are given; no callbacks are re-fired.  A run that stopped on
+        ``max_steps``, ``token_budget``, ``timeout``, ``max_tool_calls`` or
+        ``cancelled`` continues if the new limits (or a fresh token) lift the
+        stop, and a ``model_error`` run with ``retry=True``; the trace shows
+        that as a ``resume`` edge out of ``Failed``.  Anything else is a
+        ``ValueError`` saying why.
+        """
+        if isinstance(source, RunResult):
+            if source.snapshot is None:
+                msg = f"a RunResult with reason {source.reason!r} has no snapshot: only stopped or paused runs resume"
+                raise ValueError(msg)
+            source = source.snapshot
+        data = snapshot.parse(source)
+        limits = snapshot.limits_of(
+            data, max_steps=max_steps, token_budget=token_budget, timeout=timeout, max_tool_calls=max_tool_calls
+        )
+        run = AgentRun(self, [], cancel, observers, limits=limits, store=store, run_id=data.get("run_id"))
+        run._restore(data, self.table.states)  # noqa: SLF001 - the agent builds its own runs
+        if run.state is State.Done:
+            msg = "the run finished in Done; there is nothing to resume"
+            raise ValueError(msg)
+        if run.state is State.Failed:
+            run.retry_model = retry
+            if not self.machine.try_fire(run, RESUME):
+                msg = (
+                    f"the run stopped with {run.reason!r}, which these limits do not lift "
+                    f"(counters {run.counters()}); resumable stops: max_steps, token_budget, timeout, "
+                    "max_tool_calls, cancelled, and model_error with retry=True"
+                )
+                raise ValueError(msg)
+            run.reason, run.evidence, run.final, run.finalizing = None, {}, "", None
+            run.model_exception = None
+            run._after()  # noqa: SLF001 - observers and the store see the resume edge like any other
+        if approvals:
+            run.decide(approvals)
+        elif self.approve is not None and run.state is State.ExecuteTool:
+            run.paused = run._needs_decision(run.pending[0])  # noqa: SLF001
+        return run
+
+    def run(
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        log: str | Path | None = None,
+        store: Store | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
         """Run to the end: the result on ``Done``; on a stop, what its ``on_stop`` policy says.
 
-        ``log`` appends every transition to a JSON Lines file (see ``JsonlLog``).
+        ``log`` appends every transition to a JSON Lines file (see ``JsonlLog``);
+        ``store`` checkpoints the run (see ``SqliteStore``).  A run paused for
+        approval returns a result with ``reason == "paused"`` and a snapshot.
         """
         with _log(log) as observers:
-            return self.start(user_input, cancel=cancel, observers=observers).finish()
+            run = self.start(user_input, cancel=cancel, observers=observers, store=store, run_id=run_id)
+            return run.finish()
 
     async def arun(
         self, user_input: str, *, cancel: CancelToken | None = None, log: str | Path | None = None
@@ -631,6 +821,24 @@ class Agent:
             while events:
                 yield events.popleft()
         await run.afinish()
+
+
+def _approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) -> Callable[[ToolCall], bool] | None:
+    """Normalise ``approve``: a set of tool names or a predicate on the call becomes a predicate."""
+    if approve is None or callable(approve):
+        return approve
+    if isinstance(approve, str):
+        approve = {approve}
+    names = frozenset(approve)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        msg = f"approve must be tool names or a predicate on the tool call, got {bad!r}"
+        raise TypeError(msg)
+
+    def needs_approval(call: ToolCall) -> bool:
+        return call.name in names
+
+    return needs_approval
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from fsm_agent.records import ModelResponse, RunResult, ToolCall, Transition
+from fsm_agent.records import ModelResponse, RunResult, ToolCall, Transition, plain
 from fsm_agent.states import STATES
 
 logger = logging.getLogger("fsm_agent")
@@ -76,14 +76,14 @@ class TransitionEvent:
         if self.response is not None:
             out["response"] = {
                 "content": self.response.message.content,
-                "tool_calls": [attrs.asdict(c) for c in self.response.message.tool_calls],
+                "tool_calls": [plain(c) for c in self.response.message.tool_calls],
                 "stop_reason": self.response.stop_reason,
-                "usage": None if self.response.usage is None else attrs.asdict(self.response.usage),
+                "usage": None if self.response.usage is None else plain(self.response.usage),
             }
         if self.error is not None:
             out["error"] = self.error
         if self.tool_call is not None:
-            out["tool_call"] = attrs.asdict(self.tool_call)
+            out["tool_call"] = plain(self.tool_call)
         if self.tool_result is not None:
             out["tool_result"] = self.tool_result
             out["tool_error"] = self.tool_error

@@ -123,6 +123,36 @@ def steps_exhausted(run: Run) -> bool:
     return run.turns >= run.limits.max_steps
 
 
+LIFTABLE: dict[str, Guard] = {
+    "max_steps": steps_exhausted,
+    "token_budget": budget_spent,
+    "timeout": deadline_passed,
+    "max_tool_calls": tool_calls_exhausted,
+    "cancelled": is_cancelled,
+}
+"""Stops that new limits (or a fresh cancel token) can lift, by the guard that must no longer hold."""
+
+
+def _lifted(run: Run) -> bool:
+    check = LIFTABLE.get(run.reason or "")
+    return check is not None and not check(run)
+
+
+def resumes_before_tool(run: Run) -> bool:
+    """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
+    return bool(run.pending) and _lifted(run)
+
+
+def resumes_before_model(run: Run) -> bool:
+    """The run stopped before a model call, and the resumed run's limits lift that stop."""
+    return not run.pending and _lifted(run)
+
+
+def retries_model_call(run: Run) -> bool:
+    """The run stopped on a model error and was resumed with ``retry=True``."""
+    return run.reason == "model_error" and run.retry_model
+
+
 @functools.cache
 def finalize_on(reason: str, trigger: str) -> Guard:
     """The guard of a ``finalize`` edge: the stop ``reason`` would fire now and its policy says finalize.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attr
 import attrs
 
 
@@ -121,7 +122,10 @@ class RunResult:
     otherwise; ``ok`` is true only for a natural finish.  ``pending`` holds the
     tool calls the model asked for that were never executed (for example the
     repeated call that stopped the run), so nothing the model asked for is lost
-    without a trace.  ``evidence`` is the stop's JSON-serialisable diagnosis.
+    without a trace; for a run paused for approval, the calls awaiting a
+    decision.  ``evidence`` is the stop's JSON-serialisable diagnosis.  A
+    stopped or paused run also carries its ``snapshot``, enough for
+    ``Agent.resume`` to continue it (``None`` after a natural finish).
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_tuple)
@@ -132,6 +136,8 @@ class RunResult:
     evidence: dict[str, Any] = attrs.field(factory=dict, converter=_dict)
     usage: Usage = attrs.field(factory=Usage)
     pending: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
+    # Left out of equality: it repeats the result's own data plus the run's random id and clock readings.
+    snapshot: dict[str, Any] | None = attrs.field(default=None, eq=False)
 
     @property
     def ok(self) -> bool:
@@ -166,8 +172,14 @@ RESULT_FORMAT = "fsm_agent.RunResult"
 RESULT_VERSION = 1
 
 
+def plain(record: Any) -> dict[str, Any]:
+    """An attrs record as JSON-ready data: nested records become dicts and tuples become lists."""
+    data: dict[str, Any] = attr.asdict(record, retain_collection_types=False)
+    return data
+
+
 def _result_to_dict(result: RunResult) -> dict[str, Any]:
-    data = attrs.asdict(result)
+    data = plain(result)
     return {"format": RESULT_FORMAT, "version": RESULT_VERSION, **data, "ok": result.ok}
 
 
@@ -194,6 +206,7 @@ def _result_from_dict(data: Any) -> RunResult:
             evidence=data["evidence"],
             usage=Usage(**data["usage"]),
             pending=[ToolCall(**c) for c in data["pending"]],
+            snapshot=data.get("snapshot"),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         msg = f"malformed RunResult dict: {type(exc).__name__}: {exc}"

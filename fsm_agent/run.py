@@ -122,6 +122,8 @@ class Run:
         self.rows: Mapping[tuple[State, str], Sequence[Edge]] = rows or {}
         # The stop that a finalize call is answering for, once one was taken.
         self.finalizing: str | None = None
+        # Set by resume(retry=True): a model_error run may call the model again.
+        self.retry_model = False
         self.final = ""
         self.reason: str | None = None
         self.evidence: dict[str, Any] = {}

@@ -33,6 +33,9 @@ from fsm_agent.guards import (
     is_refusal,
     is_truncated,
     repeats_last_call,
+    resumes_before_model,
+    resumes_before_tool,
+    retries_model_call,
     steps_exhausted,
     tool_calls_exhausted,
 )
@@ -45,6 +48,7 @@ DISPATCH = "dispatch"
 TOOL_DONE = "tool_done"
 FINALIZE = "finalize"
 INTERRUPTED = "interrupted"
+RESUME = "resume"
 TRIGGERS: dict[str, str] = {
     MODEL_FAILED: "the model call raised, or its reply was unusable",
     INTERRUPTED: "the task driving the run was cancelled while a call was in flight",
@@ -53,9 +57,10 @@ TRIGGERS: dict[str, str] = {
     DISPATCH: "the next tool call of the turn is about to run, or the turn has none",
     TOOL_DONE: "a tool call finished",
     FINALIZE: "a stop whose policy is finalize: one last model call, without tools",
+    RESUME: "agent.resume() continues a stopped run whose stop the new limits lift",
 }
 """What fires each trigger, for the documentation the table renders."""
-GUARDED_ONLY = frozenset({FINALIZE})
+GUARDED_ONLY = frozenset({FINALIZE, RESUME})
 """Triggers the driver fires only after checking one of their rows applies, so they need no fallback."""
 
 LEAVE: dict[State, str] = {
@@ -95,8 +100,8 @@ def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, t
             problems.append(f"{row}: unknown state (states are {', '.join(STATES)})")
         if row.guard is not None and row.guard.__name__ == "<lambda>":
             problems.append(f"{row}: guards must be named functions (their names label the edges), not lambdas")
-        if row.source in terminal:
-            problems.append(f"{row}: terminal state {row.source} must have no outgoing edge")
+        if row.source in terminal and row.trigger != RESUME:
+            problems.append(f"{row}: terminal state {row.source} must have no outgoing edge but {RESUME!r}")
         if (row.reason is not None) != (row.dest is State.Failed):
             problems.append(f"{row}: a reason belongs on an edge if and only if it goes to Failed")
         if row.reason is not None and row.reason not in reasons:
@@ -230,9 +235,14 @@ _ROWS = [
     R(S.ExecuteTool, TOOL_DONE, S.Failed, steps_exhausted, "max_steps"),
     R(S.ExecuteTool, TOOL_DONE, S.AwaitModel),
 ]
+_RESUME_ROWS = [
+    R(S.Failed, RESUME, S.Dispatch, resumes_before_tool),
+    R(S.Failed, RESUME, S.AwaitModel, resumes_before_model),
+    R(S.Failed, RESUME, S.AwaitModel, retries_model_call),
+]
 TABLE = Table(
-    rows=_ROWS + _finalize_rows(_ROWS),
+    rows=_ROWS + _finalize_rows(_ROWS) + _RESUME_ROWS,
     reasons=dict.fromkeys(row.reason for row in _ROWS if row.reason is not None),
 )
-"""The default machine: every built-in stop, in priority order per state, then the finalize edges."""
+"""The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""
 del R, S

@@ -419,6 +419,7 @@ def test_result_round_trips_through_json_losslessly(name: str) -> None:
     result = _drive("sync", *make())
     again = RunResult.from_json(result.to_json())
     assert again == result
+    assert again.snapshot == result.snapshot
     assert again.to_dict()["version"] == 1
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import fsm_agent
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, RunResult, StopCondition, ToolRegistry, Usage
-from fsm_agent.table import INTERRUPTED
+from fsm_agent.table import INTERRUPTED, RESUME
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,
@@ -508,6 +508,8 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
             ).result
         )
     )
-    # Hook errors and task cancellation are embedding matters, covered end to end in test_embedding.py.
-    embedding = {edge_id(r) for r in TABLE.rows if r.reason == "hook_error" or r.trigger == INTERRUPTED}
+    # Hook errors and task cancellation are embedding matters (test_embedding.py), resuming is test_durable.py's.
+    embedding = {
+        edge_id(r) for r in TABLE.rows if r.reason == "hook_error" or r.trigger in (INTERRUPTED, RESUME)
+    }
     assert {edge_id(row) for row in TABLE.rows} - embedding - seen == set()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, State
+from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, RunResult, State
 from fsm_agent.engine import AgentRun
 from fsm_agent.run import signature
-from fsm_agent.table import FINALIZE, INTERRUPTED
+from fsm_agent.table import FINALIZE, INTERRUPTED, RESUME
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,
@@ -164,10 +164,31 @@ async def _cancel_mid_call(run: AgentRun, stuck: Stuck) -> None:
     stuck.release.set()  # the abandoned worker thread may now end, so the loop can close
 
 
+def _stopped(model: Any, **options: Any) -> tuple[Agent, RunResult]:
+    agent = Agent(model, demo_registry(), **options)
+    with pytest.raises(AgentLoopError) as info:
+        agent.run("q")
+    return agent, info.value.result
+
+
+RESUMED: dict[str, Callable[[], AgentRun]] = {
+    "Failed->Dispatch[resumes_before_tool]": lambda: (
+        lambda agent, result: agent.resume(result, max_tool_calls=5)
+    )(*_stopped(FakeModel([tool_turn(ECHO, ECHO2), reply("ok")]), max_tool_calls=1)),
+    "Failed->AwaitModel[resumes_before_model]": lambda: (lambda agent, result: agent.resume(result, max_steps=3))(
+        *_stopped(CounterModel(), max_steps=1)
+    ),
+    "Failed->AwaitModel[retries_model_call]": lambda: (lambda agent, result: agent.resume(result, retry=True))(
+        *_stopped(FakeModel([RuntimeError("flaky"), reply("ok")]))
+    ),
+}
+"""Resume edges are fired by Agent.resume on a stopped run."""
+
+
 def test_every_row_has_a_transition_test() -> None:
     """Adding a row to the table without arranging a test for it fails here."""
     interrupted = {edge_id(row) for row in TABLE.rows if row.trigger == INTERRUPTED}
-    assert {edge_id(row) for row in TABLE.rows} - interrupted <= set(ARRANGE)
+    assert {edge_id(row) for row in TABLE.rows} - interrupted <= set(ARRANGE) | set(RESUMED)
 
 
 @pytest.mark.parametrize("row", TABLE.rows, ids=edge_id)
@@ -176,6 +197,9 @@ def test_row_fires_when_its_guard_holds(row: Row) -> None:
     if row.trigger == INTERRUPTED:
         run, stuck = _interrupted(row.source)
         asyncio.run(_cancel_mid_call(run, stuck))
+        taken = run.trace[-1]
+    elif row.trigger == RESUME:
+        run = RESUMED[edge_id(row)]()
         taken = run.trace[-1]
     else:
         run = ARRANGE[edge_id(row)]({})
