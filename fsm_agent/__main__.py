@@ -15,10 +15,12 @@ def build_parser() -> argparse.ArgumentParser:
     import fsm_agent.cli
     import fsm_agent.demo
     import fsm_agent.diagram
+    import fsm_agent.runs_command
 
     fsm_agent.demo.add_command(commands)
     fsm_agent.diagram.add_command(commands)
     fsm_agent.cli.add_command(commands)
+    fsm_agent.runs_command.add_command(commands)
     return parser
 
 

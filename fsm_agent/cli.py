@@ -26,6 +26,8 @@ from fsm_agent.builtin_tools import builtin_registry
 from fsm_agent.engine import Agent, AgentRun
 from fsm_agent.models import AnthropicModel, OpenAIChatModel
 from fsm_agent.records import RunResult, Transition
+from fsm_agent.store import SqliteStore
+from fsm_agent.table import Table
 
 EXIT_ANSWER = 0
 EXIT_SETUP = 1
@@ -70,6 +72,29 @@ def add_command(commands: Any) -> None:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument("question", help="what to ask the model")
+    add_model_arguments(parser)
+    parser.add_argument("--system", default=DEFAULT_SYSTEM, help="the system prompt")
+    parser.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")
+    parser.add_argument("--max-steps", type=int, default=8, help="model turns before the run stops (default 8)")
+    parser.add_argument(
+        "--max-consecutive-failures", type=int, default=3, help="failed tool calls in a row before stopping (default 3)"
+    )
+    accepted = _agent_keywords()
+    for flag, keyword, kind, text in LIMIT_FLAGS:
+        if keyword in accepted:
+            parser.add_argument(flag, dest=keyword, type=kind, default=None, help=text)
+    parser.add_argument("--trace", type=Path, metavar="FILE", help="write the run's result and trace as JSON")
+    parser.add_argument(
+        "--diagram", type=Path, metavar="FILE", help="draw the run's path over the machine (.svg, .png, .dot, .mmd)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no live status on stderr")
+    parser.add_argument("--store", type=Path, metavar="FILE", help="checkpoint the run in this SQLite file")
+    parser.add_argument("--run-id", metavar="ID", help="the run's id in --store (default: a fresh one, printed)")
+    parser.set_defaults(handler=main)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that choose and reach a model, shared by ``run`` and ``runs resume``."""
     parser.add_argument(
         "--model",
         required=True,
@@ -87,25 +112,9 @@ def add_command(commands: Any) -> None:
         metavar="VAR",
         help="environment variable holding the API key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY)",
     )
-    parser.add_argument("--system", default=DEFAULT_SYSTEM, help="the system prompt")
-    parser.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")
-    parser.add_argument("--max-steps", type=int, default=8, help="model turns before the run stops (default 8)")
-    parser.add_argument(
-        "--max-consecutive-failures", type=int, default=3, help="failed tool calls in a row before stopping (default 3)"
-    )
-    accepted = _agent_keywords()
-    for flag, keyword, kind, text in LIMIT_FLAGS:
-        if keyword in accepted:
-            parser.add_argument(flag, dest=keyword, type=kind, default=None, help=text)
     parser.add_argument(
         "--max-retries", type=int, default=2, help="retries of 429/5xx/connection errors by the SDK (default 2)"
     )
-    parser.add_argument("--trace", type=Path, metavar="FILE", help="write the run's result and trace as JSON")
-    parser.add_argument(
-        "--diagram", type=Path, metavar="FILE", help="draw the run's path over the machine (.svg, .png, .dot, .mmd)"
-    )
-    parser.add_argument("--quiet", action="store_true", help="no live status on stderr")
-    parser.set_defaults(handler=main)
 
 
 def build_model(
@@ -195,14 +204,19 @@ def trace_json(result: RunResult) -> str:
 
 def write_diagram(agent: Agent, result: RunResult, path: Path) -> str:
     """Draw the run's path over the agent's table to ``path``; returns the line to show the user."""
+    return write_diagram_for(agent.table, result, path)
+
+
+def write_diagram_for(table: Table, result: RunResult, path: Path) -> str:
+    """Draw ``result``'s path over ``table`` to ``path``; returns the line to show the user."""
     try:
         from fsm_agent import diagram
     except ImportError as exc:
         return f"--diagram is not available: {exc}"
     if path.suffix == ".mmd":
-        path.write_text(diagram.to_mermaid(agent.table, result), encoding="utf-8")
+        path.write_text(diagram.to_mermaid(table, result), encoding="utf-8")
         return f"wrote {path}"
-    source = diagram.to_dot(agent.table, result)
+    source = diagram.to_dot(table, result)
     if path.suffix == ".dot":
         path.write_text(source, encoding="utf-8")
         return f"wrote {path}"
@@ -212,7 +226,8 @@ def write_diagram(agent: Agent, result: RunResult, path: Path) -> str:
     return f"wrote {path}"
 
 
-def _agent(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel) -> Agent:
+def agent_for(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel) -> Agent:
+    """The agent the flags describe: the built-in tools, the system prompt and the limits."""
     try:
         registry = builtin_registry(args.files)
     except OSError as exc:
@@ -234,7 +249,8 @@ def _agent(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel) ->
         raise SetupError(str(exc)) from None
 
 
-def _report(result: RunResult, out: IO[str], err: IO[str]) -> int:
+def report(result: RunResult, out: IO[str], err: IO[str]) -> int:
+    """Print the answer (exit 0) or the stop with its evidence (exit 2)."""
     if result.ok:
         print(result.final, file=out)
         return EXIT_ANSWER
@@ -251,12 +267,19 @@ def main(args: argparse.Namespace) -> int:
     try:
         model = build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
         with contextlib.closing(model):
-            agent = _agent(args, model)
+            agent = agent_for(args, model)
+            store = None if args.store is None else SqliteStore(args.store)
             try:
-                result = drive(agent.start(args.question), Status(err, enabled=not args.quiet))
+                run = agent.start(args.question, store=store, run_id=args.run_id)
+                if store is not None:
+                    print(f"run id {run.run_id} (in {args.store})", file=err)
+                result = drive(run, Status(err, enabled=not args.quiet))
             except KeyboardInterrupt:
                 print("\ninterrupted", file=err)
                 return EXIT_INTERRUPTED
+            finally:
+                if store is not None:
+                    store.close()
     except SetupError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_SETUP
@@ -271,4 +294,4 @@ def main(args: argparse.Namespace) -> int:
             print(write_diagram(agent, result, args.diagram), file=err)
         except OSError as exc:
             print(f"error: cannot write --diagram: {exc}", file=err)
-    return _report(result, out, err)
+    return report(result, out, err)
