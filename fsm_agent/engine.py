@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 import uuid
 from collections import deque
@@ -102,6 +103,7 @@ class AgentRun(Run):
         self._hooks = agent.hooks
         self._strict_hooks = agent.strict_hooks
         self._max_concurrency = agent.max_concurrency
+        self._tool_timeout = agent.tool_timeout
         self._observers = tuple(observers)
         self._approve = agent.approve
         self._store = store
@@ -171,7 +173,13 @@ class AgentRun(Run):
         call = self.pending[0]
         self._before_tool(call)
         rejected = self._rejection(call)
-        self._tool_done(call, rejected or self._registry.execute(call))
+        self._tool_done(call, rejected or self._invoke(call))
+
+    def _invoke(self, call: ToolCall) -> ToolResult:
+        # Without a timeout the registry is called as execute(call), so registries that wrap it keep working.
+        if self._tool_timeout is None:
+            return self._registry.execute(call)
+        return self._registry.execute(call, timeout=self._tool_timeout)
 
     # --- async driver --------------------------------------------------------------------------------------
 
@@ -278,7 +286,9 @@ class AgentRun(Run):
         async def one(call: ToolCall) -> ToolResult:
             async with limit:
                 self._before_tool(call)
-                return await asyncio.to_thread(self._registry.execute, call)
+                if self._tool_timeout is None:
+                    return await self._registry.aexecute(call)
+                return await self._registry.aexecute(call, timeout=self._tool_timeout)
 
         tasks = [asyncio.ensure_future(one(call)) for call in batch]
         try:
@@ -385,9 +395,11 @@ class AgentRun(Run):
 
     def _model_replied(self, response: object) -> None:
         self.turns += 1
-        if not isinstance(response, ModelResponse):
-            self._model_failed(TypeError(f"model returned {type(response).__name__}, expected ModelResponse"))
+        problem = _malformed(response)
+        if problem is not None:
+            self._model_failed(TypeError(problem))
             return
+        assert isinstance(response, ModelResponse)  # _malformed checked it; this tells the type checker
         self.messages.append(response.message)
         self._response = response
         if response.stop_reason not in STOP_REASONS:
@@ -596,6 +608,23 @@ class AgentRun(Run):
         return result
 
 
+def _malformed(response: object) -> str | None:
+    """Why a model's return value is not a usable ``ModelResponse``, or None; checked before anything is recorded."""
+    if not isinstance(response, ModelResponse):
+        return f"model returned {type(response).__name__}, expected ModelResponse"
+    message = response.message
+    if not isinstance(message, Message):
+        return f"ModelResponse.message is a {type(message).__name__}, expected Message"
+    if not isinstance(message.content, str):
+        return f"Message.content is a {type(message.content).__name__}, expected str"
+    for call in message.tool_calls:
+        if not isinstance(call, ToolCall):
+            return f"a tool call is a {type(call).__name__}, expected ToolCall"
+    if response.usage is not None and not isinstance(response.usage, Usage):
+        return f"ModelResponse.usage is a {type(response.usage).__name__}, expected Usage or None"
+    return None
+
+
 _HANDLERS: dict[State, Callable[[AgentRun], None]] = {
     State.AwaitModel: AgentRun._await_model,  # noqa: SLF001 - dispatch table of the class's own steps
     State.CheckTruncation: AgentRun._check,  # noqa: SLF001
@@ -631,6 +660,7 @@ class Agent:
         strict_hooks: bool = False,
         max_concurrency: int | None = None,
         approve: Collection[str] | Callable[[ToolCall], bool] | None = None,
+        tool_timeout: float | None = None,
     ) -> None:
         if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
             msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
@@ -649,6 +679,14 @@ class Agent:
         ):
             msg = f"max_concurrency must be None (all calls of a turn) or an integer >= 1, got {max_concurrency!r}"
             raise ValueError(msg)
+        if tool_timeout is not None and (
+            isinstance(tool_timeout, bool)
+            or not isinstance(tool_timeout, int | float)
+            or not 0 < tool_timeout < math.inf
+        ):
+            msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
+            raise ValueError(msg)
+        self.tool_timeout = tool_timeout
         self.approve = _approval_rule(approve)
         self.model = model
         self.registry = registry

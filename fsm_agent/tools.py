@@ -6,15 +6,25 @@ cannot be encoded as JSON, or it returned a dict with a top-level ``"error"``
 key.  Everything else is a success, even a result that mentions the word
 "error".  ``call`` never raises for a tool's fault; ``BaseException``s that are
 not ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) still propagate.
+
+A return value that JSON cannot encode (a set, bytes, NaN, an object, a
+structure that contains itself) is an error result naming the tool, not a
+conversion: a guessed ``str(value)`` would hand the model text nobody
+designed.  Output longer than the registry's ``max_output_chars`` is cut, with
+a marker saying how much, so one tool cannot flood the conversation.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import inspect
 import json
+import threading
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, overload
 
 import attrs
@@ -33,6 +43,8 @@ class ToolResult:
 
     content: str
     error: str | None = None
+    truncated: int = 0
+    """Characters cut from ``content`` by the registry's ``max_output_chars`` (0: the output is whole)."""
 
     @property
     def ok(self) -> bool:
@@ -162,6 +174,10 @@ def arguments_error(arguments: Any, parameters: JSONSchema) -> str | None:
     """Check call arguments against a tool's parameter schema; return the first problem or None."""
     if not isinstance(arguments, dict):
         return f"arguments must be a JSON object, got {_json_kind(arguments)}"
+    # JSON object keys are strings; any other key cannot name a parameter (and would break the messages below).
+    odd_key = next((key for key in arguments if not isinstance(key, str)), None)
+    if odd_key is not None:
+        return f"arguments must be a JSON object with string keys, got key {odd_key!r}"
     properties: dict[str, JSONSchema] = parameters["properties"]
     missing = [name for name in parameters["required"] if name not in arguments]
     if missing:
@@ -188,16 +204,128 @@ def _error(message: str) -> ToolResult:
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
 
 
+DEFAULT_MAX_OUTPUT_CHARS = 100_000
+"""The default cap on one tool's output: about 25k tokens, far above a useful answer, far below a flood."""
+
+
+def _clip(text: str, cap: int) -> tuple[str, int]:
+    """``text`` cut to ``cap`` characters plus a marker saying how many were cut, and that number."""
+    cut = len(text) - cap
+    if cut <= 0:
+        return text, 0
+    return f"{text[:cap]}\n[truncated: {cut} of {len(text)} characters cut, max_output_chars={cap}]", cut
+
+
+def _max_output_chars(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        msg = f"max_output_chars must be an integer >= 1, or None for no cap, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+class _DeadlineError(Exception):
+    """A sync tool ran past its timeout (kept apart from a ``TimeoutError`` the tool raised itself)."""
+
+
+def _raised(call: ToolCall, exc: BaseException) -> ToolResult:
+    return _error(f"tool {call.name!r} raised {type(exc).__name__}: {exc}")
+
+
+def _encoded(call: ToolCall, value: Any) -> ToolResult:
+    """The JSON text of a tool's value; a value with a top-level ``"error"`` key is a failure."""
+    try:
+        content = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return _error(f"tool {call.name!r} returned a value that cannot be encoded as JSON: {exc}")
+    if isinstance(value, Mapping) and "error" in value:
+        return ToolResult(content, str(value["error"]))
+    return ToolResult(content)
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _call_sync(function: ToolFunction, arguments: dict[str, Any]) -> Any:
+    """Call a tool from sync code; an awaitable result is run to completion on an event loop of its own."""
+    value = function(**arguments)
+    if not inspect.isawaitable(value):
+        return value
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(value))
+    # Called from inside a running loop (a sync driver within async code): use a loop on another thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _awaited(value)).result()
+
+
+def _in_daemon_thread(function: ToolFunction, arguments: dict[str, Any], name: str) -> asyncio.Future[Any]:
+    """Run a sync tool in a thread of its own, so one abandoned at its deadline never holds up the event loop's exit.
+
+    (``asyncio.to_thread`` uses the loop's executor, whose threads
+    ``asyncio.run`` waits for when it closes.)
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+    def work() -> None:
+        try:
+            value, error = _call_sync(function, arguments), None
+        except BaseException as exc:  # noqa: BLE001 - handed back to the loop below
+            value, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by the time an abandoned call ends
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=work, name=f"fsm_agent tool {name}", daemon=True).start()
+    return future
+
+
+def _call_with_deadline(function: ToolFunction, arguments: dict[str, Any], timeout: float, name: str) -> Any:
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = _call_sync(function, arguments)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the calling thread below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"fsm_agent tool {name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise _DeadlineError
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 class ToolRegistry:
     """Functions the model may call, with schemas derived from their type hints and docstrings.
 
     A function without a docstring gets an empty description; a parameter
     without an annotation accepts any JSON value.  Both are allowed because the
     model still sees the parameter names, but documented functions work better.
+
+    ``max_output_chars`` caps the text of one result (default
+    ``DEFAULT_MAX_OUTPUT_CHARS`` = 100,000; ``None`` for no cap).  Longer output
+    keeps its first ``max_output_chars`` characters followed by a line
+    ``[truncated: N of M characters cut, max_output_chars=C]``, so the model
+    sees that it was cut, and ``ToolResult.truncated`` records N.  A cut result
+    keeps its success or failure.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS) -> None:
         self._tools: dict[str, Tool] = {}
+        self.max_output_chars = _max_output_chars(max_output_chars)
 
     @overload
     def register(
@@ -245,8 +373,56 @@ class ToolRegistry:
         """One JSON Schema per tool: ``{"name", "description", "parameters"}``, in registration order."""
         return [tool.schema for tool in self._tools.values()]
 
-    def execute(self, call: ToolCall) -> ToolResult:
-        """Run one tool call and classify the outcome; never raises for the tool's fault."""
+    def execute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
+        """Run one tool call and classify the outcome, capped at ``max_output_chars``; never raises for its fault.
+
+        An ``async def`` tool is run to completion on an event loop of its own.
+        With ``timeout``, the call runs in a worker thread that is abandoned
+        (Python cannot kill a thread) once the deadline passes, and the
+        outcome is an error result saying the tool timed out.
+        """
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        try:
+            if timeout is None:
+                value = _call_sync(prepared.function, call.arguments)
+            else:
+                value = _call_with_deadline(prepared.function, call.arguments, timeout, call.name)
+        except _DeadlineError:
+            return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
+        except Exception as exc:  # noqa: BLE001 - a tool's exception is data for the model, not a crash
+            return self._capped(_raised(call, exc))
+        return self._capped(_encoded(call, value))
+
+    async def aexecute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
+        """Like ``execute`` for the async driver: async tools are awaited, sync ones run in a worker thread.
+
+        At the ``timeout`` an async tool is cancelled; a sync one is left to
+        finish in its thread, its result discarded.
+        """
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        function = prepared.function
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                if inspect.iscoroutinefunction(function):
+                    value = await function(**call.arguments)
+                elif timeout is None:
+                    value = await asyncio.to_thread(_call_sync, function, call.arguments)
+                else:
+                    value = await _in_daemon_thread(function, call.arguments, call.name)
+        except TimeoutError as exc:
+            if deadline.expired():
+                return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
+            return self._capped(_raised(call, exc))
+        except Exception as exc:  # noqa: BLE001 - a tool's exception is data for the model, not a crash
+            return self._capped(_raised(call, exc))
+        return self._capped(_encoded(call, value))
+
+    def _prepare(self, call: ToolCall) -> Tool | ToolResult:
+        """The tool to call, or the error result of a call that cannot be made (unknown tool, bad arguments)."""
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(self._tools) or "none"
@@ -256,17 +432,15 @@ class ToolRegistry:
         problem = arguments_error(call.arguments, tool.parameters)
         if problem is not None:
             return _error(f"bad arguments for tool {call.name!r}: {problem}")
-        try:
-            value = tool.function(**call.arguments)
-        except Exception as exc:  # noqa: BLE001 - a tool's exception is data for the model, not a crash
-            return _error(f"tool {call.name!r} raised {type(exc).__name__}: {exc}")
-        try:
-            content = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            return _error(f"tool {call.name!r} returned a value that cannot be encoded as JSON: {exc}")
-        if isinstance(value, Mapping) and "error" in value:
-            return ToolResult(content, str(value["error"]))
-        return ToolResult(content)
+        return tool
+
+    def _capped(self, outcome: ToolResult) -> ToolResult:
+        cap = self.max_output_chars
+        if cap is None or len(outcome.content) <= cap:
+            return outcome
+        content, cut = _clip(outcome.content, cap)
+        error = None if outcome.error is None else _clip(outcome.error, cap)[0]
+        return ToolResult(content, error, cut)
 
     def call(self, call: ToolCall) -> str:
         """Run one tool call and return the JSON text the model sees (``{"error": ...}`` on failure)."""

@@ -454,3 +454,80 @@ def test_diagram_overlay_accepts_a_log_and_a_result_file(tmp_path: Path) -> None
     assert taken[log] == taken[saved]
     assert sum(count for _, count, _ in taken[log]) == len(info.value.result.trace)
     assert load_run(log).reason == "max_steps"
+
+
+# --- async tools and per-tool timeouts ---------------------------------------------------------------------
+
+
+def _async_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @registry.register
+    async def fetch(url: str, delay: float = 0.0) -> str:
+        """Pretend to fetch a page, asynchronously."""
+        await asyncio.sleep(delay)
+        return f"page {url}"
+
+    @registry.register
+    def block(seconds: float) -> str:
+        """A sync tool that blocks its thread."""
+        threading.Event().wait(seconds)
+        return "unblocked"
+
+    return registry
+
+
+def test_async_tools_run_in_both_drivers() -> None:
+    """An async def tool is awaited by the async driver and run on its own loop by the sync one."""
+    script = [tool_turn(tool_call("fetch", url="a")), reply("ok")]
+    sync = fsm_agent.run(FakeModel(script), _async_registry(), "q")
+    asyn = asyncio.run(fsm_agent.arun(FakeModel(script), _async_registry(), "q"))
+    assert [m.content for m in sync.messages if m.role == "tool"] == ['"page a"']
+    assert [m.content for m in asyn.messages if m.role == "tool"] == ['"page a"']
+
+
+def test_sync_driver_runs_an_async_tool_even_inside_a_running_loop() -> None:
+    """Calling the sync driver from async code still completes an async tool (on a loop in another thread)."""
+
+    async def main() -> RunResult:
+        return fsm_agent.run(FakeModel([tool_turn(tool_call("fetch", url="b")), reply("ok")]), _async_registry(), "q")
+
+    assert [m.content for m in asyncio.run(main()).messages if m.role == "tool"] == ['"page b"']
+
+
+def test_tool_timeout_turns_an_overrun_into_a_failure_in_both_drivers() -> None:
+    """A tool past tool_timeout becomes an error result that counts toward tool_failures."""
+    script = [tool_turn(tool_call("fetch", url="slow", delay=5), tool_call("block", seconds=5)), reply("ok")]
+    for drive in (fsm_agent.run, lambda *a, **k: asyncio.run(fsm_agent.arun(*a, **k))):
+        result = drive(FakeModel(list(script)), _async_registry(), "q", tool_timeout=0.05, max_consecutive_failures=3)
+        errors = [json.loads(m.content)["error"] for m in result.messages if m.role == "tool"]
+        assert errors == ["tool 'fetch' timed out after 0.05 s", "tool 'block' timed out after 0.05 s"]
+        assert result.steps[1].counters["failures"] == [2, 3]
+
+
+def test_invalid_tool_timeout_is_rejected() -> None:
+    """tool_timeout must be a positive finite number of seconds."""
+    with pytest.raises(ValueError, match="tool_timeout must be None or a finite number of seconds > 0"):
+        Agent(FakeModel([]), demo_registry(), tool_timeout=0)
+
+
+def test_eight_async_calls_of_a_turn_are_all_in_flight_at_once() -> None:
+    """The eight async calls of one turn overlap: all eight are running before any finishes."""
+    registry = ToolRegistry()
+    running: list[int] = []
+    peak = 0
+
+    @registry.register
+    async def probe(n: int) -> int:
+        """Stay in flight for a few loop iterations."""
+        nonlocal peak
+        running.append(n)
+        peak = max(peak, len(running))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        running.remove(n)
+        return n
+
+    calls = [tool_call("probe", n=i) for i in range(8)]
+    asyncio.run(fsm_agent.arun(FakeModel([tool_turn(*calls), reply("ok")]), registry, "q"))
+    assert peak == 8
