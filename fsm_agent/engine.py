@@ -280,15 +280,21 @@ class AgentRun(Run):
             self.state, self.last_signature, self.tool_calls, self.calls_by_tool, self.pending = saved
         return planned
 
+    async def _ainvoke(self, call: ToolCall) -> ToolResult:
+        self._before_tool(call)
+        if self._tool_timeout is None:
+            return await self._registry.aexecute(call)
+        return await self._registry.aexecute(call, timeout=self._tool_timeout)
+
     async def _run_batch(self, batch: list[ToolCall]) -> list[ToolResult]:
+        if len(batch) == 1:
+            # One call needs no tasks: awaiting it directly keeps the common case cheap.
+            return [await self._ainvoke(batch[0])]
         limit = asyncio.Semaphore(self._max_concurrency or len(batch))
 
         async def one(call: ToolCall) -> ToolResult:
             async with limit:
-                self._before_tool(call)
-                if self._tool_timeout is None:
-                    return await self._registry.aexecute(call)
-                return await self._registry.aexecute(call, timeout=self._tool_timeout)
+                return await self._ainvoke(call)
 
         tasks = [asyncio.ensure_future(one(call)) for call in batch]
         try:
