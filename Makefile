@@ -29,8 +29,13 @@ lint: $(STAMP)  ## ruff and mypy --strict on the package
 diagram: $(STAMP)  ## draw the machine from its table: diagrams/agent_loop.dot, .svg, .mmd
 	$(PY) -m fsm_agent diagram
 
-bench: $(STAMP)  ## engine vs a plain loop, microseconds per step (medians)
+bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-step cost at 64-4096 turns
 	$(PY) -m benchmarks.bench_engine
+	$(PY) -m benchmarks.bench_async
+	$(PY) -m benchmarks.bench_scaling
+
+fuzz: $(STAMP)  ## property, differential and stateful tests with fresh random examples, 4000 each
+	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

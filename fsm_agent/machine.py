@@ -5,8 +5,9 @@ every agent using that table.  Runs are never attached with ``add_model``
 (it costs time proportional to the live runs); the engine fires an event with
 the run as model, and the event tries the rows of the run's state in table
 order.  ``RowTransition`` evaluates its guard directly and records the edge,
-skipping the library's callback machinery: no callbacks run inside a
-transition, so model and tool calls stay in the driver.
+and ``RowEvent`` walks a state's rows without building the library's
+per-trigger event data: no callbacks run inside a transition (model and tool
+calls stay in the driver), so that machinery would be pure cost on every step.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from transitions import Machine
+from transitions import Event, Machine, MachineError
 from transitions import Transition as LibraryTransition
 
 from fsm_agent.records import Transition
@@ -34,7 +35,11 @@ class RowTransition(LibraryTransition):
         self._entry = Transition(str(row.source), row.trigger, str(row.dest), row.guard_name, row.reason)
 
     def execute(self, event_data: Any) -> bool:
-        run: Run = event_data.model
+        """The library's entry point, kept so the transition also works when fired the library's way."""
+        return self.take(event_data.model)
+
+    def take(self, run: Run) -> bool:
+        """Move ``run`` along this row if its guard holds; return whether it did."""
         if self._guard is not None and not self._guard(run):
             return False
         run.state = self._dest
@@ -42,10 +47,22 @@ class RowTransition(LibraryTransition):
         return True
 
 
+class RowEvent(Event):
+    """A library event that tries the rows of the run's state in order, with no event data or callbacks."""
+
+    def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
+        rows: list[RowTransition] | None = self.transitions.get(model.state)
+        if rows is None:
+            msg = f"{self.machine.name}Can't trigger event {self.name} from state {model.state}!"
+            raise MachineError(msg)
+        return any(row.take(model) for row in rows)
+
+
 class TableMachine(Machine):
     """A plain ``transitions.Machine`` whose transitions are the rows of one table."""
 
     transition_cls = RowTransition
+    event_cls = RowEvent
 
     def __init__(self, table: Table) -> None:
         # auto_transitions would add to_<state>() shortcuts that bypass every guard.
