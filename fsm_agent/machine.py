@@ -13,7 +13,7 @@ calls stay in the driver), so that machinery would be pure cost on every step.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 from transitions import Event, Machine, MachineError
 from transitions import Transition as LibraryTransition
@@ -51,11 +51,12 @@ class RowEvent(Event):
     """A library event that tries the rows of the run's state in order, with no event data or callbacks."""
 
     def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
-        rows: list[RowTransition] | None = self.transitions.get(model.state)
+        rows = self.transitions.get(model.state)
         if rows is None:
             msg = f"{self.machine.name}Can't trigger event {self.name} from state {model.state}!"
             raise MachineError(msg)
-        return any(row.take(model) for row in rows)
+        # Every transition of a TableMachine is a RowTransition (its transition_cls).
+        return any(cast(RowTransition, row).take(model) for row in rows)
 
 
 class TableMachine(Machine):
