@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -153,6 +154,47 @@ def test_hooks_fire_in_order_around_every_transition_and_call() -> None:
     assert events[-1].result is not None
     assert events[-1].result.final == "fin"
     assert events[3].counters["tool_calls"][0] == 1
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_hooks_and_streams_carry_every_transition_on_every_path(driver: str, name: str) -> None:
+    """On each scenario, in both drivers, transition hooks and the stream see exactly the trace, in order."""
+    model, registry, options = SCENARIOS[name][0]()
+    agent = Agent(model, registry, **options)
+    hooked: list[TransitionEvent] = []
+    failed: list[TransitionEvent] = []
+    agent.on("transition", hooked.append)
+    agent.on("failed", failed.append)
+    result = _drive_agent(driver, agent)
+    assert [e.transition for e in hooked] == list(result.trace)
+    assert [e.reason for e in failed] == ([] if result.ok else [result.reason])
+    assert hooked[-1].result == result
+    model, registry, options = SCENARIOS[name][0]()
+    streamed = _stream(driver, Agent(model, registry, **options))
+    assert [e.transition for e in streamed] == list(result.trace)
+
+
+def _drive_agent(driver: str, agent: Agent) -> RunResult:
+    try:
+        return agent.run("q") if driver == "sync" else asyncio.run(agent.arun("q"))
+    except AgentLoopError as exc:
+        return exc.result
+
+
+def _stream(driver: str, agent: Agent) -> list[TransitionEvent]:
+    got: list[TransitionEvent] = []
+
+    async def collect() -> None:
+        async for event in agent.astream("q"):
+            got.append(event)
+
+    with contextlib.suppress(AgentLoopError):
+        if driver == "sync":
+            got.extend(agent.stream("q"))
+        else:
+            asyncio.run(collect())
+    return got
 
 
 def test_failed_hook_gets_reason_and_evidence() -> None:
