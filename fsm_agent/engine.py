@@ -840,11 +840,18 @@ class Agent:
             return run.finish()
 
     async def arun(
-        self, user_input: str, *, cancel: CancelToken | None = None, log: str | Path | None = None
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        log: str | Path | None = None,
+        store: Store | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """Await a run to the end, like ``run``; the tool calls of one turn run concurrently."""
         with _log(log) as observers:
-            return await self.start(user_input, cancel=cancel, observers=observers).afinish()
+            run = self.start(user_input, cancel=cancel, observers=observers, store=store, run_id=run_id)
+            return await run.afinish()
 
     def stream(self, user_input: str, *, cancel: CancelToken | None = None) -> Iterator[TransitionEvent]:
         """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it."""
