@@ -408,16 +408,16 @@ class AgentRun(Run):
         assert isinstance(response, ModelResponse)  # _malformed checked it; this tells the type checker
         self.messages.append(response.message)
         self._response = response
-        if response.stop_reason not in STOP_REASONS:
-            # The reply is kept in the messages, but an unknown signal is not guessed at.
-            msg = f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
-            self._model_failed(ValueError(msg))
-            return
-        self.last_response = response
         self.pending.extend(response.message.tool_calls)
         if response.usage is not None:
             self.input_tokens += response.usage.input_tokens
             self.output_tokens += response.usage.output_tokens
+        if response.stop_reason not in STOP_REASONS:
+            # The reply, its calls (pending) and its tokens are kept, but an unknown signal is not guessed at.
+            msg = f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
+            self._model_failed(ValueError(msg))
+            return
+        self.last_response = response
         if self._observed:
             self._call_hooks(CallEvent("after_model", self.turns, self.counters(), response=response))
         self._machine.fire(self, REPLIED)
@@ -479,12 +479,15 @@ class AgentRun(Run):
 
     def _begin_finalize(self, reason: str) -> None:
         self.finalizing = reason
-        # Provider APIs reject a conversation with unanswered tool calls, so each gets its answer.
+        self._answer_unexecuted(f"the run stopped ({reason}) before this call")
+        self.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
+
+    def _answer_unexecuted(self, why: str) -> None:
+        """Give every pending call a tool message saying it did not run: providers reject unanswered calls."""
         while self.pending:
             call = self.pending.popleft()
-            note = {"error": f"not executed: the run stopped ({reason}) before this call"}
+            note = {"error": f"not executed: {why}"}
             self.messages.append(Message("tool", json.dumps(note), tool_call_id=call.id))
-        self.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
 
     def _after(self) -> Transition:
         """Close the transition just taken: conclude a finished run, release a batch freeze, notify observers."""
@@ -808,9 +811,13 @@ class Agent:
                 msg = (
                     f"the run stopped with {run.reason!r}, which these limits do not lift "
                     f"(counters {run.counters()}); resumable stops: max_steps, token_budget, timeout, "
-                    "max_tool_calls, cancelled, and model_error with retry=True"
+                    "max_tool_calls, cancelled, and model_error with retry=True, each only while no other "
+                    "limit forbids the next call"
                 )
                 raise ValueError(msg)
+            if run.trace[-1].dest == State.AwaitModel:
+                # A retried reply's calls never ran; the next model call must see them answered.
+                run._answer_unexecuted("the reply that asked for this call was not usable")  # noqa: SLF001
             run.reason, run.evidence, run.final, run.finalizing = None, {}, "", None
             run.model_exception = None
             run._after()  # noqa: SLF001 - observers and the store see the resume edge like any other

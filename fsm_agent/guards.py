@@ -78,7 +78,11 @@ def _cap_reached(run: Run, name: str) -> tuple[str, int, int] | None:
 
 def tool_calls_exhausted(run: Run) -> bool:
     """Making the next tool call would exceed ``max_tool_calls`` (for the run or for that tool)."""
-    return run.limits.max_tool_calls is not None and _cap_reached(run, run.pending[0].name) is not None
+    return (
+        run.limits.max_tool_calls is not None
+        and bool(run.pending)
+        and _cap_reached(run, run.pending[0].name) is not None
+    )
 
 
 def failures_exhausted(run: Run) -> bool:
@@ -138,19 +142,24 @@ def _lifted(run: Run) -> bool:
     return check is not None and not check(run)
 
 
+def _model_call_allowed(run: Run) -> bool:
+    # Several stops can hold at once and only the first is recorded, so a resume checks them all again.
+    return not (is_cancelled(run) or deadline_passed(run) or budget_spent(run) or steps_exhausted(run))
+
+
 def resumes_before_tool(run: Run) -> bool:
     """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
     return bool(run.pending) and _lifted(run)
 
 
 def resumes_before_model(run: Run) -> bool:
-    """The run stopped before a model call, and the resumed run's limits lift that stop."""
-    return not run.pending and _lifted(run)
+    """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
+    return not run.pending and _lifted(run) and _model_call_allowed(run)
 
 
 def retries_model_call(run: Run) -> bool:
-    """The run stopped on a model error and was resumed with ``retry=True``."""
-    return run.reason == "model_error" and run.retry_model
+    """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
+    return run.reason == "model_error" and run.retry_model and _model_call_allowed(run)
 
 
 @functools.cache
