@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import json
+import re
 import threading
 import types
 import typing
@@ -223,6 +224,10 @@ def _max_output_chars(value: Any) -> int | None:
     return value
 
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""Tool names both OpenAI and Anthropic accept."""
+
+
 class _DeadlineError(Exception):
     """A sync tool ran past its timeout (kept apart from a ``TimeoutError`` the tool raised itself)."""
 
@@ -349,6 +354,10 @@ class ToolRegistry:
         if function is None:
             return lambda fn: self.register(fn, name=name, description=description)
         tool_name = name or function.__name__
+        if not _TOOL_NAME.fullmatch(tool_name):
+            # Providers reject other names, but only at the first model call; "<lambda>" is the usual culprit.
+            msg = f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'; pass name=... (e.g. for a lambda)"
+            raise ValueError(msg)
         if tool_name in self._tools:
             msg = f"a tool named {tool_name!r} is already registered"
             raise ValueError(msg)

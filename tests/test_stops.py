@@ -509,7 +509,5 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
         )
     )
     # Hook errors and task cancellation are embedding matters (test_embedding.py), resuming is test_durable.py's.
-    embedding = {
-        edge_id(r) for r in TABLE.rows if r.reason == "hook_error" or r.trigger in (INTERRUPTED, RESUME)
-    }
+    embedding = {edge_id(r) for r in TABLE.rows if r.reason == "hook_error" or r.trigger in (INTERRUPTED, RESUME)}
     assert {edge_id(row) for row in TABLE.rows} - embedding - seen == set()

@@ -181,3 +181,12 @@ def test_call_returns_json_text_of_the_value() -> None:
     registry = ToolRegistry()
     registry.register(lambda: {"答": 42}, name="a")
     assert registry.call(ToolCall("1", "a", {})) == '{"答": 42}'
+
+
+def test_a_lambda_needs_a_name() -> None:
+    """A tool name must be one providers accept: a lambda without name= is refused, a hyphenated name is fine."""
+    with pytest.raises(ValueError, match="'<lambda>' must be 1-64 letters, digits"):
+        ToolRegistry().register(lambda: 1)
+    registry = ToolRegistry()
+    registry.register(lambda: 1, name="get-weather")
+    assert "get-weather" in registry

@@ -172,9 +172,9 @@ def _stopped(model: Any, **options: Any) -> tuple[Agent, RunResult]:
 
 
 RESUMED: dict[str, Callable[[], AgentRun]] = {
-    "Failed->Dispatch[resumes_before_tool]": lambda: (
-        lambda agent, result: agent.resume(result, max_tool_calls=5)
-    )(*_stopped(FakeModel([tool_turn(ECHO, ECHO2), reply("ok")]), max_tool_calls=1)),
+    "Failed->Dispatch[resumes_before_tool]": lambda: (lambda agent, result: agent.resume(result, max_tool_calls=5))(
+        *_stopped(FakeModel([tool_turn(ECHO, ECHO2), reply("ok")]), max_tool_calls=1)
+    ),
     "Failed->AwaitModel[resumes_before_model]": lambda: (lambda agent, result: agent.resume(result, max_steps=3))(
         *_stopped(CounterModel(), max_steps=1)
     ),
