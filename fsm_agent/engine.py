@@ -447,7 +447,7 @@ class AgentRun(Run):
             self.recent.append((sig, outcome.content))
         arguments = json.dumps(call.arguments, ensure_ascii=False, default=repr)
         detail = f"{call.name}({arguments}) -> {outcome.content}"
-        self.steps.append(Step(self.turns - 1, "tool_call", detail, self.counters()))
+        self.steps.append(Step(self.turns - 1, "tool_call", detail, self.counters(), outcome.truncated))
 
     def _tool_done(self, call: ToolCall, outcome: ToolResult) -> None:
         self.pending.popleft()

@@ -96,6 +96,8 @@ class Step:
     kind: str
     detail: str
     counters: dict[str, list[int | float | None]] = attrs.field(factory=dict, converter=_dict)
+    truncated: int = 0
+    """Characters cut from this tool call's output by the registry's ``max_output_chars`` (0: whole)."""
 
 
 @attrs.frozen

@@ -145,6 +145,8 @@ def test_the_cut_output_reaches_the_model_with_its_marker() -> None:
     marker = "[truncated: 42 of 52 characters cut, max_output_chars=10]"
     assert result.messages[-2].content.endswith(marker)
     assert result.steps[0].detail.endswith(marker)
+    assert result.steps[0].truncated == 42
+    assert result.steps[1].truncated == 0
 
 
 @pytest.mark.parametrize("cap", [0, -1, True, 1.5, "100"])
