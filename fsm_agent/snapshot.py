@@ -74,11 +74,6 @@ def dump(run: Run) -> dict[str, Any]:
     }
 
 
-def exc_text(run: Run) -> str:
-    """The model exception's message (the type is written beside it)."""
-    return str(run.model_exception)
-
-
 def parse(snapshot: dict[str, Any] | str) -> dict[str, Any]:
     """Accept a snapshot dict or its JSON text; check format and version first."""
     if isinstance(snapshot, str):

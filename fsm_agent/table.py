@@ -180,10 +180,6 @@ class Table:
             out[row.source, row.trigger] = (*out.get((row.source, row.trigger), ()), row)
         return out
 
-    def triggers(self) -> tuple[str, ...]:
-        """Every trigger of the table, in first-use order."""
-        return tuple(dict.fromkeys(row.trigger for row in self.rows))
-
     def with_rows(self, extra: Iterable[Row], reasons: Iterable[str]) -> Table:
         """A new table with ``extra`` rows placed just before the fallback of their state and trigger."""
         rows = list(self.rows)
