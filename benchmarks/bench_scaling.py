@@ -20,37 +20,14 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Sequence
 
-from fsm_agent import Agent, Message, ModelResponse, RunResult, ToolCall
-from fsm_agent.testing import demo_registry, reply, tool_turn
-from fsm_agent.tools import JSONSchema
+from benchmarks.bench_engine import ALL_LIMITS, Script
+from fsm_agent import Agent, RunResult
+from fsm_agent.testing import demo_registry
 
 KS = (64, 512, 4096)
 MAX_GROWTH = 1.5
 """Per-step cost at the largest K may be at most this multiple of the cost at the smallest before we call it growth."""
-
-ALL_LIMITS = {
-    "timeout": 3600.0,
-    "token_budget": 10**9,
-    "max_tool_calls": {"echo": 10**6, "*": 10**6},
-    "cycle_window": 6,
-}
-
-
-class Script:
-    """K tool turns with distinct arguments (no repeat, no cycle), then an answer; restartable."""
-
-    def __init__(self, k: int) -> None:
-        self.responses = [tool_turn(ToolCall(f"c{i}", "echo", {"text": f"turn {i}"})) for i in range(k)]
-        self.responses.append(reply("done"))
-        self.i = 0
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        """The next scripted response."""
-        response = self.responses[self.i]
-        self.i += 1
-        return response
 
 
 def _agent(k: int) -> tuple[Agent, Script]:
