@@ -123,6 +123,19 @@ def demo_registry() -> ToolRegistry:
     return registry
 
 
+TOOL_THEN_ANSWER = (
+    "AwaitModel",
+    "CheckTruncation",
+    "Dispatch",
+    "ExecuteTool",
+    "AwaitModel",
+    "CheckTruncation",
+    "Dispatch",
+    "Done",
+)
+"""The states of a run with one tool turn and then an answer: the most common path in tests."""
+
+
 def path(result: RunResult) -> list[str]:
     """The states a run went through, starting with the initial state."""
     if not result.trace:

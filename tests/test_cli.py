@@ -15,6 +15,7 @@ import pytest
 from provider_server import ProviderServer, body
 
 from fsm_agent.__main__ import main
+from fsm_agent.testing import TOOL_THEN_ANSWER
 
 KEY = "sk-test-cli-5e4d3c2b1a0f9e8d7c6b"
 QUESTION = "What is (2+3)*4?"
@@ -180,16 +181,7 @@ def test_on_a_terminal_the_status_line_is_rewritten_in_place(
     shown = terminal.getvalue()
     assert shown.count("\n") == 1
     frames = shown.rstrip("\n").split("\r\x1b[K")[1:]
-    assert [f.split()[0] for f in frames] == [
-        "AwaitModel",
-        "CheckTruncation",
-        "Dispatch",
-        "ExecuteTool",
-        "AwaitModel",
-        "CheckTruncation",
-        "Dispatch",
-        "Done",
-    ]
+    assert [f.split()[0] for f in frames] == list(TOOL_THEN_ANSWER)
     assert "steps 0/8  failures 0/3" in frames[0]
     assert "tokens 248" in frames[-1]
 

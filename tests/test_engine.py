@@ -10,6 +10,7 @@ import pytest
 import fsm_agent
 from fsm_agent import STATES, Agent, AgentLoopError, Message, ModelResponse, RunStateError, State, ToolCall, Usage
 from fsm_agent.testing import (
+    TOOL_THEN_ANSWER,
     CounterModel,
     FakeModel,
     LoopingModel,
@@ -244,16 +245,7 @@ def test_advance_walks_one_transition_at_a_time() -> None:
         edge = run.advance()
         assert edge.dest == run.state
         states.append(str(run.state))
-    assert states == [
-        "AwaitModel",
-        "CheckTruncation",
-        "Dispatch",
-        "ExecuteTool",
-        "AwaitModel",
-        "CheckTruncation",
-        "Dispatch",
-        "Done",
-    ]
+    assert states == list(TOOL_THEN_ANSWER)
     assert run.result.final == "fin"
 
 

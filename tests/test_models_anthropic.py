@@ -25,21 +25,11 @@ from fsm_agent.models.anthropic_messages import (
     to_anthropic_tools,
 )
 from fsm_agent.records import STOP_REASONS as ENGINE_STOP_REASONS
-from fsm_agent.testing import assert_path, demo_registry
+from fsm_agent.testing import TOOL_THEN_ANSWER, assert_path, demo_registry
 
 KEY = "sk-ant-test-9b8a7c6d5e4f3a2b1c0d"
 FAST = {"retry-after-ms": "1"}  # the SDK honours it, so retries in these tests wait a millisecond
 QUESTION = "What is (2+3)*4?"
-TOOL_THEN_ANSWER = [
-    "AwaitModel",
-    "CheckTruncation",
-    "Dispatch",
-    "ExecuteTool",
-    "AwaitModel",
-    "CheckTruncation",
-    "Dispatch",
-    "Done",
-]
 
 
 @pytest.fixture

@@ -20,21 +20,11 @@ from fsm_agent import Agent, AgentLoopError, Message, ToolCall, Usage
 from fsm_agent.models import OpenAIChatModel
 from fsm_agent.models.openai_chat import FINISH_REASONS, from_openai_completion, to_openai_messages, to_openai_tools
 from fsm_agent.records import STOP_REASONS as ENGINE_STOP_REASONS
-from fsm_agent.testing import assert_path, demo_registry
+from fsm_agent.testing import TOOL_THEN_ANSWER, assert_path, demo_registry
 
 KEY = "sk-test-4f7c0d9e2b1a8c3f5e6d7a9b"
 FAST = {"retry-after-ms": "1"}  # the SDK honours it, so retries in these tests wait a millisecond
 QUESTION = "What is (2+3)*4?"
-TOOL_THEN_ANSWER = [
-    "AwaitModel",
-    "CheckTruncation",
-    "Dispatch",
-    "ExecuteTool",
-    "AwaitModel",
-    "CheckTruncation",
-    "Dispatch",
-    "Done",
-]
 
 
 @pytest.fixture
