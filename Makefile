@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic]'
 	@touch $(STAMP)
 
-demo: $(STAMP)  ## run the scripted demonstration of every stop path
-	$(PY) -m fsm_agent.demo
+demo: $(STAMP)  ## run the scripted demonstration of every stop path; pictures in diagrams/runs/
+	$(PY) -m fsm_agent demo --out diagrams/runs
 
 test: $(STAMP)  ## run the whole test suite
 	$(PY) -m pytest -q
@@ -26,8 +26,8 @@ lint: $(STAMP)  ## ruff and mypy --strict on the package
 	$(PY) -m ruff format --check fsm_agent
 	$(PY) -m mypy
 
-diagram: $(STAMP)  ## draw the machine from its table: diagrams/agent_loop.dot, .svg, .mmd
-	$(PY) -m fsm_agent diagram
+diagram: $(STAMP)  ## draw the machine from its table: diagrams/agent_loop.dot, .svg, .mmd, and README's blocks
+	$(PY) -m fsm_agent diagram --update-readme README.md
 
 bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-step cost at 64-4096 turns
 	$(PY) -m benchmarks.bench_engine

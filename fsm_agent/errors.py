@@ -33,13 +33,27 @@ class RunStateError(FsmAgentError, RuntimeError):
 class AgentLoopError(FsmAgentError, RuntimeError):
     """A run stopped before a natural finish.
 
-    ``reason`` is the machine-readable stop reason (``str(exc) == reason``),
-    ``result`` the partial :class:`RunResult` (messages, steps and trace so
-    far) and ``evidence`` a JSON-serialisable dict that explains the stop.
+    ``reason`` is the machine-readable stop reason, ``result`` the partial
+    :class:`RunResult` (messages, steps and trace so far) and ``evidence`` a
+    JSON-serialisable dict that explains the stop.  ``str()`` gives the
+    reason, the step and a one-line summary of the evidence, so an uncaught
+    stop says why; the error pickles with its result (a stop inside a process
+    pool reaches the parent as itself).
     """
 
     def __init__(self, reason: str, result: RunResult, evidence: dict[str, Any] | None = None) -> None:
-        super().__init__(reason)
+        super().__init__(reason, result, evidence)
         self.reason = reason
         self.result = result
         self.evidence: dict[str, Any] = dict(result.evidence if evidence is None else evidence)
+
+    def __str__(self) -> str:
+        facts = ", ".join(f"{k}={_short(v)}" for k, v in self.evidence.items() if k not in ("step", "counters"))
+        step = self.evidence.get("step")
+        where = "" if step is None else f" at step {step}"
+        return f"{self.reason}{where}" + (f": {facts}" if facts else "")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -4,6 +4,7 @@ The official SDK clients talk to it over real HTTP (``base_url``), so the
 tests exercise the SDKs' own request building, response parsing, error
 classes and retries rather than mocks of them.  It binds 127.0.0.1 only, on a
 free port, and records every request so tests can check the converted bodies.
+The helpers at the end are what the adapter tests of both providers share.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import pytest
+
+from fsm_agent import Agent, AgentLoopError
+
 BODIES = Path(__file__).parent / "provider_bodies"
+QUESTION = "What is (2+3)*4?"
+FAST = {"retry-after-ms": "1"}  # the SDK honours it, so retries in these tests wait a millisecond
 
 
 def body(provider: str, name: str) -> dict[str, Any]:
@@ -119,3 +126,10 @@ class ProviderServer:
                 """Keep the test output clean."""
 
         return Handler
+
+
+def stop_of(agent: Agent, question: str = QUESTION) -> AgentLoopError:
+    """The stop that ``agent.run(question)`` raises; the test fails if the run returns."""
+    with pytest.raises(AgentLoopError) as info:
+        agent.run(question)
+    return info.value

@@ -39,13 +39,27 @@ from fsm_agent import (
     Transition,
     Usage,
 )
-from fsm_agent.engine import FINALIZE_INSTRUCTION, AgentRun
-from fsm_agent.guards import FINALIZABLE
-from fsm_agent.limits import Limits
+from fsm_agent.core.stepper import FINALIZE_INSTRUCTION
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.states import State
+from fsm_agent.definition.stops import CATALOGUE
+from fsm_agent.definition.table import (
+    CHECK,
+    DISPATCH,
+    FINALIZE,
+    MODEL_FAILED,
+    REPLIED,
+    RESUME,
+    START,
+    TABLE,
+    TOOL_DONE,
+    Row,
+)
+from fsm_agent.drivers.agent import AgentRun
 from fsm_agent.records import STOP_REASONS
-from fsm_agent.states import State
-from fsm_agent.table import CHECK, DISPATCH, FINALIZE, MODEL_FAILED, REPLIED, RESUME, TABLE, TOOL_DONE, Row
 from fsm_agent.testing import ManualClock, ScriptExhaustedError
+
+FINALIZABLE = tuple(stop.reason for stop in CATALOGUE if stop.finalize)
 
 USER_INPUT = "please work it out"
 MAX_CALLS_PER_TURN = 3
@@ -108,6 +122,7 @@ class ScriptedModel:
         self.finale = finale
         self._played = 0
         self.calls = 0
+        self.on_first_call: Callable[[], None] | None = None
         self.given: list[Message] = []
         # The 0-based call that gave each message: a step's index is the model turn, failed calls included.
         self.given_at: list[int] = []
@@ -118,6 +133,8 @@ class ScriptedModel:
     def complete(self, messages: Sequence[Message], tools: list[Any]) -> ModelResponse:
         """Return (or raise) the next item of the script."""
         self.calls += 1
+        if self.calls == 1 and self.on_first_call is not None:
+            self.on_first_call()
         self.offered.append(len(tools))
         n = self._played
         if not tools and self.finale is not None:
@@ -135,6 +152,10 @@ class ScriptedModel:
             raise error
         if isinstance(item, Garbage):
             self.outcomes.append(item.value)
+            if well_formed(item.value):
+                # Well-formed but with usage nobody can count: the reply is kept, the run stops on model_error.
+                self.given.append(item.value.message)
+                self.given_at.append(self.calls - 1)
             return item.value  # type: ignore[no-any-return]
         calls = tuple(self._tool_call(call) for call in item.calls)
         response = ModelResponse(Message("assistant", item.content, calls), item.stop_reason, item.usage)
@@ -308,11 +329,12 @@ def build(case: Case) -> Setup:
     """A fresh agent, model, registry, clock and token for ``case``."""
     clock = ManualClock()
     token = CancelToken()
-    if case.cancel_first:
-        token.cancel("cancelled before the run started")
     tokens = [token]
     registry = make_registry(clock, tokens)
     model = ScriptedModel(case.items, loop=case.loop, finale=case.finale)
+    if case.cancel_first:
+        # Cancelled while the first reply is being written: seen at the next check, before any tool runs.
+        model.on_first_call = lambda: token.cancel("cancelled during the first model call")
     stops = [USER_STOPS[name] for name in case.user_stops]
     agent = Agent(model, registry, case.system, clock=clock, stop_conditions=stops, **case.options)
     return Setup(case, agent, model, registry, clock, tokens)
@@ -439,7 +461,15 @@ def well_formed(response: object) -> bool:
         and isinstance(response.message, Message)
         and isinstance(response.message.content, str)
         and all(isinstance(call, ToolCall) for call in response.message.tool_calls)
-        and (response.usage is None or isinstance(response.usage, Usage))
+    )
+
+
+def countable(usage: object) -> bool:
+    """Usage a token budget can count: none, or whole numbers >= 0 (anything else stops the run, reply kept)."""
+    if usage is None:
+        return True
+    return isinstance(usage, Usage) and all(
+        type(n) is int and n >= 0 for n in (usage.input_tokens, usage.output_tokens)
     )
 
 
@@ -541,6 +571,7 @@ class Shadow:
             "has_no_tool_calls": lambda: last is not None and not last.message.tool_calls,
             "asks_tools_while_finalizing": lambda: self.finalizing is not None,
             "hook_raised": lambda: False,  # generated agents have no hooks
+            "condition_raised": lambda: False,  # generated stop conditions never raise
             "is_cancelled": lambda: (self.trial_token or self.setup.token).cancelled,
             "deadline_passed": lambda: (
                 limits.timeout is not None and self.setup.clock.now - self.started >= limits.timeout
@@ -623,6 +654,10 @@ class Shadow:
     def observe(self, before: State) -> str:
         """Take in the I/O the run just did from state ``before``; return the trigger it must have fired."""
         if before is State.AwaitModel:
+            start = self.setup.agent.table.rows_from(State.AwaitModel, START)
+            if self.model_calls == 0 and self.setup.model.calls == 0:
+                assert any(self.guard(str(row.guard_name)) for row in start), "no model call, yet no start row held"
+                return START
             self.model_calls += 1
             assert self.setup.model.calls == self.model_calls, "one advance() makes at most one model call"
             outcome = self.setup.model.outcomes[-1]
@@ -630,6 +665,8 @@ class Shadow:
                 return MODEL_FAILED
             # A usable reply is kept with its calls and tokens, even when its stop_reason is then a model_error.
             self.pending = list(outcome.message.tool_calls)
+            if not countable(outcome.usage):
+                return MODEL_FAILED
             if outcome.usage is not None:
                 self.tokens += outcome.usage.total
             if outcome.stop_reason not in STOP_REASONS:
@@ -649,7 +686,8 @@ class Shadow:
         """The row the run must take: the first whose guard holds, or its finalize edge if the policy says so."""
         table = self.setup.agent.table
         row = next(r for r in table.rows_from(state, trigger) if r.guard_name is None or self.guard(r.guard_name))
-        if row.reason is not None and self.policies.get(row.reason) == "finalize" and self.finalizing is None:
+        finalizable = row.reason is not None and row.trigger != START  # no last call before the first one
+        if finalizable and self.policies.get(str(row.reason)) == "finalize" and self.finalizing is None:
             label = f"finalize_on_{row.reason}"
             return next(r for r in table.rows_from(state, FINALIZE) if r.guard_name == label)
         return row
@@ -801,7 +839,7 @@ def check_conversation(
 
 def _usage(model: ScriptedModel) -> Usage:
     """Tokens of every usable reply, whatever its stop_reason."""
-    counted = [o for o in model.outcomes if isinstance(o, ModelResponse) and well_formed(o)]
+    counted = [o for o in model.outcomes if isinstance(o, ModelResponse) and well_formed(o) and countable(o.usage)]
     return Usage(
         sum(r.usage.input_tokens for r in counted if r.usage), sum(r.usage.output_tokens for r in counted if r.usage)
     )
@@ -865,7 +903,10 @@ def _check_evidence(setup: Setup, result: RunResult, limits: Limits, evidence: d
         elif well_formed(last_outcome):
             assert isinstance(last_outcome, ModelResponse)
             assert evidence["type"] == "ValueError"
-            assert f"unknown stop_reason {last_outcome.stop_reason!r}" in evidence["error"]
+            if countable(last_outcome.usage):
+                assert f"unknown stop_reason {last_outcome.stop_reason!r}" in evidence["error"]
+            else:
+                assert evidence["error"].startswith("ModelResponse.usage")
         else:
             assert (evidence["type"], result.final) == ("TypeError", "")
             assert "expected" in evidence["error"], "the message says what was expected"

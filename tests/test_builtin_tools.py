@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import ToolCall
-from fsm_agent.builtin_tools import MAX_FILE_BYTES, FileReader, builtin_registry, calculate, current_time
+from fsm_agent.tools.builtin import MAX_FILE_BYTES, FileReader, builtin_registry, calculate, current_time
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ The last tests pin engine bugs the property tests found (fixed since): resuming 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from typing import Any
@@ -229,10 +230,6 @@ def test_unknown_stop_reason_keeps_the_asked_calls_pending() -> None:
 
 MALFORMED = {
     "message is a str": (ModelResponse("hi"), "ModelResponse.message is a str, expected Message"),  # type: ignore[arg-type]
-    "usage is a tuple": (
-        ModelResponse(Message("assistant", "hi"), usage=(1, 2)),  # type: ignore[arg-type]
-        "ModelResponse.usage is a tuple, expected Usage or None",
-    ),
     "tool call is a str": (
         ModelResponse(Message("assistant", "", ("echo",)), "tool_use"),  # type: ignore[arg-type]
         "a tool call is a str, expected ToolCall",
@@ -250,6 +247,32 @@ def test_a_malformed_model_response_is_a_model_error_before_anything_is_recorded
     assert (exc.reason, exc.evidence["error"]) == ("model_error", message)
     assert exc.result.messages == (Message("user", "q"),)
     assert exc.result.pending == ()
+
+
+BAD_USAGE = {
+    "a tuple": ((1, 2), "ModelResponse.usage is a tuple, expected Usage or None"),
+    "null count": (Usage(5, None), "ModelResponse.usage.output_tokens must be a whole number >= 0, got None"),  # type: ignore[arg-type]
+    "string count": (Usage("5", 1), "ModelResponse.usage.input_tokens must be a whole number >= 0, got '5'"),  # type: ignore[arg-type]
+    "negative": (Usage(-1, 0), "ModelResponse.usage.input_tokens must be a whole number >= 0, got -1"),
+    "NaN": (Usage(float("nan"), 0), "ModelResponse.usage.input_tokens must be a whole number >= 0, got NaN"),  # type: ignore[arg-type]
+    "inf": (Usage(0, float("inf")), "ModelResponse.usage.output_tokens must be a whole number >= 0, got inf"),  # type: ignore[arg-type]
+    "bool": (Usage(True, 0), "ModelResponse.usage.input_tokens must be a whole number >= 0, got True"),
+}
+
+
+@pytest.mark.parametrize(("usage", "message"), BAD_USAGE.values(), ids=BAD_USAGE)
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_malformed_usage_is_a_model_error_that_keeps_the_reply(usage: Any, message: str, driver: str) -> None:
+    """Usage a budget cannot count stops the run (never switches token_budget off); the reply and its calls stay."""
+    reply_ = ModelResponse(Message("assistant", "hi", (ToolCall("c1", "echo", {"text": "x"}),)), "tool_use", usage)
+    agent = Agent(FakeModel([reply_, reply("never")]), demo_registry(), token_budget=100)
+    with pytest.raises(AgentLoopError) as info:
+        agent.run("q") if driver == "sync" else asyncio.run(agent.arun("q"))
+    exc = info.value
+    assert (exc.reason, exc.evidence["error"]) == ("model_error", message)
+    assert exc.result.messages[-1] == reply_.message
+    assert exc.result.pending == reply_.message.tool_calls
+    assert exc.result.usage == Usage(0, 0)
 
 
 # --- invalid limits ----------------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ def test_run_answers_through_an_openai_compatible_base_url(provider_server: Prov
     )
     assert (done.returncode, done.stdout) == (0, "(2+3)*4 = 20\n"), done.stderr
     lines = done.stderr.splitlines()
-    assert lines[0].startswith("AwaitModel -> CheckTruncation  (steps 1/8  failures 0/3")
+    assert lines[0].startswith("AwaitModel -> CheckTruncation  (")
+    assert {"steps 1/8", "failures 0/3"} <= set(lines[0].split("(")[1].rstrip(")").split("  "))
     assert any('ExecuteTool -> AwaitModel  calculate({"expression": "(2+3)*4"}) -> 20' in line for line in lines)
     assert lines[-1].startswith("Dispatch -> Done [has_no_tool_calls]")
     first, second = provider_server.requests
@@ -135,15 +136,6 @@ def test_a_named_key_variable_must_be_set(monkeypatch: pytest.MonkeyPatch, capsy
     assert capsys.readouterr().err == "error: no API key: set MY_CLAUDE_KEY\n"
 
 
-def test_without_a_server_it_fails_in_one_line(unused_port: int, capsys: pytest.CaptureFixture[str]) -> None:
-    """Nothing listening: the connection error is the model_error stop, in one line, exit 2."""
-    args = ["run", QUESTION, "--model", "openai:m", "--base-url", f"http://127.0.0.1:{unused_port}/v1"]
-    assert main([*args, "--max-retries", "0", "--quiet"]) == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("stopped: model_error ")
-    assert '"type": "APIConnectionError"' in line
-
-
 def test_a_local_server_needs_no_key(
     provider_server: ProviderServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -182,7 +174,7 @@ def test_on_a_terminal_the_status_line_is_rewritten_in_place(
     assert shown.count("\n") == 1
     frames = shown.rstrip("\n").split("\r\x1b[K")[1:]
     assert [f.split()[0] for f in frames] == list(TOOL_THEN_ANSWER)
-    assert "steps 0/8  failures 0/3" in frames[0]
+    assert {"steps 0/8", "failures 0/3"} <= set(frames[0].split("  "))
     assert "tokens 248" in frames[-1]
 
 
@@ -201,7 +193,7 @@ def test_diagram_writes_the_runs_path(
 def test_the_command_line_imports_no_sdk_until_a_run_needs_one() -> None:
     """Loading the command (and its help) needs neither provider SDK."""
     code = (
-        "import sys, fsm_agent.cli, fsm_agent.__main__ as m; m.build_parser(); "
+        "import sys, fsm_agent.cli.main as m; m.build_parser(); "
         "print(sorted(n for n in ('openai', 'anthropic') if n in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout

@@ -12,27 +12,23 @@ from pathlib import Path
 
 import pytest
 
-import fsm_agent.diagram
+import fsm_agent.cli.diagram
 from fsm_agent import TABLE, Agent, AgentLoopError, Row, RunResult, State, Table, Transition, run
 from fsm_agent.__main__ import main as cli
-from fsm_agent.demo import main as demo_main
-from fsm_agent.diagram import (
+from fsm_agent.cli.diagram import load_table
+from fsm_agent.definition.guards import has_no_tool_calls
+from fsm_agent.definition.run import Run
+from fsm_agent.render.dot import SPINE_WEIGHT, render, to_dot, write_runs
+from fsm_agent.render.mermaid import to_mermaid
+from fsm_agent.render.model import (
     FADED_COLOR,
     FAILURE_COLOR,
-    SPINE_WEIGHT,
     SUCCESS_COLOR,
     TAKEN_COLOR,
     diagram_edges,
-    load_table,
-    render,
     row_index,
     spine,
-    to_dot,
-    to_mermaid,
-    write_runs,
 )
-from fsm_agent.guards import has_no_tool_calls
-from fsm_agent.run import Run
 from fsm_agent.testing import CounterModel, FakeModel, LoopingModel, demo_registry, reply, tool_call, tool_turn
 
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
@@ -571,29 +567,29 @@ def test_cli_draws_another_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """--table module:attribute draws that Table, or the .table of an Agent."""
     agent = Agent(CounterModel(), demo_registry())
     agent.table = extended_table()
-    monkeypatch.setattr(fsm_agent.diagram, "SOME_AGENT", agent, raising=False)
-    assert load_table("fsm_agent.diagram:SOME_AGENT") is agent.table
+    monkeypatch.setattr(fsm_agent.cli.diagram, "SOME_AGENT", agent, raising=False)
+    assert load_table("fsm_agent.cli.diagram:SOME_AGENT") is agent.table
     out = tmp_path / "x.dot"
-    assert cli(["diagram", "--table", "fsm_agent.diagram:SOME_AGENT", "--out", str(out)]) == 0
+    assert cli(["diagram", "--table", "fsm_agent.cli.diagram:SOME_AGENT", "--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == to_dot(extended_table())
-    assert cli(["diagram", "--table", "fsm_agent.table:Row", "--out", str(out)]) == 1
-    assert cli(["diagram", "--table", "fsm_agent.table", "--out", str(out)]) == 1
+    assert cli(["diagram", "--table", "fsm_agent.definition.table:Row", "--out", str(out)]) == 1
+    assert cli(["diagram", "--table", "fsm_agent.definition.table", "--out", str(out)]) == 1
 
 
 def test_write_runs_without_dot_writes_dot_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run pictures fall back to <name>.dot when Graphviz is missing."""
     monkeypatch.setenv("PATH", str(tmp_path))
     result = scenario_max_tokens()
-    assert write_runs([("C_max_tokens", result)], tmp_path / "runs") == [tmp_path / "runs" / "C_max_tokens.dot"]
+    assert write_runs([("C_max_tokens", result)], tmp_path / "runs", TABLE) == [tmp_path / "runs" / "C_max_tokens.dot"]
     assert (tmp_path / "runs" / "C_max_tokens.dot").read_text(encoding="utf-8") == to_dot(TABLE, result)
 
 
 @needs_dot
-def test_demo_draws_one_picture_per_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`make demo` writes diagrams/runs/<scenario>.svg for each of the five scenarios."""
-    monkeypatch.chdir(tmp_path)
-    assert demo_main() == 0
-    names = sorted(p.name for p in (tmp_path / "diagrams" / "runs").iterdir())
+def test_demo_draws_one_picture_per_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`demo --out DIR` (what `make demo` runs, with diagrams/runs) writes DIR/<scenario>.svg for each scenario."""
+    assert cli(["demo", "--out", str(tmp_path / "runs")]) == 0
+    assert capsys.readouterr().out.endswith(f"run paths drawn in {tmp_path / 'runs'}/\n")
+    names = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert names == [
         "A_max_steps.svg",
         "B_repeated_action.svg",
@@ -607,22 +603,21 @@ def test_demo_succeeds_without_dot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without Graphviz the demo still exits 0, writes .dot paths and prints one install line."""
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert demo_main() == 0
-    assert len(list((tmp_path / "diagrams" / "runs").glob("*.dot"))) == 5
+    assert cli(["demo", "--out", str(tmp_path / "runs")]) == 0
+    assert len(list((tmp_path / "runs").glob("*.dot"))) == 5
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
     assert "apt-get install graphviz" in err[0]
 
 
 def test_run_path_does_not_import_the_diagram_code() -> None:
-    """A whole run in a fresh interpreter loads neither fsm_agent.diagram nor graphviz."""
+    """A whole run in a fresh interpreter loads none of fsm_agent.render, fsm_agent.cli or graphviz."""
     code = (
         "import sys, fsm_agent\n"
         "from fsm_agent.testing import FakeModel, demo_registry, reply\n"
         "fsm_agent.run(FakeModel([reply('hi')]), demo_registry(), 'go')\n"
-        "print(sorted(m for m in ('fsm_agent.diagram', 'graphviz') if m in sys.modules))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('fsm_agent.render', 'fsm_agent.cli', 'graphviz'))))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

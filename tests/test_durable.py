@@ -23,8 +23,8 @@ from fsm_agent import (
     ToolRegistry,
     Usage,
 )
-from fsm_agent.snapshot import SnapshotError
-from fsm_agent.store import SqliteStore
+from fsm_agent.core.snapshot import SnapshotError
+from fsm_agent.persist.store import SqliteStore
 from fsm_agent.testing import ManualClock, demo_registry, edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 
@@ -268,7 +268,7 @@ def _snapshot() -> dict[str, Any]:
         (lambda s: {**s, "counters": {**s["counters"], "turns": 0}}, "turns is 0 but 1 assistant messages"),
         (lambda s: {**s, "messages": s["messages"][:2]}, "1 tool calls ran but only 0 tool messages"),
         (lambda s: {**s, "state": "Dispatch"}, "the trace ends in AwaitModel but the state is Dispatch"),
-        (lambda s: {k: v for k, v in s.items() if k != "counters"}, "snapshot is malformed: KeyError"),
+        (lambda s: {k: v for k, v in s.items() if k != "counters"}, "snapshot field counters must be an object"),
     ],
 )
 def test_corrupted_snapshots_are_rejected_naming_the_problem(corrupt: Any, message: str) -> None:

@@ -25,8 +25,8 @@ from fsm_agent import (
     ToolRegistry,
     TransitionEvent,
 )
-from fsm_agent.events import read_log
-from fsm_agent.table import INTERRUPTED
+from fsm_agent.definition.table import INTERRUPTED
+from fsm_agent.observe.events import read_log
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,
@@ -120,7 +120,7 @@ def test_async_driver_prefers_acomplete_and_threads_a_sync_complete() -> None:
 
 def _record_all(agent: Agent) -> list[tuple[str, Any]]:
     seen: list[tuple[str, Any]] = []
-    for name in fsm_agent.events.HOOK_NAMES:
+    for name in fsm_agent.observe.events.HOOK_NAMES:
         agent.on(name, lambda event, name=name: seen.append((name, event)))
     return seen
 
@@ -482,7 +482,8 @@ def test_from_dict_rejects_wrong_versions_and_shapes(data: object, message: str)
 
 def test_diagram_overlay_accepts_a_log_and_a_result_file(tmp_path: Path) -> None:
     """The run-path diagram reads a JSON Lines log and a RunResult JSON file and highlights the same edges."""
-    from fsm_agent.diagram import diagram_edges, load_run
+    from fsm_agent.cli.diagram import load_run
+    from fsm_agent.render.model import diagram_edges
 
     log = tmp_path / "run.jsonl"
     with pytest.raises(AgentLoopError) as info:

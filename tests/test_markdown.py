@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import TABLE, Agent, StopCondition
-from fsm_agent.diagram import to_mermaid
-from fsm_agent.markdown import fill, reasons_table, render_blocks, stops_by_state
+from fsm_agent.render.markdown import fill, reasons_table, render_blocks, stops_by_state
+from fsm_agent.render.mermaid import to_mermaid
 from fsm_agent.testing import FakeModel, demo_registry
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -5,19 +5,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import logging
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import attrs
 import pytest
 from anthropic.types import Message as AnthropicMessage
-from provider_server import ProviderServer, Received, Reply, body
+from provider_server import FAST, QUESTION, ProviderServer, Reply, body, stop_of
 
-from fsm_agent import Agent, AgentLoopError, Message, ToolCall, Usage
-from fsm_agent.models import AnthropicModel
+from fsm_agent import Agent, Message, ToolCall, ToolRegistry, Usage
+from fsm_agent.models import AnthropicModel, MalformedReplyError
 from fsm_agent.models.anthropic_messages import (
     STOP_REASONS,
     from_anthropic_message,
@@ -28,8 +26,6 @@ from fsm_agent.records import STOP_REASONS as ENGINE_STOP_REASONS
 from fsm_agent.testing import TOOL_THEN_ANSWER, assert_path, demo_registry
 
 KEY = "sk-ant-test-9b8a7c6d5e4f3a2b1c0d"
-FAST = {"retry-after-ms": "1"}  # the SDK honours it, so retries in these tests wait a millisecond
-QUESTION = "What is (2+3)*4?"
 
 
 @pytest.fixture
@@ -37,12 +33,6 @@ def model(provider_server: ProviderServer) -> Iterator[AnthropicModel]:
     """An adapter whose SDK client talks to the loopback server."""
     with AnthropicModel("claude-sonnet-4-5", api_key=KEY, base_url=provider_server.url, max_retries=2) as adapter:
         yield adapter
-
-
-def _stop(agent: Agent) -> AgentLoopError:
-    with pytest.raises(AgentLoopError) as info:
-        agent.run(QUESTION)
-    return info.value
 
 
 def _message(name: str, **fields: Any) -> dict[str, Any]:
@@ -133,7 +123,7 @@ def test_max_tokens_stops_the_run_and_keeps_the_partial_text(
 ) -> None:
     """stop_reason "max_tokens" reaches CheckTruncation as max_tokens; the cut text is the result's final."""
     provider_server.queue(body("anthropic", "truncated_answer"))
-    stop = _stop(Agent(model, demo_registry()))
+    stop = stop_of(Agent(model, demo_registry()))
     assert stop.reason == "max_tokens"
     assert stop.result.final == "Let me work this out step by step: first, 2+3 is"
 
@@ -143,7 +133,7 @@ def test_max_tokens_inside_a_tool_use_stops_before_the_cut_call_runs(
 ) -> None:
     """A tool_use cut by max_tokens is a max_tokens stop; the half call stays pending and never runs."""
     provider_server.queue(body("anthropic", "truncated_tool_use"))
-    stop = _stop(Agent(model, demo_registry()))
+    stop = stop_of(Agent(model, demo_registry()))
     assert stop.reason == "max_tokens"
     assert stop.result.final == "I'll add them."
     assert stop.result.pending == (ToolCall("toolu_04Cut", "add", {"a": 2}),)
@@ -153,7 +143,7 @@ def test_max_tokens_inside_a_tool_use_stops_before_the_cut_call_runs(
 def test_a_context_window_overflow_is_a_truncation(provider_server: ProviderServer, model: AnthropicModel) -> None:
     """stop_reason "model_context_window_exceeded" is cut-off output too: max_tokens."""
     provider_server.queue(body("anthropic", "context_window"))
-    assert _stop(Agent(model, demo_registry())).reason == "max_tokens"
+    assert stop_of(Agent(model, demo_registry())).reason == "max_tokens"
 
 
 def test_pause_turn_stops_as_unfinished_and_drops_server_tool_blocks(
@@ -161,7 +151,7 @@ def test_pause_turn_stops_as_unfinished_and_drops_server_tool_blocks(
 ) -> None:
     """pause_turn is an unfinished turn, never an answer: max_tokens, with the text kept and no tool call made up."""
     provider_server.queue(body("anthropic", "pause_turn"))
-    stop = _stop(Agent(model, demo_registry()))
+    stop = stop_of(Agent(model, demo_registry()))
     assert stop.reason == "max_tokens"
     assert stop.result.final == "Let me search for that."
     assert stop.result.pending == ()
@@ -172,7 +162,7 @@ def test_a_refusal_stops_with_refusal_and_shows_the_explanation(
 ) -> None:
     """stop_reason "refusal" is the refusal stop; without text, the provider's explanation is what the user sees."""
     provider_server.queue(body("anthropic", "refusal"))
-    stop = _stop(Agent(model, demo_registry()))
+    stop = stop_of(Agent(model, demo_registry()))
     assert stop.reason == "refusal"
     assert stop.result.final == "This request could enable malware development."
 
@@ -196,7 +186,7 @@ def test_an_unknown_stop_reason_stops_with_model_error_naming_it(
 ) -> None:
     """A stop_reason outside the table is never taken for an answer: model_error, with the reply kept."""
     provider_server.queue(_message("final_answer", stop_reason="compaction"))
-    stop = _stop(Agent(model, demo_registry()))
+    stop = stop_of(Agent(model, demo_registry()))
     assert stop.reason == "model_error"
     assert "unknown stop_reason 'compaction'" in stop.evidence["error"]
     assert stop.result.messages[-1] == Message("assistant", "(2+3)*4 = 20")
@@ -214,6 +204,56 @@ def test_a_non_object_tool_input_becomes_a_failed_result_the_model_is_shown(
     block = provider_server.requests[1].json["messages"][-1]["content"][0]
     assert block["is_error"] is True
     assert "not a JSON object: '[2, 3]'" in json.loads(block["content"])["error"]
+
+
+@pytest.mark.parametrize(
+    ("index", "key", "value", "field"),
+    [(1, "name", ["add"], "content[1].name"), (1, "id", 7, "content[1].id"), (0, "text", None, "content[0].text")],
+    ids=["name-list", "id-number", "text-null"],
+)
+def test_a_malformed_block_is_a_model_error_naming_the_field(
+    provider_server: ProviderServer, model: AnthropicModel, index: int, key: str, value: Any, field: str
+) -> None:
+    """A tool_use whose name is a list (or whose id, or a text, is not a string) is refused, the field named."""
+    data = copy.deepcopy(body("anthropic", "tool_use"))
+    data["content"][index][key] = value
+    provider_server.queue(data)
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert stop.__cause__.field == field
+
+
+def test_content_that_is_not_a_list_of_blocks_is_a_model_error(
+    provider_server: ProviderServer, model: AnthropicModel
+) -> None:
+    """Text where the blocks should be is refused rather than read character by character."""
+    provider_server.queue(_message("final_answer", content="(2+3)*4 = 20"))
+    stop = stop_of(Agent(model, demo_registry()))
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert str(stop.__cause__) == "malformed provider reply: content must be a list, got '(2+3)*4 = 20'"
+
+
+def test_a_stop_reason_that_is_not_a_string_is_a_model_error(
+    provider_server: ProviderServer, model: AnthropicModel
+) -> None:
+    """A list where the stop_reason should be is refused by name, not looked up (it is unhashable)."""
+    provider_server.queue(_message("final_answer", stop_reason=["end_turn"]))
+    stop = stop_of(Agent(model, demo_registry()))
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert stop.__cause__.field == "stop_reason"
+
+
+def test_a_malformed_cache_count_is_a_model_error_naming_it(
+    provider_server: ProviderServer, model: AnthropicModel
+) -> None:
+    """The cache counts may be absent or null (zero), but one that is there must be an integer >= 0."""
+    data = copy.deepcopy(body("anthropic", "final_answer"))
+    data["usage"].update(cache_creation_input_tokens=None, cache_read_input_tokens=-3)
+    provider_server.queue(data)
+    stop = stop_of(Agent(model, demo_registry()))
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert stop.__cause__.field == "usage.cache_read_input_tokens"
 
 
 def test_usage_counts_cached_prompt_tokens_as_input(provider_server: ProviderServer, model: AnthropicModel) -> None:
@@ -246,38 +286,11 @@ def test_a_persistent_500_stops_with_model_error_and_the_provider_error_as_cause
 ) -> None:
     """After max_retries retries of a 500, the run stops with model_error and anthropic's exception as __cause__."""
     provider_server.queue(*[Reply(body("anthropic", "error_500"), 500, FAST)] * 3)
-    stop = _stop(Agent(model, demo_registry()))
+    stop = stop_of(Agent(model, demo_registry()))
     assert stop.reason == "model_error"
     assert isinstance(stop.__cause__, anthropic.InternalServerError)
     assert "Internal server error" in stop.evidence["error"]
     assert len(provider_server.requests) == 3
-
-
-def _echo_credentials(received: Received) -> dict[str, Any]:
-    """A careless server's 401: it repeats the credentials it rejected."""
-    message = f"invalid x-api-key: {received.headers['x-api-key']}"
-    return {"type": "error", "error": {"type": "authentication_error", "message": message}}
-
-
-def test_the_api_key_appears_in_no_error_evidence_trace_or_log(
-    provider_server: ProviderServer, model: AnthropicModel, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Even when the server echoes the key, the error, its evidence, the trace and the SDK's logs never hold it."""
-    provider_server.queue(Reply(_echo_credentials, 401))
-    with caplog.at_level(logging.DEBUG):
-        stop = _stop(Agent(model, demo_registry()))
-    cause = stop.__cause__
-    assert isinstance(cause, anthropic.AuthenticationError)
-    assert "invalid x-api-key: [redacted]" in str(cause)
-    exposed = [
-        str(cause),
-        repr(cause.body),
-        json.dumps(stop.evidence),
-        json.dumps(attrs.asdict(stop.result), default=str),
-        repr(model),
-        caplog.text,
-    ]
-    assert not [text for text in exposed if KEY in text]
 
 
 def test_acomplete_uses_the_async_client(provider_server: ProviderServer) -> None:
@@ -346,6 +359,55 @@ def test_only_a_top_level_error_key_marks_a_result_as_failed(content: str) -> No
     """A success that merely mentions "error" is not flagged: the check is structural."""
     _, turns = to_anthropic_messages([Message("tool", content, tool_call_id="t1")])
     assert "is_error" not in turns[0]["content"][0]
+
+
+def _capped_registry(cap: int) -> ToolRegistry:
+    """Two tools with long output under a cap of ``cap`` characters: one raises, one succeeds."""
+    registry = ToolRegistry(max_output_chars=cap)
+
+    @registry.register
+    def explode(size: int) -> str:
+        """Fail with a long message."""
+        raise RuntimeError("boom " * size)
+
+    @registry.register
+    def report(size: int) -> dict[str, str]:
+        """Succeed with a long report that mentions errors."""
+        return {"report": "no error " * size}
+
+    return registry
+
+
+def test_a_long_failed_result_cut_by_the_cap_is_still_sent_as_an_error(
+    provider_server: ProviderServer, model: AnthropicModel
+) -> None:
+    """The cap cuts the failure's JSON mid-string; its block still says is_error, and the cut success's does not."""
+    uses = [
+        {"type": "tool_use", "id": "toolu_05Boom", "name": "explode", "input": {"size": 200}},
+        {"type": "tool_use", "id": "toolu_06Long", "name": "report", "input": {"size": 200}},
+    ]
+    provider_server.queue(_message("two_tool_uses", content=uses), body("anthropic", "final_answer"))
+    result = Agent(model, _capped_registry(60)).run(QUESTION)
+    assert result.ok
+    failed, succeeded = provider_server.requests[1].json["messages"][-1]["content"]
+    assert failed["is_error"] is True
+    assert failed["content"].startswith('{"error": "tool \'explode\' raised RuntimeError: boom boom')
+    assert failed["content"].endswith("\n[truncated: 989 of 1049 characters cut, max_output_chars=60]")
+    assert "is_error" not in succeeded
+    assert succeeded["content"].endswith("max_output_chars=60]")
+
+
+def test_a_cut_result_is_a_failure_exactly_when_its_error_key_survived_the_cut() -> None:
+    """At every cap, a cut failure is flagged once '{"error"' is whole in what is left; a cut success never is."""
+    wrong = []
+    for cap in range(1, 80):
+        registry = _capped_registry(cap)
+        for name, failed in (("explode", cap >= len('{"error"')), ("report", False)):
+            content = registry.call(ToolCall("t1", name, {"size": 20}))
+            _, turns = to_anthropic_messages([Message("tool", content, tool_call_id="t1")])
+            if turns[0]["content"][0].get("is_error", False) != failed:
+                wrong.append((cap, name, content))
+    assert wrong == []
 
 
 def test_tool_schemas_become_input_schemas() -> None:

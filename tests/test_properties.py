@@ -27,8 +27,8 @@ from scenarios import USER_INPUT, Case, as_row, build, cases, check_result, chec
 
 import fsm_agent
 from fsm_agent import TABLE, Agent, AgentLoopError, ModelResponse, RunResult, ToolCall
-from fsm_agent import guards as guards_module
-from fsm_agent.table import INTERRUPTED, RESUME
+from fsm_agent.definition import guards as guards_module
+from fsm_agent.definition.table import EXPIRED, INTERRUPTED, RESUME, START
 from fsm_agent.testing import demo_registry, edge_id, reply, tool_turn
 
 
@@ -168,7 +168,9 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
 
     Unreachable here by design: ``hook_error`` rows (generated agents have no
     hooks), ``interrupted`` rows (only the async driver is interrupted) and
-    ``resume`` rows (``Agent.resume`` takes them; ``test_stateful.py`` does).
+    ``resume`` rows (``Agent.resume`` takes them; ``test_stateful.py`` does),
+    ``expired`` rows (a call still in flight at the deadline: real time, in
+    ``test_transitions.py``) and ``start`` rows (test_transitions.py and test_stops.py).
     """
     taken: set[tuple[str, str, str, str | None, str | None]] = set()
 
@@ -179,6 +181,6 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
         taken.update(as_row(t) for t in run.result.trace)
 
     collect()
-    elsewhere = {INTERRUPTED, RESUME}
+    elsewhere = {INTERRUPTED, RESUME, EXPIRED, START}
     reachable = [row for row in TABLE.rows if row.guard_name != "hook_raised" and row.trigger not in elsewhere]
     assert [edge_id(row) for row in reachable if as_row(row) not in taken] == []

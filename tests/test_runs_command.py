@@ -76,7 +76,7 @@ def test_unknown_store_or_run_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert main(["runs", "list", "--store", str(tmp_path / "none.db")]) == 1
     assert capsys.readouterr().err.startswith("error: no store at")
     store = tmp_path / "empty.db"
-    from fsm_agent.store import SqliteStore
+    from fsm_agent.persist.store import SqliteStore
 
     SqliteStore(store).close()
     assert main(["runs", "show", "ghost", "--store", str(store)]) == 1

@@ -10,8 +10,18 @@ from typing import Any
 import pytest
 
 import fsm_agent
-from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, RunResult, StopCondition, ToolRegistry, Usage
-from fsm_agent.table import INTERRUPTED, RESUME
+from fsm_agent import (
+    TABLE,
+    Agent,
+    AgentLoopError,
+    CancelToken,
+    ModelResponse,
+    RunResult,
+    StopCondition,
+    ToolRegistry,
+    Usage,
+)
+from fsm_agent.definition.table import EXPIRED, INTERRUPTED, RESUME, START
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,
@@ -209,13 +219,14 @@ def test_cancel_from_another_thread_stops_at_the_next_check_keeping_everything()
     assert exc.result.pending[0].name == "echo"
 
 
-def test_cancelled_before_start_still_keeps_a_complete_answer() -> None:
-    """The first model call is unconditional and an answer that arrived is never thrown away."""
+def test_cancelled_before_start_makes_no_model_call() -> None:
+    """A token cancelled before the run starts stops it on AwaitModel->Failed[cancelled]: nothing is billed."""
     token = CancelToken()
-    token.cancel()
-    assert Agent(FakeModel([reply("quick")]), demo_registry()).run("q", cancel=token).final == "quick"
-    exc = _stop(lambda: Agent(CounterModel(), demo_registry()).run("q", cancel=token))
-    assert (exc.reason, len(exc.result.steps)) == ("cancelled", 0)
+    token.cancel("not needed any more")
+    model = FakeModel([reply("quick")])
+    exc = _stop(lambda: Agent(model, demo_registry()).run("q", cancel=token))
+    assert (exc.reason, exc.evidence["why"], model.seen) == ("cancelled", "not needed any more", [])
+    assert [(t.trigger, t.reason) for t in exc.result.trace] == [("start", "cancelled")]
 
 
 def test_cancel_token_must_be_a_cancel_token() -> None:
@@ -432,6 +443,18 @@ def test_steps_record_counters_against_limits() -> None:
     assert result.steps[1].counters["tokens"] == [110, 1000]
 
 
+class _CancelsWhileThinking(CounterModel):
+    """Cancels the run's token while the model is working: the cancel is seen at the next Dispatch."""
+
+    def __init__(self, token: CancelToken) -> None:
+        super().__init__()
+        self.token = token
+
+    def complete(self, messages: Any, tools: Any) -> ModelResponse:
+        self.token.cancel("the user left")
+        return super().complete(messages, tools)
+
+
 def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
     """Across the seed scenarios and the stops above, every non-embedding edge of the table is taken."""
     clock = ManualClock()
@@ -440,6 +463,7 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
     token.cancel()
     registry = _slow_registry(clock, 5)
     ping = tool_call("echo", text="ping")
+    cancel_in_turn = CancelToken()
     runs: list[Callable[[], RunResult]] = [
         lambda: Agent(CounterModel(), registry, max_steps=2).run("q"),
         lambda: Agent(LoopingModel(ping), registry).run("q"),
@@ -490,6 +514,7 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
         ).run("q"),
         lambda: Agent(CounterModel(), registry, max_steps=1, on_stop=finalize).run("q"),
         lambda: Agent(CounterModel(), registry).run("q", cancel=token),
+        lambda: Agent(_CancelsWhileThinking(cancel_in_turn), registry).run("q", cancel=cancel_in_turn),
     ]
     seen: set[str] = set()
     for go in runs:
@@ -509,5 +534,7 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
         )
     )
     # Hook errors and task cancellation are embedding matters (test_embedding.py), resuming is test_durable.py's.
-    embedding = {edge_id(r) for r in TABLE.rows if r.reason == "hook_error" or r.trigger in (INTERRUPTED, RESUME)}
+    # Calls cut off in flight and the start rows are test_transitions.py's.
+    elsewhere = (INTERRUPTED, RESUME, EXPIRED, START)
+    embedding = {edge_id(r) for r in TABLE.rows if r.reason == "hook_error" or r.trigger in elsewhere}
     assert {edge_id(row) for row in TABLE.rows} - embedding - seen == set()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fsm_agent import TABLE, DefinitionError, Row, State, Table
-from fsm_agent.guards import has_no_tool_calls, is_truncated
-from fsm_agent.table import GUARDED_ONLY
+from fsm_agent.definition.guards import has_no_tool_calls, is_truncated
+from fsm_agent.definition.table import GUARDED_ONLY
 
 S = State
 

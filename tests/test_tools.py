@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
-from fsm_agent import ToolCall, ToolRegistry
+import fsm_agent
+from fsm_agent import ToolCall, ToolRegistry, ToolResult
+from fsm_agent.testing import FakeModel, reply, tool_turn
 
 
 def _call(registry: ToolRegistry, name: str, **arguments: Any) -> Any:
@@ -190,3 +197,219 @@ def test_a_lambda_needs_a_name() -> None:
     registry = ToolRegistry()
     registry.register(lambda: 1, name="get-weather")
     assert "get-weather" in registry
+
+
+# --- one call, both ways of running it ----------------------------------------------------------------------
+
+Runner = Callable[[ToolRegistry, ToolCall, "float | None"], ToolResult]
+RUNNERS: dict[str, Runner] = {
+    "execute": lambda registry, call, timeout: registry.execute(call, timeout=timeout),
+    "aexecute": lambda registry, call, timeout: asyncio.run(registry.aexecute(call, timeout=timeout)),
+}
+
+
+def _counted(kind: str, body: Callable[..., Any]) -> tuple[ToolRegistry, list[dict[str, Any]]]:
+    """A registry whose one tool ``t`` (a def or an async def) records each call's arguments, then runs ``body``."""
+    registry, calls = ToolRegistry(), []
+
+    def t(**arguments: Any) -> Any:
+        calls.append(arguments)
+        return body(**arguments)
+
+    async def at(**arguments: Any) -> Any:
+        return t(**arguments)
+
+    registry.register(t if kind == "sync" else at, name="t")
+    return registry, calls
+
+
+def _raise(error: BaseException) -> Callable[..., Any]:
+    def body(**_: Any) -> Any:
+        raise error
+
+    return body
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("timeout", [None, 5.0])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("error", [asyncio.CancelledError, GeneratorExit])
+def test_a_tool_raising_cancelled_error_or_generator_exit_on_its_own_is_an_error_result(
+    runner: str, timeout: float | None, kind: str, error: type[BaseException]
+) -> None:
+    """Nobody cancelled the call, so the tool's own CancelledError or GeneratorExit is a failure like any other."""
+    registry, calls = _counted(kind, _raise(error("on its own")))
+    outcome = RUNNERS[runner](registry, ToolCall("1", "t", {}), timeout)
+    assert outcome.error == f"tool 't' raised {error.__name__}: on its own"
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_cancelling_the_task_that_awaits_aexecute_still_propagates(timeout: float | None, kind: str) -> None:
+    """A real cancellation (the awaiting task's cancelling() > 0) is not turned into a tool result."""
+    release, started = threading.Event(), threading.Event()
+    registry, calls = ToolRegistry(), []
+
+    def t() -> bool:
+        calls.append(1)
+        started.set()
+        return release.wait(5)
+
+    async def at() -> str:
+        calls.append(1)
+        started.set()
+        await asyncio.sleep(5)
+        return "never"
+
+    registry.register(t if kind == "sync" else at, name="t")
+
+    async def main() -> None:
+        task = asyncio.ensure_future(registry.aexecute(ToolCall("1", "t", {}), timeout=timeout))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            release.set()
+
+    asyncio.run(main())
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("signal", [KeyboardInterrupt, SystemExit])
+def test_keyboard_interrupt_and_system_exit_from_a_tool_still_propagate(
+    runner: str, kind: str, signal: type[BaseException]
+) -> None:
+    """The person or the process wants to stop: that is never a tool result."""
+    registry, calls = _counted(kind, _raise(signal()))
+    with pytest.raises(signal):
+        RUNNERS[runner](registry, ToolCall("1", "t", {}), None)
+    assert len(calls) == 1
+
+
+def _grab(items: list[str], meta: dict[str, list[int]]) -> int:
+    items.append("added")
+    meta["n"].append(2)
+    meta["new"] = [3]
+    return len(items) + len(meta["n"])
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_tool_that_changes_its_arguments_cannot_change_the_call(runner: str, kind: str) -> None:
+    """The tool gets its own deep copy: the ToolCall keeps its arguments, and running it again sees them unchanged."""
+    registry, calls = _counted(kind, _grab)
+    call = ToolCall("1", "t", {"items": ["a"], "meta": {"n": [1]}})
+    before = copy.deepcopy(call.arguments)
+    first = RUNNERS[runner](registry, call, None)
+    second = RUNNERS[runner](registry, call, None)
+    assert call.arguments == before
+    assert (first.content, second.content) == ("4", "4")
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("driver", ["run", "arun"])
+def test_a_tool_that_changes_its_arguments_leaves_the_history_unchanged(driver: str) -> None:
+    """Through either driver, the assistant message in the result still holds the arguments the model sent."""
+    registry, calls = _counted("sync", _grab)
+    arguments = {"items": ["a"], "meta": {"n": [1]}}
+    model = FakeModel(tool_turn(ToolCall("g1", "t", copy.deepcopy(arguments))), reply("ok"))
+    if driver == "run":
+        result = fsm_agent.run(model, registry, "q")
+    else:
+        result = asyncio.run(fsm_agent.arun(model, registry, "q"))
+    assert result.messages[1].tool_calls[0].arguments == arguments
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("driver", ["run", "arun"])
+def test_a_tool_raising_cancelled_error_on_its_own_is_a_tool_failure_in_both_drivers(driver: str) -> None:
+    """The run is not recorded as cancelled: the tool failed, the model sees the error, and the run goes on."""
+    registry, calls = _counted("async", _raise(asyncio.CancelledError("on its own")))
+    model = FakeModel(tool_turn(ToolCall("c1", "t", {})), reply("ok"))
+    if driver == "run":
+        result = fsm_agent.run(model, registry, "q")
+    else:
+        result = asyncio.run(fsm_agent.arun(model, registry, "q"))
+    assert (result.reason, result.final) == ("done", "ok")
+    assert json.loads(result.messages[2].content) == {"error": "tool 't' raised CancelledError: on its own"}
+    assert len(calls) == 1
+
+
+def test_a_tool_declaring_call_id_is_not_offered_it_in_its_schema() -> None:
+    """call_id is filled by the registry, so the model never sees it, whether positional-or-keyword or keyword-only."""
+    registry = ToolRegistry()
+
+    def charge(card: str, call_id: str) -> str:
+        return card
+
+    async def refund(card: str, *, call_id: str = "") -> str:
+        return card
+
+    registry.register(charge)
+    registry.register(refund)
+    for schema in registry.schemas():
+        assert schema["parameters"]["properties"] == {"card": {"type": "string"}}
+        assert schema["parameters"]["required"] == ["card"]
+    assert [registry.get(name).takes_call_id for name in ("charge", "refund")] == [True, True]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_tool_declaring_call_id_receives_the_tool_call_id(runner: str, kind: str) -> None:
+    """The registry passes ToolCall.id as call_id, so a tool can make its effect idempotent."""
+    registry, calls = ToolRegistry(), []
+
+    def charge(card: str, call_id: str) -> str:
+        calls.append(call_id)
+        return card
+
+    async def acharge(card: str, *, call_id: str) -> str:
+        return charge(card, call_id)
+
+    registry.register(charge if kind == "sync" else acharge, name="charge")
+    outcome = RUNNERS[runner](registry, ToolCall("call_7", "charge", {"card": "4242"}), None)
+    assert (outcome.ok, outcome.content) == (True, '"4242"')
+    assert calls == ["call_7"]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_call_id_sent_by_the_model_is_an_error_result_and_the_tool_does_not_run(runner: str) -> None:
+    """The model cannot choose the id a tool de-duplicates on, not even through **kwargs."""
+    registry, calls = ToolRegistry(), []
+
+    def strict(card: str, call_id: str) -> None:
+        calls.append(call_id)
+
+    def loose(call_id: str, **extra: Any) -> None:
+        calls.append(call_id)
+
+    registry.register(strict)
+    registry.register(loose)
+    outcomes = [
+        RUNNERS[runner](registry, ToolCall("1", name, {"card": "4242", "call_id": "forged"}), None)
+        for name in ("strict", "loose")
+    ]
+    assert [outcome.error for outcome in outcomes] == [
+        "bad arguments for tool 'strict': unexpected argument(s): call_id; allowed: card",
+        "bad arguments for tool 'loose': call_id is filled by the registry, not passed",
+    ]
+    assert calls == []
+
+
+def test_tools_is_a_package_of_small_modules_that_keeps_its_public_names() -> None:
+    """fsm_agent.tools is a package (schema, registry, builtin, ...) of modules under 400 lines, same public names."""
+    import fsm_agent.tools as tools
+    from fsm_agent.tools import DEFAULT_MAX_OUTPUT_CHARS, JSONSchema, Tool
+
+    assert (DEFAULT_MAX_OUTPUT_CHARS, JSONSchema, Tool.__name__) == (100_000, dict[str, Any], "Tool")
+    assert tools.__all__ == sorted(tools.__all__)
+    folder = Path(tools.__file__).parent
+    sizes = {path.name: len(path.read_text(encoding="utf-8").splitlines()) for path in folder.glob("*.py")}
+    assert {"__init__.py", "schema.py", "registry.py", "builtin.py"} <= set(sizes)
+    assert max(sizes.values()) <= 400, sizes

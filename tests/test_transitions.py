@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, RunResult, State
-from fsm_agent.engine import AgentRun
-from fsm_agent.run import signature
-from fsm_agent.table import FINALIZE, INTERRUPTED, RESUME
+from fsm_agent.definition.run import signature
+from fsm_agent.definition.table import EXPIRED, FINALIZE, INTERRUPTED, RESUME, START
+from fsm_agent.drivers.agent import AgentRun
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,
@@ -39,12 +39,13 @@ def _at(state: State, options: dict[str, Any], responses: tuple[object, ...] = (
     clock = ManualClock()
     agent = Agent(FakeModel(list(responses)), demo_registry(), max_steps=3, clock=clock, **options)
     run = agent.start("question", cancel=counters.pop("cancel", None))
-    run.state = state
-    run.pending.extend(counters.pop("pending", ()))
-    run.recent.extend(counters.pop("recent", ()))
+    position = run.position
+    position.state = state
+    position.pending.extend(counters.pop("pending", ()))
+    position.recent.extend(counters.pop("recent", ()))
     clock.advance(counters.pop("seconds", 0.0))
     for name, value in counters.items():
-        setattr(run, name, value)
+        setattr(position, name, value)
     return run
 
 
@@ -148,10 +149,45 @@ def _interrupted(state: State) -> tuple[AgentRun, Stuck]:
     registry.register(stuck.tool, name="stuck")
     run = Agent(stuck, registry).start("q")
     if state is State.ExecuteTool:
-        run.state = state
-        run.turns = 1
-        run.pending.append(tool_call("stuck", id="s1"))
+        run.position.state = state
+        run.position.turns = 1
+        run.position.pending.append(tool_call("stuck", id="s1"))
     return run, stuck
+
+
+class Hang:
+    """A sync model whose reply never comes before the test releases it."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def complete(self, messages: object, tools: object) -> ModelResponse:
+        self.release.wait(5)
+        return reply("late")
+
+
+def _expired(state: State) -> AgentRun:
+    """A run whose call is still in flight when its (0.05 s) timeout passes."""
+    hang = Hang()
+    registry = demo_registry()
+    registry.register(lambda: hang.release.wait(5), name="hang")
+    run = Agent(hang, registry, timeout=0.05).start("q")
+    if state is State.ExecuteTool:
+        run.position.state = state
+        run.position.turns = 1
+        run.position.pending.append(tool_call("hang", id="h1"))
+    try:
+        run.advance()
+    finally:
+        hang.release.set()
+    return run
+
+
+START_ARRANGE: dict[str, Callable[[], AgentRun]] = {
+    "cancelled": lambda: _at(State.AwaitModel, {}, (reply("never asked"),), cancel=_cancelled()),
+    "timeout": lambda: _at(State.AwaitModel, {"timeout": 1}, (reply("never asked"),), seconds=1.0),
+}
+"""Rows on the start trigger: a run that may not go on before its first model call."""
 
 
 async def _cancel_mid_call(run: AgentRun, stuck: Stuck) -> None:
@@ -187,8 +223,9 @@ RESUMED: dict[str, Callable[[], AgentRun]] = {
 
 def test_every_row_has_a_transition_test() -> None:
     """Adding a row to the table without arranging a test for it fails here."""
-    interrupted = {edge_id(row) for row in TABLE.rows if row.trigger == INTERRUPTED}
-    assert {edge_id(row) for row in TABLE.rows} - interrupted <= set(ARRANGE) | set(RESUMED)
+    elsewhere = {edge_id(row) for row in TABLE.rows if row.trigger in (INTERRUPTED, EXPIRED, START)}
+    assert {edge_id(row) for row in TABLE.rows} - elsewhere <= set(ARRANGE) | set(RESUMED)
+    assert {row.reason for row in TABLE.rows if row.trigger == START} <= set(START_ARRANGE)
 
 
 @pytest.mark.parametrize("row", TABLE.rows, ids=edge_id)
@@ -198,6 +235,14 @@ def test_row_fires_when_its_guard_holds(row: Row) -> None:
         run, stuck = _interrupted(row.source)
         asyncio.run(_cancel_mid_call(run, stuck))
         taken = run.trace[-1]
+    elif row.trigger == EXPIRED:
+        run = _expired(row.source)
+        taken = run.trace[-1]
+        assert run.result.evidence["unfinished"]
+    elif row.trigger == START:
+        run = START_ARRANGE[str(row.reason)]()
+        taken = run.advance()
+        assert run.turns == 0  # no model call was made
     elif row.trigger == RESUME:
         run = RESUMED[edge_id(row)]()
         taken = run.trace[-1]
@@ -250,7 +295,7 @@ def test_failures_outrank_pending_calls_and_max_steps() -> None:
 def test_pending_calls_outrank_end_of_turn_stops() -> None:
     """The calls of the last allowed turn all run before max_steps, budget, timeout or cancel stop the run."""
     run = _execute({"timeout": 1, "token_budget": 5}, turns=3, pending=[ECHO, ECHO2], cancel=_cancelled(), seconds=9)
-    run.input_tokens = 10
+    run.position.input_tokens = 10
     assert edge_id(run.advance()) == "ExecuteTool->Dispatch[has_pending_calls]"
 
 
@@ -260,21 +305,21 @@ def test_end_of_turn_priority_is_cancelled_timeout_budget_steps() -> None:
     expected = ["cancelled", "timeout", "token_budget", "max_steps"]
     for reason in expected:
         run = _execute(everything, turns=3, cancel=_cancelled(), seconds=9)
-        run.input_tokens = 10
+        run.position.input_tokens = 10
         for earlier in expected[: expected.index(reason)]:
             if earlier == "cancelled":
-                run.cancel = None
+                run._cancel = None
             if earlier == "timeout":
-                run.started = run.clock()
+                run._started = run._clock()
             if earlier == "token_budget":
-                run.input_tokens = 0
+                run.position.input_tokens = 0
         assert edge_id(run.advance()) == f"ExecuteTool->Failed[{reason}]"
 
 
 def test_dispatch_priority_is_cancelled_timeout_repeat_cap() -> None:
     """Before a tool call, cancel outranks timeout outranks repeated_action outranks max_tool_calls."""
     run = _dispatch({"timeout": 1, "max_tool_calls": 1}, cancel=_cancelled(), seconds=2, last_signature=signature(ECHO))
-    run.tool_calls = 1
+    run.position.tool_calls = 1
     assert edge_id(run.advance()) == "Dispatch->Failed[cancelled]"
     run = _dispatch({"timeout": 1, "max_tool_calls": 1}, seconds=2, last_signature=signature(ECHO), tool_calls=1)
     assert edge_id(run.advance()) == "Dispatch->Failed[timeout]"

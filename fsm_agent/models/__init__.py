@@ -7,6 +7,7 @@ SDK raises ``ImportError`` with the install command.
 """
 
 from fsm_agent.models.anthropic_messages import AnthropicModel
+from fsm_agent.models.common import MalformedReplyError, RedactedError
 from fsm_agent.models.openai_chat import OpenAIChatModel
 
-__all__ = ["AnthropicModel", "OpenAIChatModel"]
+__all__ = ["AnthropicModel", "MalformedReplyError", "OpenAIChatModel", "RedactedError"]

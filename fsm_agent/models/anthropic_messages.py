@@ -11,10 +11,19 @@ connection errors) are the SDK's own, bounded by ``max_retries``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from fsm_agent.models.common import ProviderModel, check_params, decoded_input, require_sdk, tool_failed
-from fsm_agent.records import Message, ModelResponse, ToolCall, Usage
+from fsm_agent import Message, ModelResponse, ToolCall, Usage
+from fsm_agent.models.common import (
+    ProviderModel,
+    check_params,
+    decoded_input,
+    reply_items,
+    reply_text,
+    require_sdk,
+    token_count,
+    tool_failed,
+)
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
@@ -94,8 +103,18 @@ def to_anthropic_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
     return [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in schemas]
 
 
+def _usage(usage: Any) -> Usage | None:
+    # No usage at all counts as zero, as for OpenAI; one that is there must be whole.
+    if usage is None:
+        return None
+    # Cached prompt tokens are billed and processed like input, and OpenAI's prompt_tokens counts them too.
+    cached = ("cache_creation_input_tokens", "cache_read_input_tokens")
+    input_tokens = token_count(usage, "input_tokens") + sum(token_count(usage, n, optional=True) for n in cached)
+    return Usage(input_tokens, token_count(usage, "output_tokens"))
+
+
 def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
-    """The engine's view of a Messages API response.
+    """The engine's view of a Messages API response; ``MalformedReplyError`` if it is junk.
 
     Text blocks are joined; ``tool_use`` blocks become tool calls; other
     blocks (thinking, server tools) are not part of the engine's conversation
@@ -104,25 +123,22 @@ def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
     """
     texts: list[str] = []
     calls: list[ToolCall] = []
-    for block in message.content:
-        if block.type == "text":
-            texts.append(block.text)
-        elif block.type == "tool_use":
-            calls.append(decoded_input(block.id, block.name, block.input))
+    for i, block in enumerate(reply_items(getattr(message, "content", None), "content")):
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            texts.append(reply_text(getattr(block, "text", None), f"content[{i}].text"))
+        elif kind == "tool_use":
+            call_id = reply_text(getattr(block, "id", None), f"content[{i}].id")
+            name = reply_text(getattr(block, "name", None), f"content[{i}].name")
+            calls.append(decoded_input(call_id, name, getattr(block, "input", None)))
     # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
-    stop_reason = STOP_REASONS.get(message.stop_reason or "", str(message.stop_reason))
+    reason = getattr(message, "stop_reason", None)
+    stop_reason = STOP_REASONS.get(reply_text(reason, "stop_reason", nullable=True), str(reason))
     text = "".join(texts)
     details = getattr(message, "stop_details", None)
-    if stop_reason == "refusal" and not text and details is not None and details.explanation:
-        text = details.explanation
-    usage = message.usage
-    # Cached prompt tokens are billed and processed like input, and OpenAI's prompt_tokens counts them too.
-    input_tokens = (
-        usage.input_tokens
-        + (getattr(usage, "cache_creation_input_tokens", None) or 0)
-        + (getattr(usage, "cache_read_input_tokens", None) or 0)
-    )
-    return ModelResponse(Message("assistant", text, calls), stop_reason, Usage(input_tokens, usage.output_tokens))
+    if stop_reason == "refusal" and not text and details is not None:
+        text = reply_text(getattr(details, "explanation", None), "stop_details.explanation", nullable=True)
+    return ModelResponse(Message("assistant", text, calls), stop_reason, _usage(getattr(message, "usage", None)))
 
 
 class AnthropicModel(ProviderModel):
@@ -138,10 +154,14 @@ class AnthropicModel(ProviderModel):
     4096 (above about 21,000 the SDK refuses non-streaming calls unless a
     ``timeout`` is given); ``params`` go into every request unchanged (``temperature``, ...).
     Without the ``anthropic`` package this raises ``ImportError`` saying how
-    to install it.
+    to install it.  How the key and ``base_url`` are checked and kept out of
+    errors, and which replies are refused as malformed, is in
+    :mod:`fsm_agent.models.common`.
     """
 
     client: anthropic.Anthropic
+    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "ANTHROPIC_API_KEY", "auth_token": "ANTHROPIC_AUTH_TOKEN"}
+    _BASE_URL_VARIABLE = "ANTHROPIC_BASE_URL"
 
     def __init__(
         self,
@@ -161,19 +181,12 @@ class AnthropicModel(ProviderModel):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             msg = f"max_tokens must be an integer >= 1, got {max_tokens!r}"
             raise ValueError(msg)
-        settings = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
-        given = {key: value for key, value in settings.items() if value is not None}
-        if client is not None and given:
-            msg = f"pass either client or {', '.join(given)}, not both: configure the client you pass instead"
-            raise TypeError(msg)
-        super().__init__(client if client is not None else sdk.Anthropic(**given), client is None, async_client)
-        self._sdk = sdk
+        super().__init__(
+            sdk, client, async_client, api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        )
         self.model = model
         self.max_tokens = max_tokens
         self.params = params
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, base_url={str(self.client.base_url)!r})"
 
     def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
         """The keyword arguments of ``messages.create``: model, max_tokens, system (if any), messages, tools, params."""
@@ -196,6 +209,9 @@ class AnthropicModel(ProviderModel):
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.messages.create(**request)
 
+    def _new_client(self, options: dict[str, Any]) -> Any:
+        return self._sdk.Anthropic(**options)
+
     def _new_async_client(self) -> Any:
         client = self.client
         return self._sdk.AsyncAnthropic(
@@ -204,9 +220,5 @@ class AnthropicModel(ProviderModel):
             base_url=client.base_url,
             max_retries=client.max_retries,
             timeout=client.timeout,
+            default_headers=self._headers or None,
         )
-
-    def _secrets(self) -> list[str | None]:
-        secrets = super()._secrets()
-        secrets.extend(getattr(client, "auth_token", None) for client in (self.client, self._async_client))
-        return secrets

@@ -11,10 +11,20 @@ with its exponential backoff, bounded by ``max_retries``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from fsm_agent.models.common import ProviderModel, check_params, decode_arguments, encode_arguments, require_sdk
-from fsm_agent.records import Message, ModelResponse, ToolCall, Usage
+from fsm_agent import Message, ModelResponse, ToolCall, Usage
+from fsm_agent.models.common import (
+    MalformedReplyError,
+    ProviderModel,
+    check_params,
+    decode_arguments,
+    encode_arguments,
+    reply_items,
+    reply_text,
+    require_sdk,
+    token_count,
+)
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
@@ -80,36 +90,51 @@ def to_openai_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
     ]
 
 
-def _tool_call(call: Any) -> ToolCall:
+def _tool_call(call: Any, field: str) -> ToolCall:
     # Read by attribute rather than by SDK class: the class names changed between openai 1.x and 2.x.
+    call_id = reply_text(getattr(call, "id", None), f"{field}.id")
     function = getattr(call, "function", None)
     if function is not None:
-        return decode_arguments(call.id, function.name, function.arguments)
-    custom = call.custom
-    return ToolCall(call.id, custom.name, {}, raw_arguments=custom.input)
+        name = reply_text(getattr(function, "name", None), f"{field}.function.name")
+        arguments = reply_text(getattr(function, "arguments", None), f"{field}.function.arguments", nullable=True)
+        return decode_arguments(call_id, name, arguments)
+    custom = getattr(call, "custom", None)
+    if custom is None:
+        raise MalformedReplyError(field, "has neither a function nor a custom tool")
+    name = reply_text(getattr(custom, "name", None), f"{field}.custom.name")
+    raw = reply_text(getattr(custom, "input", None), f"{field}.custom.input")
+    return ToolCall(call_id, name, {}, raw_arguments=raw)
+
+
+def _usage(usage: Any) -> Usage | None:
+    # No usage at all is allowed (compatible servers omit it); one that is there must be whole.
+    if usage is None:
+        return None
+    return Usage(token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens"))
 
 
 def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
-    """The engine's view of a Chat Completions response (its first choice)."""
-    if not completion.choices:
-        msg = "the chat completion has no choices"
-        raise ValueError(msg)
-    choice = completion.choices[0]
+    """The engine's view of a Chat Completions response (its first choice); ``MalformedReplyError`` if it is junk."""
+    choices = reply_items(getattr(completion, "choices", None), "choices")
+    if not choices:
+        raise MalformedReplyError("choices", "is empty")
+    choice = choices[0]
     message = choice.message
-    finish_reason: str | None = choice.finish_reason
+    finish_reason = getattr(choice, "finish_reason", None)
     # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
-    stop_reason = FINISH_REASONS.get(finish_reason or "", str(finish_reason))
-    calls = tuple(_tool_call(call) for call in message.tool_calls or ())
-    text = message.content or ""
-    if message.refusal:
+    reason = reply_text(finish_reason, "choices[0].finish_reason", nullable=True)
+    stop_reason = FINISH_REASONS.get(reason, str(finish_reason))
+    field = "choices[0].message"
+    raw_calls = reply_items(getattr(message, "tool_calls", None), f"{field}.tool_calls")
+    calls = tuple(_tool_call(call, f"{field}.tool_calls[{i}]") for i, call in enumerate(raw_calls))
+    text = reply_text(getattr(message, "content", None), f"{field}.content", nullable=True)
+    refusal = reply_text(getattr(message, "refusal", None), f"{field}.refusal", nullable=True)
+    if refusal:
         stop_reason = "refusal"
-        text = text or message.refusal
+        text = text or refusal
     elif stop_reason == "end_turn" and calls:
         stop_reason = "tool_use"
-    usage = None
-    if completion.usage is not None:
-        usage = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens)
-    return ModelResponse(Message("assistant", text, calls), stop_reason, usage)
+    return ModelResponse(Message("assistant", text, calls), stop_reason, _usage(getattr(completion, "usage", None)))
 
 
 class OpenAIChatModel(ProviderModel):
@@ -125,10 +150,14 @@ class OpenAIChatModel(ProviderModel):
     ``acomplete`` builds one with the sync client's settings.  ``params`` go
     into every request unchanged (``temperature``, ``max_completion_tokens``,
     ...).  Without the ``openai`` package this raises ``ImportError`` saying
-    how to install it.
+    how to install it.  How the key and ``base_url`` are checked and kept out
+    of errors, and which replies are refused as malformed, is in
+    :mod:`fsm_agent.models.common`.
     """
 
     client: openai.OpenAI
+    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "OPENAI_API_KEY"}
+    _BASE_URL_VARIABLE = "OPENAI_BASE_URL"
 
     def __init__(
         self,
@@ -144,18 +173,11 @@ class OpenAIChatModel(ProviderModel):
     ) -> None:
         sdk = require_sdk("openai")
         check_params(params, _RESERVED, "OpenAIChatModel")
-        settings = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
-        given = {key: value for key, value in settings.items() if value is not None}
-        if client is not None and given:
-            msg = f"pass either client or {', '.join(given)}, not both: configure the client you pass instead"
-            raise TypeError(msg)
-        super().__init__(client if client is not None else sdk.OpenAI(**given), client is None, async_client)
-        self._sdk = sdk
+        super().__init__(
+            sdk, client, async_client, api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        )
         self.model = model
         self.params = params
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={str(self.client.base_url)!r})"
 
     def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create``: model, messages, tools (if any) and params."""
@@ -176,6 +198,9 @@ class OpenAIChatModel(ProviderModel):
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.chat.completions.create(**request)
 
+    def _new_client(self, options: dict[str, Any]) -> Any:
+        return self._sdk.OpenAI(**options)
+
     def _new_async_client(self) -> Any:
         client = self.client
         return self._sdk.AsyncOpenAI(
@@ -185,4 +210,5 @@ class OpenAIChatModel(ProviderModel):
             base_url=client.base_url,
             max_retries=client.max_retries,
             timeout=client.timeout,
+            default_headers=self._headers or None,
         )

@@ -4,9 +4,12 @@
 run one transition at a time (``AgentRun.advance``), so the current state
 and the counters can be shown while the model or a tool is working.  The
 answer goes to stdout (exit 0); a stop goes to stderr as its reason and
-evidence (exit 2).  Anything that prevents the run from starting (no API
-key, no SDK, a bad flag value) is one line on stderr and exit 1, never a
-traceback.
+evidence (exit 2).  Anything that prevents the run from starting or
+reaching its model (no API key, no SDK, a bad flag value, an unreachable
+server, a store file that is not SQLite) is one line on stderr naming what is
+at fault, and exit 1, never a traceback.  Text that came from the model is
+printed with its control characters escaped, so a reply cannot drive the
+terminal.
 """
 
 from __future__ import annotations
@@ -16,23 +19,17 @@ import contextlib
 import inspect
 import json
 import os
+import re
+import sqlite3
 import sys
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit, urlunsplit
 
-import attrs
-
-from fsm_agent.builtin_tools import builtin_registry
-from fsm_agent.engine import Agent, AgentRun
+from fsm_agent import Agent, AgentRun, RunResult, SqliteStore, Table, Transition
+from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError
 from fsm_agent.models import AnthropicModel, OpenAIChatModel
-from fsm_agent.records import RunResult, Transition
-from fsm_agent.store import SqliteStore
-from fsm_agent.table import Table
-
-EXIT_ANSWER = 0
-EXIT_SETUP = 1
-EXIT_STOPPED = 2
-EXIT_INTERRUPTED = 130
+from fsm_agent.tools.builtin import builtin_registry
 
 PROVIDERS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 """Provider prefix of ``--model`` -> the environment variable its SDK reads the key from."""
@@ -55,9 +52,21 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
 
 _STATUS_DETAIL_CHARS = 100
 
+UNREACHABLE = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError"})
+"""``model_error`` evidence types that mean the server was never reached: the SDKs' and the standard library's."""
 
-class SetupError(Exception):
-    """The run cannot start; the message is the one line shown to the user."""
+# C0 controls but newline and tab, DEL and C1: what a terminal may act on rather than show.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print to a terminal: control characters become visible escapes (ESC is ``\\x1b``).
+
+    Model text is untrusted: an escape sequence in a reply could move the
+    cursor, rewrite earlier output or retitle the terminal.  Newlines and tabs
+    stay, so an answer keeps its layout; ``--trace`` keeps the exact text.
+    """
+    return _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", text)
 
 
 def _agent_keywords() -> set[str]:
@@ -174,7 +183,7 @@ class Status:
         label = edge.reason or edge.guard
         line = f"{edge.source} -> {edge.dest}" + (f" [{label}]" if label else "")
         if edge.source == "ExecuteTool" and run.steps:
-            detail = run.steps[-1].detail
+            detail = printable(run.steps[-1].detail)
             line += f"  {detail[:_STATUS_DETAIL_CHARS]}" + ("..." if len(detail) > _STATUS_DETAIL_CHARS else "")
         print(f"{line}  ({self.counters(run)})", file=self.stream)
 
@@ -196,34 +205,38 @@ def drive(run: AgentRun, status: Status) -> RunResult:
 
 
 def trace_json(result: RunResult) -> str:
-    """The whole result (messages, steps, trace, evidence, usage) as JSON text."""
-    to_dict = getattr(result, "to_dict", None)
-    data = to_dict() if callable(to_dict) else attrs.asdict(result)
-    return json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n"
+    """The whole result as indented ``RunResult`` JSON, which ``diagram --run`` and ``RunResult.from_json`` read."""
+    return json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n"
 
 
-def write_diagram(agent: Agent, result: RunResult, path: Path) -> str:
-    """Draw the run's path over the agent's table to ``path``; returns the line to show the user."""
-    return write_diagram_for(agent.table, result, path)
+def write_diagram(table: Table, result: RunResult, path: Path) -> str:
+    """Draw ``result``'s path over ``table`` to ``path`` (format from its suffix); returns the line to show."""
+    # Imported here so a run without --diagram loads no drawing code.
+    from fsm_agent.cli.diagram import write_diagram as draw
+    from fsm_agent.cli.diagram import written_line
 
-
-def write_diagram_for(table: Table, result: RunResult, path: Path) -> str:
-    """Draw ``result``'s path over ``table`` to ``path``; returns the line to show the user."""
     try:
-        from fsm_agent import diagram
-    except ImportError as exc:
-        return f"--diagram is not available: {exc}"
-    if path.suffix == ".mmd":
-        path.write_text(diagram.to_mermaid(table, result), encoding="utf-8")
-        return f"wrote {path}"
-    source = diagram.to_dot(table, result)
-    if path.suffix == ".dot":
-        path.write_text(source, encoding="utf-8")
-        return f"wrote {path}"
-    written: Path = diagram.write_picture(source, path)
-    if written != path:
-        return f"{path} not drawn, DOT text written to {written} instead; {diagram.INSTALL_HINT}"
-    return f"wrote {path}"
+        return written_line(path, draw(table, result, path))
+    except ValueError as exc:
+        return f"error: --diagram: {exc}"
+
+
+def open_store(path: Path) -> SqliteStore:
+    """The ``--store`` file as a store; ``SetupError`` naming the file if SQLite cannot use it."""
+    try:
+        return SqliteStore(path)
+    except sqlite3.Error as exc:
+        msg = f"--store {path} is not a usable SQLite database ({exc})"
+        raise SetupError(msg) from None
+
+
+def endpoint(model: object, fallback: str | None) -> str:
+    """The URL the model adapter talks to, without any user or password in it, for a one-line error."""
+    url = getattr(model, "base_url", None) or fallback
+    if url is None:
+        return "the provider's default URL"
+    parts = urlsplit(str(url))
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def agent_for(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel) -> Agent:
@@ -249,26 +262,34 @@ def agent_for(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel)
         raise SetupError(str(exc)) from None
 
 
-def report(result: RunResult, out: IO[str], err: IO[str]) -> int:
-    """Print the answer (exit 0) or the stop with its evidence (exit 2)."""
+def report(result: RunResult, out: IO[str], err: IO[str], server: str = "the model server") -> int:
+    """Print the answer (exit 0), the server that could not be reached (exit 1) or the stop and its evidence (exit 2).
+
+    A ``model_error`` whose cause is a failed connection is a set-up
+    problem, not something the run did, so it is one line naming ``server``.
+    """
     if result.ok:
-        print(result.final, file=out)
-        return EXIT_ANSWER
+        print(printable(result.final), file=out)
+        return EXIT_DONE
+    if result.reason == "model_error" and result.evidence.get("type") in UNREACHABLE:
+        cause = printable(f"{result.evidence['type']}: {result.evidence.get('error')}")
+        print(f"error: cannot reach {server} ({cause})", file=err)
+        return EXIT_SETUP
     evidence = json.dumps(result.evidence, ensure_ascii=False, default=str)
-    print(f"stopped: {result.reason} {evidence}", file=err)
+    print(printable(f"stopped: {result.reason} {evidence}"), file=err)
     if result.final:
-        print(f"partial answer: {result.final}", file=err)
+        print(f"partial answer: {printable(result.final)}", file=err)
     return EXIT_STOPPED
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the question to the end; the exit code says how it ended (0 answer, 1 setup, 2 stopped)."""
+    """Run the question to the end; the exit code says how it ended (0 answer, 1 set-up, 2 stopped, 130 Ctrl-C)."""
     out, err = sys.stdout, sys.stderr
     try:
         model = build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
         with contextlib.closing(model):
             agent = agent_for(args, model)
-            store = None if args.store is None else SqliteStore(args.store)
+            store = None if args.store is None else open_store(args.store)
             try:
                 run = agent.start(args.question, store=store, run_id=args.run_id)
                 if store is not None:
@@ -277,6 +298,9 @@ def main(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 print("\ninterrupted", file=err)
                 return EXIT_INTERRUPTED
+            except sqlite3.Error as exc:  # the store broke while checkpointing: its file is at fault
+                msg = f"--store {args.store}: {exc}"
+                raise SetupError(msg) from None
             finally:
                 if store is not None:
                     store.close()
@@ -291,7 +315,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: cannot write --trace: {exc}", file=err)
     if args.diagram is not None:
         try:
-            print(write_diagram(agent, result, args.diagram), file=err)
+            print(write_diagram(agent.table, result, args.diagram), file=err)
         except OSError as exc:
             print(f"error: cannot write --diagram: {exc}", file=err)
-    return report(result, out, err)
+    return report(result, out, err, f"the model server at {endpoint(model, args.base_url)}")

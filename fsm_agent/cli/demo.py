@@ -1,19 +1,23 @@
 """The demonstration ``make demo`` runs: every stop path of the seed chapter, with scripted models.
 
 Scenarios A to C reproduce the chapter's three printed lines exactly; D shows
-consecutive tool failures with the last error, E a natural finish.
+consecutive tool failures with the last error, E a natural finish.  Each
+run's path is drawn into ``--out DIR``, or into a fresh temporary directory
+whose name is printed: the demo never writes into whatever directory it was
+started from.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from fsm_agent.engine import run
-from fsm_agent.errors import AgentLoopError
-from fsm_agent.records import RunResult, ToolCall
+from fsm_agent import TABLE, AgentLoopError, RunResult, ToolCall, run
+from fsm_agent.cli import EXIT_DONE
 from fsm_agent.testing import CounterModel, FakeModel, LoopingModel, demo_registry, edges, reply, tool_call, tool_turn
 
 
@@ -89,23 +93,28 @@ def scenarios() -> list[tuple[str, RunResult]]:
     return results
 
 
-def main(_args: Any = None) -> int:
-    """Print every scenario and draw its path into diagrams/runs/; exit 0 when each ended as meant to."""
+def main(args: argparse.Namespace) -> int:
+    """Print every scenario and draw its path into ``args.out`` (or a new temporary directory); exit 0 if all as meant.
+
+    ``args.out`` is ``None`` for the default, which is created only after
+    the runs, so a failing scenario leaves no empty directory behind.
+    """
     named = scenarios()
     results = dict(named)
     # Imported here so importing the demo (tests reuse its scenarios) does not load the diagram code.
-    from fsm_agent.diagram import INSTALL_HINT, RUNS_DIR, write_runs
+    from fsm_agent.render.dot import INSTALL_HINT, write_runs
 
     try:
-        written = write_runs(named)
+        directory: Path = args.out or Path(tempfile.mkdtemp(prefix="fsm_agent-demo-"))
+        written = write_runs(named, directory, TABLE)
     except OSError as exc:
         # The pictures are a by-product; the demo's verdict is about how the runs ended.
         print(f"run-path pictures not written: {exc}", file=sys.stderr)
     else:
         if all(path.suffix == ".svg" for path in written):
-            print(f"run paths drawn in {RUNS_DIR}/")
+            print(f"run paths drawn in {directory}/")
         else:
-            print(f"run paths written as DOT text in {RUNS_DIR}/; {INSTALL_HINT}", file=sys.stderr)
+            print(f"run paths written as DOT text in {directory}/; {INSTALL_HINT}", file=sys.stderr)
     expected = {
         "A_max_steps": "max_steps",
         "B_repeated_action": "repeated_action",
@@ -116,15 +125,15 @@ def main(_args: Any = None) -> int:
     wrong = [name for name, reason in expected.items() if results[name].reason != reason]
     if wrong:
         print(f"unexpected outcome in: {', '.join(wrong)}", file=sys.stderr)
-        return 1
-    return 0
+        return 1  # no documented outcome fits: the package itself is broken
+    return EXIT_DONE
 
 
 def add_command(commands: Any) -> None:
     """Register ``python -m fsm_agent demo``."""
-    parser: argparse.ArgumentParser = commands.add_parser("demo", help="run the scripted demonstration")
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "demo", help="run the scripted demonstration of every stop path"
+    )
+    where = "draw each run's path into DIR (default: a new temporary directory, named on stdout)"
+    parser.add_argument("--out", type=Path, metavar="DIR", help=where)
     parser.set_defaults(handler=main)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

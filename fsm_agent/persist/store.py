@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from fsm_agent.states import TERMINAL, State
+from fsm_agent.definition.states import TERMINAL, State
 
 
 @attrs.frozen

@@ -12,23 +12,48 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, get_args
 
 import attrs
 
+from fsm_agent.definition.states import STATES
 from fsm_agent.records import ModelResponse, RunResult, ToolCall, Transition, plain
-from fsm_agent.states import STATES
 
 logger = logging.getLogger("fsm_agent")
 
-CALL_HOOKS = ("before_model", "after_model", "before_tool", "after_tool")
-TRANSITION_HOOKS = ("transition", "failed")
-HOOK_NAMES = (
-    *TRANSITION_HOOKS,
-    *CALL_HOOKS,
-    *(f"enter:{state}" for state in STATES),
-    *(f"leave:{state}" for state in STATES),
-)
+HookName = Literal[
+    "transition",
+    "failed",
+    "before_model",
+    "after_model",
+    "before_tool",
+    "after_tool",
+    "enter:AwaitModel",
+    "enter:CheckTruncation",
+    "enter:Dispatch",
+    "enter:ExecuteTool",
+    "enter:Done",
+    "enter:Failed",
+    "leave:AwaitModel",
+    "leave:CheckTruncation",
+    "leave:Dispatch",
+    "leave:ExecuteTool",
+    "leave:Done",
+    "leave:Failed",
+]
+"""Every hook name, for the type checker; ``HOOK_NAMES`` is the same list at run time."""
+HOOK_NAMES: tuple[str, ...] = get_args(HookName)
+_STATE_HOOKS = {f"{side}:{state}" for side in ("enter", "leave") for state in STATES}
+if set(HOOK_NAMES) != _STATE_HOOKS | {
+    "transition",
+    "failed",
+    "before_model",
+    "after_model",
+    "before_tool",
+    "after_tool",
+}:
+    msg = "HookName must name every state's enter and leave hooks"
+    raise AssertionError(msg)
 
 
 @attrs.frozen

@@ -1,8 +1,10 @@
-"""The one mutable object of a run: its state name and the counters the guards read.
+"""The one mutable object of a run: its position and the counters the guards read.
 
-It is deliberately a plain (non-slotted) class compared by identity: it is the
-model of the shared ``transitions`` machine, and one exists per run, so
-nothing about a run lives on the agent or the machine.
+A plain class compared by identity, one per run, so nothing about a run lives
+on the agent or the machine.  It knows no clock, thread or event loop: the
+driver writes the two facts from outside (``elapsed`` seconds and whether the
+run was ``cancelled``) before each transition, and everything else changes
+only through the stepper.
 """
 
 from __future__ import annotations
@@ -10,14 +12,19 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
-from fsm_agent.cancellation import CancelToken
-from fsm_agent.limits import Limits
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.states import State
 from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition
-from fsm_agent.states import State
+from fsm_agent.tools import ToolResult
+
+if TYPE_CHECKING:
+    from fsm_agent.definition.stops import Stop
+    from fsm_agent.definition.table import Row, Table
 
 Signature = tuple[str, str]
+Counters = dict[str, list[int | float | None]]
 
 
 def signature(call: ToolCall) -> Signature:
@@ -30,6 +37,84 @@ def signature(call: ToolCall) -> Signature:
         # Arguments a model could not have sent as JSON still need a stable identity.
         arguments = repr(call.arguments)
     return call.name, arguments
+
+
+class Meter(NamedTuple):
+    """One counter against its limit, as ``Step.counters``, the status line and the evidence show it."""
+
+    name: str
+    used: Callable[[Run], int | float]
+    limit: Callable[[Limits], int | float | None]
+
+
+class Run:
+    """Position and counters of one run; the guards are predicates over it."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        messages: list[Message],
+        *,
+        table: Table,
+        policies: Mapping[str, str] | None = None,
+    ) -> None:
+        self.state: State = State.AwaitModel
+        self.limits = limits
+        self.messages = messages
+        self.steps: list[Step] = []
+        self.trace: list[Transition] = []
+        # Model calls made so far; the current turn's index is turns - 1.
+        self.turns = 0
+        self.failures = 0
+        self.tool_calls = 0
+        self.calls_by_tool: dict[str, int] = {}
+        self.last_signature: Signature | None = None
+        self.last_error: str | None = None
+        self.last_response: ModelResponse | None = None
+        # Tool calls of the current turn not executed yet; in ExecuteTool, pending[0] is the call about to run.
+        self.pending: deque[ToolCall] = deque()
+        # Outcomes of calls that ran (a parallel batch) but are not replayed through the machine yet, by call id.
+        self.ran: dict[str, ToolResult] = {}
+        # Decisions on calls that need approval, by call id: True runs it, False or a reason text rejects it.
+        self.approvals: dict[str, bool | str] = {}
+        # (signature, result) of the latest executed calls, for the cycle guard; bounded by cycle_window.
+        self.recent: deque[tuple[Signature, str]] = deque(maxlen=limits.cycle_window or 1)
+        # What a failed model call raised (model_error), a strict hook raised (hook_error), a user check raised.
+        self.model_exception: BaseException | None = None
+        self.hook_error: BaseException | None = None
+        self.condition_error: BaseException | None = None
+        self.condition_name = ""
+        # The call that was still running when the deadline passed or the task was cancelled.
+        self.unfinished: str | None = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        # Written by the driver before each transition; while a parallel batch is replayed it stays as planned.
+        self.elapsed = 0.0
+        self.cancelled = False
+        self.cancel_why = ""
+        self.frozen = False
+        self.policies: Mapping[str, str] = policies or {}
+        self.meters: tuple[Meter, ...] = table.meters
+        self.rows: Mapping[tuple[State, str], Sequence[Row]] = table.index
+        self.table_stops: Mapping[str, Stop] = table.stop_for
+        # The stop that a finalize call is answering for, once one was taken, and that stop's evidence.
+        self.finalizing: str | None = None
+        self.finalize_evidence: dict[str, Any] = {}
+        # Set by resume(retry=True): a model_error run may call the model again.
+        self.retry_model = False
+        self.final = ""
+        self.reason: str | None = None
+        self.evidence: dict[str, Any] = {}
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens reported so far."""
+        return self.input_tokens + self.output_tokens
+
+    def counters(self) -> Counters:
+        """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
+        limits = self.limits
+        return {m.name: [m.used(self), m.limit(limits)] for m in self.meters}
 
 
 class MessagesView(Sequence[Message]):
@@ -59,109 +144,6 @@ class MessagesView(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"MessagesView({self._items!r})"
-
-
-class Edge(Protocol):
-    """What a guard that looks ahead needs of a table row (avoids importing the table here)."""
-
-    @property
-    def dest(self) -> State: ...
-
-    @property
-    def guard(self) -> Callable[[Run], bool] | None: ...
-
-    @property
-    def reason(self) -> str | None: ...
-
-
-Clock = Callable[[], float]
-
-
-class Run:
-    """Position and counters of one run; the guards are predicates over it."""
-
-    def __init__(
-        self,
-        limits: Limits,
-        messages: list[Message],
-        *,
-        clock: Clock,
-        cancel: CancelToken | None = None,
-        policies: Mapping[str, str] | None = None,
-        rows: Mapping[tuple[State, str], Sequence[Edge]] | None = None,
-    ) -> None:
-        self.state: State = State.AwaitModel
-        self.limits = limits
-        self.messages = messages
-        self.steps: list[Step] = []
-        self.trace: list[Transition] = []
-        # Model calls made so far; the current turn's index is turns - 1.
-        self.turns = 0
-        self.failures = 0
-        self.tool_calls = 0
-        self.calls_by_tool: dict[str, int] = {}
-        self.last_signature: Signature | None = None
-        self.last_error: str | None = None
-        self.last_response: ModelResponse | None = None
-        # Tool calls of the current turn not executed yet; in ExecuteTool, pending[0] is the call about to run.
-        self.pending: deque[ToolCall] = deque()
-        # (signature, result) of the latest executed calls, for the cycle guard; bounded by cycle_window.
-        self.recent: deque[tuple[Signature, str]] = deque(maxlen=limits.cycle_window or 1)
-        self.model_exception: BaseException | None = None
-        # An exception from a hook of a strict_hooks agent; it stops the run at the next transition.
-        self.hook_error: BaseException | None = None
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.clock = clock
-        self.started = clock()
-        # While a batch of parallel tool calls is replayed, guards see the clock and cancel token as planned.
-        self.frozen_at: float | None = None
-        self.frozen_cancel: bool | None = None
-        self.cancel = cancel
-        self.policies: Mapping[str, str] = policies or {}
-        self.rows: Mapping[tuple[State, str], Sequence[Edge]] = rows or {}
-        # The stop that a finalize call is answering for, once one was taken.
-        self.finalizing: str | None = None
-        # Set by resume(retry=True): a model_error run may call the model again.
-        self.retry_model = False
-        self.final = ""
-        self.reason: str | None = None
-        self.evidence: dict[str, Any] = {}
-
-    @property
-    def tokens(self) -> int:
-        """Input plus output tokens reported so far."""
-        return self.input_tokens + self.output_tokens
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since the run started, on the run's clock."""
-        now = self.clock() if self.frozen_at is None else self.frozen_at
-        return now - self.started
-
-    def cancel_requested(self) -> bool:
-        """Whether the run's token asks it to stop (as seen when the current batch was planned, during one)."""
-        if self.frozen_cancel is not None:
-            return self.frozen_cancel
-        return self.cancel is not None and self.cancel.cancelled
-
-    def counters(self) -> dict[str, list[int | float | None]]:
-        """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
-        limits = self.limits
-        return {
-            "steps": [self.turns, limits.max_steps],
-            "failures": [self.failures, limits.max_consecutive_failures],
-            "tool_calls": [self.tool_calls, limits.total_tool_calls],
-            "tokens": [self.tokens, limits.token_budget],
-            "seconds": [round(self.elapsed, 6), limits.timeout],
-        }
-
-    def first_row(self, trigger: str) -> Edge | None:
-        """The row ``trigger`` would take from the current state, without taking it."""
-        for row in self.rows.get((self.state, trigger), ()):
-            if row.guard is None or row.guard(self):
-                return row
-        return None
 
 
 class RunView:
@@ -198,6 +180,6 @@ class RunView:
         return tuple(self._run.pending)
 
     @property
-    def counters(self) -> dict[str, list[int | float | None]]:
+    def counters(self) -> Counters:
         """Counters against limits, as in ``Step.counters``."""
         return self._run.counters()

@@ -19,7 +19,7 @@ import zoneinfo
 from collections.abc import Callable
 from pathlib import Path
 
-from fsm_agent.tools import ToolRegistry
+from fsm_agent.tools.registry import ToolRegistry
 
 Number = int | float
 

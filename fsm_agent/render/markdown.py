@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fsm_agent.guards import EVIDENCE, FINALIZABLE
-from fsm_agent.table import FINALIZE, TRIGGERS, Row, Table
+from fsm_agent.definition.table import FINALIZE, TRIGGERS, Row, Table
 
 README = Path("README.md")
 
@@ -44,17 +43,23 @@ def stops_by_state(table: Table) -> str:
 
 def reasons_table(table: Table) -> str:
     """One row per stop reason: where it is checked, by which guard, its evidence and the policies it allows."""
-    lines = ["| reason | checked at | guard | evidence | `on_stop` |", "|---|---|---|---|---|"]
+    lines = ["| reason | checked at | guard | evidence | `on_stop` | `resume` |", "|---|---|---|---|---|---|"]
+    stops = table.stop_for
     for reason in table.reasons:
         rows = [r for r in table.rows if r.reason == reason]
         places = ", ".join(f"{r.source} (`{r.trigger}`)" for r in rows)
         guards = ", ".join(dict.fromkeys(f"`{r.guard_name}`" if r.guard else "—" for r in rows))
-        evidence = EVIDENCE[reason].__doc__ if reason in EVIDENCE else "`condition`, `description`"
-        policies = "raise, return" + (", finalize" if reason in FINALIZABLE else "")
-        if reason == "finalize_failed":
+        stop = stops.get(reason)
+        evidence = stop.evidence.__doc__ if stop is not None else ""
+        policies = ", ".join(stop.policies) if stop is not None else "raise, return"
+        if stop is not None and stop.edge_only:
             policies = "— (the stop that asked for the finalize stands)"
-        lines.append(f"| `{reason}` | {places} | {guards} | {_first_line(evidence)} | {policies} |")
+        resume = _RESUME.get(stop.resume or "", "—") if stop is not None else "—"
+        lines.append(f"| `{reason}` | {places} | {guards} | {_first_line(evidence)} | {policies} | {resume} |")
     return "\n".join(lines)
+
+
+_RESUME = {"lift": "new limits that lift it", "retry": "`retry=True`"}
 
 
 def render_blocks(table: Table, mermaid: str) -> dict[str, str]:

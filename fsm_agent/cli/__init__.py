@@ -1,0 +1,21 @@
+"""The command line, ``python -m fsm_agent COMMAND``: one module per command, none imported on the run path.
+
+Every command exits with one of these codes, so a script can tell a mistake
+in its own set-up from a run that stopped:
+
+- ``0`` done: the answer printed, the diagram or the listing written;
+- ``1`` a set-up or usage error (a bad flag, no API key, an unreachable
+  server, a store file that is not SQLite), one line on stderr naming what is
+  at fault;
+- ``2`` a run stopped: its reason and evidence on stderr;
+- ``130`` interrupted (Ctrl-C), as shells report a SIGINT.
+"""
+
+EXIT_DONE = 0
+EXIT_SETUP = 1
+EXIT_STOPPED = 2
+EXIT_INTERRUPTED = 130
+
+
+class SetupError(Exception):
+    """Something the user chose prevents the command from starting; the message is the one line shown."""

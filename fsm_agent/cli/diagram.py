@@ -1,0 +1,203 @@
+"""The ``diagram`` command: draw a table, or one run's path over it, as DOT, SVG, PNG or Mermaid.
+
+``python -m fsm_agent diagram`` writes ``diagrams/agent_loop.dot``, ``.mmd``
+and (with Graphviz) ``.svg`` under the current directory, and nothing else;
+``--out`` writes one file instead.  It rewrites a README's rendered blocks
+only when given ``--update-readme FILE``, which is what this repository's
+``make diagram`` does: an installed command must not edit a user's README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fsm_agent import RunResult, State, Table
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP
+from fsm_agent.observe.events import read_log
+from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot, write_picture
+from fsm_agent.render.markdown import update_readme
+from fsm_agent.render.mermaid import to_mermaid
+from fsm_agent.render.model import NAME, diagram_edges
+
+DIAGRAM_DIR = Path("diagrams")
+"""Where ``diagram`` without ``--out`` writes, relative to the current directory."""
+
+FORMATS = {"svg": "svg", "png": "png", "dot": "dot", "mermaid": "mmd"}
+"""Output format -> file suffix; ``svg`` and ``png`` need Graphviz's ``dot`` program."""
+
+PICTURES = ("svg", "png")
+
+
+def write_all(table: Table, directory: Path = DIAGRAM_DIR) -> list[Path]:
+    """The machine's three files: ``agent_loop.dot``, ``.mmd`` and, where ``dot`` is installed, ``.svg``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dot_path = directory / f"{NAME}.dot"
+    mermaid_path = directory / f"{NAME}.mmd"
+    source = to_dot(table)
+    dot_path.write_text(source, encoding="utf-8")
+    mermaid_path.write_text(to_mermaid(table), encoding="utf-8")
+    written = [dot_path, mermaid_path]
+    if dot_installed():
+        svg_path = directory / f"{NAME}.svg"
+        svg_path.write_bytes(render(source, "svg"))
+        written.append(svg_path)
+    return written
+
+
+def load_table(spec: str) -> Table:
+    """The table named by ``module:attribute``: a ``Table``, or anything with a ``.table`` (an ``Agent``)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        msg = f"--table wants module:attribute (e.g. fsm_agent:TABLE), got {spec!r}"
+        raise ValueError(msg)
+    found = getattr(importlib.import_module(module_name), attribute)
+    table = getattr(found, "table", found)
+    if not isinstance(table, Table):
+        msg = f"{spec} is a {type(found).__name__}, not a Table or an object with a .table"
+        raise TypeError(msg)
+    return table
+
+
+def load_run(path: str | Path) -> RunResult:
+    """A run to draw: a ``RunResult`` JSON file (``run --trace``, ``to_json()``) or a JSON Lines log (trace only).
+
+    The result is told apart by parsing the whole file as one JSON object with
+    a ``format`` field, so indented JSON (what ``--trace`` writes) and one-line
+    JSON both load; anything else is read as a log, line by line.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None  # several JSON documents, one per line: a log
+    if isinstance(data, dict) and "format" in data:
+        return RunResult.from_dict(data)
+    trace = read_log(path)
+    if not trace:
+        msg = f"{path}: no transitions in this log"
+        raise ValueError(msg)
+    reason = trace[-1].reason or ("done" if trace[-1].dest == State.Done else "running")
+    return RunResult(messages=(), steps=(), final="", reason=reason, trace=trace)
+
+
+def format_for(out: str | None, fmt: str | None) -> str:
+    """The output format: ``fmt`` if given, else the one ``out``'s suffix names; ``ValueError`` if neither says."""
+    if fmt is not None:
+        return fmt
+    suffix = Path(out or "").suffix.lstrip(".")
+    for name, known in FORMATS.items():
+        if suffix in (name, known):
+            return name
+    msg = f"cannot tell the format from {out!r}; give --format ({', '.join(FORMATS)})"
+    raise ValueError(msg)
+
+
+def write_diagram(table: Table, result: RunResult | None, path: Path, fmt: str | None = None) -> Path:
+    """Draw ``table`` (with ``result``'s path) to ``path``; the path written, a ``.dot`` beside it without Graphviz."""
+    fmt = format_for(str(path), fmt)
+    text = to_mermaid(table, result) if fmt == "mermaid" else to_dot(table, result)
+    if fmt in PICTURES:
+        return write_picture(text, path, fmt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def written_line(asked: Path, written: Path) -> str:
+    """The line that tells the user what :func:`write_diagram` wrote, and how to get the picture if it could not."""
+    if written == asked:
+        return f"wrote {written}"
+    return f"{asked} not drawn, DOT text written to {written} instead; {INSTALL_HINT}"
+
+
+def _to_stdout(table: Table, fmt: str, result: RunResult | None) -> int:
+    text = to_mermaid(table, result) if fmt == "mermaid" else to_dot(table, result)
+    if fmt not in PICTURES:
+        sys.stdout.write(text)
+        return EXIT_DONE
+    if not dot_installed():
+        print(f"error: cannot draw {fmt} without Graphviz's dot; {INSTALL_HINT}", file=sys.stderr)
+        return EXIT_SETUP
+    sys.stdout.buffer.write(render(text, fmt))
+    return EXIT_DONE
+
+
+def _write(table: Table, fmt: str | None, out: str | None, result: RunResult | None) -> int:
+    if fmt is None:
+        for path in write_all(table):
+            print(f"wrote {path}")
+        if not dot_installed():
+            svg = DIAGRAM_DIR / f"{NAME}.svg"
+            print(f"{svg} not drawn: Graphviz's dot is not installed; {INSTALL_HINT}", file=sys.stderr)
+        return EXIT_DONE
+    if out == "-":
+        return _to_stdout(table, fmt, result)
+    asked = Path(out) if out is not None else DIAGRAM_DIR / f"{NAME}.{FORMATS[fmt]}"
+    written = write_diagram(table, result, asked, fmt)
+    print(written_line(asked, written), file=sys.stdout if written == asked else sys.stderr)
+    return EXIT_DONE
+
+
+def main(args: argparse.Namespace) -> int:
+    """Write the diagram(s) the options ask for (and the README blocks with ``--update-readme``); exit 0 or 1.
+
+    A missing ``dot`` is not an error: the DOT text is the diagram's source
+    and still gets written, with one line on installing Graphviz.
+    """
+    out: str | None = args.out
+    try:
+        table = load_table(args.table)
+        result = None if args.run is None else load_run(args.run)
+        if result is not None and args.format is None and out is None:
+            out = str(Path(args.run).with_suffix(".svg"))
+        fmt = None if args.format is None and out is None else format_for(out, args.format)
+        if result is not None:
+            diagram_edges(table, result)  # a trace from another table is reported here, not half-drawn
+    except (ValueError, TypeError, ImportError, AttributeError, OSError) as exc:
+        print(f"error: diagram: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    readme: Path | None = args.update_readme
+    try:
+        code = _write(table, fmt, out, result)
+        if code == EXIT_DONE and readme is not None and update_readme(table, to_mermaid(table), readme):
+            print(f"updated the rendered blocks of {readme}")
+    except OSError as exc:
+        print(f"error: diagram: could not write: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    except ValueError as exc:  # a README without the marker comments of the blocks
+        print(f"error: diagram: {readme}: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    return code
+
+
+def add_command(commands: Any) -> None:
+    """Register ``python -m fsm_agent diagram``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "diagram",
+        help="draw the state machine (DOT, SVG, PNG or Mermaid)",
+        description="Without options, write diagrams/agent_loop.dot, .mmd and (with Graphviz) .svg "
+        "under the current directory, and nothing else.",
+    )
+    parser.add_argument("--format", choices=list(FORMATS), help="one output format (default: dot, mermaid and svg)")
+    parser.add_argument("--out", help="output path, '-' for stdout (default: diagrams/agent_loop.<suffix>)")
+    parser.add_argument(
+        "--table",
+        default="fsm_agent:TABLE",
+        help="module:attribute of the Table (or Agent) to draw (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--run",
+        help="draw this run's path: a RunResult JSON (--trace of `run`) or a JSON Lines log (default out: RUN.svg)",
+    )
+    parser.add_argument(
+        "--update-readme",
+        type=Path,
+        metavar="FILE",
+        help="also rewrite the <!-- machine/stops/reasons:start --> blocks of FILE from the table (`make diagram`)",
+    )
+    parser.set_defaults(handler=main)

@@ -1,0 +1,50 @@
+"""Batch planning: which calls of a turn may run together, decided by ``Dispatch``'s own rows.
+
+The plan walks ``Dispatch`` with the one row walker on a copy of the run,
+after ``count_call`` has done to the copy what each earlier call of the batch
+will have done, so the batch is exactly the calls the machine would let run
+one after another, given the clock and cancel token as they are now (the
+stepper freezes both until the batch is replayed).  What a call's result
+decides (``tool_failures``, ``cycle``) cannot be known before it runs: those
+stops may fire in the middle of a replayed batch, and the later calls, which
+already ran, are kept and recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Callable
+
+from fsm_agent.core.ledger import count_call
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import State
+from fsm_agent.definition.stops import ConditionError
+from fsm_agent.definition.table import DISPATCH, first_row
+from fsm_agent.records import ToolCall
+
+
+def plan_batch(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
+    """The calls of this turn, from the current one on, that may run now; ``cleared`` says a person allowed one."""
+    calls = list(run.pending)
+    if len(calls) == 1:
+        return calls
+    probe = copy.copy(run)
+    # count_call writes only these two; the Dispatch walk reads but never writes the rest.
+    probe.calls_by_tool = dict(run.calls_by_tool)
+    probe.state = State.Dispatch
+    planned = calls[:1]
+    ids = {calls[0].id}
+    for i in range(1, len(calls)):
+        count_call(probe, calls[i - 1])
+        probe.pending = deque(calls[i:])
+        try:
+            row = first_row(probe, DISPATCH)
+        except ConditionError:
+            break  # the replay will meet the same error and stop there
+        # A repeated call id would make two results share one key, so such a call waits for its own turn.
+        if row is None or row.dest is not State.ExecuteTool or not cleared(calls[i]) or calls[i].id in ids:
+            break
+        planned.append(calls[i])
+        ids.add(calls[i].id)
+    return planned

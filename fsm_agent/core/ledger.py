@@ -1,0 +1,111 @@
+"""The bookkeeping of a run: what a model reply and a tool outcome add to the messages, steps and counters.
+
+Every change a call's outcome makes to a run happens here, once.  Batch
+planning calls ``count_call`` on a copy of the run to learn what the next
+``Dispatch`` will see, instead of simulating it by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from fsm_agent.definition.run import Run, signature
+from fsm_agent.records import STOP_REASONS, Message, ModelResponse, Step, ToolCall, Usage
+from fsm_agent.tools import ToolResult
+
+
+def malformed(response: object) -> str | None:
+    """Why a model's return value is not a usable ``ModelResponse``, or None; checked before anything is recorded."""
+    if not isinstance(response, ModelResponse):
+        return f"model returned {type(response).__name__}, expected ModelResponse"
+    message = response.message
+    if not isinstance(message, Message):
+        return f"ModelResponse.message is a {type(message).__name__}, expected Message"
+    if not isinstance(message.content, str):
+        return f"Message.content is a {type(message.content).__name__}, expected str"
+    if not isinstance(message.tool_calls, tuple):
+        return f"Message.tool_calls is a {type(message.tool_calls).__name__}, expected a tuple of ToolCall"
+    for call in message.tool_calls:
+        if not isinstance(call, ToolCall):
+            return f"a tool call is a {type(call).__name__}, expected ToolCall"
+        if not isinstance(call.id, str) or not isinstance(call.name, str):
+            return f"a tool call's id and name must be str, got id {call.id!r} and name {call.name!r}"
+    return None
+
+
+def usage_problem(usage: object) -> str | None:
+    """Why a reply's ``usage`` cannot be counted (a malformed count would switch ``token_budget`` off), or None."""
+    if usage is None:
+        return None
+    if not isinstance(usage, Usage):
+        return f"ModelResponse.usage is a {type(usage).__name__}, expected Usage or None"
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(usage, name)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        if not ok:
+            shown = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
+            return f"ModelResponse.usage.{name} must be a whole number >= 0, got {shown}"
+    return None
+
+
+def record_reply(run: Run, response: ModelResponse) -> str | None:
+    """Keep a reply (message, its calls, its tokens); return why it is unusable, if it is."""
+    run.messages.append(response.message)
+    run.pending.extend(response.message.tool_calls)
+    problem = usage_problem(response.usage)
+    if problem is not None:
+        return problem
+    if response.usage is not None:
+        run.input_tokens += response.usage.input_tokens
+        run.output_tokens += response.usage.output_tokens
+    if response.stop_reason not in STOP_REASONS:
+        # The reply, its calls (pending) and its tokens are kept, but an unknown signal is not guessed at.
+        return f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
+    run.last_response = response
+    return None
+
+
+def count_call(run: Run, call: ToolCall) -> None:
+    """What executing ``call`` changes that the next ``Dispatch`` reads: the call counts and the last signature."""
+    run.tool_calls += 1
+    run.calls_by_tool[call.name] = run.calls_by_tool.get(call.name, 0) + 1
+    run.last_signature = signature(call)
+
+
+def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
+    """Append a call's tool message and step and update every counter the guards read."""
+    run.messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+    count_call(run, call)
+    if outcome.error is None:
+        run.failures = 0
+    else:
+        run.failures += 1
+        run.last_error = outcome.error
+    if run.limits.cycle_window:
+        run.recent.append((run.last_signature, outcome.content))  # type: ignore[arg-type]  # count_call set it
+    arguments = json.dumps(call.arguments, ensure_ascii=False, default=repr)
+    detail = f"{call.name}({arguments}) -> {outcome.content}"
+    run.steps.append(Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated))
+
+
+def answer_unexecuted(run: Run, why: str) -> None:
+    """Give every pending call a tool message saying it did not run: providers reject unanswered calls."""
+    while run.pending:
+        call = run.pending.popleft()
+        run.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
+
+
+def record_leftovers(run: Run) -> list[str]:
+    """Calls of a parallel batch that ran although the run stopped before their turn: kept, in the order asked."""
+    ids = []
+    while run.pending and run.pending[0].id in run.ran:
+        call = run.pending.popleft()
+        record_tool(run, call, run.ran.pop(call.id))
+        ids.append(call.id)
+    return ids
+
+
+def error_text(message: str) -> str:
+    """A failed call's tool message: ``{"error": message}``, the shape tools report failures in."""
+    return json.dumps({"error": message}, ensure_ascii=False)

@@ -1,0 +1,67 @@
+"""How a run ends: its reason, evidence and final text on entering ``Done`` or ``Failed``, and its result.
+
+A finalize call changes what a run's end means: a ``Done`` after one is the
+stop that asked for it, answered; a ``Failed`` after one keeps that stop as
+the reason and says in the evidence how the last call went.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsm_agent.core.ledger import record_leftovers
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import State
+from fsm_agent.records import RunResult, Step, ToolCall, Usage
+
+
+def evidence_for(run: Run, reason: str) -> dict[str, Any]:
+    """The JSON-serialisable evidence of a stop: the step, the reason's own facts, the counters."""
+    stop = run.table_stops.get(reason)
+    facts = stop.evidence(run) if stop is not None else {}
+    return {"step": max(run.turns - 1, 0), **facts, "counters": run.counters()}
+
+
+def conclude(run: Run) -> None:
+    """Set the reason, evidence and final text of a run that just entered ``Done`` or ``Failed``."""
+    if run.state is State.Done:
+        run.final = run.last_response.message.content if run.last_response is not None else ""
+        run.steps.append(Step(run.turns - 1, "final", run.final, run.counters()))
+        if run.finalizing is None:
+            run.reason = "done"
+        else:
+            run.reason = run.finalizing
+            run.evidence = {**run.finalize_evidence, "finalize": {"outcome": "answered"}}
+        return
+    edge_reason = run.trace[-1].reason or "unknown"
+    evidence = evidence_for(run, edge_reason)
+    also_ran = record_leftovers(run)
+    if also_ran:
+        evidence["also_ran"] = also_ran
+    stop = run.table_stops.get(edge_reason)
+    if run.last_response is not None and ((stop is not None and stop.keeps_text) or run.finalizing is not None):
+        run.final = run.last_response.message.content
+    if run.finalizing is None:
+        run.reason, run.evidence = edge_reason, evidence
+    else:
+        # The stop that forced the finalize stands; the evidence says why the finalize failed.
+        evidence.pop("counters", None)
+        run.reason = run.finalizing
+        run.evidence = {**run.finalize_evidence, "finalize": {"outcome": edge_reason, **evidence}}
+
+
+def make_result(
+    run: Run, reason: str, evidence: dict[str, Any], pending: tuple[ToolCall, ...], snapshot: dict[str, Any] | None
+) -> RunResult:
+    """The run as a frozen result; a stopped or paused run carries its ``snapshot``, enough to continue it."""
+    return RunResult(
+        messages=run.messages,
+        steps=run.steps,
+        final=run.final,
+        reason=reason,
+        trace=run.trace,
+        evidence=evidence,
+        usage=Usage(run.input_tokens, run.output_tokens),
+        pending=pending,
+        snapshot=snapshot,
+    )

@@ -1,0 +1,254 @@
+"""The snapshot format: a run's whole position as plain JSON-ready data, versioned, owned here alone.
+
+A run is a state name plus data, so it can be saved between any two
+transitions and continued elsewhere exactly.  No pickle: a snapshot is JSON,
+readable and diffable.  A corrupted, tampered or contradictory one is
+rejected with ``SnapshotError`` naming the field at fault, never turned into
+a silently wrong run (a negative failure count would switch a limit off).
+Version 1 snapshots (before tool outcomes were kept by call id) are migrated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import State
+from fsm_agent.errors import FsmAgentError
+from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, plain
+from fsm_agent.tools import ToolResult
+
+SNAPSHOT_FORMAT = "fsm_agent.Snapshot"
+SNAPSHOT_VERSION = 2
+
+
+class SnapshotError(FsmAgentError, ValueError):
+    """A snapshot that cannot be resumed: wrong version, broken JSON, unknown state, bad or contradictory fields."""
+
+
+def dump(run: Run, **extra: Any) -> dict[str, Any]:
+    """The run's position, counters, conversation, limits and kept tool outcomes as a JSON-ready dict."""
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "version": SNAPSHOT_VERSION,
+        **extra,
+        "state": str(run.state),
+        "messages": [plain(m) for m in run.messages],
+        "steps": [plain(s) for s in run.steps],
+        "trace": [plain(t) for t in run.trace],
+        "pending": [plain(c) for c in run.pending],
+        "ran": {call_id: plain(outcome) for call_id, outcome in run.ran.items()},
+        "approvals": dict(run.approvals),
+        "last_response": None if run.last_response is None else plain(run.last_response),
+        "counters": {
+            "turns": run.turns,
+            "failures": run.failures,
+            "tool_calls": run.tool_calls,
+            "calls_by_tool": dict(run.calls_by_tool),
+            "last_signature": None if run.last_signature is None else list(run.last_signature),
+            "last_error": run.last_error,
+            "recent": [[name, arguments, result] for (name, arguments), result in run.recent],
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+            "elapsed": run.elapsed,
+        },
+        "frozen": {"cancelled": run.cancelled} if run.frozen else None,
+        "limits": plain(run.limits),
+        "finalizing": run.finalizing,
+        "finalize_evidence": run.finalize_evidence,
+        "reason": run.reason,
+        "final": run.final,
+        "evidence": run.evidence,
+        "unfinished": run.unfinished,
+        "error": _error_text(run.model_exception or run.condition_error),
+    }
+
+
+def _error_text(exc: BaseException | None) -> str | None:
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
+
+
+def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 kept a batch's outcomes as a list after the current call; version 2 keys them by call id."""
+    ran = {}
+    for item in data.get("ran", []):
+        call, content, error = item
+        ran[call["id"]] = {"content": content, "error": error, "truncated": 0}
+    return {**data, "version": 2, "ran": ran, "frozen": None, "unfinished": None}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _migrate_v1}
+"""How each older version becomes the next one."""
+
+
+def parse(snapshot: dict[str, Any] | str) -> dict[str, Any]:
+    """Accept a snapshot dict or its JSON text; check the format and bring an older version up to date."""
+    if isinstance(snapshot, str):
+        try:
+            snapshot = json.loads(snapshot)
+        except ValueError as exc:
+            msg = f"snapshot is not valid JSON: {exc}"
+            raise SnapshotError(msg) from exc
+    if not isinstance(snapshot, dict):
+        msg = f"snapshot must be a JSON object, got {type(snapshot).__name__}"
+        raise SnapshotError(msg)
+    version = snapshot.get("version")
+    if snapshot.get("format") != SNAPSHOT_FORMAT or not (version == SNAPSHOT_VERSION or version in MIGRATIONS):
+        found = (snapshot.get("format"), version)
+        readable = ", ".join(str(v) for v in (*MIGRATIONS, SNAPSHOT_VERSION))
+        msg = f"unsupported snapshot {found}; this version reads {SNAPSHOT_FORMAT!r} versions {readable}"
+        raise SnapshotError(msg)
+    try:
+        while snapshot["version"] != SNAPSHOT_VERSION:
+            snapshot = MIGRATIONS[snapshot["version"]](snapshot)
+    except (KeyError, TypeError, ValueError) as exc:
+        msg = f"snapshot version {version} could not be migrated: {type(exc).__name__}: {exc}"
+        raise SnapshotError(msg) from exc
+    return snapshot
+
+
+def limits_of(data: dict[str, Any], **overrides: Any) -> Limits:
+    """The snapshot's limits with any given overrides (``None`` overrides are ignored); every field must be there."""
+    stored = data.get("limits")
+    if not isinstance(stored, dict):
+        msg = f"snapshot field limits must be an object, got {type(stored).__name__}"
+        raise SnapshotError(msg)
+    missing = [field.name for field in attrs.fields(Limits) if field.name not in stored]
+    if missing:
+        # A missing limit must not silently become "no limit".
+        msg = f"snapshot field limits lacks {', '.join(missing)}"
+        raise SnapshotError(msg)
+    try:
+        return Limits(**{**stored, **{k: v for k, v in overrides.items() if v is not None}})
+    except (TypeError, ValueError) as exc:
+        msg = f"snapshot field limits is invalid: {exc}"
+        raise SnapshotError(msg) from exc
+
+
+def _count(counters: dict[str, Any], name: str) -> int:
+    value = counters.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        msg = f"snapshot field counters.{name} must be a whole number >= 0, got {value!r}"
+        raise SnapshotError(msg)
+    return value
+
+
+def _seconds(counters: dict[str, Any]) -> float:
+    value = counters.get("elapsed")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        msg = f"snapshot field counters.elapsed must be a finite number of seconds >= 0, got {value!r}"
+        raise SnapshotError(msg)
+    return float(value)
+
+
+def _by_tool(counters: dict[str, Any]) -> dict[str, int]:
+    value = counters.get("calls_by_tool")
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        msg = f"snapshot field counters.calls_by_tool must map tool names to counts, got {value!r}"
+        raise SnapshotError(msg)
+    return {name: _count(value, name) for name in value}
+
+
+def _call(data: dict[str, Any]) -> ToolCall:
+    call = ToolCall(**data)
+    if not isinstance(call.id, str) or not isinstance(call.name, str):
+        msg = f"snapshot holds a malformed tool call: {data!r}"
+        raise SnapshotError(msg)
+    return call
+
+
+def _message(data: dict[str, Any]) -> Message:
+    return Message(data["role"], data["content"], tuple(_call(c) for c in data["tool_calls"]), data["tool_call_id"])
+
+
+def _response(data: dict[str, Any] | None) -> ModelResponse | None:
+    if data is None:
+        return None
+    usage = None if data["usage"] is None else Usage(**data["usage"])
+    return ModelResponse(_message(data["message"]), data["stop_reason"], usage)
+
+
+def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
+    """Put a fresh run where the snapshot says, after checking every field and that they agree."""
+    state = data.get("state")
+    if state not in states:
+        msg = f"snapshot state {state!r} is not a state of this agent's table ({', '.join(states)})"
+        raise SnapshotError(msg)
+    counters = data.get("counters")
+    if not isinstance(counters, dict):
+        msg = f"snapshot field counters must be an object, got {type(counters).__name__}"
+        raise SnapshotError(msg)
+    run.turns, run.failures, run.tool_calls = (_count(counters, n) for n in ("turns", "failures", "tool_calls"))
+    run.input_tokens, run.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
+    run.calls_by_tool = _by_tool(counters)
+    run.elapsed = _seconds(counters)
+    try:
+        run.state = State(state)
+        run.messages[:] = [_message(m) for m in data["messages"]]
+        run.steps[:] = [Step(**s) for s in data["steps"]]
+        run.trace[:] = [Transition(**t) for t in data["trace"]]
+        run.pending = deque(_call(c) for c in data["pending"])
+        run.ran = {str(k): ToolResult(**v) for k, v in data["ran"].items()}
+        run.approvals = dict(data["approvals"])
+        run.last_response = _response(data["last_response"])
+        signature = counters["last_signature"]
+        run.last_signature = None if signature is None else (str(signature[0]), str(signature[1]))
+        run.last_error = counters["last_error"]
+        run.recent.clear()
+        run.recent.extend(((str(n), str(a)), str(r)) for n, a, r in counters["recent"])
+        frozen = data["frozen"]
+        run.frozen = frozen is not None
+        run.cancelled = bool(frozen and frozen["cancelled"])
+        run.finalizing = data["finalizing"]
+        run.finalize_evidence = dict(data["finalize_evidence"])
+        run.reason = data["reason"]
+        run.final = data["final"]
+        run.evidence = dict(data["evidence"])
+        run.unfinished = data["unfinished"]
+    except SnapshotError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        msg = f"snapshot is malformed: {type(exc).__name__}: {exc}"
+        raise SnapshotError(msg) from exc
+    if data.get("error") is not None:
+        run.model_exception = RuntimeError(data["error"])
+    _check_consistent(run)
+
+
+def _check_consistent(run: Run) -> None:
+    """Counters must agree with the messages, steps and trace they summarise."""
+    problems = []
+    executed = sum(1 for s in run.steps if s.kind == "tool_call")
+    if executed != run.tool_calls:
+        problems.append(f"tool_calls is {run.tool_calls} but {executed} tool steps are recorded")
+    if sum(run.calls_by_tool.values()) != run.tool_calls:
+        problems.append(f"calls_by_tool adds up to {sum(run.calls_by_tool.values())}, not tool_calls={run.tool_calls}")
+    if run.failures > run.tool_calls:
+        problems.append(f"failures is {run.failures} but only {run.tool_calls} tool calls ran")
+    replies = sum(1 for m in run.messages if m.role == "assistant")
+    if replies > run.turns:
+        problems.append(f"turns is {run.turns} but {replies} assistant messages are recorded")
+    tool_messages = sum(1 for m in run.messages if m.role == "tool")
+    if tool_messages < executed:
+        problems.append(f"{executed} tool calls ran but only {tool_messages} tool messages are recorded")
+    if run.trace and run.trace[-1].dest != run.state:
+        problems.append(f"the trace ends in {run.trace[-1].dest} but the state is {run.state}")
+    for before, after in zip(run.trace, run.trace[1:], strict=False):
+        if before.dest != after.source:
+            problems.append(f"the trace breaks between {before.dest} and {after.source}")
+            break
+    if run.state is State.ExecuteTool and not run.pending:
+        problems.append("the state is ExecuteTool but no tool call is pending")
+    strays = sorted(set(run.ran) - {call.id for call in run.pending})
+    if strays:
+        problems.append(f"kept tool outcomes {strays} answer no pending call")
+    if problems:
+        msg = "snapshot contradicts itself: " + "; ".join(problems)
+        raise SnapshotError(msg)

@@ -1,0 +1,284 @@
+"""The sans-I/O stepper: one run's position, what I/O it needs next, and the transitions each outcome implies.
+
+It never calls a model or a tool, reads a clock, waits or saves: a driver
+asks ``effect()`` what is needed (a ``ModelCall``, a ``ToolBatch`` whose calls
+the before-tool guards already cleared, or ``None`` when the next transition
+needs no I/O), carries it out however it likes (call, await, run on a
+cluster), hands each outcome back with ``accept_*`` and fires the next
+transition with ``step()``.  Outcomes of tool calls are kept by call id until
+the machine replays them, and they are part of the snapshot, so a call that
+completed is never made again: not after a resume, a switch of driver, or a
+retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from fsm_agent.core import ledger
+from fsm_agent.core.batch import plan_batch
+from fsm_agent.core.result import conclude, evidence_for
+from fsm_agent.core.walker import Walker
+from fsm_agent.definition.run import MessagesView, Run
+from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.definition.stops import ConditionError
+from fsm_agent.definition.table import CHECK, DISPATCH, FINALIZE, MODEL_FAILED, REPLIED, START, TOOL_DONE, first_row
+from fsm_agent.errors import RunStateError
+from fsm_agent.records import Message, ModelResponse, ToolCall, Transition
+from fsm_agent.tools import JSONSchema, ToolResult
+
+FINALIZE_INSTRUCTION = (
+    "The run has to stop now ({reason}). Do not call any tool. "
+    "Give your best final answer from what you already have, and say what is missing."
+)
+
+
+@attrs.frozen
+class ModelCall:
+    """Call the model with ``messages`` (a live read-only view) and ``tools`` (empty for a finalize call)."""
+
+    messages: Sequence[Message]
+    tools: list[JSONSchema]
+    turn: int
+
+
+@attrs.frozen
+class ToolBatch:
+    """Run these calls of the current turn; each is already cleared by the before-tool guards."""
+
+    calls: tuple[ToolCall, ...]
+
+
+Effect = ModelCall | ToolBatch
+
+
+class Stepper:
+    """The pure core of one run; every driver carries out its effects."""
+
+    def __init__(
+        self,
+        run: Run,
+        walker: Walker,
+        schemas: list[JSONSchema],
+        approve: Callable[[ToolCall], bool] | None = None,
+    ) -> None:
+        self.run = run
+        self.walker = walker
+        self.schemas = schemas
+        self.approve = approve
+        # Finalize is tried only where a stop with that policy is checked, so other runs pay nothing for it.
+        finalizing = {reason for reason, policy in run.policies.items() if policy == "finalize"}
+        self.finalize_from = frozenset(row.source for row in walker.table.rows if row.reason in finalizing)
+        # The trigger a model outcome implies, from accept_* until step() fires it.
+        self._replied: str | None = None
+
+    # --- what is needed -------------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """True once the run is in ``Done`` or ``Failed``."""
+        return self.run.state in TERMINAL
+
+    @property
+    def paused(self) -> bool:
+        """True while the next tool call waits for a person's decision."""
+        run = self.run
+        return run.state is State.ExecuteTool and bool(run.pending) and self.needs_decision(run.pending[0])
+
+    def effect(self, *, parallel: bool = False) -> Effect | None:
+        """The I/O the next transition needs, or None (none needed, or the run is finished or paused).
+
+        With ``parallel``, a ``ToolBatch`` holds every call of the turn that
+        may run now; planning more than one freezes the run's clock and
+        cancel flag until the batch is replayed, so the replay takes the
+        edges the plan assumed.
+        """
+        run = self.run
+        if run.state is State.AwaitModel:
+            if self._replied is not None or (run.turns == 0 and self._start_row()):
+                return None
+            tools = [] if run.finalizing is not None else self.schemas
+            return ModelCall(MessagesView(run.messages), tools, run.turns + 1)
+        if run.state is not State.ExecuteTool or self.paused:
+            return None
+        call = run.pending[0]
+        if call.id in run.ran or self._rejected(call):
+            return None
+        if not parallel:
+            return ToolBatch((call,))
+        batch = plan_batch(run, self._cleared)
+        batch = [c for c in batch if c.id not in run.ran]
+        if len(batch) > 1:
+            run.frozen = True
+        return ToolBatch(tuple(batch))
+
+    def _start_row(self) -> bool:
+        return self.walker.table.index.get((State.AwaitModel, START)) is not None and (
+            first_row(self.run, START) is not None
+        )
+
+    # --- outcomes -------------------------------------------------------------------------------------------
+
+    def accept_reply(self, response: object) -> None:
+        """The model replied: count the turn and keep the reply; ``step()`` then moves on (or stops)."""
+        self._expect(State.AwaitModel)
+        run = self.run
+        run.turns += 1
+        problem = ledger.malformed(response)
+        if problem is not None:
+            run.model_exception, self._replied = TypeError(problem), MODEL_FAILED
+            return
+        assert isinstance(response, ModelResponse)  # malformed() checked it; this tells the type checker
+        problem = ledger.record_reply(run, response)
+        if problem is not None:
+            # The reply is kept (messages, pending calls), but it cannot be acted on.
+            run.model_exception, self._replied = ValueError(problem), MODEL_FAILED
+            return
+        self._replied = REPLIED
+
+    def accept_model_error(self, error: BaseException) -> None:
+        """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``."""
+        self._expect(State.AwaitModel)
+        self.run.turns += 1
+        self.run.model_exception = error
+        self._replied = MODEL_FAILED
+
+    def accept_tool(self, call: ToolCall, outcome: ToolResult) -> None:
+        """A tool call finished: keep its outcome by call id until the machine replays it."""
+        if not any(waiting.id == call.id for waiting in self.run.pending):
+            msg = f"no pending tool call has id {call.id!r}"
+            raise RunStateError(msg)
+        self.run.ran[call.id] = outcome
+
+    def _expect(self, state: State) -> None:
+        if self.run.state is not state or self._replied is not None:
+            msg = f"the run is in {self.run.state}; this outcome belongs to {state}"
+            raise RunStateError(msg)
+
+    # --- transitions ----------------------------------------------------------------------------------------
+
+    def step(self) -> Transition:
+        """Fire exactly one transition that needs no further I/O, and return the edge taken."""
+        run = self.run
+        state = run.state
+        if state in TERMINAL:
+            msg = f"the run already finished in {state} (reason {run.reason!r}); start a new run"
+            raise RunStateError(msg)
+        if state is State.AwaitModel:
+            if self._replied is None:
+                if run.turns == 0 and self._start_row():
+                    return self._fire(START)
+                msg = "the run needs a model call first: carry out effect() and accept its outcome"
+                raise RunStateError(msg)
+            trigger, self._replied = self._replied, None
+            return self._fire(trigger)
+        if state is State.CheckTruncation:
+            return self._fire(CHECK)
+        if state is State.Dispatch:
+            return self._fire(DISPATCH)
+        call = run.pending[0]
+        outcome = self._rejection(call) or run.ran.pop(call.id, None)
+        if outcome is None:
+            reason = "waits for a person's decision" if self.paused else "has not run yet"
+            msg = f"tool call {call.name} ({call.id}) {reason}: carry out effect() and accept its outcome"
+            raise RunStateError(msg)
+        run.pending.popleft()
+        ledger.record_tool(run, call, outcome)
+        return self._fire(TOOL_DONE)
+
+    def interrupt(self, trigger: str, unfinished: str | None) -> Transition:
+        """A call in flight was given up (the task was cancelled, or the deadline passed): stop on ``trigger``."""
+        run = self.run
+        if run.state is State.AwaitModel and self._replied is None:
+            run.turns += 1  # the call was made, and may be billed
+        self._replied = None
+        run.unfinished = unfinished
+        return self._fire(trigger)
+
+    def _fire(self, trigger: str) -> Transition:
+        run = self.run
+        try:
+            entry = self._leave(trigger)
+        except ConditionError as exc:
+            run.condition_error, run.condition_name = exc.error, exc.name
+            entry = self._leave(trigger)
+        if run.frozen and (run.state is State.AwaitModel or run.state in TERMINAL):
+            run.frozen = False
+        if run.state in TERMINAL:
+            conclude(run)
+        return entry
+
+    def _leave(self, trigger: str) -> Transition:
+        """Fire ``trigger``, unless the stop it would take is to be answered by a finalize call."""
+        run = self.run
+        if run.state in self.finalize_from and run.finalizing is None:
+            row = first_row(run, trigger)
+            reason = row.reason if row is not None else None
+            if reason is not None and run.policies.get(reason) == "finalize":
+                evidence = self.evidence(reason)
+                entry = self.walker.try_fire(run, FINALIZE)
+                if entry is not None:
+                    run.finalizing, run.finalize_evidence = reason, evidence
+                    ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
+                    run.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
+                    return entry
+        return self.walker.fire(run, trigger)
+
+    def evidence(self, reason: str) -> dict[str, Any]:
+        """The evidence the stop ``reason`` would have now."""
+        return evidence_for(self.run, reason)
+
+    # --- approval ---------------------------------------------------------------------------------------------
+
+    def needs_decision(self, call: ToolCall) -> bool:
+        """Whether ``call`` waits for a person: it needs approval and has no decision yet."""
+        return self.approve is not None and call.id not in self.run.approvals and self.approve(call)
+
+    def _cleared(self, call: ToolCall) -> bool:
+        """A call may run: it needs no approval, or a person approved it."""
+        decision = self.run.approvals.get(call.id)
+        return decision is True or (decision is None and not self.needs_decision(call))
+
+    def outcome_of(self, call: ToolCall) -> ToolResult | None:
+        """The outcome the next ``step()`` will record for ``call``: a rejection, or the kept result, or None."""
+        decision = self.run.approvals.get(call.id, True)
+        if decision is not True:
+            return self._rejection_result(call, decision)
+        return self.run.ran.get(call.id)
+
+    def _rejected(self, call: ToolCall) -> bool:
+        decision = self.run.approvals.get(call.id, True)
+        return decision is not True
+
+    def _rejection(self, call: ToolCall) -> ToolResult | None:
+        """The tool result of a call a person rejected (it counts toward tool_failures), or None."""
+        decision = self.run.approvals.pop(call.id, True)
+        return None if decision is True else self._rejection_result(call, decision)
+
+    @staticmethod
+    def _rejection_result(call: ToolCall, decision: bool | str) -> ToolResult:
+        why = decision if isinstance(decision, str) and decision else "no reason given"
+        message = f"a person rejected this call to {call.name!r}: {why}"
+        return ToolResult(ledger.error_text(message), message)
+
+    def awaiting(self) -> list[ToolCall]:
+        """The tool calls of this turn that need approval and have no decision yet."""
+        return [call for call in self.run.pending if self.needs_decision(call)]
+
+    def decide(self, approvals: Mapping[str, bool | str]) -> None:
+        """Record decisions on pending calls: ``True`` runs it, ``False`` or a reason text rejects it."""
+        for call_id, decision in approvals.items():
+            if not isinstance(decision, bool | str):
+                msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
+                raise TypeError(msg)
+            if not any(call.id == call_id for call in self.run.pending):
+                known = ", ".join(call.id for call in self.run.pending) or "none"
+                msg = f"no pending tool call has id {call_id!r} (pending: {known})"
+                raise ValueError(msg)
+            if call_id in self.run.ran:
+                msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
+                raise ValueError(msg)
+        self.run.approvals.update(approvals)

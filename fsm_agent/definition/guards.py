@@ -1,0 +1,125 @@
+"""Guards: small named predicates over a run; their names are the edge labels of the machine.
+
+Guards of limits that are not set return at once, so an unused stop costs
+one attribute check.  Which stop a guard belongs to, and what its evidence
+says, is declared once in ``definition.stops``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fsm_agent.definition.run import Run, Signature, signature
+
+Guard = Callable[[Run], bool]
+
+
+def is_truncated(run: Run) -> bool:
+    """The model's output hit its length limit (``stop_reason == "max_tokens"``), so the reply is incomplete."""
+    return run.last_response is not None and run.last_response.stop_reason == "max_tokens"
+
+
+def is_refusal(run: Run) -> bool:
+    """The provider refused or filtered the reply (``stop_reason == "refusal"``), so it is not an answer."""
+    return run.last_response is not None and run.last_response.stop_reason == "refusal"
+
+
+def has_no_tool_calls(run: Run) -> bool:
+    """The assistant message asks for no tool: its text is the final answer."""
+    return run.last_response is not None and not run.last_response.message.tool_calls
+
+
+def asks_tools_while_finalizing(run: Run) -> bool:
+    """The last call was meant to answer without tools and asked for tools anyway."""
+    return run.finalizing is not None
+
+
+def is_cancelled(run: Run) -> bool:
+    """Another thread called ``cancel()`` on the run's ``CancelToken``."""
+    return run.cancelled
+
+
+def hook_raised(run: Run) -> bool:
+    """A hook of a ``strict_hooks`` agent raised since the last transition."""
+    return run.hook_error is not None
+
+
+def deadline_passed(run: Run) -> bool:
+    """The run has used up its ``timeout`` seconds."""
+    return run.limits.timeout is not None and run.elapsed >= run.limits.timeout
+
+
+def condition_raised(run: Run) -> bool:
+    """A ``StopCondition``'s check raised instead of answering, so the run cannot tell whether to stop."""
+    return run.condition_error is not None
+
+
+def repeats_last_call(run: Run) -> bool:
+    """The next tool call has the same name and arguments as the call executed just before it."""
+    return run.last_signature is not None and signature(run.pending[0]) == run.last_signature
+
+
+def cap_reached(run: Run, name: str) -> tuple[str, int, int] | None:
+    """``(scope, used, cap)`` of the first cap that one more call of ``name`` would exceed."""
+    caps = run.limits.max_tool_calls
+    if caps is None:
+        return None
+    if isinstance(caps, int):
+        return ("*", run.tool_calls, caps) if run.tool_calls >= caps else None
+    used = run.calls_by_tool.get(name, 0)
+    if name in caps and used >= caps[name]:
+        return name, used, caps[name]
+    if "*" in caps and run.tool_calls >= caps["*"]:
+        return "*", run.tool_calls, caps["*"]
+    return None
+
+
+def tool_calls_exhausted(run: Run) -> bool:
+    """Making the next tool call would exceed ``max_tool_calls`` (for the run or for that tool)."""
+    return (
+        run.limits.max_tool_calls is not None
+        and bool(run.pending)
+        and cap_reached(run, run.pending[0].name) is not None
+    )
+
+
+def failures_exhausted(run: Run) -> bool:
+    """``max_consecutive_failures`` tool calls in a row failed."""
+    return run.failures >= run.limits.max_consecutive_failures
+
+
+def find_cycle(recent: Sequence[tuple[Signature, str]]) -> int:
+    """The shortest period p >= 2 whose last p calls repeat the p before them, results included; 0 if none.
+
+    Comparing results as well as calls is what "no progress" means here: a
+    loop whose calls return the same results twice in a row learned nothing
+    new, while calls whose results change (polling a job) are progress.
+    """
+    n = len(recent)
+    for period in range(2, n // 2 + 1):
+        block = [recent[n - period + i] for i in range(period)]
+        if any(recent[n - 2 * period + i] != block[i] for i in range(period)):
+            continue
+        if any(item != block[0] for item in block):  # period 1 (A, A) is repeated_action's business
+            return period
+    return 0
+
+
+def is_cycling(run: Run) -> bool:
+    """The latest tool calls repeat a sequence of period 2 or more with identical results (see ``find_cycle``)."""
+    return run.limits.cycle_window >= 4 and len(run.recent) >= 4 and find_cycle(run.recent) > 0
+
+
+def has_pending_calls(run: Run) -> bool:
+    """More tool calls of the current model turn wait to be dispatched."""
+    return bool(run.pending)
+
+
+def budget_spent(run: Run) -> bool:
+    """The tokens reported so far have reached ``token_budget``, so no further model call is made."""
+    return run.limits.token_budget is not None and run.tokens >= run.limits.token_budget
+
+
+def steps_exhausted(run: Run) -> bool:
+    """``max_steps`` model turns were taken, so the next model call must not be made."""
+    return run.turns >= run.limits.max_steps

@@ -1,0 +1,409 @@
+"""The Stop catalogue: every way a run can stop, each declared once, with everything known about it.
+
+A ``Stop`` names its reason, the checkpoints where it is checked, its guard,
+its evidence, whether ``finalize`` and ``resume`` apply, the counter and limit
+it judges and its one-line documentation.  The table's stop, finalize and
+resume rows, the README's reason list, ``Step.counters`` and the status line,
+the policy checks and the resume error message are all derived from this
+list, so adding a built-in stop is one entry here (plus a ``Limits`` field if
+it needs one).  A user's ``StopCondition`` is the same kind of object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping
+from enum import StrEnum
+from typing import Any, Literal
+
+import attrs
+
+from fsm_agent.definition import guards as g
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.run import Meter, Run, RunView, signature
+from fsm_agent.definition.states import POLICIES, TERMINAL, Policy, Reason, State
+
+Evidence = Callable[[Run], dict[str, Any]]
+
+
+class At(StrEnum):
+    """A checkpoint: one place in the table where stops are tried, in catalogue order."""
+
+    START = "start"
+    """AwaitModel, before the run's first model call: nothing is spent on a run that may not go on."""
+    MODEL_FAILED = "model_failed"
+    MODEL_INTERRUPTED = "model_interrupted"
+    MODEL_EXPIRED = "model_expired"
+    AFTER_MODEL = "after_model"
+    CHECK_REPLY = "check_reply"
+    BEFORE_TOOL = "before_tool"
+    TOOL_INTERRUPTED = "tool_interrupted"
+    TOOL_EXPIRED = "tool_expired"
+    AFTER_TOOL = "after_tool"
+    """ExecuteTool, after every tool call, before the next call of the same turn."""
+    BEFORE_MODEL = "before_model"
+    """ExecuteTool, once the turn's calls have all run, before the next model call."""
+
+
+UNGUARDED = frozenset({At.MODEL_FAILED, At.MODEL_INTERRUPTED, At.MODEL_EXPIRED, At.TOOL_INTERRUPTED, At.TOOL_EXPIRED})
+"""Checkpoints whose trigger alone means the stop: their rows carry no guard."""
+
+USER_CHECKPOINT = {
+    State.AwaitModel: At.AFTER_MODEL,
+    State.CheckTruncation: At.CHECK_REPLY,
+    State.Dispatch: At.BEFORE_TOOL,
+    State.ExecuteTool: At.BEFORE_MODEL,
+}
+"""Where a ``StopCondition(at=state)`` is checked: as the run leaves that state in the normal course."""
+
+Resume = Literal["lift", "retry"]
+
+
+@attrs.frozen
+class Stop:
+    """One stop: ``reason`` fires where its ``guard`` holds at one of its checkpoints ``at``.
+
+    ``finalize``: the stop may be answered by one last model call without
+    tools.  ``resume``: ``"lift"`` when new limits (or a fresh token) under
+    which ``guard`` no longer holds let the run go on, ``"retry"`` for a
+    ``resume(retry=True)``.  ``counter`` is the meter it judges (shown in
+    ``Step.counters``) and ``limit`` the ``Limits`` field it reads.
+    """
+
+    reason: str
+    at: tuple[At, ...]
+    guard: g.Guard | None
+    evidence: Evidence
+    doc: str
+    finalize: bool = False
+    resume: Resume | None = None
+    counter: Meter | None = None
+    limit: str | None = None
+    policy: Policy = "raise"
+    edge_only: bool = False
+    """The reason only labels the edge: the run keeps the stop that asked for the finalize."""
+    keeps_text: bool = False
+    """The reply's text becomes the result's ``final``, so the caller sees what the model said."""
+
+    @property
+    def policies(self) -> tuple[Policy, ...]:
+        """The ``on_stop`` policies this stop allows."""
+        return POLICIES if self.finalize and not self.edge_only else ("raise", "return")
+
+
+def _step(run: Run) -> int:
+    return max(run.turns - 1, 0)
+
+
+def _message(run: Run) -> Any:
+    return run.last_response.message if run.last_response is not None else None
+
+
+def _model_error(run: Run) -> dict[str, Any]:
+    """`error`, `type`: the exception the model call raised (or why its reply was unusable)."""
+    exc = run.model_exception
+    return {"error": str(exc), "type": type(exc).__name__}
+
+
+def _cancelled(run: Run) -> dict[str, Any]:
+    """`why` (the text given to `cancel()`), `state` the run was leaving, `unfinished` call if one was cut off."""
+    out: dict[str, Any] = {"why": run.cancel_why or "the task running the run was cancelled"}
+    out["state"] = str(run.trace[-1].source)
+    if run.unfinished is not None:
+        out["unfinished"] = run.unfinished
+    return out
+
+
+def _timeout(run: Run) -> dict[str, Any]:
+    """`elapsed` against `timeout`, in seconds, and the `unfinished` call the deadline cut off, if any."""
+    out: dict[str, Any] = {"elapsed": round(run.elapsed, 6), "timeout": run.limits.timeout}
+    if run.unfinished is not None:
+        out["unfinished"] = run.unfinished
+    return out
+
+
+def _hook_error(run: Run) -> dict[str, Any]:
+    """`error`, `type`: the hook's exception (also the `AgentLoopError`'s `__cause__`)."""
+    return {"error": str(run.hook_error), "type": type(run.hook_error).__name__}
+
+
+def _condition_error(run: Run) -> dict[str, Any]:
+    """`condition`, `error`, `type`: which check raised and what (also the `AgentLoopError`'s `__cause__`)."""
+    exc = run.condition_error
+    return {"condition": run.condition_name, "error": str(exc), "type": type(exc).__name__}
+
+
+def _max_tokens(run: Run) -> dict[str, Any]:
+    """`partial_chars`, `cut_tool_calls`: how much of the cut reply arrived; the text is `result.final`."""
+    message = _message(run)
+    return {
+        "stop_reason": "max_tokens",
+        "partial_chars": len(message.content) if message else 0,
+        "cut_tool_calls": len(message.tool_calls) if message else 0,
+    }
+
+
+def _refusal(run: Run) -> dict[str, Any]:
+    """`content`: what the provider said instead of answering (also `result.final`)."""
+    message = _message(run)
+    return {"stop_reason": "refusal", "content": message.content if message else ""}
+
+
+def _finalize_failed(run: Run) -> dict[str, Any]:
+    """`tool_calls`: the tools the finalize reply asked for anyway."""
+    return {"tool_calls": [call.name for call in run.pending]}
+
+
+def _repeated_action(run: Run) -> dict[str, Any]:
+    """`signature` (`name`, canonical `arguments`) and `tool_call_id` of the call not made."""
+    call = run.pending[0]
+    name, arguments = signature(call)
+    return {"signature": {"name": name, "arguments": arguments}, "tool_call_id": call.id}
+
+
+def _max_tool_calls(run: Run) -> dict[str, Any]:
+    """`tool`, `scope` (the tool's own cap or `*`), `used` against `limit`."""
+    name = run.pending[0].name
+    scope, used, cap = g.cap_reached(run, name) or ("*", run.tool_calls, 0)
+    return {"tool": name, "scope": scope, "used": used, "limit": cap}
+
+
+def _tool_failures(run: Run) -> dict[str, Any]:
+    """`failures` against `limit`, and `last_error`."""
+    return {"failures": run.failures, "limit": run.limits.max_consecutive_failures, "last_error": run.last_error}
+
+
+def _decoded(name: str, arguments: str) -> dict[str, Any]:
+    try:
+        decoded = json.loads(arguments)
+    except ValueError:
+        decoded = arguments
+    return {"name": name, "arguments": decoded}
+
+
+def _cycle(run: Run) -> dict[str, Any]:
+    """`period`, `calls` (one period of the cycle, name and arguments) and `window`."""
+    period = g.find_cycle(run.recent)
+    calls = [_decoded(*sig) for sig, _ in list(run.recent)[-period:]]
+    return {"period": period, "calls": calls, "window": run.limits.cycle_window}
+
+
+def _token_budget(run: Run) -> dict[str, Any]:
+    """`tokens` against `budget`, split into `input_tokens` and `output_tokens`."""
+    return {
+        "tokens": run.tokens,
+        "budget": run.limits.token_budget,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+    }
+
+
+def _max_steps(run: Run) -> dict[str, Any]:
+    """`turns` against `limit`."""
+    return {"turns": run.turns, "limit": run.limits.max_steps}
+
+
+def _elapsed(run: Run) -> float:
+    return round(run.elapsed, 6)
+
+
+def _turns(run: Run) -> int:
+    return run.turns
+
+
+def _failures(run: Run) -> int:
+    return run.failures
+
+
+def _calls(run: Run) -> int:
+    return run.tool_calls
+
+
+def _tokens(run: Run) -> int:
+    return run.tokens
+
+
+def _timeout_limit(limits: Limits) -> float | None:
+    return limits.timeout
+
+
+def _steps_limit(limits: Limits) -> int:
+    return limits.max_steps
+
+
+def _failures_limit(limits: Limits) -> int:
+    return limits.max_consecutive_failures
+
+
+def _calls_limit(limits: Limits) -> int | None:
+    return limits.total_tool_calls
+
+
+def _budget_limit(limits: Limits) -> int | None:
+    return limits.token_budget
+
+
+A = At
+CATALOGUE: tuple[Stop, ...] = (
+    Stop("model_error", (A.MODEL_FAILED,), None, _model_error,
+         "the model call raised, or its reply was unusable", resume="retry"),
+    Stop("hook_error", (A.AFTER_MODEL, A.CHECK_REPLY, A.BEFORE_TOOL, A.AFTER_TOOL), g.hook_raised, _hook_error,
+         "a hook of a strict_hooks agent raised"),
+    Stop("max_tokens", (A.CHECK_REPLY,), g.is_truncated, _max_tokens, "the reply was cut at the output limit",
+         keeps_text=True),
+    Stop("refusal", (A.CHECK_REPLY,), g.is_refusal, _refusal, "the provider refused or filtered the reply",
+         keeps_text=True),
+    Stop("finalize_failed", (A.BEFORE_TOOL,), g.asks_tools_while_finalizing, _finalize_failed,
+         "the finalize reply asked for tools anyway", edge_only=True),
+    Stop("cancelled", (A.START, A.MODEL_INTERRUPTED, A.BEFORE_TOOL, A.TOOL_INTERRUPTED, A.BEFORE_MODEL),
+         g.is_cancelled, _cancelled, "the run's CancelToken was cancelled, or the task driving it", resume="lift"),
+    Stop("timeout", (A.START, A.MODEL_EXPIRED, A.BEFORE_TOOL, A.TOOL_EXPIRED, A.BEFORE_MODEL), g.deadline_passed,
+         _timeout, "the run used up its timeout seconds", finalize=True, resume="lift",
+         counter=Meter("seconds", _elapsed, _timeout_limit), limit="timeout"),
+    Stop("repeated_action", (A.BEFORE_TOOL,), g.repeats_last_call, _repeated_action,
+         "the next call repeats the call just made", finalize=True),
+    Stop("max_tool_calls", (A.BEFORE_TOOL,), g.tool_calls_exhausted, _max_tool_calls,
+         "the next call would exceed a tool-call cap", finalize=True, resume="lift",
+         counter=Meter("tool_calls", _calls, _calls_limit), limit="max_tool_calls"),
+    Stop("tool_failures", (A.AFTER_TOOL,), g.failures_exhausted, _tool_failures,
+         "too many tool calls failed in a row",
+         counter=Meter("failures", _failures, _failures_limit), limit="max_consecutive_failures"),
+    Stop("cycle", (A.AFTER_TOOL,), g.is_cycling, _cycle, "the latest calls repeat a cycle with the same results",
+         finalize=True, limit="cycle_window"),
+    Stop("token_budget", (A.BEFORE_MODEL,), g.budget_spent, _token_budget, "the token budget is spent",
+         finalize=True, resume="lift", counter=Meter("tokens", _tokens, _budget_limit), limit="token_budget"),
+    Stop("max_steps", (A.BEFORE_MODEL,), g.steps_exhausted, _max_steps, "max_steps model turns were taken",
+         finalize=True, resume="lift", counter=Meter("steps", _turns, _steps_limit), limit="max_steps"),
+)  # fmt: skip
+"""The built-in stops; their order is their priority wherever two are checked at the same checkpoint."""
+del A
+
+CONDITION_ERROR = Stop(
+    "stop_condition_error",
+    (),
+    g.condition_raised,
+    _condition_error,
+    "a StopCondition's check raised",
+)
+"""Checked just before the user's stops of a checkpoint, so it exists only in tables that have some."""
+
+RESERVED_REASONS = frozenset({"done", "paused", "running"})
+"""Result reasons that are not stops, so no stop may use them."""
+
+
+def _checkpoint(value: State | str) -> At:
+    try:
+        state = State(value)
+    except ValueError:
+        state = None
+    if state is None or state in TERMINAL:
+        allowed = ", ".join(s for s in State if s not in TERMINAL)
+        msg = f"StopCondition at={value!r} is not a non-terminal state; use one of {allowed}"
+        raise ValueError(msg)
+    return USER_CHECKPOINT[state]
+
+
+class ConditionError(Exception):
+    """A user's ``StopCondition.check`` raised; the stepper turns it into ``stop_condition_error``."""
+
+    def __init__(self, name: str, error: Exception) -> None:
+        super().__init__(f"{name}: {type(error).__name__}: {error}")
+        self.name = name
+        self.error = error
+
+
+class StopCondition(Stop):
+    """Stop the run with ``reason`` when ``check(view)`` is true as the run leaves state ``at``.
+
+    ``check`` receives a read-only ``RunView`` (messages, steps, counters, the
+    last response) and returns a bool.  The edge is tried after the built-in
+    stops of ``at`` and before its fallback: at ``AwaitModel`` once the model
+    has replied, at ``Dispatch`` before every tool call, at ``ExecuteTool``
+    after the last tool call of a turn (before the next model call).  A check
+    that raises stops the run with ``stop_condition_error``.  ``policy`` is the
+    default ``on_stop`` for this reason (``raise`` or ``return``).
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        at: State | str,
+        check: Callable[[RunView], bool],
+        description: str = "",
+        policy: Literal["raise", "return"] = "raise",
+    ) -> None:
+        if not isinstance(reason, str) or not reason.isidentifier():
+            msg = f"StopCondition reason must be a non-empty identifier-like string, got {reason!r}"
+            raise ValueError(msg)
+        if not callable(check):
+            msg = f"StopCondition check must be callable, got {type(check).__name__}"
+            raise TypeError(msg)
+        if policy not in ("raise", "return"):
+            msg = f"StopCondition policy must be 'raise' or 'return', got {policy!r}"
+            raise ValueError(msg)
+        name = getattr(check, "__name__", "")
+        name = name if name.isidentifier() else f"check_{reason}"
+
+        def guard(run: Run) -> bool:
+            try:
+                return bool(check(RunView(run)))
+            except Exception as exc:
+                raise ConditionError(name, exc) from exc
+
+        guard.__name__ = guard.__qualname__ = name
+        # The guard's docstring is what the rendered documentation says about the edge.
+        guard.__doc__ = description or check.__doc__
+
+        def evidence(run: Run) -> dict[str, Any]:
+            return {"condition": name, "description": description}
+
+        evidence.__doc__ = "`condition`, `description`"
+        doc = description or (check.__doc__ or "").strip() or f"{name} held"
+        super().__init__(reason, (_checkpoint(at),), guard, evidence, doc, policy=policy)
+        object.__setattr__(self, "check", check)
+        object.__setattr__(self, "description", description)
+        object.__setattr__(self, "state", State(at))
+
+    check: Callable[[RunView], bool]
+    description: str
+    state: State
+
+
+def user_stops(stops: Iterable[Any], builtin: Collection[str]) -> tuple[StopCondition, ...]:
+    """Check a user's stop conditions: the right type, no clash with built-in or reserved reasons or each other."""
+    seen: set[str] = set()
+    out = []
+    for stop in stops:
+        if not isinstance(stop, StopCondition):
+            msg = f"stop_conditions must hold StopCondition objects, got {type(stop).__name__}"
+            raise TypeError(msg)
+        if stop.reason in builtin or stop.reason in RESERVED_REASONS:
+            msg = f"StopCondition reason {stop.reason!r} collides with a built-in reason"
+            raise ValueError(msg)
+        if stop.reason in seen:
+            msg = f"StopCondition reason {stop.reason!r} is used by two stop conditions"
+            raise ValueError(msg)
+        seen.add(stop.reason)
+        out.append(stop)
+    return tuple(out)
+
+
+def check_policies(
+    on_stop: Mapping[str, str] | Mapping[Reason, Policy] | None, stops: Mapping[str, Stop]
+) -> dict[str, str]:
+    """Validate ``on_stop`` against the stops: known reasons, known policies, finalize only where it applies."""
+    policies: dict[str, str] = {stop.reason: stop.policy for stop in stops.values() if stop.policy != "raise"}
+    for reason, policy in (on_stop or {}).items():
+        stop = stops.get(reason)
+        if stop is None:
+            msg = f"on_stop names unknown reason {reason!r}; known reasons: {', '.join(sorted(stops))}"
+            raise ValueError(msg)
+        if policy not in POLICIES:
+            msg = f"on_stop[{reason!r}] must be one of {', '.join(POLICIES)}, got {policy!r}"
+            raise ValueError(msg)
+        if policy not in stop.policies:
+            finalizable = ", ".join(s.reason for s in stops.values() if s.finalize)
+            msg = f"on_stop[{reason!r}]={policy!r} is not allowed; finalize applies to {finalizable}"
+            raise ValueError(msg)
+        policies[reason] = policy
+    return policies

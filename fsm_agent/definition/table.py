@@ -1,0 +1,333 @@
+"""The transition table: the one declaration of how a run moves, read by engine, validator, diagrams and tests.
+
+Rows are ``(source, trigger, dest, guard, reason)``.  For one state and
+trigger, rows are tried in order and the first whose guard holds is taken, so
+row order is guard priority; the last row of each is the unguarded fallback.
+A reason marks an edge into ``Failed`` and only such edges.  ``build_table``
+lays the flow of a turn out once and fills each checkpoint with the stops of
+the catalogue that are checked there, in catalogue order, then adds a
+``finalize`` edge wherever a finalizable stop is checked and the ``resume``
+edges.  A table is validated when it is built, naming the states at fault.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+
+import attrs
+
+from fsm_agent.definition.guards import Guard, has_no_tool_calls, has_pending_calls
+from fsm_agent.definition.run import Meter, Run
+from fsm_agent.definition.states import STATES, State
+from fsm_agent.definition.stops import CATALOGUE, CONDITION_ERROR, UNGUARDED, At, Stop, StopCondition
+from fsm_agent.errors import DefinitionError
+
+START = "start"
+MODEL_FAILED = "model_failed"
+INTERRUPTED = "interrupted"
+EXPIRED = "expired"
+REPLIED = "replied"
+CHECK = "check"
+DISPATCH = "dispatch"
+TOOL_DONE = "tool_done"
+FINALIZE = "finalize"
+RESUME = "resume"
+TRIGGERS: dict[str, str] = {
+    START: "the run is about to make its first model call",
+    MODEL_FAILED: "the model call raised, or its reply was unusable",
+    INTERRUPTED: "the task driving the run was cancelled while a call was in flight",
+    EXPIRED: "the run's timeout passed while a call was in flight",
+    REPLIED: "the model replied",
+    CHECK: "the reply is checked before any tool call is looked at",
+    DISPATCH: "the next tool call of the turn is about to run, or the turn has none",
+    TOOL_DONE: "a tool call finished",
+    FINALIZE: "a stop whose policy is finalize: one last model call, without tools",
+    RESUME: "agent.resume() continues a stopped run whose stop the new limits lift",
+}
+"""What fires each trigger, for the documentation the table renders."""
+GUARDED_ONLY = frozenset({START, FINALIZE, RESUME})
+"""Triggers the driver fires only after checking one of their rows applies, so they need no fallback."""
+
+CHECKPOINTS: dict[At, tuple[State, str]] = {
+    At.START: (State.AwaitModel, START),
+    At.MODEL_FAILED: (State.AwaitModel, MODEL_FAILED),
+    At.MODEL_INTERRUPTED: (State.AwaitModel, INTERRUPTED),
+    At.MODEL_EXPIRED: (State.AwaitModel, EXPIRED),
+    At.AFTER_MODEL: (State.AwaitModel, REPLIED),
+    At.CHECK_REPLY: (State.CheckTruncation, CHECK),
+    At.BEFORE_TOOL: (State.Dispatch, DISPATCH),
+    At.TOOL_INTERRUPTED: (State.ExecuteTool, INTERRUPTED),
+    At.TOOL_EXPIRED: (State.ExecuteTool, EXPIRED),
+    At.AFTER_TOOL: (State.ExecuteTool, TOOL_DONE),
+    At.BEFORE_MODEL: (State.ExecuteTool, TOOL_DONE),
+}
+"""Where each checkpoint sits: the state a run is leaving and the trigger that is moving it."""
+
+
+@attrs.frozen
+class Row:
+    """One edge: from ``source`` on ``trigger`` to ``dest`` when ``guard`` holds (always, if None)."""
+
+    source: State
+    trigger: str
+    dest: State
+    guard: Guard | None = None
+    reason: str | None = None
+
+    @property
+    def guard_name(self) -> str | None:
+        """The guard's function name, which is the edge's label."""
+        return None if self.guard is None else self.guard.__name__
+
+    def __str__(self) -> str:
+        label = f"[{self.reason or self.guard_name}]" if (self.reason or self.guard) else ""
+        return f"{self.source}->{self.dest}{label}"
+
+
+def first_row(run: Run, trigger: str) -> Row | None:
+    """The row ``trigger`` takes from the run's state: the first whose guard holds.  The one row walker.
+
+    Firing a trigger and looking ahead (finalize, batch planning) both call
+    this, so what the machine would do and what it does cannot differ.
+    """
+    for row in run.rows.get((run.state, trigger), ()):
+        if row.guard is None or row.guard(run):
+            return row
+    return None
+
+
+def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, terminal: frozenset[State]) -> list[str]:
+    problems: list[str] = []
+    states = set(STATES)
+    for row in rows:
+        if row.source not in states or row.dest not in states:
+            problems.append(f"{row}: unknown state (states are {', '.join(STATES)})")
+        if row.guard is not None and row.guard.__name__ == "<lambda>":
+            problems.append(f"{row}: guards must be named functions (their names label the edges), not lambdas")
+        if row.source in terminal and row.trigger != RESUME:
+            problems.append(f"{row}: terminal state {row.source} must have no outgoing edge but {RESUME!r}")
+        if (row.reason is not None) != (row.dest is State.Failed):
+            problems.append(f"{row}: a reason belongs on an edge if and only if it goes to Failed")
+        if row.reason is not None and row.reason not in reasons:
+            problems.append(f"{row}: reason {row.reason!r} is not declared")
+    by_trigger: dict[tuple[State, str], list[Row]] = {}
+    for row in rows:
+        by_trigger.setdefault((row.source, row.trigger), []).append(row)
+    for (source, trigger), group in by_trigger.items():
+        if trigger in GUARDED_ONLY:
+            if any(row.guard is None for row in group):
+                problems.append(f"state {source}, trigger {trigger!r}: every row of this trigger must be guarded")
+            continue
+        fallbacks = [i for i, row in enumerate(group) if row.guard is None]
+        if fallbacks != [len(group) - 1]:
+            problems.append(
+                f"state {source}, trigger {trigger!r}: needs exactly one unguarded fallback row, last "
+                f"(found {len(fallbacks)} unguarded at positions {fallbacks} of {len(group)})"
+            )
+    without_exit = sorted(s for s in states - terminal if not any(row.source is s for row in rows))
+    if without_exit:
+        problems.append(f"states with no outgoing edge: {', '.join(without_exit)}")
+    reachable = {initial}
+    queue = deque([initial])
+    while queue:
+        here = queue.popleft()
+        for row in rows:
+            if row.source is here and row.dest not in reachable:
+                reachable.add(row.dest)
+                queue.append(row.dest)
+    unreachable = sorted(states - reachable)
+    if unreachable:
+        problems.append(f"states unreachable from {initial}: {', '.join(unreachable)}")
+    unused = [reason for reason in reasons if not any(row.reason == reason for row in rows)]
+    if unused:
+        problems.append(f"reasons no edge uses: {', '.join(unused)}")
+    return problems
+
+
+def _rows(rows: Iterable[Row]) -> tuple[Row, ...]:
+    return tuple(rows)
+
+
+def _reasons(reasons: Iterable[str]) -> tuple[str, ...]:
+    return tuple(reasons)
+
+
+def _stops(stops: Iterable[Stop]) -> tuple[Stop, ...]:
+    return tuple(stops)
+
+
+@attrs.frozen
+class Table:
+    """An ordered, validated set of rows, the stop reasons they may carry and the stops behind them."""
+
+    rows: tuple[Row, ...] = attrs.field(converter=_rows)
+    reasons: tuple[str, ...] = attrs.field(converter=_reasons)
+    initial: State = State.AwaitModel
+    terminal: frozenset[State] = frozenset({State.Done, State.Failed})
+    stops: tuple[Stop, ...] = attrs.field(default=(), converter=_stops)
+
+    def __attrs_post_init__(self) -> None:
+        problems = _problems(self.rows, self.reasons, self.initial, self.terminal)
+        if problems:
+            msg = "invalid transition table:\n  " + "\n  ".join(problems)
+            raise DefinitionError(msg)
+
+    @property
+    def states(self) -> tuple[State, ...]:
+        """Every state of the machine, in declaration order."""
+        return STATES
+
+    def rows_from(self, state: State, trigger: str | None = None) -> tuple[Row, ...]:
+        """The rows leaving ``state`` (on ``trigger``, if given), in priority order."""
+        return tuple(r for r in self.rows if r.source is state and (trigger is None or r.trigger == trigger))
+
+    @functools.cached_property
+    def index(self) -> dict[tuple[State, str], tuple[Row, ...]]:
+        """Rows by ``(source, trigger)`` in priority order: what the row walker walks."""
+        out: dict[tuple[State, str], tuple[Row, ...]] = {}
+        for row in self.rows:
+            out[row.source, row.trigger] = (*out.get((row.source, row.trigger), ()), row)
+        return out
+
+    @functools.cached_property
+    def stop_for(self) -> Mapping[str, Stop]:
+        """The stop behind each reason."""
+        return {stop.reason: stop for stop in self.stops}
+
+    @functools.cached_property
+    def meters(self) -> tuple[Meter, ...]:
+        """The counters of the stops, as ``Step.counters`` lists them."""
+        return tuple(stop.counter for stop in self.stops if stop.counter is not None)
+
+    def with_rows(self, extra: Iterable[Row], reasons: Iterable[str]) -> Table:
+        """A new table with ``extra`` rows placed just before the fallback of their state and trigger."""
+        rows = list(self.rows)
+        for row in extra:
+            group = [i for i, r in enumerate(rows) if r.source is row.source and r.trigger == row.trigger]
+            if not group:
+                msg = f"{row}: state {row.source} has no trigger {row.trigger!r} to attach to"
+                raise DefinitionError(msg)
+            rows.insert(group[-1], row)
+        return Table(rows, (*self.reasons, *reasons), self.initial, self.terminal, self.stops)
+
+    def with_stops(self, extra: Sequence[StopCondition]) -> Table:
+        """This table's stops plus ``extra`` (users' stops), laid out again."""
+        return build_table((*self.stops, *extra)) if extra else self
+
+
+# --- the edges derived from the catalogue -------------------------------------------------------------------
+
+
+def _lifted(run: Run) -> bool:
+    stop = run.table_stops.get(run.reason or "")
+    return stop is not None and stop.resume == "lift" and stop.guard is not None and not stop.guard(run)
+
+
+def _model_call_allowed(run: Run) -> bool:
+    # Several stops can hold at once and only the first is recorded, so a resume checks them all again.
+    return not any(
+        stop.resume == "lift" and At.BEFORE_MODEL in stop.at and stop.guard is not None and stop.guard(run)
+        for stop in run.table_stops.values()
+    )
+
+
+def resumes_before_tool(run: Run) -> bool:
+    """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
+    return bool(run.pending) and _lifted(run)
+
+
+def resumes_before_model(run: Run) -> bool:
+    """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
+    return not run.pending and _lifted(run) and _model_call_allowed(run)
+
+
+def retries_model_call(run: Run) -> bool:
+    """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
+    stop = run.table_stops.get(run.reason or "")
+    return stop is not None and stop.resume == "retry" and run.retry_model and _model_call_allowed(run)
+
+
+@functools.cache
+def finalize_on(reason: str, trigger: str) -> Guard:
+    """The guard of a ``finalize`` edge: the stop ``reason`` would fire now and its policy says finalize.
+
+    It looks ahead with the row walker at the row ``trigger`` would take, so
+    the finalize edge fires exactly when that stop is the highest-priority
+    row that holds, and only once per run.
+    """
+
+    def guard(run: Run) -> bool:
+        if run.finalizing is not None or run.policies.get(reason) != "finalize":
+            return False
+        row = first_row(run, trigger)
+        return row is not None and row.reason == reason
+
+    guard.__name__ = guard.__qualname__ = f"finalize_on_{reason}"
+    return guard
+
+
+def build_table(stops: Sequence[Stop]) -> Table:
+    """Lay out the flow of a turn and put each stop at its checkpoints, in catalogue order (user stops last)."""
+    S = State
+
+    def slot(at: At) -> list[Row]:
+        state, trigger = CHECKPOINTS[at]
+        rows: list[Row] = []
+        for stop in stops:
+            user = isinstance(stop, StopCondition) and at in stop.at
+            if user and not any(row.reason == CONDITION_ERROR.reason for row in rows):
+                # A user's check that raises is recorded and the walk is tried again: this row then fires.
+                rows.append(Row(state, trigger, S.Failed, CONDITION_ERROR.guard, CONDITION_ERROR.reason))
+            if at in stop.at:
+                rows.append(Row(state, trigger, S.Failed, None if at in UNGUARDED else stop.guard, stop.reason))
+        return rows
+
+    flow = [
+        *slot(At.START),
+        *slot(At.MODEL_FAILED),
+        *slot(At.MODEL_INTERRUPTED),
+        *slot(At.MODEL_EXPIRED),
+        *slot(At.AFTER_MODEL),
+        Row(S.AwaitModel, REPLIED, S.CheckTruncation),
+        *slot(At.CHECK_REPLY),
+        Row(S.CheckTruncation, CHECK, S.Dispatch),
+        Row(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
+        *slot(At.BEFORE_TOOL),
+        Row(S.Dispatch, DISPATCH, S.ExecuteTool),
+        *slot(At.TOOL_INTERRUPTED),
+        *slot(At.TOOL_EXPIRED),
+        *slot(At.AFTER_TOOL),
+        Row(S.ExecuteTool, TOOL_DONE, S.Dispatch, has_pending_calls),
+        *slot(At.BEFORE_MODEL),
+        Row(S.ExecuteTool, TOOL_DONE, S.AwaitModel),
+    ]
+    finalizable = {stop.reason for stop in stops if stop.finalize}
+    finalize = [
+        Row(row.source, FINALIZE, S.AwaitModel, finalize_on(row.reason, row.trigger))
+        for row in flow
+        if row.reason in finalizable and row.guard is not None and row.trigger != START
+    ]
+    resume = [
+        Row(S.Failed, RESUME, S.Dispatch, resumes_before_tool),
+        Row(S.Failed, RESUME, S.AwaitModel, resumes_before_model),
+        Row(S.Failed, RESUME, S.AwaitModel, retries_model_call),
+    ]
+    used = [stop for stop in (*stops, CONDITION_ERROR) if any(row.reason == stop.reason for row in flow)]
+    return Table(flow + finalize + resume, [stop.reason for stop in used], stops=used)
+
+
+TABLE = build_table(CATALOGUE)
+"""The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""
+
+
+def describe_resumable(stops: Iterable[Stop]) -> str:
+    """The resume rules in words, for the error a resume that lifts nothing raises."""
+    lifted = [stop.reason for stop in stops if stop.resume == "lift"]
+    retried = [stop.reason for stop in stops if stop.resume == "retry"]
+    return (
+        f"resumable stops: {', '.join(lifted)}"
+        + "".join(f", and {reason} with retry=True" for reason in retried)
+        + ", each only while no other limit forbids the next call"
+    )

@@ -1,0 +1,381 @@
+"""The agent: a model, its tools and the limits that bound every run; and ``AgentRun``, one run of it.
+
+``AgentRun`` is both drivers over one stepper: ``advance()``/``finish()``
+call, ``aadvance()``/``afinish()`` await, and a run may switch between them
+at any transition.  ``Agent.run``, ``arun``, ``stream`` and ``astream`` are
+built on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from fsm_agent.core import snapshot
+from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.ledger import answer_unexecuted
+from fsm_agent.core.walker import Walker, walker_for
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import Policy, Reason, State
+from fsm_agent.definition.stops import StopCondition, check_policies, user_stops
+from fsm_agent.definition.table import RESUME, TABLE, Table, describe_resumable
+from fsm_agent.drivers.aio import AsyncDriver
+from fsm_agent.drivers.base import Observer
+from fsm_agent.drivers.sync import SyncDriver
+from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog, TransitionEvent
+from fsm_agent.persist.store import Store
+from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
+from fsm_agent.tools import JSONSchema, ToolRegistry
+
+Clock = Callable[[], float]
+"""Monotonic seconds; replaceable in tests (``fsm_agent.testing.ManualClock``)."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything with ``complete(messages, tools) -> ModelResponse``; ``async acomplete`` is used when present.
+
+    ``messages`` is a read-only live view of the conversation so far and
+    ``tools`` is ``ToolRegistry.schemas()`` (empty for a finalize call).
+    Raising any ``Exception`` ends the run with reason ``model_error`` and the
+    exception as ``__cause__``.
+    """
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        """Return the model's next message."""
+        ...
+
+
+class AgentRun(SyncDriver, AsyncDriver):
+    """One run of an agent, driven by ``advance()``/``aadvance()`` (one transition) or ``finish()``/``afinish()``."""
+
+
+class Agent:
+    """A model, its tools and the limits that bound every run; serves any number of runs.
+
+    An agent holds no per-run state, so one agent can run many conversations,
+    also from several threads or tasks at once (the model and tools must then
+    be thread-safe themselves).  Invalid limits, stop conditions or policies
+    raise ``ValueError`` here, never in the middle of a run.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        registry: ToolRegistry,
+        system: str = "",
+        max_steps: int = 8,
+        max_consecutive_failures: int = 3,
+        *,
+        timeout: float | None = None,
+        token_budget: int | None = None,
+        max_tool_calls: int | Mapping[str, int] | None = None,
+        cycle_window: int = 6,
+        clock: Clock = time.monotonic,
+        stop_conditions: Iterable[StopCondition] = (),
+        on_stop: Mapping[Reason, Policy] | None = None,
+        strict_hooks: bool = False,
+        max_concurrency: int | None = None,
+        approve: Collection[str] | Callable[[ToolCall], bool] | None = None,
+        tool_timeout: float | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
+            msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
+            raise TypeError(msg)
+        if not isinstance(registry, ToolRegistry):
+            msg = f"registry must be a ToolRegistry, got {type(registry).__name__}"
+            raise TypeError(msg)
+        if not isinstance(system, str):
+            msg = f"system must be a str, got {type(system).__name__}"
+            raise TypeError(msg)
+        if not callable(clock):
+            msg = f"clock must be a callable returning monotonic seconds, got {type(clock).__name__}"
+            raise TypeError(msg)
+        if max_concurrency is not None and (
+            isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1
+        ):
+            msg = f"max_concurrency must be None (all calls of a turn) or an integer >= 1, got {max_concurrency!r}"
+            raise ValueError(msg)
+        if tool_timeout is not None and (
+            isinstance(tool_timeout, bool)
+            or not isinstance(tool_timeout, int | float)
+            or not 0 < tool_timeout < math.inf
+        ):
+            msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
+            raise ValueError(msg)
+        self.tool_timeout = tool_timeout
+        self.approve = _approval_rule(approve)
+        self.model = model
+        self.registry = registry
+        self.system = system
+        self.clock = clock
+        self.strict_hooks = bool(strict_hooks)
+        self.max_concurrency = max_concurrency
+        keywords = {
+            "max_steps": max_steps,
+            "max_consecutive_failures": max_consecutive_failures,
+            "timeout": timeout,
+            "token_budget": token_budget,
+            "max_tool_calls": max_tool_calls,
+            "cycle_window": cycle_window,
+        }
+        if limits is None:
+            limits = Limits(**keywords)  # type: ignore[arg-type]  # Limits validates each value and names it
+        elif not isinstance(limits, Limits):
+            msg = f"limits must be a Limits, got {type(limits).__name__}"
+            raise TypeError(msg)
+        else:
+            given = [name for name, value in keywords.items() if value != getattr(Limits(), name)]
+            if given:
+                msg = f"give limits=Limits(...) or the limit keywords, not both (also given: {', '.join(given)})"
+                raise ValueError(msg)
+        self.limits = limits
+        self.stop_conditions = user_stops(stop_conditions, {stop.reason for stop in TABLE.stops})
+        # The shared walker's own table, so the rows a run walks are the very rows the walker knows.
+        self.walker: Walker = walker_for(TABLE.with_stops(self.stop_conditions))
+        self.table: Table = self.walker.table
+        self.on_stop = check_policies(on_stop, self.table.stop_for)
+        self.hooks = Hooks()
+
+    def on(self, name: HookName, hook: Hook | None = None) -> Any:
+        """Register an observer: ``agent.on("transition", fn)`` or ``@agent.on("enter:ExecuteTool")``.
+
+        Names: ``transition`` and ``failed`` (a ``TransitionEvent``), ``enter:<State>``
+        and ``leave:<State>`` (the same event), ``before_model``, ``after_model``,
+        ``before_tool`` and ``after_tool`` (a ``CallEvent``).  For one
+        transition the order is leave, enter, transition, failed.
+        """
+        if hook is None:
+
+            def register(fn: Hook) -> Hook:
+                self.hooks.add(name, fn)
+                return fn
+
+            return register
+        self.hooks.add(name, hook)
+        return hook
+
+    def start(
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        store: Store | None = None,
+        run_id: str | None = None,
+    ) -> AgentRun:
+        """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()`` or ``aadvance()``.
+
+        With a ``store``, the run's snapshot is saved under ``run_id`` (a fresh
+        id by default) after every transition the store asks for.
+        """
+        if not isinstance(user_input, str):
+            msg = f"user_input must be a str, got {type(user_input).__name__}"
+            raise TypeError(msg)
+        if cancel is not None and not isinstance(cancel, CancelToken):
+            msg = f"cancel must be a CancelToken, got {type(cancel).__name__}"
+            raise TypeError(msg)
+        messages = [Message("system", self.system)] if self.system else []
+        messages.append(Message("user", user_input))
+        position = Run(self.limits, messages, table=self.table, policies=self.on_stop)
+        return AgentRun(self, position, cancel=cancel, observers=observers, store=store, run_id=run_id or _fresh_id())
+
+    def resume(
+        self,
+        source: RunResult | dict[str, Any] | str,
+        *,
+        approvals: Mapping[str, bool | str] | None = None,
+        retry: bool = False,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        store: Store | None = None,
+        max_steps: int | None = None,
+        token_budget: int | None = None,
+        timeout: float | None = None,
+        max_tool_calls: int | Mapping[str, int] | None = None,
+    ) -> AgentRun:
+        """Continue a run from a snapshot (dict or JSON text) or from a stopped or paused ``RunResult``.
+
+        The run comes back exactly where it was, with its own limits unless
+        new ones are given; no callbacks are re-fired.  A run that stopped on
+        ``max_steps``, ``token_budget``, ``timeout``, ``max_tool_calls`` or
+        ``cancelled`` continues if the new limits (or a fresh token) lift the
+        stop, and a ``model_error`` run with ``retry=True``; the trace shows
+        that as a ``resume`` edge out of ``Failed``.  Anything else is a
+        ``ValueError`` saying why.
+        """
+        if isinstance(source, RunResult):
+            if source.snapshot is None:
+                msg = f"a RunResult with reason {source.reason!r} has no snapshot: only stopped or paused runs resume"
+                raise ValueError(msg)
+            source = source.snapshot
+        data = snapshot.parse(source)
+        limits = snapshot.limits_of(
+            data, max_steps=max_steps, token_budget=token_budget, timeout=timeout, max_tool_calls=max_tool_calls
+        )
+        position = Run(limits, [], table=self.table, policies=self.on_stop)
+        snapshot.load(position, data, self.table.states)
+        run_id = data.get("run_id")
+        run = AgentRun(
+            self,
+            position,
+            cancel=cancel,
+            observers=observers,
+            store=store,
+            run_id=run_id if isinstance(run_id, str) and run_id else _fresh_id(),
+        )
+        if position.state is State.Done:
+            msg = "the run finished in Done; there is nothing to resume"
+            raise ValueError(msg)
+        if position.state is State.Failed:
+            position.retry_model = retry
+            run._observe()  # noqa: SLF001 - the agent builds its own runs: the resume guards read time and token
+            entry = self.walker.try_fire(position, RESUME)
+            if entry is None:
+                msg = (
+                    f"the run stopped with {position.reason!r}, which these limits do not lift "
+                    f"(counters {position.counters()}); {describe_resumable(self.table.stops)}"
+                )
+                raise ValueError(msg)
+            if entry.dest == State.AwaitModel:
+                # A retried reply's calls never ran; the next model call must see them answered.
+                answer_unexecuted(position, "the reply that asked for this call was not usable")
+            position.reason, position.evidence, position.final, position.finalizing = None, {}, "", None
+            position.model_exception = position.condition_error = None
+            position.unfinished = None
+            run._after(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
+        if approvals:
+            run.decide(approvals)
+        return run
+
+    def run(
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        log: str | Path | None = None,
+        store: Store | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Run to the end: the result on ``Done``; on a stop, what its ``on_stop`` policy says.
+
+        ``log`` appends every transition to a JSON Lines file (see ``JsonlLog``);
+        ``store`` checkpoints the run (see ``SqliteStore``).  A run paused for
+        approval returns a result with ``reason == "paused"`` and a snapshot.
+        """
+        with _log(log) as observers:
+            run = self.start(user_input, cancel=cancel, observers=observers, store=store, run_id=run_id)
+            return run.finish()
+
+    async def arun(
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        log: str | Path | None = None,
+        store: Store | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Await a run to the end, like ``run``; the tool calls of one turn run concurrently."""
+        with _log(log) as observers:
+            run = self.start(user_input, cancel=cancel, observers=observers, store=store, run_id=run_id)
+            return await run.afinish()
+
+    def stream(self, user_input: str, *, cancel: CancelToken | None = None) -> Iterator[TransitionEvent]:
+        """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it."""
+        events: deque[TransitionEvent] = deque()
+        run = self.start(user_input, cancel=cancel, observers=[events.append])
+        while not run.done:
+            run.advance()
+            while events:
+                yield events.popleft()
+        run.finish()
+
+    async def astream(self, user_input: str, *, cancel: CancelToken | None = None) -> AsyncIterator[TransitionEvent]:
+        """The async twin of ``stream``."""
+        events: deque[TransitionEvent] = deque()
+        run = self.start(user_input, cancel=cancel, observers=[events.append])
+        while not run.done:
+            await run.aadvance()
+            while events:
+                yield events.popleft()
+        await run.afinish()
+
+
+def _fresh_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) -> Callable[[ToolCall], bool] | None:
+    """Normalise ``approve``: a set of tool names or a predicate on the call becomes a predicate."""
+    if approve is None or callable(approve):
+        return approve
+    if isinstance(approve, str):
+        approve = {approve}
+    names = frozenset(approve)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        msg = f"approve must be tool names or a predicate on the tool call, got {bad!r}"
+        raise TypeError(msg)
+
+    def needs_approval(call: ToolCall) -> bool:
+        return call.name in names
+
+    return needs_approval
+
+
+@contextlib.contextmanager
+def _log(path: str | Path | None) -> Iterator[list[Observer]]:
+    if path is None:
+        yield []
+        return
+    log = JsonlLog(path)
+    try:
+        yield [log]
+    finally:
+        log.close()
+
+
+def run(
+    model: Model,
+    registry: ToolRegistry,
+    user_input: str,
+    system: str = "",
+    max_steps: int = 8,
+    max_consecutive_failures: int = 3,
+    *,
+    cancel: CancelToken | None = None,
+    log: str | Path | None = None,
+    **options: Any,
+) -> RunResult:
+    """Run one conversation to the end with a throwaway ``Agent``; ``options`` are ``Agent``'s keywords.
+
+    Raises ``AgentLoopError`` on every stop unless ``on_stop`` says otherwise.
+    """
+    agent = Agent(model, registry, system, max_steps, max_consecutive_failures, **options)
+    return agent.run(user_input, cancel=cancel, log=log)
+
+
+async def arun(
+    model: Model,
+    registry: ToolRegistry,
+    user_input: str,
+    system: str = "",
+    max_steps: int = 8,
+    max_consecutive_failures: int = 3,
+    *,
+    cancel: CancelToken | None = None,
+    log: str | Path | None = None,
+    **options: Any,
+) -> RunResult:
+    """The async twin of ``run``: awaits an async model's ``acomplete`` and runs a turn's tool calls concurrently."""
+    agent = Agent(model, registry, system, max_steps, max_consecutive_failures, **options)
+    return await agent.arun(user_input, cancel=cancel, log=log)

@@ -1,0 +1,98 @@
+"""The async driver: it awaits each effect, running the calls of one batch concurrently.
+
+If the task is cancelled while a call is in flight, the run is recorded as
+``Failed``/``cancelled`` with everything so far (calls of the batch that
+finished are kept) and the ``CancelledError`` propagates; if the run's
+timeout passes, the calls in flight are cancelled and the run stops on
+``timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fsm_agent.core.stepper import ModelCall, ToolBatch
+from fsm_agent.definition.table import EXPIRED, INTERRUPTED
+from fsm_agent.drivers.base import RunBase
+from fsm_agent.records import RunResult, ToolCall, Transition
+
+
+class AsyncDriver(RunBase):
+    """``aadvance()`` and ``afinish()``: the same steps as the sync driver, awaited."""
+
+    async def aadvance(self) -> Transition:
+        """Like ``advance()``, awaiting the model and tools; the calls of one batch run concurrently."""
+        self._check_live()
+        self._observe()
+        effect = self.stepper.effect(parallel=True)
+        if effect is None:
+            return self._step()
+        try:
+            async with asyncio.timeout(self._remaining()) as deadline:
+                if isinstance(effect, ModelCall):
+                    await self._acall_model(effect)
+                else:
+                    await self._run_batch(effect.calls)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            return self._interrupt(EXPIRED, self._aunfinished(effect))
+        except asyncio.CancelledError:
+            self._interrupt(INTERRUPTED, self._aunfinished(effect))
+            raise
+        return self._step()
+
+    async def afinish(self) -> RunResult:
+        """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
+        while self._result is None:
+            if self.paused:
+                return self._paused_result()
+            await self.aadvance()
+        return self._outcome_of_run()
+
+    async def _acall_model(self, effect: ModelCall) -> None:
+        self._before_model()
+        try:
+            acomplete = getattr(self._model, "acomplete", None)
+            if acomplete is not None:
+                response = await acomplete(effect.messages, effect.tools)
+            else:
+                response = await asyncio.to_thread(self._model.complete, effect.messages, effect.tools)
+        except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
+            self._model_failed(exc)
+            return
+        self._model_replied(response)
+
+    async def _acall_tool(self, call: ToolCall) -> None:
+        self._before_tool(call)
+        if self._tool_timeout is None:
+            outcome = await self._registry.aexecute(call)
+        else:
+            outcome = await self._registry.aexecute(call, timeout=self._tool_timeout)
+        # Kept the moment it exists: whatever happens to the rest of the batch, this call never runs again.
+        self.stepper.accept_tool(call, outcome)
+
+    async def _run_batch(self, batch: tuple[ToolCall, ...]) -> None:
+        if len(batch) == 1:
+            # One call needs no tasks: awaiting it directly keeps the common case cheap.
+            await self._acall_tool(batch[0])
+            return
+        limit = asyncio.Semaphore(self._max_concurrency or len(batch))
+
+        async def one(call: ToolCall) -> None:
+            async with limit:
+                await self._acall_tool(call)
+
+        tasks = [asyncio.ensure_future(one(call)) for call in batch]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+
+    def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:
+        if isinstance(effect, ModelCall):
+            return f"model call of turn {effect.turn}"
+        waiting = [call.id for call in effect.calls if call.id not in self.position.ran]
+        return ", ".join(waiting) or None

@@ -1,0 +1,301 @@
+"""What every driver shares: the run handle, its clock and cancel token, events, checkpoints and results.
+
+A driver differs from another only in how it carries out the stepper's
+effects (call, await, ...); everything it does before and after an effect,
+and around each transition, lives here once (the ``httpx.BaseClient``
+shape), so the sync and async paths cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fsm_agent.core import snapshot
+from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.result import make_result
+from fsm_agent.core.stepper import Stepper
+from fsm_agent.definition.run import Counters, Run
+from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.errors import AgentLoopError, RunStateError
+from fsm_agent.observe.events import CallEvent, TransitionEvent, logger
+from fsm_agent.persist.store import Store
+from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition
+from fsm_agent.tools import ToolResult
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import Agent
+
+Observer = Callable[[TransitionEvent], None]
+
+
+class RunBase:
+    """One run of an agent: the stepper plus everything around it that is not waiting."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        position: Run,
+        *,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        store: Store | None = None,
+        run_id: str,
+    ) -> None:
+        self.position = position
+        self.stepper = Stepper(position, agent.walker, agent.registry.schemas(), agent.approve)
+        self.run_id = run_id
+        self.agent = agent
+        self._model = agent.model
+        self._registry = agent.registry
+        self._tool_timeout = agent.tool_timeout
+        self._max_concurrency = agent.max_concurrency
+        self._hooks = agent.hooks
+        self._strict_hooks = agent.strict_hooks
+        self._observers = tuple(observers)
+        # Building events costs time, so a run nobody watches builds none.
+        self._observed = bool(self._hooks) or bool(self._observers)
+        self._store = store
+        self._cancel = cancel
+        self._clock = agent.clock
+        self._started = self._clock() - position.elapsed
+        self._result: RunResult | None = None
+        # What moved the current transition, for its event.
+        self._response: ModelResponse | None = None
+        self._error: str | None = None
+        self._call: ToolCall | None = None
+        self._outcome: ToolResult | None = None
+
+    # --- reading the run --------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """The state the run is in."""
+        return self.position.state
+
+    @property
+    def done(self) -> bool:
+        """True once the run is in ``Done`` or ``Failed``."""
+        return self.position.state in TERMINAL
+
+    @property
+    def paused(self) -> bool:
+        """True while the next tool call waits for a person's decision (see ``decide``)."""
+        return self.stepper.paused
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation so far."""
+        return self.position.messages
+
+    @property
+    def steps(self) -> list[Step]:
+        """The steps taken so far."""
+        return self.position.steps
+
+    @property
+    def trace(self) -> list[Transition]:
+        """The edges taken so far."""
+        return self.position.trace
+
+    @property
+    def pending(self) -> Sequence[ToolCall]:
+        """Tool calls of the current turn not executed yet (the next one first)."""
+        return tuple(self.position.pending)
+
+    @property
+    def reason(self) -> str | None:
+        """The stop reason (``"done"`` after a natural finish), once the run is over."""
+        return self.position.reason
+
+    def __getattr__(self, name: str) -> Any:
+        # Every counter and field of the run's position reads through (run.turns, run.finalizing, ...).
+        return getattr(self.position, name)
+
+    def counters(self) -> Counters:
+        """Every counter against its limit, ``[used, limit]``."""
+        return self.position.counters()
+
+    @property
+    def result(self) -> RunResult:
+        """The run's result; only available once the run is in ``Done`` or ``Failed``."""
+        if self._result is None:
+            msg = f"the run is in {self.state}, not finished; advance() it to Done or Failed first"
+            raise RunStateError(msg)
+        return self._result
+
+    # --- approval and snapshots ---------------------------------------------------------------------------
+
+    def awaiting(self) -> list[ToolCall]:
+        """The tool calls of this turn that need approval and have no decision yet."""
+        return self.stepper.awaiting()
+
+    def decide(self, approvals: Mapping[str, bool | str]) -> None:
+        """Record decisions on calls awaiting approval: ``True`` runs it, ``False`` or a reason text rejects it."""
+        self.stepper.decide(approvals)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The run's whole position as a JSON-ready dict, for ``Agent.resume`` here or in another process."""
+        self._observe()
+        return snapshot.dump(self.position, run_id=self.run_id, paused=self.paused)
+
+    # --- around each effect and transition ---------------------------------------------------------------
+
+    def _check_live(self) -> None:
+        if self.done:
+            run = self.position
+            msg = f"the run already finished in {run.state} (reason {run.reason!r}); start a new run"
+            raise RunStateError(msg)
+        if self.paused:
+            waiting = ", ".join(f"{c.name} ({c.id})" for c in self.awaiting())
+            msg = f"the run is paused until a person decides on: {waiting}; use decide({{call_id: True|False|'why'}})"
+            raise RunStateError(msg)
+
+    def _observe(self) -> None:
+        """Tell the run the time and whether it was cancelled; a planned batch keeps what it was planned with."""
+        run = self.position
+        if run.frozen:
+            return
+        run.elapsed = self._clock() - self._started
+        token = self._cancel
+        if token is not None and token.cancelled:
+            run.cancelled, run.cancel_why = True, token.why
+
+    def _remaining(self) -> float | None:
+        """Seconds left before the run's timeout, if it has one."""
+        timeout = self.position.limits.timeout
+        return None if timeout is None else max(timeout - (self._clock() - self._started), 0.0)
+
+    def _before_model(self) -> None:
+        if self._observed:
+            self._call_hooks(CallEvent("before_model", self.position.turns + 1, self.counters()))
+
+    def _model_replied(self, response: object) -> None:
+        self.stepper.accept_reply(response)
+        run = self.position
+        if run.model_exception is not None:
+            self._error = f"{type(run.model_exception).__name__}: {run.model_exception}"
+        else:
+            self._response = run.last_response
+        if self._observed:
+            self._after_model()
+
+    def _model_failed(self, error: Exception) -> None:
+        self.stepper.accept_model_error(error)
+        self._error = f"{type(error).__name__}: {error}"
+        if self._observed:
+            self._after_model()
+
+    def _after_model(self) -> None:
+        turn, counters = self.position.turns, self.counters()
+        if self._error is not None:
+            self._call_hooks(CallEvent("after_model", turn, counters, error=self._error))
+        else:
+            self._call_hooks(CallEvent("after_model", turn, counters, response=self._response))
+
+    def _before_tool(self, call: ToolCall) -> None:
+        if self._observed:
+            self._call_hooks(CallEvent("before_tool", self.position.turns, self.counters(), tool_call=call))
+
+    def _step(self) -> Transition:
+        """Fire the next transition (the effect, if any, was carried out) and close it."""
+        self._observe()
+        run = self.position
+        if run.state is State.ExecuteTool and self._observed:
+            call = run.pending[0]
+            outcome = self.stepper.outcome_of(call)
+            if outcome is not None:
+                if call.id not in run.ran:
+                    self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
+                self._call, self._outcome = call, outcome
+                event = CallEvent(
+                    "after_tool",
+                    run.turns,
+                    self.counters(),
+                    tool_call=call,
+                    tool_result=outcome.content,
+                    tool_error=outcome.error,
+                )
+                self._call_hooks(event)
+        return self._after(self.stepper.step())
+
+    def _interrupt(self, trigger: str, unfinished: str | None) -> Transition:
+        """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""
+        self._observe()
+        return self._after(self.stepper.interrupt(trigger, unfinished))
+
+    def _after(self, entry: Transition) -> Transition:
+        """Close the transition just taken: build the result of a finished run, notify observers, checkpoint."""
+        if self.done:
+            self._result = self._make_result()
+        if self._observed:
+            self._emit(entry)
+        self._response = self._call = self._outcome = None
+        self._error = None
+        if self._store is not None and self._store.wants(self.state, self.paused):
+            self._store.save(self.run_id, self.snapshot())
+        return entry
+
+    def _make_result(self) -> RunResult:
+        run = self.position
+        data = None if run.state is State.Done else self.snapshot()
+        return make_result(run, run.reason or "unknown", run.evidence, tuple(run.pending), data)
+
+    def _paused_result(self) -> RunResult:
+        waiting = self.awaiting()
+        run = self.position
+        evidence = {"step": max(run.turns - 1, 0), "awaiting": [c.id for c in waiting], "counters": self.counters()}
+        return make_result(run, "paused", evidence, tuple(waiting), self.snapshot())
+
+    def _outcome_of_run(self) -> RunResult:
+        result = self.result
+        run = self.position
+        if run.state is State.Failed and run.policies.get(result.reason, "raise") != "return":
+            cause = run.model_exception or run.hook_error or run.condition_error
+            raise AgentLoopError(result.reason, result) from cause
+        return result
+
+    def _emit(self, last: Transition) -> None:
+        run = self.position
+        call = self._call
+        if call is None and last.dest == State.ExecuteTool and run.pending:
+            call = run.pending[0]
+        terminal = self.done
+        event = TransitionEvent(
+            seq=len(run.trace) - 1,
+            source=last.source,
+            trigger=last.trigger,
+            dest=last.dest,
+            guard=last.guard,
+            reason=last.reason,
+            counters=self.counters(),
+            response=self._response,
+            error=self._error,
+            tool_call=call,
+            tool_result=None if self._outcome is None else self._outcome.content,
+            tool_error=None if self._outcome is None else self._outcome.error,
+            evidence=run.evidence if run.state is State.Failed else None,
+            result=self._result if terminal else None,
+        )
+        hooks = self._hooks
+        raised = hooks.call(f"leave:{last.source}", event) if hooks else None
+        if hooks:
+            raised = hooks.call(f"enter:{last.dest}", event) or raised
+            raised = hooks.call("transition", event) or raised
+            if run.state is State.Failed:
+                raised = hooks.call("failed", event) or raised
+        for observer in self._observers:
+            observer(event)
+        self._hook_failed(raised, terminal)
+
+    def _call_hooks(self, event: CallEvent) -> None:
+        self._hook_failed(self._hooks.call(event.kind, event), False)
+
+    def _hook_failed(self, exc: BaseException | None, terminal: bool) -> None:
+        run = self.position
+        if exc is None or not self._strict_hooks or run.hook_error is not None:
+            return
+        if terminal:
+            logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")
+            return
+        run.hook_error = exc

@@ -1,0 +1,290 @@
+"""The tool registry: plain functions in, JSON Schemas and structured results out.
+
+A tool's failure is known structurally, never by searching its output: the
+tool is unknown, its arguments do not fit its signature, it raised, its value
+cannot be encoded as JSON, or it returned a dict with a top-level ``"error"``
+key.  Everything else is a success, even a result that mentions the word
+"error".  ``call`` never raises for a tool's fault: a tool that raises
+``asyncio.CancelledError`` while nobody cancelled the call, or ``GeneratorExit``,
+has failed like any other.  ``KeyboardInterrupt`` and ``SystemExit`` still
+propagate, and so does a real cancellation of the task awaiting ``aexecute``.
+
+A return value that JSON cannot encode (a set, bytes, NaN, an object, a
+structure that contains itself) is an error result naming the tool, not a
+conversion: a guessed ``str(value)`` would hand the model text nobody
+designed.  Output longer than the registry's ``max_output_chars`` is cut, with
+a marker saying how much, so one tool cannot flood the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, overload
+
+import attrs
+
+from fsm_agent.records import ToolCall
+from fsm_agent.tools.calling import DeadlineError, call_sync, call_with_deadline, in_daemon_thread, own_arguments
+from fsm_agent.tools.schema import (
+    CALL_ID,
+    JSONSchema,
+    ToolFunction,
+    accepts_call_id,
+    arguments_error,
+    json_problem,
+    parameters_schema,
+)
+
+
+@attrs.frozen
+class ToolResult:
+    """The outcome of one tool call: the text the model sees and, on failure, why."""
+
+    content: str
+    error: str | None = None
+    truncated: int = 0
+    """Characters cut from ``content`` by the registry's ``max_output_chars`` (0: the output is whole)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the call succeeded."""
+        return self.error is None
+
+
+@attrs.frozen
+class Tool:
+    """A registered function with the JSON Schema the model is shown."""
+
+    name: str
+    description: str
+    function: ToolFunction
+    parameters: JSONSchema
+    takes_call_id: bool = False
+    """The function declares ``call_id``: the registry passes it the ``ToolCall.id`` (never shown to the model)."""
+
+    @property
+    def schema(self) -> JSONSchema:
+        """The tool as offered to a model: name, description and parameters."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
+
+
+DEFAULT_MAX_OUTPUT_CHARS = 100_000
+"""The default cap on one tool's output: about 25k tokens, far above a useful answer, far below a flood."""
+
+
+def _clip(text: str, cap: int) -> tuple[str, int]:
+    """``text`` cut to ``cap`` characters plus a marker saying how many were cut, and that number."""
+    cut = len(text) - cap
+    if cut <= 0:
+        return text, 0
+    return f"{text[:cap]}\n[truncated: {cut} of {len(text)} characters cut, max_output_chars={cap}]", cut
+
+
+def _max_output_chars(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        msg = f"max_output_chars must be an integer >= 1, or None for no cap, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""Tool names both OpenAI and Anthropic accept."""
+
+
+_TOOL_FAULTS = (Exception, asyncio.CancelledError, GeneratorExit)
+"""What a tool raising counts as its own failure; ``aexecute`` first tells a real cancellation apart."""
+
+
+def _cancelled_from_outside() -> bool:
+    """True when someone asked to cancel the current task (``cancelling()``), not just a tool raising it."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _raised(call: ToolCall, exc: BaseException) -> ToolResult:
+    return _error(f"tool {call.name!r} raised {type(exc).__name__}: {exc}")
+
+
+def _encoded(call: ToolCall, value: Any) -> ToolResult:
+    """The JSON text of a tool's value; a value with a top-level ``"error"`` key is a failure."""
+    try:
+        content = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return _error(f"tool {call.name!r} returned a value that cannot be encoded as JSON: {exc}")
+    if isinstance(value, Mapping) and "error" in value:
+        return ToolResult(content, str(value["error"]))
+    return ToolResult(content)
+
+
+class ToolRegistry:
+    """Functions the model may call, with schemas derived from their type hints and docstrings.
+
+    A function without a docstring gets an empty description; a parameter
+    without an annotation accepts any JSON value.  Both are allowed because the
+    model still sees the parameter names, but documented functions work better.
+
+    ``max_output_chars`` caps the text of one result (default
+    ``DEFAULT_MAX_OUTPUT_CHARS`` = 100,000; ``None`` for no cap).  Longer output
+    keeps its first ``max_output_chars`` characters followed by a line
+    ``[truncated: N of M characters cut, max_output_chars=C]``, so the model
+    sees that it was cut, and ``ToolResult.truncated`` records N.  A cut result
+    keeps its success or failure.
+
+    A tool gets its own deep copy of the call's arguments, so a tool that
+    changes them (appends to a list it was given) cannot change the
+    ``ToolCall`` recorded in the run's history.  A function that declares a
+    parameter named ``call_id`` receives the ``ToolCall.id`` there, to make
+    its effect idempotent (a call in flight when a process dies may run
+    again on resume); ``call_id`` is not in the schema the model sees, and
+    arguments that carry one are an error result.
+    """
+
+    def __init__(self, *, max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.max_output_chars = _max_output_chars(max_output_chars)
+
+    @overload
+    def register(
+        self, function: ToolFunction, *, name: str | None = None, description: str | None = None
+    ) -> ToolFunction: ...
+
+    @overload
+    def register(
+        self, function: None = None, *, name: str | None = None, description: str | None = None
+    ) -> Callable[[ToolFunction], ToolFunction]: ...
+
+    def register(
+        self, function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None
+    ) -> ToolFunction | Callable[[ToolFunction], ToolFunction]:
+        """Register ``function`` as a tool; usable as ``@register`` or ``@register(name=...)``.
+
+        Returns the function unchanged so decorated functions stay callable.
+        Registering a name twice is a ``ValueError``: silently replacing a tool
+        would change what an agent does without anyone noticing.
+        """
+        if function is None:
+            return lambda fn: self.register(fn, name=name, description=description)
+        tool_name = name or function.__name__
+        if not _TOOL_NAME.fullmatch(tool_name):
+            # Providers reject other names, but only at the first model call; "<lambda>" is the usual culprit.
+            msg = f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'; pass name=... (e.g. for a lambda)"
+            raise ValueError(msg)
+        if tool_name in self._tools:
+            msg = f"a tool named {tool_name!r} is already registered"
+            raise ValueError(msg)
+        doc = description if description is not None else (inspect.getdoc(function) or "")
+        self._tools[tool_name] = Tool(
+            tool_name, doc, function, parameters_schema(function, tool_name), accepts_call_id(function)
+        )
+        return function
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        """The registered tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def schemas(self) -> list[JSONSchema]:
+        """One JSON Schema per tool: ``{"name", "description", "parameters"}``, in registration order."""
+        return [tool.schema for tool in self._tools.values()]
+
+    def execute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
+        """Run one tool call and classify the outcome, capped at ``max_output_chars``; never raises for its fault.
+
+        An ``async def`` tool is run to completion on an event loop of its own.
+        With ``timeout``, the call runs in a worker thread that is abandoned
+        (Python cannot kill a thread) once the deadline passes, and the
+        outcome is an error result saying the tool timed out.
+        """
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        function, arguments = prepared
+        try:
+            if timeout is None:
+                value = call_sync(function, arguments)
+            else:
+                value = call_with_deadline(function, arguments, timeout, call.name)
+        except DeadlineError:
+            return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
+        except _TOOL_FAULTS as exc:  # a tool's exception is data for the model, not a crash
+            return self._capped(_raised(call, exc))
+        return self._capped(_encoded(call, value))
+
+    async def aexecute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
+        """Like ``execute`` for the async driver: async tools are awaited, sync ones run in a worker thread.
+
+        At the ``timeout`` an async tool is cancelled; a sync one is left to
+        finish in its thread, its result discarded.  A ``CancelledError``
+        propagates only when the awaiting task was really cancelled
+        (``asyncio.current_task().cancelling()`` is not 0); raised by the
+        tool on its own, it is an error result.
+        """
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        function, arguments = prepared
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                if inspect.iscoroutinefunction(function):
+                    value = await function(**arguments)
+                elif timeout is None:
+                    value = await asyncio.to_thread(call_sync, function, arguments)
+                else:
+                    value = await in_daemon_thread(function, arguments, call.name)
+        except TimeoutError as exc:
+            if deadline.expired():
+                return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
+            return self._capped(_raised(call, exc))
+        except asyncio.CancelledError as exc:
+            if _cancelled_from_outside():
+                raise
+            return self._capped(_raised(call, exc))
+        except _TOOL_FAULTS as exc:  # a tool's exception is data for the model, not a crash
+            return self._capped(_raised(call, exc))
+        return self._capped(_encoded(call, value))
+
+    def _prepare(self, call: ToolCall) -> tuple[ToolFunction, dict[str, Any]] | ToolResult:
+        """The function and the tool's own copy of its arguments, or the error result of a call that cannot be made."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self._tools) or "none"
+            return _error(f"unknown tool {call.name!r}; registered tools: {known}")
+        if call.raw_arguments is not None:
+            return _error(f"arguments for tool {call.name!r} are not valid JSON ({json_problem(call.raw_arguments)})")
+        problem = arguments_error(call.arguments, tool.parameters)
+        if problem is not None:
+            return _error(f"bad arguments for tool {call.name!r}: {problem}")
+        arguments = own_arguments(call.arguments)
+        if tool.takes_call_id:
+            if CALL_ID in arguments:
+                return _error(f"bad arguments for tool {call.name!r}: {CALL_ID} is filled by the registry, not passed")
+            arguments[CALL_ID] = call.id
+        return tool.function, arguments
+
+    def _capped(self, outcome: ToolResult) -> ToolResult:
+        cap = self.max_output_chars
+        if cap is None or len(outcome.content) <= cap:
+            return outcome
+        content, cut = _clip(outcome.content, cap)
+        error = None if outcome.error is None else _clip(outcome.error, cap)[0]
+        return ToolResult(content, error, cut)
+
+    def call(self, call: ToolCall) -> str:
+        """Run one tool call and return the JSON text the model sees (``{"error": ...}`` on failure)."""
+        return self.execute(call).content
