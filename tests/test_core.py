@@ -360,3 +360,41 @@ def test_agent_loop_error_says_why_and_pickles_with_its_result() -> None:
     assert str(exc).startswith("repeated_action at step 1: signature=")
     again = pickle.loads(pickle.dumps(exc))
     assert (again.reason, again.result, again.evidence) == (exc.reason, exc.result, exc.evidence)
+
+
+class SlowModel:
+    """An async model whose reply takes far longer than the run may."""
+
+    async def acomplete(self, messages: object, tools: object) -> ModelResponse:
+        await asyncio.sleep(30)
+        return reply("too late")
+
+    def complete(self, messages: object, tools: object) -> ModelResponse:
+        raise AssertionError("the async driver uses acomplete")
+
+
+def test_a_model_call_in_flight_at_the_deadline_is_cancelled_and_the_run_stops_on_timeout() -> None:
+    """AwaitModel->Failed[timeout] on expired, async: the call is cancelled, named unfinished, the turn counted."""
+    with pytest.raises(AgentLoopError) as info:
+        asyncio.run(Agent(SlowModel(), ToolRegistry(), timeout=0.2).arun("q"))
+    exc = info.value
+    assert (exc.reason, exc.result.trace[-1].trigger) == ("timeout", "expired")
+    assert exc.evidence["unfinished"] == "model call of turn 1"
+    assert exc.evidence["counters"]["steps"][0] == 1
+
+
+def test_an_async_tool_in_flight_at_the_deadline_is_cancelled_and_the_run_stops_on_timeout() -> None:
+    """ExecuteTool->Failed[timeout] on expired, async: the tool is cancelled and the call stays pending."""
+    registry = ToolRegistry()
+
+    @registry.register
+    async def slow() -> str:
+        """Take a long time."""
+        await asyncio.sleep(30)
+        return "late"
+
+    agent = Agent(ByHistory([tool_turn(ToolCall("s1", "slow", {}))]), registry, timeout=0.2)
+    with pytest.raises(AgentLoopError) as info:
+        asyncio.run(agent.arun("q"))
+    exc = info.value
+    assert (exc.reason, exc.evidence["unfinished"], [c.id for c in exc.result.pending]) == ("timeout", "s1", ["s1"])

@@ -86,6 +86,8 @@ class Stepper:
     def paused(self) -> bool:
         """True while the next tool call waits for a person's decision."""
         run = self.run
+        if self.approve is None:
+            return False
         return run.state is State.ExecuteTool and bool(run.pending) and self.needs_decision(run.pending[0])
 
     def effect(self, *, parallel: bool = False) -> Effect | None:

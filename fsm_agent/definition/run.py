@@ -27,8 +27,26 @@ Signature = tuple[str, str]
 Counters = dict[str, list[int | float | None]]
 
 
+_memo: tuple[ToolCall | None, Signature] = (None, ("", ""))
+
+
 def signature(call: ToolCall) -> Signature:
-    """Identify a tool call by name and canonical arguments, so key order does not matter."""
+    """Identify a tool call by name and canonical arguments, so key order does not matter.
+
+    The same call is asked about twice in a row (``Dispatch``'s repeat guard,
+    then the bookkeeping once it ran), so the last answer is kept; the pair is
+    read and written whole, which keeps it right across threads.
+    """
+    global _memo  # a one-entry memo of a pure function
+    memo = _memo
+    if memo[0] is call:
+        return memo[1]
+    found = _signature(call)
+    _memo = (call, found)
+    return found
+
+
+def _signature(call: ToolCall) -> Signature:
     if call.raw_arguments is not None:
         return call.name, "raw:" + call.raw_arguments
     try:
