@@ -8,8 +8,8 @@ from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import RunView
-from fsm_agent.definition.states import STATES, State
-from fsm_agent.definition.stops import StopCondition
+from fsm_agent.definition.states import STATES, Policy, Reason, State
+from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
 from fsm_agent.drivers.agent import Agent, AgentRun, Model, arun, run
 from fsm_agent.errors import AgentLoopError, DefinitionError, FsmAgentError, RunStateError
@@ -33,6 +33,8 @@ __all__ = [
     "Message",
     "Model",
     "ModelResponse",
+    "Policy",
+    "Reason",
     "Row",
     "RunResult",
     "RunStateError",
@@ -41,6 +43,7 @@ __all__ = [
     "SqliteStore",
     "State",
     "Step",
+    "Stop",
     "StopCondition",
     "Store",
     "StoredRun",
