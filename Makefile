@@ -12,7 +12,7 @@ help:  ## list the targets
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fsm_agent needs Python 3.11+, found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic,gemini,postgres,mcp,otel,ui,ray]'
 	@touch $(STAMP)
 
 demo: $(STAMP)  ## run the scripted demonstration of every stop path; pictures in diagrams/runs/
@@ -29,10 +29,12 @@ lint: $(STAMP)  ## ruff and mypy --strict on the package
 diagram: $(STAMP)  ## draw the machine from its table: diagrams/agent_loop.dot, .svg, .mmd, and README's blocks
 	$(PY) -m fsm_agent diagram --update-readme README.md
 
-bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-step cost at 64-4096 turns
+bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-step cost at 64-4096 turns; batches; stores
 	$(PY) -m benchmarks.bench_engine
 	$(PY) -m benchmarks.bench_async
 	$(PY) -m benchmarks.bench_scaling
+	$(PY) -m benchmarks.bench_batch
+	$(PY) -m benchmarks.bench_store
 
 fuzz: $(STAMP)  ## property, differential and stateful tests with fresh random examples, 4000 each
 	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py

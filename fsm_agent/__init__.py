@@ -12,10 +12,17 @@ from fsm_agent.definition.states import STATES, Policy, Reason, State
 from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
 from fsm_agent.drivers.agent import Agent, AgentRun, Model, arun, run
-from fsm_agent.errors import AgentLoopError, DefinitionError, FsmAgentError, RunStateError
-from fsm_agent.observe.events import CallEvent, JsonlLog, TransitionEvent
-from fsm_agent.persist.store import SqliteStore, Store, StoredRun
-from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.errors import (
+    AgentLoopError,
+    DefinitionError,
+    FsmAgentError,
+    RunExistsError,
+    RunLeasedError,
+    RunStateError,
+)
+from fsm_agent.observe.events import CallEvent, JsonlLog, TextDelta, TransitionEvent
+from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
+from fsm_agent.records import Message, ModelResponse, ProviderData, RunResult, Step, ToolCall, Transition, Usage
 from fsm_agent.tools import Tool, ToolRegistry, ToolResult
 
 __all__ = [
@@ -34,8 +41,12 @@ __all__ = [
     "Model",
     "ModelResponse",
     "Policy",
+    "PostgresStore",
+    "ProviderData",
     "Reason",
     "Row",
+    "RunExistsError",
+    "RunLeasedError",
     "RunResult",
     "RunStateError",
     "RunView",
@@ -48,6 +59,7 @@ __all__ = [
     "Store",
     "StoredRun",
     "Table",
+    "TextDelta",
     "Tool",
     "ToolCall",
     "ToolRegistry",

@@ -3,6 +3,8 @@
     FsmAgentError
     ├── DefinitionError (also ValueError)   the transition table is malformed
     ├── RunStateError (also RuntimeError)   a run object was driven wrongly
+    ├── RunExistsError (also ValueError)    a new run's id is already in the store
+    ├── RunLeasedError (also RuntimeError)  another owner is advancing that stored run
     └── AgentLoopError (also RuntimeError)  a run stopped; carries reason + result
 
 A programmer's mistake (bad table, bad limits, advancing a finished run) is an
@@ -13,6 +15,7 @@ raise a plain ``ValueError`` at construction, as Python users expect.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fsm_agent.records import RunResult
@@ -28,6 +31,45 @@ class DefinitionError(FsmAgentError, ValueError):
 
 class RunStateError(FsmAgentError, RuntimeError):
     """A run object was used in a state that does not allow it (e.g. advancing a finished run)."""
+
+
+class RunExistsError(FsmAgentError, ValueError):
+    """A new run was given a ``run_id`` the store already holds; pass ``overwrite=True`` to replace that run.
+
+    Silently replacing it would lose the stored run, even one paused for a person's approval.
+    """
+
+    def __init__(self, run_id: str, where: str) -> None:
+        super().__init__(run_id, where)
+        self.run_id = run_id
+        self.where = where
+
+    def __str__(self) -> str:
+        return f"run {self.run_id!r} already exists in {self.where}; resume it, or start it with overwrite=True"
+
+
+class RunLeasedError(FsmAgentError, RuntimeError):
+    """Another owner (a process, a worker) holds the lease on this stored run; ``holder`` names it.
+
+    The lease lapses at ``until`` (seconds since the epoch) unless its holder
+    renews it, so a crashed owner's run can be taken over after that.
+    ``stale`` means nobody holds it now, but the stored run moved on since
+    this run object last wrote it (another owner advanced or replaced it):
+    load it from the store again rather than overwrite that work.
+    """
+
+    def __init__(self, run_id: str, holder: str, until: float, stale: bool = False) -> None:
+        super().__init__(run_id, holder, until, stale)
+        self.run_id = run_id
+        self.holder = holder
+        self.until = until
+        self.stale = stale
+
+    def __str__(self) -> str:
+        if self.stale:
+            return f"run {self.run_id!r} was changed in the store by {self.holder} since this run saved it; resume it"
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.until))
+        return f"run {self.run_id!r} is being advanced by {self.holder} (lease until {when})"
 
 
 class AgentLoopError(FsmAgentError, RuntimeError):

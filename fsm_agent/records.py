@@ -38,13 +38,57 @@ class ToolCall:
 
 
 @attrs.frozen
+class ProviderData:
+    """Content of an assistant reply that its provider requires back verbatim and the engine never interprets.
+
+    Reasoning models return opaque items (Anthropic ``thinking`` and
+    ``redacted_thinking`` blocks with their signatures, OpenAI Responses
+    ``reasoning`` items with ``encrypted_content``, Gemini thought
+    signatures) that must come back unchanged and in their original position
+    on every later request, or the provider rejects the conversation.
+    ``provider`` names the adapter family that produced it (``"anthropic"``,
+    ``"openai-responses"``, ``"gemini"``): only that adapter sends it back,
+    others ignore it, so a conversation can switch providers.  ``payload`` is
+    JSON text of the reply's own list of blocks, output items or parts, in
+    their order: a string is immutable and comes back from any store byte for
+    byte.  ``thinking`` is the readable part of the reasoning (thinking text,
+    reasoning summaries, thought parts) for hooks and viewers; it is never
+    part of ``Message.content``, so it cannot be taken for the answer.
+    """
+
+    provider: str = attrs.field(validator=attrs.validators.instance_of(str))
+    payload: str = attrs.field(validator=attrs.validators.instance_of(str))
+    thinking: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+
+    def items(self) -> list[Any]:
+        """``payload`` decoded: a fresh list on every call, so changing it cannot change the record."""
+        decoded: list[Any] = json.loads(self.payload)
+        return decoded
+
+
+def _provider_data(value: Any) -> ProviderData | None:
+    # Accepts the record or its to_dict() form, so every reader (results, snapshots, stores) shares one rule.
+    if value is None or isinstance(value, ProviderData):
+        return value
+    if isinstance(value, dict):
+        return ProviderData(**value)
+    msg = f"provider_data must be a ProviderData or its dict, got {type(value).__name__}"
+    raise TypeError(msg)
+
+
+@attrs.frozen
 class Message:
-    """One chat message: ``system``, ``user``, ``assistant`` or ``tool``."""
+    """One chat message: ``system``, ``user``, ``assistant`` or ``tool``.
+
+    ``provider_data`` holds what an assistant reply's provider needs back
+    verbatim (see :class:`ProviderData`); no guard of the engine reads it.
+    """
 
     role: str
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
     tool_call_id: str | None = None
+    provider_data: ProviderData | None = attrs.field(default=None, converter=_provider_data)
 
 
 @attrs.frozen
@@ -187,7 +231,7 @@ def _result_to_dict(result: RunResult) -> dict[str, Any]:
 
 def _message_from(data: dict[str, Any]) -> Message:
     calls = tuple(ToolCall(**call) for call in data.get("tool_calls", ()))
-    return Message(data["role"], data.get("content", ""), calls, data.get("tool_call_id"))
+    return Message(data["role"], data.get("content", ""), calls, data.get("tool_call_id"), data.get("provider_data"))
 
 
 def _result_from_dict(data: Any) -> RunResult:

@@ -1,12 +1,34 @@
-"""Fixtures shared by the provider adapter and command-line tests: the loopback provider server."""
+"""Fixtures shared by the tests: the loopback provider server, a throwaway PostgreSQL server, a store per kind."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
+import hypothesis_profiles
 import pytest
+from pg_cluster import HOW_TO_GET, Cluster, find_bindir
 from provider_server import ProviderServer
+
+
+def require_program(program: str, how: str) -> str:
+    """The path of a system program a test needs; a one-line skip saying how to get it, or a failure under CI.
+
+    ``.ci/run`` installs every system component and sets ``FSM_AGENT_CI=1``, so
+    CI never skips these tests; a developer machine without one skips them.
+    """
+    path = shutil.which(program)
+    if path is not None:
+        return path
+    message = f"{program} is not installed: {how}"
+    if os.environ.get("FSM_AGENT_CI") == "1":
+        pytest.fail(message + " (CI must not skip this)")
+    pytest.skip(message)
+
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
@@ -28,3 +50,49 @@ def unused_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
     return port
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL server for the session; skipped (failed under CI) where PostgreSQL is not installed."""
+    bindir = find_bindir()
+    if bindir is None:
+        require_program("initdb", HOW_TO_GET)
+        raise AssertionError  # require_program skipped or failed
+    pytest.importorskip("psycopg", reason="pip install 'fsm-agent[postgres]'")
+    cluster = Cluster(bindir).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a store test keeps its runs: a fresh SQLite file, then a fresh PostgreSQL database (same tests)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.db")
+    cluster: Cluster = request.getfixturevalue("postgres_cluster")
+    return cluster.new_database(f"t_{uuid.uuid4().hex[:16]}")
+
+
+@pytest.hookimpl(trylast=True)  # after the terminal plugin has registered its reporter
+def pytest_configure(config: pytest.Config) -> None:
+    """Send fuzz progress lines to pytest's terminal while a test runs, past its output capture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+
+        def report(line: str) -> None:
+            with capture.global_and_fixture_disabled():  # a test is running: its capture would keep the line
+                reporter.write_line(line)
+                reporter.flush()  # seen now, even when the output is a pipe
+
+        hypothesis_profiles.report = report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``make fuzz``, every Hypothesis test reports its progress (see ``hypothesis_profiles.progress``)."""
+    for item in items:
+        if isinstance(item, pytest.Function):
+            hypothesis_profiles.with_progress(item.obj)

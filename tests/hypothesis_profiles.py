@@ -10,7 +10,12 @@ keeps failures in the example database so they replay next time.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import settings
 
@@ -21,3 +26,48 @@ settings.register_profile("fuzz", max_examples=4000, deadline=None, print_blob=T
 PROFILE_NAME = os.environ.get("FSM_AGENT_HYPOTHESIS", "ci")
 PROFILE = settings.get_profile(PROFILE_NAME)
 """The chosen profile, used as a decorator: ``@PROFILE``."""
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.__stderr__, flush=True)
+
+
+report: Callable[[str], None] = _to_stderr
+"""Where progress lines go; under pytest, its terminal reporter (set in conftest), which its capture leaves alone."""
+
+
+def progress(name: str, every: int = 250) -> Callable[[], None]:
+    """A tick to call once per example: under ``fuzz`` it prints every ``every`` examples how far ``name`` got.
+
+    A fuzz run takes minutes per test and pytest shows nothing until a test
+    ends, so the count goes to ``report``, straight to the terminal.
+    Under ``ci`` the tick does nothing.
+    """
+    if PROFILE_NAME != "fuzz":
+        return lambda: None
+    count, started = 0, time.monotonic()
+
+    def tick() -> None:
+        nonlocal count
+        count += 1
+        if count % every == 0:
+            rate = count / max(time.monotonic() - started, 1e-9)
+            budget = PROFILE.max_examples
+            report(f"  {name}: {count} examples tried (budget {budget}, shrinking adds more), {rate:.0f}/s")
+
+    return tick
+
+
+def with_progress(test: Any) -> None:
+    """Make a ``@given`` test tick ``progress`` once per example (Hypothesis calls ``inner_test`` per example)."""
+    inner = getattr(getattr(test, "hypothesis", None), "inner_test", None)
+    if inner is None or PROFILE_NAME != "fuzz":
+        return
+    tick = progress(test.__name__)
+
+    @functools.wraps(inner)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        tick()
+        return inner(*args, **kwargs)
+
+    test.hypothesis.inner_test = counted

@@ -51,14 +51,38 @@ class Reply:
     body: dict[str, Any] | Callable[[Received], dict[str, Any]]
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    sse: str | None = None
+    """A streamed answer: this server-sent-events text is sent as ``text/event-stream`` instead of ``body``."""
+
+
+def streamed(provider: str, name: str) -> Reply:
+    """A recorded streaming body, ``tests/provider_bodies/<provider>/<name>.sse``, as a reply."""
+    return Reply({}, sse=(BODIES / provider / f"{name}.sse").read_text(encoding="utf-8"))
+
+
+def _events(sse: str) -> list[dict[str, Any]]:
+    """The JSON objects of a server-sent-events text (its ``data:`` lines), as a rule sees a streamed answer."""
+    data = (line.removeprefix("data:").strip() for line in sse.splitlines() if line.startswith("data:"))
+    return [json.loads(text) for text in data if text.startswith("{")]
+
+
+Rule = Callable[[Received, list[dict[str, Any]]], "Reply | None"]
+"""A provider's check of a request, given every body served so far: the provider's error reply, or ``None``."""
 
 
 class ProviderServer:
-    """Serves queued replies in order and records the requests; an unexpected request gets a 400."""
+    """Serves queued replies in order and records the requests; an unexpected request gets a 400.
+
+    ``rules`` are checked before a queued reply is taken: the first that
+    finds fault answers with the provider's own error, as the real API
+    would, and the queued reply stays for the next request.
+    """
 
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Received] = []
+        self.rules: list[Rule] = []
+        self.served: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         # A short poll interval makes shutdown (which waits for the next poll) take milliseconds, not half a second.
@@ -95,9 +119,18 @@ class ProviderServer:
     def _next(self, received: Received) -> Reply:
         with self._lock:
             self.requests.append(received)
+            for rule in self.rules:
+                rejection = rule(received, self.served)
+                if rejection is not None:
+                    return rejection
             if self.replies:
                 return self.replies.popleft()
         return Reply({"error": {"message": "no reply queued for this request", "type": "test_error"}}, 400)
+
+    def _sent(self, status: int, payload: dict[str, Any] | list[dict[str, Any]]) -> None:
+        if status == 200:  # only answers count as issued content, errors issue nothing
+            with self._lock:
+                self.served.extend(payload if isinstance(payload, list) else [payload])
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -113,9 +146,10 @@ class ProviderServer:
                 received = Received("POST", self.path, headers, json.loads(raw) if raw else None)
                 reply = server._next(received)
                 payload = reply.body(received) if callable(reply.body) else reply.body
-                data = json.dumps(payload).encode()
+                server._sent(reply.status, payload if reply.sse is None else _events(reply.sse))
+                data = json.dumps(payload).encode() if reply.sse is None else reply.sse.encode()
                 self.send_response(reply.status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", "application/json" if reply.sse is None else "text/event-stream")
                 self.send_header("content-length", str(len(data)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)

@@ -46,6 +46,7 @@ from fsm_agent.definition.stops import CATALOGUE
 from fsm_agent.definition.table import (
     CHECK,
     DISPATCH,
+    EXPIRED,
     FINALIZE,
     MODEL_FAILED,
     REPLIED,
@@ -547,6 +548,7 @@ class Shadow:
         self.policies = setup.agent.on_stop
         self.started = setup.clock.now
         self.model_calls = 0
+        self.late = False  # whether the deadline had passed when the current advance() began
         self.last: ModelResponse | None = None
         self.pending: list[ToolCall] = []
         self.executed: list[tuple[ToolCall, ToolResult]] = []
@@ -658,6 +660,9 @@ class Shadow:
             if self.model_calls == 0 and self.setup.model.calls == 0:
                 assert any(self.guard(str(row.guard_name)) for row in start), "no model call, yet no start row held"
                 return START
+            if self.late:
+                assert self.setup.model.calls == self.model_calls, "no model call once the deadline passed"
+                return EXPIRED
             self.model_calls += 1
             assert self.setup.model.calls == self.model_calls, "one advance() makes at most one model call"
             outcome = self.setup.model.outcomes[-1]
@@ -674,6 +679,9 @@ class Shadow:
             self.last = outcome
             return REPLIED
         if before is State.ExecuteTool:
+            if self.late:
+                assert len(self.setup.registry.executed) == len(self.executed), "no tool call once the deadline passed"
+                return EXPIRED
             assert len(self.setup.registry.executed) == len(self.executed) + 1, "one advance() runs exactly one tool"
             call, outcome = self.setup.registry.executed[-1]
             assert call == self.pending.pop(0), "tools run in the order the model asked for them"
@@ -682,18 +690,26 @@ class Shadow:
             return TOOL_DONE
         return {State.CheckTruncation: CHECK, State.Dispatch: DISPATCH}[before]
 
+    def out_of_time(self) -> bool:
+        """The deadline passed before the call this state needs, so the driver must not make it (finalize excepted)."""
+        return self.finalizing is None and self.guard("deadline_passed")
+
     def expected_row(self, state: State, trigger: str) -> Row:
         """The row the run must take: the first whose guard holds, or its finalize edge if the policy says so."""
         table = self.setup.agent.table
         row = next(r for r in table.rows_from(state, trigger) if r.guard_name is None or self.guard(r.guard_name))
-        finalizable = row.reason is not None and row.trigger != START  # no last call before the first one
+        # No last call before the first one, nor after a call abandoned at the deadline: its answer never came.
+        finalizable = row.reason is not None and row.trigger not in (START, EXPIRED)
+        finalizable = finalizable and bool(table.rows_from(state, FINALIZE))
         if finalizable and self.policies.get(str(row.reason)) == "finalize" and self.finalizing is None:
             label = f"finalize_on_{row.reason}"
             return next(r for r in table.rows_from(state, FINALIZE) if r.guard_name == label)
         return row
 
-    def check_edge(self, before: State, taken: Transition) -> None:
-        """Assert the run took the predicted edge after one ``advance()`` from ``before``; then follow it."""
+    def check_edge(self, before: State, advance: Callable[[], Transition]) -> None:
+        """Assert the run takes the predicted edge in one ``advance()`` from ``before``; then follow it."""
+        self.late = self.out_of_time()  # judged before the call: a tool may move the clock past the deadline
+        taken = advance()
         row = self.expected_row(before, self.observe(before))
         assert as_row(taken) == as_row(row), f"from {before}: expected {row}, the run took {edge_name(taken)}"
         if row.trigger == FINALIZE:
@@ -724,7 +740,7 @@ def walk(setup: Setup) -> tuple[AgentRun, Shadow]:
         if run.done:
             break
         before = run.state
-        shadow.check_edge(before, run.advance())
+        shadow.check_edge(before, run.advance)
     assert run.done, f"the run did not finish within {bound} transitions, the bound its limits imply"
     return run, shadow
 

@@ -146,12 +146,12 @@ def test_a_local_server_needs_no_key(
     assert provider_server.requests[0].headers["authorization"] == "Bearer no-key-needed"
 
 
-@pytest.mark.parametrize("spec", ["gpt-4o-mini", "gemini:pro", "openai:"])
+@pytest.mark.parametrize("spec", ["gpt-4o-mini", "mistral:large", "openai:"])
 def test_a_bad_model_spec_is_one_line(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
     """--model must be PROVIDER:NAME with a known provider."""
     assert main(["run", QUESTION, "--model", spec]) == 1
     assert capsys.readouterr().err.startswith(
-        "error: --model wants PROVIDER:NAME with PROVIDER one of openai, anthropic"
+        "error: --model wants PROVIDER:NAME with PROVIDER one of openai, openai-responses, anthropic, gemini"
     )
 
 
@@ -178,7 +178,7 @@ def test_on_a_terminal_the_status_line_is_rewritten_in_place(
     assert "tokens 248" in frames[-1]
 
 
-@pytest.mark.parametrize(("suffix", "marker"), [(".dot", "digraph"), (".mmd", "stateDiagram")])
+@pytest.mark.parametrize(("suffix", "marker"), [(".dot", "digraph"), (".mmd", "flowchart LR")])
 def test_diagram_writes_the_runs_path(
     provider_server: ProviderServer, tmp_path: Path, suffix: str, marker: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -343,7 +344,9 @@ def test_diagram_without_out_writes_only_its_default_files(
     assert main(["diagram"]) == 0
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == readme
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    expected = {"README.md", "diagrams/agent_loop.dot", "diagrams/agent_loop.mmd", "diagrams/agent_loop.svg"}
+    drawings = ("agent_loop.dot", "agent_loop.mmd", "agent_loop.svg")
+    compact = ("agent_loop_compact.dot", "agent_loop_compact.svg")
+    expected = {"README.md", *(f"diagrams/{name}" for name in (*drawings, *compact))}
     assert set(written) <= expected
     assert {"diagrams/agent_loop.dot", "diagrams/agent_loop.mmd"} <= set(written)
     assert "README" not in capsys.readouterr().out
@@ -357,7 +360,7 @@ def test_update_readme_rewrites_only_the_named_file(tmp_path: Path, capsys: pyte
     out = tmp_path / "m.mmd"
     assert main(["diagram", "--out", str(out), "--update-readme", str(readme)]) == 0
     text = readme.read_text(encoding="utf-8")
-    assert to_mermaid(TABLE).rstrip() in text
+    assert to_mermaid(TABLE, compact=True).rstrip() in text
     assert "**Failed(max_steps)**" in text
     assert f"updated the rendered blocks of {readme}" in capsys.readouterr().out
 
@@ -391,7 +394,8 @@ def test_demo_writes_into_a_temporary_directory_it_names(tmp_path: Path) -> None
     (made,) = (tmp_path / "tmp").iterdir()
     assert made.name.startswith("fsm_agent-demo-")
     assert f"run paths drawn in {made}/" in done.stdout or f"as DOT text in {made}/" in done.stderr
-    assert len(list(made.iterdir())) == 5
+    assert sorted(p.suffix for p in made.iterdir()) == [".db", *[".svg" if shutil.which("dot") else ".dot"] * 5]
+    assert done.stdout.endswith(f"see the runs in a browser: python -m fsm_agent ui --store {made / 'runs.db'}\n")
 
 
 def test_demo_prints_the_seed_lines_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,12 +1,12 @@
-"""Durable runs: snapshots at any transition, resuming with new limits, human approval, the SQLite store."""
+"""Durable runs: snapshots at any transition, resuming with new limits, human approval, the stores (both kinds)."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
 import os
+import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ from fsm_agent import (
     Usage,
 )
 from fsm_agent.core.snapshot import SnapshotError
-from fsm_agent.persist.store import SqliteStore
+from fsm_agent.persist import SqliteStore, open_store
 from fsm_agent.testing import ManualClock, demo_registry, edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 
@@ -142,7 +142,7 @@ def test_stops_the_new_limits_do_not_lift_are_a_clear_error() -> None:
         _agent(max_steps=2).run("q")
     with pytest.raises(ValueError, match="'max_steps', which these limits do not lift"):
         _agent().resume(steps.value.result, max_steps=2)
-    flaky = [RuntimeError("503"), *SCRIPT]
+    flaky: list[ModelResponse | Exception] = [RuntimeError("503"), *SCRIPT]
     with pytest.raises(AgentLoopError) as down:
         Agent(Conversation(flaky), demo_registry()).run("q")
     with pytest.raises(ValueError, match="model_error"):
@@ -183,7 +183,12 @@ MAIL = [tool_turn(tool_call("echo", id="e1", text="draft"), tool_call("send", id
 def _mail_agent(**options: Any) -> tuple[Agent, list[str]]:
     registry = demo_registry()
     sent: list[str] = []
-    registry.register(lambda to: sent.append(to) or "ok", name="send")
+
+    def send(to: str) -> str:
+        sent.append(to)
+        return "ok"
+
+    registry.register(send, name="send")
     return Agent(Conversation(MAIL), registry, approve={"send"}, **options), sent
 
 
@@ -280,9 +285,9 @@ def test_corrupted_snapshots_are_rejected_naming_the_problem(corrupt: Any, messa
 # --- the store ---------------------------------------------------------------------------------------------
 
 
-def test_store_keeps_the_latest_snapshot_lists_runs_and_deletes_finished(tmp_path: Path) -> None:
+def test_store_keeps_the_latest_snapshot_lists_runs_and_deletes_finished(store_target: str) -> None:
     """A run with a store is saved after every transition; list, load and delete work by run id."""
-    with SqliteStore(tmp_path / "runs.db") as store:
+    with open_store(store_target) as store:
         _agent().run("q", store=store, run_id="ok")
         with pytest.raises(AgentLoopError):
             _agent(max_steps=1).run("q", store=store, run_id="stopped")
@@ -295,12 +300,17 @@ def test_store_keeps_the_latest_snapshot_lists_runs_and_deletes_finished(tmp_pat
         assert store.list_runs() == []
 
 
-def test_store_every_turn_writes_less_but_still_resumes(tmp_path: Path) -> None:
+def test_store_every_turn_writes_less_but_still_resumes(store_target: str) -> None:
     """every='turn' saves before model calls and at the end; the saved run resumes to the same result."""
     saves: list[str] = []
-    with SqliteStore(tmp_path / "turns.db", every="turn") as store:
-        real_save = store.save
-        store.save = lambda run_id, snap: (saves.append(snap["state"]), real_save(run_id, snap))[1]  # type: ignore[method-assign]
+    with open_store(store_target, every="turn") as store:
+        real_append = store.append
+
+        def append(entry: Any, *, owner: str) -> None:
+            saves.append(entry.summary.state)
+            real_append(entry, owner=owner)
+
+        store.append = append  # type: ignore[method-assign]
         run = _agent().start("q", store=store, run_id="t")
         for _ in range(6):
             run.advance()
@@ -317,17 +327,18 @@ def _child(path: str) -> None:
         registry.register(tool.function, name=name)
     registry.register(lambda reason="x": os._exit(9), name="fail", description="dies")
     agent = Agent(Conversation(SCRIPT), registry, clock=ManualClock())
-    agent.run("q", store=SqliteStore(path), run_id="crash")
+    agent.run("q", store=open_store(path, lease=0.2), run_id="crash")
 
 
-def test_a_killed_process_loses_at_most_the_transition_in_flight(tmp_path: Path) -> None:
+def test_a_killed_process_loses_at_most_the_transition_in_flight(store_target: str) -> None:
     """A child killed mid-run leaves its last transition in the store; the parent resumes and finishes."""
-    path = str(tmp_path / "crash.db")
+    path = store_target
     child = multiprocessing.get_context("spawn").Process(target=_child, args=(path,))
     child.start()
     child.join(60)
     assert child.exitcode == 9
-    with SqliteStore(path) as store:
+    time.sleep(0.3)  # the dead process's lease lapses
+    with open_store(path) as store:
         saved = store.load("crash")
         assert (saved["state"], saved["pending"][0]["id"]) == ("ExecuteTool", "d")
         result = _agent().resume(saved, store=store).finish()
@@ -335,9 +346,9 @@ def test_a_killed_process_loses_at_most_the_transition_in_flight(tmp_path: Path)
     assert result == _agent().start("q", run_id="crash").finish()
 
 
-def test_resumed_runs_keep_the_store_current(tmp_path: Path) -> None:
+def test_resumed_runs_keep_the_store_current(store_target: str) -> None:
     """A run resumed with a store goes on saving under the same id."""
-    with SqliteStore(tmp_path / "r.db") as store:
+    with open_store(store_target) as store:
         paused = _mail_agent()[0].run("q", store=store, run_id="mail")
         assert store.list_runs()[0].paused
         _mail_agent()[0].resume(store.load("mail"), approvals={"s1": True}, store=store).finish()

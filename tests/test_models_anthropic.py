@@ -418,8 +418,8 @@ def test_tool_schemas_become_input_schemas() -> None:
     ]
 
 
-def test_text_blocks_join_and_other_blocks_are_dropped() -> None:
-    """Several text blocks are one message text; thinking blocks are not part of the engine's conversation."""
+def test_text_blocks_join_and_thinking_is_kept_apart_from_the_answer() -> None:
+    """Several text blocks are one message text; a thinking block is kept in provider_data, never in the text."""
     data = _message(
         "final_answer",
         content=[
@@ -429,7 +429,10 @@ def test_text_blocks_join_and_other_blocks_are_dropped() -> None:
         ],
     )
     response = from_anthropic_message(AnthropicMessage.model_validate(data))
-    assert response.message == Message("assistant", "(2+3)*4 = 20")
+    assert response.message.content == "(2+3)*4 = 20"
+    assert response.message.provider_data is not None
+    assert response.message.provider_data.thinking == "2+3=5, times 4"
+    assert response.message.provider_data.items() == data["content"]
 
 
 def test_settings_that_clash_are_refused_at_construction() -> None:

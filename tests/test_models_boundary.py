@@ -1,4 +1,7 @@
-"""What leaves a provider adapter, for both providers over loopback HTTP: never a secret, never a malformed reply."""
+"""What leaves a provider adapter, for each SDK over loopback HTTP: never a secret, never a malformed reply.
+
+Gemini's adapter, on another SDK, has the same checks in ``test_models_gemini.py``.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import pytest
 from provider_server import ProviderServer, Received, Reply, body, stop_of
 
 from fsm_agent import Agent, AgentLoopError, Message, SqliteStore
-from fsm_agent.models import AnthropicModel, MalformedReplyError, OpenAIChatModel, RedactedError
+from fsm_agent.models import AnthropicModel, MalformedReplyError, OpenAIChatModel, OpenAIResponsesModel, RedactedError
 from fsm_agent.models.common import REDACTED, ProviderModel, redacted, token_count
 from fsm_agent.testing import demo_registry
 
@@ -63,6 +66,17 @@ OPENAI = Provider(
     "OPENAI_API_KEY",
     ("prompt_tokens", "completion_tokens"),
 )
+OPENAI_RESPONSES = Provider(
+    "openai_responses",
+    OpenAIResponsesModel,
+    openai.OpenAI,
+    "o4-mini",
+    "/v1",
+    "authorization",
+    "Bearer ",
+    "OPENAI_API_KEY",
+    ("input_tokens", "output_tokens"),
+)
 ANTHROPIC = Provider(
     "anthropic",
     AnthropicModel,
@@ -76,7 +90,7 @@ ANTHROPIC = Provider(
 )
 
 
-@pytest.fixture(params=[OPENAI, ANTHROPIC], ids=lambda provider: provider.name)
+@pytest.fixture(params=[OPENAI, OPENAI_RESPONSES, ANTHROPIC], ids=lambda provider: provider.name)
 def provider(request: pytest.FixtureRequest) -> Provider:
     """Each provider in turn."""
     chosen: Provider = request.param
@@ -302,7 +316,10 @@ def _with_usage(provider: Provider, **counts: Any) -> dict[str, Any]:
 
 _JUNK = [None, -1, float("nan"), float("inf"), 2.5]
 # The openai SDK itself turns "9" into 9 and true into 1 while parsing, so only Anthropic's adapter meets those.
-_JUNK_COUNTS = [(p, v) for p in (OPENAI, ANTHROPIC) for v in _JUNK] + [(ANTHROPIC, "9"), (ANTHROPIC, True)]
+_JUNK_COUNTS = [(p, v) for p in (OPENAI, OPENAI_RESPONSES, ANTHROPIC) for v in _JUNK] + [
+    (ANTHROPIC, "9"),
+    (ANTHROPIC, True),
+]
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 from provider_server import ProviderServer, body
+from store_cases import tick_agent
 
+from fsm_agent import AgentLoopError, SqliteStore
 from fsm_agent.__main__ import main
+from fsm_agent.persist import open_store
 
 KEY = "sk-test-runs-0a1b2c3d4e5f"
 
@@ -32,11 +35,16 @@ def _model(server: ProviderServer) -> list[str]:
     return ["--model", "openai:gpt-4o-mini", "--base-url", f"{server.url}/v1"]
 
 
+def _listed(out: str) -> list[tuple[str, ...]]:
+    """``runs list`` lines without their last column (the time of the last save)."""
+    return [tuple(line.split("\t")[:-1]) for line in out.splitlines()]
+
+
 def test_a_stopped_run_is_listed_shown_and_resumed_with_a_new_limit(
-    provider_server: ProviderServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    provider_server: ProviderServer, store_target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """run --store stops on max_steps; runs list/show report it; runs resume --max-steps finishes it."""
-    store = str(tmp_path / "runs.db")
+    """run --store (file or URL) stops on max_steps; runs list/show report it; runs resume --max-steps finishes it."""
+    store = store_target
     provider_server.queue(_calculate("2+3"))
     code = main(
         ["run", "q", *_model(provider_server), "--max-steps", "1", "--store", store, "--run-id", "r1", "--quiet"]
@@ -44,7 +52,7 @@ def test_a_stopped_run_is_listed_shown_and_resumed_with_a_new_limit(
     assert code == 2
     capsys.readouterr()
     assert main(["runs", "list", "--store", store]) == 0
-    assert capsys.readouterr().out == "r1\tFailed\tmax_steps\n"
+    assert _listed(capsys.readouterr().out) == [("r1", "Failed", "max_steps", "1 steps", "99 tokens")]
     diagram = tmp_path / "r1.dot"
     assert main(["runs", "show", "r1", "--store", store, "--diagram", str(diagram)]) == 0
     shown = capsys.readouterr().out
@@ -56,7 +64,7 @@ def test_a_stopped_run_is_listed_shown_and_resumed_with_a_new_limit(
     out = capsys.readouterr()
     assert (code, out.out) == (0, "(2+3)*4 = 20\n"), out.err
     main(["runs", "list", "--store", store])
-    assert capsys.readouterr().out == "r1\tDone\tdone\n"
+    assert _listed(capsys.readouterr().out)[0][:3] == ("r1", "Done", "done")
 
 
 def test_resume_refuses_a_stop_the_new_limits_do_not_lift(
@@ -76,8 +84,74 @@ def test_unknown_store_or_run_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert main(["runs", "list", "--store", str(tmp_path / "none.db")]) == 1
     assert capsys.readouterr().err.startswith("error: no store at")
     store = tmp_path / "empty.db"
-    from fsm_agent.persist.store import SqliteStore
-
     SqliteStore(store).close()
     assert main(["runs", "show", "ghost", "--store", str(store)]) == 1
     assert "no run 'ghost'" in capsys.readouterr().err
+
+
+def test_run_id_reuse_and_an_empty_run_id_are_one_line_errors(
+    provider_server: ProviderServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run --run-id naming a stored run, or an empty one, exits 1 with one line; the stored run is untouched."""
+    store = str(tmp_path / "runs.db")
+    provider_server.queue(_calculate("2+3"))
+    main(["run", "q", *_model(provider_server), "--max-steps", "1", "--store", store, "--run-id", "job", "--quiet"])
+    capsys.readouterr()
+    assert main(["run", "other", *_model(provider_server), "--store", store, "--run-id", "job", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--run-id: run 'job' already exists" in err
+    assert main(["run", "other", *_model(provider_server), "--store", store, "--run-id", "", "--quiet"]) == 1
+    assert "run_id must not be empty" in capsys.readouterr().err
+    with SqliteStore(store) as opened:
+        assert opened.load("job")["messages"][-3]["content"] == "q"
+
+
+def test_runs_list_filters_and_pages_and_prune_forgets_finished_runs(
+    store_target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--state, --reason, --since, --limit/--offset select runs; prune --older-than deletes only finished ones."""
+    with open_store(store_target) as store:
+        for name in ("a", "b", "c"):
+            tick_agent(1).run("go", store=store, run_id=name)
+        with pytest.raises(AgentLoopError):
+            tick_agent(3, max_steps=1).run("go", store=store, run_id="stopped")
+        tick_agent(3, approve={"tick"}).run("go", store=store, run_id="paused")
+    assert main(["runs", "list", "--store", store_target, "--state", "Failed"]) == 0
+    assert [row[0] for row in _listed(capsys.readouterr().out)] == ["stopped"]
+    main(["runs", "list", "--store", store_target, "--reason", "done", "--limit", "2"])
+    out = capsys.readouterr()
+    assert ([row[0] for row in _listed(out.out)], out.err) == (["c", "b"], "more runs: --offset 2\n")
+    main(["runs", "list", "--store", store_target, "--reason", "done", "--limit", "2", "--offset", "2"])
+    assert [row[0] for row in _listed(capsys.readouterr().out)] == ["a"]
+    main(["runs", "list", "--store", store_target, "--since", "1h"])
+    assert _listed(capsys.readouterr().out)[0][:2] == ("paused", "ExecuteTool (paused)")
+    main(["runs", "list", "--store", store_target, "--since", "2999-01-01"])
+    assert capsys.readouterr().out == ""
+    assert main(["runs", "prune", "--store", store_target, "--older-than", "1d"]) == 0
+    assert capsys.readouterr().out == "deleted 0 finished runs\n"
+    assert main(["runs", "prune", "--store", store_target, "--older-than", "0"]) == 0
+    assert capsys.readouterr().out == "deleted 4 finished runs\n"
+    main(["runs", "list", "--store", store_target])
+    assert [row[0] for row in _listed(capsys.readouterr().out)] == ["paused"]
+
+
+@pytest.mark.parametrize("where", ["text file", "directory", "unwritable place", "unreachable server"])
+def test_a_store_that_cannot_be_opened_is_one_line(
+    where: str, tmp_path: Path, unused_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A text file, a directory, a place nobody may write or a server nobody answers: one line naming it, exit 1."""
+    target = {
+        "text file": str(tmp_path / "notes.txt"),
+        "directory": str(tmp_path),
+        "unwritable place": "/proc/self/status",  # read-only even for root, which ignores file modes
+        "unreachable server": f"postgresql://fsm@127.0.0.1:{unused_port}/x?connect_timeout=3",
+    }[where]
+    (tmp_path / "notes.txt").write_text("not a database\n" * 50, encoding="utf-8")
+    if where == "unreachable server":
+        pytest.importorskip("psycopg")
+    assert main(["runs", "list", "--store", target]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("error: --store ")
+    assert "is not a usable" in err

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from hypothesis_profiles import PROFILE
+from hypothesis_profiles import PROFILE, progress
 from scenarios import (
     USER_INPUT,
     Case,
@@ -68,7 +68,10 @@ class RunByRun(RuleBasedStateMachine):
     shadow: Shadow
     disturbed: bool
 
+    _tick = staticmethod(progress("TestRunByRun"))
+
     def _begin(self, case: Case) -> None:
+        self._tick()  # one generated case, one example
         self.setup = build(case)
         self.run = self.setup.start()
         self.shadow = Shadow(self.setup)
@@ -85,7 +88,7 @@ class RunByRun(RuleBasedStateMachine):
     def advance(self) -> None:
         """One transition, which must be the edge the shadow predicts."""
         before = self.run.state
-        self.shadow.check_edge(before, self.run.advance())
+        self.shadow.check_edge(before, self.run.advance)
 
     # No precondition on the outside world: it acts on stopped runs too (which matters once they resume), and
     # fewer preconditions mean fewer rule draws that Hypothesis has to throw away.

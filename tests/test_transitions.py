@@ -32,12 +32,21 @@ ECHO2 = tool_call("echo", id="e2", text="again")
 FAIL = tool_call("fail", id="f1", reason="nope")
 A = tool_call("echo", id="a", text="a")
 B = tool_call("echo", id="b", text="b")
+SLOW = tool_call("pass_time", id="p1", seconds=1.0)
 
 
 def _at(state: State, options: dict[str, Any], responses: tuple[object, ...] = (), **counters: Any) -> AgentRun:
     """A fresh run of a 3-step agent (plus ``options``), moved to ``state`` with the given counters."""
     clock = ManualClock()
-    agent = Agent(FakeModel(list(responses)), demo_registry(), max_steps=3, clock=clock, **options)
+    registry = demo_registry()
+
+    def pass_time(seconds: float) -> str:
+        """Let ``seconds`` pass on the run's clock while the call runs."""
+        clock.advance(seconds)
+        return "later"
+
+    registry.register(pass_time)
+    agent = Agent(FakeModel(list(responses)), registry, max_steps=3, clock=clock, **options)
     run = agent.start("question", cancel=counters.pop("cancel", None))
     position = run.position
     position.state = state
@@ -99,7 +108,8 @@ STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
         {},
     ),
     "ExecuteTool->Failed[cancelled]": (lambda o: _execute(o, cancel=_cancelled()), {}),
-    "ExecuteTool->Failed[timeout]": (lambda o: _execute(o, seconds=5.0), {"timeout": 5}),
+    # The deadline passes while the call runs (one already past before it would be the expired edge).
+    "ExecuteTool->Failed[timeout]": (lambda o: _execute(o, pending=[SLOW], seconds=4.0), {"timeout": 5}),
     "ExecuteTool->Failed[token_budget]": (
         lambda o: _execute(o, input_tokens=60, output_tokens=40),
         {"token_budget": 100},
@@ -294,7 +304,8 @@ def test_failures_outrank_pending_calls_and_max_steps() -> None:
 
 def test_pending_calls_outrank_end_of_turn_stops() -> None:
     """The calls of the last allowed turn all run before max_steps, budget, timeout or cancel stop the run."""
-    run = _execute({"timeout": 1, "token_budget": 5}, turns=3, pending=[ECHO, ECHO2], cancel=_cancelled(), seconds=9)
+    late = tool_call("pass_time", id="p9", seconds=9)  # the deadline passes during this call
+    run = _execute({"timeout": 1, "token_budget": 5}, turns=3, pending=[late, ECHO2], cancel=_cancelled())
     run.position.input_tokens = 10
     assert edge_id(run.advance()) == "ExecuteTool->Dispatch[has_pending_calls]"
 
@@ -304,15 +315,15 @@ def test_end_of_turn_priority_is_cancelled_timeout_budget_steps() -> None:
     everything = {"timeout": 1, "token_budget": 5}
     expected = ["cancelled", "timeout", "token_budget", "max_steps"]
     for reason in expected:
-        run = _execute(everything, turns=3, cancel=_cancelled(), seconds=9)
-        run.position.input_tokens = 10
-        for earlier in expected[: expected.index(reason)]:
-            if earlier == "cancelled":
-                run._cancel = None
-            if earlier == "timeout":
-                run._started = run._clock()
-            if earlier == "token_budget":
-                run.position.input_tokens = 0
+        lifted = expected[: expected.index(reason)]  # the stops that outrank this one are made not to hold
+        late = tool_call("pass_time", id="p9", seconds=9)  # the deadline passes during this call
+        run = _execute(
+            everything,
+            turns=3,
+            pending=[ECHO if "timeout" in lifted else late],
+            cancel=None if "cancelled" in lifted else _cancelled(),
+        )
+        run.position.input_tokens = 0 if "token_budget" in lifted else 10
         assert edge_id(run.advance()) == f"ExecuteTool->Failed[{reason}]"
 
 

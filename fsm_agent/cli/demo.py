@@ -4,7 +4,9 @@ Scenarios A to C reproduce the chapter's three printed lines exactly; D shows
 consecutive tool failures with the last error, E a natural finish.  Each
 run's path is drawn into ``--out DIR``, or into a fresh temporary directory
 whose name is printed: the demo never writes into whatever directory it was
-started from.
+started from.  The runs are also checkpointed into a store file (``--store``,
+else ``runs.db`` in a fresh temporary directory), and the last line printed is
+the ``ui`` command that shows them in a browser.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsm_agent import TABLE, AgentLoopError, RunResult, ToolCall, run
-from fsm_agent.cli import EXIT_DONE
+from fsm_agent import TABLE, Agent, AgentLoopError, Model, RunResult, SqliteStore, ToolCall
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP
+from fsm_agent.persist import StoreError
 from fsm_agent.testing import CounterModel, FakeModel, LoopingModel, demo_registry, edges, reply, tool_call, tool_turn
 
 
@@ -31,10 +34,15 @@ def _scenario(label: str, go: Callable[[], RunResult], describe: Callable[[Agent
     return result
 
 
-def scenarios() -> list[tuple[str, RunResult]]:
-    """Run the five scenarios, print one line each, and return their results by name."""
+def scenarios(store: SqliteStore | None = None) -> list[tuple[str, RunResult]]:
+    """Run the five scenarios, print one line each, and return their results by name (checkpointed into ``store``)."""
     registry = demo_registry()
     results: list[tuple[str, RunResult]] = []
+
+    def run(model: Model, prompt: str, *, name: str, max_steps: int = 8) -> RunResult:
+        # An id per scenario, replaced on a second demo into the same store.
+        agent = Agent(model, registry, max_steps=max_steps)
+        return agent.run(prompt, store=store, run_id=name if store is not None else None, overwrite=True)
 
     def keep(name: str, result: RunResult) -> None:
         results.append((name, result))
@@ -44,7 +52,7 @@ def scenarios() -> list[tuple[str, RunResult]]:
         "A_max_steps",
         _scenario(
             "A",
-            lambda: run(CounterModel(), registry, "开始", max_steps=3),
+            lambda: run(CounterModel(), "开始", name="A_max_steps", max_steps=3),
             lambda exc: f"{exc.reason} | 已完成 {len(exc.result.steps)} 步",
         ),
     )
@@ -53,7 +61,7 @@ def scenarios() -> list[tuple[str, RunResult]]:
         "B_repeated_action",
         _scenario(
             "B",
-            lambda: run(LoopingModel(same), registry, "开始", max_steps=8),
+            lambda: run(LoopingModel(same), "开始", name="B_repeated_action", max_steps=8),
             lambda exc: f"{exc.reason} | 已完成 {len(exc.result.steps)} 步",
         ),
     )
@@ -62,7 +70,7 @@ def scenarios() -> list[tuple[str, RunResult]]:
         "C_max_tokens",
         _scenario(
             "C",
-            lambda: run(FakeModel([truncated]), registry, "请计算 (2+3)*4"),
+            lambda: run(FakeModel([truncated]), "请计算 (2+3)*4", name="C_max_tokens"),
             lambda exc: f"{exc.reason} | 保留文本 {exc.result.final!r}",
         ),
     )
@@ -78,7 +86,7 @@ def scenarios() -> list[tuple[str, RunResult]]:
         "D_tool_failures",
         _scenario(
             "D",
-            lambda: run(stuck, registry, "请计算 (2+3)*4"),
+            lambda: run(stuck, "请计算 (2+3)*4", name="D_tool_failures"),
             lambda exc: f"{exc.reason} | 连续失败 {exc.evidence['failures']} 次, 最后错误 {exc.evidence['last_error']}",
         ),
     )
@@ -89,32 +97,48 @@ def scenarios() -> list[tuple[str, RunResult]]:
             reply("(2+3)*4 = 20"),
         ]
     )
-    keep("E_done", _scenario("E", lambda: run(solved, registry, "请计算 (2+3)*4"), lambda exc: exc.reason))
+    keep(
+        "E_done",
+        _scenario("E", lambda: run(solved, "请计算 (2+3)*4", name="E_done"), lambda exc: exc.reason),
+    )
     return results
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print every scenario and draw its path into ``args.out`` (or a new temporary directory); exit 0 if all as meant.
+    """Print every scenario, draw its path and checkpoint it into a store; exit 0 if all ended as meant.
 
-    ``args.out`` is ``None`` for the default, which is created only after
-    the runs, so a failing scenario leaves no empty directory behind.
+    The pictures go into ``--out``, the runs into ``--store``; whichever is
+    not given goes into one new temporary directory.  The last line printed
+    is the ``ui`` command that shows the runs in a browser.
     """
-    named = scenarios()
+    out: Path | None = args.out
+    store_path: Path | None = args.store
+    if out is None or store_path is None:
+        scratch = Path(tempfile.mkdtemp(prefix="fsm_agent-demo-"))
+        out = out or scratch
+        store_path = store_path or scratch / "runs.db"
+    try:
+        store = SqliteStore(store_path)
+    except StoreError as exc:
+        print(f"error: demo: --store: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    with store:
+        named = scenarios(store)
     results = dict(named)
     # Imported here so importing the demo (tests reuse its scenarios) does not load the diagram code.
     from fsm_agent.render.dot import INSTALL_HINT, write_runs
 
     try:
-        directory: Path = args.out or Path(tempfile.mkdtemp(prefix="fsm_agent-demo-"))
-        written = write_runs(named, directory, TABLE)
+        written = write_runs(named, out, TABLE)
     except OSError as exc:
         # The pictures are a by-product; the demo's verdict is about how the runs ended.
         print(f"run-path pictures not written: {exc}", file=sys.stderr)
     else:
         if all(path.suffix == ".svg" for path in written):
-            print(f"run paths drawn in {directory}/")
+            print(f"run paths drawn in {out}/")
         else:
-            print(f"run paths written as DOT text in {directory}/; {INSTALL_HINT}", file=sys.stderr)
+            print(f"run paths written as DOT text in {out}/; {INSTALL_HINT}", file=sys.stderr)
+    print(f"see the runs in a browser: python -m fsm_agent ui --store {store_path}")
     expected = {
         "A_max_steps": "max_steps",
         "B_repeated_action": "repeated_action",
@@ -136,4 +160,6 @@ def add_command(commands: Any) -> None:
     )
     where = "draw each run's path into DIR (default: a new temporary directory, named on stdout)"
     parser.add_argument("--out", type=Path, metavar="DIR", help=where)
+    keep = "checkpoint the runs into this SQLite file (default: runs.db in a new temporary directory)"
+    parser.add_argument("--store", type=Path, metavar="FILE", help=keep)
     parser.set_defaults(handler=main)

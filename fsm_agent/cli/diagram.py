@@ -1,10 +1,12 @@
 """The ``diagram`` command: draw a table, or one run's path over it, as DOT, SVG, PNG or Mermaid.
 
 ``python -m fsm_agent diagram`` writes ``diagrams/agent_loop.dot``, ``.mmd``
-and (with Graphviz) ``.svg`` under the current directory, and nothing else;
-``--out`` writes one file instead.  It rewrites a README's rendered blocks
-only when given ``--update-readme FILE``, which is what this repository's
-``make diagram`` does: an installed command must not edit a user's README.
+and ``agent_loop_compact.dot`` (and, with Graphviz, the two ``.svg``) under
+the current directory, and nothing else; ``--out`` writes one file instead,
+``--compact`` folding each state's stops into one edge.  It rewrites a
+README's rendered blocks only when given ``--update-readme FILE``, which is
+what this repository's ``make diagram`` does: an installed command must not
+edit a user's README.
 """
 
 from __future__ import annotations
@@ -34,18 +36,20 @@ PICTURES = ("svg", "png")
 
 
 def write_all(table: Table, directory: Path = DIAGRAM_DIR) -> list[Path]:
-    """The machine's three files: ``agent_loop.dot``, ``.mmd`` and, where ``dot`` is installed, ``.svg``."""
+    """The machine's files: ``agent_loop.dot``, ``.mmd``, ``agent_loop_compact.dot`` and, with ``dot``, their SVGs."""
     directory.mkdir(parents=True, exist_ok=True)
-    dot_path = directory / f"{NAME}.dot"
     mermaid_path = directory / f"{NAME}.mmd"
-    source = to_dot(table)
-    dot_path.write_text(source, encoding="utf-8")
     mermaid_path.write_text(to_mermaid(table), encoding="utf-8")
-    written = [dot_path, mermaid_path]
-    if dot_installed():
-        svg_path = directory / f"{NAME}.svg"
-        svg_path.write_bytes(render(source, "svg"))
-        written.append(svg_path)
+    written = [mermaid_path]
+    for stem, compact in ((NAME, False), (f"{NAME}_compact", True)):
+        source = to_dot(table, compact=compact)
+        dot_path = directory / f"{stem}.dot"
+        dot_path.write_text(source, encoding="utf-8")
+        written.append(dot_path)
+        if dot_installed():
+            svg_path = directory / f"{stem}.svg"
+            svg_path.write_bytes(render(source, "svg"))
+            written.append(svg_path)
     return written
 
 
@@ -97,10 +101,17 @@ def format_for(out: str | None, fmt: str | None) -> str:
     raise ValueError(msg)
 
 
-def write_diagram(table: Table, result: RunResult | None, path: Path, fmt: str | None = None) -> Path:
+def draw(table: Table, result: RunResult | None, fmt: str, compact: bool = False) -> str:
+    """The text of one picture: Mermaid for ``mermaid``, DOT for every other format."""
+    return to_mermaid(table, result, compact=compact) if fmt == "mermaid" else to_dot(table, result, compact=compact)
+
+
+def write_diagram(
+    table: Table, result: RunResult | None, path: Path, fmt: str | None = None, *, compact: bool = False
+) -> Path:
     """Draw ``table`` (with ``result``'s path) to ``path``; the path written, a ``.dot`` beside it without Graphviz."""
     fmt = format_for(str(path), fmt)
-    text = to_mermaid(table, result) if fmt == "mermaid" else to_dot(table, result)
+    text = draw(table, result, fmt, compact)
     if fmt in PICTURES:
         return write_picture(text, path, fmt)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,8 +126,8 @@ def written_line(asked: Path, written: Path) -> str:
     return f"{asked} not drawn, DOT text written to {written} instead; {INSTALL_HINT}"
 
 
-def _to_stdout(table: Table, fmt: str, result: RunResult | None) -> int:
-    text = to_mermaid(table, result) if fmt == "mermaid" else to_dot(table, result)
+def _to_stdout(table: Table, fmt: str, result: RunResult | None, compact: bool) -> int:
+    text = draw(table, result, fmt, compact)
     if fmt not in PICTURES:
         sys.stdout.write(text)
         return EXIT_DONE
@@ -127,8 +138,8 @@ def _to_stdout(table: Table, fmt: str, result: RunResult | None) -> int:
     return EXIT_DONE
 
 
-def _write(table: Table, fmt: str | None, out: str | None, result: RunResult | None) -> int:
-    if fmt is None:
+def _write(table: Table, fmt: str | None, out: str | None, result: RunResult | None, compact: bool) -> int:
+    if fmt is None:  # every file, the compact drawing among them
         for path in write_all(table):
             print(f"wrote {path}")
         if not dot_installed():
@@ -136,9 +147,10 @@ def _write(table: Table, fmt: str | None, out: str | None, result: RunResult | N
             print(f"{svg} not drawn: Graphviz's dot is not installed; {INSTALL_HINT}", file=sys.stderr)
         return EXIT_DONE
     if out == "-":
-        return _to_stdout(table, fmt, result)
-    asked = Path(out) if out is not None else DIAGRAM_DIR / f"{NAME}.{FORMATS[fmt]}"
-    written = write_diagram(table, result, asked, fmt)
+        return _to_stdout(table, fmt, result, compact)
+    stem = f"{NAME}_compact" if compact else NAME
+    asked = Path(out) if out is not None else DIAGRAM_DIR / f"{stem}.{FORMATS[fmt]}"
+    written = write_diagram(table, result, asked, fmt, compact=compact)
     print(written_line(asked, written), file=sys.stdout if written == asked else sys.stderr)
     return EXIT_DONE
 
@@ -163,8 +175,10 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_SETUP
     readme: Path | None = args.update_readme
     try:
-        code = _write(table, fmt, out, result)
-        if code == EXIT_DONE and readme is not None and update_readme(table, to_mermaid(table), readme):
+        code = _write(table, fmt, out, result, args.compact)
+        # The README shows the compact picture, which GitHub draws legibly at page width; the .mmd file is whole.
+        picture = to_mermaid(table, compact=True)
+        if code == EXIT_DONE and readme is not None and update_readme(table, picture, readme):
             print(f"updated the rendered blocks of {readme}")
     except OSError as exc:
         print(f"error: diagram: could not write: {exc}", file=sys.stderr)
@@ -180,8 +194,8 @@ def add_command(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "diagram",
         help="draw the state machine (DOT, SVG, PNG or Mermaid)",
-        description="Without options, write diagrams/agent_loop.dot, .mmd and (with Graphviz) .svg "
-        "under the current directory, and nothing else.",
+        description="Without options, write diagrams/agent_loop.dot, .mmd, agent_loop_compact.dot and "
+        "(with Graphviz) their .svg under the current directory, and nothing else.",
     )
     parser.add_argument("--format", choices=list(FORMATS), help="one output format (default: dot, mermaid and svg)")
     parser.add_argument("--out", help="output path, '-' for stdout (default: diagrams/agent_loop.<suffix>)")
@@ -193,6 +207,11 @@ def add_command(commands: Any) -> None:
     parser.add_argument(
         "--run",
         help="draw this run's path: a RunResult JSON (--trace of `run`) or a JSON Lines log (default out: RUN.svg)",
+    )
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="fold each state's stops (and finalize edges) into one labelled edge, for small pages",
     )
     parser.add_argument(
         "--update-readme",

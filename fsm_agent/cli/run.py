@@ -26,13 +26,44 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from fsm_agent import Agent, AgentRun, RunResult, SqliteStore, Table, Transition
+from fsm_agent import (
+    Agent,
+    AgentRun,
+    PostgresStore,
+    RunExistsError,
+    RunLeasedError,
+    RunResult,
+    SqliteStore,
+    Table,
+    TextDelta,
+    Transition,
+    persist,
+)
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError
-from fsm_agent.models import AnthropicModel, OpenAIChatModel
+from fsm_agent.jsontext import dumps
+from fsm_agent.models import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
+from fsm_agent.models.common import ProviderModel
+from fsm_agent.persist import StoreError
 from fsm_agent.tools.builtin import builtin_registry
 
-PROVIDERS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+PROVIDERS = {
+    "openai": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GOOGLE_API_KEY",
+}
 """Provider prefix of ``--model`` -> the environment variable its SDK reads the key from."""
+
+SECOND_KEY_VARIABLES = {"gemini": "GEMINI_API_KEY"}
+"""Where the key is looked for next, as the SDK does (google-genai reads ``GEMINI_API_KEY`` too)."""
+
+ADAPTERS: dict[str, type[ProviderModel]] = {
+    "openai": OpenAIChatModel,
+    "openai-responses": OpenAIResponsesModel,
+    "anthropic": AnthropicModel,
+    "gemini": GeminiModel,
+}
+"""Provider prefix of ``--model`` -> the adapter that talks to it."""
 
 # Local OpenAI-compatible servers ignore the key, but the SDK refuses to start without one.
 PLACEHOLDER_KEY = "no-key-needed"
@@ -55,8 +86,9 @@ _STATUS_DETAIL_CHARS = 100
 UNREACHABLE = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError"})
 """``model_error`` evidence types that mean the server was never reached: the SDKs' and the standard library's."""
 
-# C0 controls but newline and tab, DEL and C1: what a terminal may act on rather than show.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls but newline and tab, DEL and C1: what a terminal may act on rather than show; and lone
+# surrogates (half an emoji), which no terminal encoding can write.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
@@ -66,7 +98,11 @@ def printable(text: str) -> str:
     cursor, rewrite earlier output or retitle the terminal.  Newlines and tabs
     stay, so an answer keeps its layout; ``--trace`` keeps the exact text.
     """
-    return _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", text)
+    return _CONTROL.sub(lambda match: _escape(ord(match[0])), text)
+
+
+def _escape(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _agent_keywords() -> set[str]:
@@ -97,8 +133,18 @@ def add_command(commands: Any) -> None:
         "--diagram", type=Path, metavar="FILE", help="draw the run's path over the machine (.svg, .png, .dot, .mmd)"
     )
     parser.add_argument("--quiet", action="store_true", help="no live status on stderr")
-    parser.add_argument("--store", type=Path, metavar="FILE", help="checkpoint the run in this SQLite file")
-    parser.add_argument("--run-id", metavar="ID", help="the run's id in --store (default: a fresh one, printed)")
+    parser.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="print the model's text as it is written (default: when stdout is a terminal)",
+    )
+    parser.add_argument(
+        "--store", metavar="FILE|URL", help="checkpoint the run in this SQLite file or postgresql:// database"
+    )
+    parser.add_argument(
+        "--run-id", metavar="ID", help="the run's id in --store, not one already there (default: a fresh one, printed)"
+    )
     parser.set_defaults(handler=main)
 
 
@@ -108,7 +154,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         required=True,
         metavar="PROVIDER:NAME",
-        help="e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, or openai:llama3.1 with --base-url",
+        help="e.g. openai:gpt-4o-mini, openai-responses:o4-mini, anthropic:claude-sonnet-4-5, gemini:gemini-2.5-flash, "
+        "or openai:llama3.1 with --base-url",
     )
     parser.add_argument(
         "--base-url",
@@ -119,16 +166,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key-env",
         metavar="VAR",
-        help="environment variable holding the API key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY)",
+        help="environment variable holding the API key "
+        "(default: OPENAI_API_KEY, ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY)",
     )
     parser.add_argument(
         "--max-retries", type=int, default=2, help="retries of 429/5xx/connection errors by the SDK (default 2)"
     )
 
 
-def build_model(
-    spec: str, base_url: str | None, api_key_env: str | None, max_retries: int
-) -> OpenAIChatModel | AnthropicModel:
+def build_model(spec: str, base_url: str | None, api_key_env: str | None, max_retries: int) -> ProviderModel:
     """The adapter for ``provider:name``, with its key read from the environment; ``SetupError`` if it cannot be."""
     provider, _, name = spec.partition(":")
     if provider not in PROVIDERS or not name:
@@ -139,14 +185,16 @@ def build_model(
         raise SetupError(msg)
     variable = api_key_env or PROVIDERS[provider]
     api_key = os.environ.get(variable)
+    if not api_key and api_key_env is None and provider in SECOND_KEY_VARIABLES:
+        api_key = os.environ.get(SECOND_KEY_VARIABLES[provider])
     if not api_key:
         if base_url is None or api_key_env is not None:
             msg = f"no API key: set {variable}" + ("" if api_key_env else " (or name another variable: --api-key-env)")
             raise SetupError(msg)
         api_key = PLACEHOLDER_KEY
-    adapter = OpenAIChatModel if provider == "openai" else AnthropicModel
+    adapter: Any = ADAPTERS[provider]  # each takes these four settings; ProviderModel's own __init__ does not
     try:
-        return adapter(name, api_key=api_key, base_url=base_url, max_retries=max_retries)
+        return adapter(name, api_key=api_key, base_url=base_url, max_retries=max_retries)  # type: ignore[no-any-return]
     except ImportError as exc:
         raise SetupError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - an SDK refusing its settings is a setup error, shown in one line
@@ -187,6 +235,12 @@ class Status:
             line += f"  {detail[:_STATUS_DETAIL_CHARS]}" + ("..." if len(detail) > _STATUS_DETAIL_CHARS else "")
         print(f"{line}  ({self.counters(run)})", file=self.stream)
 
+    def clear(self) -> None:
+        """Take the live line off the terminal, so streamed text starts on a clean line."""
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
     def end(self, run: AgentRun) -> None:
         """Leave the final counters on the terminal."""
         if self.tty:
@@ -194,11 +248,41 @@ class Status:
             self.stream.flush()
 
 
-def drive(run: AgentRun, status: Status) -> RunResult:
+class TextPrinter:
+    """Prints a model's text to stdout as it streams in (escaped like the answer), one line per model turn."""
+
+    def __init__(self, out: IO[str], status: Status) -> None:
+        self.out = out
+        self.status = status
+        self.turn: list[str] = []
+        self.last = ""
+        """The text of the last model turn, whole: once it is the answer, the answer was already shown."""
+
+    def __call__(self, delta: TextDelta) -> None:
+        if not self.turn:
+            self.status.clear()
+        self.turn.append(delta.text)
+        self.out.write(printable(delta.text))
+        self.out.flush()
+
+    def end_turn(self) -> None:
+        """Close the line of the turn whose reply just came in."""
+        self.last = "".join(self.turn)
+        if self.turn:
+            self.out.write("\n")
+            self.out.flush()
+        self.turn = []
+
+
+def drive(run: AgentRun, status: Status, printer: TextPrinter | None = None) -> RunResult:
     """Advance the run to ``Done`` or ``Failed``, updating the status around every transition."""
+    if printer is not None:
+        run.on_text(printer)
     while not run.done:
         status.before(run)
         edge = run.advance()
+        if printer is not None and edge.source == "AwaitModel":
+            printer.end_turn()
         status.after(run, edge)
     status.end(run)
     return run.result
@@ -206,7 +290,7 @@ def drive(run: AgentRun, status: Status) -> RunResult:
 
 def trace_json(result: RunResult) -> str:
     """The whole result as indented ``RunResult`` JSON, which ``diagram --run`` and ``RunResult.from_json`` read."""
-    return json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n"
+    return dumps(result.to_dict(), indent=2) + "\n"  # lone surrogates escaped: the file is valid UTF-8, read back exact
 
 
 def write_diagram(table: Table, result: RunResult, path: Path) -> str:
@@ -221,12 +305,16 @@ def write_diagram(table: Table, result: RunResult, path: Path) -> str:
         return f"error: --diagram: {exc}"
 
 
-def open_store(path: Path) -> SqliteStore:
-    """The ``--store`` file as a store; ``SetupError`` naming the file if SQLite cannot use it."""
+def open_store(target: str | Path) -> SqliteStore | PostgresStore:
+    """The ``--store`` file or URL as a store; ``SetupError`` naming it if it cannot be one."""
     try:
-        return SqliteStore(path)
-    except sqlite3.Error as exc:
-        msg = f"--store {path} is not a usable SQLite database ({exc})"
+        return persist.open_store(target)
+    except StoreError as exc:
+        kind = "database" if persist.is_url(target) else "SQLite database"
+        msg = f"--store {exc.where} is not a usable {kind} ({exc.reason})"
+        raise SetupError(msg) from None
+    except ImportError as exc:
+        msg = f"--store: {exc}"
         raise SetupError(msg) from None
 
 
@@ -239,7 +327,7 @@ def endpoint(model: object, fallback: str | None) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-def agent_for(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel) -> Agent:
+def agent_for(args: argparse.Namespace, model: ProviderModel) -> Agent:
     """The agent the flags describe: the built-in tools, the system prompt and the limits."""
     try:
         registry = builtin_registry(args.files)
@@ -262,14 +350,18 @@ def agent_for(args: argparse.Namespace, model: OpenAIChatModel | AnthropicModel)
         raise SetupError(str(exc)) from None
 
 
-def report(result: RunResult, out: IO[str], err: IO[str], server: str = "the model server") -> int:
+def report(
+    result: RunResult, out: IO[str], err: IO[str], server: str = "the model server", *, shown: bool = False
+) -> int:
     """Print the answer (exit 0), the server that could not be reached (exit 1) or the stop and its evidence (exit 2).
 
     A ``model_error`` whose cause is a failed connection is a set-up
     problem, not something the run did, so it is one line naming ``server``.
+    ``shown``: the answer was already printed as it streamed in.
     """
     if result.ok:
-        print(printable(result.final), file=out)
+        if not shown:
+            print(printable(result.final), file=out)
         return EXIT_DONE
     if result.reason == "model_error" and result.evidence.get("type") in UNREACHABLE:
         cause = printable(f"{result.evidence['type']}: {result.evidence.get('error')}")
@@ -291,10 +383,17 @@ def main(args: argparse.Namespace) -> int:
             agent = agent_for(args, model)
             store = None if args.store is None else open_store(args.store)
             try:
-                run = agent.start(args.question, store=store, run_id=args.run_id)
+                try:
+                    run = agent.start(args.question, store=store, run_id=args.run_id)
+                except (RunExistsError, RunLeasedError, ValueError) as exc:  # --run-id names a stored run, or is empty
+                    msg = f"--run-id: {exc}"
+                    raise SetupError(msg) from None
                 if store is not None:
                     print(f"run id {run.run_id} (in {args.store})", file=err)
-                result = drive(run, Status(err, enabled=not args.quiet))
+                status = Status(err, enabled=not args.quiet)
+                wanted = args.stream if args.stream is not None else out.isatty()
+                printer = TextPrinter(out, status) if wanted else None
+                result = drive(run, status, printer)
             except KeyboardInterrupt:
                 print("\ninterrupted", file=err)
                 return EXIT_INTERRUPTED
@@ -318,4 +417,5 @@ def main(args: argparse.Namespace) -> int:
             print(write_diagram(agent.table, result, args.diagram), file=err)
         except OSError as exc:
             print(f"error: cannot write --diagram: {exc}", file=err)
-    return report(result, out, err, f"the model server at {endpoint(model, args.base_url)}")
+    shown = printer is not None and result.ok and printer.last == result.final
+    return report(result, out, err, f"the model server at {endpoint(model, args.base_url)}", shown=shown)

@@ -1,10 +1,14 @@
-"""The ``runs`` command: list, show and resume the runs checkpointed in a ``SqliteStore`` file.
+"""The ``runs`` command: list, show, resume and prune the runs checkpointed in a store, a file or a database.
 
-``python -m fsm_agent runs list --store runs.db`` lists them; ``show RUN_ID``
-prints a run's trace and stop reason (and draws its path with
-``--diagram``); ``resume RUN_ID --model ...`` continues it, with new limits
-(``--max-steps``...) for a run stopped on one, or ``--approve ID=yes|no|why``
-decisions for a run paused for approval.
+``python -m fsm_agent runs list --store runs.db`` (or ``--store
+postgresql://...``) lists them, filtered by ``--state``, ``--reason`` and
+``--since``, a page at a time; ``show RUN_ID`` prints a run's trace and stop
+reason (and draws its path with ``--diagram``); ``resume RUN_ID --model ...``
+continues it, with new limits (``--max-steps``...) for a run stopped on one,
+or ``--approve ID=yes|no|why`` decisions for a run paused for approval;
+``prune --older-than 7d`` forgets finished runs.  A store that cannot be
+opened (no such file, a text file, a server nobody answers) is one line and
+exit 1.
 """
 
 from __future__ import annotations
@@ -12,21 +16,43 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sqlite3
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fsm_agent import TABLE, RunResult, SnapshotError, SqliteStore
+from fsm_agent import TABLE, PostgresStore, RunLeasedError, RunResult, SnapshotError, SqliteStore
 from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, EXIT_STOPPED, SetupError
 from fsm_agent.cli import run as run_command
+from fsm_agent.persist import is_url
+
+AnyStore = SqliteStore | PostgresStore
+PAGE = 50
+"""Runs ``runs list`` shows unless ``--limit`` says otherwise."""
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def add_command(commands: Any) -> None:
     """Register ``python -m fsm_agent runs list|show|resume``."""
     parser: argparse.ArgumentParser = commands.add_parser("runs", help="list, show or resume checkpointed runs")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="every run in the store, latest first")
+    listing = actions.add_parser("list", help="the runs in the store, latest first, a page at a time")
+    listing.add_argument("--state", help="only runs in this state (e.g. Failed, ExecuteTool)")
+    listing.add_argument("--reason", help="only runs that stopped with this reason (e.g. max_steps, done)")
+    listing.add_argument("--since", type=_moment, metavar="WHEN", help="only runs saved since: 2h, 7d or an ISO date")
+    listing.add_argument("--limit", type=int, default=PAGE, help=f"runs per page (default {PAGE})")
+    listing.add_argument("--offset", type=int, default=0, help="runs to skip, for the next pages")
+    prune = actions.add_parser("prune", help="forget finished (Done or Failed) runs")
+    prune.add_argument(
+        "--older-than",
+        type=_seconds,
+        required=True,
+        metavar="AGE",
+        help="last saved this long ago: 30d, 12h, 0 for all",
+    )
     show = actions.add_parser("show", help="a run's trace, state and stop reason")
     show.add_argument("run_id")
     show.add_argument("--diagram", type=Path, metavar="FILE", help="draw the run's path (.svg, .png, .dot, .mmd)")
@@ -43,9 +69,31 @@ def add_command(commands: Any) -> None:
     for flag, keyword, kind, text in run_command.LIMIT_FLAGS:
         if keyword != "cycle_window":
             resume.add_argument(flag, dest=keyword, type=kind, default=None, help=f"a new limit: {text}")
-    for sub in (listing, show, resume):
-        sub.add_argument("--store", type=Path, required=True, metavar="FILE", help="the SqliteStore file")
+    for sub in (listing, show, resume, prune):
+        sub.add_argument("--store", required=True, metavar="FILE|URL", help="a SQLite file or a postgresql:// URL")
     parser.set_defaults(handler=main)
+
+
+def _seconds(text: str) -> float:
+    """A duration: seconds, or a number with s, m, h, d or w."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if found is None:
+        msg = f"not a duration: {text!r} (e.g. 90m, 12h, 7d)"
+        raise argparse.ArgumentTypeError(msg)
+    return float(found[1]) * _UNITS.get(found[2] or "s", 1)
+
+
+def _moment(text: str) -> float:
+    """A point in time: that long ago (``2h``), or an ISO date or date and time (local unless it says)."""
+    try:
+        return time.time() - _seconds(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        msg = f"not a duration or ISO date: {text!r} (e.g. 2h, 7d, 2026-12-01 or 2026-12-01T09:30)"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 def _decisions(pairs: list[str]) -> dict[str, bool | str]:
@@ -80,7 +128,24 @@ def _as_result(snapshot: dict[str, Any]) -> RunResult:
     )
 
 
-def _show(store: SqliteStore, args: argparse.Namespace) -> int:
+def _list(store: AnyStore, args: argparse.Namespace) -> int:
+    if args.limit < 1 or args.offset < 0:
+        msg = "--limit must be >= 1 and --offset >= 0"
+        raise SetupError(msg)
+    runs = store.list_runs(
+        state=args.state, reason=args.reason, since=args.since, limit=args.limit + 1, offset=args.offset
+    )
+    for run in runs[: args.limit]:
+        flag = " (paused)" if run.paused else ""
+        saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
+        line = f"{run.run_id}\t{run.state}{flag}\t{run.reason or '-'}\t{run.steps} steps\t{run.tokens} tokens\t{saved}"
+        print(run_command.printable(line))
+    if len(runs) > args.limit:
+        print(f"more runs: --offset {args.offset + args.limit}", file=sys.stderr)
+    return EXIT_DONE
+
+
+def _show(store: AnyStore, args: argparse.Namespace) -> int:
     snapshot = store.load(args.run_id)
     result = _as_result(snapshot)
     lines = [f"run {args.run_id}: {snapshot['state']}, reason {result.reason}"]
@@ -100,7 +165,7 @@ def _show(store: SqliteStore, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-def _resume(store: SqliteStore, args: argparse.Namespace) -> int:
+def _resume(store: AnyStore, args: argparse.Namespace) -> int:
     args.system = run_command.DEFAULT_SYSTEM
     args.max_consecutive_failures = 3
     snapshot = store.load(args.run_id)
@@ -119,7 +184,7 @@ def _resume(store: SqliteStore, args: argparse.Namespace) -> int:
                 token_budget=args.token_budget,
                 max_tool_calls=args.max_tool_calls,
             )
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RunLeasedError) as exc:
             raise SetupError(str(exc)) from None
         if run.paused:
             waiting = ", ".join(f"{c.name} ({c.id})" for c in run.awaiting())
@@ -130,24 +195,30 @@ def _resume(store: SqliteStore, args: argparse.Namespace) -> int:
     return run_command.report(result, sys.stdout, sys.stderr, server)
 
 
+def _prune(store: AnyStore, args: argparse.Namespace) -> int:
+    gone = store.delete_finished(older_than=args.older_than)
+    print(f"deleted {gone} finished run{'' if gone == 1 else 's'}")
+    return EXIT_DONE
+
+
+ACTIONS = {"list": _list, "show": _show, "resume": _resume, "prune": _prune}
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the chosen action; 0 done, 1 for a missing or unusable store, run or flag, 2 if a resumed run stopped."""
-    if not args.store.exists():
+    if not is_url(args.store) and not Path(args.store).exists():
+        # Opening a missing path would create an empty store: a typo would look like a store without runs.
         print(f"error: no store at {args.store}", file=sys.stderr)
         return EXIT_SETUP
     try:
-        with run_command.open_store(args.store) as store:
-            if args.action == "list":
-                for run in store.list_runs():
-                    flag = " (paused)" if run.paused else ""
-                    print(run_command.printable(f"{run.run_id}\t{run.state}{flag}\t{run.reason or '-'}"))
-                return EXIT_DONE
-            if args.action == "show":
-                return _show(store, args)
-            return _resume(store, args)
-    except sqlite3.Error as exc:  # an SQLite file whose tables are not a store's
-        print(f"error: --store {args.store}: {exc}", file=sys.stderr)
-        return EXIT_SETUP
+        with contextlib.closing(run_command.open_store(args.store)) as store:
+            return ACTIONS[args.action](store, args)
     except (KeyError, SnapshotError, SetupError) as exc:
         print(f"error: {str(exc).strip(chr(39))}", file=sys.stderr)
         return EXIT_SETUP
+    except Exception as exc:
+        if isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):
+            # The database failed under us (locked, dropped connection): its location is what to look at.
+            print(f"error: --store {args.store}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+            return EXIT_SETUP
+        raise

@@ -33,20 +33,42 @@ class SnapshotError(FsmAgentError, ValueError):
     """A snapshot that cannot be resumed: wrong version, broken JSON, unknown state, bad or contradictory fields."""
 
 
+GROWING = ("messages", "steps", "trace")
+"""The snapshot's lists that only ever grow while a run goes on: a store's journal keeps just their new items."""
+
+
 def dump(run: Run, **extra: Any) -> dict[str, Any]:
     """The run's position, counters, conversation, limits and kept tool outcomes as a JSON-ready dict."""
+    return {**dump_small(run, **extra), **dump_growth(run, (0, 0, 0))}
+
+
+def dump_growth(run: Run, since: tuple[int, int, int]) -> dict[str, list[dict[str, Any]]]:
+    """The items each ``GROWING`` list gained after its first ``since`` items (what one checkpoint appends)."""
+    return {
+        "messages": [plain(m) for m in run.messages[since[0] :]],
+        "steps": [plain(s) for s in run.steps[since[1] :]],
+        "trace": [plain(t) for t in run.trace[since[2] :]],
+    }
+
+
+def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """Every field of the snapshot but the ``GROWING`` lists: bounded in size however long the run.
+
+    ``memo`` (kept by the caller between calls) reuses the plain form of the
+    records that usually stay the same from one transition to the next (the
+    last reply, the pending calls, the limits): they are frozen, so the same
+    object always has the same plain form, and a checkpoint need not rebuild it.
+    """
+    record = plain if memo is None else _memoised(memo)
     return {
         "format": SNAPSHOT_FORMAT,
         "version": SNAPSHOT_VERSION,
         **extra,
         "state": str(run.state),
-        "messages": [plain(m) for m in run.messages],
-        "steps": [plain(s) for s in run.steps],
-        "trace": [plain(t) for t in run.trace],
-        "pending": [plain(c) for c in run.pending],
+        "pending": [record(c) for c in run.pending],
         "ran": {call_id: plain(outcome) for call_id, outcome in run.ran.items()},
         "approvals": dict(run.approvals),
-        "last_response": None if run.last_response is None else plain(run.last_response),
+        "last_response": None if run.last_response is None else record(run.last_response),
         "counters": {
             "turns": run.turns,
             "failures": run.failures,
@@ -60,7 +82,7 @@ def dump(run: Run, **extra: Any) -> dict[str, Any]:
             "elapsed": run.elapsed,
         },
         "frozen": {"cancelled": run.cancelled} if run.frozen else None,
-        "limits": plain(run.limits),
+        "limits": record(run.limits),
         "finalizing": run.finalizing,
         "finalize_evidence": run.finalize_evidence,
         "reason": run.reason,
@@ -69,6 +91,19 @@ def dump(run: Run, **extra: Any) -> dict[str, Any]:
         "unfinished": run.unfinished,
         "error": _error_text(run.model_exception or run.condition_error),
     }
+
+
+def _memoised(memo: dict[int, Any]) -> Callable[[Any], dict[str, Any]]:
+    if len(memo) > 64:
+        memo.clear()  # only the records of the last few transitions are worth keeping
+
+    def once(record: Any) -> dict[str, Any]:
+        kept = memo.get(id(record))
+        if kept is None or kept[0] is not record:  # the id of a record that is gone may be reused
+            kept = memo[id(record)] = (record, plain(record))
+        return kept[1]
+
+    return once
 
 
 def _error_text(exc: BaseException | None) -> str | None:
@@ -165,7 +200,9 @@ def _call(data: dict[str, Any]) -> ToolCall:
 
 
 def _message(data: dict[str, Any]) -> Message:
-    return Message(data["role"], data["content"], tuple(_call(c) for c in data["tool_calls"]), data["tool_call_id"])
+    calls = tuple(_call(c) for c in data["tool_calls"])
+    # Snapshots written before provider_data existed have no such key: nothing opaque to send back.
+    return Message(data["role"], data["content"], calls, data["tool_call_id"], data.get("provider_data"))
 
 
 def _response(data: dict[str, Any] | None) -> ModelResponse | None:

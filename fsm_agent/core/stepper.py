@@ -70,8 +70,7 @@ class Stepper:
         self.schemas = schemas
         self.approve = approve
         # Finalize is tried only where a stop with that policy is checked, so other runs pay nothing for it.
-        finalizing = {reason for reason, policy in run.policies.items() if policy == "finalize"}
-        self.finalize_from = frozenset(row.source for row in walker.table.rows if row.reason in finalizing)
+        self.finalize_from = walker.finalize_sources(run.policies)
         # The trigger a model outcome implies, from accept_* until step() fires it.
         self._replied: str | None = None
 
@@ -150,7 +149,8 @@ class Stepper:
 
     def accept_tool(self, call: ToolCall, outcome: ToolResult) -> None:
         """A tool call finished: keep its outcome by call id until the machine replays it."""
-        if not any(waiting.id == call.id for waiting in self.run.pending):
+        pending = self.run.pending
+        if not (pending and pending[0].id == call.id) and not any(waiting.id == call.id for waiting in pending):
             msg = f"no pending tool call has id {call.id!r}"
             raise RunStateError(msg)
         self.run.ran[call.id] = outcome
@@ -216,18 +216,27 @@ class Stepper:
     def _leave(self, trigger: str) -> Transition:
         """Fire ``trigger``, unless the stop it would take is to be answered by a finalize call."""
         run = self.run
-        if run.state in self.finalize_from and run.finalizing is None:
-            row = first_row(run, trigger)
-            reason = row.reason if row is not None else None
-            if reason is not None and run.policies.get(reason) == "finalize":
-                evidence = self.evidence(reason)
-                entry = self.walker.try_fire(run, FINALIZE)
-                if entry is not None:
-                    run.finalizing, run.finalize_evidence = reason, evidence
-                    ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
-                    run.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
-                    return entry
-        return self.walker.fire(run, trigger)
+        row = first_row(run, trigger)
+        if row is None:
+            # Unreachable for a validated table (every trigger ends in a fallback) except for guard-only
+            # triggers, which are only fired after checking one of their rows applies.
+            msg = f"no row fired for trigger {trigger!r} in state {run.state}"
+            raise AssertionError(msg)
+        reason = row.reason
+        if (
+            reason is not None
+            and run.finalizing is None
+            and run.state in self.finalize_from
+            and run.policies.get(reason) == "finalize"
+        ):
+            evidence = self.evidence(reason)
+            entry = self.walker.try_fire(run, FINALIZE)
+            if entry is not None:
+                run.finalizing, run.finalize_evidence = reason, evidence
+                ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
+                run.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
+                return entry
+        return self.walker.take(run, row)
 
     def evidence(self, reason: str) -> dict[str, Any]:
         """The evidence the stop ``reason`` would have now."""

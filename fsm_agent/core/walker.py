@@ -14,12 +14,13 @@ library's own ``trigger()`` takes the same edge.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from transitions import Machine
 
 from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import State
 from fsm_agent.definition.table import Row, Table, first_row
 from fsm_agent.records import Transition
 
@@ -62,11 +63,21 @@ class Walker:
             id(row): Transition(str(row.source), row.trigger, str(row.dest), row.guard_name, row.reason)
             for row in table.rows
         }
+        self._finalize_sources: dict[frozenset[str], frozenset[State]] = {}
         for (state, trigger), rows in table.index.items():
             edges = self.machine.get_transitions(trigger=trigger, source=str(state))
             if [t.dest for t in edges] != [str(row.dest) for row in rows]:
                 msg = f"transitions orders the edges of {state} on {trigger!r} differently from the table"
                 raise AssertionError(msg)
+
+    def finalize_sources(self, policies: Mapping[str, str]) -> frozenset[State]:
+        """The states where a stop whose policy is ``finalize`` is checked: only there is a finalize looked for."""
+        reasons = frozenset(reason for reason, policy in policies.items() if policy == "finalize")
+        found = self._finalize_sources.get(reasons)
+        if found is None:
+            found = frozenset(row.source for row in self.table.rows if row.reason in reasons)
+            self._finalize_sources[reasons] = found
+        return found
 
     def entry(self, row: Row) -> Transition:
         """The trace entry of ``row``."""
@@ -75,21 +86,13 @@ class Walker:
     def try_fire(self, run: Run, trigger: str) -> Transition | None:
         """Take the first row on ``trigger`` whose guard holds, if any (for guard-only triggers)."""
         row = first_row(run, trigger)
-        if row is None:
-            return None
+        return None if row is None else self.take(run, row)
+
+    def take(self, run: Run, row: Row) -> Transition:
+        """Move ``run`` along ``row`` (found by ``first_row``) and record the edge in its trace."""
         entry = self._entries[id(row)]
         run.state = row.dest
         run.trace.append(entry)
-        return entry
-
-    def fire(self, run: Run, trigger: str) -> Transition:
-        """Take the first row out of ``run``'s state on ``trigger`` whose guard holds."""
-        entry = self.try_fire(run, trigger)
-        if entry is None:
-            # Unreachable for a validated table (every trigger ends in a fallback) except for guard-only
-            # triggers, which the stepper only fires after checking one of their rows applies.
-            msg = f"no row fired for trigger {trigger!r} in state {run.state}"
-            raise AssertionError(msg)
         return entry
 
 

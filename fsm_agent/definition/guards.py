@@ -96,7 +96,10 @@ def find_cycle(recent: Sequence[tuple[Signature, str]]) -> int:
     new, while calls whose results change (polling a job) are progress.
     """
     n = len(recent)
+    last = recent[-1] if n else None
     for period in range(2, n // 2 + 1):
+        if recent[n - 1 - period] != last:  # the cheap necessary condition, true of almost every non-cycle
+            continue
         block = [recent[n - period + i] for i in range(period)]
         if any(recent[n - 2 * period + i] != block[i] for i in range(period)):
             continue

@@ -57,6 +57,10 @@ def _signature(call: ToolCall) -> Signature:
     return call.name, arguments
 
 
+_MeterRead = tuple[str, Callable[["Run"], int | float], int | float | None]
+"""A counter's name, how to read it, and its limit under the run's current limits."""
+
+
 class Meter(NamedTuple):
     """One counter against its limit, as ``Step.counters``, the status line and the evidence show it."""
 
@@ -113,6 +117,7 @@ class Run:
         self.frozen = False
         self.policies: Mapping[str, str] = policies or {}
         self.meters: tuple[Meter, ...] = table.meters
+        self._limits_read: tuple[Limits | None, tuple[_MeterRead, ...]] = (None, ())
         self.rows: Mapping[tuple[State, str], Sequence[Row]] = table.index
         self.table_stops: Mapping[str, Stop] = table.stop_for
         # The stop that a finalize call is answering for, once one was taken, and that stop's evidence.
@@ -131,8 +136,11 @@ class Run:
 
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
-        limits = self.limits
-        return {m.name: [m.used(self), m.limit(limits)] for m in self.meters}
+        limits, read = self.limits, self._limits_read
+        if read[0] is not limits:
+            # Every tool step records the counters, and limits only change by resuming: read them once.
+            read = self._limits_read = (limits, tuple((m.name, m.used, m.limit(limits)) for m in self.meters))
+        return {name: [used(self), limit] for name, used, limit in read[1]}
 
 
 class MessagesView(Sequence[Message]):

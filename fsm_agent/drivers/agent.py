@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import queue
 import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -26,11 +26,13 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Policy, Reason, State
 from fsm_agent.definition.stops import StopCondition, check_policies, user_stops
 from fsm_agent.definition.table import RESUME, TABLE, Table, describe_resumable
+from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.base import Observer
+from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
-from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog, TransitionEvent
-from fsm_agent.persist.store import Store
+from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog
+from fsm_agent.persist.store import Store, check_run_id
 from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
 
@@ -150,7 +152,8 @@ class Agent:
 
         Names: ``transition`` and ``failed`` (a ``TransitionEvent``), ``enter:<State>``
         and ``leave:<State>`` (the same event), ``before_model``, ``after_model``,
-        ``before_tool`` and ``after_tool`` (a ``CallEvent``).  For one
+        ``before_tool`` and ``after_tool`` (a ``CallEvent``), ``text`` (a
+        ``TextDelta`` of a streaming model's reply as it arrives).  For one
         transition the order is leave, enter, transition, failed.
         """
         if hook is None:
@@ -171,12 +174,30 @@ class Agent:
         observers: Sequence[Observer] = (),
         store: Store | None = None,
         run_id: str | None = None,
+        overwrite: bool = False,
     ) -> AgentRun:
         """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()`` or ``aadvance()``.
 
-        With a ``store``, the run's snapshot is saved under ``run_id`` (a fresh
-        id by default) after every transition the store asks for.
+        With a ``store``, the run is stored under ``run_id`` (a fresh id by
+        default) and leased to this run object until it finishes or pauses;
+        each transition the store asks for appends to its journal.  An id
+        already in the store is a ``RunExistsError`` unless ``overwrite=True``
+        (and a ``RunLeasedError`` if another owner is advancing that run); an
+        empty id is a ``ValueError``.
         """
+        run = self._begin(user_input, cancel, observers, store, run_id)
+        run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
+        return run
+
+    def _begin(
+        self,
+        user_input: str,
+        cancel: CancelToken | None,
+        observers: Sequence[Observer],
+        store: Store | None,
+        run_id: str | None,
+    ) -> AgentRun:
+        """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that)."""
         if not isinstance(user_input, str):
             msg = f"user_input must be a str, got {type(user_input).__name__}"
             raise TypeError(msg)
@@ -186,7 +207,9 @@ class Agent:
         messages = [Message("system", self.system)] if self.system else []
         messages.append(Message("user", user_input))
         position = Run(self.limits, messages, table=self.table, policies=self.on_stop)
-        return AgentRun(self, position, cancel=cancel, observers=observers, store=store, run_id=run_id or _fresh_id())
+        # None: the run makes its own id when first asked for one.
+        run_id = None if run_id is None else check_run_id(run_id)
+        return AgentRun(self, position, cancel=cancel, observers=observers, store=store, run_id=run_id)
 
     def resume(
         self,
@@ -230,11 +253,13 @@ class Agent:
             cancel=cancel,
             observers=observers,
             store=store,
-            run_id=run_id if isinstance(run_id, str) and run_id else _fresh_id(),
+            run_id=run_id if isinstance(run_id, str) and run_id else None,
         )
         if position.state is State.Done:
             msg = "the run finished in Done; there is nothing to resume"
             raise ValueError(msg)
+        # Taken over before anything moves: a run another owner is advancing is a RunLeasedError here.
+        run._open_store(new=False)  # noqa: SLF001 - the agent opens its own runs' stores
         if position.state is State.Failed:
             position.retry_model = retry
             run._observe()  # noqa: SLF001 - the agent builds its own runs: the resume guards read time and token
@@ -264,15 +289,21 @@ class Agent:
         log: str | Path | None = None,
         store: Store | None = None,
         run_id: str | None = None,
+        overwrite: bool = False,
     ) -> RunResult:
         """Run to the end: the result on ``Done``; on a stop, what its ``on_stop`` policy says.
 
         ``log`` appends every transition to a JSON Lines file (see ``JsonlLog``);
-        ``store`` checkpoints the run (see ``SqliteStore``).  A run paused for
-        approval returns a result with ``reason == "paused"`` and a snapshot.
+        ``store`` checkpoints the run (see ``start`` for ``run_id`` and
+        ``overwrite``).  A run paused for approval returns a result with
+        ``reason == "paused"`` and a snapshot.
         """
+        if log is None:  # no log to close: skip the context manager, which costs as much as a transition
+            return self.start(user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite).finish()
         with _log(log) as observers:
-            run = self.start(user_input, cancel=cancel, observers=observers, store=store, run_id=run_id)
+            run = self.start(
+                user_input, cancel=cancel, observers=observers, store=store, run_id=run_id, overwrite=overwrite
+            )
             return run.finish()
 
     async def arun(
@@ -283,35 +314,30 @@ class Agent:
         log: str | Path | None = None,
         store: Store | None = None,
         run_id: str | None = None,
+        overwrite: bool = False,
     ) -> RunResult:
-        """Await a run to the end, like ``run``; the tool calls of one turn run concurrently."""
+        """Await a run to the end, like ``run``; a turn's tool calls run concurrently, and checkpoints are awaited."""
         with _log(log) as observers:
-            run = self.start(user_input, cancel=cancel, observers=observers, store=store, run_id=run_id)
+            run = self._begin(user_input, cancel, observers, store, run_id)
+            await run._aopen_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return await run.afinish()
 
-    def stream(self, user_input: str, *, cancel: CancelToken | None = None) -> Iterator[TransitionEvent]:
-        """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it."""
-        events: deque[TransitionEvent] = deque()
-        run = self.start(user_input, cancel=cancel, observers=[events.append])
-        while not run.done:
-            run.advance()
-            while events:
-                yield events.popleft()
-        run.finish()
+    def stream(self, user_input: str, *, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it.
 
-    async def astream(self, user_input: str, *, cancel: CancelToken | None = None) -> AsyncIterator[TransitionEvent]:
-        """The async twin of ``stream``."""
-        events: deque[TransitionEvent] = deque()
-        run = self.start(user_input, cancel=cancel, observers=[events.append])
-        while not run.done:
-            await run.aadvance()
-            while events:
-                yield events.popleft()
-        await run.afinish()
+        A model that can stream (``complete_stream``) is called that way, and
+        its reply's text arrives as ``TextDelta`` events before the
+        transition that takes the reply in.
+        """
+        feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
+        yield from streaming.events(self.start(user_input, cancel=cancel, observers=[feed.put]), feed)
 
-
-def _fresh_id() -> str:
-    return uuid.uuid4().hex
+    async def astream(self, user_input: str, *, cancel: CancelToken | None = None) -> AsyncIterator[StreamEvent]:
+        """The async twin of ``stream`` (a model streams through ``acomplete_stream``)."""
+        feed: deque[StreamEvent] = deque()
+        run = self.start(user_input, cancel=cancel, observers=[feed.append])
+        async for event in streaming.aevents(run, feed):
+            yield event
 
 
 def _approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) -> Callable[[ToolCall], bool] | None:

@@ -23,10 +23,31 @@ class AsyncDriver(RunBase):
     async def aadvance(self) -> Transition:
         """Like ``advance()``, awaiting the model and tools; the calls of one batch run concurrently."""
         self._check_live()
+        return await self._aadvance()
+
+    async def _aadvance(self) -> Transition:
+        if self._journal is None:
+            return await self._amove()
+        # The checkpoint is awaited after the transition, not written while the transition closes.
+        self._deferred = True
+        try:
+            entry = await self._amove()
+        except asyncio.CancelledError:
+            self._deferred = False
+            await self._asave()  # the run was just recorded as Failed(cancelled): the store keeps that too
+            raise
+        finally:
+            self._deferred = False
+        await self._asave()
+        return entry
+
+    async def _amove(self) -> Transition:
         self._observe()
         effect = self.stepper.effect(parallel=True)
         if effect is None:
-            return self._step()
+            return self._step(observe=False)
+        if self._out_of_time():
+            return self._interrupt(EXPIRED, None)
         try:
             async with asyncio.timeout(self._remaining()) as deadline:
                 if isinstance(effect, ModelCall):
@@ -44,17 +65,21 @@ class AsyncDriver(RunBase):
 
     async def afinish(self) -> RunResult:
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
+        stepper = self.stepper
         while self._result is None:
-            if self.paused:
+            if stepper.approve is not None and stepper.paused:
                 return self._paused_result()
-            await self.aadvance()
+            await self._aadvance()  # the loop itself checked what aadvance() would
         return self._outcome_of_run()
 
     async def _acall_model(self, effect: ModelCall) -> None:
         self._before_model()
         try:
             acomplete = getattr(self._model, "acomplete", None)
-            if acomplete is not None:
+            astream = self._streaming("acomplete_stream") if self._wants_text else None
+            if astream is not None:
+                response = await astream(effect.messages, effect.tools, self._text)
+            elif acomplete is not None:
                 response = await acomplete(effect.messages, effect.tools)
             else:
                 response = await asyncio.to_thread(self._model.complete, effect.messages, effect.tools)

@@ -8,6 +8,7 @@ shape), so the sync and async paths cannot drift apart.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ from fsm_agent.core.stepper import Stepper
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import AgentLoopError, RunStateError
-from fsm_agent.observe.events import CallEvent, TransitionEvent, logger
+from fsm_agent.observe.events import CallEvent, TextDelta, TransitionEvent, logger
+from fsm_agent.persist.journal import Journal
 from fsm_agent.persist.store import Store
 from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import ToolResult
@@ -40,11 +42,11 @@ class RunBase:
         cancel: CancelToken | None = None,
         observers: Sequence[Observer] = (),
         store: Store | None = None,
-        run_id: str,
+        run_id: str | None,
     ) -> None:
         self.position = position
         self.stepper = Stepper(position, agent.walker, agent.registry.schemas(), agent.approve)
-        self.run_id = run_id
+        self._run_id = run_id
         self.agent = agent
         self._model = agent.model
         self._registry = agent.registry
@@ -55,7 +57,13 @@ class RunBase:
         self._observers = tuple(observers)
         # Building events costs time, so a run nobody watches builds none.
         self._observed = bool(self._hooks) or bool(self._observers)
+        self._text_observers: tuple[Callable[[TextDelta], object], ...] = ()
+        # A model streams only when someone reads its text as it comes; otherwise its plain call is made.
+        self._wants_text = bool(self._hooks.get("text"))
         self._store = store
+        # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
+        self._journal = None if store is None else Journal(store, self.run_id)
+        self._deferred = False
         self._cancel = cancel
         self._clock = agent.clock
         self._started = self._clock() - position.elapsed
@@ -67,6 +75,14 @@ class RunBase:
         self._outcome: ToolResult | None = None
 
     # --- reading the run --------------------------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run's id in stores, snapshots and events; a fresh random one unless one was given."""
+        if self._run_id is None:
+            # Made when first asked for: most runs nobody stores or watches never need one.
+            self._run_id = uuid.uuid4().hex
+        return self._run_id
 
     @property
     def state(self) -> State:
@@ -162,44 +178,91 @@ class RunBase:
             run.cancelled, run.cancel_why = True, token.why
 
     def _remaining(self) -> float | None:
-        """Seconds left before the run's timeout, if it has one."""
-        timeout = self.position.limits.timeout
-        return None if timeout is None else max(timeout - (self._clock() - self._started), 0.0)
+        """Seconds left before the run's timeout; None without one, and for the finalize call.
+
+        A finalize call answers a stop that already happened (often the
+        timeout itself), so the deadline no longer bounds it.
+        """
+        run = self.position
+        timeout = run.limits.timeout
+        if timeout is None or run.finalizing is not None:
+            return None
+        return max(timeout - (self._clock() - self._started), 0.0)
+
+    def _out_of_time(self) -> bool:
+        """The deadline passed before the next call could start, so it must not be made.
+
+        The before-call checkpoints catch this too, but time also passes
+        between two ``advance()`` calls; deciding here, not by racing a call
+        against a deadline of zero, keeps both drivers on the same edge.
+        """
+        remaining = self._remaining()
+        return remaining is not None and remaining <= 0
 
     def _before_model(self) -> None:
         if self._observed:
-            self._call_hooks(CallEvent("before_model", self.position.turns + 1, self.counters()))
+            self._call_hooks(CallEvent("before_model", self.position.turns + 1, self.counters(), run_id=self.run_id))
+
+    def on_text(self, observer: Callable[[TextDelta], object]) -> None:
+        """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.
+
+        From then on a model that can stream (``complete_stream``,
+        ``acomplete_stream``) is called that way; ``Agent.stream`` uses this.
+        """
+        self._text_observers = (*self._text_observers, observer)
+        self._wants_text = True
+
+    def _streaming(self, method: str) -> Callable[..., Any] | None:
+        """The model's streaming ``method`` (``complete_stream``, ...) if it has one; asked only when text is read."""
+        found = getattr(self._model, method, None)
+        return found if callable(found) else None
+
+    def _text(self, piece: str) -> None:
+        """Hand a piece of the reply's text, as it streams in, to the ``text`` hooks and the text observers."""
+        if not piece:
+            return
+        delta = TextDelta(piece, self.position.turns + 1, self.run_id)
+        if self._hooks:
+            self._hook_failed(self._hooks.call("text", delta), False)
+        for observer in self._text_observers:
+            observer(delta)
 
     def _model_replied(self, response: object) -> None:
         self.stepper.accept_reply(response)
-        run = self.position
-        if run.model_exception is not None:
-            self._error = f"{type(run.model_exception).__name__}: {run.model_exception}"
-        else:
-            self._response = run.last_response
         if self._observed:
+            run = self.position
+            if run.model_exception is not None:
+                self._error = f"{type(run.model_exception).__name__}: {run.model_exception}"
+            else:
+                self._response = run.last_response
             self._after_model()
 
     def _model_failed(self, error: Exception) -> None:
         self.stepper.accept_model_error(error)
-        self._error = f"{type(error).__name__}: {error}"
         if self._observed:
+            self._error = f"{type(error).__name__}: {error}"
             self._after_model()
 
     def _after_model(self) -> None:
         turn, counters = self.position.turns, self.counters()
         if self._error is not None:
-            self._call_hooks(CallEvent("after_model", turn, counters, error=self._error))
+            self._call_hooks(CallEvent("after_model", turn, counters, error=self._error, run_id=self.run_id))
         else:
-            self._call_hooks(CallEvent("after_model", turn, counters, response=self._response))
+            self._call_hooks(CallEvent("after_model", turn, counters, response=self._response, run_id=self.run_id))
 
     def _before_tool(self, call: ToolCall) -> None:
         if self._observed:
-            self._call_hooks(CallEvent("before_tool", self.position.turns, self.counters(), tool_call=call))
+            event = CallEvent("before_tool", self.position.turns, self.counters(), tool_call=call, run_id=self.run_id)
+            self._call_hooks(event)
 
-    def _step(self) -> Transition:
-        """Fire the next transition (the effect, if any, was carried out) and close it."""
-        self._observe()
+    def _step(self, observe: bool = True) -> Transition:
+        """Fire the next transition (the effect, if any, was carried out) and close it.
+
+        ``observe=False`` when nothing happened since the run was last told the
+        time: no call was made, so no time worth reading passed.
+        """
+        if observe:
+            self._observe()
         run = self.position
         if run.state is State.ExecuteTool and self._observed:
             call = run.pending[0]
@@ -215,6 +278,7 @@ class RunBase:
                     tool_call=call,
                     tool_result=outcome.content,
                     tool_error=outcome.error,
+                    run_id=self.run_id,
                 )
                 self._call_hooks(event)
         return self._after(self.stepper.step())
@@ -226,15 +290,32 @@ class RunBase:
 
     def _after(self, entry: Transition) -> Transition:
         """Close the transition just taken: build the result of a finished run, notify observers, checkpoint."""
-        if self.done:
+        if self.position.state in TERMINAL:
             self._result = self._make_result()
         if self._observed:
             self._emit(entry)
-        self._response = self._call = self._outcome = None
-        self._error = None
-        if self._store is not None and self._store.wants(self.state, self.paused):
-            self._store.save(self.run_id, self.snapshot())
+            self._response = self._call = self._outcome = None
+            self._error = None
+        if self._journal is not None and not self._deferred:
+            self._journal.save(self.position, self.paused)
         return entry
+
+    def _open_store(self, *, new: bool, overwrite: bool = False) -> None:
+        """Write the run to its store whole and take its lease (``RunExistsError``, ``RunLeasedError``)."""
+        if self._journal is not None:
+            self._observe()
+            self._journal.open(self.position, self.paused, new=new, overwrite=overwrite)
+
+    async def _aopen_store(self, *, new: bool, overwrite: bool = False) -> None:
+        """``_open_store``, awaited."""
+        if self._journal is not None:
+            self._observe()
+            await self._journal.aopen(self.position, self.paused, new=new, overwrite=overwrite)
+
+    async def _asave(self) -> None:
+        """Checkpoint the transition just taken, awaited (the async driver's write)."""
+        if self._journal is not None:
+            await self._journal.asave(self.position, self.paused)
 
     def _make_result(self) -> RunResult:
         run = self.position
@@ -276,6 +357,7 @@ class RunBase:
             tool_error=None if self._outcome is None else self._outcome.error,
             evidence=run.evidence if run.state is State.Failed else None,
             result=self._result if terminal else None,
+            run_id=self.run_id,
         )
         hooks = self._hooks
         raised = hooks.call(f"leave:{last.source}", event) if hooks else None

@@ -1,76 +1,156 @@
-"""The sync driver: it carries out each effect by calling, one call at a time, like the seed's loop."""
+"""The sync driver: it carries out each effect by calling, one call at a time, like the seed's loop.
+
+With a ``timeout``, the work of ``advance()``/``finish()`` runs on a daemon
+worker while the caller waits at most until the deadline.  Past it, a call
+still in flight is abandoned (Python cannot kill a thread; its outcome is
+dropped) and the run stops ``timeout`` with that call recorded as
+unfinished.  One hand-off per ``finish()``, not one per call, keeps the cost
+of a run with a deadline close to one without.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from fsm_agent.core.stepper import ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
-from fsm_agent.records import RunResult, ToolCall, Transition
+from fsm_agent.records import RunResult, Transition
 from fsm_agent.tools.calling import DeadlineError, within_deadline
 
+T = TypeVar("T")
 
-def _within(seconds: float | None, function: Any, *args: Any) -> Any:
-    """Call ``function(*args)``, waiting at most ``seconds``; past them the call is abandoned (``DeadlineError``)."""
-    if seconds is None:
-        return function(*args)
-    return within_deadline(lambda: function(*args), seconds, "call")
+
+class _Abandoned(BaseException):
+    """Unwinds a worker whose call came back after the deadline: the run already stopped without it."""
 
 
 class SyncDriver(RunBase):
     """``advance()`` (one transition) and ``finish()`` (to the end), calling the model and tools directly."""
 
+    # Held by the worker of a run with a deadline except while a call is in flight, so the waiting
+    # caller can stop the run at the deadline only between two consistent points.
+    _mutex: threading.Lock | None = None
+    _in_flight: ModelCall | ToolBatch | None = None
+    _abandoned = False
+
     def advance(self) -> Transition:
         """Do this state's I/O, if any, fire exactly one transition and return the edge taken."""
         self._check_live()
-        self._observe()
-        effect = self.stepper.effect()
-        try:
-            if isinstance(effect, ModelCall):
-                self._call_model(effect)
-            elif isinstance(effect, ToolBatch):
-                self._call_tool(effect.calls[0])
-        except DeadlineError:
-            return self._interrupt(EXPIRED, self._unfinished(effect))
-        return self._step()
+        return self._bounded(self._advance, lambda entry: entry)
 
     def finish(self) -> RunResult:
         """Advance to the end; return the result, or apply the stop's policy (raise ``AgentLoopError`` by default).
 
         A run paused for approval returns a result with ``reason == "paused"``.
         """
+        if self._result is not None:
+            return self._outcome_of_run()
+        return self._bounded(self._finish, lambda entry: self._outcome_of_run())
+
+    def _finish(self) -> RunResult:
+        stepper = self.stepper
         while self._result is None:
-            if self.paused:
+            if stepper.approve is not None and stepper.paused:
                 return self._paused_result()
-            self.advance()
+            self._advance()  # the loop itself checked what advance() would
         return self._outcome_of_run()
+
+    def _advance(self) -> Transition:
+        self._observe()
+        effect = self.stepper.effect()
+        if effect is None:
+            return self._step(observe=False)
+        if self._out_of_time():
+            return self._interrupt(EXPIRED, None)
+        if isinstance(effect, ModelCall):
+            self._call_model(effect)
+        else:
+            self._call_tool(effect)
+        return self._step()
+
+    def _bounded(self, work: Callable[[], T], expired: Callable[[Transition], T]) -> T:
+        """``work()`` here, or with a deadline on a worker; at the deadline, stop the run and ``expired(edge)``."""
+        remaining = self._remaining()
+        if remaining is None:
+            return work()
+        # Taken here and handed to the worker, which lets go of it only while a call is in flight and when
+        # done: whenever the caller holds it, the run is between two consistent points.
+        mutex = self._mutex = threading.Lock()
+        mutex.acquire()
+        outcome: list[tuple[T, None] | tuple[None, BaseException]] = []
+
+        def held() -> None:
+            try:
+                outcome.append((work(), None))
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread below
+                outcome.append((None, exc))
+            finally:
+                self._mutex = None
+                mutex.release()
+
+        try:
+            within_deadline(held, remaining, "run")
+        except DeadlineError:
+            with mutex:
+                if not outcome:  # a call is in flight: the worker will find the run stopped and unwind
+                    self._abandoned = True
+                    return expired(self._interrupt(EXPIRED, self._unfinished(self._in_flight)))
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]  # no error, so work() returned it
+
+    def _let_go(self, effect: ModelCall | ToolBatch) -> threading.Lock | None:
+        """Let go of the run while a call is in flight, so the deadline can stop it there; ``_take_back`` after."""
+        mutex = self._mutex
+        if mutex is not None:
+            self._in_flight = effect
+            mutex.release()
+        return mutex
+
+    def _take_back(self, mutex: threading.Lock | None) -> None:
+        if mutex is not None:
+            mutex.acquire()
+            self._in_flight = None
+            if self._abandoned:
+                raise _Abandoned
 
     def _call_model(self, effect: ModelCall) -> None:
         self._before_model()
+        mutex = self._let_go(effect)
         try:
-            response = _within(self._remaining(), self._model.complete, effect.messages, effect.tools)
-        except DeadlineError:
-            raise
+            stream = self._streaming("complete_stream") if self._wants_text else None
+            if stream is None:
+                response = self._model.complete(effect.messages, effect.tools)
+            else:
+                response = stream(effect.messages, effect.tools, self._text)
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
+            self._take_back(mutex)
             self._model_failed(exc)
             return
+        self._take_back(mutex)
         self._model_replied(response)
 
-    def _call_tool(self, call: ToolCall) -> None:
+    def _call_tool(self, effect: ToolBatch) -> None:
+        call = effect.calls[0]
         self._before_tool(call)
-        timeout, remaining = self._tool_timeout, self._remaining()
-        if remaining is not None and (timeout is None or remaining < timeout):
-            # The run's deadline comes first: the call is abandoned there, and the run stops on timeout.
-            outcome = _within(remaining, self._registry.execute, call, timeout)
-        elif timeout is None:
-            # Called as execute(call), so registries that wrap it keep working.
-            outcome = self._registry.execute(call)
-        else:
-            outcome = self._registry.execute(call, timeout=timeout)
+        mutex = self._let_go(effect)
+        try:
+            if self._tool_timeout is None:
+                # Called as execute(call), so registries that wrap it keep working.
+                outcome = self._registry.execute(call)
+            else:
+                outcome = self._registry.execute(call, timeout=self._tool_timeout)
+        finally:
+            self._take_back(mutex)
         self.stepper.accept_tool(call, outcome)
 
-    def _unfinished(self, effect: ModelCall | ToolBatch | None) -> str:
+    def _unfinished(self, effect: ModelCall | ToolBatch | None) -> str | None:
         if isinstance(effect, ToolBatch):
             return effect.calls[0].id
-        return f"model call of turn {self.position.turns + 1}"
+        if isinstance(effect, ModelCall):
+            return f"model call of turn {effect.turn}"
+        return None

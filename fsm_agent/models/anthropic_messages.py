@@ -10,10 +10,11 @@ connection errors) are the SDK's own, bounded by ``max_retries``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fsm_agent import Message, ModelResponse, ToolCall, Usage
+from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
 from fsm_agent.models.common import (
     ProviderModel,
     check_params,
@@ -56,6 +57,12 @@ naming it (the reply kept).
 
 _RESERVED = ("model", "messages", "tools", "system", "max_tokens")
 
+PROVIDER = "anthropic"
+"""``ProviderData.provider`` of the replies this adapter keeps thinking blocks for."""
+
+_THINKING = {"thinking": ("thinking", "signature"), "redacted_thinking": ("data",)}
+"""The opaque block types and their string fields, which the API verifies when they come back."""
+
 
 def _append(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
     # Consecutive messages of one role become one turn: the API wants user and assistant turns to alternate.
@@ -63,6 +70,24 @@ def _append(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]
         turns[-1]["content"].extend(blocks)
     else:
         turns.append({"role": role, "content": blocks})
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    """An assistant message's content blocks: the reply's own blocks, verbatim, when it carried thinking.
+
+    With extended thinking on, the API wants each assistant turn's
+    ``thinking`` and ``redacted_thinking`` blocks back unchanged (signature
+    included) and in their place, before the text and tool uses they led to;
+    rebuilding the turn from the text and calls would drop them.
+    """
+    data = message.provider_data
+    if data is not None and data.provider == PROVIDER:
+        return data.items()
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments} for call in message.tool_calls
+    )
+    return blocks
 
 
 def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -75,11 +100,7 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
         elif message.role == "user":
             _append(turns, "user", [{"type": "text", "text": message.content}])
         elif message.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
-            blocks.extend(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-                for call in message.tool_calls
-            )
+            blocks = _assistant_blocks(message)
             # The API rejects empty content; an empty assistant message carries nothing to send.
             if blocks:
                 _append(turns, "assistant", blocks)
@@ -116,16 +137,25 @@ def _usage(usage: Any) -> Usage | None:
 def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
     """The engine's view of a Messages API response; ``MalformedReplyError`` if it is junk.
 
-    Text blocks are joined; ``tool_use`` blocks become tool calls; other
-    blocks (thinking, server tools) are not part of the engine's conversation
-    and are dropped.  A refusal without text gets the provider's explanation
-    as its text, so the user sees why.
+    Text blocks are joined; ``tool_use`` blocks become tool calls; server
+    tool blocks are not part of the engine's conversation and are dropped.
+    A reply with ``thinking`` or ``redacted_thinking`` blocks keeps all its
+    blocks, in order and as received, as ``provider_data`` (the thinking
+    text readable there, never in the answer), so the next request can send
+    them back.  A refusal without text gets the provider's explanation as
+    its text, so the user sees why.
     """
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[ToolCall] = []
-    for i, block in enumerate(reply_items(getattr(message, "content", None), "content")):
+    blocks = reply_items(getattr(message, "content", None), "content")
+    for i, block in enumerate(blocks):
         kind = getattr(block, "type", None)
-        if kind == "text":
+        if kind in _THINKING:
+            fields = [reply_text(getattr(block, name, None), f"content[{i}].{name}") for name in _THINKING[kind]]
+            if kind == "thinking":
+                thoughts.append(fields[0])
+        elif kind == "text":
             texts.append(reply_text(getattr(block, "text", None), f"content[{i}].text"))
         elif kind == "tool_use":
             call_id = reply_text(getattr(block, "id", None), f"content[{i}].id")
@@ -138,7 +168,13 @@ def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
     details = getattr(message, "stop_details", None)
     if stop_reason == "refusal" and not text and details is not None:
         text = reply_text(getattr(details, "explanation", None), "stop_details.explanation", nullable=True)
-    return ModelResponse(Message("assistant", text, calls), stop_reason, _usage(getattr(message, "usage", None)))
+    kept = None
+    if any(getattr(block, "type", None) in _THINKING for block in blocks):
+        # to_dict keeps exactly the fields the JSON had, under their wire names.
+        payload = json.dumps([block.to_dict(mode="json") for block in blocks], ensure_ascii=False)
+        kept = ProviderData(PROVIDER, payload, "\n\n".join(thoughts))
+    reply = Message("assistant", text, calls, provider_data=kept)
+    return ModelResponse(reply, stop_reason, _usage(getattr(message, "usage", None)))
 
 
 class AnthropicModel(ProviderModel):
@@ -208,6 +244,41 @@ class AnthropicModel(ProviderModel):
 
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.messages.create(**request)
+
+    # --- streaming: the same request and reply, the text handed on as it arrives --------------------------
+
+    def complete_stream(
+        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+    ) -> ModelResponse:
+        """``complete`` over the SDK's ``messages.stream``: ``on_text`` gets each piece of text as it arrives.
+
+        The SDK accumulates the events into the final ``Message`` and ``parse``
+        reads it as it reads an unstreamed one, so a cut, refused or
+        tool-calling reply means the same.
+        """
+
+        def work() -> ModelResponse:
+            with self.client.messages.stream(**self.build_request(messages, tools)) as stream:
+                for text in stream.text_stream:
+                    if text:
+                        on_text(text)
+                return self.parse(stream.get_final_message())
+
+        return self._guarded(work)
+
+    async def acomplete_stream(
+        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+    ) -> ModelResponse:
+        """``complete_stream`` over the SDK's async client, for the async driver."""
+
+        async def work(client: Any) -> ModelResponse:
+            async with client.messages.stream(**self.build_request(messages, tools)) as stream:
+                async for text in stream.text_stream:
+                    if text:
+                        on_text(text)
+                return self.parse(await stream.get_final_message())
+
+        return await self._aguarded(work)
 
     def _new_client(self, options: dict[str, Any]) -> Any:
         return self._sdk.Anthropic(**options)

@@ -50,7 +50,7 @@ import re
 import traceback
 import unicodedata
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from types import ModuleType, TracebackType
 from typing import Any, ClassVar, Self
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -117,12 +117,13 @@ def token_count(usage: Any, name: str, *, optional: bool = False) -> int:
     return value
 
 
-def require_sdk(package: str) -> ModuleType:
-    """Import a provider SDK, or raise ``ImportError`` with the one-line install hint."""
+def require_sdk(package: str, extra: str | None = None) -> ModuleType:
+    """Import a provider SDK, or raise ``ImportError`` with the install hint for the extra (default: ``package``)."""
     try:
         return importlib.import_module(package)
     except ImportError as exc:
-        msg = f"the {package!r} package is not installed; install it with: pip install 'fsm-agent[{package}]'"
+        hint = f"pip install 'fsm-agent[{extra or package}]'"
+        msg = f"the {package!r} package is not installed; install it with: {hint}"
         raise ImportError(msg, name=package) from exc
 
 
@@ -376,7 +377,7 @@ class ProviderModel:
         self.client = client
         self._async_client = async_client
         self._owns_async_client = False
-        self.base_url = redact_url(str(client.base_url))
+        self.base_url = redact_url(self._client_url(client))
         """The URL requests go to, with a password in it shown as ``[redacted]``: for naming it in messages."""
 
     def _client_options(self, given: dict[str, Any]) -> dict[str, Any]:
@@ -396,10 +397,17 @@ class ProviderModel:
 
     def _check_credentials(self, client: Any) -> None:
         for name in self._CREDENTIALS:
-            value = getattr(client, name, None)
+            value = self._client_credential(client, name)
             if value is not None and clean_key(value, f"the client's {name}") != value:
                 msg = f"the client's {name} has whitespace around it (a newline read from a file?); strip it first"
                 raise ValueError(msg)
+
+    # How a client shows its URL and credentials; an SDK whose client lacks these attributes overrides them.
+    def _client_url(self, client: Any) -> str:
+        return str(client.base_url)
+
+    def _client_credential(self, client: Any, name: str) -> Any:
+        return getattr(client, name, None)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
@@ -432,10 +440,10 @@ class ProviderModel:
             if client is None:
                 continue
             for name in self._CREDENTIALS:
-                value = getattr(client, name, None)
+                value = self._client_credential(client, name)
                 if isinstance(value, str) and _long(value.strip()):
                     redactions.append((value.strip(), REDACTED))
-            redactions.extend(_userinfo_redactions(str(client.base_url)))
+            redactions.extend(_userinfo_redactions(self._client_url(client)))
         return redactions
 
     def _failure(self, exc: Exception) -> Exception:
@@ -471,6 +479,29 @@ class ProviderModel:
                 self._async_client = self._new_async_client()
                 self._owns_async_client = True
             return self.parse(await self._asend(self._async_client, request))
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        raise failure
+
+    def _guarded(self, work: Callable[[], ModelResponse]) -> ModelResponse:
+        """``work()``, with whatever leaves it cleaned as ``complete`` cleans it (for the streaming calls)."""
+        try:
+            return work()
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        raise failure
+
+    async def _aguarded(self, work: Callable[[Any], Awaitable[ModelResponse]]) -> ModelResponse:
+        """``await work(async_client)``, cleaned as ``acomplete`` cleans it; the async client is built on first use."""
+        try:
+            if self._async_client is None:
+                self._async_client = self._new_async_client()
+                self._owns_async_client = True
+            return await work(self._async_client)
         except Exception as exc:
             failure = self._failure(exc)
             if failure is exc:

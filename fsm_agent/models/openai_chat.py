@@ -10,7 +10,7 @@ with its exponential backoff, bounded by ``max_retries``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, ToolCall, Usage
@@ -137,6 +137,18 @@ def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
     return ModelResponse(Message("assistant", text, calls), stop_reason, _usage(getattr(completion, "usage", None)))
 
 
+def _stream_state() -> Any:
+    from openai.lib.streaming.chat import ChatCompletionStreamState  # imported here: the SDK is optional
+
+    return ChatCompletionStreamState()
+
+
+def _hand_on(events: Any, on_text: Callable[[str], None]) -> None:
+    for event in events:
+        if event.type == "content.delta" and event.delta:
+            on_text(event.delta)
+
+
 class OpenAIChatModel(ProviderModel):
     """A :class:`~fsm_agent.Model` over the official ``openai`` SDK's Chat Completions API.
 
@@ -197,6 +209,48 @@ class OpenAIChatModel(ProviderModel):
 
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.chat.completions.create(**request)
+
+    # --- streaming: the same request and reply, the text handed on as it arrives --------------------------
+
+    def complete_stream(
+        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+    ) -> ModelResponse:
+        """``complete`` over a streamed response: ``on_text`` gets each piece of the reply's text as it arrives.
+
+        The SDK's own accumulator (``ChatCompletionStreamState``) rebuilds the
+        whole completion from the chunks and ``parse`` reads it as it reads an
+        unstreamed one, so a cut, refused or tool-calling reply means the same.
+        """
+
+        def work() -> ModelResponse:
+            state = _stream_state()
+            with self.client.chat.completions.create(**self._stream_request(messages, tools)) as chunks:
+                for chunk in chunks:
+                    _hand_on(state.handle_chunk(chunk), on_text)
+            return self.parse(state.current_completion_snapshot)
+
+        return self._guarded(work)
+
+    async def acomplete_stream(
+        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+    ) -> ModelResponse:
+        """``complete_stream`` over the SDK's async client, for the async driver."""
+
+        async def work(client: Any) -> ModelResponse:
+            state = _stream_state()
+            async with await client.chat.completions.create(**self._stream_request(messages, tools)) as chunks:
+                async for chunk in chunks:
+                    _hand_on(state.handle_chunk(chunk), on_text)
+            return self.parse(state.current_completion_snapshot)
+
+        return await self._aguarded(work)
+
+    def _stream_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
+        request = self.build_request(messages, tools)
+        request["stream"] = True
+        # Without it a streamed reply carries no usage, and token_budget would count it as zero.
+        request.setdefault("stream_options", {"include_usage": True})
+        return request
 
     def _new_client(self, options: dict[str, Any]) -> Any:
         return self._sdk.OpenAI(**options)

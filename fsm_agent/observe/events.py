@@ -17,6 +17,7 @@ from typing import Any, Literal, TextIO, get_args
 import attrs
 
 from fsm_agent.definition.states import STATES
+from fsm_agent.jsontext import dumps
 from fsm_agent.records import ModelResponse, RunResult, ToolCall, Transition, plain
 
 logger = logging.getLogger("fsm_agent")
@@ -28,6 +29,7 @@ HookName = Literal[
     "after_model",
     "before_tool",
     "after_tool",
+    "text",
     "enter:AwaitModel",
     "enter:CheckTruncation",
     "enter:Dispatch",
@@ -51,6 +53,7 @@ if set(HOOK_NAMES) != _STATE_HOOKS | {
     "after_model",
     "before_tool",
     "after_tool",
+    "text",
 }:
     msg = "HookName must name every state's enter and leave hooks"
     raise AssertionError(msg)
@@ -81,6 +84,8 @@ class TransitionEvent:
     tool_error: str | None = None
     evidence: dict[str, Any] | None = None
     result: RunResult | None = None
+    run_id: str = ""
+    """The run the event belongs to (``AgentRun.run_id``): one agent's hooks see every run of it."""
 
     @property
     def transition(self) -> Transition:
@@ -105,6 +110,9 @@ class TransitionEvent:
                 "stop_reason": self.response.stop_reason,
                 "usage": None if self.response.usage is None else plain(self.response.usage),
             }
+            if self.response.message.provider_data is not None:
+                # The opaque content the provider needs back, so a log alone can rebuild the conversation.
+                out["response"]["provider_data"] = plain(self.response.message.provider_data)
         if self.error is not None:
             out["error"] = self.error
         if self.tool_call is not None:
@@ -129,6 +137,28 @@ class CallEvent:
     error: str | None = None
     tool_result: str | None = None
     tool_error: str | None = None
+    run_id: str = ""
+    """The run the call belongs to (``AgentRun.run_id``)."""
+
+
+@attrs.frozen
+class TextDelta:
+    """A piece of the model's reply text, as the provider streams it, before the reply is complete.
+
+    Delivered to ``text`` hooks and yielded by ``stream``/``astream``
+    between the transitions of the model call, when the model can stream
+    (``complete_stream``/``acomplete_stream``).  The machine does not see
+    them: the ``replied`` transition still fires once the whole reply is in,
+    and only that reply counts (a cut or refused reply streams its text too).
+    """
+
+    text: str
+    turn: int = 0
+    run_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, shaped apart from a transition's by its ``text`` key."""
+        return {"text": self.text, "turn": self.turn}
 
 
 Hook = Callable[[Any], object]
@@ -157,7 +187,7 @@ class Hooks:
         """The hooks registered under ``name``, in registration order."""
         return self._by_name.get(name, [])
 
-    def call(self, name: str, event: TransitionEvent | CallEvent) -> BaseException | None:
+    def call(self, name: str, event: TransitionEvent | CallEvent | TextDelta) -> BaseException | None:
         """Call every hook of ``name``; return the first exception one raised (after logging it), else None."""
         first: BaseException | None = None
         for hook in self._by_name.get(name, ()):
@@ -185,7 +215,8 @@ class JsonlLog:
             self._file, self._owned = target, False
 
     def __call__(self, event: TransitionEvent) -> None:
-        self._file.write(json.dumps(event.to_dict(), ensure_ascii=False, default=str) + "\n")
+        # Lone surrogates (half an emoji from a provider) are escaped, so the line is valid UTF-8 and reads back exact.
+        self._file.write(dumps(event.to_dict(), default=str) + "\n")
         self._file.flush()
 
     def close(self) -> None:

@@ -1,48 +1,109 @@
-"""Checkpoint stores: the latest snapshot of each run, kept where a restarted process can find it.
+"""What a checkpoint store is: the ``Store`` protocol, the records it lists, and what every store shares.
 
-The engine only needs the small ``Store`` protocol, so a networked store
-(PostgreSQL, say) can be added without touching it.  ``SqliteStore`` is the
-embedded default: standard library ``sqlite3`` in WAL mode, one row per run,
-rewritten after every transition (or every turn), each write its own
-transaction, so a process killed mid-run loses at most the transition in flight.
+A store keeps, per run, a base snapshot (written whole at a compaction
+point: a run's start or takeover, or ``save``) and a journal of what each
+checkpoint after it added, so a checkpoint costs the same at turn 4,000 as at
+turn 10.  A run being advanced is leased by one owner; every journal write is
+conditional on still holding that lease, so two owners can never interleave
+their entries.  ``SqliteStore`` and ``PostgresStore`` implement it all; a store
+with only ``wants``/``save``/``load`` still works, saving whole snapshots
+without leases.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import threading
+import math
+import os
+import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Literal, Protocol
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 import attrs
 
 from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.errors import FsmAgentError
+
+DEFAULT_LEASE = 120.0
+"""Seconds a run's lease lasts unless renewed; the driver renews it at every transition, so keep it above the
+slowest single model or tool call, or another owner may take over a run that is merely slow."""
+
+FINISHED = tuple(str(state) for state in sorted(TERMINAL))
+"""The terminal states' names, as stored."""
+
+
+class StoreError(FsmAgentError, RuntimeError):
+    """A store location that cannot be used as one: not a database, unreadable, or another program's tables.
+
+    ``where`` names the location (a URL without its password), ``reason`` says what the database said.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(where, reason)
+        self.where = where
+        # One line: a message shown on a terminal must not spread over several.
+        self.reason = "; ".join(line.strip() for line in reason.strip().splitlines())
+
+    def __str__(self) -> str:
+        return f"{self.where} cannot be used as a run store: {self.reason}"
 
 
 @attrs.frozen
 class StoredRun:
-    """One run as a store lists it: its id, where it stands, why it stopped, when it was last saved."""
+    """One run as a store lists it: where it stands, why it stopped, how far it got, when it was last saved."""
 
     run_id: str
     state: str
     reason: str | None
     paused: bool
     updated: float
+    steps: int = 0
+    tokens: int = 0
+
+
+@attrs.frozen
+class Summary:
+    """The columns a store keeps beside a run's snapshot so that listing runs never reads a snapshot."""
+
+    state: str
+    reason: str | None
+    paused: bool
+    steps: int
+    tokens: int
+
+    @classmethod
+    def of(cls, snapshot: dict[str, Any]) -> Summary:
+        """The summary of a whole snapshot."""
+        counters = snapshot.get("counters") or {}
+        tokens = int(counters.get("input_tokens", 0)) + int(counters.get("output_tokens", 0))
+        paused = bool(snapshot.get("paused"))
+        return cls(snapshot["state"], snapshot.get("reason"), paused, len(snapshot["steps"]), tokens)
+
+
+@attrs.frozen
+class Entry:
+    """One journal entry of a run: its JSON text (see ``journal.apply``) and the run's summary after it.
+
+    ``release`` gives the lease up with the write: the run finished or paused.
+    """
+
+    run_id: str
+    seq: int
+    text: str
+    summary: Summary
+    release: bool = False
 
 
 class Store(Protocol):
-    """What the engine needs of a checkpoint store."""
+    """What the engine needs of a checkpoint store (the ownership methods and async twins are optional)."""
 
     def wants(self, state: State, paused: bool) -> bool:
-        """Whether a snapshot should be saved now that the run is in ``state``."""
+        """Whether a checkpoint should be written now that the run is in ``state``."""
         ...
 
     def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """Replace the run's latest snapshot."""
+        """Replace the stored run with this whole snapshot (a compaction point)."""
         ...
 
     def load(self, run_id: str) -> dict[str, Any]:
@@ -50,95 +111,89 @@ class Store(Protocol):
         ...
 
 
-class SqliteStore:
-    """An embedded checkpoint store in one SQLite file (WAL mode, safe across threads of one process).
+def new_owner() -> str:
+    """A fresh owner id naming this host and process, so a ``RunLeasedError`` tells a person where to look."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
-    ``every="transition"`` (default) saves after every transition;
-    ``every="turn"`` only when a run is about to call the model, has finished,
-    or is paused, which writes less for runs with many tool calls.
-    """
 
-    def __init__(self, path: str | Path, every: Literal["transition", "turn"] = "transition") -> None:
-        if every not in ("transition", "turn"):
-            msg = f"every must be 'transition' or 'turn', got {every!r}"
-            raise ValueError(msg)
-        self.path = Path(path)
-        self.every = every
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL loses nothing on a process crash in WAL mode; only a power cut could drop the last commit.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT,"
-            " paused INTEGER NOT NULL, updated REAL NOT NULL, snapshot TEXT NOT NULL)"
-        )
+def check_run_id(run_id: object) -> str:
+    """A run id a store can key on: a non-empty string that encodes to UTF-8 without NUL; ``ValueError`` if not."""
+    if not isinstance(run_id, str):
+        msg = f"run_id must be a str, got {type(run_id).__name__}"
+        raise TypeError(msg)
+    if not run_id:
+        # An empty id used to become a random one, leaving a run nobody could find again.
+        msg = "run_id must not be empty (leave it out, or None, for a fresh id)"
+        raise ValueError(msg)
+    if "\x00" in run_id or not _encodable(run_id):
+        msg = f"run_id {run_id!r} must be text without NUL or lone surrogates"
+        raise ValueError(msg)
+    return run_id
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
 
-    def wants(self, state: State, paused: bool) -> bool:
-        """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
-        return self.every == "transition" or paused or state is State.AwaitModel or state in TERMINAL
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
-    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """Replace the run's latest snapshot in one transaction."""
-        text = json.dumps(snapshot, ensure_ascii=False)
-        row = (run_id, snapshot["state"], snapshot.get("reason"), int(bool(snapshot.get("paused"))), time.time(), text)
-        with self._transaction() as db:
-            db.execute(
-                "INSERT INTO runs (run_id, state, reason, paused, updated, snapshot) VALUES (?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(run_id) DO UPDATE SET state=excluded.state, reason=excluded.reason,"
-                " paused=excluded.paused, updated=excluded.updated, snapshot=excluded.snapshot",
-                row,
-            )
 
-    def load(self, run_id: str) -> dict[str, Any]:
-        """The run's latest snapshot."""
-        with self._lock:
-            found = self._db.execute("SELECT snapshot FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if found is None:
-            msg = f"no run {run_id!r} in {self.path}"
-            raise KeyError(msg)
-        data: dict[str, Any] = json.loads(found[0])
-        return data
+def check_lease(lease: float) -> float:
+    """A lease length in seconds: finite and > 0."""
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf:
+        msg = f"lease must be a finite number of seconds > 0, got {lease!r}"
+        raise ValueError(msg)
+    return float(lease)
 
-    def list_runs(self) -> list[StoredRun]:
-        """Every stored run, most recently saved first."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT run_id, state, reason, paused, updated FROM runs ORDER BY updated DESC, run_id"
-            ).fetchall()
-        return [
-            StoredRun(run_id, state, reason, bool(paused), updated) for run_id, state, reason, paused, updated in rows
-        ]
 
-    def delete(self, run_id: str) -> bool:
-        """Forget one run; return whether it was there."""
-        with self._transaction() as db:
-            return db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount > 0
+def check_every(every: str) -> str:
+    """``"transition"`` or ``"turn"``."""
+    if every not in ("transition", "turn"):
+        msg = f"every must be 'transition' or 'turn', got {every!r}"
+        raise ValueError(msg)
+    return every
 
-    def delete_finished(self) -> int:
-        """Forget every run in ``Done`` or ``Failed``; return how many."""
-        with self._transaction() as db:
-            terminal = [str(s) for s in TERMINAL]
-            return db.execute("DELETE FROM runs WHERE state IN (?, ?)", terminal).rowcount
 
-    def close(self) -> None:
-        """Close the database connection."""
-        with self._lock:
-            self._db.close()
+def wants(every: str, state: State, paused: bool) -> bool:
+    """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
+    return every == "transition" or paused or state is State.AwaitModel or state in TERMINAL
 
-    def __enter__(self) -> SqliteStore:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def epoch(moment: float | datetime | None) -> float | None:
+    """Seconds since the epoch for a ``since`` bound: a number as it is, a datetime (naive means local) converted."""
+    if moment is None or isinstance(moment, int | float):
+        return moment
+    return moment.timestamp()
+
+
+def cutoff(older_than: float | timedelta | None) -> float:
+    """The ``updated`` time before which a finished run counts as older than ``older_than`` (seconds or a timedelta)."""
+    if older_than is None:
+        return math.inf
+    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
+    if not seconds >= 0:
+        msg = f"older_than must be >= 0 seconds, got {older_than!r}"
+        raise ValueError(msg)
+    return time.time() - seconds
+
+
+def page(limit: int | None, offset: int) -> tuple[int, int]:
+    """``LIMIT``/``OFFSET`` values for ``list_runs`` (-1 means no limit to SQLite; PostgreSQL gets ``NULL``)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        msg = f"limit must be None or an integer >= 0, got {limit!r}"
+        raise ValueError(msg)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        msg = f"offset must be an integer >= 0, got {offset!r}"
+        raise ValueError(msg)
+    return (-1 if limit is None else limit), offset
+
+
+def __getattr__(name: str) -> Any:
+    # ``SqliteStore`` lived in this module before the stores got modules of their own; old imports keep working.
+    if name == "SqliteStore":
+        from fsm_agent.persist.sqlite import SqliteStore
+
+        return SqliteStore
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -15,16 +15,21 @@ from pathlib import Path
 
 import graphviz  # type: ignore[import-untyped]  # graphviz ships no type information
 
-from fsm_agent import RunResult, Table
+from fsm_agent import RunResult, State, Table
 from fsm_agent.render.model import (
     FADED_COLOR,
     FAILURE_COLOR,
+    KIND_COLOR,
+    LEGEND,
     NAME,
+    STATE_TOOLTIPS,
     SUCCESS_COLOR,
     TAKEN_COLOR,
     Edge,
+    EdgeKind,
     count_label,
     diagram_edges,
+    drawing_order,
     spine,
     terminal_kind,
 )
@@ -35,45 +40,151 @@ INSTALL_HINT = "install Graphviz for SVG/PNG: apt-get install graphviz (Debian/U
 SPINE_WEIGHT = 10
 """Edge weight that keeps the happy path on one straight line."""
 
+FONT = "Helvetica"
 
-def _dot_label(lines: Iterable[str]) -> str:
-    # graphviz.escape keeps a user's backslashes literal; the joining "\n" is DOT's own line break.
-    return "\\n".join(graphviz.escape(line) for line in lines)
+STYLE: dict[EdgeKind, dict[str, str]] = {
+    "loop": {"penwidth": "3"},
+    "success": {"penwidth": "2.5"},
+    "failure": {"penwidth": "1.2"},
+    "finalize": {"style": "dashed", "penwidth": "1.5"},
+    # Resume edges leave the layout alone (constraint=false): they arc over the stops, out of the way.
+    "resume": {"style": "dotted", "penwidth": "1.5", "constraint": "false"},
+}
+"""How each kind of edge is drawn; the legend draws its samples from the same table."""
+
+GUARDED_LOOP_WIDTH = "1.8"
+"""A guarded loop edge (``has_pending_calls``) is part of the loop but not its main line."""
 
 
-def to_dot(table: Table, result: RunResult | None = None) -> str:
+FANNED = frozenset({"failure", "finalize"})
+"""Kinds whose edges leave a state as a labelled fan into one trunk (or, compact, as one folded edge)."""
+
+PREFIX: dict[EdgeKind, str] = {"failure": "stops", "finalize": "finalize"}
+
+
+def fans_by_source(edges: tuple[Edge, ...]) -> dict[tuple[State, EdgeKind], tuple[Edge, ...]]:
+    """The stop and finalize edges grouped by the state they leave, in the order the layout meets them."""
+    fans: dict[tuple[State, EdgeKind], tuple[Edge, ...]] = {}
+    for edge in drawing_order(edges):
+        if edge.kind in FANNED:
+            key = (edge.row.source, edge.kind)
+            fans[key] = (*fans.get(key, ()), edge)
+    return fans
+
+
+def _text(text: str) -> str:
+    # graphviz.escape keeps a user's backslashes literal; a joining "\\n" is DOT's own line break.
+    escaped: str = graphviz.escape(text)
+    return escaped
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _lines(lines: Iterable[str]) -> str:
+    return "\\n".join(_text(line) for line in lines)
+
+
+def to_dot(table: Table, result: RunResult | None = None, *, compact: bool = False) -> str:
     """The machine as Graphviz DOT text; with ``result``, its path drawn over it.
 
-    Left to right, the happy path on one line (one node ``group`` and heavy
-    edge weights), terminal states as double circles, edges into ``Failed``
-    red and labelled with their reason, the edge into ``Done`` green.  With a
-    run, the edges it took are blue and labelled with their count, its final
-    edge bold in its own colour, and every other edge faded.  Same input, same
-    bytes, so the committed file can be compared with a fresh render.
+    Left to right, the happy loop first and thickest, on one line; the
+    answer green into ``Done``; stops red and labelled with their reason
+    alone, each state's stops running into a red junction of that state
+    before one trunk into ``Failed``, so every stop can be traced back to the
+    state it leaves; ``finalize`` edges dashed orange through a junction of
+    their own; ``resume`` edges dotted grey, outside the layout; a legend.
+    Every edge's ``tooltip`` (and ``id``: ``row<index>`` for a row,
+    ``stops_<state>``/``finalize_<state>`` for a trunk) holds its full
+    ``trigger [guard]`` and what it means.  ``compact`` folds each state's
+    stops, and its finalize edges, into one labelled edge for small pages.
+    With a run, the edges it took are blue with their counts, its final edge
+    bold in its own colour, the rest faded.  Same input, same bytes.
     """
     edges = diagram_edges(table, result)
-    line = spine(table)
-    font = "Helvetica"
     graph = graphviz.Digraph(
         NAME if result is None else f"{NAME}_run",
-        graph_attr={"rankdir": "LR", "fontname": font, "nodesep": "0.5", "ranksep": "0.8"},
-        node_attr={"fontname": font, "fontsize": "12"},
-        edge_attr={"fontname": font, "fontsize": "10"},
+        graph_attr={"rankdir": "LR", "fontname": FONT, "nodesep": "0.2", "ranksep": "0.45"},
+        node_attr={"fontname": FONT, "fontsize": "14"},
+        edge_attr={"fontname": FONT, "fontsize": "12", "arrowsize": "0.8"},
     )
-    if result is not None:
-        ending = "Done" if result.ok else f"Failed({result.reason})"
-        graph.attr(label=f"run ended in {ending} after {len(result.trace)} transitions", labelloc="t")
+    graph.attr(label=_legend(result), labelloc="t" if result is not None else "b", labeljust="l")
+    fans = fans_by_source(edges)
+    # Graphviz orders each rank by when it first meets a node: Failed and the stop junctions first puts
+    # every stop above the loop, and the loop's way back and the finalize edges below it, so no red trunk
+    # crosses the loop.
+    _nodes(graph, table, edges, result, first=True)
+    for (source, kind), fan in fans.items():
+        if kind == "failure" and not compact:
+            _junction(graph, source, kind, fan, result)
+    _nodes(graph, table, edges, result, first=False)
+    graph.edge("__start__", str(table.initial), weight=str(SPINE_WEIGHT), penwidth="3")
+    steps = set(itertools.pairwise(spine(table)))
+    for edge in drawing_order(edges):
+        if edge.kind in FANNED:
+            continue
+        attributes = _edge(edge, result)
+        if (edge.row.source, edge.row.dest) in steps:
+            attributes["weight"] = str(SPINE_WEIGHT)
+        graph.edge(str(edge.row.source), str(edge.row.dest), **attributes)
+    for (source, kind), fan in fans.items():
+        trunk = _trunk(source, kind)
+        dest = str(fan[0].row.dest)
+        if compact:
+            graph.edge(str(source), dest, **_folded(trunk, fan, result))
+            continue
+        attributes = {"id": trunk, "tooltip": _lines(edge.tooltip for edge in fan)}
+        attributes.update(_style(kind, sum(e.count for e in fan), any(e.final for e in fan), result))
+        if kind == "failure":
+            for edge in fan:
+                graph.edge(str(source), trunk, arrowhead="none", **_edge(edge, result))
+            graph.edge(trunk, dest, **attributes)
+            continue
+        # A finalize fan runs back to the model under the loop: declared forwards and drawn reversed,
+        # its junction is ranked between the model and the state, not beyond every other node.
+        _junction(graph, source, kind, fan, result)
+        for edge in fan:
+            graph.edge(trunk, str(source), dir="back", arrowtail="none", **_edge(edge, result))
+        graph.edge(dest, trunk, dir="back", label="finalize", **attributes)
+    text: str = graph.source
+    return text
+
+
+def _trunk(source: State, kind: EdgeKind) -> str:
+    """The id of a fan's junction node and of the one edge that leaves it: ``stops_<state>``, ``finalize_<state>``."""
+    return f"{PREFIX[kind]}_{source}"
+
+
+def _junction(
+    graph: graphviz.Digraph, source: State, kind: EdgeKind, fan: tuple[Edge, ...], result: RunResult | None
+) -> None:
+    taken = any(edge.count for edge in fan)
+    color = KIND_COLOR[kind] if result is None or taken else FADED_COLOR
+    what = "stops" if kind == "failure" else "finalize edges"
+    tip = _text(f"the {what} of {source}: {', '.join(edge.label for edge in fan)}")
+    graph.node(_trunk(source, kind), label="", shape="point", width="0.1", color=color, tooltip=tip)
+
+
+def _nodes(
+    graph: graphviz.Digraph, table: Table, edges: tuple[Edge, ...], result: RunResult | None, *, first: bool
+) -> None:
+    """The state nodes: with ``first``, only the terminals stops lead into; else the start point and the rest."""
+    line = spine(table)
     trace = result.trace if result is not None else ()
     visited = {entry.source for entry in trace} | {entry.dest for entry in trace}
     final_state = next((str(edge.row.dest) for edge in edges if edge.final), None)
-    graph.node("__start__", label="", shape="point", width="0.15", group="spine")
+    if not first:
+        graph.node("__start__", label="", shape="point", width="0.15", group="spine")
     for state in table.states:
-        attributes: dict[str, str] = {}
+        if first != (state in table.terminal and terminal_kind(table, state) == "failure"):
+            continue
+        attributes = {"id": f"state_{state}", "tooltip": _text(f"{state}: {STATE_TOOLTIPS.get(state, state)}")}
         if state in table.terminal:
             color = FAILURE_COLOR if terminal_kind(table, state) == "failure" else SUCCESS_COLOR
-            attributes.update(shape="doublecircle", color=color, fontcolor=color)
+            attributes.update(shape="doublecircle", color=color, fontcolor=color, penwidth="2")
         else:
-            attributes.update(shape="box", style="rounded")
+            attributes.update(shape="box", style="rounded", penwidth="1.5")
         if state in line:
             attributes["group"] = "spine"
         if str(state) == final_state:
@@ -82,40 +193,68 @@ def to_dot(table: Table, result: RunResult | None = None) -> str:
         elif str(state) in visited and state not in table.terminal:
             attributes.update(style="rounded,filled", fillcolor="aliceblue")
         graph.node(str(state), **attributes)
-    graph.edge("__start__", str(table.initial), weight=str(SPINE_WEIGHT))
-    steps = set(itertools.pairwise(line))
-    for edge in edges:
-        graph.edge(
-            str(edge.row.source),
-            str(edge.row.dest),
-            **_dot_edge(edge, (edge.row.source, edge.row.dest) in steps, result),
-        )
-    source: str = graph.source
-    return source
 
 
-def _dot_edge(edge: Edge, on_spine: bool, result: RunResult | None) -> dict[str, str]:
-    attributes = {"id": f"row{edge.index}"}
-    lines = edge.lines
-    if on_spine:
-        attributes["weight"] = str(SPINE_WEIGHT)
-    color = {"failure": FAILURE_COLOR, "success": SUCCESS_COLOR, "plain": None}[edge.kind]
-    if result is not None:
-        if edge.count == 0:
-            color = FADED_COLOR
-        else:
-            lines = (*lines[:-1], f"{lines[-1]} {count_label(edge.count)}")
-            if edge.final:
-                attributes.update(penwidth="4", style="bold")
-            else:
-                color = TAKEN_COLOR
-                attributes["penwidth"] = "2.5"
-    elif edge.kind == "success":
-        attributes["penwidth"] = "2"
-    if color is not None:
-        attributes.update(color=color, fontcolor=color)
-    attributes["label"] = _dot_label(lines)
+def _style(kind: EdgeKind, count: int, final: bool, result: RunResult | None) -> dict[str, str]:
+    """Colour, width and dashes of an edge of ``kind``; with a run: final (bold), taken (blue) or faded."""
+    attributes = {"color": KIND_COLOR[kind], "fontcolor": KIND_COLOR[kind], **STYLE[kind]}
+    if result is None:
+        return attributes
+    if final:
+        attributes.update(penwidth="4", style="bold")
+    elif count:
+        attributes.update(color=TAKEN_COLOR, fontcolor=TAKEN_COLOR, penwidth="2.5")
+    else:
+        attributes.update(color=FADED_COLOR, fontcolor=FADED_COLOR, penwidth="1")
     return attributes
+
+
+def _edge(edge: Edge, result: RunResult | None) -> dict[str, str]:
+    attributes = {"id": edge.id, "tooltip": _text(edge.tooltip)}
+    attributes.update(_style(edge.kind, edge.count, edge.final, result))
+    if edge.kind == "loop" and edge.row.guard is not None and result is None:
+        attributes["penwidth"] = GUARDED_LOOP_WIDTH
+    label = edge.label if not edge.count else f"{edge.label} {count_label(edge.count)}"
+    attributes["label"] = _text(label)
+    return attributes
+
+
+def _folded(trunk: str, fan: tuple[Edge, ...], result: RunResult | None) -> dict[str, str]:
+    """One edge standing for a fan: its reasons one to a line, its tooltips joined, its counts summed."""
+    names = list(dict.fromkeys(edge.row.reason or edge.label for edge in fan))
+    counts = {name: sum(e.count for e in fan if (e.row.reason or e.label) == name) for name in names}
+    words = [name + (f" {count_label(counts[name])}" if counts[name] else "") for name in names]
+    # One reason a line: a tall label costs a page less than a wide one, which widens its whole rank.
+    lines = ["finalize:", *words] if fan[0].kind == "finalize" else words
+    attributes = {"id": trunk, "tooltip": _lines(edge.tooltip for edge in fan), "label": _lines(lines)}
+    attributes.update(_style(fan[0].kind, sum(counts.values()), any(edge.final for edge in fan), result))
+    return attributes
+
+
+def _legend(result: RunResult | None) -> str:
+    """An HTML-like label: the run's ending (for a run), then one sample line per kind of edge and its meaning."""
+    rows = []
+    if result is not None:
+        ending = "Done" if result.ok else f"Failed({_html(result.reason)})"
+        rows.append(
+            f'<TR><TD COLSPAN="2" ALIGN="LEFT"><B>run ended in {ending} after {len(result.trace)} '
+            "transitions</B></TD></TR>"
+        )
+        entries = [(TAKEN_COLOR, "solid", "2", "taken by this run, ×count"), (FADED_COLOR, "solid", "1", "not taken")]
+        entries.insert(1, (FAILURE_COLOR, "solid", "4", "the run's last edge (green into Done)"))
+    else:
+        entries = [
+            (KIND_COLOR[kind], STYLE[kind].get("style", "solid"), STYLE[kind]["penwidth"], meaning)
+            for kind, meaning in LEGEND
+        ]
+    for color, style, width, meaning in entries:
+        dashes = "" if style == "solid" else f' STYLE="{style}"'
+        border = str(max(1, round(float(width))))
+        # The sample is the bottom border of the upper of two stacked cells, so the line sits mid-row.
+        line = f'<TD WIDTH="36" HEIGHT="6" SIDES="B" BORDER="{border}" COLOR="{color}"{dashes}></TD>'
+        sample = f'<TD><TABLE BORDER="0" CELLSPACING="0"><TR>{line}</TR><TR><TD HEIGHT="6"></TD></TR></TABLE></TD>'
+        rows.append(f'<TR>{sample}<TD ALIGN="LEFT"><FONT POINT-SIZE="12">{_html(meaning)}</FONT></TD></TR>')
+    return f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">{"".join(rows)}</TABLE>>'
 
 
 def dot_installed() -> bool:

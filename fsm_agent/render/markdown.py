@@ -11,12 +11,9 @@ import re
 from pathlib import Path
 
 from fsm_agent.definition.table import FINALIZE, TRIGGERS, Row, Table
+from fsm_agent.render.model import LEGEND, LOOKS, first_line
 
 README = Path("README.md")
-
-
-def _first_line(doc: str | None) -> str:
-    return (doc or "").strip().splitlines()[0] if doc and doc.strip() else ""
 
 
 def _row_text(row: Row) -> str:
@@ -24,7 +21,7 @@ def _row_text(row: Row) -> str:
         why = TRIGGERS.get(row.trigger, row.trigger)
         condition = f"`{row.trigger}`: {why}" if row.reason else f"`{row.trigger}`, otherwise (fallback)"
     else:
-        condition = f"`{row.trigger}` [`{row.guard_name}`]: {_first_line(row.guard.__doc__)}"
+        condition = f"`{row.trigger}` [`{row.guard_name}`]: {first_line(row.guard.__doc__)}"
     dest = f"**Failed({row.reason})**" if row.reason else f"**{row.dest}**"
     return f"{dest} when {condition}"
 
@@ -55,17 +52,22 @@ def reasons_table(table: Table) -> str:
         if stop is not None and stop.edge_only:
             policies = "— (the stop that asked for the finalize stands)"
         resume = _RESUME.get(stop.resume or "", "—") if stop is not None else "—"
-        lines.append(f"| `{reason}` | {places} | {guards} | {_first_line(evidence)} | {policies} | {resume} |")
+        lines.append(f"| `{reason}` | {places} | {guards} | {first_line(evidence)} | {policies} | {resume} |")
     return "\n".join(lines)
 
 
 _RESUME = {"lift": "new limits that lift it", "retry": "`retry=True`"}
 
 
+def legend() -> str:
+    """The drawing's legend as one Markdown line per kind of edge (Mermaid pictures carry none of their own)."""
+    return "\n".join(f"- **{LOOKS[kind]}**: {meaning}" for kind, meaning in LEGEND)
+
+
 def render_blocks(table: Table, mermaid: str) -> dict[str, str]:
     """The README blocks by marker name."""
     return {
-        "machine": f"```mermaid\n{mermaid.rstrip()}\n```",
+        "machine": f"```mermaid\n{mermaid.rstrip()}\n```\n\n{legend()}",
         "stops": stops_by_state(table),
         "reasons": reasons_table(table),
     }

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import copy
 import inspect
+import queue
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from fsm_agent.tools.schema import ToolFunction
@@ -58,58 +60,69 @@ def call_sync(function: ToolFunction, arguments: dict[str, Any]) -> Any:
         return pool.submit(asyncio.run, _awaited(value)).result()
 
 
-def in_daemon_thread(function: ToolFunction, arguments: dict[str, Any], name: str) -> asyncio.Future[Any]:
-    """Run a sync tool in a thread of its own, so one abandoned at its deadline never holds up the event loop's exit.
+class _DaemonWorkers:
+    """Daemon threads that are reused: handing work to an idle one costs far less than starting a thread.
+
+    Daemon, so a call abandoned at its deadline never holds up the
+    interpreter's exit (``concurrent.futures`` pools are joined at exit).  A
+    worker whose work is abandoned becomes idle again when the work ends; idle
+    workers stay, as many as were ever busy at once.
+    """
+
+    def __init__(self) -> None:
+        self._idle: queue.SimpleQueue[queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]] = queue.SimpleQueue()
+
+    def submit(self, work: Callable[[], T]) -> Future[T]:
+        """Run ``work()`` on an idle worker (a new one if none is idle); its outcome arrives in the future."""
+        future: Future[T] = Future()
+        try:
+            inbox = self._idle.get_nowait()
+        except queue.Empty:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name="fsm_agent worker", daemon=True).start()
+        inbox.put((work, future))
+        return future
+
+    def _serve(self, inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+        while True:
+            work, future = inbox.get()
+            if not future.set_running_or_notify_cancel():
+                del work, future  # cancelled before it started (an async caller gave up): nothing to run
+                self._idle.put(inbox)
+                continue
+            try:
+                value = work()
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+            else:
+                future.set_result(value)
+            del work, future  # an idle worker must not keep the last outcome alive
+            self._idle.put(inbox)
+
+
+WORKERS = _DaemonWorkers()
+"""The process's reusable daemon workers, for calls that may be abandoned at a deadline."""
+
+
+def in_daemon_thread(function: ToolFunction, arguments: dict[str, Any]) -> asyncio.Future[Any]:
+    """Run a sync tool on a daemon worker, so one abandoned at its deadline never holds up the event loop's exit.
 
     (``asyncio.to_thread`` uses the loop's executor, whose threads
     ``asyncio.run`` waits for when it closes.)
     """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is None:
-            future.set_result(value)
-        else:
-            future.set_exception(error)
-
-    def work() -> None:
-        try:
-            value, error = call_sync(function, arguments), None
-        except BaseException as exc:  # noqa: BLE001 - handed back to the loop below
-            value, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop may be closed by the time an abandoned call ends
-            loop.call_soon_threadsafe(settle, value, error)
-
-    threading.Thread(target=work, name=f"fsm_agent tool {name}", daemon=True).start()
-    return future
+    return asyncio.wrap_future(WORKERS.submit(lambda: call_sync(function, arguments)))
 
 
 def within_deadline(work: Callable[[], T], timeout: float, name: str) -> T:
-    """``work()`` in a daemon thread of its own, abandoned with ``DeadlineError`` once ``timeout`` seconds pass.
+    """``work()`` on a daemon worker, abandoned with ``DeadlineError`` once ``timeout`` seconds pass.
 
     Python cannot kill a thread, so an abandoned ``work`` runs on; its outcome
     is dropped.  Whatever ``work`` raises in time is raised here.
     """
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the calling thread below
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, name=f"fsm_agent {name}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise DeadlineError
-    if "error" in outcome:
-        raise outcome["error"]
-    value: T = outcome["value"]
-    return value
+    try:
+        return WORKERS.submit(work).result(timeout)
+    except FutureTimeout:
+        raise DeadlineError(f"{name} still running after {timeout:g} s") from None
 
 
 def call_with_deadline(function: ToolFunction, arguments: dict[str, Any], timeout: float, name: str) -> Any:

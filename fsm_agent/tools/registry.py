@@ -65,6 +65,12 @@ class Tool:
     parameters: JSONSchema
     takes_call_id: bool = False
     """The function declares ``call_id``: the registry passes it the ``ToolCall.id`` (never shown to the model)."""
+    schema_given: bool = False
+    """``parameters`` was given as is (an MCP server's input schema): arguments are checked only to be an object.
+
+    The schema's owner validates the rest; the registry's checker knows only
+    the subset of JSON Schema it emits itself, and would misjudge the others.
+    """
 
     @property
     def schema(self) -> JSONSchema:
@@ -99,6 +105,10 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """Tool names both OpenAI and Anthropic accept."""
 
 
+_ANY_OBJECT: JSONSchema = {"properties": {}, "required": [], "additionalProperties": True}
+"""What the registry itself checks of arguments to a tool whose schema was given: a JSON object, nothing more."""
+
+
 _TOOL_FAULTS = (Exception, asyncio.CancelledError, GeneratorExit)
 """What a tool raising counts as its own failure; ``aexecute`` first tells a real cancellation apart."""
 
@@ -114,7 +124,13 @@ def _raised(call: ToolCall, exc: BaseException) -> ToolResult:
 
 
 def _encoded(call: ToolCall, value: Any) -> ToolResult:
-    """The JSON text of a tool's value; a value with a top-level ``"error"`` key is a failure."""
+    """The JSON text of a tool's value; a value with a top-level ``"error"`` key is a failure.
+
+    A ``ToolResult`` is taken as it is: a tool that knows its own outcome
+    (an MCP server's ``isError``, text that must not be JSON-quoted) says so.
+    """
+    if isinstance(value, ToolResult):
+        return value
     try:
         content = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -147,44 +163,97 @@ class ToolRegistry:
     arguments that carry one are an error result.
     """
 
-    def __init__(self, *, max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS) -> None:
+    def __init__(self, *, max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS, source: str = "local tools") -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources: dict[str, str] = {}
         self.max_output_chars = _max_output_chars(max_output_chars)
+        self.source = source
+        """Where this registry's own tools come from, named when a merge (``include``) finds a clash."""
 
     @overload
     def register(
-        self, function: ToolFunction, *, name: str | None = None, description: str | None = None
+        self,
+        function: ToolFunction,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: JSONSchema | None = None,
     ) -> ToolFunction: ...
 
     @overload
     def register(
-        self, function: None = None, *, name: str | None = None, description: str | None = None
+        self,
+        function: None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: JSONSchema | None = None,
     ) -> Callable[[ToolFunction], ToolFunction]: ...
 
     def register(
-        self, function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None
+        self,
+        function: ToolFunction | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: JSONSchema | None = None,
     ) -> ToolFunction | Callable[[ToolFunction], ToolFunction]:
         """Register ``function`` as a tool; usable as ``@register`` or ``@register(name=...)``.
 
         Returns the function unchanged so decorated functions stay callable.
         Registering a name twice is a ``ValueError``: silently replacing a tool
-        would change what an agent does without anyone noticing.
+        would change what an agent does without anyone noticing.  With
+        ``parameters`` the schema is shown to the model as given instead of
+        being derived from type hints (tools of another system, such as an MCP
+        server, bring their own); the registry then only checks that the
+        arguments are a JSON object, and ``call_id`` is not filled.
         """
         if function is None:
-            return lambda fn: self.register(fn, name=name, description=description)
+            return lambda fn: self.register(fn, name=name, description=description, parameters=parameters)
         tool_name = name or function.__name__
-        if not _TOOL_NAME.fullmatch(tool_name):
-            # Providers reject other names, but only at the first model call; "<lambda>" is the usual culprit.
-            msg = f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'; pass name=... (e.g. for a lambda)"
-            raise ValueError(msg)
-        if tool_name in self._tools:
-            msg = f"a tool named {tool_name!r} is already registered"
-            raise ValueError(msg)
+        self._check_free(tool_name, self.source)
         doc = description if description is not None else (inspect.getdoc(function) or "")
-        self._tools[tool_name] = Tool(
-            tool_name, doc, function, parameters_schema(function, tool_name), accepts_call_id(function)
-        )
+        if parameters is None:
+            tool = Tool(tool_name, doc, function, parameters_schema(function, tool_name), accepts_call_id(function))
+        else:
+            tool = Tool(tool_name, doc, function, dict(parameters), schema_given=True)
+        self._tools[tool_name] = tool
+        self._sources[tool_name] = self.source
         return function
+
+    def include(self, other: ToolRegistry, *, prefix: str = "") -> None:
+        """Add every tool of ``other`` (an MCP server's, another set of local tools), named ``prefix + name``.
+
+        A name that is already taken is a ``ValueError`` naming both sources,
+        and nothing is added: which of two tools called ``search`` the model
+        meant cannot be guessed, so the caller picks a ``prefix``.  The tools
+        keep calling what they called (an MCP tool keeps its server-side name).
+        """
+        renamed = {prefix + name: other.get(name) for name in other}
+        for new_name, tool in renamed.items():
+            if tool is not None:
+                self._check_free(new_name, other.source_of(tool.name))
+        for new_name, tool in renamed.items():
+            if tool is not None:
+                self._tools[new_name] = attrs.evolve(tool, name=new_name)
+                self._sources[new_name] = other.source_of(tool.name)
+
+    def source_of(self, name: str) -> str:
+        """Where the tool called ``name`` comes from (``source`` of the registry it was registered with)."""
+        return self._sources.get(name, self.source)
+
+    def _check_free(self, name: str, source: str) -> None:
+        if not _TOOL_NAME.fullmatch(name):
+            # Providers reject other names, but only at the first model call; "<lambda>" is the usual culprit.
+            msg = f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'; pass name=... (e.g. for a lambda)"
+            raise ValueError(msg)
+        if name in self._tools:
+            taken = self._sources[name]
+            if taken == source == self.source:
+                msg = f"a tool named {name!r} is already registered"
+            else:
+                msg = f"tool {name!r} from {source} clashes with {name!r} from {taken}; include one with prefix=..."
+            raise ValueError(msg)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -246,7 +315,7 @@ class ToolRegistry:
                 elif timeout is None:
                     value = await asyncio.to_thread(call_sync, function, arguments)
                 else:
-                    value = await in_daemon_thread(function, arguments, call.name)
+                    value = await in_daemon_thread(function, arguments)
         except TimeoutError as exc:
             if deadline.expired():
                 return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
@@ -267,7 +336,7 @@ class ToolRegistry:
             return _error(f"unknown tool {call.name!r}; registered tools: {known}")
         if call.raw_arguments is not None:
             return _error(f"arguments for tool {call.name!r} are not valid JSON ({json_problem(call.raw_arguments)})")
-        problem = arguments_error(call.arguments, tool.parameters)
+        problem = arguments_error(call.arguments, _ANY_OBJECT if tool.schema_given else tool.parameters)
         if problem is not None:
             return _error(f"bad arguments for tool {call.name!r}: {problem}")
         arguments = own_arguments(call.arguments)

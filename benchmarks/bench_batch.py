@@ -1,0 +1,151 @@
+"""Batches: throughput on a local Ray instance, with the local executor and in one async process; recovery from kills.
+
+The workload is the issue's: runs of 8 tool turns with a scripted model
+that waits 20 ms per call, checkpointed in a SQLite store.  ``--runs``
+changes the batch size (2,000 by default), ``--kill-every`` how often the
+recovery pass kills a worker.  Run it as ``python -m benchmarks.bench_batch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import logging
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from fsm_agent import Agent, Message, ModelResponse, ToolCall, ToolRegistry
+from fsm_agent.batch import run_batch
+from fsm_agent.testing import reply, tool_turn
+from fsm_agent.tools import JSONSchema
+
+TOOL_TURNS = 8
+LATENCY = 0.02
+
+
+class Scripted:
+    """Waits ``LATENCY`` per call, asks for ``TOOL_TURNS`` tool calls, then answers; stateless, so runs resume."""
+
+    def _next(self, messages: Sequence[Message]) -> ModelResponse:
+        question = next(m.content for m in messages if m.role == "user")
+        done = sum(1 for m in messages if m.role == "assistant")
+        if done < TOOL_TURNS:
+            return tool_turn(ToolCall(f"{question}/{done}", "step", {"n": done}))
+        return reply(f"answered {question}")
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        time.sleep(LATENCY)
+        return self._next(messages)
+
+    async def acomplete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        await asyncio.sleep(LATENCY)
+        return self._next(messages)
+
+
+def make_agent(ledger: str | None = None, kill_every: int = 0) -> Agent:
+    """The benchmark's agent: the scripted model and a ``step`` tool.
+
+    With a ``ledger``, each completed tool call is a line there, and every
+    ``kill_every``-th run's worker dies right after its fifth tool call did
+    its work: the worst moment, when the effect happened and its checkpoint
+    did not.
+    """
+    tools = ToolRegistry()
+
+    @tools.register
+    def step(n: int, call_id: str) -> int:
+        """One step of work."""
+        if ledger is not None:
+            fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            os.write(fd, f"{call_id}\n".encode())
+            os.close(fd)
+            run = int(call_id.split()[1].split("/")[0])
+            marker = Path(f"{ledger}.killed-{run}")
+            if kill_every and run % kill_every == 0 and n == 4 and not marker.exists():
+                marker.touch()
+                os._exit(1)
+        return n
+
+    return Agent(Scripted(), tools, max_steps=TOOL_TURNS + 1)
+
+
+def questions(n: int) -> list[str]:
+    """The batch's inputs: distinct questions, so every run has its own id and tool call ids."""
+    return [f"question {i}" for i in range(n)]
+
+
+async def one_process(n: int, in_flight: int) -> float:
+    """The baseline: ``Agent.arun`` over every question in one event loop, no store."""
+    agent = make_agent()
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(q: str) -> None:
+        async with gate:
+            await agent.arun(q)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(q) for q in questions(n)))
+    return time.perf_counter() - start
+
+
+def timed_batch(n: int, where: Path, name: str, **options: object) -> tuple[float, list[str]]:
+    """Seconds for one ``run_batch`` over ``n`` questions in a fresh store, and each run's reason."""
+    start = time.perf_counter()
+    results = run_batch(make_agent, questions(n), store=where / f"{name}.db", progress=False, **options)  # type: ignore[arg-type]
+    return time.perf_counter() - start, [r.reason for r in results]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--kill-every", type=int, default=100)
+    parser.add_argument("--in-flight", type=int, default=256, help="runs at once for the local executor and baseline")
+    args = parser.parse_args()
+    import ray
+
+    n = args.runs
+    alone = asyncio.run(one_process(1, 1))
+    print(f"batch benchmark: {n} runs x {TOOL_TURNS} tool turns, model latency {LATENCY * 1000:.0f} ms, "
+          f"{os.cpu_count()} CPUs; one run alone takes {alone * 1000:.0f} ms")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        where = Path(tmp)
+        base = asyncio.run(one_process(n, args.in_flight))
+        print(f"  one async process (arun, no store), {args.in_flight} at once: {base:6.1f} s  {n / base:7.1f} runs/s")
+        local, reasons = timed_batch(n, where, "local", executor="local", max_in_flight=args.in_flight)
+        assert set(reasons) == {"done"}, Counter(reasons)
+        print(f"  run_batch executor='local', {args.in_flight} at once:   {local:6.1f} s  {n / local:7.1f} runs/s")
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        try:
+            cpus = int(ray.cluster_resources()["CPU"])
+            for per_cpu in (4, 16):
+                slots = cpus * per_cpu
+                options = {"ray_options": {"num_cpus": 1 / per_cpu}, "max_in_flight": slots}
+                on_ray, reasons = timed_batch(n, where, f"ray{per_cpu}", **options)
+                assert set(reasons) == {"done"}, Counter(reasons)
+                overhead = on_ray * slots / n - alone
+                print(f"  run_batch on Ray, {slots} tasks at once:        {on_ray:6.1f} s  {n / on_ray:7.1f} runs/s"
+                      f"  (overhead {overhead * 1000:.0f} ms per run)")  # fmt: skip
+            ledger = where / "calls.log"
+            kills = len(range(0, n, args.kill_every))
+            make = functools.partial(make_agent, str(ledger), args.kill_every)
+            start = time.perf_counter()
+            results = run_batch(make, questions(n), store=where / "kills.db", progress=False, lease=2.0,
+                                ray_options={"num_cpus": 1 / 4}, max_in_flight=cpus * 4)  # fmt: skip
+            recovered = time.perf_counter() - start
+            assert all(r.ok for r in results), Counter(r.reason for r in results)
+            calls = Counter(ledger.read_text().splitlines())
+            repeated = sum(c - 1 for c in calls.values())
+            print(f"  recovery on Ray, a worker killed every {args.kill_every} runs ({kills} kills): "
+                  f"{recovered:6.1f} s, {repeated} tool calls repeated of {sum(calls.values())} "
+                  f"(at most {kills}: one in flight per kill)")  # fmt: skip
+        finally:
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

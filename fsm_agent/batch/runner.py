@@ -1,0 +1,227 @@
+"""``run_batch`` and ``iter_batch``: many runs of one agent, on Ray or in this process, each ending as a result.
+
+Both check everything they are given before the first run starts (a bad
+input, a store the workers cannot reach), then hand the runs to an
+executor.  A stop, a broken run or a lost worker is that run's result, never
+an exception for the batch: a batch of ten thousand does not die of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import IO, Any, Literal
+
+from fsm_agent.batch.items import BatchItem, batch_items
+from fsm_agent.batch.local import DEFAULT_IN_FLIGHT, iter_local
+from fsm_agent.batch.progress import Bar, Tally
+from fsm_agent.batch.worker import DEFAULT_LEASE, AgentFactory, StoreSpec, absolute, open_store
+from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.persist.store import Store
+from fsm_agent.records import RunResult
+
+Executor = Literal["ray", "local"]
+Finished = tuple[BatchItem, RunResult]
+
+
+def iter_batch(
+    make_agent: AgentFactory,
+    inputs: Iterable[str | Mapping[str, Any]],
+    *,
+    store: StoreSpec | Store,
+    executor: Executor = "ray",
+    ray_address: str | None = None,
+    max_retries: int = 3,
+    max_in_flight: int | None = None,
+    cancel: CancelToken | None = None,
+    ray_options: Mapping[str, Any] | None = None,
+    lease: float = DEFAULT_LEASE,
+    on_start: Callable[[BatchItem], None] | None = None,
+) -> Generator[Finished, None, None]:
+    """Yield ``(item, result)`` for every input as its run ends, in the order they end (see ``run_batch``).
+
+    ``item`` says which input it was (``index``, ``input``, ``run_id``), so a
+    caller can write results as they come.  Leaving the loop early (or
+    Ctrl-C) cancels the runs in flight; each keeps its last checkpoint.
+    ``on_start`` is called with each item as its run is handed to a worker.
+    """
+    items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
+    return _iter(
+        make_agent,
+        items,
+        store,
+        executor,
+        ray_address,
+        max_retries,
+        max_in_flight,
+        cancel,
+        ray_options,
+        lease,
+        on_start,
+    )
+
+
+def _iter(
+    make_agent: AgentFactory,
+    items: list[BatchItem],
+    store: StoreSpec | Store,
+    executor: Executor,
+    ray_address: str | None,
+    max_retries: int,
+    max_in_flight: int | None,
+    cancel: CancelToken | None,
+    ray_options: Mapping[str, Any] | None,
+    lease: float,
+    on_start: Callable[[BatchItem], None] | None,
+) -> Generator[Finished, None, None]:
+    if executor == "local":
+        opened = isinstance(store, str | os.PathLike)
+        local_store: Store = open_store(store, lease) if isinstance(store, str | os.PathLike) else store
+        try:
+            limit = max_in_flight or DEFAULT_IN_FLIGHT
+            yield from iter_local(make_agent, local_store, items, max_in_flight=limit, cancel=cancel, on_start=on_start)
+        finally:
+            if opened:
+                _close(local_store)
+        return
+    from fsm_agent.batch import on_ray  # Ray is imported only by a batch on Ray
+
+    spec = _spec_for_workers(store)
+    # Opened here first: a store that cannot be used fails the batch before any run, and a new SQLite file
+    # gets its tables now rather than from many workers at once.
+    _close(open_store(spec, lease))
+    started = on_ray.connect(ray_address)
+    try:
+        on_ray.check_store_reach(spec, ray_address)
+        yield from on_ray.iter_ray(
+            make_agent,
+            spec,
+            items,
+            max_in_flight=max_in_flight or on_ray.default_in_flight(),
+            max_retries=max_retries,
+            cancel=cancel,
+            ray_options=ray_options or {},
+            lease=lease,
+            on_start=on_start,
+        )
+    finally:
+        if started:
+            on_ray.disconnect()
+
+
+def run_batch(
+    make_agent: AgentFactory,
+    inputs: Iterable[str | Mapping[str, Any]],
+    *,
+    store: StoreSpec | Store,
+    executor: Executor = "ray",
+    ray_address: str | None = None,
+    max_retries: int = 3,
+    progress: bool | IO[str] = True,
+    max_in_flight: int | None = None,
+    cancel: CancelToken | None = None,
+    ray_options: Mapping[str, Any] | None = None,
+    lease: float = DEFAULT_LEASE,
+) -> list[RunResult]:
+    """Run every input to its end and return one ``RunResult`` per input, in input order.
+
+    ``make_agent`` is a picklable callable with no arguments returning an
+    ``Agent``; it is called for each run where the run executes.  ``inputs``
+    are strings or dicts ``{"input": ..., "run_id": ...}``; without a run id,
+    one is derived from the position and the text, so running the same batch
+    again returns the runs that ended from ``store`` (no model call) and
+    resumes the others.  ``store`` is a SQLite file path, a store URL, or
+    (``executor="local"`` only, or a ``SqliteStore``) a store object.
+
+    ``executor="ray"`` makes each run a Ray task on the cluster at
+    ``ray_address`` (``None``: a local Ray instance, ``"auto"``: the running
+    cluster), retried up to ``max_retries`` times when its worker dies;
+    ``"local"`` runs them in this process on the async driver.
+    ``max_in_flight`` bounds the runs at once (Ray: the cluster's CPUs x 4;
+    local: 64).  ``cancel`` stops the batch: runs in flight stop at their
+    next check, runs not begun end ``cancelled`` without starting.
+    ``progress`` draws a bar on stderr (or on the stream given).
+    ``ray_options`` go to each task's ``.options()`` (``num_cpus``, ...).
+    ``lease`` is how long a worker's hold on a run outlives its last
+    transition: a retry waits that long at most for a dead worker's run.
+    """
+    items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
+    results: dict[int, RunResult] = {}
+    tally = Tally(len(items))
+    bar = None if progress is False else Bar(tally, None if progress is True else progress)
+    try:
+        finished = _iter(
+            make_agent,
+            items,
+            store,
+            executor,
+            ray_address,
+            max_retries,
+            max_in_flight,
+            cancel,
+            ray_options,
+            lease,
+            tally.start,
+        )
+        for item, result in finished:
+            results[item.index] = result
+            if bar is not None:
+                bar.update(result)
+            else:
+                tally.finish(result)
+    finally:
+        if bar is not None:
+            bar.close()
+    return [results[index] for index in range(len(items))]
+
+
+def _check(
+    make_agent: object,
+    inputs: Iterable[str | Mapping[str, Any]],
+    executor: str,
+    max_retries: int,
+    max_in_flight: int | None,
+    cancel: object,
+) -> list[BatchItem]:
+    if not callable(make_agent):
+        msg = f"make_agent must be a callable with no arguments returning an Agent, got {type(make_agent).__name__}"
+        raise TypeError(msg)
+    if executor not in ("ray", "local"):
+        msg = f"executor must be 'ray' or 'local', got {executor!r}"
+        raise ValueError(msg)
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        msg = f"max_retries must be an integer >= 0, got {max_retries!r}"
+        raise ValueError(msg)
+    if max_in_flight is not None and (
+        isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1
+    ):
+        msg = f"max_in_flight must be None or an integer >= 1, got {max_in_flight!r}"
+        raise ValueError(msg)
+    if cancel is not None and not isinstance(cancel, CancelToken):
+        msg = f"cancel must be a CancelToken, got {type(cancel).__name__}"
+        raise TypeError(msg)
+    return batch_items(inputs)
+
+
+def _is_store(store: object) -> bool:
+    return not isinstance(store, str | os.PathLike)
+
+
+def _spec_for_workers(store: StoreSpec | Store) -> str:
+    """What Ray workers open: a path or URL, given or read off a store object (its ``url``, else its ``path``)."""
+    if not _is_store(store):
+        return absolute(store)  # type: ignore[arg-type]  # _is_store said it is a path or URL
+    for name in ("url", "path"):
+        where = getattr(store, name, None)
+        if isinstance(where, str | os.PathLike):
+            return absolute(where)
+    msg = f"executor='ray' needs the store's path or URL, which each worker opens; {type(store).__name__} has neither"
+    raise TypeError(msg)
+
+
+def _close(store: Store) -> None:
+    close = getattr(store, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            close()

@@ -1,0 +1,204 @@
+"""One run of a batch, wherever it executes: find it in the store, then return it, resume it or start it.
+
+This is the whole recovery story.  A worker that picks up a run first reads
+the store: a run that ended is returned as stored (no model call), a run
+that was cut off (a dead worker, Ctrl-C) continues from its last checkpoint,
+and only a run the store has never seen starts.  So retrying a task, or
+running a whole batch again, never repeats a completed model or tool call.
+Everything a worker is given (the agent factory, the store's address, the
+item) pickles; the agent and the store are built where the run executes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fsm_agent import persist
+from fsm_agent.batch.items import BatchItem
+from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.drivers.agent import Agent, AgentRun
+from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError
+from fsm_agent.persist.store import Store
+from fsm_agent.records import Message, RunResult
+
+AgentFactory = Callable[[], Agent]
+"""What ``run_batch`` takes instead of an agent: called in each worker, because SDK clients do not pickle."""
+
+StoreSpec = str | os.PathLike[str]
+"""Where a worker finds the store: a SQLite file path, or a URL ``fsm_agent.persist.open_store`` understands."""
+
+ERROR = "error"
+"""The reason of a result whose run could not be carried out at all (the factory or the store raised)."""
+
+LEASED = "leased"
+"""The reason of a result whose run another live worker holds."""
+
+DEFAULT_LEASE = 60.0
+"""Seconds a batch worker's lease on a run lasts unless renewed: how long a retry waits for a dead worker's run.
+
+Shorter than a lone run's, because in a batch nobody else is after the run
+but the retry of its own task; it must still exceed the slowest single model
+or tool call (the lease is renewed at every transition).
+"""
+
+_MARGIN = 0.05
+"""Seconds past a lease's end before trying again, so clocks that read a hair apart do not refuse the takeover."""
+
+RESUMABLE = frozenset({"cancelled"})
+"""Stops a batch resumes by itself: a cancelled batch (Ctrl-C, ``cancel``) continues where it was cut off."""
+
+
+def open_store(spec: StoreSpec, lease: float = DEFAULT_LEASE) -> Store:
+    """The store at ``spec`` (``fsm_agent.persist.open_store``: a PostgreSQL URL, else a SQLite file)."""
+    return persist.open_store(os.fspath(spec), lease=lease)
+
+
+def is_sqlite(spec: StoreSpec) -> bool:
+    """Whether ``spec`` names a SQLite file, which only the processes of one machine can share."""
+    return not persist.is_url(os.fspath(spec))
+
+
+def absolute(spec: StoreSpec) -> str:
+    """``spec`` as text a worker in another directory reads the same way: file paths made absolute."""
+    text = os.fspath(spec)
+    return text if "://" in text else str(Path(text).resolve())
+
+
+_stores: dict[tuple[str, float], Store] = {}
+
+
+def store_at(spec: str, lease: float) -> Store:
+    """The store at ``spec``, opened once per worker process and kept for the next task the process runs."""
+    store = _stores.get((spec, lease))
+    if store is None:
+        store = _stores[spec, lease] = open_store(spec, lease)
+    return store
+
+
+def stored_result(data: dict[str, Any], reason: str | None = None, **evidence: Any) -> RunResult:
+    """A stored snapshot as a result; ``reason`` and ``evidence`` override the snapshot's own.
+
+    A run that ended in ``Done`` carries no snapshot, like the result
+    ``Agent.run`` returned for it; any other keeps it, so it can be resumed.
+    """
+    counters = data["counters"]
+    done = data["state"] == "Done"
+    return RunResult.from_dict(
+        {
+            "format": "fsm_agent.RunResult",
+            "version": 1,
+            "messages": data["messages"],
+            "steps": data["steps"],
+            "final": data["final"],
+            "reason": reason or data["reason"] or ("paused" if data.get("paused") else "running"),
+            "trace": data["trace"],
+            "evidence": {**data["evidence"], **evidence},
+            "usage": {"input_tokens": counters["input_tokens"], "output_tokens": counters["output_tokens"]},
+            "pending": data["pending"],
+            "snapshot": None if done else data,
+        }
+    )
+
+
+def failed_result(item: BatchItem, reason: str, **evidence: Any) -> RunResult:
+    """The result of a run that never got going (not started before a cancel, or unable to start)."""
+    return RunResult(messages=(Message("user", item.input),), steps=(), final="", reason=reason, evidence=evidence)
+
+
+def error_result(item: BatchItem, exc: BaseException) -> RunResult:
+    """A run the worker could not carry out, as a result: ``leased`` if another worker holds it, else ``error``."""
+    reason = LEASED if isinstance(exc, RunLeasedError) else ERROR
+    return failed_result(item, reason, type=type(exc).__name__, error=str(exc), run_id=item.run_id)
+
+
+def prepare(agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None = None) -> AgentRun | RunResult:
+    """The run to drive for ``item``, or its result if the store says it is over (no model call then).
+
+    A run paused for a person's decision is returned as paused: a batch
+    cannot decide for them (``runs resume --approve`` can).
+    """
+    try:
+        data = store.load(item.run_id)
+    except KeyError:
+        return agent.start(item.input, store=store, run_id=item.run_id, cancel=cancel)
+    if data.get("paused") or data["state"] == "Done":
+        return stored_result(data)
+    if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
+        return stored_result(data)
+    try:
+        return agent.resume(data, store=store, cancel=cancel)
+    except ValueError:
+        # Limits that do not lift the stop: the stored run stands as it ended.
+        return stored_result(data)
+
+
+def _outcome(run: AgentRun) -> RunResult:
+    try:
+        return run.finish()
+    except AgentLoopError as exc:
+        return exc.result
+
+
+async def _aoutcome(run: AgentRun) -> RunResult:
+    try:
+        return await run.afinish()
+    except AgentLoopError as exc:
+        return exc.result
+
+
+def _wait_for(exc: RunLeasedError | RunExistsError, give_up: float) -> float:
+    """Seconds to wait before trying a run again that another owner holds; ``exc`` re-raised past ``give_up``.
+
+    A holder that died (a killed worker, before Ray retried its task) stops
+    renewing, so its lease lapses at ``until``; a live holder keeps pushing
+    ``until`` on, and the run is reported ``leased`` rather than waited for
+    without end.  A run two workers created at once is simply read again.
+    """
+    if isinstance(exc, RunExistsError) or exc.stale:
+        return 0.0
+    if exc.until > give_up:
+        raise exc
+    return max(exc.until - time.time(), 0.0) + _MARGIN
+
+
+def run_item(make_agent: AgentFactory, store: Store, item: BatchItem, cancel: CancelToken | None = None) -> RunResult:
+    """Carry out one run with the sync driver; every way it can end is a result."""
+    try:
+        agent = make_agent()
+        give_up = time.time() + _lease(store) + _MARGIN
+        while True:
+            try:
+                plan = prepare(agent, store, item, cancel)
+                break
+            except (RunLeasedError, RunExistsError) as exc:
+                time.sleep(_wait_for(exc, give_up))
+        return plan if isinstance(plan, RunResult) else _outcome(plan)
+    except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
+        return error_result(item, exc)
+
+
+async def arun_item(
+    make_agent: AgentFactory, store: Store, item: BatchItem, cancel: CancelToken | None = None
+) -> RunResult:
+    """Carry out one run with the async driver; cancelling the task checkpoints the run and propagates."""
+    try:
+        agent = make_agent()
+        give_up = time.time() + _lease(store) + _MARGIN
+        while True:
+            try:
+                plan = prepare(agent, store, item, cancel)
+                break
+            except (RunLeasedError, RunExistsError) as exc:
+                await asyncio.sleep(_wait_for(exc, give_up))
+        return plan if isinstance(plan, RunResult) else await _aoutcome(plan)
+    except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
+        return error_result(item, exc)
+
+
+def _lease(store: Store) -> float:
+    return float(getattr(store, "lease", 0.0))

@@ -1,0 +1,234 @@
+"""The ``batch`` command: run every question of a JSON Lines file, on Ray or in this process, with a progress bar.
+
+``python -m fsm_agent batch questions.jsonl --model openai:gpt-4o-mini
+--store runs.db`` runs each line (a JSON string, or an object with
+``input`` and optionally ``run_id``) as one run of the same agent, shows
+runs done, failed by reason and in flight with the rate and time left, writes
+each result to ``--out`` as a JSON line the moment it ends, and closes with a
+table of reasons.  Exit 0 only if every run ended ``done``, 2 if any stopped,
+1 for a set-up error, 130 on Ctrl-C: the runs in flight keep their last
+checkpoint, and the same command run again resumes the batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from fsm_agent.batch import BatchItem, batch_items, iter_batch
+from fsm_agent.batch.progress import Bar, Tally
+from fsm_agent.batch.worker import open_store
+from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError
+from fsm_agent.cli import run as run_command
+from fsm_agent.drivers.agent import Agent
+from fsm_agent.records import RunResult
+
+
+def add_command(commands: Any) -> None:
+    """Register ``python -m fsm_agent batch``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "batch", help="run every question of a JSON Lines file, resumably", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("inputs", type=Path, help='JSON Lines: one "question" or {"input": ..., "run_id": ...} a line')
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--model", metavar="PROVIDER:NAME", help="e.g. openai:gpt-4o-mini, with the built-in tools")
+    who.add_argument(
+        "--agent", metavar="MODULE:FUNCTION", help="your own agent: a function with no arguments returning an Agent"
+    )
+    parser.add_argument("--base-url", metavar="URL", help="the API endpoint of an OpenAI-compatible server")
+    parser.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    parser.add_argument("--max-retries", type=int, default=2, help="retries of 429/5xx errors by the SDK (default 2)")
+    parser.add_argument("--system", default=run_command.DEFAULT_SYSTEM, help="the system prompt (with --model)")
+    parser.add_argument("--max-steps", type=int, default=8, help="model turns before a run stops (default 8)")
+    parser.add_argument(
+        "--max-consecutive-failures", type=int, default=3, help="failed tool calls in a row (default 3)"
+    )
+    for flag, keyword, kind, text in run_command.LIMIT_FLAGS:
+        parser.add_argument(flag, dest=keyword, type=kind, default=None, help=text)
+    parser.add_argument("--store", required=True, metavar="FILE|URL", help="where runs are checkpointed (required)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--ray", metavar="ADDRESS", help="join a Ray cluster: auto, or HOST:PORT (default: a local one)")
+    where.add_argument("--local", action="store_true", help="no Ray: every run in this process (the async driver)")
+    parser.add_argument("--max-in-flight", type=int, metavar="N", help="runs at once (default: CPUs x 4; local 64)")
+    parser.add_argument("--task-retries", type=int, default=3, help="Ray retries of a task whose worker died (3)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write each result as a JSON line as it ends")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=main)
+
+
+def read_inputs(path: Path) -> list[BatchItem]:
+    """The batch's items from a JSON Lines file; ``SetupError`` naming the first bad line."""
+    entries: list[Any] = []
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    entries.append(json.loads(line))
+                except ValueError as exc:
+                    msg = f"{path}:{number}: not JSON ({exc})"
+                    raise SetupError(msg) from None
+    except OSError as exc:
+        msg = f"cannot read {path}: {exc}"
+        raise SetupError(msg) from None
+    try:
+        return batch_items(entries)
+    except (TypeError, ValueError) as exc:
+        msg = f"{path}: {exc} (input numbers count non-blank lines from 0)"
+        raise SetupError(msg) from None
+
+
+def model_agent(
+    spec: str,
+    base_url: str | None,
+    api_key_env: str | None,
+    max_retries: int,
+    system: str,
+    limits: dict[str, Any],
+) -> Agent:
+    """The ``--model`` agent, built in the worker: the provider's adapter and the built-in tools."""
+    from fsm_agent.tools.builtin import builtin_registry  # a worker loads it when it runs
+
+    model = run_command.build_model(spec, base_url, api_key_env, max_retries)
+    return Agent(model, builtin_registry(), system, **limits)
+
+
+def _factory(args: argparse.Namespace, on_ray: bool) -> Callable[[], Agent]:
+    limits = {"max_steps": args.max_steps, "max_consecutive_failures": args.max_consecutive_failures}
+    limits |= {k: getattr(args, k) for _, k, _, _ in run_command.LIMIT_FLAGS if getattr(args, k) is not None}
+    if args.model is not None:
+        settings = (args.model, args.base_url, args.api_key_env, args.max_retries, args.system, limits)
+        make: Callable[[], Agent] = functools.partial(model_agent, *settings)
+    else:
+        make = _imported(args.agent, on_ray)
+    try:
+        # Built once here so a missing key, SDK or module is one line now, not one error per run.
+        agent = make()
+    except SetupError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's factory failing is a set-up error, in one line
+        msg = f"cannot build the agent: {type(exc).__name__}: {exc}"
+        raise SetupError(msg) from None
+    if not isinstance(agent, Agent):
+        msg = f"the agent factory must return an Agent, got {type(agent).__name__}"
+        raise SetupError(msg)
+    close = getattr(agent.model, "close", None)
+    if callable(close):
+        close()
+    return make
+
+
+def _imported(target: str, on_ray: bool) -> Callable[[], Agent]:
+    module_name, sep, name = target.partition(":")
+    if not sep or not module_name or not name:
+        msg = f"--agent wants MODULE:FUNCTION, got {target!r}"
+        raise SetupError(msg)
+    sys.path.insert(0, os.getcwd())  # as `python -m` does: a module next to the inputs file is found
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        msg = f"--agent: cannot import {module_name!r}: {exc}"
+        raise SetupError(msg) from None
+    make = getattr(module, name, None)
+    if not callable(make):
+        msg = f"--agent: {module_name} has no function {name!r}"
+        raise SetupError(msg)
+    if on_ray:
+        # Ray workers may not see the module's directory: ship its code with the function.
+        try:
+            cloudpickle: Any = importlib.import_module("ray.cloudpickle")  # only a batch on Ray needs it
+        except ImportError:
+            msg = "a batch on Ray needs Ray: pip install 'fsm-agent[ray]' (or run it here with --local)"
+            raise SetupError(msg) from None
+        cloudpickle.register_pickle_by_value(module)
+    return make  # type: ignore[no-any-return]  # the user's function, checked by calling it once
+
+
+def result_line(item: BatchItem, result: RunResult) -> str:
+    """One ``--out`` line: which run, how it ended, and the whole result (without its snapshot, kept in the store)."""
+    data = result.to_dict()
+    data.pop("snapshot", None)
+    head = {"index": item.index, "run_id": item.run_id, "ok": result.ok, "reason": result.reason}
+    return json.dumps({**head, "final": result.final, "result": data}, ensure_ascii=False) + "\n"
+
+
+def _check_store(spec: str) -> None:
+    try:
+        store = open_store(spec)
+    except Exception as exc:  # noqa: BLE001 - any store that will not open is a set-up error naming it
+        msg = f"--store {spec}: {exc}"
+        raise SetupError(msg) from None
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the batch; the exit code says how it ended (0 all done, 1 set-up, 2 some stopped, 130 Ctrl-C)."""
+    err = sys.stderr
+    try:
+        items = read_inputs(args.inputs)
+        _check_store(args.store)
+        make_agent = _factory(args, on_ray=not args.local)
+        out = None if args.out is None else _open_out(args.out)
+    except SetupError as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_SETUP
+    tally = Tally(len(items))
+    bar = None if args.quiet else Bar(tally, err)
+    try:
+        results = iter_batch(
+            make_agent,
+            [{"input": item.input, "run_id": item.run_id} for item in items],
+            store=args.store,
+            executor="local" if args.local else "ray",
+            ray_address=args.ray,
+            max_retries=args.task_retries,
+            max_in_flight=args.max_in_flight,
+            on_start=tally.start,
+        )
+        with contextlib.closing(results):
+            for item, result in results:
+                if out is not None:
+                    out.write(result_line(item, result))
+                    out.flush()
+                if bar is None:
+                    tally.finish(result)
+                else:
+                    bar.update(result)
+    except KeyboardInterrupt:
+        _close(bar, out)
+        print(f"\ninterrupted: {tally.finished} of {tally.total} runs ended; the rest are checkpointed in", file=err)
+        print(f"{args.store}: run the same command again to resume them", file=err)
+        return EXIT_INTERRUPTED
+    except (ValueError, TypeError, ImportError) as exc:  # the executor refused its set-up (a SQLite store on a cluster)
+        _close(bar, out)
+        print(f"error: {exc}", file=err)
+        return EXIT_SETUP
+    _close(bar, out)
+    print(tally.table(), file=err)
+    return EXIT_DONE if tally.all_done else EXIT_STOPPED
+
+
+def _open_out(path: Path) -> IO[str]:
+    try:
+        return path.open("w", encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot write --out {path}: {exc}"
+        raise SetupError(msg) from None
+
+
+def _close(bar: Bar | None, out: IO[str] | None) -> None:
+    if bar is not None:
+        bar.close()
+    if out is not None:
+        out.close()

@@ -1,0 +1,118 @@
+"""``Agent.stream``/``astream``: a run's transition events and, between them, a streaming model's text as it comes.
+
+A model call holds the driver until the whole reply is in, so text arriving
+during it can be handed on at once only if the run is driven elsewhere: the
+sync stream drives it on a worker thread, the async stream in a task, and
+both pass every event through one queue in the order it happened (the
+text of a reply before the ``replied`` transition that takes it in).  A model
+that cannot stream needs neither: its run is driven in place, one
+transition at a time, with no thread and no task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from fsm_agent.observe.events import TextDelta, TransitionEvent
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import AgentRun
+
+StreamEvent = TransitionEvent | TextDelta
+"""What ``Agent.stream`` yields."""
+
+_END = object()
+_STEPPED = object()
+
+
+class _Raised:
+    """What the driving thread raised, to be raised again in the reading thread."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]:
+    """Drive ``run`` (started with ``feed.put`` as observer), yielding what it puts there; then ``finish()`` it."""
+    if not callable(getattr(run.agent.model, "complete_stream", None)):
+        while not run.done:
+            run.advance()
+            while not feed.empty():
+                yield feed.get_nowait()
+        run.finish()
+        return
+    run.on_text(feed.put)
+    go = threading.Semaphore(0)
+    stopped = False
+
+    def drive() -> None:
+        try:
+            while not run.done:
+                run.advance()
+                feed.put(_STEPPED)
+                go.acquire()  # as lazy as a plain generator: the next transition waits until it is asked for
+                if stopped:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - raised again in the reading thread
+            feed.put(_Raised(exc))
+        finally:
+            feed.put(_END)
+
+    threading.Thread(target=drive, name=f"fsm_agent stream {run.run_id}", daemon=True).start()
+    try:
+        while (item := feed.get()) is not _END:
+            if item is _STEPPED:
+                go.release()
+            elif isinstance(item, _Raised):
+                raise item.error
+            else:
+                yield item
+    finally:
+        # A reader that stops reading leaves the run where it is, as with a plain generator.
+        stopped = True
+        go.release()
+    run.finish()
+
+
+async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    """The async twin of ``events``: ``run`` was started with ``feed.append`` as observer."""
+    if not callable(getattr(run.agent.model, "acomplete_stream", None)):
+        while not run.done:
+            await run.aadvance()
+            while feed:
+                yield feed.popleft()
+        await run.afinish()
+        return
+    arrived = asyncio.Event()
+
+    def text(delta: TextDelta) -> None:
+        feed.append(delta)
+        arrived.set()
+
+    run.on_text(text)
+    while not run.done:
+        step = asyncio.ensure_future(run.aadvance())
+        try:
+            while not step.done():
+                waiter = asyncio.ensure_future(arrived.wait())
+                await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                arrived.clear()
+                while feed:
+                    yield feed.popleft()
+        except BaseException:
+            # The reader stopped or was cancelled: the run records the call cut off, as a cancelled arun would.
+            step.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await step
+            raise
+        step.result()
+        while feed:
+            yield feed.popleft()
+    await run.afinish()

@@ -1,0 +1,303 @@
+"""The OpenAI Responses API adapter over the official ``openai`` SDK, with reasoning items round-tripped.
+
+The Responses API is a list of items both ways: system messages become
+``instructions``, user and assistant text become message items, tool calls
+and results become ``function_call`` / ``function_call_output`` items paired
+by ``call_id``.  A reasoning model's reply holds ``reasoning`` items that must
+come back with the function calls they precede, or the API answers 400
+("... was provided without its required 'reasoning' item"); the adapter keeps
+such a reply's output items as they arrived (``ProviderData``) and sends them
+back verbatim.  Requests default to ``store=False``: the run's snapshot holds
+the whole conversation, so nothing has to be kept at OpenAI, and the
+reasoning then travels encrypted (``include=["reasoning.encrypted_content"]``
+is added).  The mapping of ``status`` onto the engine's ``stop_reason`` is
+``INCOMPLETE_REASONS`` plus the rules in :func:`from_response`.  Retries of
+transient errors are the SDK's own, bounded by ``max_retries``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
+from fsm_agent.models.common import (
+    MalformedReplyError,
+    ProviderModel,
+    check_params,
+    decode_arguments,
+    encode_arguments,
+    reply_items,
+    reply_text,
+    require_sdk,
+    token_count,
+)
+from fsm_agent.tools import JSONSchema
+
+if TYPE_CHECKING:
+    import openai
+
+PROVIDER = "openai-responses"
+"""``ProviderData.provider`` of the replies whose output items this adapter sends back verbatim."""
+
+INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
+"""``incomplete_details.reason`` of a response with ``status == "incomplete"`` -> engine ``stop_reason``.
+
+A ``completed`` response is ``end_turn``, or ``tool_use`` when it holds
+function calls; a ``refusal`` content part makes it ``refusal`` whatever the
+status.  Any other status (``failed``, ``cancelled``, ``in_progress``, ...)
+or incomplete reason is passed on, so the engine stops the run with
+``model_error`` naming it (the reply kept) instead of taking it for an answer.
+"""
+
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+_RESERVED = ("model", "input", "tools", "instructions")
+
+
+def to_responses_input(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """The conversation as the Responses API's ``instructions`` text and ``input`` items."""
+    instructions: list[str] = []
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            instructions.append(message.content)
+        elif message.role == "user":
+            items.append({"role": "user", "content": message.content})
+        elif message.role == "assistant":
+            data = message.provider_data
+            if data is not None and data.provider == PROVIDER:
+                # Reasoning items must come back unchanged, each before the items it led to.
+                items.extend(data.items())
+                continue
+            if message.content:
+                items.append({"role": "assistant", "content": message.content})
+            items.extend(
+                {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": encode_arguments(c)}
+                for c in message.tool_calls
+            )
+        elif message.role == "tool":
+            if message.tool_call_id is None:
+                msg = "a tool message needs the tool_call_id of the call it answers"
+                raise ValueError(msg)
+            items.append({"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content})
+        else:
+            msg = f"unknown message role {message.role!r}; expected system, user, assistant or tool"
+            raise ValueError(msg)
+    return "\n\n".join(instructions), items
+
+
+def to_responses_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
+    """``ToolRegistry.schemas()`` as Responses API function tools.
+
+    ``strict`` is off: strict mode wants every property required, and a tool
+    parameter with a default is optional.
+    """
+    return [
+        {
+            "type": "function",
+            "name": s["name"],
+            "description": s["description"],
+            "parameters": s["parameters"],
+            "strict": False,
+        }
+        for s in schemas
+    ]
+
+
+def _usage(usage: Any) -> Usage | None:
+    # output_tokens already includes the reasoning tokens (output_tokens_details is a breakdown of it).
+    if usage is None:
+        return None
+    return Usage(token_count(usage, "input_tokens"), token_count(usage, "output_tokens"))
+
+
+def _stop_reason(response: Any, has_calls: bool) -> str:
+    status = reply_text(getattr(response, "status", None), "status", nullable=True)
+    if status == "completed":
+        return "tool_use" if has_calls else "end_turn"
+    if status == "incomplete":
+        details = getattr(response, "incomplete_details", None)
+        reason = reply_text(getattr(details, "reason", None), "incomplete_details.reason", nullable=True)
+        return INCOMPLETE_REASONS.get(reason, f"incomplete: {reason or 'no reason given'}")
+    return status or "no status"
+
+
+def from_response(response: Any) -> ModelResponse:
+    """The engine's view of a Responses API response; ``MalformedReplyError`` if it is junk.
+
+    ``output_text`` parts are the text, ``function_call`` items the tool
+    calls; other items (built-in tools) are not part of the engine's
+    conversation.  A reply with ``reasoning`` items keeps all its output
+    items, in order and as received, as ``provider_data``; their summaries
+    are its readable ``thinking``, never the answer.  A refusal part makes
+    the reply a refusal, with the refusal as its text if it has none.
+    """
+    texts: list[str] = []
+    refusals: list[str] = []
+    thoughts: list[str] = []
+    calls: list[ToolCall] = []
+    items = reply_items(getattr(response, "output", None), "output")
+    for i, item in enumerate(items):
+        kind = getattr(item, "type", None)
+        if kind == "reasoning":
+            for j, part in enumerate(reply_items(getattr(item, "summary", None), f"output[{i}].summary")):
+                thoughts.append(reply_text(getattr(part, "text", None), f"output[{i}].summary[{j}].text"))
+        elif kind == "message":
+            for j, part in enumerate(reply_items(getattr(item, "content", None), f"output[{i}].content")):
+                field = f"output[{i}].content[{j}]"
+                if getattr(part, "type", None) == "output_text":
+                    texts.append(reply_text(getattr(part, "text", None), f"{field}.text"))
+                elif getattr(part, "type", None) == "refusal":
+                    refusals.append(reply_text(getattr(part, "refusal", None), f"{field}.refusal"))
+        elif kind == "function_call":
+            call_id = reply_text(getattr(item, "call_id", None), f"output[{i}].call_id")
+            name = reply_text(getattr(item, "name", None), f"output[{i}].name")
+            arguments = reply_text(getattr(item, "arguments", None), f"output[{i}].arguments", nullable=True)
+            calls.append(decode_arguments(call_id, name, arguments))
+    stop_reason = _stop_reason(response, bool(calls))
+    text = "".join(texts)
+    if refusals:
+        stop_reason = "refusal"
+        text = text or "".join(refusals)
+    kept = None
+    if any(getattr(item, "type", None) == "reasoning" for item in items):
+        # to_dict keeps exactly the fields the JSON had; output items are valid input items as they are.
+        payload = json.dumps([item.to_dict(mode="json") for item in items], ensure_ascii=False)
+        kept = ProviderData(PROVIDER, payload, "\n\n".join(thoughts))
+    reply = Message("assistant", text, calls, provider_data=kept)
+    return ModelResponse(reply, stop_reason, _usage(getattr(response, "usage", None)))
+
+
+_FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def _streamed(event: Any, on_text: Callable[[str], None]) -> Any:
+    """Hand a text delta on; the whole response if ``event`` is the stream's last, else ``None``."""
+    kind = getattr(event, "type", None)
+    if kind == "response.output_text.delta":
+        delta = getattr(event, "delta", None)
+        if isinstance(delta, str) and delta:
+            on_text(delta)
+    elif kind in _FINAL_EVENTS:
+        return event.response
+    return None
+
+
+def _finished(final: Any) -> Any:
+    if final is None:
+        raise MalformedReplyError("stream", f"ended without any of {', '.join(_FINAL_EVENTS)}")
+    return final
+
+
+class OpenAIResponsesModel(ProviderModel):
+    """A :class:`~fsm_agent.Model` over the official ``openai`` SDK's Responses API.
+
+    Client settings are those of :class:`~fsm_agent.models.OpenAIChatModel`
+    (``api_key`` or ``OPENAI_API_KEY``, ``base_url`` or ``OPENAI_BASE_URL``,
+    ``max_retries`` default 2, ``timeout``; a ``client`` or ``async_client``
+    passed in is used as configured and never closed here).  ``params`` go
+    into every request unchanged (``reasoning={"effort": "low"}``,
+    ``max_output_tokens``, ...); ``store`` defaults to ``False``, and with
+    ``store=False`` the encrypted reasoning is requested so it can be sent
+    back.  Without the ``openai`` package this raises ``ImportError`` saying
+    how to install it.
+    """
+
+    client: openai.OpenAI
+    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "OPENAI_API_KEY"}
+    _BASE_URL_VARIABLE = "OPENAI_BASE_URL"
+
+    def __init__(
+        self,
+        model: str,
+        client: openai.OpenAI | None = None,
+        *,
+        async_client: openai.AsyncOpenAI | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> None:
+        sdk = require_sdk("openai")
+        check_params(params, _RESERVED, "OpenAIResponsesModel")
+        super().__init__(
+            sdk, client, async_client, api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        )
+        self.model = model
+        self.params = {"store": False, **params}
+        if self.params["store"] is False:
+            include = list(self.params.get("include") or [])
+            self.params["include"] = include if ENCRYPTED_REASONING in include else [*include, ENCRYPTED_REASONING]
+
+    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
+        """The keyword arguments of ``responses.create``: model, instructions (if any), input, tools, params."""
+        instructions, items = to_responses_input(messages)
+        request: dict[str, Any] = {"model": self.model, "input": items}
+        if instructions:
+            request["instructions"] = instructions
+        if tools:
+            request["tools"] = to_responses_tools(tools)
+        request.update(self.params)
+        return request
+
+    def parse(self, response: Any) -> ModelResponse:
+        """The engine's view of one Responses API ``Response``."""
+        return from_response(response)
+
+    def _send(self, request: dict[str, Any]) -> Any:
+        return self.client.responses.create(**request)
+
+    async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
+        return await client.responses.create(**request)
+
+    # --- streaming: the same request, the text handed on as it arrives ------------------------------------
+
+    def complete_stream(
+        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+    ) -> ModelResponse:
+        """``complete`` over a streamed response: ``on_text`` gets each piece of the reply's text as it arrives.
+
+        The stream's last event (completed, incomplete or failed) carries the
+        whole response, reasoning items included, and ``parse`` reads it as
+        it reads an unstreamed one, so a cut or refused reply means the same.
+        """
+
+        def work() -> ModelResponse:
+            final = None
+            with self.client.responses.create(**self.build_request(messages, tools), stream=True) as events:
+                for event in events:
+                    final = _streamed(event, on_text) or final
+            return self.parse(_finished(final))
+
+        return self._guarded(work)
+
+    async def acomplete_stream(
+        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+    ) -> ModelResponse:
+        """``complete_stream`` over the SDK's async client, for the async driver."""
+
+        async def work(client: Any) -> ModelResponse:
+            final = None
+            async with await client.responses.create(**self.build_request(messages, tools), stream=True) as events:
+                async for event in events:
+                    final = _streamed(event, on_text) or final
+            return self.parse(_finished(final))
+
+        return await self._aguarded(work)
+
+    def _new_client(self, options: dict[str, Any]) -> Any:
+        return self._sdk.OpenAI(**options)
+
+    def _new_async_client(self) -> Any:
+        client = self.client
+        return self._sdk.AsyncOpenAI(
+            api_key=client.api_key,
+            organization=client.organization,
+            project=client.project,
+            base_url=client.base_url,
+            max_retries=client.max_retries,
+            timeout=client.timeout,
+            default_headers=self._headers or None,
+        )

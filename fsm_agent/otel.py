@@ -1,0 +1,267 @@
+"""OpenTelemetry spans in the GenAI semantic conventions (optional extra: ``pip install 'fsm-agent[otel]'``).
+
+``instrument(agent)`` registers hooks on the agent; from then on every run
+of it is traced:
+
+- one ``invoke_agent`` span per run (``invoke_agent <name>``), and below it
+- one ``chat <model>`` span per model call, and
+- one ``execute_tool <tool>`` span per tool call; the parallel calls of one
+  async turn are concurrent siblings.
+
+The conventions' attributes are set where the engine knows them:
+``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.provider.name``
+(for the bundled adapters), ``gen_ai.response.finish_reasons``,
+``gen_ai.usage.input_tokens``/``output_tokens`` (per call, and the run's
+totals on the run span), ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
+``gen_ai.tool.type``, ``gen_ai.conversation.id`` (the run id) and
+``error.type``.  What only this engine has goes under ``fsm_agent.*``: every
+transition is an event on the run span (``source``, ``trigger``, ``dest``,
+and ``guard``/``reason`` when the edge has them), and the run span ends with
+``fsm_agent.stop_reason``, ``fsm_agent.final_state`` and each counter against
+its limit (``fsm_agent.counters.<name>``, ``fsm_agent.limits.<name>``).  A
+stop sets the run span's status to error, with the reason as description and
+``error.type``; a failed model or tool call does the same to its own span.
+
+Message contents (the model's replies, tool arguments and results, the
+question and the answer) are recorded only with ``capture_content=True``, as
+the conventions advise: they may hold personal data.  A run that a resume
+continues gets a new run span, starting at its ``resume`` edge.  A run paused
+for approval keeps its span open until it finishes.
+
+Hooks are observers, so tracing never changes a run; an agent that is not
+instrumented runs no tracing code at all.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import attrs
+
+from fsm_agent.drivers.agent import Agent
+from fsm_agent.observe.events import CallEvent, TransitionEvent
+from fsm_agent.records import ModelResponse, RunResult, ToolCall
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    msg = "fsm_agent.otel needs opentelemetry-api (and an SDK to export): pip install 'fsm-agent[otel]'"
+    raise ImportError(msg) from exc
+
+__all__ = ["Instrumentation", "instrument"]
+
+_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
+"""Adapter module name fragment -> ``gen_ai.provider.name``."""
+
+
+@attrs.define
+class _RunSpans:
+    """The open spans of one run: the run's own, its model call in flight, its tool calls in flight by id."""
+
+    span: Span
+    context: Any
+    chat: Span | None = None
+    tools: dict[str, Span] = attrs.Factory(dict)
+
+
+def _model_name(agent: Agent) -> str | None:
+    name = getattr(agent.model, "model", None)
+    return name if isinstance(name, str) else None
+
+
+def _provider(agent: Agent) -> str | None:
+    module = type(agent.model).__module__
+    return next((name for part, name in _PROVIDERS.items() if part in module), None)
+
+
+def _text_message(role: str, text: str) -> str:
+    """One message in the conventions' JSON shape (``gen_ai.input.messages`` / ``gen_ai.output.messages``)."""
+    return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}], ensure_ascii=False)
+
+
+def _reply_message(response: ModelResponse) -> str:
+    message = response.message
+    parts: list[dict[str, Any]] = [{"type": "text", "content": message.content}] if message.content else []
+    parts.extend(
+        {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+        for call in message.tool_calls
+    )
+    entry = {"role": "assistant", "parts": parts, "finish_reason": response.stop_reason}
+    return json.dumps([entry], ensure_ascii=False, default=str)
+
+
+class Instrumentation:
+    """The hooks ``instrument`` registered on an agent, and the spans of its runs in progress."""
+
+    def __init__(self, agent: Agent, tracer: Tracer, *, capture_content: bool, agent_name: str | None) -> None:
+        self.agent = agent
+        self.capture_content = capture_content
+        self._tracer = tracer
+        self._model = _model_name(agent)
+        self._provider = _provider(agent)
+        self._agent_name = agent_name
+        self._runs: dict[str, _RunSpans] = {}
+        # Hooks of parallel tool calls, and of runs on several threads, arrive concurrently.
+        self._lock = threading.Lock()
+        self._common: dict[str, str] = {}
+        if self._model is not None:
+            self._common["gen_ai.request.model"] = self._model
+        if self._provider is not None:
+            self._common["gen_ai.provider.name"] = self._provider
+        agent.on("before_model", self._before_model)
+        agent.on("after_model", self._after_model)
+        agent.on("before_tool", self._before_tool)
+        agent.on("after_tool", self._after_tool)
+        agent.on("transition", self._transition)
+
+    # --- the run span ----------------------------------------------------------------------------------------
+
+    def _run(self, run_id: str) -> _RunSpans:
+        """The spans of run ``run_id``, its run span started by the first event of the run seen."""
+        with self._lock:
+            spans = self._runs.get(run_id)
+            if spans is None:
+                name = "invoke_agent" if self._agent_name is None else f"invoke_agent {self._agent_name}"
+                attributes: dict[str, Any] = {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.conversation.id": run_id,
+                    **self._common,
+                }
+                if self._agent_name is not None:
+                    attributes["gen_ai.agent.name"] = self._agent_name
+                span = self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
+                spans = self._runs[run_id] = _RunSpans(span, trace.set_span_in_context(span))
+            return spans
+
+    def _transition(self, event: TransitionEvent) -> None:
+        spans = self._run(event.run_id)
+        if event.source == "Failed":
+            spans.span.set_attribute("fsm_agent.resumed", True)
+        attributes = {"source": event.source, "trigger": event.trigger, "dest": event.dest}
+        if event.guard is not None:
+            attributes["guard"] = event.guard
+        if event.reason is not None:
+            attributes["reason"] = event.reason
+        spans.span.add_event("transition", attributes)
+        if event.result is not None:
+            self._finish_run(event, event.result, spans)
+
+    def _finish_run(self, event: TransitionEvent, result: RunResult, spans: _RunSpans) -> None:
+        with self._lock:
+            self._runs.pop(event.run_id, None)
+        span = spans.span
+        # Calls whose closing hook never came (cut off in flight, or run in a batch a stop cut short).
+        for leftover in (spans.chat, *spans.tools.values()):
+            if leftover is not None:
+                leftover.set_attribute("fsm_agent.unfinished", True)
+                leftover.end()
+        span.set_attribute("fsm_agent.stop_reason", result.reason)
+        span.set_attribute("fsm_agent.final_state", event.dest)
+        span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
+        for name, (used, limit) in event.counters.items():
+            if used is not None:
+                span.set_attribute(f"fsm_agent.counters.{name}", used)
+            if limit is not None:
+                span.set_attribute(f"fsm_agent.limits.{name}", limit)
+        if self.capture_content:
+            question = next((m.content for m in result.messages if m.role == "user"), None)
+            if question is not None:
+                span.set_attribute("gen_ai.input.messages", _text_message("user", question))
+            span.set_attribute("gen_ai.output.messages", _text_message("assistant", result.final))
+            span.set_attribute("fsm_agent.evidence", json.dumps(result.evidence, ensure_ascii=False, default=str))
+        if event.dest == "Failed":
+            span.set_attribute("error.type", result.reason)
+            span.set_status(Status(StatusCode.ERROR, result.reason))
+        span.end()
+
+    # --- model calls --------------------------------------------------------------------------------------
+
+    def _before_model(self, event: CallEvent) -> None:
+        spans = self._run(event.run_id)
+        name = "chat" if self._model is None else f"chat {self._model}"
+        attributes: dict[str, str | int] = {"gen_ai.operation.name": "chat", "fsm_agent.turn": event.turn}
+        attributes.update(self._common)
+        spans.chat = self._tracer.start_span(name, spans.context, SpanKind.CLIENT, attributes)
+
+    def _after_model(self, event: CallEvent) -> None:
+        spans = self._run(event.run_id)
+        span, spans.chat = spans.chat, None
+        if span is None:
+            return
+        response = event.response
+        if event.error is not None:
+            span.set_attribute("error.type", event.error.split(":", 1)[0])
+            span.set_status(Status(StatusCode.ERROR, event.error))
+        elif response is not None:
+            span.set_attribute("gen_ai.response.finish_reasons", [response.stop_reason])
+            if response.usage is not None:
+                span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
+                span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+            if self.capture_content:
+                span.set_attribute("gen_ai.output.messages", _reply_message(response))
+        span.end()
+
+    # --- tool calls -----------------------------------------------------------------------------------------
+
+    def _before_tool(self, event: CallEvent) -> None:
+        call = event.tool_call
+        if call is None:
+            return
+        spans = self._run(event.run_id)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+        }
+        if self.capture_content:
+            attributes["gen_ai.tool.call.arguments"] = _arguments(call)
+        span = self._tracer.start_span(f"execute_tool {call.name}", spans.context, SpanKind.INTERNAL, attributes)
+        with self._lock:
+            spans.tools[call.id] = span
+
+    def _after_tool(self, event: CallEvent) -> None:
+        call = event.tool_call
+        if call is None:
+            return
+        spans = self._run(event.run_id)
+        with self._lock:
+            span = spans.tools.pop(call.id, None)
+        if span is None:
+            return
+        if self.capture_content and event.tool_result is not None:
+            span.set_attribute("gen_ai.tool.call.result", event.tool_result)
+        if event.tool_error is not None:
+            span.set_attribute("error.type", "tool_error")
+            span.set_status(Status(StatusCode.ERROR, event.tool_error))
+        span.end()
+
+
+def _arguments(call: ToolCall) -> str:
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments, ensure_ascii=False, default=str)
+
+
+def instrument(
+    agent: Agent,
+    tracer_provider: TracerProvider | None = None,
+    *,
+    capture_content: bool = False,
+    agent_name: str | None = None,
+) -> Instrumentation:
+    """Trace every run of ``agent`` with OpenTelemetry spans, through ``tracer_provider`` (default: the global one).
+
+    ``capture_content=True`` also records message contents (off by default,
+    as the GenAI conventions advise); ``agent_name`` names the run spans
+    (``invoke_agent <name>``, ``gen_ai.agent.name``).
+    """
+    if not isinstance(agent, Agent):
+        msg = f"instrument() takes an Agent, got {type(agent).__name__}"
+        raise TypeError(msg)
+    tracer = trace.get_tracer("fsm_agent", tracer_provider=tracer_provider)
+    return Instrumentation(agent, tracer, capture_content=capture_content, agent_name=agent_name)

@@ -1,0 +1,319 @@
+"""``PostgresStore``: the same store on a PostgreSQL server, for apps that run on more than one machine.
+
+It runs the very plans ``SqliteStore`` runs (``persist/plans.py``), on
+``psycopg`` 3 with ``psycopg_pool``: a pool of sync connections, and one of
+async connections per event loop, so the async driver awaits its checkpoints.
+``psycopg`` is an optional extra (``pip install 'fsm-agent[postgres]'``),
+imported only when a ``PostgresStore`` is made.  The tables
+(``fsm_agent_runs``, ``fsm_agent_journal``) are created on first use and their
+schema is versioned in ``fsm_agent_schema``, migrated under an advisory lock
+so that many workers starting at once migrate it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from fsm_agent.definition.states import State
+from fsm_agent.persist import plans
+from fsm_agent.persist.store import (
+    DEFAULT_LEASE,
+    Entry,
+    StoredRun,
+    StoreError,
+    check_every,
+    check_lease,
+    check_run_id,
+    cutoff,
+    epoch,
+    page,
+    wants,
+)
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "CREATE TABLE fsm_agent_runs (run_id text PRIMARY KEY, state text NOT NULL, reason text,"
+        " paused boolean NOT NULL, updated double precision NOT NULL, steps integer NOT NULL,"
+        " tokens bigint NOT NULL, seq bigint NOT NULL, base_seq bigint NOT NULL, owner text,"
+        " lease_until double precision, snapshot text NOT NULL)",
+        "CREATE INDEX fsm_agent_runs_by_updated ON fsm_agent_runs (updated)",
+        "CREATE TABLE fsm_agent_journal (run_id text NOT NULL, seq bigint NOT NULL, entry text NOT NULL,"
+        " PRIMARY KEY (run_id, seq))",
+    ),
+}
+"""Each schema version's statements; a store brings the database up to ``SCHEMA_VERSION`` on first use."""
+
+_LOCK_KEY = 0x46534D41  # "FSMA": the advisory lock that serialises migrations
+_REPEATABLE = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"  # a load sees its base and journal as of one moment
+
+
+def redact(dsn: str) -> str:
+    """The DSN without its password, for messages and ``repr``."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.netloc.rpartition("@")[2]
+            return urlunsplit(parts._replace(netloc=f"{user}:[redacted]@{host}"))
+        return dsn
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1[redacted]", dsn)
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401 - checked here so a missing pool package fails at once, by name
+    except ImportError as exc:
+        msg = f"PostgresStore needs psycopg 3 and psycopg_pool: pip install 'fsm-agent[postgres]' ({exc})"
+        raise ImportError(msg) from None
+    return psycopg
+
+
+def _reply(cursor: Any) -> plans.Reply:
+    return cursor.rowcount, (cursor.fetchall() if cursor.description is not None else [])
+
+
+class PostgresStore:
+    """A checkpoint store in a PostgreSQL database: the same protocol, behaviour and tests as ``SqliteStore``.
+
+    ``dsn`` is a libpq connection string or URL.  ``max_size`` bounds each
+    pool.  ``synchronous_commit=False`` (default) lets the server acknowledge
+    a checkpoint before flushing it to disk: a crash of the *client* loses
+    nothing, only a crash of the server's machine may lose the last fraction
+    of a second of checkpoints, the same promise as ``SqliteStore``'s WAL mode.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        every: Literal["transition", "turn"] = "transition",
+        *,
+        lease: float = DEFAULT_LEASE,
+        max_size: int = 10,
+        synchronous_commit: bool = False,
+    ) -> None:
+        self.every = check_every(every)
+        self.lease = check_lease(lease)
+        self.dsn = dsn
+        self._psycopg = _psycopg()
+        self._where = redact(dsn)
+        self._plans = plans.Plans(
+            "fsm_agent_runs", "fsm_agent_journal", placeholder="%s", no_limit="ALL", where=self._where, lease=lease
+        )
+        self._max_size = max_size
+        self._connect: dict[str, Any] = {"autocommit": True}
+        if not synchronous_commit:
+            self._connect["options"] = "-c synchronous_commit=off"
+        self._pool: ConnectionPool | None = None
+        self._apools: dict[asyncio.AbstractEventLoop, asyncio.Task[AsyncConnectionPool]] = {}
+        self._migrate()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._where!r})"
+
+    def _migrate(self) -> None:
+        """Create or upgrade the tables, once, whoever else is starting at the same moment."""
+        psycopg = self._psycopg
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                conn.execute("CREATE TABLE IF NOT EXISTS fsm_agent_schema (version integer NOT NULL)")
+                version = conn.execute("SELECT coalesce(max(version), 0) FROM fsm_agent_schema").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    msg = f"schema version {version} is newer than this fsm_agent reads ({SCHEMA_VERSION})"
+                    raise StoreError(self._where, msg)
+                for number in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[number]:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO fsm_agent_schema (version) VALUES (%s)", (number,))
+        except psycopg.Error as exc:
+            raise StoreError(self._where, str(exc)) from None
+
+    def _sync_pool(self) -> ConnectionPool:
+        if self._pool is None:
+            from psycopg_pool import ConnectionPool
+
+            pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size, kwargs=self._connect, open=False)
+            pool.open()
+            self._pool = pool
+        return self._pool
+
+    def _run(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
+        """Run a plan in one transaction, or (``atomic``: its one write is a single statement) without one."""
+        with self._sync_pool().connection() as conn:
+            if atomic:
+                return plans.drive(plan, lambda sql, params: _reply(conn.execute(sql, params)))
+            with conn.transaction():
+                if not write:
+                    conn.execute(_REPEATABLE)
+                return plans.drive(plan, lambda sql, params: _reply(conn.execute(sql, params)))
+
+    async def _async_pool(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        opening = self._apools.get(loop)
+        if opening is None:
+            # One task per loop opens the pool; every coroutine arriving meanwhile awaits the same task.
+            opening = self._apools[loop] = loop.create_task(self._open_async_pool())
+        return await asyncio.shield(opening)
+
+    async def _open_async_pool(self) -> AsyncConnectionPool:
+        from psycopg_pool import AsyncConnectionPool
+
+        pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=self._max_size, kwargs=self._connect, open=False)
+        await pool.open()
+        return pool
+
+    async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
+        pool = await self._async_pool()
+        async with pool.connection() as conn:
+            if atomic:
+                return await _adrive(plan, conn)
+            async with conn.transaction():
+                if not write:
+                    await conn.execute(_REPEATABLE)
+                return await _adrive(plan, conn)
+
+    # --- the protocol (see SqliteStore for what each method promises) ---------------------------------------
+
+    def wants(self, state: State, paused: bool) -> bool:
+        """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
+        return wants(self.every, state, paused)
+
+    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
+        """Replace the stored run with this whole snapshot (``RunLeasedError`` while another owner advances it)."""
+        self._run(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
+
+    def load(self, run_id: str) -> dict[str, Any]:
+        """The run's latest snapshot; ``KeyError`` naming the id if absent."""
+        return self._run(self._plans.load(run_id), write=False)
+
+    def create(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
+        """Store a new run, leased to ``owner``; ``RunExistsError`` if the id is taken (unless ``overwrite``)."""
+        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, _mode(overwrite)))
+
+    def claim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
+        """Take a run over to resume it; ``RunLeasedError`` while another owner's lease is live."""
+        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
+
+    def append(self, entry: Entry, *, owner: str) -> None:
+        """Add one journal entry for ``owner``; ``RunLeasedError`` if the run is no longer its to write."""
+        self._run(self._plans.append(entry, owner), atomic=True)
+
+    def renew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
+        """Extend ``owner``'s lease (or give it up), checked like ``append``."""
+        self._run(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
+
+    def list_runs(
+        self,
+        *,
+        state: str | None = None,
+        reason: str | None = None,
+        since: float | datetime | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredRun]:
+        """The stored runs, most recently saved first, filtered by state, reason and last save time, one page."""
+        size, skip = page(limit, offset)
+        plan = self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip)
+        return self._run(plan, write=False)
+
+    def delete(self, run_id: str) -> bool:
+        """Forget one run; return whether it was there."""
+        return self._run(self._plans.delete(run_id))
+
+    def delete_finished(self, older_than: float | timedelta | None = None) -> int:
+        """Forget every run in ``Done`` or ``Failed`` (last saved more than ``older_than`` ago); return how many."""
+        return self._run(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
+
+    def close(self) -> None:
+        """Close the sync pool (the async pools close with ``aclose`` on their own loop)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- awaited, on psycopg's async connections ----------------------------------------------------------
+
+    async def asave(self, run_id: str, snapshot: dict[str, Any]) -> None:
+        """``save``, awaited."""
+        await self._arun(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
+
+    async def aload(self, run_id: str) -> dict[str, Any]:
+        """``load``, awaited."""
+        return await self._arun(self._plans.load(run_id), write=False)
+
+    async def acreate(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
+        """``create``, awaited."""
+        return await self._arun(self._plans.put(check_run_id(run_id), snapshot, owner, _mode(overwrite)))
+
+    async def aclaim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
+        """``claim``, awaited."""
+        return await self._arun(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
+
+    async def aappend(self, entry: Entry, *, owner: str) -> None:
+        """``append``, awaited."""
+        await self._arun(self._plans.append(entry, owner), atomic=True)
+
+    async def arenew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
+        """``renew``, awaited."""
+        await self._arun(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
+
+    async def alist_runs(self, **filters: Any) -> list[StoredRun]:
+        """``list_runs``, awaited."""
+        size, skip = page(filters.get("limit"), filters.get("offset", 0))
+        plan = self._plans.list_runs(
+            filters.get("state"), filters.get("reason"), epoch(filters.get("since")), None if size < 0 else size, skip
+        )
+        return await self._arun(plan, write=False)
+
+    async def adelete(self, run_id: str) -> bool:
+        """``delete``, awaited."""
+        return await self._arun(self._plans.delete(run_id))
+
+    async def adelete_finished(self, older_than: float | timedelta | None = None) -> int:
+        """``delete_finished``, awaited."""
+        return await self._arun(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
+
+    async def aclose(self) -> None:
+        """Close this event loop's async pool before the loop ends (the store stays usable; another opens later)."""
+        opening = self._apools.pop(asyncio.get_running_loop(), None)
+        if opening is not None:
+            await (await opening).close()
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+        self.close()
+
+
+async def _adrive(plan: plans.Plan[T], conn: Any) -> T:
+    """``plans.drive`` on an async connection."""
+    try:
+        query = next(plan)
+        while True:
+            cursor = await conn.execute(query[0], query[1])
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            query = plan.send((cursor.rowcount, rows))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _mode(overwrite: bool) -> plans.Mode:
+    return "overwrite" if overwrite else "create"

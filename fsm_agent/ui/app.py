@@ -1,0 +1,279 @@
+"""The run viewer as a Starlette app: a JSON API over a store, the machine drawing, and the page's static files.
+
+Read-only unless built with ``allow_decisions``: then, and only then, a
+paused run's pending calls can be approved or rejected, which records the
+decision in the stored snapshot (``store.save``) for whoever resumes the run.
+Every model- or tool-produced string leaves here as JSON and is put on the
+page as text; the page runs only its own script (a strict
+``Content-Security-Policy``); a request whose ``Host`` is not one the viewer
+was bound to is refused, so a web page cannot reach it by DNS rebinding, and
+a decision must come as JSON from the viewer's own origin, so a web page
+cannot forge one with a plain form.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fsm_agent import TABLE, Table
+from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
+from fsm_agent.ui.replay import digest
+
+STATIC = Path(__file__).resolve().parent / "static"
+PAGE_SIZE = 25
+"""Runs per page of the list."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""The names a viewer bound to loopback answers to."""
+HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+"""Sent with every response: the page loads nothing but its own files, and no other site can frame it."""
+
+
+class Runs(Protocol):
+    """What the viewer needs of a store (``SqliteStore`` and ``PostgresStore`` have it)."""
+
+    def load(self, run_id: str) -> dict[str, Any]:
+        """The run's latest snapshot; ``KeyError`` if there is none."""
+        ...
+
+    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
+        """Replace the stored run with this snapshot."""
+        ...
+
+    def list_runs(
+        self, *, state: str | None = None, reason: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> Sequence[Any]:
+        """One page of stored runs, latest first."""
+        ...
+
+
+def _host_of(header: str) -> str:
+    """The host name of a ``Host`` header, without its port (``[::1]:8000`` -> ``::1``)."""
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class Guard:
+    """ASGI middleware: refuse a ``Host`` the viewer was not bound to, add the security headers to every answer."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str] | None) -> None:
+        self.app = app
+        self.hosts = None if hosts is None else frozenset(hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        if self.hosts is not None and _host_of(host) not in self.hosts:
+            refused = JSONResponse({"error": f"this viewer does not answer to host {host!r}"}, status_code=421)
+            await refused(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                extra = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(
+    store: Runs,
+    *,
+    table: Table = TABLE,
+    allow_decisions: bool = False,
+    hosts: Sequence[str] | None = LOOPBACK,
+    store_name: str = "",
+    poll: float = 0.5,
+) -> ASGIApp:
+    """The viewer over ``store``: pages ``/`` (the runs) and ``/run?id=`` (one run), the API under ``/api``.
+
+    ``table`` is the machine the runs are drawn over; ``hosts`` the names
+    the viewer answers to (None: any, for a viewer bound to every
+    interface); ``poll`` how often (seconds) a followed run is read again.
+    """
+    drawing: list[bytes] = []
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+    async def config(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "allow_decisions": allow_decisions,
+                "store": store_name,
+                "states": [str(state) for state in table.states],
+                "reasons": ["done", *table.reasons],
+                "page_size": PAGE_SIZE,
+            }
+        )
+
+    async def machine(request: Request) -> Response:
+        if not drawing:
+            if not dot_installed():
+                return _error(f"the machine cannot be drawn: {INSTALL_HINT}", 503)
+            drawing.append(await run_in_threadpool(render, to_dot(table), "svg"))
+        return Response(drawing[0], media_type="image/svg+xml")
+
+    async def runs(request: Request) -> Response:
+        query = request.query_params
+        try:
+            offset = max(0, int(query.get("offset", "0")))
+        except ValueError:
+            return _error("offset must be a whole number", 400)
+        found = await run_in_threadpool(
+            lambda: store.list_runs(
+                state=query.get("state") or None,
+                reason=query.get("reason") or None,
+                limit=PAGE_SIZE + 1,
+                offset=offset,
+            )
+        )
+        rows = [
+            {
+                "run_id": run.run_id,
+                "state": run.state,
+                "reason": run.reason,
+                "paused": run.paused,
+                "updated": run.updated,
+                "steps": getattr(run, "steps", None),
+                "tokens": getattr(run, "tokens", None),
+            }
+            for run in found[:PAGE_SIZE]
+        ]
+        return JSONResponse({"runs": rows, "more": len(found) > PAGE_SIZE, "offset": offset, "now": time.time()})
+
+    async def one_run(request: Request) -> Response:
+        run_id = request.query_params.get("id", "")
+        try:
+            data = await run_in_threadpool(store.load, run_id)
+        except KeyError:
+            return _error(f"no run {run_id!r} in this store", 404)
+        return JSONResponse(digest(run_id, data, table))
+
+    async def events(request: Request) -> Response:
+        run_id = request.query_params.get("id", "")
+        return StreamingResponse(
+            _follow(store, run_id, table, poll, request.is_disconnected),
+            media_type="text/event-stream",
+            headers={"x-accel-buffering": "no"},
+        )
+
+    async def decide(request: Request) -> Response:
+        if not allow_decisions:
+            return _error("this viewer is read-only: start it with --allow-decisions to approve or reject calls", 403)
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return _error("a decision must be sent as application/json", 415)
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            return _error(f"a decision from origin {origin!r} is refused", 403)
+        run_id = request.query_params.get("id", "")
+        try:
+            body = await request.json()
+            call_id, approve, why = str(body["call_id"]), body["approve"], str(body.get("why") or "").strip()
+            if not isinstance(approve, bool):
+                raise TypeError("approve must be true or false")  # noqa: TRY301 - one answer for every bad body
+        except (ValueError, KeyError, TypeError) as exc:
+            return _error(f"a decision is {{call_id, approve: true|false, why}}: {exc}", 400)
+        try:
+            data = await run_in_threadpool(_record, store, run_id, call_id, True if approve else (why or False))
+        except KeyError:
+            return _error(f"no run {run_id!r} in this store", 404)
+        except ValueError as exc:
+            return _error(str(exc), 409)
+        return JSONResponse(digest(run_id, data, table))
+
+    routes = [
+        Route("/", page),
+        Route("/run", page),
+        Route("/api/config", config),
+        Route("/api/machine.svg", machine),
+        Route("/api/runs", runs),
+        Route("/api/run", one_run),
+        Route("/api/events", events),
+        Route("/api/decide", decide, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Guard(Starlette(routes=routes), hosts)
+
+
+def _record(store: Runs, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
+    """Record a person's decision on a paused run's pending call; ``ValueError`` saying why it cannot be taken."""
+    data = store.load(run_id)
+    if not data.get("paused"):
+        msg = f"run {run_id!r} is not paused for approval (it is in {data.get('state')})"
+        raise ValueError(msg)
+    pending = [call.get("id") for call in data.get("pending") or []]
+    if call_id not in pending:
+        msg = f"no pending call {call_id!r} in run {run_id!r} (pending: {', '.join(map(str, pending)) or 'none'})"
+        raise ValueError(msg)
+    approvals = dict(data.get("approvals") or {})
+    if call_id in approvals or call_id in (data.get("ran") or {}):
+        msg = f"call {call_id!r} has been decided already"
+        raise ValueError(msg)
+    approvals[call_id] = decision
+    updated = {**data, "approvals": approvals}
+    try:
+        store.save(run_id, updated)
+    except Exception as exc:  # whichever store failed (a live lease, a locked file, a lost server), say so
+        msg = f"the decision could not be saved: {type(exc).__name__}: {exc}"
+        raise ValueError(msg) from exc
+    return updated
+
+
+async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Callable[[], Any]) -> AsyncIterator[str]:
+    """Server-sent events: the run's digest each time it changes; ``end`` once it is in a terminal state."""
+    last: tuple[Any, ...] | None = None
+    quiet = 0.0
+    while not await gone():
+        try:
+            data = await run_in_threadpool(store.load, run_id)
+        except KeyError:
+            yield "event: gone\ndata: {}\n\n"
+            return
+        key = (
+            data.get("state"),
+            len(data.get("trace") or ()),
+            len(data.get("messages") or ()),
+            bool(data.get("paused")),
+            json.dumps(data.get("approvals"), sort_keys=True),
+        )
+        if key != last:
+            last, quiet = key, 0.0
+            shown = digest(run_id, data, table)
+            yield f"data: {json.dumps(shown, ensure_ascii=False)}\n\n"
+            if str(data.get("state")) in {str(state) for state in table.terminal}:
+                yield "event: end\ndata: {}\n\n"
+                return
+        elif quiet >= 15:
+            quiet = 0.0
+            yield ": still following\n\n"  # a comment line keeps proxies from closing a quiet stream
+        await anyio.sleep(poll)
+        quiet += poll

@@ -1,0 +1,178 @@
+"""A stored run as the viewer shows it: its snapshot laid out transition by transition, as plain JSON.
+
+A snapshot keeps the whole conversation, the steps (each with every counter
+against its limit after it) and the trace, but not which message or step each
+transition brought.  :func:`moments` lines them up again the way the stepper
+makes them: a ``replied`` edge brings the next assistant message, a
+``tool_done`` edge the next tool message and the next tool step, the edge
+into ``Done`` the final step.  The counters of a transition are those of the
+latest step at or before it; the last transition gets the run's counters as
+they stand, rebuilt from the snapshot by the engine's own code, and a stop
+its evidence in full.  Nothing here draws or serves: the app turns this into
+JSON and the page into text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsm_agent import TABLE, State, Table, Transition
+from fsm_agent.core import snapshot as snapshots
+from fsm_agent.definition.run import Run
+from fsm_agent.render.model import diagram_edges, row_index
+
+MODEL_EDGES = frozenset({"replied"})
+"""Triggers out of ``AwaitModel`` that bring the model's reply (an assistant message)."""
+TOOL_EDGES = frozenset({"tool_done"})
+"""Triggers out of ``ExecuteTool`` that bring a tool's result (a tool message and a step)."""
+
+
+def edge_ids(table: Table, entry: Transition) -> tuple[int | None, list[str]]:
+    """The table row a trace entry took and the ids of what draws it: ``row<index>`` and its trunk, if any.
+
+    ``(None, [])`` when the entry matches no row of ``table`` (a run of an
+    agent with its own stops, shown over the default table): the timeline
+    still lists it, the drawing just cannot light it.
+    """
+    try:
+        index = row_index(table, entry)
+    except ValueError:
+        return None, []
+    row = table.rows[index]
+    ids = [f"row{index}"]
+    if row.reason is not None:
+        ids.append(f"stops_{row.source}")
+    elif row.trigger == "finalize":
+        ids.append(f"finalize_{row.source}")
+    return index, ids
+
+
+def current_counters(data: dict[str, Any], table: Table) -> dict[str, Any] | None:
+    """Every counter against its limit as the run stands, by loading the snapshot into a run; None if it won't load."""
+    try:
+        run = Run(snapshots.limits_of(data), [], table=table)
+        snapshots.load(run, data, table.states)
+    except (snapshots.SnapshotError, KeyError, TypeError, ValueError):
+        return None
+    return dict(run.counters())
+
+
+def _calls_by_id(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {call["id"]: call for message in messages for call in message.get("tool_calls") or () if "id" in call}
+
+
+def _next(messages: list[dict[str, Any]], start: int, role: str) -> int | None:
+    return next((i for i in range(start, len(messages)) if messages[i].get("role") == role), None)
+
+
+def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
+    """One entry per transition of the stored run: the edge, and what it brought (messages, call, counters)."""
+    messages: list[dict[str, Any]] = list(data.get("messages") or [])
+    steps: list[dict[str, Any]] = list(data.get("steps") or [])
+    trace = [Transition(**entry) for entry in data.get("trace") or []]
+    calls = _calls_by_id(messages)
+    labels = {edge.index: (edge.label, edge.tooltip) for edge in diagram_edges(table)}
+    tool_steps = iter(step for step in steps if step.get("kind") == "tool_call")
+    final_steps = iter(step for step in steps if step.get("kind") == "final")
+    first_reply = _next(messages, 0, "assistant")
+    cursor = len(messages) if first_reply is None else first_reply
+    counters: dict[str, Any] | None = None
+    counted_from = ""
+    turn = 0
+    out: list[dict[str, Any]] = []
+    for position, entry in enumerate(trace):
+        start = cursor
+        call = result = None
+        if entry.source == State.AwaitModel and entry.trigger in MODEL_EDGES:
+            turn += 1
+            found = _next(messages, cursor, "assistant")
+            cursor = cursor if found is None else found + 1
+        elif entry.source == State.ExecuteTool and entry.trigger in TOOL_EDGES:
+            found = _next(messages, cursor, "tool")
+            if found is not None:
+                cursor = found + 1
+                result = messages[found]
+                call = calls.get(result.get("tool_call_id") or "")
+            step = next(tool_steps, None)
+            if step is not None:
+                counters, counted_from = step.get("counters"), f"after tool step {step.get('index', '?')}"
+        elif entry.dest == State.Done:
+            step = next(final_steps, None)
+            if step is not None:
+                counters, counted_from = step.get("counters"), "after the final answer"
+        index, ids = edge_ids(table, entry)
+        fallback = (entry.reason or entry.guard or entry.trigger, "")
+        label, tooltip = labels[index] if index is not None else fallback
+        out.append(
+            {
+                "index": position,
+                "source": entry.source,
+                "trigger": entry.trigger,
+                "dest": entry.dest,
+                "guard": entry.guard,
+                "reason": entry.reason,
+                "row": index,
+                "ids": ids,
+                "label": label,
+                "tooltip": tooltip,
+                "turn": turn,
+                "messages": [start, cursor],
+                "call": call,
+                "result": result,
+                "counters": counters,
+                "counted_from": counted_from,
+                "evidence": None,
+            }
+        )
+    _fill_calls_being_dispatched(out)
+    if out:
+        _finish(out[-1], data, table, len(messages))
+    return out
+
+
+def _fill_calls_being_dispatched(out: list[dict[str, Any]]) -> None:
+    """A ``Dispatch -> ExecuteTool`` edge shows the call it dispatches: the one the next tool edge ran."""
+    for position, moment in enumerate(out):
+        if moment["source"] == State.Dispatch and moment["dest"] == State.ExecuteTool:
+            following = next((m for m in out[position + 1 :] if m["source"] == State.ExecuteTool), None)
+            if following is not None and following["trigger"] in TOOL_EDGES:
+                moment["call"] = following["call"]
+
+
+def _finish(last: dict[str, Any], data: dict[str, Any], table: Table, message_count: int) -> None:
+    """The last transition brings whatever came after it, the counters as they stand, and the stop's evidence."""
+    last["messages"][1] = message_count
+    now = current_counters(data, table)
+    if now is not None:
+        last["counters"], last["counted_from"] = now, "as the run stands now"
+    evidence = data.get("evidence") or {}
+    if last["reason"] is not None or last["dest"] == State.Done:
+        last["evidence"] = evidence or None
+    if last["call"] is None and last["source"] == State.Dispatch and data.get("pending"):
+        last["call"] = data["pending"][0]  # the call a stop at Dispatch did not make
+
+
+def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str, Any]:
+    """Everything the run page shows about one stored run, as JSON-ready data."""
+    state = str(data.get("state"))
+    paused = bool(data.get("paused"))
+    terminal = state in {str(s) for s in table.terminal}
+    counters = current_counters(data, table)
+    raw = data.get("counters") or {}
+    return {
+        "run_id": run_id,
+        "state": state,
+        "reason": data.get("reason"),
+        "paused": paused,
+        "live": not terminal and not paused,
+        "final": data.get("final") or "",
+        "error": data.get("error"),
+        "evidence": data.get("evidence") or {},
+        "messages": data.get("messages") or [],
+        "pending": data.get("pending") or [],
+        "approvals": data.get("approvals") or {},
+        "counters": counters,
+        "tokens": int(raw.get("input_tokens", 0)) + int(raw.get("output_tokens", 0)),
+        "steps": len(data.get("steps") or []),
+        "moments": moments(data, table),
+    }

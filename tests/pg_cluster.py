@@ -1,0 +1,99 @@
+"""A throwaway PostgreSQL cluster for the store tests and benchmark: a temporary directory, a loopback port.
+
+Debian's ``postgresql`` package puts ``initdb`` and ``pg_ctl`` under
+``/usr/lib/postgresql/<version>/bin`` (not on ``PATH``), so both places are
+searched.  The server refuses to run as root, and CI runs as root: then the
+cluster is created and started as an unprivileged system user (``nobody``),
+which owns the temporary directory.  Nothing outside that directory is
+touched, and ``stop()`` removes it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+HOW_TO_GET = "apt-get install postgresql (Debian/Ubuntu) or put initdb and pg_ctl on PATH"
+
+UNPRIVILEGED = "nobody"
+"""The user the server runs as when we are root: it exists on every Debian system."""
+
+
+def find_bindir() -> Path | None:
+    """The directory holding ``initdb`` and ``pg_ctl``: ``PATH`` first, then the newest Debian install."""
+    on_path = shutil.which("initdb")
+    if on_path is not None and shutil.which("pg_ctl") is not None:
+        return Path(on_path).parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+    return Path(versions[-1]).parent if versions else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class Cluster:
+    """One PostgreSQL server in its own temporary directory, with a ``dsn`` for the superuser ``fsm``."""
+
+    def __init__(self, bindir: Path, *, fsync: bool = False) -> None:
+        self.bindir = bindir
+        self.fsync = fsync
+        self.root = Path(tempfile.mkdtemp(prefix="fsm-agent-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.dsn = f"postgresql://fsm@127.0.0.1:{self.port}/postgres"
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            # The server will not run as root: hand the directory to an unprivileged user and run as it.
+            shutil.chown(self.root, UNPRIVILEGED)
+            self._as_user = ["runuser", "-u", UNPRIVILEGED, "--"]
+
+    def _run(self, *command: str) -> None:
+        done = subprocess.run([*self._as_user, *command], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            msg = f"{Path(command[0]).name} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
+            raise RuntimeError(msg)
+
+    def start(self) -> Cluster:
+        """initdb (trust authentication on loopback only) and start the server; wait until it accepts connections."""
+        self._run(
+            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "fsm", "-A", "trust", "--no-sync", "-E", "UTF8"
+        )
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root}"
+            f" -c max_connections=200 -c fsync={'on' if self.fsync else 'off'}"
+        )
+        log = self.root / "server.log"
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(log), "-w", "start")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.05)
+        msg = f"PostgreSQL did not start on port {self.port}: {log.read_text(errors='replace')[-500:]}"
+        raise RuntimeError(msg)
+
+    def stop(self) -> None:
+        """Stop the server at once and remove its directory."""
+        try:
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def new_database(self, name: str) -> str:
+        """Create an empty database and return its DSN (each test module gets a fresh one)."""
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')  # a fixed test name, not user input
+        return self.dsn.rsplit("/", 1)[0] + f"/{name}"

@@ -1,0 +1,73 @@
+"""What the store tests share: a long scripted run any process can resume, and a look inside a store's tables."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fsm_agent import Agent, Message, ModelResponse, ToolRegistry, Usage
+from fsm_agent.persist import is_url
+from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
+from fsm_agent.tools import JSONSchema
+
+
+class Ticks:
+    """K tool turns of ``tick``, then an answer; the reply depends only on the conversation, so it resumes anywhere."""
+
+    def __init__(self, k: int, text: str = "tick") -> None:
+        self.k = k
+        self.text = text
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        given = sum(1 for m in messages if m.role == "assistant")
+        if given < self.k:
+            return tool_turn(tool_call("tick", id=f"t{given}", n=given), content=self.text, usage=Usage(3, 2))
+        return reply(f"{self.text}: done after {given}", usage=Usage(3, 2))
+
+
+def tick_registry(counter: str | None = None) -> ToolRegistry:
+    """A registry with ``tick(n)``; with ``counter``, every call that ran appends its call id to that file."""
+    registry = ToolRegistry()
+
+    def tick(n: int, call_id: str) -> dict[str, int]:
+        """Count one call."""
+        if counter is not None:
+            with Path(counter).open("a", encoding="utf-8") as file:
+                file.write(call_id + "\n")
+        return {"n": n}
+
+    registry.register(tick)
+    return registry
+
+
+def tick_agent(k: int, counter: str | None = None, text: str = "tick", **options: Any) -> Agent:
+    """An agent for ``Ticks(k)`` with room for all its turns."""
+    options.setdefault("max_steps", k + 1)
+    return Agent(Ticks(k, text), tick_registry(counter), clock=ManualClock(), **options)
+
+
+def journal(target: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's journal entries, read straight from the store's tables."""
+    if is_url(target):
+        import psycopg
+
+        with psycopg.connect(target) as conn:
+            rows = conn.execute("SELECT entry FROM fsm_agent_journal WHERE run_id = %s ORDER BY seq", (run_id,))
+            texts = [text for (text,) in rows.fetchall()]
+    else:
+        with contextlib.closing(sqlite3.connect(target)) as db:
+            texts = [t for (t,) in db.execute("SELECT entry FROM journal WHERE run_id = ? ORDER BY seq", (run_id,))]
+    return [json.loads(text) for text in texts]
+
+
+LONE = "half an emoji \ud83d and a lone low \udc00"
+"""Text with lone surrogates, as providers do send it."""
+
+
+def as_json(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(snapshot))  # type: ignore[no-any-return]

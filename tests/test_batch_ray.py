@@ -1,0 +1,150 @@
+"""Batches on a local Ray instance: dead workers retried and resumed, exactly-once tool calls, resuming, cancelling."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from batch_agents import MODEL_LOG, TOOL_LOG, counts, factory, lines, tag
+from pg_cluster import Cluster
+
+from fsm_agent import CancelToken, RunResult
+from fsm_agent.batch import iter_batch, run_batch
+
+ray = pytest.importorskip("ray", reason="the ray extra is installed by `make test`")
+
+TESTS = Path(__file__).parent
+LEASE = 1.0
+"""Seconds a dead worker's run stays held before its retry takes it over; short, so the tests stay quick."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    """One small local Ray instance for the module: two CPUs, no dashboard, the test helpers importable."""
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
+    )
+    yield
+    ray.shutdown()
+
+
+def _questions(n: int) -> list[str]:
+    return [f"question {i}" for i in range(n)]
+
+
+@pytest.mark.usefixtures("cluster")
+def test_runs_whose_worker_is_killed_end_as_if_uninterrupted_and_no_completed_call_repeats(tmp_path: Path) -> None:
+    """50 runs, every tenth one's worker killed mid-tool-call: same results, each tool and model call made once."""
+    questions = _questions(50)
+    doomed = frozenset(f"{tag(q)}-1" for q in questions[::10])
+    (tmp_path / "ref").mkdir()
+    reference = run_batch(factory(tmp_path / "ref"), questions, store=tmp_path / "ref.db", executor="local",
+                          progress=False)  # fmt: skip
+    ledger = tmp_path / "ray"
+    ledger.mkdir()
+    make = factory(ledger, kill=doomed)
+    results = run_batch(make, questions, store=tmp_path / "runs.db", progress=False, lease=LEASE)
+    assert [r.evidence for r in results if not r.ok] == []
+    assert results == reference
+    assert len(list(ledger.glob("killed-*"))) == len(doomed)
+    tools, model = counts(ledger / TOOL_LOG), counts(ledger / MODEL_LOG)
+    assert len(tools) == 50 * 3
+    assert set(tools.values()) == {1}
+    assert len(model) == 50 * 4
+    assert set(model.values()) == {1}
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_half_finished_batch_on_ray_makes_no_model_call_for_its_finished_runs(tmp_path: Path) -> None:
+    """The first ten runs finished earlier: running all twenty calls the model only for the ten new ones."""
+    store = tmp_path / "runs.db"
+    questions = _questions(20)
+    first = run_batch(factory(tmp_path), questions[:10], store=store, progress=False)
+    before = len(lines(tmp_path / MODEL_LOG))
+    results = run_batch(factory(tmp_path), questions, store=store, progress=False)
+    assert [r.evidence for r in results if not r.ok] == []
+    assert results[:10] == first
+    called = {key.split()[0] for key in lines(tmp_path / MODEL_LOG)[before:]}
+    assert called == {tag(q) for q in questions[10:]}
+
+
+@pytest.mark.usefixtures("cluster")
+def test_results_on_ray_keep_input_order_and_stops_are_results(tmp_path: Path) -> None:
+    """A stop on Ray is a result in its input's place, not an exception, and equals the local executor's."""
+    inputs = ["loop 0", "question 1", "loop 2", "question 3"]
+    results = run_batch(factory(tmp_path), inputs, store=tmp_path / "runs.db", progress=False, max_in_flight=2)
+    assert [r.reason for r in results] == ["repeated_action", "done", "repeated_action", "done"], results
+    local = run_batch(factory(tmp_path), inputs, store=tmp_path / "local.db", executor="local", progress=False)
+    assert results == local
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_cancelled_ray_batch_reports_every_input_and_a_rerun_finishes_it(tmp_path: Path) -> None:
+    """After cancel, runs in flight stop at their next check and report cancelled; rerunning finishes every run."""
+    store = tmp_path / "runs.db"
+    token = CancelToken()
+    seen: list[RunResult] = []
+    make = factory(tmp_path, rounds=8, latency=0.2)  # a run takes longer than a task takes to hear the switch
+    for _, result in iter_batch(make, _questions(8), store=store, cancel=token, max_in_flight=4, lease=LEASE):
+        seen.append(result)
+        if len(seen) == 2:
+            token.cancel("enough")
+    assert len(seen) == 8
+    stopped = [r for r in seen if r.reason == "cancelled" and r.evidence.get("started") is not False]
+    assert stopped, "some run was in flight at the cancel"
+    # Told by the batch's switch, each stopped at a check: Failed and checkpointed, its lease given up.
+    assert all(r.snapshot is not None and r.snapshot["state"] == "Failed" for r in stopped)
+    again = run_batch(make, _questions(8), store=store, progress=False, lease=LEASE)
+    assert [r.evidence for r in again if not r.ok] == []
+    executed = counts(tmp_path / TOOL_LOG)
+    assert len(executed) == 8 * 8
+    assert sum(n - 1 for n in executed.values()) <= 4  # only calls in flight at the cancel may run again
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_sqlite_store_with_a_remote_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    """Workers on other machines cannot open a SQLite file: refused before any run, naming the fix."""
+    with pytest.raises(ValueError, match=r"SQLite file.*use a PostgreSQL store"):
+        run_batch(factory(tmp_path), ["q"], store=tmp_path / "runs.db", ray_address="ray://10.0.0.1:10001",
+                  progress=False)  # fmt: skip
+    assert not lines(tmp_path / MODEL_LOG)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_no_more_than_max_in_flight_tasks_are_submitted_at_once(tmp_path: Path) -> None:
+    """Backpressure on Ray: a task is submitted only when fewer than max_in_flight are unfinished."""
+    peak, live = 0, 0
+
+    def started(_: object) -> None:
+        nonlocal peak, live
+        live += 1
+        peak = max(peak, live)
+
+    make = factory(tmp_path, latency=0.01)
+    for _ in iter_batch(make, _questions(12), store=tmp_path / "runs.db", max_in_flight=3, on_start=started):
+        live -= 1
+    assert peak == 3
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_batch_on_ray_with_a_postgresql_store_survives_killed_workers(
+    postgres_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The cluster set-up: each worker opens the PostgreSQL store from its URL; killed runs resume, calls made once."""
+    url = postgres_cluster.new_database(f"t_{uuid.uuid4().hex[:16]}")
+    questions = _questions(10)
+    doomed = frozenset(f"{tag(q)}-1" for q in questions[::5])
+    results = run_batch(factory(tmp_path, kill=doomed), questions, store=url, progress=False, lease=LEASE)
+    assert [r.evidence for r in results if not r.ok] == []
+    assert [r.final for r in results] == [f"answer to {q}" for q in questions]
+    assert len(list(tmp_path.glob("killed-*"))) == 2
+    tools = counts(tmp_path / TOOL_LOG)
+    assert len(tools) == 10 * 3
+    assert set(tools.values()) == {1}

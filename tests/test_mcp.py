@@ -1,0 +1,296 @@
+"""Tools from MCP servers: a real server written with the SDK (``tests/mcp_server.py``), over stdio and over HTTP.
+
+Nothing of the SDK is mocked: the server runs as a subprocess, and the
+client side is ``fsm_agent.mcp`` on the SDK's own client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install -e '.[mcp]'")
+
+import mcp_types
+
+from fsm_agent import Agent, AgentLoopError, ToolCall, ToolRegistry
+from fsm_agent.mcp import McpTools, http_tools, stdio_tools, tool_message
+from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
+
+SERVER = Path(__file__).parent / "mcp_server.py"
+
+
+@pytest.fixture
+def counts(tmp_path: Path) -> Path:
+    """The file where the server's ``bump`` tool counts its side effects."""
+    return tmp_path / "counts.json"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolRegistry]:
+    """One stdio connection for the tests that neither kill the server nor count its side effects."""
+    with stdio(tmp_path_factory.mktemp("shared") / "counts.json") as tools:
+        yield tools
+
+
+def server_env(counts: Path) -> dict[str, str]:
+    return {"FSM_AGENT_TEST_COUNTS": str(counts)}
+
+
+def stdio(counts: Path) -> McpTools:
+    return stdio_tools(sys.executable, [str(SERVER)], server_env(counts))
+
+
+def counted(counts: Path) -> dict[str, int]:
+    return json.loads(counts.read_text()) if counts.exists() else {}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def http_process(counts: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The test server over streamable HTTP on a loopback port: its MCP endpoint URL and its process."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)  # a proxy must never see loopback test traffic
+    port = _free_port()
+    env = {**os.environ, **server_env(counts)}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # uvicorn logs every request
+    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)], env=env, **quiet)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the MCP test server did not start (exit code {process.poll()})")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", process
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture
+def http_server(http_process: tuple[str, subprocess.Popen[bytes]]) -> str:
+    """The HTTP test server's MCP endpoint URL."""
+    return http_process[0]
+
+
+def test_stdio_registry_holds_the_servers_tools_as_listed(shared: ToolRegistry) -> None:
+    """Names, descriptions and input schemas are the server's own, unchanged."""
+    tools = shared
+    assert list(tools) == ["echo", "add", "forecast", "refuse", "picture", "bump", "crash"]
+    forecast = tools.get("forecast")
+    assert forecast is not None
+    assert forecast.description == "A made-up forecast, as structured content."
+    assert forecast.parameters["properties"]["days"] == {"default": 1, "title": "Days", "type": "integer"}
+    assert forecast.parameters["required"] == ["city"]
+    assert tools.source == f"MCP server {' '.join([sys.executable, str(SERVER)])!r}"
+
+
+def test_text_results_are_the_tool_message_unquoted(shared: ToolRegistry) -> None:
+    """Text blocks are the tool message as they are; structured content does not replace the server's text."""
+    tools = shared
+    assert tools.execute(ToolCall("1", "echo", {"text": "héllo"})).content == "héllo"
+    assert tools.execute(ToolCall("2", "add", {"a": 2, "b": 3})).content == "5"
+    forecast = tools.execute(ToolCall("3", "forecast", {"city": "Paris"}))
+    assert json.loads(forecast.content) == {"city": "Paris", "days": 1, "sky": "clear"}
+    picture = tools.execute(ToolCall("4", "picture", {}))
+    assert picture.ok
+    assert picture.content == "[image: image/png, 67 bytes]"
+
+
+def test_is_error_is_a_tool_failure_with_the_servers_text(shared: ToolRegistry) -> None:
+    """A result with isError is a failed ToolResult whose message is the registry's error shape."""
+    tools = shared
+    outcome = tools.execute(ToolCall("1", "refuse", {"why": "not today"}))
+    assert not outcome.ok
+    assert outcome.error is not None
+    assert "not today" in outcome.error
+    assert json.loads(outcome.content) == {"error": outcome.error}
+    bad = tools.execute(ToolCall("2", "add", {"a": "x"}))  # the server validates its own schema
+    assert not bad.ok
+    assert "validation error" in (bad.error or "")
+
+
+def test_mcp_errors_count_toward_tool_failures(shared: ToolRegistry) -> None:
+    """Three failing MCP calls in a row stop the run with tool_failures, the server's text as last_error."""
+    model = FakeModel([tool_turn(tool_call("refuse", why=f"no {i}")) for i in range(3)])
+    with pytest.raises(AgentLoopError) as info:
+        Agent(model, shared, max_consecutive_failures=3).run("go")
+    assert info.value.reason == "tool_failures"
+    assert "no 2" in info.value.evidence["last_error"]
+
+
+def test_content_types_map_to_text_as_documented() -> None:
+    """Structured content alone, resource links, embedded resources and audio become the documented text."""
+    only_structured = mcp_types.CallToolResult(content=[], structured_content={"b": 1, "a": "é"})
+    assert tool_message(only_structured).content == '{"b":1,"a":"é"}'
+    blocks = mcp_types.CallToolResult(
+        content=[
+            mcp_types.TextContent(type="text", text="first"),
+            mcp_types.ResourceLink(type="resource_link", uri="file:///a.txt", name="a.txt"),
+            mcp_types.EmbeddedResource(
+                type="resource", resource=mcp_types.TextResourceContents(uri="file:///b.txt", text="inside b")
+            ),
+            mcp_types.EmbeddedResource(
+                type="resource",
+                resource=mcp_types.BlobResourceContents(uri="file:///c.bin", blob="AAEC", mime_type="x/bin"),
+            ),
+            mcp_types.AudioContent(type="audio", data="AAAA", mime_type="audio/wav"),
+        ]
+    )
+    assert tool_message(blocks).content.splitlines() == [
+        "first",
+        "[resource link: file:///a.txt (a.txt)]",
+        "inside b",
+        "[resource file:///c.bin: x/bin, 3 bytes]",
+        "[audio: audio/wav, 3 bytes]",
+    ]
+    empty_error = mcp_types.CallToolResult(content=[], is_error=True)
+    assert tool_message(empty_error).error == "the MCP tool reported an error without a message"
+
+
+def test_a_server_dying_mid_call_fails_that_call_and_later_ones_fast(counts: Path) -> None:
+    """The call in flight is a failure naming the server; later calls fail at once without being sent."""
+    with stdio(counts) as tools:
+        lost = tools.execute(ToolCall("1", "crash", {}))
+        assert not lost.ok
+        assert "stopped answering" in (lost.error or "")
+        assert "'crash'" in (lost.error or "")
+        started = time.monotonic()
+        later = tools.execute(ToolCall("2", "echo", {"text": "anyone?"}))
+        assert time.monotonic() - started < 1
+        assert "is gone" in (later.error or "")
+        assert "was not sent" in (later.error or "")
+
+
+def test_a_dead_server_in_a_run_is_a_tool_failure_not_a_crash(counts: Path) -> None:
+    """The run goes on after the server dies; its failures stop it with tool_failures."""
+    model = FakeModel(tool_turn(tool_call("crash")), tool_turn(tool_call("echo", text="x")), reply("unused"))
+    with stdio(counts) as tools, pytest.raises(AgentLoopError) as info:
+        Agent(model, tools, max_consecutive_failures=2).run("go")
+    assert info.value.reason == "tool_failures"
+    assert "was not sent" in info.value.evidence["last_error"]
+
+
+def test_a_server_that_cannot_start_is_a_connection_error() -> None:
+    """Entering the block fails with ConnectionError naming the server."""
+    with pytest.raises(ConnectionError, match="no-such-mcp-server"), stdio_tools("no-such-mcp-server"):
+        pass
+
+
+def test_calls_after_the_block_fail_unsent(counts: Path) -> None:
+    """Leaving the block closes the session; the registry's tools then fail without reaching the server."""
+    with stdio(counts) as tools:
+        pass
+    outcome = tools.execute(ToolCall("1", "bump", {"key": "late"}))
+    assert "connection was closed" in (outcome.error or "")
+    assert counted(counts) == {}
+
+
+def test_registries_merge_and_clashes_name_both_sources(shared: ToolRegistry, http_server: str) -> None:
+    """Local tools, a stdio server and an HTTP server merge; a clash names both sources; a prefix resolves it."""
+    local = ToolRegistry()
+
+    @local.register
+    def echo(text: str) -> str:
+        """Local echo."""
+        return text.upper()
+
+    over_stdio = shared
+    with http_tools(http_server) as over_http:
+        merged = ToolRegistry()
+        merged.include(local)
+        with pytest.raises(ValueError, match=r"'echo' from MCP server .* clashes with 'echo' from local tools"):
+            merged.include(over_stdio)
+        assert list(merged) == ["echo"]  # nothing of the refused registry was added
+        merged.include(over_stdio, prefix="cli_")
+        clash = re.escape(f"'cli_echo' from MCP server {http_server} clashes with 'cli_echo'")
+        with pytest.raises(ValueError, match=clash):
+            merged.include(over_http, prefix="cli_")
+        merged.include(over_http, prefix="web_")
+        assert merged.source_of("web_add") == f"MCP server {http_server}"
+        assert merged.execute(ToolCall("1", "echo", {"text": "a"})).content == '"A"'
+        assert merged.execute(ToolCall("2", "cli_echo", {"text": "b"})).content == "b"
+        assert merged.execute(ToolCall("3", "web_echo", {"text": "c"})).content == "c"
+        assert {s["name"] for s in merged.schemas()} >= {"echo", "cli_bump", "web_bump"}
+
+
+def test_a_run_over_http_with_the_async_driver(http_server: str) -> None:
+    """``async with http_tools(...)`` serves ``arun``; a turn's calls run concurrently on one session."""
+    model = FakeModel(
+        tool_turn(tool_call("add", a=1, b=2), tool_call("echo", text="hi"), tool_call("bump", key="k")),
+        reply("done"),
+    )
+
+    async def main() -> str:
+        async with http_tools(http_server) as tools:
+            result = await Agent(model, tools).arun("go")
+        return result.final
+
+    assert asyncio.run(main()) == "done"
+    answers = [m.content for m in model.seen[1] if m.role == "tool"]
+    assert answers == ["3", "hi", "1"]
+
+
+def test_side_effects_run_once_across_resume_and_retry(counts: Path) -> None:
+    """A resumed run and a retried model call never repeat an MCP call that already ran."""
+    model = FakeModel(
+        tool_turn(tool_call("bump", key="a")),
+        RuntimeError("provider down"),
+        tool_turn(tool_call("bump", key="b")),
+        reply("finished"),
+    )
+    with stdio(counts) as tools:
+        agent = Agent(model, tools, max_steps=1)
+        with pytest.raises(AgentLoopError) as stopped:
+            agent.run("go")
+        assert stopped.value.reason == "max_steps"
+        assert counted(counts) == {"a": 1}
+        with pytest.raises(AgentLoopError) as failed:
+            agent.resume(stopped.value.result, max_steps=5).finish()
+        assert failed.value.reason == "model_error"
+        result = agent.resume(failed.value.result, retry=True).finish()
+    assert result.final == "finished"
+    assert counted(counts) == {"a": 1, "b": 1}
+
+
+def test_the_readme_example_runs_offline_against_the_example_server() -> None:
+    """``python examples/mcp_agent.py`` lists the example server's tools and answers from its word count."""
+    example = Path(__file__).parent.parent / "examples" / "mcp_agent.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["tools: word_count, shout", "tool said: 6", "answer: It has 6 words."]
+
+
+def test_an_http_server_that_goes_away_fails_the_call_and_later_ones_fast(
+    http_process: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """Over HTTP too, a server that stopped is a tool failure naming it, and later calls are not sent."""
+    url, process = http_process
+    with http_tools(url) as tools:
+        assert tools.execute(ToolCall("1", "echo", {"text": "hi"})).content == "hi"
+        process.terminate()
+        process.wait(10)
+        lost = tools.execute(ToolCall("2", "echo", {"text": "anyone?"}))
+        assert not lost.ok
+        assert f"MCP server {url}" in (lost.error or "")
+        later = tools.execute(ToolCall("3", "echo", {"text": "still?"}))
+        assert "was not sent" in (later.error or "")

@@ -1,0 +1,316 @@
+"""Every store behaves the same: each test here runs against a SQLite file and a PostgreSQL database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from store_cases import LONE, Ticks, as_json, journal, tick_agent
+
+import fsm_agent
+from fsm_agent import Agent, AgentLoopError, RunExistsError, RunLeasedError, ToolRegistry
+from fsm_agent.persist import PostgresStore, SqliteStore, open_store
+from fsm_agent.persist.store import Entry, Summary
+from fsm_agent.records import plain
+from fsm_agent.testing import ManualClock
+
+Store = SqliteStore | PostgresStore
+
+
+@pytest.fixture
+def stores(store_target: str) -> Iterator[list[Store]]:
+    """Stores opened in the test, closed after it."""
+    made: list[Store] = []
+    yield made
+    for store in made:
+        store.close()
+
+
+@pytest.fixture
+def opened(store_target: str, stores: list[Store]) -> Any:
+    """``opened(**options)``: a store on this test's SQLite file or PostgreSQL database."""
+
+    def make(**options: Any) -> Store:
+        store = open_store(store_target, **options)
+        stores.append(store)
+        return store
+
+    return make
+
+
+def test_after_every_transition_the_store_loads_exactly_the_run_s_snapshot(opened: Any) -> None:
+    """Base plus journal rebuilds the very snapshot the run object would give, at every transition."""
+    store = opened()
+    run = tick_agent(5).start("go", store=store, run_id="r")
+    assert store.load("r") == as_json(run.snapshot())
+    while not run.done:
+        run.advance()
+        assert store.load("r") == as_json(run.snapshot())
+
+
+def test_each_checkpoint_appends_only_what_its_transition_added(opened: Any, store_target: str) -> None:
+    """One journal entry per transition, holding the new messages, steps and trace entries, whatever the length."""
+    store = opened()
+    result = tick_agent(60).run("go", store=store, run_id="long")
+    entries = journal(store_target, "long")
+    assert len(entries) == len(result.trace)
+    assert all(len(e.get("add", {}).get("trace", [])) == 1 for e in entries)
+    assert sum(len(e.get("add", {}).get("messages", [])) for e in entries) == len(result.messages) - 1
+    sizes = [len(json.dumps(e)) for e in entries]
+    early, late = max(sizes[4:40]), max(sizes[-40:-4])
+    assert late <= early * 1.2, "an entry grew with the length of the run"
+
+
+def test_list_runs_filters_by_state_reason_and_time_and_pages(opened: Any) -> None:
+    """list_runs(state=, reason=, since=, limit=, offset=) with steps and tokens beside each run."""
+    store = opened()
+    before = time.time() - 1
+    tick_agent(2).run("go", store=store, run_id="done-1")
+    with pytest.raises(AgentLoopError):
+        tick_agent(5, max_steps=1).run("go", store=store, run_id="stopped")
+    tick_agent(2).run("go", store=store, run_id="done-2")
+    everything = store.list_runs()
+    assert [r.run_id for r in everything] == ["done-2", "stopped", "done-1"]
+    assert (everything[0].steps, everything[0].tokens) == (3, 15)
+    assert [r.run_id for r in store.list_runs(state="Failed")] == ["stopped"]
+    assert [r.run_id for r in store.list_runs(reason="done")] == ["done-2", "done-1"]
+    assert [r.run_id for r in store.list_runs(limit=1, offset=1)] == ["stopped"]
+    assert [r.run_id for r in store.list_runs(offset=2)] == ["done-1"]
+    assert len(store.list_runs(since=before)) == 3
+    assert store.list_runs(since=time.time() + 60) == []
+
+
+def test_delete_finished_keeps_running_and_paused_runs_and_honours_older_than(opened: Any) -> None:
+    """Only Done and Failed runs go, and with older_than only those last saved before then."""
+    store = opened()
+    tick_agent(1).run("go", store=store, run_id="finished")
+    paused = tick_agent(3, approve={"tick"}).run("go", store=store, run_id="paused")
+    running = tick_agent(3).start("go", store=store, run_id="running")
+    running.advance()
+    assert paused.reason == "paused"
+    assert store.delete_finished(older_than=3600) == 0
+    assert store.delete_finished(older_than=0) == 1
+    assert sorted(r.run_id for r in store.list_runs()) == ["paused", "running"]
+    assert store.delete("paused") is True
+    assert store.delete("paused") is False
+    with pytest.raises(KeyError, match="no run 'paused'"):
+        store.load("paused")
+
+
+def test_reusing_a_run_id_is_refused_and_the_stored_run_survives(opened: Any) -> None:
+    """A second run with a stored id is RunExistsError, even for a paused run; overwrite=True replaces it."""
+    store = opened()
+    first = tick_agent(3, approve={"tick"}).run("wire the money", store=store, run_id="job-42")
+    assert first.reason == "paused"
+    with pytest.raises(RunExistsError, match="'job-42' already exists") as info:
+        tick_agent(1).run("unrelated", store=store, run_id="job-42")
+    assert isinstance(info.value, fsm_agent.FsmAgentError)
+    assert store.load("job-42")["messages"][0]["content"] == "wire the money"
+    tick_agent(1).run("unrelated", store=store, run_id="job-42", overwrite=True)
+    assert store.load("job-42")["messages"][0]["content"] == "unrelated"
+
+
+def test_an_empty_run_id_is_a_value_error(opened: Any) -> None:
+    """run_id="" is refused rather than replaced by a random id, with a store or without."""
+    with pytest.raises(ValueError, match="run_id must not be empty"):
+        tick_agent(1).run("go", store=opened(), run_id="")
+    with pytest.raises(ValueError, match="run_id must not be empty"):
+        tick_agent(1).start("go", run_id="")
+
+
+def test_a_second_owner_is_refused_with_the_holder_named_until_the_first_returns(opened: Any) -> None:
+    """While one run object advances a run, resuming it elsewhere is RunLeasedError; once it pauses, anyone may."""
+    store = opened()
+    agent = tick_agent(3, approve={"tick"})
+    first = agent.start("go", store=store, run_id="shared")
+    first.advance()
+    with pytest.raises(RunLeasedError) as info:
+        agent.resume(store.load("shared"), store=opened())
+    assert info.value.holder == first._journal.owner  # type: ignore[union-attr]
+    assert info.value.holder in str(info.value)
+    while not first.paused:
+        first.advance()
+    resumed = agent.resume(store.load("shared"), store=opened(), approvals={"t0": True})
+    resumed.advance()
+    assert store.load("shared")["trace"][-1]["dest"] == "AwaitModel"
+
+
+def test_resuming_a_paused_run_without_a_decision_leaves_it_free(opened: Any) -> None:
+    """Looking at a paused run through resume() does not lock out the person who then decides on it."""
+    store = opened()
+    agent = tick_agent(3, approve={"tick"})
+    agent.run("go", store=store, run_id="waiting")
+    assert agent.resume(store.load("waiting"), store=store).paused
+    decided = agent.resume(store.load("waiting"), store=opened(), approvals={"t0": True})
+    decided.advance()
+    assert store.load("waiting")["trace"][-1]["source"] == "ExecuteTool"
+
+
+def test_a_lapsed_lease_is_taken_over_and_the_old_owner_is_then_refused(opened: Any) -> None:
+    """A stuck owner's lease lapses; another resumes the run; the stuck one's next checkpoint is refused."""
+    store = opened(lease=0.3)
+    stuck = tick_agent(4).start("go", store=store, run_id="slow")
+    stuck.advance()
+    time.sleep(0.4)
+    taker = tick_agent(4).resume(store.load("slow"), store=opened(lease=0.3))
+    result = taker.finish()
+    with pytest.raises(RunLeasedError):
+        stuck.advance()
+    assert store.load("slow")["final"] == result.final
+
+
+def test_a_run_checkpointing_every_turn_still_renews_its_lease_in_between(opened: Any) -> None:
+    """With every="turn", transitions that write nothing still renew a lease that is a third spent."""
+    store = opened(every="turn", lease=0.6)
+    run = tick_agent(3).start("go", store=store, run_id="turns")
+    while run.state != "Dispatch":
+        run.advance()
+    time.sleep(0.3)
+    run.advance()  # Dispatch -> ExecuteTool: no checkpoint, but the lease is renewed
+    time.sleep(0.4)
+    with pytest.raises(RunLeasedError):
+        tick_agent(3).resume(store.load("turns"), store=opened(lease=0.6))
+
+
+def test_save_replaces_a_run_whole_but_not_one_being_advanced(opened: Any) -> None:
+    """save() is a compaction point for a run nobody holds, and refuses a leased one."""
+    store = opened()
+    run = tick_agent(3).start("go", store=store, run_id="busy")
+    run.advance()
+    with pytest.raises(RunLeasedError):
+        store.save("busy", run.snapshot())
+    result = run.finish()
+    store.save("busy", store.load("busy"))
+    assert store.load("busy")["final"] == result.final
+    store.save("fresh", store.load("busy"))
+    assert {r.run_id for r in store.list_runs()} == {"busy", "fresh"}
+
+
+def test_append_refuses_an_owner_whose_run_moved_on(opened: Any) -> None:
+    """A write that does not follow the stored run's latest one is refused (no interleaved journals)."""
+    store = opened()
+    run = tick_agent(2).start("go", store=store, run_id="x")
+    owner = run._journal.owner  # type: ignore[union-attr]
+    entry = Entry("x", 7, json.dumps({"add": {}, "set": {}}), Summary("AwaitModel", None, False, 0, 0))
+    with pytest.raises(RunLeasedError, match="changed in the store"):
+        store.append(entry, owner=owner)
+
+
+def test_lone_surrogates_are_stored_and_loaded_exactly(opened: Any) -> None:
+    """Model and tool text with lone surrogates is checkpointed, loaded back unchanged and resumed."""
+    store = opened()
+    agent = tick_agent(2, text=LONE)
+    run = agent.start("go \ud800", store=store, run_id="surrogate")
+    run.advance()
+    loaded = store.load("surrogate")
+    assert loaded == as_json(run.snapshot())
+    assert loaded["messages"][-1]["content"] == LONE
+    assert agent.resume(loaded).finish().final == f"{LONE}: done after 2"
+    result = run.finish()
+    assert store.load("surrogate")["final"] == result.final
+
+
+def test_the_async_driver_awaits_its_checkpoints(opened: Any) -> None:
+    """arun with a store never calls a sync store method, and the stored run equals the result."""
+    store = opened()
+    called: list[str] = []
+    for name in ("save", "load", "create", "claim", "append", "renew"):
+        real = getattr(store, name)
+
+        def refuse(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            called.append(_name)
+            return _real(*args, **kwargs)
+
+        setattr(store, name, refuse)
+
+    async def main() -> tuple[Any, dict[str, Any], list[str]]:
+        result = await tick_agent(4).arun("go", store=store, run_id="async")
+        loaded = await store.aload("async")
+        runs = [r.run_id for r in await store.alist_runs(state="Done")]
+        await store.aclose()
+        return result, loaded, runs
+
+    result, loaded, runs = asyncio.run(main())
+    if isinstance(store, PostgresStore):
+        assert called == [], "the event loop waited on a sync database call"
+    assert (loaded["final"], loaded["trace"], runs) == (result.final, [plain(t) for t in result.trace], ["async"])
+
+
+def test_an_async_run_cancelled_mid_call_is_stored_as_cancelled_and_released(opened: Any) -> None:
+    """Cancelling the task records Failed(cancelled) in the store, awaited, and frees the run for others."""
+    store = opened()
+    registry = ToolRegistry()
+
+    @registry.register
+    async def tick(n: int) -> int:
+        """Wait for a long time."""
+        await asyncio.sleep(30)
+        return n
+
+    agent = Agent(Ticks(3), registry, clock=ManualClock())
+
+    async def main() -> None:
+        task = asyncio.ensure_future(agent.arun("go", store=store, run_id="cut"))
+        while await _state(store, "cut") != "ExecuteTool":
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.aclose()
+
+    asyncio.run(main())
+    stored = store.load("cut")
+    assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
+    tick_agent(3).resume(stored, store=store)  # nobody holds it any more
+
+
+async def _state(store: Store, run_id: str) -> str | None:
+    try:
+        return (await store.aload(run_id))["state"]  # type: ignore[no-any-return]
+    except KeyError:
+        return None
+
+
+def test_async_methods_cover_the_whole_protocol(opened: Any) -> None:
+    """asave, aload, adelete and adelete_finished do what their sync twins do."""
+    store = opened()
+
+    async def main() -> None:
+        tick_agent(1).run("go", store=store, run_id="a")
+        snapshot = await store.aload("a")
+        await store.asave("b", snapshot)
+        assert await store.aload("b") == snapshot
+        assert await store.adelete("b") is True
+        assert await store.adelete_finished() == 1
+        assert await store.alist_runs() == []
+        await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_store_with_only_save_and_load_still_checkpoints_whole_snapshots() -> None:
+    """The three-method protocol still works: whole snapshots, reuse of an id still refused."""
+
+    class Plain:
+        def __init__(self) -> None:
+            self.runs: dict[str, dict[str, Any]] = {}
+
+        def wants(self, state: Any, paused: bool) -> bool:
+            return True
+
+        def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
+            self.runs[run_id] = snapshot
+
+        def load(self, run_id: str) -> dict[str, Any]:
+            return self.runs[run_id]
+
+    store = Plain()
+    result = tick_agent(2).run("go", store=store, run_id="p")
+    assert store.runs["p"]["final"] == result.final
+    with pytest.raises(RunExistsError):
+        tick_agent(2).run("go", store=store, run_id="p")
+    assert asyncio.run(tick_agent(2).arun("go", store=store, run_id="q")).final == result.final

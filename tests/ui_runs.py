@@ -1,0 +1,98 @@
+"""Stored runs for the run viewer's tests: stopped, finished, paused for approval, hostile, and one still going."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fsm_agent import Agent, AgentLoopError, ModelResponse, SqliteStore, ToolRegistry
+from fsm_agent.testing import CounterModel, FakeModel, demo_registry, reply, tool_call, tool_turn
+
+HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+"""A model answer that would run script if the page ever treated it as markup."""
+
+
+def mail_registry(sent: list[dict[str, str]]) -> ToolRegistry:
+    """``demo_registry`` plus ``send_email``, which records what it sent in ``sent``."""
+    registry = demo_registry()
+
+    @registry.register
+    def send_email(to: str, body: str) -> str:
+        """Send an email (here: remember it)."""
+        sent.append({"to": to, "body": body})
+        return f"sent to {to}"
+
+    return registry
+
+
+def stopped(store: SqliteStore, run_id: str = "stopped") -> None:
+    """A run that stops on max_steps after three turns of tool calls."""
+    try:
+        Agent(CounterModel(), demo_registry(), max_steps=3).run("count", store=store, run_id=run_id)
+    except AgentLoopError:
+        return
+    msg = "the max_steps run was meant to stop"
+    raise AssertionError(msg)
+
+
+def finished(store: SqliteStore, run_id: str = "finished", answer: str = "(2+3)*4 = 20") -> None:
+    """A run that calls a tool once, then answers."""
+    model = FakeModel([tool_turn(tool_call("add", a=2, b=3), content="first the sum"), reply(answer)])
+    Agent(model, demo_registry()).run("what is (2+3)*4?", store=store, run_id=run_id)
+
+
+def paused(store: SqliteStore, sent: list[dict[str, str]], run_id: str = "paused") -> str:
+    """A run paused before a ``send_email`` call that needs approval; returns that call's id."""
+    call = tool_call("send_email", to="boss@example.com", body="the report", id="call_mail")
+    model = FakeModel([tool_turn(call), reply("mailed")])
+    result = Agent(model, mail_registry(sent), approve={"send_email"}).run("mail it", store=store, run_id=run_id)
+    assert result.reason == "paused"
+    return call.id
+
+
+def hostile(store: SqliteStore, run_id: str = "hostile") -> None:
+    """A finished run whose answer (and tool output) is markup with script in it."""
+    finished(store, run_id, answer=HOSTILE)
+
+
+class GatedModel:
+    """A scripted model that waits for ``release()`` before each reply, so a test can watch a run as it goes."""
+
+    def __init__(self, replies: list[ModelResponse]) -> None:
+        self.replies = list(replies)
+        self.gate = threading.Semaphore(0)
+
+    def release(self, times: int = 1) -> None:
+        """Let ``times`` more model calls return."""
+        for _ in range(times):
+            self.gate.release()
+
+    def complete(self, messages: Any, tools: Any) -> ModelResponse:
+        """The next scripted reply, once released (at most 30 s, so a broken test cannot hang)."""
+        if not self.gate.acquire(timeout=30):
+            msg = "GatedModel was never released"
+            raise TimeoutError(msg)
+        return self.replies.pop(0)
+
+
+def live(store: SqliteStore, run_id: str = "live") -> tuple[GatedModel, threading.Thread]:
+    """A run started in a thread that waits at its first model call; release the model to let it go on."""
+    model = GatedModel(
+        [
+            tool_turn(tool_call("add", a=1, b=2)),
+            tool_turn(tool_call("add", a=3, b=4)),
+            reply("done at last"),
+        ]
+    )
+    agent = Agent(model, demo_registry())
+    thread = threading.Thread(target=agent.run, args=("go",), kwargs={"store": store, "run_id": run_id}, daemon=True)
+    thread.start()
+    return model, thread
+
+
+def all_runs(store: SqliteStore) -> None:
+    """Fill ``store`` with a stopped, a finished, a paused and a hostile run."""
+    stopped(store)
+    finished(store)
+    paused(store, [])
+    hostile(store)
