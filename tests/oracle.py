@@ -54,7 +54,17 @@ def _usable(resp: Any) -> bool:
         and isinstance(resp.message, Message)
         and isinstance(resp.message.content, str)
         and all(isinstance(tc, ToolCall) for tc in resp.message.tool_calls)
-        and (resp.usage is None or isinstance(resp.usage, Usage))
+    )
+
+
+def _countable(usage: Any) -> bool:
+    # Documented rule: usage that is not whole numbers >= 0 is a model_error, and the reply is kept.
+    return usage is None or (
+        isinstance(usage, Usage)
+        and all(
+            isinstance(count, int) and not isinstance(count, bool) and count >= 0
+            for count in (usage.input_tokens, usage.output_tokens)
+        )
     )
 
 
@@ -113,7 +123,7 @@ def reference_run(
         msg = resp.message
         messages.append(msg)
 
-        if resp.stop_reason not in STOP_REASONS:
+        if not _countable(resp.usage) or resp.stop_reason not in STOP_REASONS:
             return stop("model_error", pending=msg.tool_calls)
         if resp.stop_reason == "max_tokens":
             return stop("max_tokens", msg.content, msg.tool_calls)

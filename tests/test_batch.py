@@ -63,6 +63,13 @@ def test_results_come_back_in_input_order_and_stops_are_results(tmp_path: Path) 
     assert results[1].snapshot is not None
 
 
+@pytest.mark.parametrize("executor", ["ray", "local"])
+def test_an_empty_batch_returns_no_results_and_starts_nothing(executor: str, tmp_path: Path) -> None:
+    """No inputs: an empty list, without opening the store or starting Ray."""
+    assert run_batch(factory(tmp_path), [], store=tmp_path / "runs.db", executor=executor, progress=False) == []  # type: ignore[arg-type]
+    assert not (tmp_path / "runs.db").exists()
+
+
 def test_a_finished_batch_run_again_makes_no_model_call(tmp_path: Path) -> None:
     """Rerunning a batch returns every ended run from the store: the counting model is not called once."""
     store = tmp_path / "runs.db"

@@ -23,7 +23,7 @@ from fsm_agent.definition.stops import CATALOGUE, CONDITION_ERROR, At, Stop
 from fsm_agent.definition.table import build_table
 from fsm_agent.render.markdown import reasons_table
 from fsm_agent.render.mermaid import to_mermaid
-from fsm_agent.testing import ManualClock, reply, tool_turn
+from fsm_agent.testing import FakeModel, ManualClock, demo_registry, reply, tool_turn
 
 # --- a script the model follows by the history alone, so a resumed run picks up where it was ---------------
 
@@ -398,3 +398,18 @@ def test_an_async_tool_in_flight_at_the_deadline_is_cancelled_and_the_run_stops_
         asyncio.run(agent.arun("q"))
     exc = info.value
     assert (exc.reason, exc.evidence["unfinished"], [c.id for c in exc.result.pending]) == ("timeout", "s1", ["s1"])
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_call_whose_time_is_up_before_it_starts_is_not_made(driver: str) -> None:
+    """Time that passes between two advances ends the run on the expired edge, with no call made or counted."""
+    clock = ManualClock()
+    model = FakeModel([tool_turn(ToolCall("e1", "echo", {"text": "hi"})), reply("never asked")])
+    run = Agent(model, demo_registry(), clock=clock, timeout=5).start("q")
+    for _ in range(4):  # one tool turn, back in AwaitModel
+        run.advance()
+    clock.advance(10)
+    edge = run.advance() if driver == "sync" else asyncio.run(run.aadvance())
+    assert (edge.source, edge.trigger, edge.dest, edge.reason) == ("AwaitModel", "expired", "Failed", "timeout")
+    assert (len(model.seen), run.turns) == (1, 1)
+    assert run.result.evidence["step"] == 0

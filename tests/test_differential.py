@@ -27,7 +27,7 @@ from scenarios import (
     scripts,
 )
 
-from fsm_agent import AgentLoopError, CancelToken, RunResult
+from fsm_agent import AgentLoopError, CancelToken, Message, ModelResponse, RunResult
 from fsm_agent.testing import ManualClock
 
 
@@ -88,6 +88,8 @@ def _example(*items: Item, window: int = 0) -> Case:
 
 
 A, B = Call("echo", {"text": "a"}), Call("echo", {"text": "b"})
+# Usage that is not a Usage: model_error, with the reply kept (a case make fuzz found the oracle got wrong).
+BAD_USAGE = ModelResponse(Message("assistant", "x"), usage=(1, 2))  # type: ignore[arg-type]
 
 
 @PROFILE
@@ -96,6 +98,7 @@ A, B = Call("echo", {"text": "a"}), Call("echo", {"text": "b"})
 @example(_example(Turn("hm", (A, B), "pause_turn")))
 @example(_example(Turn(calls=(A,), stop_reason="tool_use"), Raise()))
 @example(_example(Garbage({"role": "assistant"})))
+@example(_example(Turn(calls=(A,), stop_reason="tool_use"), Garbage(BAD_USAGE)))
 @example(_example(Turn(calls=(Call("odd", {"kind": "error_word"}),), stop_reason="tool_use"), Turn("ok")))
 @example(_example(*[Turn(calls=(c,), stop_reason="tool_use") for c in (A, B, A, B)], window=4))
 def test_engine_agrees_with_the_oracle_where_it_deliberately_differs(case: Case) -> None:

@@ -75,6 +75,8 @@ def _iter(
     lease: float,
     on_start: Callable[[BatchItem], None] | None,
 ) -> Generator[Finished, None, None]:
+    if not items:
+        return  # nothing to run: no store to open, no Ray instance to start
     if executor == "local":
         opened = isinstance(store, str | os.PathLike)
         local_store: Store = open_store(store, lease) if isinstance(store, str | os.PathLike) else store

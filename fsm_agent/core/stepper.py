@@ -192,9 +192,13 @@ class Stepper:
         return self._fire(TOOL_DONE)
 
     def interrupt(self, trigger: str, unfinished: str | None) -> Transition:
-        """A call in flight was given up (the task was cancelled, or the deadline passed): stop on ``trigger``."""
+        """A call was given up (the task was cancelled, or the deadline passed): stop on ``trigger``.
+
+        ``unfinished`` names the call that was in flight, or is None when the
+        time was up before the call could start, so none was made.
+        """
         run = self.run
-        if run.state is State.AwaitModel and self._replied is None:
+        if run.state is State.AwaitModel and self._replied is None and unfinished is not None:
             run.turns += 1  # the call was made, and may be billed
         self._replied = None
         run.unfinished = unfinished

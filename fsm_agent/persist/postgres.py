@@ -1,8 +1,9 @@
 """``PostgresStore``: the same store on a PostgreSQL server, for apps that run on more than one machine.
 
-It runs the very plans ``SqliteStore`` runs (``persist/plans.py``), on
-``psycopg`` 3 with ``psycopg_pool``: a pool of sync connections, and one of
-async connections per event loop, so the async driver awaits its checkpoints.
+It runs the very plans ``SqliteStore`` runs (``persist/plans.py``), through
+the same methods (``PlannedStore``, ``persist/planned.py``), on ``psycopg`` 3
+with ``psycopg_pool``: a pool of sync connections, and one of async
+connections per event loop, so the async driver awaits its checkpoints.
 ``psycopg`` is an optional extra (``pip install 'fsm-agent[postgres]'``),
 imported only when a ``PostgresStore`` is made.  The tables
 (``fsm_agent_runs``, ``fsm_agent_journal``) are created on first use and their
@@ -14,25 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from fsm_agent.definition.states import State
 from fsm_agent.persist import plans
-from fsm_agent.persist.store import (
-    DEFAULT_LEASE,
-    Entry,
-    StoredRun,
-    StoreError,
-    check_every,
-    check_lease,
-    check_run_id,
-    cutoff,
-    epoch,
-    page,
-    wants,
-)
+from fsm_agent.persist.planned import PlannedStore
+from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, check_every, check_lease
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -83,7 +71,7 @@ def _reply(cursor: Any) -> plans.Reply:
     return cursor.rowcount, (cursor.fetchall() if cursor.description is not None else [])
 
 
-class PostgresStore:
+class PostgresStore(PlannedStore):
     """A checkpoint store in a PostgreSQL database: the same protocol, behaviour and tests as ``SqliteStore``.
 
     ``dsn`` is a libpq connection string or URL.  ``max_size`` bounds each
@@ -174,6 +162,7 @@ class PostgresStore:
         return pool
 
     async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
+        """``_run`` on this event loop's async pool, so the async driver awaits its checkpoints."""
         pool = await self._async_pool()
         async with pool.connection() as conn:
             if atomic:
@@ -183,111 +172,11 @@ class PostgresStore:
                     await conn.execute(_REPEATABLE)
                 return await _adrive(plan, conn)
 
-    # --- the protocol (see SqliteStore for what each method promises) ---------------------------------------
-
-    def wants(self, state: State, paused: bool) -> bool:
-        """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
-        return wants(self.every, state, paused)
-
-    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """Replace the stored run with this whole snapshot (``RunLeasedError`` while another owner advances it)."""
-        self._run(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
-
-    def load(self, run_id: str) -> dict[str, Any]:
-        """The run's latest snapshot; ``KeyError`` naming the id if absent."""
-        return self._run(self._plans.load(run_id), write=False)
-
-    def create(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
-        """Store a new run, leased to ``owner``; ``RunExistsError`` if the id is taken (unless ``overwrite``)."""
-        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, _mode(overwrite)))
-
-    def claim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
-        """Take a run over to resume it; ``RunLeasedError`` while another owner's lease is live."""
-        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
-
-    def append(self, entry: Entry, *, owner: str) -> None:
-        """Add one journal entry for ``owner``; ``RunLeasedError`` if the run is no longer its to write."""
-        self._run(self._plans.append(entry, owner), atomic=True)
-
-    def renew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
-        """Extend ``owner``'s lease (or give it up), checked like ``append``."""
-        self._run(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
-
-    def list_runs(
-        self,
-        *,
-        state: str | None = None,
-        reason: str | None = None,
-        since: float | datetime | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[StoredRun]:
-        """The stored runs, most recently saved first, filtered by state, reason and last save time, one page."""
-        size, skip = page(limit, offset)
-        plan = self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip)
-        return self._run(plan, write=False)
-
-    def delete(self, run_id: str) -> bool:
-        """Forget one run; return whether it was there."""
-        return self._run(self._plans.delete(run_id))
-
-    def delete_finished(self, older_than: float | timedelta | None = None) -> int:
-        """Forget every run in ``Done`` or ``Failed`` (last saved more than ``older_than`` ago); return how many."""
-        return self._run(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
-
     def close(self) -> None:
         """Close the sync pool (the async pools close with ``aclose`` on their own loop)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- awaited, on psycopg's async connections ----------------------------------------------------------
-
-    async def asave(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """``save``, awaited."""
-        await self._arun(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
-
-    async def aload(self, run_id: str) -> dict[str, Any]:
-        """``load``, awaited."""
-        return await self._arun(self._plans.load(run_id), write=False)
-
-    async def acreate(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
-        """``create``, awaited."""
-        return await self._arun(self._plans.put(check_run_id(run_id), snapshot, owner, _mode(overwrite)))
-
-    async def aclaim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
-        """``claim``, awaited."""
-        return await self._arun(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
-
-    async def aappend(self, entry: Entry, *, owner: str) -> None:
-        """``append``, awaited."""
-        await self._arun(self._plans.append(entry, owner), atomic=True)
-
-    async def arenew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
-        """``renew``, awaited."""
-        await self._arun(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
-
-    async def alist_runs(self, **filters: Any) -> list[StoredRun]:
-        """``list_runs``, awaited."""
-        size, skip = page(filters.get("limit"), filters.get("offset", 0))
-        plan = self._plans.list_runs(
-            filters.get("state"), filters.get("reason"), epoch(filters.get("since")), None if size < 0 else size, skip
-        )
-        return await self._arun(plan, write=False)
-
-    async def adelete(self, run_id: str) -> bool:
-        """``delete``, awaited."""
-        return await self._arun(self._plans.delete(run_id))
-
-    async def adelete_finished(self, older_than: float | timedelta | None = None) -> int:
-        """``delete_finished``, awaited."""
-        return await self._arun(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
 
     async def aclose(self) -> None:
         """Close this event loop's async pool before the loop ends (the store stays usable; another opens later)."""
@@ -313,7 +202,3 @@ async def _adrive(plan: plans.Plan[T], conn: Any) -> T:
             query = plan.send((cursor.rowcount, rows))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-
-
-def _mode(overwrite: bool) -> plans.Mode:
-    return "overwrite" if overwrite else "create"

@@ -4,8 +4,9 @@ Each write is its own transaction under SQLite's write lock, so several
 processes may share one file; a process killed mid-run loses at most the
 transition in flight.  The schema is versioned with ``PRAGMA user_version``
 and migrated on open: a file written by the first ``SqliteStore`` (one whole
-snapshot per run, version 1) opens and loads as it was.  The async methods
-run the sync ones in a worker thread.
+snapshot per run, version 1) opens and loads as it was.  The methods are
+``PlannedStore``'s (``persist/planned.py``); the async ones run the same
+plans in a worker thread.
 """
 
 from __future__ import annotations
@@ -14,27 +15,12 @@ import asyncio
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from fsm_agent.definition.states import State
 from fsm_agent.persist import plans
-from fsm_agent.persist.store import (
-    DEFAULT_LEASE,
-    Entry,
-    StoredRun,
-    StoreError,
-    Summary,
-    check_every,
-    check_lease,
-    check_run_id,
-    cutoff,
-    epoch,
-    page,
-    wants,
-)
+from fsm_agent.persist.planned import PlannedStore
+from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_every, check_lease
 
 T = TypeVar("T")
 
@@ -58,7 +44,7 @@ _V2 = (
 _COLUMNS = {"run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"}
 
 
-class SqliteStore:
+class SqliteStore(PlannedStore):
     """An embedded checkpoint store in one SQLite file (WAL mode, safe across threads and processes).
 
     ``every="transition"`` (default) checkpoints after every transition;
@@ -130,8 +116,12 @@ class SqliteStore:
             columns = (summary.steps, summary.tokens, run_id)
             self._db.execute("UPDATE runs SET steps = ?, tokens = ? WHERE run_id = ?", columns)
 
-    def _run(self, plan: plans.Plan[T], *, write: bool = True) -> T:
-        """Run a plan in one transaction (a write takes the file's write lock at once, so it cannot deadlock)."""
+    def _run(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
+        """Run a plan in one transaction (a write takes the file's write lock at once, so it cannot deadlock).
+
+        ``atomic`` is ignored: every plan, one statement or several, runs in
+        its own transaction under the lock.
+        """
 
         def execute(sql: str, params: tuple[Any, ...]) -> plans.Reply:
             cursor = self._db.execute(sql, params)
@@ -147,111 +137,14 @@ class SqliteStore:
             self._db.execute("COMMIT")
         return value
 
-    # --- the protocol --------------------------------------------------------------------------------------
-
-    def wants(self, state: State, paused: bool) -> bool:
-        """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
-        return wants(self.every, state, paused)
-
-    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """Replace the stored run with this whole snapshot (``RunLeasedError`` while another owner advances it)."""
-        self._run(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
-
-    def load(self, run_id: str) -> dict[str, Any]:
-        """The run's latest snapshot: its base with the journal after it; ``KeyError`` naming the id if absent."""
-        return self._run(self._plans.load(run_id), write=False)
-
-    def create(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
-        """Store a new run, leased to ``owner``; ``RunExistsError`` if the id is taken (unless ``overwrite``)."""
-        mode: plans.Mode = "overwrite" if overwrite else "create"
-        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, mode))
-
-    def claim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
-        """Take a run over to resume it from ``snapshot``; ``RunLeasedError`` while another owner's lease is live."""
-        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
-
-    def append(self, entry: Entry, *, owner: str) -> None:
-        """Add one journal entry for ``owner``; ``RunLeasedError`` if the run is no longer its to write."""
-        self._run(self._plans.append(entry, owner))
-
-    def renew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
-        """Extend ``owner``'s lease (or give it up), checked like ``append``."""
-        self._run(self._plans.renew(run_id, owner, seq, release=release))
-
-    def list_runs(
-        self,
-        *,
-        state: str | None = None,
-        reason: str | None = None,
-        since: float | datetime | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[StoredRun]:
-        """The stored runs, most recently saved first, filtered by state, reason and last save time, one page."""
-        size, skip = page(limit, offset)
-        plan = self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip)
-        return self._run(plan, write=False)
-
-    def delete(self, run_id: str) -> bool:
-        """Forget one run; return whether it was there."""
-        return self._run(self._plans.delete(run_id))
-
-    def delete_finished(self, older_than: float | timedelta | None = None) -> int:
-        """Forget every run in ``Done`` or ``Failed`` (last saved more than ``older_than`` ago); return how many."""
-        before = None if older_than is None else cutoff(older_than)
-        return self._run(self._plans.delete_finished(before))
+    async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
+        """``_run`` in a worker thread, so the event loop never waits on the file."""
+        return await asyncio.to_thread(self._run, plan, write=write, atomic=atomic)
 
     def close(self) -> None:
         """Close the database connection."""
         with self._lock:
             self._db.close()
-
-    def __enter__(self) -> SqliteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- awaited: the same calls in a worker thread, so the event loop never waits on the file --------------
-
-    async def _thread(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(method, *args, **kwargs)
-
-    async def asave(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """``save`` in a worker thread."""
-        await self._thread(self.save, run_id, snapshot)
-
-    async def aload(self, run_id: str) -> dict[str, Any]:
-        """``load`` in a worker thread."""
-        return await self._thread(self.load, run_id)
-
-    async def acreate(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
-        """``create`` in a worker thread."""
-        return await self._thread(self.create, run_id, snapshot, owner=owner, overwrite=overwrite)
-
-    async def aclaim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
-        """``claim`` in a worker thread."""
-        return await self._thread(self.claim, run_id, snapshot, owner=owner)
-
-    async def aappend(self, entry: Entry, *, owner: str) -> None:
-        """``append`` in a worker thread."""
-        await self._thread(self.append, entry, owner=owner)
-
-    async def arenew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
-        """``renew`` in a worker thread."""
-        await self._thread(self.renew, run_id, owner=owner, seq=seq, release=release)
-
-    async def alist_runs(self, **filters: Any) -> list[StoredRun]:
-        """``list_runs`` in a worker thread."""
-        return await self._thread(self.list_runs, **filters)
-
-    async def adelete(self, run_id: str) -> bool:
-        """``delete`` in a worker thread."""
-        return await self._thread(self.delete, run_id)
-
-    async def adelete_finished(self, older_than: float | timedelta | None = None) -> int:
-        """``delete_finished`` in a worker thread."""
-        return await self._thread(self.delete_finished, older_than)
 
     async def aclose(self) -> None:
         """Nothing of this store belongs to the event loop (``close()`` closes the file), so nothing to do."""

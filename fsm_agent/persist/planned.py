@@ -1,0 +1,163 @@
+"""``PlannedStore``: the store protocol written once over ``persist/plans.py``, for SQLite and PostgreSQL.
+
+Every store method is the same thin step: check its arguments, pick a plan,
+and hand it to the backend.  Only how a plan runs differs (SQLite in a
+transaction under its lock, its async twins in a worker thread; PostgreSQL
+on a sync pool and an async pool, with no transaction around a single
+fenced statement), so a backend supplies just ``_run``, ``_arun`` and
+``close``, beside its own connection setup and migration.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime, timedelta
+from typing import Any, Self, TypeVar
+
+from fsm_agent.definition.states import State
+from fsm_agent.persist import plans
+from fsm_agent.persist.store import Entry, StoredRun, check_run_id, cutoff, epoch, page, wants
+
+T = TypeVar("T")
+
+_NO_FILTERS: dict[str, Any] = {"state": None, "reason": None, "since": None, "limit": None, "offset": 0}
+"""``list_runs``'s defaults, for ``alist_runs``."""
+
+
+class PlannedStore(ABC):
+    """A checkpoint store whose every method runs one plan of ``plans.Plans``; a backend says how plans run.
+
+    The methods and their promises live here once, so the SQLite and
+    PostgreSQL stores cannot drift apart; ``every``, ``lease`` and
+    ``_plans`` are set by the backend's ``__init__``.
+    """
+
+    every: str
+    lease: float
+    _plans: plans.Plans
+
+    @abstractmethod
+    def _run(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
+        """Run a plan to its value; ``write=False`` for a read, ``atomic`` when its one write is one statement.
+
+        ``atomic`` lets a database that can fence and write in a single
+        statement skip the transaction; a backend may ignore it.
+        """
+
+    @abstractmethod
+    async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
+        """``_run``, awaited: the event loop never waits on the database."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the store holds open (the backend says which)."""
+
+    # --- the protocol --------------------------------------------------------------------------------------
+
+    def wants(self, state: State, paused: bool) -> bool:
+        """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
+        return wants(self.every, state, paused)
+
+    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
+        """Replace the stored run with this whole snapshot (``RunLeasedError`` while another owner advances it)."""
+        self._run(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
+
+    def load(self, run_id: str) -> dict[str, Any]:
+        """The run's latest snapshot: its base with the journal after it; ``KeyError`` naming the id if absent."""
+        return self._run(self._plans.load(run_id), write=False)
+
+    def create(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
+        """Store a new run, leased to ``owner``; ``RunExistsError`` if the id is taken (unless ``overwrite``)."""
+        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, _mode(overwrite)))
+
+    def claim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
+        """Take a run over to resume it from ``snapshot``; ``RunLeasedError`` while another owner's lease is live."""
+        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
+
+    def append(self, entry: Entry, *, owner: str) -> None:
+        """Add one journal entry for ``owner``; ``RunLeasedError`` if the run is no longer its to write."""
+        self._run(self._plans.append(entry, owner), atomic=True)
+
+    def renew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
+        """Extend ``owner``'s lease (or give it up), checked like ``append``."""
+        self._run(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
+
+    def list_runs(
+        self,
+        *,
+        state: str | None = None,
+        reason: str | None = None,
+        since: float | datetime | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredRun]:
+        """The stored runs, most recently saved first, filtered by state, reason and last save time, one page."""
+        return self._run(self._list_plan(state, reason, since, limit, offset), write=False)
+
+    def _list_plan(
+        self, state: str | None, reason: str | None, since: float | datetime | None, limit: int | None, offset: int
+    ) -> plans.Plan[list[StoredRun]]:
+        """The ``list_runs`` plan, its page checked first, so a bad one is refused before any query."""
+        size, skip = page(limit, offset)
+        return self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip)
+
+    def delete(self, run_id: str) -> bool:
+        """Forget one run; return whether it was there."""
+        return self._run(self._plans.delete(run_id))
+
+    def delete_finished(self, older_than: float | timedelta | None = None) -> int:
+        """Forget every run in ``Done`` or ``Failed`` (last saved more than ``older_than`` ago); return how many."""
+        return self._run(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- awaited: the same plans through ``_arun`` ------------------------------------------------------------
+
+    async def asave(self, run_id: str, snapshot: dict[str, Any]) -> None:
+        """``save``, awaited."""
+        await self._arun(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
+
+    async def aload(self, run_id: str) -> dict[str, Any]:
+        """``load``, awaited."""
+        return await self._arun(self._plans.load(run_id), write=False)
+
+    async def acreate(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
+        """``create``, awaited."""
+        return await self._arun(self._plans.put(check_run_id(run_id), snapshot, owner, _mode(overwrite)))
+
+    async def aclaim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
+        """``claim``, awaited."""
+        return await self._arun(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
+
+    async def aappend(self, entry: Entry, *, owner: str) -> None:
+        """``append``, awaited."""
+        await self._arun(self._plans.append(entry, owner), atomic=True)
+
+    async def arenew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
+        """``renew``, awaited."""
+        await self._arun(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
+
+    async def alist_runs(self, **filters: Any) -> list[StoredRun]:
+        """``list_runs``, awaited."""
+        unknown = sorted(filters.keys() - _NO_FILTERS.keys())
+        if unknown:
+            # A misspelt filter must not list every run; the words are Python's for a bad ``list_runs`` call.
+            msg = f"{type(self).__name__}.list_runs() got an unexpected keyword argument {unknown[0]!r}"
+            raise TypeError(msg)
+        return await self._arun(self._list_plan(**(_NO_FILTERS | filters)), write=False)
+
+    async def adelete(self, run_id: str) -> bool:
+        """``delete``, awaited."""
+        return await self._arun(self._plans.delete(run_id))
+
+    async def adelete_finished(self, older_than: float | timedelta | None = None) -> int:
+        """``delete_finished``, awaited."""
+        return await self._arun(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
+
+
+def _mode(overwrite: bool) -> plans.Mode:
+    return "overwrite" if overwrite else "create"
