@@ -9,8 +9,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import hypothesis_profiles
 import pytest
+from hypothesis_profiles import pytest_collection_modifyitems, pytest_configure  # noqa: F401 - hooks: fuzz progress
 from pg_cluster import HOW_TO_GET, Cluster, find_bindir
 from provider_server import ProviderServer
 
@@ -74,25 +74,3 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "runs.db")
     cluster: Cluster = request.getfixturevalue("postgres_cluster")
     return cluster.new_database(f"t_{uuid.uuid4().hex[:16]}")
-
-
-@pytest.hookimpl(trylast=True)  # after the terminal plugin has registered its reporter
-def pytest_configure(config: pytest.Config) -> None:
-    """Send fuzz progress lines to pytest's terminal while a test runs, past its output capture."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-
-        def report(line: str) -> None:
-            with capture.global_and_fixture_disabled():  # a test is running: its capture would keep the line
-                reporter.write_line(line)
-                reporter.flush()  # seen now, even when the output is a pipe
-
-        hypothesis_profiles.report = report
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``make fuzz``, every Hypothesis test reports its progress (see ``hypothesis_profiles.progress``)."""
-    for item in items:
-        if isinstance(item, pytest.Function):
-            hypothesis_profiles.with_progress(item.obj)

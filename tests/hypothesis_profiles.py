@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import settings
 
 # deadline=None: a run's cost varies with the generated script and the machine, and time is not what these test.
@@ -71,3 +72,29 @@ def with_progress(test: Any) -> None:
         return inner(*args, **kwargs)
 
     test.hypothesis.inner_test = counted
+
+
+# Pytest hooks, re-exported by conftest (and usable as a plugin: ``-p hypothesis_profiles``).
+
+
+@pytest.hookimpl(trylast=True)  # after the terminal plugin has registered its reporter
+def pytest_configure(config: pytest.Config) -> None:
+    """Send fuzz progress lines to pytest's terminal while a test runs, past its output capture."""
+    global report  # the one place the destination of progress lines is set
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+
+        def to_terminal(line: str) -> None:
+            with capture.global_and_fixture_disabled():  # a test is running: its capture would keep the line
+                reporter.write_line(line)
+                reporter.flush()  # seen now, even when the output is a pipe
+
+        report = to_terminal
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``make fuzz``, every Hypothesis test reports its progress (see ``progress``)."""
+    for item in items:
+        if isinstance(item, pytest.Function):
+            with_progress(item.obj)
