@@ -11,24 +11,21 @@ with its exponential backoff, bounded by ``max_retries``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from fsm_agent import Message, ModelResponse, ToolCall, Usage
 from fsm_agent.models.common import (
     MalformedReplyError,
-    ProviderModel,
-    check_params,
     decode_arguments,
     encode_arguments,
     reply_items,
     reply_text,
-    require_sdk,
     token_count,
 )
+from fsm_agent.models.openai_client import OpenAIClientModel
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
-    import openai
     from openai.types.chat import ChatCompletion
 
 FINISH_REASONS: dict[str, str] = {
@@ -48,8 +45,6 @@ Any other finish reason is passed on unchanged, so the engine stops the run
 with ``model_error`` naming it (the reply kept) instead of taking an unknown
 signal for an answer.
 """
-
-_RESERVED = ("model", "messages", "tools")
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -149,47 +144,18 @@ def _hand_on(events: Any, on_text: Callable[[str], None]) -> None:
             on_text(event.delta)
 
 
-class OpenAIChatModel(ProviderModel):
+class OpenAIChatModel(OpenAIClientModel):
     """A :class:`~fsm_agent.Model` over the official ``openai`` SDK's Chat Completions API.
 
-    Without ``client`` one is built from ``api_key`` (default: the
-    ``OPENAI_API_KEY`` environment variable), ``base_url`` (default
-    ``OPENAI_BASE_URL`` or OpenAI's; point it at ``http://localhost:11434/v1``
-    for Ollama and the like), ``max_retries`` (default 2, the SDK's: 429, 5xx
-    and connection errors are retried with exponential backoff) and
-    ``timeout`` (seconds, default the SDK's).  A ``client`` you pass is used
-    as configured and never closed here; ``async_client`` likewise, else
-    ``acomplete`` builds one with the sync client's settings.  ``params`` go
-    into every request unchanged (``temperature``, ``max_completion_tokens``,
-    ...).  Without the ``openai`` package this raises ``ImportError`` saying
-    how to install it.  How the key and ``base_url`` are checked and kept out
-    of errors, and which replies are refused as malformed, is in
+    Client settings are :class:`~fsm_agent.models.openai_client.OpenAIClientModel`'s;
+    point ``base_url`` at ``http://localhost:11434/v1`` for Ollama and the
+    like.  ``params`` go into every request unchanged (``temperature``,
+    ``max_completion_tokens``, ...).  How the key and ``base_url`` are checked
+    and kept out of errors, and which replies are refused as malformed, is in
     :mod:`fsm_agent.models.common`.
     """
 
-    client: openai.OpenAI
-    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "OPENAI_API_KEY"}
-    _BASE_URL_VARIABLE = "OPENAI_BASE_URL"
-
-    def __init__(
-        self,
-        model: str,
-        client: openai.OpenAI | None = None,
-        *,
-        async_client: openai.AsyncOpenAI | None = None,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        **params: Any,
-    ) -> None:
-        sdk = require_sdk("openai")
-        check_params(params, _RESERVED, "OpenAIChatModel")
-        super().__init__(
-            sdk, client, async_client, api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
-        )
-        self.model = model
-        self.params = params
+    _RESERVED = ("model", "messages", "tools")
 
     def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create``: model, messages, tools (if any) and params."""
@@ -251,18 +217,3 @@ class OpenAIChatModel(ProviderModel):
         # Without it a streamed reply carries no usage, and token_budget would count it as zero.
         request.setdefault("stream_options", {"include_usage": True})
         return request
-
-    def _new_client(self, options: dict[str, Any]) -> Any:
-        return self._sdk.OpenAI(**options)
-
-    def _new_async_client(self) -> Any:
-        client = self.client
-        return self._sdk.AsyncOpenAI(
-            api_key=client.api_key,
-            organization=client.organization,
-            project=client.project,
-            base_url=client.base_url,
-            max_retries=client.max_retries,
-            timeout=client.timeout,
-            default_headers=self._headers or None,
-        )

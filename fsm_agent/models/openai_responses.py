@@ -19,24 +19,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
 from fsm_agent.models.common import (
     MalformedReplyError,
-    ProviderModel,
-    check_params,
     decode_arguments,
     encode_arguments,
     reply_items,
     reply_text,
-    require_sdk,
     token_count,
 )
+from fsm_agent.models.openai_client import OpenAIClientModel
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
-    import openai
+    pass
 
 PROVIDER = "openai-responses"
 """``ProviderData.provider`` of the replies whose output items this adapter sends back verbatim."""
@@ -52,7 +50,6 @@ or incomplete reason is passed on, so the engine stops the run with
 """
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
-_RESERVED = ("model", "input", "tools", "instructions")
 
 
 def to_responses_input(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -190,10 +187,10 @@ def _finished(final: Any) -> Any:
     return final
 
 
-class OpenAIResponsesModel(ProviderModel):
+class OpenAIResponsesModel(OpenAIClientModel):
     """A :class:`~fsm_agent.Model` over the official ``openai`` SDK's Responses API.
 
-    Client settings are those of :class:`~fsm_agent.models.OpenAIChatModel`
+    Client settings are :class:`~fsm_agent.models.openai_client.OpenAIClientModel`'s
     (``api_key`` or ``OPENAI_API_KEY``, ``base_url`` or ``OPENAI_BASE_URL``,
     ``max_retries`` default 2, ``timeout``; a ``client`` or ``async_client``
     passed in is used as configured and never closed here).  ``params`` go
@@ -204,32 +201,16 @@ class OpenAIResponsesModel(ProviderModel):
     how to install it.
     """
 
-    client: openai.OpenAI
-    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "OPENAI_API_KEY"}
-    _BASE_URL_VARIABLE = "OPENAI_BASE_URL"
+    _RESERVED = ("model", "input", "tools", "instructions")
 
-    def __init__(
-        self,
-        model: str,
-        client: openai.OpenAI | None = None,
-        *,
-        async_client: openai.AsyncOpenAI | None = None,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        **params: Any,
-    ) -> None:
-        sdk = require_sdk("openai")
-        check_params(params, _RESERVED, "OpenAIResponsesModel")
-        super().__init__(
-            sdk, client, async_client, api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
-        )
-        self.model = model
-        self.params = {"store": False, **params}
-        if self.params["store"] is False:
-            include = list(self.params.get("include") or [])
-            self.params["include"] = include if ENCRYPTED_REASONING in include else [*include, ENCRYPTED_REASONING]
+    @staticmethod
+    def _request_params(params: dict[str, Any]) -> dict[str, Any]:
+        """``store=False`` unless given, and then the encrypted reasoning asked for, so it can be sent back."""
+        params = {"store": False, **params}
+        if params["store"] is False:
+            include = list(params.get("include") or [])
+            params["include"] = include if ENCRYPTED_REASONING in include else [*include, ENCRYPTED_REASONING]
+        return params
 
     def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
         """The keyword arguments of ``responses.create``: model, instructions (if any), input, tools, params."""
@@ -286,18 +267,3 @@ class OpenAIResponsesModel(ProviderModel):
             return self.parse(_finished(final))
 
         return await self._aguarded(work)
-
-    def _new_client(self, options: dict[str, Any]) -> Any:
-        return self._sdk.OpenAI(**options)
-
-    def _new_async_client(self) -> Any:
-        client = self.client
-        return self._sdk.AsyncOpenAI(
-            api_key=client.api_key,
-            organization=client.organization,
-            project=client.project,
-            base_url=client.base_url,
-            max_retries=client.max_retries,
-            timeout=client.timeout,
-            default_headers=self._headers or None,
-        )
