@@ -1,0 +1,42 @@
+"""The README's first example runs offline as a new user would paste it, from a directory of their own."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def _python_blocks(section: str) -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n{section}\n")
+    end = text.index("\n## ", start + 1)
+    return re.findall(r"```python\n(.*?)```", text[start:end], re.S)
+
+
+def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_the_first_readme_example_runs_offline_and_answers(tmp_path: Path) -> None:
+    """The first block of "Using it" needs no key and no network: it prints the answer and the path taken."""
+    first = _python_blocks("## Using it")[0]
+    done = _run(first, tmp_path)
+    assert done.returncode == 0, done.stderr
+    answer, path = done.stdout.splitlines()[:2]
+    assert answer == "21 degrees and dry: no umbrella needed."
+    assert path.endswith("'Dispatch->Done[has_no_tool_calls]']")
+
+
+def test_the_transition_by_transition_example_runs_on_the_first_example_s_agent(tmp_path: Path) -> None:
+    """"Transition by transition" continues the first example: each advance prints an edge, then the reason."""
+    first = _python_blocks("## Using it")[0]
+    stepwise = _python_blocks("### Transition by transition")[0]
+    done = _run(first + "\n" + stepwise, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[2] == "AwaitModel -> CheckTruncation "
+    assert lines[-1] == "done"
