@@ -314,3 +314,24 @@ def test_a_store_with_only_save_and_load_still_checkpoints_whole_snapshots() -> 
     with pytest.raises(RunExistsError):
         tick_agent(2).run("go", store=store, run_id="p")
     assert asyncio.run(tick_agent(2).arun("go", store=store, run_id="q")).final == result.final
+
+
+def test_a_stopped_run_being_resumed_is_never_free_for_a_second_owner(opened: Any) -> None:
+    """From the claim on, the resuming owner holds the lease: a second resume at its resume edge is refused."""
+    store = opened()
+    with pytest.raises(AgentLoopError):
+        tick_agent(3, max_steps=1).run("go", store=store, run_id="stopped")
+    agent = tick_agent(3)
+    tried: list[BaseException | None] = []
+
+    def second_owner_tries(event: fsm_agent.TransitionEvent) -> None:
+        try:
+            agent.resume(store.load("stopped"), store=opened(), max_steps=4)
+            tried.append(None)
+        except RunLeasedError as exc:
+            tried.append(exc)
+
+    first = agent.resume(store.load("stopped"), store=store, max_steps=4, observers=[second_owner_tries])
+    refused = tried[0]
+    assert refused is not None, "the second owner took a run the first was resuming"
+    assert refused.holder == first._journal.owner  # type: ignore[attr-defined, union-attr]

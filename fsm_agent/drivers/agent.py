@@ -258,8 +258,7 @@ class Agent:
         if position.state is State.Done:
             msg = "the run finished in Done; there is nothing to resume"
             raise ValueError(msg)
-        # Taken over before anything moves: a run another owner is advancing is a RunLeasedError here.
-        run._open_store(new=False)  # noqa: SLF001 - the agent opens its own runs' stores
+        entry = None
         if position.state is State.Failed:
             position.retry_model = retry
             run._observe()  # noqa: SLF001 - the agent builds its own runs: the resume guards read time and token
@@ -276,6 +275,11 @@ class Agent:
             position.reason, position.evidence, position.final, position.finalizing = None, {}, "", None
             position.model_exception = position.condition_error = None
             position.unfinished = None
+        # Taken over before anything is called: a run another owner is advancing is a RunLeasedError here.
+        # A stopped run is claimed with its resume edge already taken, so the claim keeps the lease; claimed
+        # while still Failed it would be let go at once, and a second owner could take it in between.
+        run._open_store(new=False)  # noqa: SLF001 - the agent opens its own runs' stores
+        if entry is not None:
             run._after(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
         if approvals:
             run.decide(approvals)
