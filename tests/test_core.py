@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, RunResult, StopCondition, ToolCall, ToolRegistry
 from fsm_agent.core.walker import library_machine, walker_for
-from fsm_agent.definition.run import Run
+from fsm_agent.definition.run import Run, signature
 from fsm_agent.definition.states import Reason, State
 from fsm_agent.definition.stops import CATALOGUE, CONDITION_ERROR, At, Stop
-from fsm_agent.definition.table import build_table
+from fsm_agent.definition.table import build_table, first_row
 from fsm_agent.render.markdown import reasons_table
 from fsm_agent.render.mermaid import to_mermaid
 from fsm_agent.testing import FakeModel, ManualClock, demo_registry, reply, tool_turn
@@ -288,7 +288,70 @@ def test_the_library_trigger_takes_the_same_row_as_the_walker(
         fast = walker.try_fire(run, trigger)
         assert library_moved == (fast is not None)
         if fast is not None:
-            assert walker.entry(agent.table.rows[taken[0]]) == fast, f"{state} on {trigger}"
+            assert agent.table.rows[taken[0]].entry == fast, f"{state} on {trigger}"
+
+
+SETUPS = {
+    "bare": {},
+    "every limit": {"timeout": 5, "token_budget": 50, "max_tool_calls": 3, "cycle_window": 6},
+    "no cycle guard, finalize": {"cycle_window": 0, "on_stop": {"max_steps": "finalize"}},
+    "strict hooks": {"strict_hooks": True},
+}
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(
+    setup=st.sampled_from(sorted(SETUPS)),
+    cancellable=st.booleans(),
+    turns=st.integers(0, 6),
+    failures=st.integers(0, 4),
+    pending=st.integers(0, 3),
+    same_call=st.booleans(),
+    tokens=st.sampled_from([0, 60]),
+    elapsed=st.sampled_from([0.0, 10.0]),
+    text=st.sampled_from(["end_turn", "max_tokens", "refusal"]),
+)
+def test_a_run_s_pruned_rows_take_the_same_edge_as_the_whole_table(
+    setup: str,
+    cancellable: bool,
+    turns: int,
+    failures: int,
+    pending: int,
+    same_call: bool,
+    tokens: int,
+    elapsed: float,
+    text: str,
+) -> None:
+    """Leaving out a run's dormant guards changes no edge, for every state and trigger and any reachable counters."""
+    from fsm_agent import CancelToken
+
+    token = CancelToken() if cancellable else None
+    if token is not None and turns % 2:
+        token.cancel("stop")
+    agent = Agent(ByHistory([]), demo_registry(), max_steps=5, **SETUPS[setup])  # type: ignore[arg-type]
+    for state, trigger in agent.table.index:
+        handle = agent.start("q", cancel=token)
+        run = handle.position
+        assert run.rows is not agent.table.index
+        handle._observe()  # the clock and cancel token, as the driver tells them
+        run.state, run.turns, run.failures, run.input_tokens, run.elapsed = state, turns, failures, tokens, elapsed
+        calls = [ToolCall(f"c{i}", "echo", {"text": "same" if same_call else str(i)}) for i in range(pending)]
+        run.pending.extend(calls)
+        run.last_signature = None if not calls else signature(calls[0]) if same_call else None
+        run.last_response = ModelResponse(Message("assistant", "x", tuple(calls)), text)
+        for call in calls:
+            run.recent.append((signature(call), '"same"'))
+        pruned = first_row(run, trigger)
+        run.rows = agent.table.index
+        whole = first_row(run, trigger)
+        assert pruned == whole, f"{setup}: {state} on {trigger}"
+    if setup == "bare" and not cancellable:
+        # Not vacuous: a bare run walks only has_no_tool_calls, repeats_last_call and the fallback at Dispatch.
+        assert [row.guard_name for row in agent.start("q").position.rows[State.Dispatch, "dispatch"]] == [
+            "has_no_tool_calls",
+            "repeats_last_call",
+            None,
+        ]
 
 
 # --- the snapshot format ---------------------------------------------------------------------------------

@@ -87,15 +87,24 @@ STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
     ),
     "AwaitModel->Failed[hook_error]": (
         lambda o: _at(State.AwaitModel, o, (reply("hi"),), hook_error=RuntimeError("observer broke")),
-        {},
+        {"strict_hooks": True},
     ),
     "CheckTruncation->Failed[hook_error]": (
         lambda o: _at(State.CheckTruncation, o, turns=1, last_response=reply("ok"), hook_error=RuntimeError("x")),
-        {},
+        {"strict_hooks": True},
     ),
-    "Dispatch->Failed[hook_error]": (lambda o: _dispatch(o, hook_error=RuntimeError("observer broke")), {}),
-    "ExecuteTool->Failed[hook_error]": (lambda o: _execute(o, hook_error=RuntimeError("observer broke")), {}),
-    "Dispatch->Failed[finalize_failed]": (lambda o: _dispatch(o, finalizing="max_steps"), {}),
+    "Dispatch->Failed[hook_error]": (
+        lambda o: _dispatch(o, hook_error=RuntimeError("observer broke")),
+        {"strict_hooks": True},
+    ),
+    "ExecuteTool->Failed[hook_error]": (
+        lambda o: _execute(o, hook_error=RuntimeError("observer broke")),
+        {"strict_hooks": True},
+    ),
+    "Dispatch->Failed[finalize_failed]": (
+        lambda o: _dispatch(o, finalizing="max_steps"),
+        {"on_stop": {"max_steps": "finalize"}},
+    ),
     "Dispatch->Failed[cancelled]": (lambda o: _dispatch(o, cancel=_cancelled()), {}),
     "Dispatch->Failed[timeout]": (lambda o: _dispatch(o, seconds=10.0), {"timeout": 10}),
     "Dispatch->Failed[repeated_action]": (lambda o: _dispatch(o, last_signature=signature(ECHO)), {}),

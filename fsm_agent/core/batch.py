@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from fsm_agent.core.ledger import count_call
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import State
+from fsm_agent.definition.states import Dispatch, ExecuteTool
 from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import DISPATCH, first_row
 from fsm_agent.records import ToolCall
@@ -32,7 +32,7 @@ def plan_batch(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
     probe = copy.copy(run)
     # count_call writes only these two; the Dispatch walk reads but never writes the rest.
     probe.calls_by_tool = dict(run.calls_by_tool)
-    probe.state = State.Dispatch
+    probe.state = Dispatch
     planned = calls[:1]
     ids = {calls[0].id}
     for i in range(1, len(calls)):
@@ -43,7 +43,7 @@ def plan_batch(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
         except ConditionError:
             break  # the replay will meet the same error and stop there
         # A repeated call id would make two results share one key, so such a call waits for its own turn.
-        if row is None or row.dest is not State.ExecuteTool or not cleared(calls[i]) or calls[i].id in ids:
+        if row is None or row.dest is not ExecuteTool or not cleared(calls[i]) or calls[i].id in ids:
             break
         planned.append(calls[i])
         ids.add(calls[i].id)

@@ -11,7 +11,7 @@ from typing import Any
 
 from fsm_agent.core.ledger import record_leftovers
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import State
+from fsm_agent.definition.states import Done
 from fsm_agent.records import RunResult, Step, ToolCall, Usage
 
 
@@ -24,7 +24,7 @@ def evidence_for(run: Run, reason: str) -> dict[str, Any]:
 
 def conclude(run: Run) -> None:
     """Set the reason, evidence and final text of a run that just entered ``Done`` or ``Failed``."""
-    if run.state is State.Done:
+    if run.state is Done:
         run.final = run.last_response.message.content if run.last_response is not None else ""
         run.steps.append(Step(run.turns - 1, "final", run.final, run.counters()))
         if run.finalizing is None:

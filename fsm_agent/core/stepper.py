@@ -23,7 +23,7 @@ from fsm_agent.core.batch import plan_batch
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.run import MessagesView, Run
-from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.definition.states import TERMINAL, AwaitModel, CheckTruncation, Dispatch, ExecuteTool, State
 from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import CHECK, DISPATCH, FINALIZE, MODEL_FAILED, REPLIED, START, TOOL_DONE, first_row
 from fsm_agent.errors import RunStateError
@@ -87,7 +87,7 @@ class Stepper:
         run = self.run
         if self.approve is None:
             return False
-        return run.state is State.ExecuteTool and bool(run.pending) and self.needs_decision(run.pending[0])
+        return run.state is ExecuteTool and bool(run.pending) and self.needs_decision(run.pending[0])
 
     def effect(self, *, parallel: bool = False) -> Effect | None:
         """The I/O the next transition needs, or None (none needed, or the run is finished or paused).
@@ -98,12 +98,12 @@ class Stepper:
         edges the plan assumed.
         """
         run = self.run
-        if run.state is State.AwaitModel:
+        if run.state is AwaitModel:
             if self._replied is not None or (run.turns == 0 and self._start_row()):
                 return None
             tools = [] if run.finalizing is not None else self.schemas
             return ModelCall(MessagesView(run.messages), tools, run.turns + 1)
-        if run.state is not State.ExecuteTool or self.paused:
+        if run.state is not ExecuteTool or self.paused:
             return None
         call = run.pending[0]
         if call.id in run.ran or self._rejected(call):
@@ -117,15 +117,13 @@ class Stepper:
         return ToolBatch(tuple(batch))
 
     def _start_row(self) -> bool:
-        return self.walker.table.index.get((State.AwaitModel, START)) is not None and (
-            first_row(self.run, START) is not None
-        )
+        return self.walker.table.index.get((AwaitModel, START)) is not None and (first_row(self.run, START) is not None)
 
     # --- outcomes -------------------------------------------------------------------------------------------
 
     def accept_reply(self, response: object) -> None:
         """The model replied: count the turn and keep the reply; ``step()`` then moves on (or stops)."""
-        self._expect(State.AwaitModel)
+        self._expect(AwaitModel)
         run = self.run
         run.turns += 1
         problem = ledger.malformed(response)
@@ -142,7 +140,7 @@ class Stepper:
 
     def accept_model_error(self, error: BaseException) -> None:
         """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``."""
-        self._expect(State.AwaitModel)
+        self._expect(AwaitModel)
         self.run.turns += 1
         self.run.model_exception = error
         self._replied = MODEL_FAILED
@@ -169,7 +167,7 @@ class Stepper:
         if state in TERMINAL:
             msg = f"the run already finished in {state} (reason {run.reason!r}); start a new run"
             raise RunStateError(msg)
-        if state is State.AwaitModel:
+        if state is AwaitModel:
             if self._replied is None:
                 if run.turns == 0 and self._start_row():
                     return self._fire(START)
@@ -177,9 +175,9 @@ class Stepper:
                 raise RunStateError(msg)
             trigger, self._replied = self._replied, None
             return self._fire(trigger)
-        if state is State.CheckTruncation:
+        if state is CheckTruncation:
             return self._fire(CHECK)
-        if state is State.Dispatch:
+        if state is Dispatch:
             return self._fire(DISPATCH)
         call = run.pending[0]
         outcome = self._rejection(call) or run.ran.pop(call.id, None)
@@ -198,49 +196,57 @@ class Stepper:
         time was up before the call could start, so none was made.
         """
         run = self.run
-        if run.state is State.AwaitModel and self._replied is None and unfinished is not None:
+        if run.state is AwaitModel and self._replied is None and unfinished is not None:
             run.turns += 1  # the call was made, and may be billed
         self._replied = None
         run.unfinished = unfinished
         return self._fire(trigger)
 
     def _fire(self, trigger: str) -> Transition:
+        """Take the row ``trigger`` takes, or the finalize edge its stop's policy asks for; conclude a finished run."""
         run = self.run
         try:
-            entry = self._leave(trigger)
+            row = first_row(run, trigger)
         except ConditionError as exc:
             run.condition_error, run.condition_name = exc.error, exc.name
-            entry = self._leave(trigger)
-        if run.frozen and (run.state is State.AwaitModel or run.state in TERMINAL):
-            run.frozen = False
-        if run.state in TERMINAL:
-            conclude(run)
-        return entry
-
-    def _leave(self, trigger: str) -> Transition:
-        """Fire ``trigger``, unless the stop it would take is to be answered by a finalize call."""
-        run = self.run
-        row = first_row(run, trigger)
+            row = first_row(run, trigger)
         if row is None:
             # Unreachable for a validated table (every trigger ends in a fallback) except for guard-only
             # triggers, which are only fired after checking one of their rows applies.
             msg = f"no row fired for trigger {trigger!r} in state {run.state}"
             raise AssertionError(msg)
         reason = row.reason
+        entry = None
         if (
             reason is not None
             and run.finalizing is None
             and run.state in self.finalize_from
             and run.policies.get(reason) == "finalize"
         ):
-            evidence = self.evidence(reason)
-            entry = self.walker.try_fire(run, FINALIZE)
-            if entry is not None:
-                run.finalizing, run.finalize_evidence = reason, evidence
-                ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
-                run.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
-                return entry
-        return self.walker.take(run, row)
+            entry = self._finalize(reason)
+        if entry is None:
+            # Walker.take, inlined: this is the one place every transition of every run goes through.
+            entry = row.entry
+            run.state = row.dest
+            run.trace.append(entry)
+        state = run.state
+        if state in TERMINAL:
+            run.frozen = False
+            conclude(run)
+        elif state is AwaitModel:
+            run.frozen = False
+        return entry
+
+    def _finalize(self, reason: str) -> Transition | None:
+        """Answer the stop ``reason`` with one last model call without tools, if a finalize row allows it."""
+        run = self.run
+        evidence = self.evidence(reason)
+        entry = self.walker.try_fire(run, FINALIZE)
+        if entry is not None:
+            run.finalizing, run.finalize_evidence = reason, evidence
+            ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
+            run.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
+        return entry
 
     def evidence(self, reason: str) -> dict[str, Any]:
         """The evidence the stop ``reason`` would have now."""

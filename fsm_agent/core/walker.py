@@ -19,6 +19,7 @@ from typing import Any
 
 from transitions import Machine
 
+from fsm_agent.definition.guards import Guard
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import Row, Table, first_row
@@ -58,12 +59,8 @@ class Walker:
     def __init__(self, table: Table) -> None:
         self.table = table
         self.machine = library_machine(table)
-        # Trace entries are immutable and identical for every firing of a row, so one is built per row.
-        self._entries = {
-            id(row): Transition(str(row.source), row.trigger, str(row.dest), row.guard_name, row.reason)
-            for row in table.rows
-        }
         self._finalize_sources: dict[frozenset[str], frozenset[State]] = {}
+        self._pruned: dict[frozenset[Guard], Mapping[tuple[State, str], tuple[Row, ...]]] = {}
         for (state, trigger), rows in table.index.items():
             edges = self.machine.get_transitions(trigger=trigger, source=str(state))
             if [t.dest for t in edges] != [str(row.dest) for row in rows]:
@@ -79,9 +76,21 @@ class Walker:
             self._finalize_sources[reasons] = found
         return found
 
-    def entry(self, row: Row) -> Transition:
-        """The trace entry of ``row``."""
-        return self._entries[id(row)]
+    def rows_without(self, dormant: frozenset[Guard]) -> Mapping[tuple[State, str], tuple[Row, ...]]:
+        """The table's index without the rows guarded by ``dormant`` guards (see ``dormant_guards``).
+
+        Rows that cannot fire are only skipped, never reordered, so the walk
+        takes the same edge as over the whole table for any run these guards
+        are false for; a differential test holds both walks (and the
+        ``transitions`` library's own ``trigger()``) to that.
+        """
+        found = self._pruned.get(dormant)
+        if found is None:
+            found = {
+                key: tuple(row for row in rows if row.guard not in dormant) for key, rows in self.table.index.items()
+            }
+            self._pruned[dormant] = found
+        return found
 
     def try_fire(self, run: Run, trigger: str) -> Transition | None:
         """Take the first row on ``trigger`` whose guard holds, if any (for guard-only triggers)."""
@@ -90,7 +99,7 @@ class Walker:
 
     def take(self, run: Run, row: Row) -> Transition:
         """Move ``run`` along ``row`` (found by ``first_row``) and record the edge in its trace."""
-        entry = self._entries[id(row)]
+        entry = row.entry
         run.state = row.dest
         run.trace.append(entry)
         return entry

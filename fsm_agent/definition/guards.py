@@ -126,3 +126,28 @@ def budget_spent(run: Run) -> bool:
 def steps_exhausted(run: Run) -> bool:
     """``max_steps`` model turns were taken, so the next model call must not be made."""
     return run.turns >= run.limits.max_steps
+
+
+def dormant_guards(run: Run, *, strict_hooks: bool, cancellable: bool) -> frozenset[Guard]:
+    """The guards that can never hold for ``run``, given how it was set up: its rows leave them out.
+
+    Each of these reads a fact that only one part of a run's set-up can
+    produce (a limit, a cancel token, strict hooks, a finalize policy).  A
+    run without that part would ask the same question on every transition
+    and always be told no.  Anything in doubt (a fact restored from a
+    snapshot) keeps the guard.
+    """
+    limits = run.limits
+    return frozenset(
+        guard
+        for guard, can_hold in (
+            (hook_raised, strict_hooks or run.hook_error is not None),
+            (is_cancelled, cancellable or run.cancelled),
+            (deadline_passed, limits.timeout is not None),
+            (tool_calls_exhausted, limits.max_tool_calls is not None),
+            (is_cycling, limits.cycle_window >= 4),
+            (budget_spent, limits.token_budget is not None),
+            (asks_tools_while_finalizing, run.finalizing is not None or "finalize" in run.policies.values()),
+        )
+        if not can_hold
+    )

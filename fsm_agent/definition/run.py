@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from fsm_agent.definition.limits import Limits
-from fsm_agent.definition.states import State
+from fsm_agent.definition.states import AwaitModel, State
 from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import ToolResult
 
@@ -61,6 +61,23 @@ _MeterRead = tuple[str, Callable[["Run"], int | float], int | float | None]
 """A counter's name, how to read it, and its limit under the run's current limits."""
 
 
+_reads: dict[tuple[int, int], tuple[Limits, tuple[Meter, ...], tuple[_MeterRead, ...]]] = {}
+
+
+def _read_limits(limits: Limits, meters: tuple[Meter, ...]) -> tuple[_MeterRead, ...]:
+    """Each meter's name, reader and limit under ``limits``; kept, as an agent's runs share their limits.
+
+    Keyed by identity: the entry holds both objects, so their ids cannot be reused while it is kept.
+    """
+    key = (id(limits), id(meters))
+    found = _reads.get(key)
+    if found is None:
+        if len(_reads) >= 256:
+            _reads.clear()
+        found = _reads[key] = (limits, meters, tuple((m.name, m.used, m.limit(limits)) for m in meters))
+    return found[2]
+
+
 class Meter(NamedTuple):
     """One counter against its limit, as ``Step.counters``, the status line and the evidence show it."""
 
@@ -80,7 +97,7 @@ class Run:
         table: Table,
         policies: Mapping[str, str] | None = None,
     ) -> None:
-        self.state: State = State.AwaitModel
+        self.state: State = AwaitModel
         self.limits = limits
         self.messages = messages
         self.steps: list[Step] = []
@@ -139,7 +156,7 @@ class Run:
         limits, read = self.limits, self._limits_read
         if read[0] is not limits:
             # Every tool step records the counters, and limits only change by resuming: read them once.
-            read = self._limits_read = (limits, tuple((m.name, m.used, m.limit(limits)) for m in self.meters))
+            read = self._limits_read = (limits, _read_limits(limits, self.meters))
         return {name: [used(self), limit] for name, used, limit in read[1]}
 
 

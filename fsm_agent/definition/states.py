@@ -25,6 +25,9 @@ class State(StrEnum):
 
 STATES: tuple[State, ...] = tuple(State)
 TERMINAL: frozenset[State] = frozenset({State.Done, State.Failed})
+# The members again as module names, for the hot loop: on Python 3.11 every ``State.X`` goes through the
+# enum metaclass's ``__getattr__`` and costs about ten global reads.
+AwaitModel, CheckTruncation, Dispatch, ExecuteTool, Done, Failed = STATES
 
 Trigger = Literal[
     "start", "model_failed", "interrupted", "expired", "replied", "check", "dispatch", "tool_done", "finalize", "resume"

@@ -23,6 +23,7 @@ from fsm_agent.definition.run import Meter, Run
 from fsm_agent.definition.states import STATES, State
 from fsm_agent.definition.stops import CATALOGUE, CONDITION_ERROR, UNGUARDED, At, Stop, StopCondition
 from fsm_agent.errors import DefinitionError
+from fsm_agent.records import Transition
 
 START = "start"
 MODEL_FAILED = "model_failed"
@@ -75,6 +76,12 @@ class Row:
     dest: State
     guard: Guard | None = None
     reason: str | None = None
+    entry: Transition = attrs.field(init=False, eq=False, repr=False)
+    """The trace entry of taking this row: immutable and the same every time, so built once."""
+
+    def __attrs_post_init__(self) -> None:
+        entry = Transition(str(self.source), self.trigger, str(self.dest), self.guard_name, self.reason)
+        object.__setattr__(self, "entry", entry)
 
     @property
     def guard_name(self) -> str | None:

@@ -8,16 +8,19 @@ shape), so the sync and async paths cannot drift apart.
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.result import make_result
 from fsm_agent.core.stepper import Stepper
+from fsm_agent.definition.guards import dormant_guards
+from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
-from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.observe.events import CallEvent, TextDelta, TransitionEvent, logger
 from fsm_agent.persist.journal import Journal
@@ -29,6 +32,25 @@ if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
 
 Observer = Callable[[TransitionEvent], None]
+T = TypeVar("T")
+
+
+class _ReadThrough(Generic[T]):
+    """A read-only attribute of the run handle that reads the same name on its position (``Run``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._get = operator.attrgetter(f"position.{name}")
+
+    @overload
+    def __get__(self, handle: None, owner: type) -> _ReadThrough[T]: ...
+
+    @overload
+    def __get__(self, handle: RunBase, owner: type | None = None) -> T: ...
+
+    def __get__(self, handle: RunBase | None, owner: type | None = None) -> T | _ReadThrough[T]:
+        if handle is None:
+            return self
+        return self._get(handle)  # type: ignore[no-any-return]  # the Run attribute of the declared type
 
 
 class RunBase:
@@ -45,6 +67,9 @@ class RunBase:
         run_id: str | None,
     ) -> None:
         self.position = position
+        # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
+        dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None)
+        position.rows = agent.walker.rows_without(dormant)
         self.stepper = Stepper(position, agent.walker, agent.registry.schemas(), agent.approve)
         self._run_id = run_id
         self.agent = agent
@@ -124,9 +149,18 @@ class RunBase:
         """The stop reason (``"done"`` after a natural finish), once the run is over."""
         return self.position.reason
 
-    def __getattr__(self, name: str) -> Any:
-        # Every counter and field of the run's position reads through (run.turns, run.finalizing, ...).
-        return getattr(self.position, name)
+    # The run's counters read through the handle (``run.turns``).  Named one by one rather than by a
+    # ``__getattr__``, which would slow down every attribute read of the driver's own hot loop.
+    limits = _ReadThrough[Limits]()
+    turns = _ReadThrough[int]()
+    tool_calls = _ReadThrough[int]()
+    failures = _ReadThrough[int]()
+    tokens = _ReadThrough[int]()
+    input_tokens = _ReadThrough[int]()
+    output_tokens = _ReadThrough[int]()
+    elapsed = _ReadThrough[float]()
+    finalizing = _ReadThrough["str | None"]()
+    recent = _ReadThrough[Sequence[tuple[tuple[str, str], str]]]()
 
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]``."""
@@ -264,7 +298,7 @@ class RunBase:
         if observe:
             self._observe()
         run = self.position
-        if run.state is State.ExecuteTool and self._observed:
+        if run.state is ExecuteTool and self._observed:
             call = run.pending[0]
             outcome = self.stepper.outcome_of(call)
             if outcome is not None:
@@ -319,7 +353,7 @@ class RunBase:
 
     def _make_result(self) -> RunResult:
         run = self.position
-        data = None if run.state is State.Done else self.snapshot()
+        data = None if run.state is Done else self.snapshot()
         return make_result(run, run.reason or "unknown", run.evidence, tuple(run.pending), data)
 
     def _paused_result(self) -> RunResult:
@@ -331,7 +365,7 @@ class RunBase:
     def _outcome_of_run(self) -> RunResult:
         result = self.result
         run = self.position
-        if run.state is State.Failed and run.policies.get(result.reason, "raise") != "return":
+        if run.state is Failed and run.policies.get(result.reason, "raise") != "return":
             cause = run.model_exception or run.hook_error or run.condition_error
             raise AgentLoopError(result.reason, result) from cause
         return result
@@ -339,7 +373,7 @@ class RunBase:
     def _emit(self, last: Transition) -> None:
         run = self.position
         call = self._call
-        if call is None and last.dest == State.ExecuteTool and run.pending:
+        if call is None and last.dest == ExecuteTool and run.pending:
             call = run.pending[0]
         terminal = self.done
         event = TransitionEvent(
@@ -355,7 +389,7 @@ class RunBase:
             tool_call=call,
             tool_result=None if self._outcome is None else self._outcome.content,
             tool_error=None if self._outcome is None else self._outcome.error,
-            evidence=run.evidence if run.state is State.Failed else None,
+            evidence=run.evidence if run.state is Failed else None,
             result=self._result if terminal else None,
             run_id=self.run_id,
         )
@@ -364,7 +398,7 @@ class RunBase:
         if hooks:
             raised = hooks.call(f"enter:{last.dest}", event) or raised
             raised = hooks.call("transition", event) or raised
-            if run.state is State.Failed:
+            if run.state is Failed:
                 raised = hooks.call("failed", event) or raised
         for observer in self._observers:
             observer(event)
