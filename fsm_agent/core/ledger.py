@@ -14,6 +14,9 @@ from fsm_agent.definition.run import Run, signature
 from fsm_agent.records import STOP_REASONS, Message, ModelResponse, Step, ToolCall, Usage
 from fsm_agent.tools import ToolResult
 
+# One encoder, built once: json.dumps with options builds a new one per call, which costs more than the encoding.
+_arguments_text = json.JSONEncoder(ensure_ascii=False, default=repr).encode
+
 
 def malformed(response: object) -> str | None:
     """Why a model's return value is not a usable ``ModelResponse``, or None; checked before anything is recorded."""
@@ -84,7 +87,7 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
         run.last_error = outcome.error
     if run.limits.cycle_window:
         run.recent.append((run.last_signature, outcome.content))  # type: ignore[arg-type]  # count_call set it
-    arguments = json.dumps(call.arguments, ensure_ascii=False, default=repr)
+    arguments = _arguments_text(call.arguments)
     detail = f"{call.name}({arguments}) -> {outcome.content}"
     run.steps.append(Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated))
 

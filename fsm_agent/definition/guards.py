@@ -138,16 +138,19 @@ def dormant_guards(run: Run, *, strict_hooks: bool, cancellable: bool) -> frozen
     snapshot) keeps the guard.
     """
     limits = run.limits
-    return frozenset(
-        guard
-        for guard, can_hold in (
-            (hook_raised, strict_hooks or run.hook_error is not None),
-            (is_cancelled, cancellable or run.cancelled),
-            (deadline_passed, limits.timeout is not None),
-            (tool_calls_exhausted, limits.max_tool_calls is not None),
-            (is_cycling, limits.cycle_window >= 4),
-            (budget_spent, limits.token_budget is not None),
-            (asks_tools_while_finalizing, run.finalizing is not None or "finalize" in run.policies.values()),
-        )
-        if not can_hold
-    )
+    dormant = []
+    if not strict_hooks and run.hook_error is None:
+        dormant.append(hook_raised)
+    if not cancellable and not run.cancelled:
+        dormant.append(is_cancelled)
+    if limits.timeout is None:
+        dormant.append(deadline_passed)
+    if limits.max_tool_calls is None:
+        dormant.append(tool_calls_exhausted)
+    if limits.cycle_window < 4:
+        dormant.append(is_cycling)
+    if limits.token_budget is None:
+        dormant.append(budget_spent)
+    if run.finalizing is None and "finalize" not in run.policies.values():
+        dormant.append(asks_tools_while_finalizing)
+    return frozenset(dormant)

@@ -46,11 +46,15 @@ def signature(call: ToolCall) -> Signature:
     return found
 
 
+# Built once: json.dumps with options builds a new encoder per call, which costs more than the encoding.
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
+
+
 def _signature(call: ToolCall) -> Signature:
     if call.raw_arguments is not None:
         return call.name, "raw:" + call.raw_arguments
     try:
-        arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+        arguments = _canonical(call.arguments)
     except (TypeError, ValueError):
         # Arguments a model could not have sent as JSON still need a stable identity.
         arguments = repr(call.arguments)
@@ -88,6 +92,49 @@ class Meter(NamedTuple):
 
 class Run:
     """Position and counters of one run; the guards are predicates over it."""
+
+    # Slots: a run has more attributes than Python's shared instance dicts hold (30), and the guards
+    # read them on every transition.
+    __slots__ = (
+        "_limits_read",
+        "approvals",
+        "calls_by_tool",
+        "cancel_why",
+        "cancelled",
+        "condition_error",
+        "condition_name",
+        "elapsed",
+        "evidence",
+        "failures",
+        "final",
+        "finalize_evidence",
+        "finalizing",
+        "frozen",
+        "hook_error",
+        "input_tokens",
+        "last_error",
+        "last_response",
+        "last_signature",
+        "limits",
+        "messages",
+        "meters",
+        "model_exception",
+        "output_tokens",
+        "pending",
+        "policies",
+        "ran",
+        "reason",
+        "recent",
+        "retry_model",
+        "rows",
+        "state",
+        "steps",
+        "table_stops",
+        "tool_calls",
+        "trace",
+        "turns",
+        "unfinished",
+    )
 
     def __init__(
         self,

@@ -44,23 +44,23 @@ class AsyncDriver(RunBase):
     async def _amove(self) -> Transition:
         self._observe()
         effect = self.stepper.effect(parallel=True)
-        if effect is None:
-            return self._step(observe=False)
-        if self._out_of_time():
-            return self._interrupt(EXPIRED, None)
-        try:
-            async with asyncio.timeout(self._remaining()) as deadline:
-                if isinstance(effect, ModelCall):
-                    await self._acall_model(effect)
-                else:
-                    await self._run_batch(effect.calls)
-        except TimeoutError:
-            if not deadline.expired():
+        if effect is not None:
+            if self._out_of_time():
+                return self._interrupt(EXPIRED, None)
+            try:
+                async with asyncio.timeout(self._remaining()) as deadline:
+                    if type(effect) is ModelCall:
+                        await self._acall_model(effect)
+                    else:
+                        await self._run_batch(effect.calls)  # type: ignore[union-attr]  # a ToolBatch
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                return self._interrupt(EXPIRED, self._aunfinished(effect))
+            except asyncio.CancelledError:
+                self._interrupt(INTERRUPTED, self._aunfinished(effect))
                 raise
-            return self._interrupt(EXPIRED, self._aunfinished(effect))
-        except asyncio.CancelledError:
-            self._interrupt(INTERRUPTED, self._aunfinished(effect))
-            raise
+            self._observe()
         return self._step()
 
     async def afinish(self) -> RunResult:
@@ -73,7 +73,8 @@ class AsyncDriver(RunBase):
         return self._outcome_of_run()
 
     async def _acall_model(self, effect: ModelCall) -> None:
-        self._before_model()
+        if self._observed:
+            self._before_model()
         try:
             acomplete = getattr(self._model, "acomplete", None)
             astream = self._streaming("acomplete_stream") if self._wants_text else None
@@ -89,7 +90,8 @@ class AsyncDriver(RunBase):
         self._model_replied(response)
 
     async def _acall_tool(self, call: ToolCall) -> None:
-        self._before_tool(call)
+        if self._observed:
+            self._before_tool(call)
         if self._tool_timeout is None:
             outcome = await self._registry.aexecute(call)
         else:

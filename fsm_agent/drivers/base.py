@@ -230,12 +230,15 @@ class RunBase:
         between two ``advance()`` calls; deciding here, not by racing a call
         against a deadline of zero, keeps both drivers on the same edge.
         """
-        remaining = self._remaining()
-        return remaining is not None and remaining <= 0
+        run = self.position
+        timeout = run.limits.timeout
+        if timeout is None or run.finalizing is not None:
+            return False
+        return self._clock() - self._started >= timeout
 
     def _before_model(self) -> None:
-        if self._observed:
-            self._call_hooks(CallEvent("before_model", self.position.turns + 1, self.counters(), run_id=self.run_id))
+        """The ``before_model`` event (only for an observed run)."""
+        self._call_hooks(CallEvent("before_model", self.position.turns + 1, self.counters(), run_id=self.run_id))
 
     def on_text(self, observer: Callable[[TextDelta], object]) -> None:
         """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.
@@ -285,37 +288,36 @@ class RunBase:
             self._call_hooks(CallEvent("after_model", turn, counters, response=self._response, run_id=self.run_id))
 
     def _before_tool(self, call: ToolCall) -> None:
-        if self._observed:
-            event = CallEvent("before_tool", self.position.turns, self.counters(), tool_call=call, run_id=self.run_id)
-            self._call_hooks(event)
+        """The ``before_tool`` event (only for an observed run)."""
+        event = CallEvent("before_tool", self.position.turns, self.counters(), tool_call=call, run_id=self.run_id)
+        self._call_hooks(event)
 
-    def _step(self, observe: bool = True) -> Transition:
-        """Fire the next transition (the effect, if any, was carried out) and close it.
-
-        ``observe=False`` when nothing happened since the run was last told the
-        time: no call was made, so no time worth reading passed.
-        """
-        if observe:
-            self._observe()
-        run = self.position
-        if run.state is ExecuteTool and self._observed:
-            call = run.pending[0]
-            outcome = self.stepper.outcome_of(call)
-            if outcome is not None:
-                if call.id not in run.ran:
-                    self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
-                self._call, self._outcome = call, outcome
-                event = CallEvent(
-                    "after_tool",
-                    run.turns,
-                    self.counters(),
-                    tool_call=call,
-                    tool_result=outcome.content,
-                    tool_error=outcome.error,
-                    run_id=self.run_id,
-                )
-                self._call_hooks(event)
+    def _step(self) -> Transition:
+        """Fire the next transition (the effect, if any, was carried out and the run told the time) and close it."""
+        if self._observed and self.position.state is ExecuteTool:
+            self._tool_done_event()
         return self._after(self.stepper.step())
+
+    def _tool_done_event(self) -> None:
+        """The ``after_tool`` event of the call the next transition records (a rejected one included)."""
+        run = self.position
+        call = run.pending[0]
+        outcome = self.stepper.outcome_of(call)
+        if outcome is None:
+            return
+        if call.id not in run.ran:
+            self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
+        self._call, self._outcome = call, outcome
+        event = CallEvent(
+            "after_tool",
+            run.turns,
+            self.counters(),
+            tool_call=call,
+            tool_result=outcome.content,
+            tool_error=outcome.error,
+            run_id=self.run_id,
+        )
+        self._call_hooks(event)
 
     def _interrupt(self, trigger: str, unfinished: str | None) -> Transition:
         """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""
