@@ -81,15 +81,18 @@ ALL_LIMITS = {
 }
 
 
-def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, float, float]:
-    """Median µs per model turn for (engine, engine with every limit set, plain loop) at K tool turns."""
+def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, float, float, float]:
+    """Median µs per model turn at K tool turns: (engine, plain loop) and (engine with every limit set, plain loop)."""
     registry = demo_registry()
     script = Script(k)
     turns = k + 1
     bare = Agent(script, registry, max_steps=turns)  # default limits: the cycle guard is on
     limited = Agent(script, registry, max_steps=turns, **ALL_LIMITS)  # type: ignore[arg-type]
     runs = max(1, budget_turns // turns)
-    engine_times, limited_times, plain_times = [], [], []
+    engine_times: list[float] = []
+    limited_times: list[float] = []
+    plain_times: list[float] = []
+    plain_limited_times: list[float] = []
 
     def engine() -> RunResult:
         return bare.run("go")
@@ -100,32 +103,36 @@ def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, 
     def plain() -> RunResult:
         return plain_run(script, registry, "go", turns, 3)
 
-    for go in (
-        engine,
-        engine_limited,
-        plain,
-    ):  # every side sides must do the whole workload, or the ratio means nothing
+    for go in (engine, engine_limited, plain):  # every side must do the whole workload, or the ratio means nothing
         script.i = 0
         result = go()
         if (result.final, len(result.steps)) != ("done", turns):
             raise SystemExit(f"benchmark workload broken at K={k}: {result.reason}")
-    gc.collect()
-    for _ in range(rounds):
-        engine_times.append(_time_per_turn(engine, script, runs, turns))
-        limited_times.append(_time_per_turn(engine_limited, script, runs, turns))
-        plain_times.append(_time_per_turn(plain, script, runs, turns))
-    return statistics.median(engine_times), statistics.median(limited_times), statistics.median(plain_times)
+    # Each engine is interleaved with the plain loop in a pass of its own: the runs with a timeout hand work to
+    # a worker thread, which slows whatever runs next, so putting them between engine and plain would flatter
+    # the ratio.
+    for side, times, baseline in (
+        (engine, engine_times, plain_times),
+        (engine_limited, limited_times, plain_limited_times),
+    ):
+        gc.collect()
+        for _ in range(rounds):
+            times.append(_time_per_turn(side, script, runs, turns))
+            baseline.append(_time_per_turn(plain, script, runs, turns))
+    median = statistics.median
+    return median(engine_times), median(plain_times), median(limited_times), median(plain_limited_times)
 
 
 def main() -> int:
     """Print the table of medians and ratios; exit 1 if a ratio misses its target."""
-    print("µs per model turn (median of 21 interleaved rounds); ratio = engine / plain loop")
+    print("µs per model turn (median of 21 interleaved rounds); ratio = engine / plain loop of the same pass")
     print(f"{'K':>5} {'plain':>8} {'engine':>8} {'ratio':>6} {'engine+all limits':>18} {'ratio':>6}")
     worst = worst_limited = 0.0
     for k in (1, 8, 64):
-        engine, limited, plain = measure(k)
-        worst, worst_limited = max(worst, engine / plain), max(worst_limited, limited / plain)
-        print(f"{k:>5} {plain:>8.2f} {engine:>8.2f} {engine / plain:>6.2f} {limited:>18.2f} {limited / plain:>6.2f}")
+        engine, plain, limited, plain_limited = measure(k)
+        ratio, ratio_limited = engine / plain, limited / plain_limited
+        worst, worst_limited = max(worst, ratio), max(worst_limited, ratio_limited)
+        print(f"{k:>5} {plain:>8.2f} {engine:>8.2f} {ratio:>6.2f} {limited:>18.2f} {ratio_limited:>6.2f}")
     ok = worst <= TARGET_RATIO and worst_limited <= TARGET_RATIO_ALL_LIMITS
     print(
         f"worst ratio {worst:.2f} (target {TARGET_RATIO}x), with every limit {worst_limited:.2f} "

@@ -117,7 +117,8 @@ class Stepper:
         return ToolBatch(tuple(batch))
 
     def _start_row(self) -> bool:
-        return self.walker.table.index.get((AwaitModel, START)) is not None and (first_row(self.run, START) is not None)
+        """A ``start`` row holds (the run was cancelled or is out of time before its first call)."""
+        return first_row(self.run, START) is not None
 
     # --- outcomes -------------------------------------------------------------------------------------------
 
