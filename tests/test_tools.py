@@ -413,3 +413,34 @@ def test_tools_is_a_package_of_small_modules_that_keeps_its_public_names() -> No
     sizes = {path.name: len(path.read_text(encoding="utf-8").splitlines()) for path in folder.glob("*.py")}
     assert {"__init__.py", "schema.py", "registry.py", "builtin.py"} <= set(sizes)
     assert max(sizes.values()) <= 400, sizes
+
+
+def test_an_agent_offers_a_tool_registered_after_its_last_run_and_each_run_its_own_list() -> None:
+    """The agent keeps the schemas between runs, but a change to the registry is offered at the next run."""
+    from fsm_agent import Agent
+
+    registry = ToolRegistry()
+
+    @registry.register
+    def first() -> str:
+        """The first tool."""
+        return "1"
+
+    model = FakeModel(reply("a"), reply("b"), reply("c"))
+    agent = Agent(model, registry)
+    agent.run("q")
+    agent.run("q")
+
+    @registry.register
+    def second() -> str:
+        """Registered after two runs."""
+        return "2"
+
+    agent.run("q")
+    assert [[tool["name"] for tool in tools] for tools in model.tools_seen] == [
+        ["first"],
+        ["first"],
+        ["first", "second"],
+    ]
+    model.tools_seen[0].clear()  # a model that changes what it was offered changes no other run
+    assert model.tools_seen[1] == [registry.get("first").schema]  # type: ignore[union-attr]

@@ -58,6 +58,8 @@ Effect = ModelCall | ToolBatch
 class Stepper:
     """The pure core of one run; every driver carries out its effects."""
 
+    __slots__ = ("_replied", "approve", "finalize_from", "run", "schemas", "walker")
+
     def __init__(
         self,
         run: Run,

@@ -204,7 +204,10 @@ class Run:
         if read[0] is not limits:
             # Every tool step records the counters, and limits only change by resuming: read them once.
             read = self._limits_read = (limits, _read_limits(limits, self.meters))
-        return {name: [used(self), limit] for name, used, limit in read[1]}
+        counters: Counters = {}
+        for name, used, limit in read[1]:  # a loop, not a comprehension: one frame fewer on every step
+            counters[name] = [used(self), limit]
+        return counters
 
 
 class MessagesView(Sequence[Message]):

@@ -35,6 +35,7 @@ from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog
 from fsm_agent.persist.store import Store, check_run_id
 from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
+from fsm_agent.tools.registry import OfferedTools
 
 Clock = Callable[[], float]
 """Monotonic seconds; replaceable in tests (``fsm_agent.testing.ManualClock``)."""
@@ -117,6 +118,7 @@ class Agent:
         self.approve = _approval_rule(approve)
         self.model = model
         self.registry = registry
+        self.offered = OfferedTools()
         self.system = system
         self.clock = clock
         self.strict_hooks = bool(strict_hooks)

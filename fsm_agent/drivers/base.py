@@ -70,7 +70,7 @@ class RunBase:
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
         dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None)
         position.rows = agent.walker.rows_without(dormant)
-        self.stepper = Stepper(position, agent.walker, agent.registry.schemas(), agent.approve)
+        self.stepper = Stepper(position, agent.walker, agent.offered(agent.registry), agent.approve)
         self._run_id = run_id
         self.agent = agent
         self._model = agent.model

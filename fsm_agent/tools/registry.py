@@ -169,6 +169,8 @@ class ToolRegistry:
         self.max_output_chars = _max_output_chars(max_output_chars)
         self.source = source
         """Where this registry's own tools come from, named when a merge (``include``) finds a clash."""
+        self.version = 0
+        """Counts the changes to the set of tools, so an agent rebuilds the schemas it offers only after one."""
 
     @overload
     def register(
@@ -219,6 +221,7 @@ class ToolRegistry:
             tool = Tool(tool_name, doc, function, dict(parameters), schema_given=True)
         self._tools[tool_name] = tool
         self._sources[tool_name] = self.source
+        self.version += 1
         return function
 
     def include(self, other: ToolRegistry, *, prefix: str = "") -> None:
@@ -237,6 +240,7 @@ class ToolRegistry:
             if tool is not None:
                 self._tools[new_name] = attrs.evolve(tool, name=new_name)
                 self._sources[new_name] = other.source_of(tool.name)
+        self.version += 1
 
     def source_of(self, name: str) -> str:
         """Where the tool called ``name`` comes from (``source`` of the registry it was registered with)."""
@@ -357,3 +361,25 @@ class ToolRegistry:
     def call(self, call: ToolCall) -> str:
         """Run one tool call and return the JSON text the model sees (``{"error": ...}`` on failure)."""
         return self.execute(call).content
+
+
+class OfferedTools:
+    """The schemas an agent offers its model, rebuilt only when the registry (or its set of tools) changed.
+
+    Building them costs as much as a transition, and every run of an agent
+    offers the same tools.  Each run gets its own list, so nothing one run's
+    model does to it reaches another run.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[object, int] | None = None
+        self._schemas: list[JSONSchema] = []
+
+    def __call__(self, registry: ToolRegistry) -> list[JSONSchema]:
+        """The schemas of ``registry``'s tools, as ``ToolRegistry.schemas()`` gives them."""
+        version = getattr(registry, "version", None)
+        if version is None:  # a registry of another kind: ask it every time
+            return registry.schemas()
+        if self._key is None or self._key[0] is not registry or self._key[1] != version:
+            self._schemas, self._key = registry.schemas(), (registry, version)
+        return list(self._schemas)
