@@ -47,14 +47,16 @@ class AsyncDriver(RunBase):
         if effect is not None:
             if self._out_of_time():
                 return self._interrupt(EXPIRED, None)
+            remaining = self._remaining()
+            deadline = None
             try:
-                async with asyncio.timeout(self._remaining()) as deadline:
-                    if type(effect) is ModelCall:
-                        await self._acall_model(effect)
-                    else:
-                        await self._run_batch(effect.calls)  # type: ignore[union-attr]  # a ToolBatch
+                if remaining is None:  # no deadline: no timeout context, which costs as much as a transition
+                    await self._acarry(effect)
+                else:
+                    async with asyncio.timeout(remaining) as deadline:
+                        await self._acarry(effect)
             except TimeoutError:
-                if not deadline.expired():
+                if deadline is None or not deadline.expired():
                     raise
                 return self._interrupt(EXPIRED, self._aunfinished(effect))
             except asyncio.CancelledError:
@@ -63,13 +65,20 @@ class AsyncDriver(RunBase):
             self._observe()
         return self._step()
 
+    async def _acarry(self, effect: ModelCall | ToolBatch) -> None:
+        if type(effect) is ModelCall:
+            await self._acall_model(effect)
+        else:
+            await self._run_batch(effect.calls)  # type: ignore[union-attr]  # an Effect that is not a ModelCall
+
     async def afinish(self) -> RunResult:
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
         stepper = self.stepper
+        move = self._amove if self._journal is None else self._aadvance  # a coroutine frame fewer per transition
         while self._result is None:
             if stepper.approve is not None and stepper.paused:
                 return self._paused_result()
-            await self._aadvance()  # the loop itself checked what aadvance() would
+            await move()  # the loop itself checked what aadvance() would
         return self._outcome_of_run()
 
     async def _acall_model(self, effect: ModelCall) -> None:

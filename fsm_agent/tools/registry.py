@@ -22,7 +22,7 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, overload
 
 import attrs
@@ -312,16 +312,15 @@ class ToolRegistry:
         if isinstance(prepared, ToolResult):
             return prepared
         function, arguments = prepared
+        deadline = None
         try:
-            async with asyncio.timeout(timeout) as deadline:
-                if inspect.iscoroutinefunction(function):
-                    value = await function(**arguments)
-                elif timeout is None:
-                    value = await asyncio.to_thread(call_sync, function, arguments)
-                else:
-                    value = await in_daemon_thread(function, arguments)
+            if timeout is None:  # no timeout context: it costs more than calling a quick tool
+                value = await _started(function, arguments, None)
+            else:
+                async with asyncio.timeout(timeout) as deadline:
+                    value = await _started(function, arguments, timeout)
         except TimeoutError as exc:
-            if deadline.expired():
+            if deadline is not None and deadline.expired():
                 return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
             return self._capped(_raised(call, exc))
         except asyncio.CancelledError as exc:
@@ -361,6 +360,19 @@ class ToolRegistry:
     def call(self, call: ToolCall) -> str:
         """Run one tool call and return the JSON text the model sees (``{"error": ...}`` on failure)."""
         return self.execute(call).content
+
+
+def _started(function: ToolFunction, arguments: dict[str, Any], timeout: float | None) -> Awaitable[Any]:
+    """The call of a tool as something to await: an async tool itself, a sync one on a worker thread.
+
+    With a ``timeout``, the thread is a daemon worker, so one abandoned at
+    its deadline never holds up the event loop's exit.
+    """
+    if inspect.iscoroutinefunction(function):
+        return function(**arguments)  # type: ignore[no-any-return]
+    if timeout is None:
+        return asyncio.to_thread(call_sync, function, arguments)
+    return in_daemon_thread(function, arguments)
 
 
 class OfferedTools:
