@@ -20,6 +20,14 @@ _arguments_text = json.JSONEncoder(ensure_ascii=False, default=repr).encode
 
 def malformed(response: object) -> str | None:
     """Why a model's return value is not a usable ``ModelResponse``, or None; checked before anything is recorded."""
+    if type(response) is ModelResponse:  # every reply is checked: the usual one is cleared on exact types first
+        message = response.message
+        if type(message) is Message and type(message.content) is str and type(message.tool_calls) is tuple:
+            for call in message.tool_calls:
+                if type(call) is not ToolCall or type(call.id) is not str or type(call.name) is not str:
+                    break
+            else:
+                return None
     if not isinstance(response, ModelResponse):
         return f"model returned {type(response).__name__}, expected ModelResponse"
     message = response.message
@@ -54,14 +62,17 @@ def usage_problem(usage: object) -> str | None:
 
 def record_reply(run: Run, response: ModelResponse) -> str | None:
     """Keep a reply (message, its calls, its tokens); return why it is unusable, if it is."""
-    run.messages.append(response.message)
-    run.pending.extend(response.message.tool_calls)
-    problem = usage_problem(response.usage)
-    if problem is not None:
-        return problem
-    if response.usage is not None:
-        run.input_tokens += response.usage.input_tokens
-        run.output_tokens += response.usage.output_tokens
+    message = response.message
+    run.messages.append(message)
+    if message.tool_calls:
+        run.pending.extend(message.tool_calls)
+    usage = response.usage
+    if usage is not None:
+        problem = usage_problem(usage)
+        if problem is not None:
+            return problem
+        run.input_tokens += usage.input_tokens
+        run.output_tokens += usage.output_tokens
     if response.stop_reason not in STOP_REASONS:
         # The reply, its calls (pending) and its tokens are kept, but an unknown signal is not guessed at.
         return f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"

@@ -219,24 +219,24 @@ class Stepper:
             msg = f"no row fired for trigger {trigger!r} in state {run.state}"
             raise AssertionError(msg)
         reason = row.reason
-        entry = None
         if (
             reason is not None
             and run.finalizing is None
             and run.state in self.finalize_from
             and run.policies.get(reason) == "finalize"
         ):
-            entry = self._finalize(reason)
-        if entry is None:
-            # Walker.take, inlined: this is the one place every transition of every run goes through.
-            entry = row.entry
-            run.state = row.dest
-            run.trace.append(entry)
-        state = run.state
-        if state in TERMINAL:
+            finalize = self._finalize(reason)
+            if finalize is not None:
+                run.frozen = False  # the finalize edge leads back to AwaitModel, where a planned batch ends
+                return finalize
+        # Walker.take, inlined: this is the one place every transition of every run goes through.
+        entry = row.entry
+        dest = run.state = row.dest
+        run.trace.append(entry)
+        if dest in TERMINAL:
             run.frozen = False
             conclude(run)
-        elif state is AwaitModel:
+        elif dest is AwaitModel:
             run.frozen = False
         return entry
 
