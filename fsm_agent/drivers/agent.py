@@ -118,7 +118,7 @@ class Agent:
         self.approve = _approval_rule(approve)
         self.model = model
         self.registry = registry
-        self.offered = OfferedTools()
+        self._offered = OfferedTools()
         self.system = system
         self.clock = clock
         self.strict_hooks = bool(strict_hooks)
@@ -148,6 +148,10 @@ class Agent:
         self.table: Table = self.walker.table
         self.on_stop = check_policies(on_stop, self.table.stop_for)
         self.hooks = Hooks()
+
+    def tool_schemas(self) -> list[JSONSchema]:
+        """The schemas of the registry's tools as the model is offered them; rebuilt only after the tools changed."""
+        return self._offered(self.registry)
 
     def on(self, name: HookName, hook: Hook | None = None) -> Any:
         """Register an observer: ``agent.on("transition", fn)`` or ``@agent.on("enter:ExecuteTool")``.

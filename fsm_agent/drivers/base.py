@@ -8,10 +8,9 @@ shape), so the sync and async paths cannot drift apart.
 
 from __future__ import annotations
 
-import operator
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
@@ -21,6 +20,7 @@ from fsm_agent.definition.guards import dormant_guards
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
+from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.observe.events import CallEvent, TextDelta, TransitionEvent, logger
 from fsm_agent.persist.journal import Journal
@@ -32,25 +32,6 @@ if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
 
 Observer = Callable[[TransitionEvent], None]
-T = TypeVar("T")
-
-
-class _ReadThrough(Generic[T]):
-    """A read-only attribute of the run handle that reads the same name on its position (``Run``)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._get = operator.attrgetter(f"position.{name}")
-
-    @overload
-    def __get__(self, handle: None, owner: type) -> _ReadThrough[T]: ...
-
-    @overload
-    def __get__(self, handle: RunBase, owner: type | None = None) -> T: ...
-
-    def __get__(self, handle: RunBase | None, owner: type | None = None) -> T | _ReadThrough[T]:
-        if handle is None:
-            return self
-        return self._get(handle)  # type: ignore[no-any-return]  # the Run attribute of the declared type
 
 
 class RunBase:
@@ -70,7 +51,7 @@ class RunBase:
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
         dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None)
         position.rows = agent.walker.rows_without(dormant)
-        self.stepper = Stepper(position, agent.walker, agent.offered(agent.registry), agent.approve)
+        self.stepper = Stepper(position, agent.walker, agent.tool_schemas(), agent.approve)
         self._run_id = run_id
         self.agent = agent
         self._model = agent.model
@@ -151,16 +132,16 @@ class RunBase:
 
     # The run's counters read through the handle (``run.turns``).  Named one by one rather than by a
     # ``__getattr__``, which would slow down every attribute read of the driver's own hot loop.
-    limits = _ReadThrough[Limits]()
-    turns = _ReadThrough[int]()
-    tool_calls = _ReadThrough[int]()
-    failures = _ReadThrough[int]()
-    tokens = _ReadThrough[int]()
-    input_tokens = _ReadThrough[int]()
-    output_tokens = _ReadThrough[int]()
-    elapsed = _ReadThrough[float]()
-    finalizing = _ReadThrough["str | None"]()
-    recent = _ReadThrough[Sequence[tuple[tuple[str, str], str]]]()
+    limits = ReadThrough[Limits]()
+    turns = ReadThrough[int]()
+    tool_calls = ReadThrough[int]()
+    failures = ReadThrough[int]()
+    tokens = ReadThrough[int]()
+    input_tokens = ReadThrough[int]()
+    output_tokens = ReadThrough[int]()
+    elapsed = ReadThrough[float]()
+    finalizing = ReadThrough["str | None"]()
+    recent = ReadThrough[Sequence[tuple[tuple[str, str], str]]]()
 
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]``."""
