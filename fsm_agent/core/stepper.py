@@ -58,7 +58,7 @@ Effect = ModelCall | ToolBatch
 class Stepper:
     """The pure core of one run; every driver carries out its effects."""
 
-    __slots__ = ("_replied", "approve", "finalize_from", "run", "schemas", "walker")
+    __slots__ = ("_messages", "_replied", "approve", "finalize_from", "run", "schemas", "walker")
 
     def __init__(
         self,
@@ -73,6 +73,8 @@ class Stepper:
         self.approve = approve
         # Finalize is tried only where a stop with that policy is checked, so other runs pay nothing for it.
         self.finalize_from = walker.finalize_sources(run.policies)
+        # A live view, so one serves every model call of the run.
+        self._messages = MessagesView(run.messages)
         # The trigger a model outcome implies, from accept_* until step() fires it.
         self._replied: str | None = None
 
@@ -104,7 +106,7 @@ class Stepper:
             if self._replied is not None or (run.turns == 0 and self._start_row()):
                 return None
             tools = [] if run.finalizing is not None else self.schemas
-            return ModelCall(MessagesView(run.messages), tools, run.turns + 1)
+            return ModelCall(self._messages, tools, run.turns + 1)
         if run.state is not ExecuteTool or self.paused:
             return None
         call = run.pending[0]

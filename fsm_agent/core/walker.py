@@ -53,6 +53,9 @@ def library_machine(table: Table, on_taken: Callable[[int, Any], None] | None = 
     )
 
 
+_NOWHERE: frozenset[State] = frozenset()
+
+
 class Walker:
     """Fires triggers on runs of one table; built once per table and shared by every run and thread."""
 
@@ -69,6 +72,8 @@ class Walker:
 
     def finalize_sources(self, policies: Mapping[str, str]) -> frozenset[State]:
         """The states where a stop whose policy is ``finalize`` is checked: only there is a finalize looked for."""
+        if "finalize" not in policies.values():
+            return _NOWHERE  # most agents: no generator to run for every run they start
         reasons = frozenset(reason for reason, policy in policies.items() if policy == "finalize")
         found = self._finalize_sources.get(reasons)
         if found is None:

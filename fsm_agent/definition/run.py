@@ -174,7 +174,7 @@ class Run:
         self.unfinished: str | None = None
         self.input_tokens = 0
         self.output_tokens = 0
-        # Written by the driver before each transition; while a parallel batch is replayed it stays as planned.
+        # Written by the driver before each transition or after each call; a replayed parallel batch keeps its plan's.
         self.elapsed = 0.0
         self.cancelled = False
         self.cancel_why = ""

@@ -42,7 +42,8 @@ class AsyncDriver(RunBase):
         return entry
 
     async def _amove(self) -> Transition:
-        self._observe()
+        if self._clock_each_transition:
+            self._observe()
         effect = self.stepper.effect(parallel=True)
         if effect is not None:
             if self._out_of_time():

@@ -69,6 +69,12 @@ class RunBase:
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
         self._journal = None if store is None else Journal(store, self.run_id)
+        # Whether the run is told the time (and its cancel flag) before every transition, or only after each
+        # call.  A deadline, a cancel token, observers and a store need the former; otherwise only the
+        # counters read the time, and between two calls it moves by the engine's own microseconds.
+        self._clock_each_transition = (
+            position.limits.timeout is not None or cancel is not None or self._observed or store is not None
+        )
         self._deferred = False
         self._cancel = cancel
         self._clock = agent.clock

@@ -59,7 +59,8 @@ class SyncDriver(RunBase):
         return self._outcome_of_run()
 
     def _advance(self) -> Transition:
-        self._observe()
+        if self._clock_each_transition:
+            self._observe()
         effect = self.stepper.effect()
         if effect is not None:
             if self._out_of_time():
