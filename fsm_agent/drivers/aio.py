@@ -67,10 +67,10 @@ class AsyncDriver(RunBase):
         return self._step()
 
     async def _acarry(self, effect: ModelCall | ToolBatch) -> None:
-        if type(effect) is ModelCall:
+        if isinstance(effect, ModelCall):
             await self._acall_model(effect)
         else:
-            await self._run_batch(effect.calls)  # type: ignore[union-attr]  # an Effect that is not a ModelCall
+            await self._run_batch(effect.calls)
 
     async def afinish(self) -> RunResult:
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""

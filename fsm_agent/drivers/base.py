@@ -217,11 +217,8 @@ class RunBase:
         between two ``advance()`` calls; deciding here, not by racing a call
         against a deadline of zero, keeps both drivers on the same edge.
         """
-        run = self.position
-        timeout = run.limits.timeout
-        if timeout is None or run.finalizing is not None:
-            return False
-        return self._clock() - self._started >= timeout
+        remaining = self._remaining()
+        return remaining is not None and remaining <= 0
 
     def _before_model(self) -> None:
         """The ``before_model`` event (only for an observed run)."""

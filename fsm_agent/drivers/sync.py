@@ -65,10 +65,10 @@ class SyncDriver(RunBase):
         if effect is not None:
             if self._out_of_time():
                 return self._interrupt(EXPIRED, None)
-            if type(effect) is ModelCall:
+            if isinstance(effect, ModelCall):
                 self._call_model(effect)
             else:
-                self._call_tool(effect)  # type: ignore[arg-type]  # an Effect that is not a ModelCall
+                self._call_tool(effect)
             self._observe()
         return self._step()
 
@@ -104,23 +104,25 @@ class SyncDriver(RunBase):
             raise error
         return value  # type: ignore[return-value]  # no error, so work() returned it
 
-    def _let_go(self, mutex: threading.Lock, effect: ModelCall | ToolBatch) -> None:
+    def _let_go(self, effect: ModelCall | ToolBatch) -> threading.Lock | None:
         """Let go of the run while a call is in flight, so the deadline can stop it there; ``_take_back`` after."""
-        self._in_flight = effect
-        mutex.release()
+        mutex = self._mutex
+        if mutex is not None:
+            self._in_flight = effect
+            mutex.release()
+        return mutex
 
-    def _take_back(self, mutex: threading.Lock) -> None:
-        mutex.acquire()
-        self._in_flight = None
-        if self._abandoned:
-            raise _Abandoned
+    def _take_back(self, mutex: threading.Lock | None) -> None:
+        if mutex is not None:
+            mutex.acquire()
+            self._in_flight = None
+            if self._abandoned:
+                raise _Abandoned
 
     def _call_model(self, effect: ModelCall) -> None:
         if self._observed:
             self._before_model()
-        mutex = self._mutex
-        if mutex is not None:
-            self._let_go(mutex, effect)
+        mutex = self._let_go(effect)
         try:
             stream = self._streaming("complete_stream") if self._wants_text else None
             if stream is None:
@@ -128,21 +130,17 @@ class SyncDriver(RunBase):
             else:
                 response = stream(effect.messages, effect.tools, self._text)
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
-            if mutex is not None:
-                self._take_back(mutex)
+            self._take_back(mutex)
             self._model_failed(exc)
             return
-        if mutex is not None:
-            self._take_back(mutex)
+        self._take_back(mutex)
         self._model_replied(response)
 
     def _call_tool(self, effect: ToolBatch) -> None:
         call = effect.calls[0]
         if self._observed:
             self._before_tool(call)
-        mutex = self._mutex
-        if mutex is not None:
-            self._let_go(mutex, effect)
+        mutex = self._let_go(effect)
         try:
             if self._tool_timeout is None:
                 # Called as execute(call), so registries that wrap it keep working.
@@ -150,8 +148,7 @@ class SyncDriver(RunBase):
             else:
                 outcome = self._registry.execute(call, timeout=self._tool_timeout)
         finally:
-            if mutex is not None:
-                self._take_back(mutex)
+            self._take_back(mutex)
         self.stepper.accept_tool(call, outcome)
 
     def _unfinished(self, effect: ModelCall | ToolBatch | None) -> str | None:
