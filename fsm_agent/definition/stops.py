@@ -12,7 +12,6 @@ it needs one).  A user's ``StopCondition`` is the same kind of object.
 from __future__ import annotations
 
 import json
-import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
@@ -117,7 +116,7 @@ def _cancelled(run: Run) -> dict[str, Any]:
 
 def _timeout(run: Run) -> dict[str, Any]:
     """`elapsed` against `timeout`, in seconds, and the `unfinished` call the deadline cut off, if any."""
-    out: dict[str, Any] = {"elapsed": round(run.elapsed, 6), "timeout": run.limits.timeout}
+    out: dict[str, Any] = {"elapsed": run.seconds, "timeout": run.limits.timeout}
     if run.unfinished is not None:
         out["unfinished"] = run.unfinished
     return out
@@ -204,17 +203,6 @@ def _max_steps(run: Run) -> dict[str, Any]:
     return {"turns": run.turns, "limit": run.limits.max_steps}
 
 
-def _elapsed(run: Run) -> float:
-    return round(run.elapsed, 6)
-
-
-# Read at every tool step (Step.counters): attrgetter reads in C what a def would read in Python.
-_turns: Callable[[Run], int] = operator.attrgetter("turns")
-_failures: Callable[[Run], int] = operator.attrgetter("failures")
-_calls: Callable[[Run], int] = operator.attrgetter("tool_calls")
-_tokens: Callable[[Run], int] = operator.attrgetter("tokens")
-
-
 def _timeout_limit(limits: Limits) -> float | None:
     return limits.timeout
 
@@ -251,21 +239,21 @@ CATALOGUE: tuple[Stop, ...] = (
          g.is_cancelled, _cancelled, "the run's CancelToken was cancelled, or the task driving it", resume="lift"),
     Stop("timeout", (A.START, A.MODEL_EXPIRED, A.BEFORE_TOOL, A.TOOL_EXPIRED, A.BEFORE_MODEL), g.deadline_passed,
          _timeout, "the run used up its timeout seconds", finalize=True, resume="lift",
-         counter=Meter("seconds", _elapsed, _timeout_limit), limit="timeout"),
+         counter=Meter("seconds", "seconds", _timeout_limit), limit="timeout"),
     Stop("repeated_action", (A.BEFORE_TOOL,), g.repeats_last_call, _repeated_action,
          "the next call repeats the call just made", finalize=True),
     Stop("max_tool_calls", (A.BEFORE_TOOL,), g.tool_calls_exhausted, _max_tool_calls,
          "the next call would exceed a tool-call cap", finalize=True, resume="lift",
-         counter=Meter("tool_calls", _calls, _calls_limit), limit="max_tool_calls"),
+         counter=Meter("tool_calls", "tool_calls", _calls_limit), limit="max_tool_calls"),
     Stop("tool_failures", (A.AFTER_TOOL,), g.failures_exhausted, _tool_failures,
          "too many tool calls failed in a row",
-         counter=Meter("failures", _failures, _failures_limit), limit="max_consecutive_failures"),
+         counter=Meter("failures", "failures", _failures_limit), limit="max_consecutive_failures"),
     Stop("cycle", (A.AFTER_TOOL,), g.is_cycling, _cycle, "the latest calls repeat a cycle with the same results",
          finalize=True, limit="cycle_window"),
     Stop("token_budget", (A.BEFORE_MODEL,), g.budget_spent, _token_budget, "the token budget is spent",
-         finalize=True, resume="lift", counter=Meter("tokens", _tokens, _budget_limit), limit="token_budget"),
+         finalize=True, resume="lift", counter=Meter("tokens", "tokens", _budget_limit), limit="token_budget"),
     Stop("max_steps", (A.BEFORE_MODEL,), g.steps_exhausted, _max_steps, "max_steps model turns were taken",
-         finalize=True, resume="lift", counter=Meter("steps", _turns, _steps_limit), limit="max_steps"),
+         finalize=True, resume="lift", counter=Meter("steps", "turns", _steps_limit), limit="max_steps"),
 )  # fmt: skip
 """The built-in stops; their order is their priority wherever two are checked at the same checkpoint."""
 del A

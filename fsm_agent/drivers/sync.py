@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from fsm_agent.core.stepper import ModelCall, ToolBatch
+from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.records import RunResult, Transition
@@ -52,10 +53,28 @@ class SyncDriver(RunBase):
 
     def _finish(self) -> RunResult:
         stepper = self.stepper
+        if self._quiet and stepper.approve is None:
+            return self._finish_quiet()
         while self._result is None:
             if stepper.approve is not None and stepper.paused:
                 return self._paused_result()
             self._advance()  # the loop itself checked what advance() would
+        return self._outcome_of_run()
+
+    def _finish_quiet(self) -> RunResult:
+        """``_finish`` for a run with nothing around its transitions: no events, checkpoints, clock or approval."""
+        stepper, run = self.stepper, self.position
+        effect_of, step = stepper.effect, stepper.step
+        while run.state not in TERMINAL:
+            effect = effect_of()
+            if effect is not None:
+                if isinstance(effect, ModelCall):
+                    self._call_model(effect)
+                else:
+                    self._call_tool(effect)
+                self._observe()
+            step()
+        self._result = self._make_result()
         return self._outcome_of_run()
 
     def _advance(self) -> Transition:
