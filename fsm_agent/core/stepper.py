@@ -102,12 +102,13 @@ class Stepper:
         edges the plan assumed.
         """
         run = self.run
-        if run.state is AwaitModel:
+        state = run.state
+        if state is AwaitModel:
             if self._replied is not None or (run.turns == 0 and self._start_row()):
                 return None
             tools = [] if run.finalizing is not None else self.schemas
             return ModelCall(self._messages, tools, run.turns + 1)
-        if run.state is not ExecuteTool or self.paused:
+        if state is not ExecuteTool or (self.approve is not None and self.paused):
             return None
         call = run.pending[0]
         if call.id in run.ran or self._rejected(call):
@@ -128,8 +129,9 @@ class Stepper:
 
     def accept_reply(self, response: object) -> None:
         """The model replied: count the turn and keep the reply; ``step()`` then moves on (or stops)."""
-        self._expect(AwaitModel)
         run = self.run
+        if run.state is not AwaitModel or self._replied is not None:
+            self._expect(AwaitModel)
         run.turns += 1
         problem = ledger.malformed(response)
         if problem is not None:
@@ -185,7 +187,10 @@ class Stepper:
         if state is Dispatch:
             return self._fire(DISPATCH)
         call = run.pending[0]
-        outcome = self._rejection(call) or run.ran.pop(call.id, None)
+        # Only a run with decisions can hold a rejection: the others skip asking on every call.
+        outcome = self._rejection(call) if run.approvals else None
+        if outcome is None:
+            outcome = run.ran.pop(call.id, None)
         if outcome is None:
             reason = "waits for a person's decision" if self.paused else "has not run yet"
             msg = f"tool call {call.name} ({call.id}) {reason}: carry out effect() and accept its outcome"

@@ -49,12 +49,12 @@ class SyncDriver(RunBase):
         """
         if self._result is not None:
             return self._outcome_of_run()
+        if self._quiet and self.stepper.approve is None:
+            return self._finish_quiet()  # no deadline either, so no worker
         return self._bounded(self._finish, lambda entry: self._outcome_of_run())
 
     def _finish(self) -> RunResult:
         stepper = self.stepper
-        if self._quiet and stepper.approve is None:
-            return self._finish_quiet()
         while self._result is None:
             if stepper.approve is not None and stepper.paused:
                 return self._paused_result()
@@ -63,7 +63,7 @@ class SyncDriver(RunBase):
 
     def _finish_quiet(self) -> RunResult:
         """``_finish`` for a run with nothing around its transitions: no events, checkpoints, clock or approval."""
-        stepper, run = self.stepper, self.position
+        stepper, run, clock, started = self.stepper, self.position, self._clock, self._started
         effect_of, step = stepper.effect, stepper.step
         while run.state not in TERMINAL:
             effect = effect_of()
@@ -72,7 +72,7 @@ class SyncDriver(RunBase):
                     self._call_model(effect)
                 else:
                     self._call_tool(effect)
-                self._observe()
+                run.elapsed = clock() - started  # _observe(), for a run without a cancel token or a planned batch
             step()
         self._result = self._make_result()
         return self._outcome_of_run()
