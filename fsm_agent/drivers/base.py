@@ -76,8 +76,8 @@ class RunBase:
             position.limits.timeout is not None or cancel is not None or self._observed or store is not None
         )
         self._deferred = False
-        # Nothing happens around this run's transitions, so sync finish() may take them in one tight loop.
-        self._quiet = not self._clock_each_transition
+        # Nothing happens around this run's transitions but the clock, so sync finish() takes them in one loop.
+        self._unwatched = not self._observed and store is None
         self._cancel = cancel
         self._clock = agent.clock
         self._started = self._clock() - position.elapsed
