@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, RunResult, StopCondition, ToolCall, ToolRegistry
 from fsm_agent.core.walker import library_machine, walker_for
-from fsm_agent.definition.run import Run, signature
+from fsm_agent.definition.run import Meter, Run, signature
 from fsm_agent.definition.states import Reason, State
 from fsm_agent.definition.stops import CATALOGUE, CONDITION_ERROR, At, Stop
 from fsm_agent.definition.table import build_table, first_row
+from fsm_agent.errors import DefinitionError
 from fsm_agent.render.markdown import reasons_table
 from fsm_agent.render.mermaid import to_mermaid
 from fsm_agent.testing import FakeModel, ManualClock, demo_registry, reply, tool_turn
@@ -231,6 +232,34 @@ def test_adding_a_stop_to_the_catalogue_alone_puts_it_in_the_table_diagram_readm
     assert [r.guard_name for r in table.rows_from(State.Failed, "resume") if r.guard and r.guard(run)] == [
         "resumes_before_model"
     ]
+
+
+def _no_limit(limits: object) -> None:
+    return None
+
+
+def test_a_stop_s_counter_in_the_catalogue_alone_appears_in_every_step_s_counters() -> None:
+    """A meter declared on a new Stop is read into Step.counters by the generated function, after the built-ins."""
+    watched = Stop("chatty", (At.CHECK_REPLY,), _too_chatty, _chatty_evidence, "the reply is too long",
+                   counter=Meter("answers", "turns", _no_limit))  # fmt: skip
+    table = build_table((*CATALOGUE, watched))
+    run = Run(Agent(ByHistory([]), ToolRegistry()).limits, [], table=table)
+    run.turns, run.elapsed = 3, 1.23456789
+    counters = run.counters()
+    assert list(counters)[-1] == "answers"
+    assert counters["answers"] == [3, None]
+    assert counters["steps"] == [3, 8]
+    assert counters["seconds"][0] == 1.234568  # to the microsecond, as round() would give
+    run.turns = 4
+    assert run.counters()["answers"] == [4, None]  # read afresh on every call, not kept
+
+
+def test_a_table_whose_meter_names_no_attribute_is_refused_naming_the_stop() -> None:
+    """Meter.used becomes code in the generated counters function, so the table accepts only an identifier."""
+    bad = Stop("chatty", (At.CHECK_REPLY,), _too_chatty, _chatty_evidence, "the reply is too long",
+               counter=Meter("answers", "turns; import os", _no_limit))  # fmt: skip
+    with pytest.raises(DefinitionError, match=r"stop chatty: its counter's used must name an attribute of Run"):
+        build_table((*CATALOGUE, bad))
 
 
 def test_the_reason_literal_names_every_built_in_stop() -> None:

@@ -94,12 +94,9 @@ def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Coun
         namespace: dict[str, Any] = {}
         entries = []
         for i, meter in enumerate(meters):
-            if not meter.used.isidentifier():
-                msg = f"meter {meter.name!r}: used must name an attribute of Run, got {meter.used!r}"
-                raise ValueError(msg)
             namespace[f"limit{i}"] = meter.limit(limits)
             entries.append(f"{meter.name!r}: [run.{meter.used}, limit{i}]")
-        # The text holds only repr()s of the names, checked identifiers and the limits' own variables.
+        # The text holds only repr()s of the names, identifiers (the table checked them) and its own variables.
         exec(f"def counters(run):\n    return {{{', '.join(entries)}}}\n", namespace)
         found = _countings[key] = (limits, meters, namespace["counters"])
     return found[2]

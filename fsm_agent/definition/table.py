@@ -177,6 +177,11 @@ class Table:
 
     def __attrs_post_init__(self) -> None:
         problems = _problems(self.rows, self.reasons, self.initial, self.terminal)
+        problems += [
+            f"stop {stop.reason}: its counter's used must name an attribute of Run, got {stop.counter.used!r}"
+            for stop in self.stops
+            if stop.counter is not None and not stop.counter.used.isidentifier()  # it becomes code (run.counters)
+        ]
         if problems:
             msg = "invalid transition table:\n  " + "\n  ".join(problems)
             raise DefinitionError(msg)
