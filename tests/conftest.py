@@ -30,6 +30,12 @@ def require_program(program: str, how: str) -> str:
     pytest.skip(message)
 
 
+@pytest.fixture
+def dot() -> str:
+    """Graphviz's ``dot``, for tests that render pictures."""
+    return require_program("dot", "apt-get install graphviz")
+
+
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 

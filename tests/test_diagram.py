@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from fsm_agent.render.model import (
 from fsm_agent.testing import CounterModel, FakeModel, LoopingModel, demo_registry, reply, tool_call, tool_turn
 
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed (CI installs it)")
+needs_dot = pytest.mark.usefixtures("dot")  # conftest: skips without Graphviz, fails under CI
 
 S = State
 EDGE = re.compile(r"^\t(\w+) -> (\w+) \[(.*)\]$")

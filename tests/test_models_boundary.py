@@ -23,7 +23,9 @@ from provider_server import ProviderServer, Received, Reply, body, stop_of
 
 from fsm_agent import Agent, AgentLoopError, Message, SqliteStore
 from fsm_agent.models import AnthropicModel, MalformedReplyError, OpenAIChatModel, OpenAIResponsesModel, RedactedError
-from fsm_agent.models.common import REDACTED, ProviderModel, redacted, token_count
+from fsm_agent.models.provider import ProviderModel
+from fsm_agent.models.redaction import REDACTED, redacted
+from fsm_agent.models.replies import token_count
 from fsm_agent.testing import demo_registry
 
 CANARY = "LEAKCANARY"

@@ -21,8 +21,8 @@ from provider_server import QUESTION, ProviderServer, Reply, body, stop_of
 from fsm_agent import Agent, Message, ProviderData, ToolCall, Usage
 from fsm_agent.cli.main import main
 from fsm_agent.models import GeminiModel, MalformedReplyError
-from fsm_agent.models.common import REDACTED
 from fsm_agent.models.gemini_wire import DERIVED_ID_PREFIX, FINISH_REASONS, to_gemini_contents
+from fsm_agent.models.redaction import REDACTED
 from fsm_agent.records import STOP_REASONS as ENGINE_STOP_REASONS
 from fsm_agent.testing import demo_registry
 

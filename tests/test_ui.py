@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -302,7 +301,7 @@ def test_following_a_finished_run_sends_it_once_then_ends(store: SqliteStore) ->
     assert text.endswith("event: end\ndata: {}\n\n")
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed (CI installs it)")
+@pytest.mark.usefixtures("dot")
 def test_the_machine_drawing_has_the_ids_the_page_lights(store: SqliteStore) -> None:
     """The SVG names each row's edge row<index>, each state's trunk stops_<state>, each state state_<name>."""
     svg = client(store).get("/api/machine.svg")

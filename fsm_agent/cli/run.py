@@ -42,7 +42,7 @@ from fsm_agent import (
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError
 from fsm_agent.jsontext import dumps
 from fsm_agent.models import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
-from fsm_agent.models.common import ProviderModel
+from fsm_agent.models.provider import ProviderModel
 from fsm_agent.persist import StoreError
 from fsm_agent.tools.builtin import builtin_registry
 

@@ -7,10 +7,11 @@ SDK raises ``ImportError`` with the install command.
 """
 
 from fsm_agent.models.anthropic_messages import AnthropicModel
-from fsm_agent.models.common import MalformedReplyError, RedactedError
 from fsm_agent.models.gemini import GeminiModel
 from fsm_agent.models.openai_chat import OpenAIChatModel
 from fsm_agent.models.openai_responses import OpenAIResponsesModel
+from fsm_agent.models.redaction import RedactedError
+from fsm_agent.models.replies import MalformedReplyError
 
 __all__ = [
     "AnthropicModel",

@@ -15,16 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
-from fsm_agent.models.common import (
-    ProviderModel,
-    check_params,
-    decoded_input,
-    reply_items,
-    reply_text,
-    require_sdk,
-    token_count,
-    tool_failed,
-)
+from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
+from fsm_agent.models.replies import decoded_input, reply_items, reply_text, token_count, tool_failed
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
@@ -192,7 +184,7 @@ class AnthropicModel(ProviderModel):
     Without the ``anthropic`` package this raises ``ImportError`` saying how
     to install it.  How the key and ``base_url`` are checked and kept out of
     errors, and which replies are refused as malformed, is in
-    :mod:`fsm_agent.models.common`.
+    :mod:`fsm_agent.models.redaction` and :mod:`fsm_agent.models.replies`.
     """
 
     client: anthropic.Anthropic

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse
-from fsm_agent.models.common import ProviderModel, check_params, clean_key, redacted, require_sdk
 from fsm_agent.models.gemini_wire import (
     assembled,
     from_gemini_response,
@@ -32,6 +31,8 @@ from fsm_agent.models.gemini_wire import (
     to_gemini_contents,
     to_gemini_tools,
 )
+from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
+from fsm_agent.models.redaction import clean_key, redacted
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class GeminiModel(ProviderModel):
     (``thinking_config``, ``temperature``, ``max_output_tokens``, ...).
     Without the ``google-genai`` package this raises ``ImportError`` saying
     how to install it.  Keys and errors are handled as for the other
-    adapters (:mod:`fsm_agent.models.common`).
+    adapters (:mod:`fsm_agent.models.redaction`).
     """
 
     client: genai.Client

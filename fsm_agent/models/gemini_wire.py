@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
-from fsm_agent.models.common import (
+from fsm_agent.models.replies import (
     MalformedReplyError,
     decoded_input,
     reply_items,

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent import Message, ModelResponse, ToolCall, Usage
-from fsm_agent.models.common import (
+from fsm_agent.models.openai_client import OpenAIClientModel
+from fsm_agent.models.replies import (
     MalformedReplyError,
     decode_arguments,
     encode_arguments,
@@ -22,7 +23,6 @@ from fsm_agent.models.common import (
     reply_text,
     token_count,
 )
-from fsm_agent.models.openai_client import OpenAIClientModel
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class OpenAIChatModel(OpenAIClientModel):
     like.  ``params`` go into every request unchanged (``temperature``,
     ``max_completion_tokens``, ...).  How the key and ``base_url`` are checked
     and kept out of errors, and which replies are refused as malformed, is in
-    :mod:`fsm_agent.models.common`.
+    :mod:`fsm_agent.models.redaction` and :mod:`fsm_agent.models.replies`.
     """
 
     _RESERVED = ("model", "messages", "tools")

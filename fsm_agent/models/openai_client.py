@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fsm_agent.models.common import ProviderModel, check_params, require_sdk
+from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
 
 if TYPE_CHECKING:
     import openai

@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
-from fsm_agent.models.common import (
+from fsm_agent.models.openai_client import OpenAIClientModel
+from fsm_agent.models.replies import (
     MalformedReplyError,
     decode_arguments,
     encode_arguments,
@@ -30,7 +31,6 @@ from fsm_agent.models.common import (
     reply_text,
     token_count,
 )
-from fsm_agent.models.openai_client import OpenAIClientModel
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:

@@ -1,0 +1,249 @@
+"""What every provider adapter shares: the lazy SDK import, the client lifecycle and its errors, cleaned.
+
+The SDKs are imported only when an adapter is built, so ``import
+fsm_agent.models`` works without them.  The checks at the adapters'
+boundary live beside this module: ``replies`` (what a well-formed reply
+holds) and ``redaction`` (credentials kept out of everything that leaves an
+adapter).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from types import ModuleType, TracebackType
+from typing import Any, ClassVar, Self
+
+from fsm_agent import Message, ModelResponse
+from fsm_agent.models.redaction import (
+    REDACTED,
+    Redaction,
+    clean_key,
+    long_enough,
+    redact_url,
+    redacted,
+    split_userinfo,
+    userinfo_redactions,
+)
+from fsm_agent.tools import JSONSchema
+
+
+def require_sdk(package: str, extra: str | None = None) -> ModuleType:
+    """Import a provider SDK, or raise ``ImportError`` with the install hint for the extra (default: ``package``)."""
+    try:
+        return importlib.import_module(package)
+    except ImportError as exc:
+        hint = f"pip install 'fsm-agent[{extra or package}]'"
+        msg = f"the {package!r} package is not installed; install it with: {hint}"
+        raise ImportError(msg, name=package) from exc
+
+
+class ProviderModel:
+    """Lifecycle and error handling shared by the adapters; subclasses convert requests and responses.
+
+    The adapter closes only the clients it built; a client passed in belongs
+    to the caller.  The async client is built on first use of ``acomplete``,
+    so a synchronous user never opens one.  Without ``client``, one is built
+    from the settings given, each credential and the base URL falling back
+    to the SDK's environment variables; a client passed in is used as it is,
+    after checking that its credentials can go into a header.
+    """
+
+    model: str
+    _CREDENTIALS: ClassVar[dict[str, str]]
+    """Each credential the SDK client takes, with the environment variable it falls back to."""
+    _BASE_URL_VARIABLE: ClassVar[str]
+
+    def __init__(
+        self,
+        sdk: ModuleType,
+        client: Any,
+        async_client: Any,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        max_retries: int | None,
+        timeout: float | None,
+    ) -> None:
+        settings = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
+        given = {key: value for key, value in settings.items() if value is not None}
+        if client is not None and given:
+            msg = f"pass either client or {', '.join(given)}, not both: configure the client you pass instead"
+            raise TypeError(msg)
+        self._sdk = sdk
+        self._headers: dict[str, str] = {}
+        self._redactions: list[Redaction] = []
+        self._owns_client = client is None
+        if client is None:
+            client = self._new_client(self._client_options(given))
+        else:
+            self._check_credentials(client)
+        self.client = client
+        self._async_client = async_client
+        self._owns_async_client = False
+        self.base_url = redact_url(self._client_url(client))
+        """The URL requests go to, with a password in it shown as ``[redacted]``: for naming it in messages."""
+
+    def _client_options(self, given: dict[str, Any]) -> dict[str, Any]:
+        options = dict(given)
+        for name, variable in self._CREDENTIALS.items():
+            value = options.get(name, os.environ.get(variable) or None)
+            if value is not None:
+                options[name] = clean_key(value, name if name in given else variable)
+        url = options.get("base_url", os.environ.get(self._BASE_URL_VARIABLE) or None)
+        if url is not None:
+            options["base_url"], authorization, self._redactions = split_userinfo(str(url))
+            if authorization is not None:
+                # The SDKs let default headers override their own auth header, as httpx's URL userinfo did.
+                self._headers = {"Authorization": authorization}
+                options["default_headers"] = self._headers
+        return options
+
+    def _check_credentials(self, client: Any) -> None:
+        for name in self._CREDENTIALS:
+            value = self._client_credential(client, name)
+            if value is not None and clean_key(value, f"the client's {name}") != value:
+                msg = f"the client's {name} has whitespace around it (a newline read from a file?); strip it first"
+                raise ValueError(msg)
+
+    # How a client shows its URL and credentials; an SDK whose client lacks these attributes overrides them.
+    def _client_url(self, client: Any) -> str:
+        return str(client.base_url)
+
+    def _client_credential(self, client: Any, name: str) -> Any:
+        return getattr(client, name, None)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    # What each adapter supplies: the conversion both ways, the SDK clients and the SDK call itself.
+    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
+        """The keyword arguments of the SDK call for this conversation."""
+        raise NotImplementedError
+
+    def parse(self, response: Any) -> ModelResponse:
+        """The engine's view of one SDK response."""
+        raise NotImplementedError
+
+    def _send(self, request: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _new_client(self, options: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _new_async_client(self) -> Any:
+        raise NotImplementedError
+
+    def _secrets(self) -> list[Redaction]:
+        """Every credential the clients hold, as it may appear in text; only these are redacted from errors."""
+        redactions = list(self._redactions)
+        for client in (self.client, self._async_client):
+            if client is None:
+                continue
+            for name in self._CREDENTIALS:
+                value = self._client_credential(client, name)
+                if isinstance(value, str) and long_enough(value.strip()):
+                    redactions.append((value.strip(), REDACTED))
+            redactions.extend(userinfo_redactions(self._client_url(client)))
+        return redactions
+
+    def _failure(self, exc: Exception) -> Exception:
+        """What leaves the adapter for ``exc``: its secrets redacted, and a connection failure naming the URL."""
+        failure = redacted(exc, self._secrets())
+        if failure is exc and isinstance(exc, self._sdk.APIConnectionError):
+            cause = exc.__cause__
+            detail = f" ({type(cause).__name__}: {cause})" if cause is not None and str(cause) else ""
+            if isinstance(exc, self._sdk.APITimeoutError):
+                text = f"Request timed out: no answer from {self.base_url}{detail}"
+            else:
+                text = f"Connection error: cannot reach {self.base_url}{detail}"
+            exc.message = text
+            exc.args = (text,)
+        return failure
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        """Send the conversation and return the model's next message (the engine's ``Model`` protocol)."""
+        try:
+            return self.parse(self._send(self.build_request(messages, tools)))
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        # Raised outside the except block, so the stand-in has no __context__ holding the secret.
+        raise failure
+
+    async def acomplete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        """``complete`` over the SDK's async client, for the async driver."""
+        try:
+            request = self.build_request(messages, tools)
+            if self._async_client is None:
+                self._async_client = self._new_async_client()
+                self._owns_async_client = True
+            return self.parse(await self._asend(self._async_client, request))
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        raise failure
+
+    def _guarded(self, work: Callable[[], ModelResponse]) -> ModelResponse:
+        """``work()``, with whatever leaves it cleaned as ``complete`` cleans it (for the streaming calls)."""
+        try:
+            return work()
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        raise failure
+
+    async def _aguarded(self, work: Callable[[Any], Awaitable[ModelResponse]]) -> ModelResponse:
+        """``await work(async_client)``, cleaned as ``acomplete`` cleans it; the async client is built on first use."""
+        try:
+            if self._async_client is None:
+                self._async_client = self._new_async_client()
+                self._owns_async_client = True
+            return await work(self._async_client)
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        raise failure
+
+    def close(self) -> None:
+        """Close the sync client if this adapter built it (use ``aclose`` once ``acomplete`` was used)."""
+        if self._owns_client:
+            self.client.close()
+
+    async def aclose(self) -> None:
+        """Close every client this adapter built, the async one included."""
+        if self._owns_async_client and self._async_client is not None:
+            await self._async_client.close()
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def check_params(params: dict[str, Any], reserved: Sequence[str], adapter: str) -> None:
+    """Refuse extra request parameters that the adapter fills itself, at construction rather than mid-run."""
+    clash = sorted(set(params) & set(reserved))
+    if clash:
+        msg = f"{adapter} sets {', '.join(clash)} itself from the conversation and tools; do not pass them as params"
+        raise TypeError(msg)
