@@ -444,3 +444,34 @@ def test_an_agent_offers_a_tool_registered_after_its_last_run_and_each_run_its_o
     ]
     model.tools_seen[0].clear()  # a model that changes what it was offered changes no other run
     assert model.tools_seen[1] == [registry.get("first").schema]  # type: ignore[union-attr]
+
+
+def test_a_handoff_waits_until_its_work_ends_then_gives_what_it_returned_or_raised() -> None:
+    """``Handoff``: ``wait`` times out while the work runs, and ``result`` is the work's value or its exception."""
+    from fsm_agent.tools.calling import DeadlineError, Handoff, within_deadline
+
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def work() -> str:
+        gate.wait()
+        ran.append(threading.current_thread().name)
+        return "answer"
+
+    handoff = Handoff(work)
+    assert handoff.wait(0.05) is False  # still waiting at the gate
+    gate.set()
+    assert handoff.wait(None) is True
+    assert handoff.wait(0) is True  # it stays ended for every later wait
+    assert handoff.result() == "answer"
+    assert ran == ["fsm_agent worker"]
+
+    def broken() -> None:
+        raise KeyError("inside")
+
+    with pytest.raises(KeyError, match="inside"):
+        Handoff(broken).result()
+    slow = threading.Event()
+    with pytest.raises(DeadlineError, match=r"slow still running after 0\.05 s"):
+        within_deadline(slow.wait, 0.05, "slow")
+    slow.set()

@@ -219,8 +219,10 @@ class RunBase:
         between two ``advance()`` calls; deciding here, not by racing a call
         against a deadline of zero, keeps both drivers on the same edge.
         """
-        remaining = self._remaining()
-        return remaining is not None and remaining <= 0
+        run = self.position
+        timeout = run.limits.timeout
+        # _remaining() <= 0, read as the deadline guard reads it, without its call and max() before every call.
+        return timeout is not None and run.finalizing is None and self._clock() - self._started >= timeout
 
     def _before_model(self) -> None:
         """The ``before_model`` event (only for an observed run)."""

@@ -16,8 +16,7 @@ import queue
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fsm_agent.tools.schema import ToolFunction
 
@@ -70,33 +69,39 @@ class _DaemonWorkers:
     """
 
     def __init__(self) -> None:
-        self._idle: queue.SimpleQueue[queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[queue.SimpleQueue[Callable[[], None]]] = queue.SimpleQueue()
 
-    def submit(self, work: Callable[[], T]) -> Future[T]:
-        """Run ``work()`` on an idle worker (a new one if none is idle); its outcome arrives in the future."""
-        future: Future[T] = Future()
+    def start(self, work: Callable[[], None]) -> None:
+        """Run ``work()`` on an idle worker (a new one if none is idle); ``work`` reports its own outcome."""
         try:
             inbox = self._idle.get_nowait()
         except queue.Empty:
             inbox = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), name="fsm_agent worker", daemon=True).start()
-        inbox.put((work, future))
-        return future
+        inbox.put(work)
 
-    def _serve(self, inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
-        while True:
-            work, future = inbox.get()
+    def submit(self, work: Callable[[], T]) -> Future[T]:
+        """Run ``work()`` on an idle worker; its outcome arrives in the future (which the event loop can await)."""
+        future: Future[T] = Future()
+
+        def report() -> None:
             if not future.set_running_or_notify_cancel():
-                del work, future  # cancelled before it started (an async caller gave up): nothing to run
-                self._idle.put(inbox)
-                continue
+                return  # cancelled before it started (an async caller gave up): nothing to run
             try:
                 value = work()
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                 future.set_exception(exc)
             else:
                 future.set_result(value)
-            del work, future  # an idle worker must not keep the last outcome alive
+
+        self.start(report)
+        return future
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            work = inbox.get()
+            work()
+            del work  # an idle worker must not keep the last outcome alive
             self._idle.put(inbox)
 
 
@@ -113,16 +118,58 @@ def in_daemon_thread(function: ToolFunction, arguments: dict[str, Any]) -> async
     return asyncio.wrap_future(WORKERS.submit(lambda: call_sync(function, arguments)))
 
 
+class Handoff(Generic[T]):
+    """``work()`` running on a daemon worker: ``wait`` for it as long as you like, then take its ``result``.
+
+    The caller waits on one lock the worker releases.  A ``Future`` waits on
+    a condition instead, whose lock the woken caller must take back from the
+    worker: that second wake-up doubled the cost of each hand-off
+    (``make bench``).
+    """
+
+    __slots__ = ("_done", "_outcome")
+
+    def __init__(self, work: Callable[[], T]) -> None:
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._outcome: tuple[T, None] | tuple[None, BaseException] | None = None
+
+        def report() -> None:
+            try:
+                self._outcome = (work(), None)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread by result()
+                self._outcome = (None, exc)
+            finally:
+                self._done.release()
+
+        WORKERS.start(report)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until the work ended (True) or ``timeout`` seconds passed (False); None waits as long as it takes."""
+        if self._done.acquire(timeout=-1 if timeout is None else timeout):
+            self._done.release()  # so a later wait() or result() sees it ended too
+            return True
+        return False
+
+    def result(self) -> T:
+        """What the ended work returned; what it raised is raised here."""
+        self.wait(None)
+        value, error = self._outcome  # type: ignore[misc]  # wait() returned, so the work reported
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]  # no error, so work() returned it
+
+
 def within_deadline(work: Callable[[], T], timeout: float, name: str) -> T:
     """``work()`` on a daemon worker, abandoned with ``DeadlineError`` once ``timeout`` seconds pass.
 
     Python cannot kill a thread, so an abandoned ``work`` runs on; its outcome
     is dropped.  Whatever ``work`` raises in time is raised here.
     """
-    try:
-        return WORKERS.submit(work).result(timeout)
-    except FutureTimeout:
-        raise DeadlineError(f"{name} still running after {timeout:g} s") from None
+    handoff = Handoff(work)
+    if not handoff.wait(timeout):
+        raise DeadlineError(f"{name} still running after {timeout:g} s")
+    return handoff.result()
 
 
 def call_with_deadline(function: ToolFunction, arguments: dict[str, Any], timeout: float, name: str) -> Any:
