@@ -21,7 +21,7 @@ from fsm_agent.definition.run import Meter, Run, signature
 from fsm_agent.definition.states import Reason, State
 from fsm_agent.definition.stops import CATALOGUE, CONDITION_ERROR, At, Stop
 from fsm_agent.definition.table import build_table, first_row
-from fsm_agent.errors import DefinitionError
+from fsm_agent.errors import DefinitionError, RunStateError
 from fsm_agent.render.markdown import reasons_table
 from fsm_agent.render.mermaid import to_mermaid
 from fsm_agent.testing import FakeModel, ManualClock, demo_registry, reply, tool_turn
@@ -176,6 +176,21 @@ def test_a_rejected_call_never_runs_in_either_driver(
     for call_id, decision in decisions.items():
         if isinstance(decision, str):
             assert any(decision in note for note in notes), call_id
+
+
+def test_a_step_refused_before_an_approved_call_ran_keeps_the_decision() -> None:
+    """``step()`` before carrying out the cleared call is refused naming it, and the person's decision stays."""
+    counter: Counter[str] = Counter()
+    script = [tool_turn(ToolCall("a", "charge", {"card": 1})), reply("ok")]
+    run = _agent(script, counter, approve={"charge"}).start("pay")
+    while not run.paused:
+        run.advance()
+    run.decide({"a": True})
+    with pytest.raises(RunStateError, match=r"tool call charge \(a\) has not run yet"):
+        run.stepper.step()
+    assert (run.paused, run.position.approvals) == (False, {"a": True})
+    assert run.finish().final == "ok"
+    assert counter == Counter({"a": 1})
 
 
 # --- a user's check that raises --------------------------------------------------------------------------

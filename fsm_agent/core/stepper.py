@@ -187,14 +187,15 @@ class Stepper:
         if state is Dispatch:
             return self._fire(DISPATCH)
         call = run.pending[0]
-        # Only a run with decisions can hold a rejection: the others skip asking on every call.
-        outcome = self._rejection(call) if run.approvals else None
-        if outcome is None:
-            outcome = run.ran.pop(call.id, None)
-        if outcome is None:
+        approvals = run.approvals  # only a run with decisions can hold a rejection: the others skip asking
+        decision = approvals.get(call.id, True) if approvals else True
+        outcome = run.ran.pop(call.id, None) if decision is True else self._rejection_result(call, decision)
+        if outcome is None:  # nothing was changed, so the decision given for the call is kept
             reason = "waits for a person's decision" if self.paused else "has not run yet"
             msg = f"tool call {call.name} ({call.id}) {reason}: carry out effect() and accept its outcome"
             raise RunStateError(msg)
+        if approvals:
+            approvals.pop(call.id, None)
         run.pending.popleft()
         ledger.record_tool(run, call, outcome)
         return self._fire(TOOL_DONE)
@@ -283,11 +284,6 @@ class Stepper:
     def _rejected(self, call: ToolCall) -> bool:
         decision = self.run.approvals.get(call.id, True)
         return decision is not True
-
-    def _rejection(self, call: ToolCall) -> ToolResult | None:
-        """The tool result of a call a person rejected (it counts toward tool_failures), or None."""
-        decision = self.run.approvals.pop(call.id, True)
-        return None if decision is True else self._rejection_result(call, decision)
 
     @staticmethod
     def _rejection_result(call: ToolCall, decision: bool | str) -> ToolResult:
