@@ -21,7 +21,7 @@ from provider_server import ProviderServer, body
 
 from fsm_agent import TABLE, RunResult, SqliteStore
 from fsm_agent.__main__ import main
-from fsm_agent.cli.run import printable
+from fsm_agent.cli.terminal import printable
 from fsm_agent.render.dot import to_dot
 from fsm_agent.render.mermaid import to_mermaid
 

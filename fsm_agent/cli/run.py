@@ -19,7 +19,6 @@ import contextlib
 import inspect
 import json
 import os
-import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -28,18 +27,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 from fsm_agent import (
     Agent,
-    AgentRun,
     PostgresStore,
     RunExistsError,
     RunLeasedError,
     RunResult,
     SqliteStore,
     Table,
-    TextDelta,
-    Transition,
     persist,
 )
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError
+from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable
 from fsm_agent.jsontext import dumps
 from fsm_agent.models import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from fsm_agent.models.provider import ProviderModel
@@ -81,28 +78,8 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
 )
 """Limit flags offered only when ``Agent`` accepts the keyword, so the command follows the engine's limits."""
 
-_STATUS_DETAIL_CHARS = 100
-
 UNREACHABLE = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError"})
 """``model_error`` evidence types that mean the server was never reached: the SDKs' and the standard library's."""
-
-# C0 controls but newline and tab, DEL and C1: what a terminal may act on rather than show; and lone
-# surrogates (half an emoji), which no terminal encoding can write.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print to a terminal: control characters become visible escapes (ESC is ``\\x1b``).
-
-    Model text is untrusted: an escape sequence in a reply could move the
-    cursor, rewrite earlier output or retitle the terminal.  Newlines and tabs
-    stay, so an answer keeps its layout; ``--trace`` keeps the exact text.
-    """
-    return _CONTROL.sub(lambda match: _escape(ord(match[0])), text)
-
-
-def _escape(code: int) -> str:
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _agent_keywords() -> set[str]:
@@ -199,93 +176,6 @@ def build_model(spec: str, base_url: str | None, api_key_env: str | None, max_re
         raise SetupError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - an SDK refusing its settings is a setup error, shown in one line
         raise SetupError(f"cannot set up the {provider} client: {exc}") from None
-
-
-class Status:
-    """The live line on stderr: overwritten in place on a terminal, one line per transition otherwise."""
-
-    def __init__(self, stream: IO[str], enabled: bool) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.tty = enabled and stream.isatty()
-
-    @staticmethod
-    def counters(run: AgentRun) -> str:
-        """Every counter the stop guards read, ``used/limit`` (no limit: just ``used``), from ``run.counters()``."""
-        parts = []
-        for name, (used, limit) in run.counters().items():
-            shown = f"{used:.1f}" if isinstance(used, float) else str(used)
-            parts.append(f"{name} {shown}" + ("" if limit is None else f"/{limit:g}"))
-        return "  ".join(parts)
-
-    def before(self, run: AgentRun) -> None:
-        """Show the state whose work (model call, tool call) is about to happen."""
-        if self.tty:
-            self.stream.write(f"\r\x1b[K{run.state:<15} {self.counters(run)}")
-            self.stream.flush()
-
-    def after(self, run: AgentRun, edge: Transition) -> None:
-        """Report the edge just taken, on its own line when the stream is not a terminal."""
-        if not self.enabled or self.tty:
-            return
-        label = edge.reason or edge.guard
-        line = f"{edge.source} -> {edge.dest}" + (f" [{label}]" if label else "")
-        if edge.source == "ExecuteTool" and run.steps:
-            detail = printable(run.steps[-1].detail)
-            line += f"  {detail[:_STATUS_DETAIL_CHARS]}" + ("..." if len(detail) > _STATUS_DETAIL_CHARS else "")
-        print(f"{line}  ({self.counters(run)})", file=self.stream)
-
-    def clear(self) -> None:
-        """Take the live line off the terminal, so streamed text starts on a clean line."""
-        if self.tty:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-    def end(self, run: AgentRun) -> None:
-        """Leave the final counters on the terminal."""
-        if self.tty:
-            self.stream.write(f"\r\x1b[K{run.state:<15} {self.counters(run)}\n")
-            self.stream.flush()
-
-
-class TextPrinter:
-    """Prints a model's text to stdout as it streams in (escaped like the answer), one line per model turn."""
-
-    def __init__(self, out: IO[str], status: Status) -> None:
-        self.out = out
-        self.status = status
-        self.turn: list[str] = []
-        self.last = ""
-        """The text of the last model turn, whole: once it is the answer, the answer was already shown."""
-
-    def __call__(self, delta: TextDelta) -> None:
-        if not self.turn:
-            self.status.clear()
-        self.turn.append(delta.text)
-        self.out.write(printable(delta.text))
-        self.out.flush()
-
-    def end_turn(self) -> None:
-        """Close the line of the turn whose reply just came in."""
-        self.last = "".join(self.turn)
-        if self.turn:
-            self.out.write("\n")
-            self.out.flush()
-        self.turn = []
-
-
-def drive(run: AgentRun, status: Status, printer: TextPrinter | None = None) -> RunResult:
-    """Advance the run to ``Done`` or ``Failed``, updating the status around every transition."""
-    if printer is not None:
-        run.on_text(printer)
-    while not run.done:
-        status.before(run)
-        edge = run.advance()
-        if printer is not None and edge.source == "AwaitModel":
-            printer.end_turn()
-        status.after(run, edge)
-    status.end(run)
-    return run.result
 
 
 def trace_json(result: RunResult) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from fsm_agent import TABLE, PostgresStore, RunLeasedError, RunResult, SnapshotError, SqliteStore
 from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, EXIT_STOPPED, SetupError
 from fsm_agent.cli import run as run_command
+from fsm_agent.cli.terminal import Status, drive, printable
 from fsm_agent.persist import is_url
 
 AnyStore = SqliteStore | PostgresStore
@@ -139,7 +140,7 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
         flag = " (paused)" if run.paused else ""
         saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
         line = f"{run.run_id}\t{run.state}{flag}\t{run.reason or '-'}\t{run.steps} steps\t{run.tokens} tokens\t{saved}"
-        print(run_command.printable(line))
+        print(printable(line))
     if len(runs) > args.limit:
         print(f"more runs: --offset {args.offset + args.limit}", file=sys.stderr)
     return EXIT_DONE
@@ -159,7 +160,7 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
     if result.final:
         lines.append(f"final: {result.final}")
     # Evidence, pending calls and the final text came from the model: escaped like every model text shown.
-    print(run_command.printable("\n".join(lines)))
+    print(printable("\n".join(lines)))
     if args.diagram is not None:
         print(run_command.write_diagram(TABLE, result, args.diagram), file=sys.stderr)
     return EXIT_DONE
@@ -190,7 +191,7 @@ def _resume(store: AnyStore, args: argparse.Namespace) -> int:
             waiting = ", ".join(f"{c.name} ({c.id})" for c in run.awaiting())
             print(f"still paused, waiting for decisions on: {waiting} (--approve ID=yes|no|why)", file=sys.stderr)
             return EXIT_STOPPED
-        result = run_command.drive(run, run_command.Status(sys.stderr, enabled=not args.quiet))
+        result = drive(run, Status(sys.stderr, enabled=not args.quiet))
     server = f"the model server at {run_command.endpoint(model, args.base_url)}"
     return run_command.report(result, sys.stdout, sys.stderr, server)
 
