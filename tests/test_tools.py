@@ -14,7 +14,7 @@ import pytest
 
 import fsm_agent
 from fsm_agent import ToolCall, ToolRegistry, ToolResult
-from fsm_agent.testing import FakeModel, reply, tool_turn
+from fsm_agent.testing import FakeModel, demo_registry, reply, tool_turn
 
 
 def _call(registry: ToolRegistry, name: str, **arguments: Any) -> Any:
@@ -475,3 +475,14 @@ def test_a_handoff_waits_until_its_work_ends_then_gives_what_it_returned_or_rais
     with pytest.raises(DeadlineError, match=r"slow still running after 0\.05 s"):
         within_deadline(slow.wait, 0.05, "slow")
     slow.set()
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_deadline_longer_than_a_lock_can_wait_bounds_nothing_and_breaks_nothing(driver: str) -> None:
+    """``timeout=1e12`` and ``tool_timeout=1e12`` are valid limits: the run finishes with the tool's real output."""
+    script = [tool_turn(ToolCall("c1", "echo", {"text": "hi"})), reply("ok")]
+    agent = fsm_agent.Agent(FakeModel(script), demo_registry(), timeout=1e12, tool_timeout=1e12)
+    result = agent.run("q") if driver == "sync" else asyncio.run(agent.arun("q"))
+    unbounded = fsm_agent.Agent(FakeModel(script), demo_registry()).run("q")
+    assert (result.final, result.messages) == ("ok", unbounded.messages)
+    assert [m.content for m in result.messages if m.role == "tool"] == ['"hi"']

@@ -73,7 +73,7 @@ class SyncDriver(RunBase):
         effect_of, step, observe, carry_out = stepper.effect, stepper.step, self._observe, self._carry_out
         # A cancel can come at any moment, so it is looked for before every transition.  Time passes mostly
         # in calls: told after each (and checked before each), the run misses only the engine's own
-        # microseconds between two calls, which cost a tenth of a run with a deadline at 8 tool turns to tell.
+        # microseconds between two calls, which cost 3% of a run's instructions to tell before every transition.
         each = self._cancel is not None
         if self._clock_each_transition:
             observe()

@@ -146,7 +146,8 @@ class Handoff(Generic[T]):
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until the work ended (True) or ``timeout`` seconds passed (False); None waits as long as it takes."""
-        if self._done.acquire(timeout=-1 if timeout is None else timeout):
+        # A lock cannot wait longer than TIMEOUT_MAX (about 292 years) and raises OverflowError instead.
+        if self._done.acquire(timeout=-1 if timeout is None else min(timeout, threading.TIMEOUT_MAX)):
             self._done.release()  # so a later wait() or result() sees it ended too
             return True
         return False
