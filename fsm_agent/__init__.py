@@ -14,11 +14,13 @@ from fsm_agent.definition.table import TABLE, Row, Table
 from fsm_agent.drivers.agent import Agent, AgentRun, Model, arun, run
 from fsm_agent.errors import (
     AgentLoopError,
+    DecisionError,
     DefinitionError,
     FsmAgentError,
     RunExistsError,
     RunLeasedError,
     RunStateError,
+    StaleRunError,
 )
 from fsm_agent.observe.events import CallEvent, JsonlLog, TextDelta, TransitionEvent
 from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
@@ -33,6 +35,7 @@ __all__ = [
     "AgentRun",
     "CallEvent",
     "CancelToken",
+    "DecisionError",
     "DefinitionError",
     "FsmAgentError",
     "JsonlLog",
@@ -52,6 +55,7 @@ __all__ = [
     "RunView",
     "SnapshotError",
     "SqliteStore",
+    "StaleRunError",
     "State",
     "Step",
     "Stop",

@@ -5,6 +5,8 @@
     ├── RunStateError (also RuntimeError)   a run object was driven wrongly
     ├── RunExistsError (also ValueError)    a new run's id is already in the store
     ├── RunLeasedError (also RuntimeError)  another owner is advancing that stored run
+    │   └── StaleRunError                   the stored run moved on since it was read: load it again
+    ├── DecisionError (also ValueError)     a decision on a stored run's call that cannot be taken
     └── AgentLoopError (also RuntimeError)  a run stopped; carries reason + result
 
 A programmer's mistake (bad table, bad limits, advancing a finished run) is an
@@ -70,6 +72,56 @@ class RunLeasedError(FsmAgentError, RuntimeError):
             return f"run {self.run_id!r} was changed in the store by {self.holder} since this run saved it; resume it"
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.until))
         return f"run {self.run_id!r} is being advanced by {self.holder} (lease until {when})"
+
+
+class StaleRunError(RunLeasedError):
+    """A write to a stored run was refused: the run moved on since the writer read it; nothing was changed.
+
+    Every write to a stored run (a checkpoint, a whole save, a resume, a
+    decision) names the version it read (``stored_seq`` in a loaded
+    snapshot); the store takes it only if that is still the run's version.
+    ``expected`` is the version the writer read (None: it read none),
+    ``found`` the stored one (None: the run is gone).  It is a
+    ``RunLeasedError`` with ``stale`` true, so code that retries a leased run
+    by loading it again handles it already.
+    """
+
+    def __init__(self, run_id: str, where: str, expected: int | None, found: int | None) -> None:
+        FsmAgentError.__init__(self, run_id, where, expected, found)
+        self.run_id = run_id
+        self.holder = "another owner"
+        self.until = 0.0
+        self.stale = True
+        self.where = where
+        self.expected = expected
+        self.found = found
+
+    def __str__(self) -> str:
+        run = f"run {self.run_id!r} in {self.where}"
+        if self.found is None:
+            return f"{run} was deleted after version {self.expected} was read; nothing was written"
+        if self.expected is None:
+            return (
+                f"{run} already exists (version {self.found}) and this snapshot was not read from the store: "
+                "load it (store.load) and resume that"
+            )
+        return (
+            f"{run} moved on to version {self.found} since version {self.expected} was read; "
+            "nothing was written: load it again (store.load)"
+        )
+
+
+class DecisionError(FsmAgentError, ValueError):
+    """A decision on a stored run's call was refused: why says which rule (not paused, not pending, decided)."""
+
+    def __init__(self, run_id: str, call_id: str, why: str) -> None:
+        super().__init__(run_id, call_id, why)
+        self.run_id = run_id
+        self.call_id = call_id
+        self.why = why
+
+    def __str__(self) -> str:
+        return f"no decision taken on call {self.call_id!r} of run {self.run_id!r}: {self.why}"
 
 
 class AgentLoopError(FsmAgentError, RuntimeError):

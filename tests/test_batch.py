@@ -166,9 +166,7 @@ def test_ctrl_c_stops_the_batch_command_cleanly_and_a_rerun_resumes(tmp_path: Pa
     """SIGINT mid-batch: exit 130 saying how to resume; the rerun finishes, repeating at most the calls in flight."""
     (tmp_path / "in.jsonl").write_text("".join(f'"question {i}"\n' for i in range(40)))
     env = _environment(tmp_path, latency=0.05)
-    batch = subprocess.Popen(
-        [*_command(tmp_path), "--max-in-flight", "4"], env=env, stderr=subprocess.PIPE, text=True
-    )
+    batch = subprocess.Popen([*_command(tmp_path), "--max-in-flight", "4"], env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while len(lines(tmp_path / MODEL_LOG)) < 12 and time.monotonic() < deadline:
         time.sleep(0.05)

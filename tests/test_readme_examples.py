@@ -32,7 +32,7 @@ def test_the_first_readme_example_runs_offline_and_answers(tmp_path: Path) -> No
 
 
 def test_the_transition_by_transition_example_runs_on_the_first_example_s_agent(tmp_path: Path) -> None:
-    """"Transition by transition" continues the first example: each advance prints an edge, then the reason."""
+    """ "Transition by transition" continues the first example: each advance prints an edge, then the reason."""
     first = _python_blocks("## Using it")[0]
     stepwise = _python_blocks("### Transition by transition")[0]
     done = _run(first + "\n" + stepwise, tmp_path)

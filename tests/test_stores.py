@@ -12,7 +12,7 @@ import pytest
 from store_cases import LONE, Ticks, as_json, journal, tick_agent
 
 import fsm_agent
-from fsm_agent import Agent, AgentLoopError, RunExistsError, RunLeasedError, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, RunExistsError, RunLeasedError, StaleRunError, ToolRegistry
 from fsm_agent.persist import PostgresStore, SqliteStore, open_store
 from fsm_agent.persist.store import Entry, Summary
 from fsm_agent.records import plain
@@ -196,7 +196,7 @@ def test_append_refuses_an_owner_whose_run_moved_on(opened: Any) -> None:
     run = tick_agent(2).start("go", store=store, run_id="x")
     owner = run._journal.owner  # type: ignore[union-attr]
     entry = Entry("x", 7, json.dumps({"add": {}, "set": {}}), Summary("AwaitModel", None, False, 0, 0))
-    with pytest.raises(RunLeasedError, match="changed in the store"):
+    with pytest.raises(StaleRunError, match="moved on to version 1 since version 6 was read"):
         store.append(entry, owner=owner)
 
 
@@ -282,8 +282,8 @@ def test_async_methods_cover_the_whole_protocol(opened: Any) -> None:
     async def main() -> None:
         tick_agent(1).run("go", store=store, run_id="a")
         snapshot = await store.aload("a")
-        await store.asave("b", snapshot)
-        assert await store.aload("b") == snapshot
+        assert await store.asave("b", snapshot) == 1
+        assert await store.aload("b") == {**snapshot, "stored_seq": 1}
         assert await store.adelete("b") is True
         assert await store.adelete_finished() == 1
         assert await store.alist_runs() == []
@@ -335,3 +335,12 @@ def test_a_stopped_run_being_resumed_is_never_free_for_a_second_owner(opened: An
     refused = tried[0]
     assert refused is not None, "the second owner took a run the first was resuming"
     assert refused.holder == first._journal.owner  # type: ignore[attr-defined, union-attr]
+
+
+def test_a_page_past_a_64_bit_integer_is_a_value_error_in_both_stores(opened: Any) -> None:
+    """``list_runs(offset=2**63)`` or such a limit is refused by name before any query, the same in both stores."""
+    store = opened()
+    for page in ({"offset": 2**63}, {"limit": 2**63}, {"offset": 10**29}):
+        with pytest.raises(ValueError, match=f"{next(iter(page))} must be"):
+            store.list_runs(**page)
+    assert store.list_runs(offset=2**63 - 1) == []

@@ -268,7 +268,7 @@ def test_a_decision_must_be_json_from_the_viewer_s_own_origin(store: SqliteStore
 
 @pytest.mark.parametrize(
     ("run_id", "call_id", "message"),
-    [("stopped", "c3", "not paused"), ("paused", "other", "no pending call 'other'"), ("nope", "x", "no run")],
+    [("stopped", "c3", "not paused"), ("paused", "other", "not a pending call of the run"), ("nope", "x", "no run")],
 )
 def test_a_decision_that_cannot_be_taken_says_why(store: SqliteStore, run_id: str, call_id: str, message: str) -> None:
     """A run that is not paused, a call that is not pending, or no such run: 409/404 with the reason."""
@@ -383,3 +383,10 @@ def test_ui_command_serves_on_loopback_and_says_where(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.communicate(timeout=10)
+
+
+def test_an_offset_no_database_takes_is_a_400_not_a_500(store: SqliteStore) -> None:
+    """``?offset=10**29`` (past a 64-bit integer) is refused as a bad page, in one line, not a server error."""
+    response = client(store).get("/api/runs", params={"offset": str(10**29)})
+    assert response.status_code == 400
+    assert "offset must be a whole number from 0 to 2**63 - 1" in response.json()["error"]

@@ -12,7 +12,6 @@ made: ``FSM_AGENT_SCREENSHOTS=diagrams pytest tests/test_ui_browser.py``.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,15 +24,12 @@ if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing o
     pytest.importorskip("playwright.sync_api", reason="the browser tests' driver: pip install playwright")
 
 import playwright.sync_api as playwright_api
-import uvicorn
 from conftest import require_program
-from ui_runs import HOSTILE, hostile, live, mail_registry, paused
+from ui_runs import HOSTILE, Viewer, hostile, live, mail_registry, paused
 
 from fsm_agent import TABLE, Agent, SqliteStore
 from fsm_agent.cli.demo import scenarios
-from fsm_agent.cli.ui import bind, url_of
 from fsm_agent.testing import FakeModel, reply
-from fsm_agent.ui import create_app
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -47,33 +43,6 @@ CHROMIUM_ARGS = [
 """A quiet browser: no sandbox (CI runs as root), no GPU, nothing fetched from the network on its own."""
 WAIT = 15_000
 """Milliseconds a test waits for the page before failing."""
-
-
-class Viewer:
-    """The viewer over a store, served by uvicorn on a free loopback port in a thread of this process."""
-
-    def __init__(self, store: SqliteStore, **options: Any) -> None:
-        self.socket = bind("127.0.0.1", 0)
-        self.url = url_of(self.socket)
-        config = uvicorn.Config(
-            create_app(store, store_name="runs.db", poll=0.1, **options),
-            log_level="warning",
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert self.server.started, "the viewer did not start"
-
-    def close(self) -> None:
-        """Stop serving and wait for the thread."""
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.socket.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,13 @@
-"""Stored runs for the run viewer's tests: stopped, finished, paused for approval, hostile, and one still going."""
+"""Stored runs for the viewer's tests (stopped, finished, paused, hostile, one still going), and the viewer served."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from fsm_agent import Agent, AgentLoopError, ModelResponse, SqliteStore, ToolRegistry
+from fsm_agent.cli.ui import bind, url_of
 from fsm_agent.testing import CounterModel, FakeModel, demo_registry, reply, tool_call, tool_turn
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -96,3 +98,34 @@ def all_runs(store: SqliteStore) -> None:
     finished(store)
     paused(store, [])
     hostile(store)
+
+
+class Viewer:
+    """The viewer over a store, served by uvicorn on a free loopback port in a thread of this process."""
+
+    def __init__(self, store: Any, **options: Any) -> None:
+        import uvicorn  # the ui extra; the tests that serve the viewer need it, the others do not
+
+        from fsm_agent.ui import create_app
+
+        self.socket = bind("127.0.0.1", 0)
+        self.url = url_of(self.socket)
+        config = uvicorn.Config(
+            create_app(store, store_name="runs.db", poll=0.1, **options),
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.server.started, "the viewer did not start"
+
+    def close(self) -> None:
+        """Stop serving and wait for the thread."""
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.socket.close()

@@ -109,9 +109,17 @@ def _factory(args: argparse.Namespace, on_ray: bool) -> Callable[[], Agent]:
         settings = (args.model, args.base_url, args.api_key_env, args.max_retries, args.system, limits)
         make: Callable[[], Agent] = functools.partial(model_agent, *settings)
     else:
-        make = _imported(args.agent, on_ray)
+        make = imported(args.agent, on_ray)
+    # Built once here so a missing key, SDK or module is one line now, not one error per run.
+    close = getattr(built(make).model, "close", None)
+    if callable(close):
+        close()
+    return make
+
+
+def built(make: Callable[[], Agent]) -> Agent:
+    """The agent ``make()`` returns; ``SetupError`` in one line if it raises or returns something else."""
     try:
-        # Built once here so a missing key, SDK or module is one line now, not one error per run.
         agent = make()
     except SetupError:
         raise
@@ -121,13 +129,11 @@ def _factory(args: argparse.Namespace, on_ray: bool) -> Callable[[], Agent]:
     if not isinstance(agent, Agent):
         msg = f"the agent factory must return an Agent, got {type(agent).__name__}"
         raise SetupError(msg)
-    close = getattr(agent.model, "close", None)
-    if callable(close):
-        close()
-    return make
+    return agent
 
 
-def _imported(target: str, on_ray: bool) -> Callable[[], Agent]:
+def imported(target: str, on_ray: bool = False) -> Callable[[], Agent]:
+    """The user's agent factory named ``MODULE:FUNCTION`` (``--agent``), imported; ``SetupError`` if it cannot be."""
     module_name, sep, name = target.partition(":")
     if not sep or not module_name or not name:
         msg = f"--agent wants MODULE:FUNCTION, got {target!r}"

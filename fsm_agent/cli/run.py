@@ -125,11 +125,15 @@ def add_command(commands: Any) -> None:
     parser.set_defaults(handler=main)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that choose and reach a model, shared by ``run`` and ``runs resume``."""
-    parser.add_argument(
+def add_model_arguments(parser: argparse.ArgumentParser, *, model_in: Any = None) -> None:
+    """The flags that choose and reach a model, shared by ``run`` and ``runs resume``.
+
+    ``model_in`` is a group of mutually exclusive flags ``--model`` joins
+    (``runs resume --agent``); without one, ``--model`` is required.
+    """
+    (parser if model_in is None else model_in).add_argument(
         "--model",
-        required=True,
+        required=model_in is None,
         metavar="PROVIDER:NAME",
         help="e.g. openai:gpt-4o-mini, openai-responses:o4-mini, anthropic:claude-sonnet-4-5, gemini:gemini-2.5-flash, "
         "or openai:llama3.1 with --base-url",

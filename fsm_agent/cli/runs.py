@@ -24,10 +24,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fsm_agent import TABLE, PostgresStore, RunLeasedError, RunResult, SnapshotError, SqliteStore
+from fsm_agent import TABLE, Agent, PostgresStore, RunLeasedError, RunResult, SnapshotError, SqliteStore
 from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, EXIT_STOPPED, SetupError
+from fsm_agent.cli import batch as batch_command
 from fsm_agent.cli import run as run_command
 from fsm_agent.cli.terminal import Status, drive, printable
+from fsm_agent.core.approval import describe_decision
 from fsm_agent.persist import is_url
 
 AnyStore = SqliteStore | PostgresStore
@@ -59,7 +61,14 @@ def add_command(commands: Any) -> None:
     show.add_argument("--diagram", type=Path, metavar="FILE", help="draw the run's path (.svg, .png, .dot, .mmd)")
     resume = actions.add_parser("resume", help="continue a stopped or paused run")
     resume.add_argument("run_id")
-    run_command.add_model_arguments(resume)
+    who = resume.add_mutually_exclusive_group(required=True)
+    run_command.add_model_arguments(resume, model_in=who)
+    who.add_argument(
+        "--agent",
+        metavar="MODULE:FUNCTION",
+        help="your own agent (its model and tools): a function with no arguments returning an Agent; "
+        "instead of --model, which resumes with the built-in tools",
+    )
     resume.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")
     resume.add_argument("--max-steps", type=int, help="a new max_steps (lifts a max_steps stop)")
     resume.add_argument("--retry", action="store_true", help="call the model again after a model_error")
@@ -156,7 +165,16 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
     if result.evidence:
         lines.append(f"evidence: {json.dumps(result.evidence, ensure_ascii=False, default=str)}")
     if result.pending:
-        lines.append("pending: " + ", ".join(f"{c.name} ({c.id})" for c in result.pending))
+        # Each call with its arguments and where its decision stands, so nobody approves a call blind.
+        approvals, waiting = snapshot.get("approvals") or {}, set(snapshot.get("to_approve") or ())
+        lines.append("pending:")
+        for call in result.pending:
+            arguments = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
+            if call.id in approvals:
+                state = describe_decision(approvals[call.id])
+            else:
+                state = "awaiting a decision" if call.id in waiting else "not run yet"
+            lines.append(f"  {call.name} ({call.id}) {arguments}: {state}")
     if result.final:
         lines.append(f"final: {result.final}")
     # Evidence, pending calls and the final text came from the model: escaped like every model text shown.
@@ -166,18 +184,60 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-def _resume(store: AnyStore, args: argparse.Namespace) -> int:
+def _agent(args: argparse.Namespace) -> Agent:
+    """The agent ``--agent`` builds, or the ``--model`` agent with the built-in tools (argparse allows one)."""
+    if args.agent is not None:
+        return batch_command.built(batch_command.imported(args.agent))
     args.system = run_command.DEFAULT_SYSTEM
     args.max_consecutive_failures = 3
-    snapshot = store.load(args.run_id)
     model = run_command.build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
-    with contextlib.closing(model):
-        new_steps, args.max_steps = args.max_steps, 8
-        agent = run_command.agent_for(args, model)
+    args.max_steps = 8
+    try:
+        return run_command.agent_for(args, model)
+    except SetupError:
+        model.close()
+        raise
+
+
+def _check_tools(agent: Agent, snapshot: dict[str, Any], run_id: str) -> None:
+    """Refuse, before any decision is used, a run whose pending calls name tools this agent does not have."""
+    names = {str(call.get("name")) for call in snapshot.get("pending") or []}
+    missing = sorted(name for name in names if agent.registry.get(name) is None)
+    if missing:
+        msg = (
+            f"run {run_id!r} waits on calls to {', '.join(missing)}, which this agent's tools do not have: "
+            "resume it with the agent that has them (--agent MODULE:FUNCTION)"
+        )
+        raise SetupError(msg)
+
+
+def _decide(store: AnyStore, run_id: str, snapshot: dict[str, Any], given: dict[str, bool | str]) -> dict[str, Any]:
+    """Record each ``--approve`` with the store's own checked write (as the viewer does); the run as stored after.
+
+    Decisions are kept even if the resume then fails.  A decision the store
+    already holds is not given again, so a retried command goes on; a
+    different one is refused by the store, naming the decision that stands.
+    """
+    for call_id, decision in given.items():
+        if (snapshot.get("approvals") or {}).get(call_id, None) != decision:
+            snapshot = store.decide(run_id, call_id, decision)
+    return snapshot
+
+
+def _resume(store: AnyStore, args: argparse.Namespace) -> int:
+    snapshot = store.load(args.run_id)
+    new_steps = args.max_steps
+    agent = _agent(args)
+    model = agent.model
+    with contextlib.ExitStack() as closing:
+        close = getattr(model, "close", None)
+        if callable(close):  # every adapter has one; a user's model may not
+            closing.callback(close)
+        _check_tools(agent, snapshot, args.run_id)
         try:
+            snapshot = _decide(store, args.run_id, snapshot, _decisions(args.approve))
             run = agent.resume(
                 snapshot,
-                approvals=_decisions(args.approve) or None,
                 retry=args.retry,
                 store=store,
                 max_steps=new_steps,
@@ -185,11 +245,12 @@ def _resume(store: AnyStore, args: argparse.Namespace) -> int:
                 token_budget=args.token_budget,
                 max_tool_calls=args.max_tool_calls,
             )
-        except (ValueError, TypeError, RunLeasedError) as exc:
+        except (ValueError, TypeError, RunLeasedError) as exc:  # DecisionError is a ValueError
             raise SetupError(str(exc)) from None
         if run.paused:
             waiting = ", ".join(f"{c.name} ({c.id})" for c in run.awaiting())
-            print(f"still paused, waiting for decisions on: {waiting} (--approve ID=yes|no|why)", file=sys.stderr)
+            text = f"still paused, waiting for decisions on: {waiting} (--approve ID=yes|no|why)"
+            print(printable(text), file=sys.stderr)
             return EXIT_STOPPED
         result = drive(run, Status(sys.stderr, enabled=not args.quiet))
     server = f"the model server at {run_command.endpoint(model, args.base_url)}"
@@ -215,7 +276,8 @@ def main(args: argparse.Namespace) -> int:
         with contextlib.closing(run_command.open_store(args.store)) as store:
             return ACTIONS[args.action](store, args)
     except (KeyError, SnapshotError, SetupError) as exc:
-        print(f"error: {str(exc).strip(chr(39))}", file=sys.stderr)
+        # Run and call ids in the message came from the model or the store: escaped like every such text.
+        print(f"error: {printable(str(exc).strip(chr(39)))}", file=sys.stderr)
         return EXIT_SETUP
     except Exception as exc:
         if isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):

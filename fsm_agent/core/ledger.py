@@ -105,6 +105,7 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
 
 def answer_unexecuted(run: Run, why: str) -> None:
     """Give every pending call a tool message saying it did not run: providers reject unanswered calls."""
+    run.to_approve.clear()  # a call answered as not run waits for nobody
     while run.pending:
         call = run.pending.popleft()
         run.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
@@ -115,6 +116,7 @@ def record_leftovers(run: Run) -> list[str]:
     ids = []
     while run.pending and run.pending[0].id in run.ran:
         call = run.pending.popleft()
+        run.to_approve.discard(call.id)
         record_tool(run, call, run.ran.pop(call.id))
         ids.append(call.id)
     return ids

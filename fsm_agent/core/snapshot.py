@@ -68,6 +68,7 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
         "pending": [record(c) for c in run.pending],
         "ran": {call_id: plain(outcome) for call_id, outcome in run.ran.items()},
         "approvals": dict(run.approvals),
+        "to_approve": [call.id for call in run.pending if call.id in run.to_approve] if run.to_approve else [],
         "last_response": None if run.last_response is None else record(run.last_response),
         "counters": {
             "turns": run.turns,
@@ -234,6 +235,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.pending = deque(_call(c) for c in data["pending"])
         run.ran = {str(k): ToolResult(**v) for k, v in data["ran"].items()}
         run.approvals = dict(data["approvals"])
+        run.to_approve = _to_approve(data, run)
         run.last_response = _response(data["last_response"])
         signature = counters["last_signature"]
         run.last_signature = None if signature is None else (str(signature[0]), str(signature[1]))
@@ -257,6 +259,24 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     if data.get("error") is not None:
         run.model_exception = RuntimeError(data["error"])
     _check_consistent(run)
+
+
+def _to_approve(data: dict[str, Any], run: Run) -> set[str]:
+    """The calls waiting for a decision; a snapshot from before the run kept them gates every undecided call if paused.
+
+    Which calls the old run's ``approve`` rule held back was not written
+    down, so a paused one holds back all it could: an undecided call must not
+    run because the agent resuming it has no rule.
+    """
+    if "to_approve" not in data:
+        if not data.get("paused"):
+            return set()
+        return {call.id for call in run.pending if call.id not in run.approvals and call.id not in run.ran}
+    ids = data["to_approve"]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        msg = f"snapshot field to_approve must be a list of call ids, got {ids!r}"
+        raise SnapshotError(msg)
+    return set(ids)
 
 
 def _check_consistent(run: Run) -> None:
@@ -283,9 +303,13 @@ def _check_consistent(run: Run) -> None:
             break
     if run.state is State.ExecuteTool and not run.pending:
         problems.append("the state is ExecuteTool but no tool call is pending")
-    strays = sorted(set(run.ran) - {call.id for call in run.pending})
+    pending = {call.id for call in run.pending}
+    strays = sorted(set(run.ran) - pending)
     if strays:
         problems.append(f"kept tool outcomes {strays} answer no pending call")
+    strays = sorted(run.to_approve - pending)
+    if strays:
+        problems.append(f"calls {strays} wait for a decision but are not pending")
     if problems:
         msg = "snapshot contradicts itself: " + "; ".join(problems)
         raise SnapshotError(msg)

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from fsm_agent.core import ledger
+from fsm_agent.core.approval import describe_decision
 from fsm_agent.core.batch import plan_batch
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.walker import Walker
@@ -89,9 +90,14 @@ class Stepper:
     def paused(self) -> bool:
         """True while the next tool call waits for a person's decision."""
         run = self.run
-        if self.approve is None:
+        if not run.to_approve or run.state is not ExecuteTool or not run.pending:
             return False
-        return run.state is ExecuteTool and bool(run.pending) and self.needs_decision(run.pending[0])
+        return self.needs_decision(run.pending[0])
+
+    @property
+    def gated(self) -> bool:
+        """Whether this run can pause: its agent asks for approvals, or it holds calls that wait for one."""
+        return self.approve is not None or bool(self.run.to_approve)
 
     def effect(self, *, parallel: bool = False) -> Effect | None:
         """The I/O the next transition needs, or None (none needed, or the run is finished or paused).
@@ -108,7 +114,7 @@ class Stepper:
                 return None
             tools = [] if run.finalizing is not None else self.schemas
             return ModelCall(self._messages, tools, run.turns + 1)
-        if state is not ExecuteTool or (self.approve is not None and self.paused):
+        if state is not ExecuteTool or (run.to_approve and self.paused):
             return None
         call = run.pending[0]
         if call.id in run.ran or self._rejected(call):
@@ -143,6 +149,8 @@ class Stepper:
             # The reply is kept (messages, pending calls), but it cannot be acted on.
             run.model_exception, self._replied = ValueError(problem), MODEL_FAILED
             return
+        if self.approve is not None and run.pending:
+            self.gate()
         self._replied = REPLIED
 
     def accept_model_error(self, error: BaseException) -> None:
@@ -196,6 +204,8 @@ class Stepper:
             raise RunStateError(msg)
         if approvals:
             approvals.pop(call.id, None)
+        if run.to_approve:
+            run.to_approve.discard(call.id)
         run.pending.popleft()
         ledger.record_tool(run, call, outcome)
         return self._fire(TOOL_DONE)
@@ -265,9 +275,23 @@ class Stepper:
 
     # --- approval ---------------------------------------------------------------------------------------------
 
+    def gate(self) -> None:
+        """Mark the pending calls this agent's ``approve`` rule holds back as waiting for a decision, in the run.
+
+        Asked once per call, when its reply arrives (and again when another
+        agent resumes the run): from then on the run itself says the call
+        waits, so an agent without ``approve=`` cannot run it undecided.
+        """
+        approve, run = self.approve, self.run
+        if approve is None:
+            return
+        for call in run.pending:
+            if call.id not in run.ran and call.id not in run.approvals and approve(call):
+                run.to_approve.add(call.id)
+
     def needs_decision(self, call: ToolCall) -> bool:
         """Whether ``call`` waits for a person: it needs approval and has no decision yet."""
-        return self.approve is not None and call.id not in self.run.approvals and self.approve(call)
+        return call.id in self.run.to_approve and call.id not in self.run.approvals
 
     def _cleared(self, call: ToolCall) -> bool:
         """A call may run: it needs no approval, or a person approved it."""
@@ -307,5 +331,10 @@ class Stepper:
                 raise ValueError(msg)
             if call_id in self.run.ran:
                 msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
+                raise ValueError(msg)
+            given = self.run.approvals.get(call_id, decision)
+            if given != decision:
+                # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
+                msg = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
                 raise ValueError(msg)
         self.run.approvals.update(approvals)

@@ -142,6 +142,7 @@ class Run:
         "state",
         "steps",
         "table_stops",
+        "to_approve",
         "tool_calls",
         "trace",
         "turns",
@@ -175,6 +176,9 @@ class Run:
         self.ran: dict[str, ToolResult] = {}
         # Decisions on calls that need approval, by call id: True runs it, False or a reason text rejects it.
         self.approvals: dict[str, bool | str] = {}
+        # Pending calls that wait for a person's decision, fixed when the reply arrived: the run keeps them, so
+        # whichever agent, driver or process resumes it, an undecided call never runs (an agent's approve= only adds).
+        self.to_approve: set[str] = set()
         # (signature, result) of the latest executed calls, for the cycle guard; bounded by cycle_window.
         self.recent: deque[tuple[Signature, str]] = deque(maxlen=limits.cycle_window or 1)
         # What a failed model call raised (model_error), a strict hook raised (hook_error), a user check raised.

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fsm_agent.core import snapshot
+from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.ledger import answer_unexecuted
 from fsm_agent.core.walker import Walker, walker_for
@@ -32,7 +33,8 @@ from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog
-from fsm_agent.persist.store import Store, check_run_id
+from fsm_agent.persist import StoreTarget, store_for
+from fsm_agent.persist.store import VERSION_KEY, check_run_id
 from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
 from fsm_agent.tools.registry import OfferedTools
@@ -115,7 +117,7 @@ class Agent:
             msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
             raise ValueError(msg)
         self.tool_timeout = tool_timeout
-        self.approve = _approval_rule(approve)
+        self.approve = approval_rule(approve)
         self.model = model
         self.registry = registry
         self._offered = OfferedTools()
@@ -178,7 +180,7 @@ class Agent:
         *,
         cancel: CancelToken | None = None,
         observers: Sequence[Observer] = (),
-        store: Store | None = None,
+        store: StoreTarget | None = None,
         run_id: str | None = None,
         overwrite: bool = False,
     ) -> AgentRun:
@@ -200,7 +202,7 @@ class Agent:
         user_input: str,
         cancel: CancelToken | None,
         observers: Sequence[Observer],
-        store: Store | None,
+        store: StoreTarget | None,
         run_id: str | None,
     ) -> AgentRun:
         """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that)."""
@@ -215,7 +217,7 @@ class Agent:
         position = Run(self.limits, messages, table=self.table, policies=self.on_stop)
         # None: the run makes its own id when first asked for one.
         run_id = None if run_id is None else check_run_id(run_id)
-        return AgentRun(self, position, cancel=cancel, observers=observers, store=store, run_id=run_id)
+        return AgentRun(self, position, cancel=cancel, observers=observers, store=store_for(store), run_id=run_id)
 
     def resume(
         self,
@@ -225,7 +227,7 @@ class Agent:
         retry: bool = False,
         cancel: CancelToken | None = None,
         observers: Sequence[Observer] = (),
-        store: Store | None = None,
+        store: StoreTarget | None = None,
         max_steps: int | None = None,
         token_budget: int | None = None,
         timeout: float | None = None,
@@ -247,6 +249,10 @@ class Agent:
                 raise ValueError(msg)
             source = source.snapshot
         data = snapshot.parse(source)
+        expected = data.get(VERSION_KEY)
+        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
+            msg = f"snapshot field {VERSION_KEY} must be the integer version the run was loaded at, got {expected!r}"
+            raise snapshot.SnapshotError(msg)
         limits = snapshot.limits_of(
             data, max_steps=max_steps, token_budget=token_budget, timeout=timeout, max_tool_calls=max_tool_calls
         )
@@ -258,9 +264,10 @@ class Agent:
             position,
             cancel=cancel,
             observers=observers,
-            store=store,
+            store=store_for(store),
             run_id=run_id if isinstance(run_id, str) and run_id else None,
         )
+        run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         if position.state is State.Done:
             msg = "the run finished in Done; there is nothing to resume"
             raise ValueError(msg)
@@ -281,14 +288,17 @@ class Agent:
             position.reason, position.evidence, position.final, position.finalizing = None, {}, "", None
             position.model_exception = position.condition_error = None
             position.unfinished = None
-        # Taken over before anything is called: a run another owner is advancing is a RunLeasedError here.
+        if approvals:
+            # Decided before the claim, so the claim stores the decisions and, with nothing left to wait
+            # for, keeps the lease: nobody can decide or resume in between, and a refused decision writes nothing.
+            run.decide(approvals)
+        # Taken over before anything is called: a run another owner is advancing is a RunLeasedError here, and
+        # one that moved on since this snapshot was read (or that the snapshot was never read from) a StaleRunError.
         # A stopped run is claimed with its resume edge already taken, so the claim keeps the lease; claimed
         # while still Failed it would be let go at once, and a second owner could take it in between.
-        run._open_store(new=False)  # noqa: SLF001 - the agent opens its own runs' stores
+        run._open_store(new=False, expected=expected)  # noqa: SLF001 - the agent opens its own runs' stores
         if entry is not None:
             run._after(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
-        if approvals:
-            run.decide(approvals)
         return run
 
     def run(
@@ -297,7 +307,7 @@ class Agent:
         *,
         cancel: CancelToken | None = None,
         log: str | Path | None = None,
-        store: Store | None = None,
+        store: StoreTarget | None = None,
         run_id: str | None = None,
         overwrite: bool = False,
     ) -> RunResult:
@@ -322,7 +332,7 @@ class Agent:
         *,
         cancel: CancelToken | None = None,
         log: str | Path | None = None,
-        store: Store | None = None,
+        store: StoreTarget | None = None,
         run_id: str | None = None,
         overwrite: bool = False,
     ) -> RunResult:
@@ -348,24 +358,6 @@ class Agent:
         run = self.start(user_input, cancel=cancel, observers=[feed.append])
         async for event in streaming.aevents(run, feed):
             yield event
-
-
-def _approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) -> Callable[[ToolCall], bool] | None:
-    """Normalise ``approve``: a set of tool names or a predicate on the call becomes a predicate."""
-    if approve is None or callable(approve):
-        return approve
-    if isinstance(approve, str):
-        approve = {approve}
-    names = frozenset(approve)
-    bad = [name for name in names if not isinstance(name, str)]
-    if bad:
-        msg = f"approve must be tool names or a predicate on the tool call, got {bad!r}"
-        raise TypeError(msg)
-
-    def needs_approval(call: ToolCall) -> bool:
-        return call.name in names
-
-    return needs_approval
 
 
 @contextlib.contextmanager

@@ -46,6 +46,9 @@ class AsyncDriver(RunBase):
             self._observe()
         effect = self.stepper.effect(parallel=True)
         if effect is not None:
+            journal = self._journal
+            if journal is not None and journal.due():
+                await journal.ahold(self.position)  # no call on a run this object let go of or may have lost
             if self._out_of_time():
                 return self._interrupt(EXPIRED, None)
             remaining = self._remaining()
@@ -76,8 +79,9 @@ class AsyncDriver(RunBase):
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
         stepper = self.stepper
         move = self._amove if self._journal is None else self._aadvance  # a coroutine frame fewer per transition
+        gated = stepper.gated  # a run without approvals never gains calls to decide on
         while self._result is None:
-            if stepper.approve is not None and stepper.paused:
+            if gated and stepper.paused:
                 return self._paused_result()
             await move()  # the loop itself checked what aadvance() would
         return self._outcome_of_run()

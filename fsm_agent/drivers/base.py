@@ -76,6 +76,7 @@ class RunBase:
             position.limits.timeout is not None or cancel is not None or self._observed or store is not None
         )
         self._deferred = False
+        self._closing: Transition | None = None  # taken while deferred, closed once its checkpoint is awaited
         # Nothing happens around this run's transitions but the clock, so sync finish() takes them in one loop.
         self._unwatched = not self._observed and store is None
         self._cancel = cancel
@@ -176,7 +177,9 @@ class RunBase:
     def snapshot(self) -> dict[str, Any]:
         """The run's whole position as a JSON-ready dict, for ``Agent.resume`` here or in another process."""
         self._observe()
-        return snapshot.dump(self.position, run_id=self.run_id, paused=self.paused)
+        # With a store, the version it matches, so that resuming it there checks that nobody wrote since.
+        version = {} if self._journal is None else self._journal.version()
+        return snapshot.dump(self.position, run_id=self.run_id, paused=self.paused, **version)
 
     # --- around each effect and transition ---------------------------------------------------------------
 
@@ -313,22 +316,33 @@ class RunBase:
         return self._after(self.stepper.interrupt(trigger, unfinished))
 
     def _after(self, entry: Transition) -> Transition:
-        """Close the transition just taken: build the result of a finished run, notify observers, checkpoint."""
+        """Close the transition just taken: checkpoint (awaited in ``_asave``), build a result, notify observers.
+
+        The checkpoint comes first, so a result's snapshot names the version
+        it was stored at and observers hear of a transition once it is kept.
+        """
+        journal = self._journal
+        if journal is not None:
+            if self._deferred:
+                self._closing = entry
+                return entry
+            journal.save(self.position, self.paused)
+        self._close(entry)
+        return entry
+
+    def _close(self, entry: Transition) -> None:
         if self.position.state in TERMINAL:
             self._result = self._make_result()
         if self._observed:
             self._emit(entry)
             self._response = self._call = self._outcome = None
             self._error = None
-        if self._journal is not None and not self._deferred:
-            self._journal.save(self.position, self.paused)
-        return entry
 
-    def _open_store(self, *, new: bool, overwrite: bool = False) -> None:
+    def _open_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
         """Write the run to its store whole and take its lease (``RunExistsError``, ``RunLeasedError``)."""
         if self._journal is not None:
             self._observe()
-            self._journal.open(self.position, self.paused, new=new, overwrite=overwrite)
+            self._journal.open(self.position, self.paused, new=new, overwrite=overwrite, expected=expected)
 
     async def _aopen_store(self, *, new: bool, overwrite: bool = False) -> None:
         """``_open_store``, awaited."""
@@ -337,9 +351,13 @@ class RunBase:
             await self._journal.aopen(self.position, self.paused, new=new, overwrite=overwrite)
 
     async def _asave(self) -> None:
-        """Checkpoint the transition just taken, awaited (the async driver's write)."""
-        if self._journal is not None:
-            await self._journal.asave(self.position, self.paused)
+        """Checkpoint the transition just taken, awaited (the async driver's write), then close it."""
+        journal = self._journal
+        if journal is not None:
+            await journal.asave(self.position, self.paused)
+            entry, self._closing = self._closing, None
+            if entry is not None:
+                self._close(entry)
 
     def _make_result(self) -> RunResult:
         run = self.position

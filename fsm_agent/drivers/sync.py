@@ -49,15 +49,16 @@ class SyncDriver(RunBase):
         """
         if self._result is not None:
             return self._outcome_of_run()
-        work = self._finish_unwatched if self._unwatched and self.stepper.approve is None else self._finish
+        work = self._finish_unwatched if self._unwatched and not self.stepper.gated else self._finish
         if not self._clock_each_transition:
             return work()  # no deadline either, so no worker
         return self._bounded(work, lambda entry: self._outcome_of_run())
 
     def _finish(self) -> RunResult:
         stepper = self.stepper
+        gated = stepper.gated  # a run without approvals never gains calls to decide on
         while self._result is None:
-            if stepper.approve is not None and stepper.paused:
+            if gated and stepper.paused:
                 return self._paused_result()
             self._advance()  # the loop itself checked what advance() would
         return self._outcome_of_run()
@@ -93,6 +94,9 @@ class SyncDriver(RunBase):
             self._observe()
         effect = self.stepper.effect()
         if effect is not None:
+            journal = self._journal
+            if journal is not None and journal.due():
+                journal.hold(self.position)  # no call on a run this object let go of or may have lost
             expired = self._carry_out(effect)
             if expired is not None:
                 return expired

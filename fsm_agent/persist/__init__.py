@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +19,20 @@ from fsm_agent.persist.store import Store, StoredRun, StoreError
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
+StoreTarget = Store | str | os.PathLike[str]
+"""What a ``store=`` argument takes: a store, a SQLite file's path, or a ``postgresql://`` URL."""
+
 __all__ = [
     "POSTGRES_SCHEMES",
     "PostgresStore",
     "SqliteStore",
     "Store",
     "StoreError",
+    "StoreTarget",
     "StoredRun",
     "is_url",
     "open_store",
+    "store_for",
 ]
 
 
@@ -41,3 +49,33 @@ def open_store(target: str | Path, **options: Any) -> SqliteStore | PostgresStor
     if is_url(target):
         return PostgresStore(str(target), **options)
     return SqliteStore(target, **options)
+
+
+_opened: dict[tuple[int, str], SqliteStore | PostgresStore] = {}
+_opening = threading.Lock()
+
+
+def store_for(target: StoreTarget | None) -> Store | None:
+    """The store a ``store=`` argument names: a store as it is; a path or URL opened once per process and kept.
+
+    A web handler calling ``agent.run(..., store="runs.db")`` per request so
+    shares one connection (one pool, for PostgreSQL) instead of opening and
+    migrating a database each time.  Keyed by process as well, so a forked
+    worker opens its own; closed when the interpreter exits.
+    """
+    if target is None or not isinstance(target, str | os.PathLike):
+        return target
+    where = os.fspath(target)
+    key = (os.getpid(), where if is_url(where) else os.path.abspath(where))
+    with _opening:
+        store = _opened.get(key)
+        if store is None:
+            store = _opened[key] = open_store(key[1])
+    return store
+
+
+@atexit.register
+def _close_opened() -> None:
+    mine = [key for key in _opened if key[0] == os.getpid()]
+    for key in mine:
+        _opened.pop(key).close()

@@ -7,6 +7,10 @@ added since the last checkpoint, and the small fields that changed (state,
 counters, pending calls, ...).  Its cost depends on what the transition
 added, never on how long the run already is.  The write that finishes or
 pauses the run gives the lease up, so anyone may resume a paused run.
+Every write names the version this object last wrote (``seq``), so the
+store refuses it (``StaleRunError``) once anybody else wrote the run; before
+a call, ``hold`` makes that check if the run was let go of or its lease is
+running out, so no call is made on a run this object no longer owns.
 """
 
 from __future__ import annotations
@@ -16,14 +20,14 @@ import copy
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from fsm_agent.core import snapshot
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.errors import RunExistsError
 from fsm_agent.jsontext import dumps
-from fsm_agent.persist.store import DEFAULT_LEASE, Entry, Store, Summary, new_owner
+from fsm_agent.persist.store import DEFAULT_LEASE, VERSION_KEY, Entry, Store, Summary, new_owner
 
 _MISSING = object()
 _RENEW = object()
@@ -42,6 +46,8 @@ class Journal:
         self.full = callable(getattr(store, "append", None))
         self.lease = float(getattr(store, "lease", DEFAULT_LEASE))
         self.seq = 0
+        # The last write gave the lease up (the run paused): before it goes on, it must take the run back.
+        self.released = False
         self._marks = (0, 0, 0)
         self._tails: tuple[object, ...] = (None, None, None)
         self._small: dict[str, Any] = {}
@@ -54,10 +60,10 @@ class Journal:
     def _whole(self, run: Run, paused: bool) -> dict[str, Any]:
         return snapshot.dump(run, run_id=self.run_id, paused=paused)
 
-    def _laid(self, run: Run, whole: dict[str, Any], seq: int) -> None:
+    def _laid(self, run: Run, whole: dict[str, Any], seq: int, released: bool = False) -> None:
         """Remember a whole snapshot just written as the point the next entry starts from."""
         self._next = self._position(run, {k: v for k, v in whole.items() if k not in snapshot.GROWING})
-        self._written(seq)
+        self._written(seq, released)
 
     @staticmethod
     def _position(run: Run, small: dict[str, Any]) -> tuple[tuple[int, int, int], tuple[object, ...], dict[str, Any]]:
@@ -66,20 +72,25 @@ class Journal:
         kept = {**small, **{k: copy.deepcopy(small[k]) for k in _BY_REFERENCE if small.get(k)}}
         return marks, tuple(items[-1] if items else None for items in lists), kept
 
-    def _written(self, seq: int) -> None:
+    def _written(self, seq: int, released: bool = False) -> None:
         """The planned write succeeded: only now does the next entry start after it (a failed write is redone)."""
         if self._next is not None:
             self._marks, self._tails, self._small = self._next
             self._next = None
         self.seq = seq
+        self.released = released
         self._renew_at = time.monotonic() + self.lease / 3
 
-    def _plan(self, run: Run, paused: bool) -> Entry | dict[str, Any] | object | None:
-        """The entry to append now, a whole snapshot, a lease renewal, or nothing."""
+    def version(self) -> dict[str, int]:
+        """``{"stored_seq": n}``: the stored version this run object last wrote, for its snapshots."""
+        return {VERSION_KEY: self.seq} if self.full and self.seq else {}
+
+    def _plan(self, run: Run, paused: bool, *, force: bool = False) -> Entry | dict[str, Any] | object | None:
+        """The entry to append now, a whole snapshot, a lease renewal, or nothing (``force``: an entry or a whole)."""
         release = paused or run.state in TERMINAL
         if not self.full:
-            return self._whole(run, paused) if self.store.wants(run.state, paused) else None
-        if not (release or self.store.wants(run.state, paused)):
+            return self._whole(run, paused) if force or self.store.wants(run.state, paused) else None
+        if not (force or release or self.store.wants(run.state, paused)):
             return _RENEW if time.monotonic() >= self._renew_at else None
         lists: tuple[Sequence[object], ...] = (run.messages, run.steps, run.trace)
         for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
@@ -95,49 +106,84 @@ class Journal:
 
     # --- called ----------------------------------------------------------------------------------------------
 
-    def open(self, run: Run, paused: bool, *, new: bool, overwrite: bool = False) -> None:
-        """Write the run whole and take its lease: a new run (``RunExistsError`` if its id is taken) or resumed one."""
+    def open(self, run: Run, paused: bool, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
+        """Write the run whole and take its lease: a new run (``RunExistsError`` if its id is taken) or resumed one.
+
+        A resumed run is claimed at the stored version its snapshot was read
+        at, ``expected`` (``StaleRunError`` if the run moved on since).
+        """
         whole = self._whole(run, paused)
+        store: Any = self.store
+        released = False
         if not self.full:
             if new and not overwrite and _exists(self.store, self.run_id):
                 raise RunExistsError(self.run_id, repr(self.store))
-            self.store.save(self.run_id, whole)
+            store.save(self.run_id, whole)
             seq = 0
         elif new:
-            seq = self.store.create(self.run_id, whole, owner=self.owner, overwrite=overwrite)  # type: ignore[attr-defined]
+            seq = store.create(self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
-            seq = self.store.claim(self.run_id, whole, owner=self.owner)  # type: ignore[attr-defined]
-            if paused or run.state in TERMINAL:
+            seq = store.claim(self.run_id, _at(whole, expected), owner=self.owner)
+            released = paused or run.state in TERMINAL
+            if released:
                 # Nothing runs until a decision or a resume edge: leave the run free (the next write re-takes it).
-                self.store.renew(self.run_id, owner=self.owner, seq=seq, release=True)  # type: ignore[attr-defined]
-        self._laid(run, whole, seq)
+                store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
+        self._laid(run, whole, seq, released)
+
+    def due(self) -> bool:
+        """Whether ``hold`` must write before the next call: the run was let go of, or the lease is a third gone."""
+        return self.released or (self.full and time.monotonic() >= self._renew_at)
+
+    def hold(self, run: Run) -> None:
+        """Make sure this object still owns its run before a call is made (call it when ``due()``).
+
+        A run the last write let go of (it paused) is taken back with an
+        entry fenced by the version this object last wrote, carrying the
+        decisions given since, so they are stored before the calls they allow
+        are made.  A lease a third gone is renewed, fenced the same way, so a
+        call starts with two thirds of a lease ahead and never on a run
+        another owner took over meanwhile: if anyone decided, resumed or saved
+        the run since, it is a ``StaleRunError`` and no call is made.
+        """
+        self._write(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
+
+    async def ahold(self, run: Run) -> None:
+        """``hold``, awaited."""
+        await self._awrite(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
 
     def save(self, run: Run, paused: bool) -> None:
         """Checkpoint the transition just taken, if the store wants it; else renew the lease when it is due."""
         action = self._plan(run, paused)
-        if action is None:
-            return
+        if action is not None:
+            self._write(action, run, paused)
+
+    def _write(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         store: Any = self.store
         if isinstance(action, Entry):
             store.append(action, owner=self.owner)
-            self._written(action.seq)
+            self._written(action.seq, action.release)
         elif action is _RENEW:
             store.renew(self.run_id, owner=self.owner, seq=self.seq)
             self._written(self.seq)
         elif self.full:
-            seq = store.claim(self.run_id, action, owner=self.owner)
-            if paused or run.state in TERMINAL:
+            whole = cast("dict[str, Any]", action)
+            released = paused or run.state in TERMINAL
+            seq = store.claim(self.run_id, _at(whole, self.seq), owner=self.owner)
+            if released:
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
-            self._laid(run, action, seq)  # type: ignore[arg-type]
+            self._laid(run, whole, seq, released)
         else:
             store.save(self.run_id, action)
-            self._laid(run, action, 0)  # type: ignore[arg-type]
+            self._laid(run, cast("dict[str, Any]", action), 0)
 
     # --- awaited ---------------------------------------------------------------------------------------------
 
-    async def aopen(self, run: Run, paused: bool, *, new: bool, overwrite: bool = False) -> None:
+    async def aopen(
+        self, run: Run, paused: bool, *, new: bool, overwrite: bool = False, expected: int | None = None
+    ) -> None:
         """``open``, awaiting the store's async methods (or running its sync ones in a thread)."""
         whole = self._whole(run, paused)
+        released = False
         if not self.full:
             if new and not overwrite and await asyncio.to_thread(_exists, self.store, self.run_id):
                 raise RunExistsError(self.run_id, repr(self.store))
@@ -146,30 +192,40 @@ class Journal:
         elif new:
             seq = await _acall(self.store, "create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
-            seq = await _acall(self.store, "claim", self.run_id, whole, owner=self.owner)
-            if paused or run.state in TERMINAL:
+            seq = await _acall(self.store, "claim", self.run_id, _at(whole, expected), owner=self.owner)
+            released = paused or run.state in TERMINAL
+            if released:
                 await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
-        self._laid(run, whole, seq)
+        self._laid(run, whole, seq, released)
 
     async def asave(self, run: Run, paused: bool) -> None:
         """``save``, awaited: a checkpoint never blocks the event loop."""
         action = self._plan(run, paused)
-        if action is None:
-            return
+        if action is not None:
+            await self._awrite(action, run, paused)
+
+    async def _awrite(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         if isinstance(action, Entry):
             await _acall(self.store, "append", action, owner=self.owner)
-            self._written(action.seq)
+            self._written(action.seq, action.release)
         elif action is _RENEW:
             await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=self.seq)
             self._written(self.seq)
         elif self.full:
-            seq = await _acall(self.store, "claim", self.run_id, action, owner=self.owner)
-            if paused or run.state in TERMINAL:
+            whole = cast("dict[str, Any]", action)
+            released = paused or run.state in TERMINAL
+            seq = await _acall(self.store, "claim", self.run_id, _at(whole, self.seq), owner=self.owner)
+            if released:
                 await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
-            self._laid(run, action, seq)  # type: ignore[arg-type]
+            self._laid(run, whole, seq, released)
         else:
             await _acall(self.store, "save", self.run_id, action)
-            self._laid(run, action, 0)  # type: ignore[arg-type]
+            self._laid(run, cast("dict[str, Any]", action), 0)
+
+
+def _at(whole: dict[str, Any], version: int | None) -> dict[str, Any]:
+    """A whole snapshot naming the stored version it replaces (none: the run is new to the store)."""
+    return whole if version is None else {**whole, VERSION_KEY: version}
 
 
 def _exists(store: Store, run_id: str) -> bool:

@@ -14,9 +14,10 @@ from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
 from typing import Any, Self, TypeVar
 
+from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.states import State
 from fsm_agent.persist import plans
-from fsm_agent.persist.store import Entry, StoredRun, check_run_id, cutoff, epoch, page, wants
+from fsm_agent.persist.store import VERSION_KEY, Entry, StoredRun, check_run_id, cutoff, epoch, page, wants
 
 T = TypeVar("T")
 
@@ -58,9 +59,24 @@ class PlannedStore(ABC):
         """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
         return wants(self.every, state, paused)
 
-    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """Replace the stored run with this whole snapshot (``RunLeasedError`` while another owner advances it)."""
-        self._run(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
+    def save(self, run_id: str, snapshot: dict[str, Any]) -> int:
+        """Replace the stored run with this whole snapshot; return the run's new version.
+
+        A compare-and-set: a run already stored is replaced only by a
+        snapshot loaded from it at its current version (``stored_seq``, which
+        ``load`` sets); else ``StaleRunError`` and nothing changes.  To save
+        again, set ``snapshot["stored_seq"]`` to the version returned.
+        ``RunLeasedError`` while another owner advances the run.
+        """
+        return self._run(self._put(run_id, snapshot, None, "replace"))
+
+    def _put(self, run_id: str, snapshot: dict[str, Any], owner: str | None, mode: plans.Mode) -> plans.Plan[int]:
+        # A version is a version of the run it was loaded from: a snapshot saved under another id is a copy.
+        expected = snapshot.get(VERSION_KEY) if snapshot.get("run_id", run_id) == run_id else None
+        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
+            msg = f"snapshot field {VERSION_KEY} must be the integer version the run was loaded at, got {expected!r}"
+            raise SnapshotError(msg)
+        return self._plans.put(check_run_id(run_id), snapshot, owner, mode, expected)
 
     def load(self, run_id: str) -> dict[str, Any]:
         """The run's latest snapshot: its base with the journal after it; ``KeyError`` naming the id if absent."""
@@ -71,8 +87,23 @@ class PlannedStore(ABC):
         return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, _mode(overwrite)))
 
     def claim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
-        """Take a run over to resume it from ``snapshot``; ``RunLeasedError`` while another owner's lease is live."""
-        return self._run(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
+        """Take a run over to resume it from ``snapshot``; ``RunLeasedError`` while another owner's lease is live.
+
+        Checked like ``save``: ``StaleRunError`` if the stored run moved on
+        past the version ``snapshot`` was loaded at.
+        """
+        return self._run(self._put(run_id, snapshot, owner, "claim"))
+
+    def decide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
+        """Record a decision on a paused run's pending call in one transaction; return the run as stored now.
+
+        ``True`` approves the call, ``False`` or a reason text rejects it.
+        ``DecisionError`` if the run is not paused, the call is not pending,
+        already ran or was already decided; ``RunLeasedError`` while someone
+        advances the run; ``KeyError`` if there is no such run.  Concurrent
+        decisions are taken one after the other, so none is lost.
+        """
+        return self._run(self._plans.decide(run_id, call_id, decision))
 
     def append(self, entry: Entry, *, owner: str) -> None:
         """Add one journal entry for ``owner``; ``RunLeasedError`` if the run is no longer its to write."""
@@ -117,9 +148,9 @@ class PlannedStore(ABC):
 
     # --- awaited: the same plans through ``_arun`` ------------------------------------------------------------
 
-    async def asave(self, run_id: str, snapshot: dict[str, Any]) -> None:
+    async def asave(self, run_id: str, snapshot: dict[str, Any]) -> int:
         """``save``, awaited."""
-        await self._arun(self._plans.put(check_run_id(run_id), snapshot, None, "replace"))
+        return await self._arun(self._put(run_id, snapshot, None, "replace"))
 
     async def aload(self, run_id: str) -> dict[str, Any]:
         """``load``, awaited."""
@@ -131,7 +162,11 @@ class PlannedStore(ABC):
 
     async def aclaim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
         """``claim``, awaited."""
-        return await self._arun(self._plans.put(check_run_id(run_id), snapshot, owner, "claim"))
+        return await self._arun(self._put(run_id, snapshot, owner, "claim"))
+
+    async def adecide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
+        """``decide``, awaited."""
+        return await self._arun(self._plans.decide(run_id, call_id, decision))
 
     async def aappend(self, entry: Entry, *, owner: str) -> None:
         """``append``, awaited."""

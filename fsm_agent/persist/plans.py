@@ -11,7 +11,9 @@ A run is a row of ``runs``: its base snapshot, the summary columns, ``seq``
 base) and the lease (``owner``, ``lease_until``).  ``journal`` holds the
 entries written after the base.  Every write checks ``seq`` as well as the
 owner, so a run object that fell behind (another owner advanced or replaced
-the run since) can never append on top of somebody else's entries.
+the run since) can never append on top of somebody else's entries: a
+compare-and-set on the run's version, which ``load`` hands out as
+``stored_seq`` and ``claim``, ``save`` (``put``) and ``decide`` check too.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import time
 from collections.abc import Generator, Iterable
 from typing import Any, Literal, TypeVar
 
-from fsm_agent.errors import RunExistsError, RunLeasedError
+from fsm_agent.core.approval import check_decision
+from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
 from fsm_agent.jsontext import dumps
-from fsm_agent.persist.store import FINISHED, Entry, StoredRun, Summary
+from fsm_agent.persist.store import FINISHED, VERSION_KEY, Entry, StoredRun, Summary
 
 T = TypeVar("T")
 Query = tuple[str, tuple[Any, ...]]
@@ -71,23 +74,48 @@ class Plans:
 
     # --- writes ---------------------------------------------------------------------------------------------
 
-    def put(self, run_id: str, snapshot: dict[str, Any], owner: str | None, mode: Mode) -> Plan[int]:
-        """Write a whole snapshot as the run's new base, by ``mode``'s rule; return the write's ``seq``."""
+    def put(
+        self, run_id: str, snapshot: dict[str, Any], owner: str | None, mode: Mode, expected: int | None = None
+    ) -> Plan[int]:
+        """Write a whole snapshot as the run's new base, by ``mode``'s rule; return the write's ``seq``.
+
+        A new run (``create``, ``overwrite``) needs no version.  A claim or a
+        replacement is built on a version of the run read earlier,
+        ``expected`` (None: none was read): it is written only if the run is
+        still at that version, or, with none, if the store does not hold the
+        run at all; else ``StaleRunError`` and nothing changes.
+        """
+        if VERSION_KEY in snapshot:  # the version a snapshot was read at is the store's to say, not stored text
+            snapshot = {k: v for k, v in snapshot.items() if k != VERSION_KEY}
         text, summary, now = dumps(snapshot), Summary.of(snapshot), time.time()
         held = owner if mode != "replace" else None
         until = None if held is None else now + self.lease
-        count, _ = yield (
+        insert = (
             self.sql(
                 "INSERT INTO {runs} (run_id, state, reason, paused, updated, steps, tokens, seq, base_seq, owner,"
                 " lease_until, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
             ),
             (run_id, *_columns(summary, now), held, until, text),
         )
-        if count:
-            return 1
-        if mode == "create":
-            raise RunExistsError(run_id, self.where)
-        seq = yield from self._check_lease(run_id, owner, now)
+        if mode in ("create", "overwrite"):
+            count, _ = yield insert
+            if count:
+                return 1
+            if mode == "create":
+                raise RunExistsError(run_id, self.where)
+            seq = yield from self._check_lease(run_id, owner, now)
+        else:
+            _, rows = yield self._read_lease(run_id)
+            if not rows:
+                if expected is not None:
+                    raise StaleRunError(run_id, self.where, expected, None)
+                count, _ = yield insert
+                if count:
+                    return 1
+                raise StaleRunError(run_id, self.where, None, 1)  # created by someone else meanwhile
+            seq = _lease_seq(run_id, rows[0], owner, now)
+            if expected != seq:
+                raise StaleRunError(run_id, self.where, expected, seq)
         seq += 1
         yield (
             self.sql(
@@ -99,13 +127,13 @@ class Plans:
         yield self.sql("DELETE FROM {journal} WHERE run_id = ?"), (run_id,)
         return seq
 
+    def _read_lease(self, run_id: str) -> Query:
+        return self.sql("SELECT owner, lease_until, seq FROM {runs} WHERE run_id = ?{for_update}"), (run_id,)
+
     def _check_lease(self, run_id: str, owner: str | None, now: float) -> Plan[int]:
         """The run's ``seq``, after checking that nobody but ``owner`` holds a live lease on it."""
-        _, rows = yield self.sql("SELECT owner, lease_until, seq FROM {runs} WHERE run_id = ?{for_update}"), (run_id,)
-        holder, until, seq = rows[0]
-        if holder is not None and holder != owner and until is not None and until >= now:
-            raise RunLeasedError(run_id, holder, until)
-        return int(seq)
+        _, rows = yield self._read_lease(run_id)
+        return _lease_seq(run_id, rows[0], owner, now)
 
     def append(self, entry: Entry, owner: str) -> Plan[None]:
         """Add one journal entry, if ``owner`` may: its lease (or a free or lapsed one) and no write since its last."""
@@ -131,11 +159,11 @@ class Plans:
             text = "WITH fence AS (" + update + " RETURNING run_id) INSERT INTO {journal} (run_id, seq, entry)"
             count, _ = yield self.sql(text + " SELECT run_id, ?, ? FROM fence"), (*params, entry.seq, entry.text)
             if not count:
-                yield from self._refuse(entry.run_id, owner, now)
+                yield from self._refuse(entry.run_id, owner, now, entry.seq - 1)
             return
         count, _ = yield self.sql(update), params
         if not count:
-            yield from self._refuse(entry.run_id, owner, now)
+            yield from self._refuse(entry.run_id, owner, now, entry.seq - 1)
         insert = self.sql("INSERT INTO {journal} (run_id, seq, entry) VALUES (?, ?, ?)")
         yield insert, (entry.run_id, entry.seq, entry.text)
 
@@ -150,27 +178,75 @@ class Plans:
             (None if release else owner, None if release else now + self.lease, run_id, seq, owner, now),
         )
         if not count:
-            yield from self._refuse(run_id, owner, now)
+            yield from self._refuse(run_id, owner, now, seq)
 
-    def _refuse(self, run_id: str, owner: str, now: float) -> Plan[None]:
+    def _refuse(self, run_id: str, owner: str, now: float, expected: int) -> Plan[None]:
         """Raise why a write was refused: the run is gone, leased by another, or changed since this owner wrote."""
-        _, rows = yield self.sql("SELECT owner, lease_until FROM {runs} WHERE run_id = ?"), (run_id,)
+        _, rows = yield self.sql("SELECT owner, lease_until, seq FROM {runs} WHERE run_id = ?"), (run_id,)
         if not rows:
             msg = f"run {run_id!r} was deleted from {self.where} while it was being advanced"
             raise KeyError(msg)
-        holder, until = rows[0]
-        live = holder is not None and holder != owner and until is not None and until >= now
-        raise RunLeasedError(run_id, holder or "another owner", until or now, stale=not live)
+        holder, until, seq = rows[0]
+        if holder is not None and holder != owner and until is not None and until >= now:
+            raise RunLeasedError(run_id, holder, until)
+        raise StaleRunError(run_id, self.where, expected, int(seq))
+
+    def decide(self, run_id: str, call_id: str, decision: bool | str) -> Plan[dict[str, Any]]:
+        """Record one person's decision on a paused run's pending call, as a journal entry; the run as it is now.
+
+        The run's row is locked while the decision is checked against the run
+        as stored (``check_decision``) and written, so two people deciding at
+        once are taken one after the other: both decisions are kept, or the
+        second is refused with the first named.  A run someone is advancing
+        (a live lease) is a ``RunLeasedError``.
+        """
+        now = time.time()
+        _, rows = yield (
+            self.sql("SELECT snapshot, base_seq, seq, owner, lease_until FROM {runs} WHERE run_id = ?{for_update}"),
+            (run_id,),
+        )
+        if not rows:
+            msg = f"no run {run_id!r} in {self.where}"
+            raise KeyError(msg)
+        base, base_seq, seq, holder, until = rows[0]
+        if holder is not None and until is not None and until >= now:
+            raise RunLeasedError(run_id, holder, until)
+        data = yield from self._rebuild(run_id, base, base_seq)
+        check_decision(run_id, data, call_id, decision)
+        # The run stays listed as paused: it waits where it stopped until someone resumes it.
+        changed = {"approvals": {**data["approvals"], call_id: decision}}
+        count, _ = yield (
+            self.sql("UPDATE {runs} SET updated = ?, seq = ? WHERE run_id = ? AND seq = ?"),
+            (now, seq + 1, run_id, seq),
+        )
+        if not count:  # the row was locked, so only a database without that lock could get here
+            raise StaleRunError(run_id, self.where, int(seq), None)
+        yield (
+            self.sql("INSERT INTO {journal} (run_id, seq, entry) VALUES (?, ?, ?)"),
+            (
+                run_id,
+                seq + 1,
+                dumps({"set": changed}),
+            ),
+        )
+        data.update(changed)
+        data[VERSION_KEY] = int(seq) + 1
+        return data
 
     # --- reads and housekeeping ---------------------------------------------------------------------------
 
     def load(self, run_id: str) -> Plan[dict[str, Any]]:
         """The run's base with its journal entries applied; ``KeyError`` naming the id if it is not there."""
-        _, rows = yield self.sql("SELECT snapshot, base_seq FROM {runs} WHERE run_id = ?"), (run_id,)
+        _, rows = yield self.sql("SELECT snapshot, base_seq, seq FROM {runs} WHERE run_id = ?"), (run_id,)
         if not rows:
             msg = f"no run {run_id!r} in {self.where}"
             raise KeyError(msg)
-        base, base_seq = rows[0]
+        base, base_seq, seq = rows[0]
+        data = yield from self._rebuild(run_id, base, base_seq)
+        data[VERSION_KEY] = int(seq)
+        return data
+
+    def _rebuild(self, run_id: str, base: str, base_seq: int) -> Plan[dict[str, Any]]:
         _, entries = yield (
             self.sql("SELECT entry FROM {journal} WHERE run_id = ? AND seq > ? ORDER BY seq"),
             (run_id, base_seq),
@@ -205,6 +281,14 @@ class Plans:
         yield self.sql("DELETE FROM {journal} WHERE run_id IN (" + finished + ")"), params
         count, _ = yield self.sql("DELETE FROM {runs} WHERE state IN (?, ?)" + old), params
         return count
+
+
+def _lease_seq(run_id: str, row: tuple[Any, ...], owner: str | None, now: float) -> int:
+    """The run's ``seq`` from its ``(owner, lease_until, seq)`` row; ``RunLeasedError`` if another's lease is live."""
+    holder, until, seq = row
+    if holder is not None and holder != owner and until is not None and until >= now:
+        raise RunLeasedError(run_id, holder, until)
+    return int(seq)
 
 
 def _columns(summary: Summary, now: float) -> tuple[Any, ...]:

@@ -26,8 +26,9 @@ from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import FsmAgentError
 
 DEFAULT_LEASE = 120.0
-"""Seconds a run's lease lasts unless renewed; the driver renews it at every transition, so keep it above the
-slowest single model or tool call, or another owner may take over a run that is merely slow."""
+"""Seconds a run's lease lasts unless renewed; the driver renews it at every checkpoint and, once a third of it is
+gone, before a call, so keep it above the slowest single model or tool call, or another owner may take over a run
+that is merely slow (the slow owner is then refused at its next write, before its next call)."""
 
 FINISHED = tuple(str(state) for state in sorted(TERMINAL))
 """The terminal states' names, as stored."""
@@ -102,13 +103,17 @@ class Store(Protocol):
         """Whether a checkpoint should be written now that the run is in ``state``."""
         ...
 
-    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """Replace the stored run with this whole snapshot (a compaction point)."""
+    def save(self, run_id: str, snapshot: dict[str, Any]) -> int | None:
+        """Replace the stored run with this whole snapshot (a compaction point); its new version, if it keeps one."""
         ...
 
     def load(self, run_id: str) -> dict[str, Any]:
         """The run's latest snapshot; ``KeyError`` naming the id if there is none."""
         ...
+
+
+VERSION_KEY = "stored_seq"
+"""The key a loaded snapshot carries its stored version under; a write built on it names that version."""
 
 
 def new_owner() -> str:
@@ -180,11 +185,12 @@ def cutoff(older_than: float | timedelta | None) -> float:
 
 def page(limit: int | None, offset: int) -> tuple[int, int]:
     """``LIMIT``/``OFFSET`` values for ``list_runs`` (-1 means no limit to SQLite; PostgreSQL gets ``NULL``)."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        msg = f"limit must be None or an integer >= 0, got {limit!r}"
+    # Both databases take 64-bit integers: a larger page would be an OverflowError or a server error there.
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit < 2**63):
+        msg = f"limit must be None or an integer from 0 to 2**63 - 1, got {limit!r}"
         raise ValueError(msg)
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        msg = f"offset must be an integer >= 0, got {offset!r}"
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 2**63:
+        msg = f"offset must be an integer from 0 to 2**63 - 1, got {offset!r}"
         raise ValueError(msg)
     return (-1 if limit is None else limit), offset
 

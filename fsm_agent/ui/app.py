@@ -2,7 +2,7 @@
 
 Read-only unless built with ``allow_decisions``: then, and only then, a
 paused run's pending calls can be approved or rejected, which records the
-decision in the stored snapshot (``store.save``) for whoever resumes the run.
+decision in the store (``store.decide``, one checked write) for whoever resumes the run.
 Every model- or tool-produced string leaves here as JSON and is put on the
 page as text; the page runs only its own script (a strict
 ``Content-Security-Policy``); a request whose ``Host`` is not one the viewer
@@ -28,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fsm_agent import TABLE, Table
+from fsm_agent import TABLE, DecisionError, Table
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
 from fsm_agent.ui.replay import digest
 
@@ -56,8 +56,8 @@ class Runs(Protocol):
         """The run's latest snapshot; ``KeyError`` if there is none."""
         ...
 
-    def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
-        """Replace the stored run with this snapshot."""
+    def decide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
+        """Record one decision on a paused run's pending call atomically; the run as stored now."""
         ...
 
     def list_runs(
@@ -146,16 +146,16 @@ def create_app(
         query = request.query_params
         try:
             offset = max(0, int(query.get("offset", "0")))
-        except ValueError:
-            return _error("offset must be a whole number", 400)
-        found = await run_in_threadpool(
-            lambda: store.list_runs(
-                state=query.get("state") or None,
-                reason=query.get("reason") or None,
-                limit=PAGE_SIZE + 1,
-                offset=offset,
+            found = await run_in_threadpool(
+                lambda: store.list_runs(
+                    state=query.get("state") or None,
+                    reason=query.get("reason") or None,
+                    limit=PAGE_SIZE + 1,
+                    offset=offset,
+                )
             )
-        )
+        except ValueError as exc:  # not a number, or one no database takes (the store says which)
+            return _error(f"offset must be a whole number from 0 to 2**63 - 1 ({exc})", 400)
         rows = [
             {
                 "run_id": run.run_id,
@@ -225,27 +225,19 @@ def create_app(
 
 
 def _record(store: Runs, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
-    """Record a person's decision on a paused run's pending call; ``ValueError`` saying why it cannot be taken."""
-    data = store.load(run_id)
-    if not data.get("paused"):
-        msg = f"run {run_id!r} is not paused for approval (it is in {data.get('state')})"
-        raise ValueError(msg)
-    pending = [call.get("id") for call in data.get("pending") or []]
-    if call_id not in pending:
-        msg = f"no pending call {call_id!r} in run {run_id!r} (pending: {', '.join(map(str, pending)) or 'none'})"
-        raise ValueError(msg)
-    approvals = dict(data.get("approvals") or {})
-    if call_id in approvals or call_id in (data.get("ran") or {}):
-        msg = f"call {call_id!r} has been decided already"
-        raise ValueError(msg)
-    approvals[call_id] = decision
-    updated = {**data, "approvals": approvals}
+    """Record a person's decision with the store's own check-and-write; ``ValueError`` saying why it was not taken.
+
+    The store checks the decision against the run as stored and writes it in
+    one transaction, so two people deciding at once both have theirs kept,
+    or the second is told whose decision stands; none is lost.
+    """
     try:
-        store.save(run_id, updated)
+        return store.decide(run_id, call_id, decision)
+    except (KeyError, DecisionError):
+        raise
     except Exception as exc:  # whichever store failed (a live lease, a locked file, a lost server), say so
         msg = f"the decision could not be saved: {type(exc).__name__}: {exc}"
         raise ValueError(msg) from exc
-    return updated
 
 
 async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Callable[[], Any]) -> AsyncIterator[str]:
