@@ -58,11 +58,11 @@ def _usable(resp: Any) -> bool:
 
 
 def _countable(usage: Any) -> bool:
-    # Documented rule: usage that is not whole numbers >= 0 is a model_error, and the reply is kept.
+    # Documented rule: usage that is not whole numbers from 0 to 2**53 - 1 is a model_error, and the reply is kept.
     return usage is None or (
         isinstance(usage, Usage)
         and all(
-            isinstance(count, int) and not isinstance(count, bool) and count >= 0
+            isinstance(count, int) and not isinstance(count, bool) and 0 <= count < 2**53
             for count in (usage.input_tokens, usage.output_tokens)
         )
     )

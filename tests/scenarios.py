@@ -466,11 +466,11 @@ def well_formed(response: object) -> bool:
 
 
 def countable(usage: object) -> bool:
-    """Usage a token budget can count: none, or whole numbers >= 0 (anything else stops the run, reply kept)."""
+    """Usage a token budget can count: none, or whole numbers up to 2**53 - 1 (else the run stops, reply kept)."""
     if usage is None:
         return True
     return isinstance(usage, Usage) and all(
-        type(n) is int and n >= 0 for n in (usage.input_tokens, usage.output_tokens)
+        type(n) is int and 0 <= n < 2**53 for n in (usage.input_tokens, usage.output_tokens)
     )
 
 

@@ -249,14 +249,16 @@ def test_a_malformed_model_response_is_a_model_error_before_anything_is_recorded
     assert exc.result.pending == ()
 
 
+WHOLE = "must be a whole number from 0 to 2**53 - 1, got"
 BAD_USAGE = {
     "a tuple": ((1, 2), "ModelResponse.usage is a tuple, expected Usage or None"),
-    "null count": (Usage(5, None), "ModelResponse.usage.output_tokens must be a whole number >= 0, got None"),  # type: ignore[arg-type]
-    "string count": (Usage("5", 1), "ModelResponse.usage.input_tokens must be a whole number >= 0, got '5'"),  # type: ignore[arg-type]
-    "negative": (Usage(-1, 0), "ModelResponse.usage.input_tokens must be a whole number >= 0, got -1"),
-    "NaN": (Usage(float("nan"), 0), "ModelResponse.usage.input_tokens must be a whole number >= 0, got NaN"),  # type: ignore[arg-type]
-    "inf": (Usage(0, float("inf")), "ModelResponse.usage.output_tokens must be a whole number >= 0, got inf"),  # type: ignore[arg-type]
-    "bool": (Usage(True, 0), "ModelResponse.usage.input_tokens must be a whole number >= 0, got True"),
+    "null count": (Usage(5, None), f"ModelResponse.usage.output_tokens {WHOLE} None"),  # type: ignore[arg-type]
+    "string count": (Usage("5", 1), f"ModelResponse.usage.input_tokens {WHOLE} '5'"),  # type: ignore[arg-type]
+    "negative": (Usage(-1, 0), f"ModelResponse.usage.input_tokens {WHOLE} -1"),
+    "NaN": (Usage(float("nan"), 0), f"ModelResponse.usage.input_tokens {WHOLE} NaN"),  # type: ignore[arg-type]
+    "inf": (Usage(0, float("inf")), f"ModelResponse.usage.output_tokens {WHOLE} inf"),  # type: ignore[arg-type]
+    "bool": (Usage(True, 0), f"ModelResponse.usage.input_tokens {WHOLE} True"),
+    "past 2**53": (Usage(2**63, 0), f"ModelResponse.usage.input_tokens {WHOLE} {2**63}"),
 }
 
 

@@ -102,7 +102,10 @@ def test_save_writes_only_over_the_version_it_read_and_returns_the_next(store_ta
             store.load(RUN)
 
 
-def test_a_paused_run_object_decided_for_elsewhere_is_refused_before_its_call_runs(store_target: str) -> None:
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_paused_run_object_decided_for_elsewhere_is_refused_before_its_call_runs(
+    store_target: str, driver: str
+) -> None:
     """A person decides in the store while the paused run object still lives; going on, it is refused, no call made."""
     effects = Effects()
     with open_store(store_target) as store:
@@ -112,7 +115,7 @@ def test_a_paused_run_object_decided_for_elsewhere_is_refused_before_its_call_ru
         store.decide(RUN, "read", "not the secrets")
         run.decide({"read": True, "mail": True})
         with pytest.raises(StaleRunError):
-            run.finish()
+            run.finish() if driver == "sync" else asyncio.run(run.afinish())
         assert (effects, model.calls) == (Effects(), 1)
         assert store.load(RUN)["approvals"] == {"read": "not the secrets"}
 

@@ -17,6 +17,17 @@ from fsm_agent.tools import ToolResult
 # One encoder, built once: json.dumps with options builds a new one per call, which costs more than the encoding.
 _arguments_text = json.JSONEncoder(ensure_ascii=False, default=repr).encode
 
+MAX_NESTING = 100
+"""How deep a tool call's arguments may nest (objects and arrays); deeper is an unusable reply.
+
+Real tool arguments nest a few levels.  Hundreds of levels are valid JSON
+but past what the snapshot, the journal and the providers' encoders can walk
+(Python's recursion limit), so they are refused once, when the reply
+arrives, instead of failing wherever the run is written next.
+"""
+MAX_TOKENS = 2**53 - 1
+"""The largest token count a reply may report: larger ones are a broken count (and past what JSON keeps exactly)."""
+
 
 def malformed(response: object) -> str | None:
     """Why a model's return value is not a usable ``ModelResponse``, or None; checked before anything is recorded."""
@@ -26,6 +37,8 @@ def malformed(response: object) -> str | None:
             for call in message.tool_calls:
                 if type(call) is not ToolCall or type(call.id) is not str or type(call.name) is not str:
                     break
+                if nests_deeper(call.arguments, MAX_NESTING):
+                    return _too_deep(call)
             else:
                 return None
     if not isinstance(response, ModelResponse):
@@ -42,7 +55,33 @@ def malformed(response: object) -> str | None:
             return f"a tool call is a {type(call).__name__}, expected ToolCall"
         if not isinstance(call.id, str) or not isinstance(call.name, str):
             return f"a tool call's id and name must be str, got id {call.id!r} and name {call.name!r}"
+        if nests_deeper(call.arguments, MAX_NESTING):
+            return _too_deep(call)
     return None
+
+
+def nests_deeper(value: object, limit: int) -> bool:
+    """Whether ``value``'s dicts, lists and tuples nest more than ``limit`` levels; walked without recursion."""
+    if not isinstance(value, dict | list | tuple):
+        return False
+    level: list[object] = [value]
+    for _ in range(limit):
+        level = [
+            item
+            for container in level
+            for item in (container.values() if isinstance(container, dict) else container)  # type: ignore[attr-defined]
+            if isinstance(item, dict | list | tuple)
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _too_deep(call: ToolCall) -> str:
+    return (
+        f"tool call {call.name!r} ({call.id}) has arguments nested more than {MAX_NESTING} levels deep; "
+        "the reply is not kept"
+    )
 
 
 def usage_problem(usage: object) -> str | None:
@@ -53,10 +92,10 @@ def usage_problem(usage: object) -> str | None:
         return f"ModelResponse.usage is a {type(usage).__name__}, expected Usage or None"
     for name in ("input_tokens", "output_tokens"):
         value = getattr(usage, name)
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
         if not ok:
             shown = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
-            return f"ModelResponse.usage.{name} must be a whole number >= 0, got {shown}"
+            return f"ModelResponse.usage.{name} must be a whole number from 0 to 2**53 - 1, got {shown}"
     return None
 
 

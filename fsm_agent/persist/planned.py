@@ -17,7 +17,17 @@ from typing import Any, Self, TypeVar
 from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.states import State
 from fsm_agent.persist import plans
-from fsm_agent.persist.store import VERSION_KEY, Entry, StoredRun, check_run_id, cutoff, epoch, page, wants
+from fsm_agent.persist.store import (
+    VERSION_KEY,
+    Entry,
+    StoredRun,
+    check_run_id,
+    cutoff,
+    epoch,
+    page,
+    storable,
+    wants,
+)
 
 T = TypeVar("T")
 
@@ -80,7 +90,14 @@ class PlannedStore(ABC):
 
     def load(self, run_id: str) -> dict[str, Any]:
         """The run's latest snapshot: its base with the journal after it; ``KeyError`` naming the id if absent."""
-        return self._run(self._plans.load(run_id), write=False)
+        return self._run(self._plans.load(self._found(run_id)), write=False)
+
+    def _found(self, run_id: str) -> str:
+        """``run_id``, or ``KeyError`` at once for an id no store could hold (NUL, too long): no run, in every store."""
+        if not storable(run_id):
+            msg = f"no run {run_id!r} in {self._plans.where}"
+            raise KeyError(msg)
+        return run_id
 
     def create(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
         """Store a new run, leased to ``owner``; ``RunExistsError`` if the id is taken (unless ``overwrite``)."""
@@ -103,7 +120,7 @@ class PlannedStore(ABC):
         advances the run; ``KeyError`` if there is no such run.  Concurrent
         decisions are taken one after the other, so none is lost.
         """
-        return self._run(self._plans.decide(run_id, call_id, decision))
+        return self._run(self._plans.decide(self._found(run_id), call_id, decision))
 
     def append(self, entry: Entry, *, owner: str) -> None:
         """Add one journal entry for ``owner``; ``RunLeasedError`` if the run is no longer its to write."""
@@ -134,7 +151,7 @@ class PlannedStore(ABC):
 
     def delete(self, run_id: str) -> bool:
         """Forget one run; return whether it was there."""
-        return self._run(self._plans.delete(run_id))
+        return storable(run_id) and self._run(self._plans.delete(run_id))
 
     def delete_finished(self, older_than: float | timedelta | None = None) -> int:
         """Forget every run in ``Done`` or ``Failed`` (last saved more than ``older_than`` ago); return how many."""
@@ -154,7 +171,7 @@ class PlannedStore(ABC):
 
     async def aload(self, run_id: str) -> dict[str, Any]:
         """``load``, awaited."""
-        return await self._arun(self._plans.load(run_id), write=False)
+        return await self._arun(self._plans.load(self._found(run_id)), write=False)
 
     async def acreate(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
         """``create``, awaited."""
@@ -166,7 +183,7 @@ class PlannedStore(ABC):
 
     async def adecide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
         """``decide``, awaited."""
-        return await self._arun(self._plans.decide(run_id, call_id, decision))
+        return await self._arun(self._plans.decide(self._found(run_id), call_id, decision))
 
     async def aappend(self, entry: Entry, *, owner: str) -> None:
         """``append``, awaited."""
@@ -187,7 +204,7 @@ class PlannedStore(ABC):
 
     async def adelete(self, run_id: str) -> bool:
         """``delete``, awaited."""
-        return await self._arun(self._plans.delete(run_id))
+        return storable(run_id) and await self._arun(self._plans.delete(run_id))
 
     async def adelete_finished(self, older_than: float | timedelta | None = None) -> int:
         """``delete_finished``, awaited."""

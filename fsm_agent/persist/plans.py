@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Generator, Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from fsm_agent.core.approval import check_decision
+from fsm_agent.core.snapshot import GROWING, SnapshotError
 from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.store import FINISHED, VERSION_KEY, Entry, StoredRun, Summary
@@ -43,12 +44,43 @@ def apply(snapshot: dict[str, Any], entry: dict[str, Any]) -> None:
     snapshot.update(entry.get("set", {}))
 
 
-def rebuild(base: str, entries: Iterable[str]) -> dict[str, Any]:
-    """The snapshot a base and the journal entries after it add up to."""
-    snapshot: dict[str, Any] = json.loads(base)
-    for text in entries:
-        apply(snapshot, json.loads(text))
+def rebuild(base: str, entries: Iterable[tuple[int, str]], run_id: str = "", where: str = "") -> dict[str, Any]:
+    """The snapshot a base and the journal entries ``(seq, text)`` after it add up to.
+
+    A row that is not what a store writes (broken JSON, the wrong shapes: a
+    file edited by hand, a tampered database) is a ``SnapshotError`` naming
+    the run and the part at fault, never a stray ``KeyError`` or
+    ``AttributeError`` from deep inside.
+    """
+    snapshot = _parsed(base, "its base snapshot", run_id, where)
+    if not all(isinstance(snapshot.get(name), list) for name in GROWING):
+        _corrupted(run_id, where, "its base snapshot", f"{', '.join(GROWING)} must be lists")
+    for seq, text in entries:
+        part = f"journal entry {seq}"
+        entry = _parsed(text, part, run_id, where)
+        added, changed = entry.get("add", {}), entry.get("set", {})
+        if not isinstance(added, dict) or not isinstance(changed, dict):
+            _corrupted(run_id, where, part, "'add' and 'set' must be objects")
+        bad = sorted(str(name) for name, items in added.items() if name not in GROWING or not isinstance(items, list))
+        if bad:
+            _corrupted(run_id, where, part, f"'add' holds {', '.join(bad)}, not lists of {', '.join(GROWING)}")
+        apply(snapshot, entry)
     return snapshot
+
+
+def _parsed(text: object, part: str, run_id: str, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)  # type: ignore[arg-type]  # a tampered column may hold anything
+    except (TypeError, ValueError) as exc:
+        _corrupted(run_id, where, part, f"not JSON text ({exc})")
+    if not isinstance(data, dict):
+        _corrupted(run_id, where, part, f"a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _corrupted(run_id: str, where: str, part: str, why: str) -> NoReturn:
+    msg = f"stored run {run_id!r} in {where} is corrupted: {part}: {why}"
+    raise SnapshotError(msg)
 
 
 class Plans:
@@ -248,10 +280,10 @@ class Plans:
 
     def _rebuild(self, run_id: str, base: str, base_seq: int) -> Plan[dict[str, Any]]:
         _, entries = yield (
-            self.sql("SELECT entry FROM {journal} WHERE run_id = ? AND seq > ? ORDER BY seq"),
+            self.sql("SELECT seq, entry FROM {journal} WHERE run_id = ? AND seq > ? ORDER BY seq"),
             (run_id, base_seq),
         )
-        return rebuild(base, (text for (text,) in entries))
+        return rebuild(base, entries, run_id, self.where)
 
     def list_runs(
         self, state: str | None, reason: str | None, since: float | None, limit: int | None, offset: int

@@ -2,8 +2,11 @@
 
 It runs the very plans ``SqliteStore`` runs (``persist/plans.py``), through
 the same methods (``PlannedStore``, ``persist/planned.py``), on ``psycopg`` 3
-with ``psycopg_pool``: a pool of sync connections, and one of async
-connections per event loop, so the async driver awaits its checkpoints.
+with ``psycopg_pool``: one pool of connections per store, which the async
+methods use from worker threads of the store's own, so the async driver
+awaits its checkpoints.  (A pool of async connections per event loop left
+its connections behind on every loop ``asyncio.run`` closed: asyncio cancels
+the pool's own tasks before anything can close it.)
 ``psycopg`` is an optional extra (``pip install 'fsm-agent[postgres]'``),
 imported only when a ``PostgresStore`` is made.  The tables
 (``fsm_agent_runs``, ``fsm_agent_journal``) are created on first use and their
@@ -14,16 +17,18 @@ so that many workers starting at once migrate it once.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import re
+import threading
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from fsm_agent.persist import plans
 from fsm_agent.persist.planned import PlannedStore
 from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, check_every, check_lease
 
 if TYPE_CHECKING:
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool import ConnectionPool
 
 T = TypeVar("T")
 
@@ -46,14 +51,17 @@ _REPEATABLE = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"  # a load sees i
 
 
 def redact(dsn: str) -> str:
-    """The DSN without its password, for messages and ``repr``."""
+    """The DSN without its password (after the user, or as a ``password=`` parameter), for messages and ``repr``."""
     if "://" in dsn:
-        parts = urlsplit(dsn)
-        if parts.password is not None:
-            user = parts.username or ""
-            host = parts.netloc.rpartition("@")[2]
-            return urlunsplit(parts._replace(netloc=f"{user}:[redacted]@{host}"))
-        return dsn
+        # By hand, not urlsplit: a malformed URL (a stray bracket) must be redacted too, not raise.
+        scheme, _, rest = dsn.partition("://")
+        netloc, slash, tail = rest.partition("/")
+        if "@" in netloc:
+            who, _, host = netloc.rpartition("@")
+            if ":" in who:
+                netloc = f"{who.partition(':')[0]}:[redacted]@{host}"
+        tail = re.sub(r"((?:^|[?&])password=)[^&#]*", r"\1[redacted]", tail, flags=re.IGNORECASE)
+        return f"{scheme}://{netloc}{slash}{tail}"
     return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1[redacted]", dsn)
 
 
@@ -103,7 +111,8 @@ class PostgresStore(PlannedStore):
         if not synchronous_commit:
             self._connect["options"] = "-c synchronous_commit=off"
         self._pool: ConnectionPool | None = None
-        self._apools: dict[asyncio.AbstractEventLoop, asyncio.Task[AsyncConnectionPool]] = {}
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._opening = threading.Lock()  # threads making their first call at once open one pool between them
         self._migrate()
 
     def __repr__(self) -> str:
@@ -128,13 +137,18 @@ class PostgresStore(PlannedStore):
             raise StoreError(self._where, str(exc)) from None
 
     def _sync_pool(self) -> ConnectionPool:
-        if self._pool is None:
-            from psycopg_pool import ConnectionPool
+        pool = self._pool
+        if pool is None:
+            with self._opening:
+                if self._pool is None:
+                    from psycopg_pool import ConnectionPool
 
-            pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size, kwargs=self._connect, open=False)
-            pool.open()
-            self._pool = pool
-        return self._pool
+                    size = self._max_size
+                    opened = ConnectionPool(self.dsn, min_size=1, max_size=size, kwargs=self._connect, open=False)
+                    opened.open()
+                    self._pool = opened
+                pool = self._pool
+        return pool
 
     def _run(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
         """Run a plan in one transaction, or (``atomic``: its one write is a single statement) without one."""
@@ -146,43 +160,29 @@ class PostgresStore(PlannedStore):
                     conn.execute(_REPEATABLE)
                 return plans.drive(plan, lambda sql, params: _reply(conn.execute(sql, params)))
 
-    async def _async_pool(self) -> AsyncConnectionPool:
-        loop = asyncio.get_running_loop()
-        opening = self._apools.get(loop)
-        if opening is None:
-            # One task per loop opens the pool; every coroutine arriving meanwhile awaits the same task.
-            opening = self._apools[loop] = loop.create_task(self._open_async_pool())
-        return await asyncio.shield(opening)
-
-    async def _open_async_pool(self) -> AsyncConnectionPool:
-        from psycopg_pool import AsyncConnectionPool
-
-        pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=self._max_size, kwargs=self._connect, open=False)
-        await pool.open()
-        return pool
-
     async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
-        """``_run`` on this event loop's async pool, so the async driver awaits its checkpoints."""
-        pool = await self._async_pool()
-        async with pool.connection() as conn:
-            if atomic:
-                return await _adrive(plan, conn)
-            async with conn.transaction():
-                if not write:
-                    await conn.execute(_REPEATABLE)
-                return await _adrive(plan, conn)
+        """``_run`` on one of the store's worker threads (as many as the pool has connections): the loop never waits."""
+        threads = self._threads
+        if threads is None:
+            with self._opening:
+                if self._threads is None:
+                    self._threads = concurrent.futures.ThreadPoolExecutor(self._max_size, "fsm_agent-postgres")
+                threads = self._threads
+        work = functools.partial(self._run, plan, write=write, atomic=atomic)
+        return await asyncio.get_running_loop().run_in_executor(threads, work)
 
     def close(self) -> None:
-        """Close the sync pool (the async pools close with ``aclose`` on their own loop)."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        """Close the pool and every connection in it, after the writes in flight (the store opens another if used)."""
+        with self._opening:
+            threads, self._threads = self._threads, None
+            pool, self._pool = self._pool, None
+        if threads is not None:
+            threads.shutdown(wait=True)
+        if pool is not None:
+            pool.close()
 
     async def aclose(self) -> None:
-        """Close this event loop's async pool before the loop ends (the store stays usable; another opens later)."""
-        opening = self._apools.pop(asyncio.get_running_loop(), None)
-        if opening is not None:
-            await (await opening).close()
+        """Nothing of this store belongs to an event loop (``close()`` closes the pool), so nothing to do."""
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -190,15 +190,3 @@ class PostgresStore(PlannedStore):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
         self.close()
-
-
-async def _adrive(plan: plans.Plan[T], conn: Any) -> T:
-    """``plans.drive`` on an async connection."""
-    try:
-        query = next(plan)
-        while True:
-            cursor = await conn.execute(query[0], query[1])
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            query = plan.send((cursor.rowcount, rows))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]

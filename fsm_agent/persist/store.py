@@ -121,8 +121,21 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+MAX_RUN_ID_BYTES = 1024
+"""The longest run id, in UTF-8 bytes: the same bound in every store (PostgreSQL cannot index a key past 2,704)."""
+
+
+def storable(run_id: object) -> bool:
+    """Whether a store could hold a run under ``run_id`` (a lookup of any other id finds no run, in every store)."""
+    try:
+        check_run_id(run_id)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def check_run_id(run_id: object) -> str:
-    """A run id a store can key on: a non-empty string that encodes to UTF-8 without NUL; ``ValueError`` if not."""
+    """A run id a store can key on: UTF-8 text, not empty, no NUL, ``MAX_RUN_ID_BYTES`` at most; else ``ValueError``."""
     if not isinstance(run_id, str):
         msg = f"run_id must be a str, got {type(run_id).__name__}"
         raise TypeError(msg)
@@ -130,18 +143,17 @@ def check_run_id(run_id: object) -> str:
         # An empty id used to become a random one, leaving a run nobody could find again.
         msg = "run_id must not be empty (leave it out, or None, for a fresh id)"
         raise ValueError(msg)
-    if "\x00" in run_id or not _encodable(run_id):
+    try:
+        size = len(run_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        size = -1
+    if "\x00" in run_id or size < 0:
         msg = f"run_id {run_id!r} must be text without NUL or lone surrogates"
         raise ValueError(msg)
+    if size > MAX_RUN_ID_BYTES:
+        msg = f"run_id must be at most {MAX_RUN_ID_BYTES} bytes of UTF-8, got {size} ({run_id[:40]!r}...)"
+        raise ValueError(msg)
     return run_id
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_lease(lease: float) -> float:

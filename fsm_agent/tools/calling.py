@@ -45,6 +45,28 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
+class ToolExit(Exception):
+    """A ``GeneratorExit`` a sync tool raised on a worker thread, carried back to the event loop as an ``Exception``.
+
+    asyncio throws a future's exception into the task's outermost coroutine,
+    and Python closes every coroutine in between on a thrown
+    ``GeneratorExit`` instead of letting their ``except`` clauses see it: the
+    tool's failure would escape the run.  ``original`` is what the tool raised.
+    """
+
+    def __init__(self, original: GeneratorExit) -> None:
+        super().__init__(*original.args)
+        self.original = original
+
+
+def call_in_thread(function: ToolFunction, arguments: dict[str, Any]) -> Any:
+    """``call_sync`` on a worker thread of the async driver, a ``GeneratorExit`` handed back as ``ToolExit``."""
+    try:
+        return call_sync(function, arguments)
+    except GeneratorExit as exc:
+        raise ToolExit(exc) from exc
+
+
 def call_sync(function: ToolFunction, arguments: dict[str, Any]) -> Any:
     """Call a tool from sync code; an awaitable result is run to completion on an event loop of its own."""
     value = function(**arguments)
@@ -115,7 +137,7 @@ def in_daemon_thread(function: ToolFunction, arguments: dict[str, Any]) -> async
     (``asyncio.to_thread`` uses the loop's executor, whose threads
     ``asyncio.run`` waits for when it closes.)
     """
-    return asyncio.wrap_future(WORKERS.submit(lambda: call_sync(function, arguments)))
+    return asyncio.wrap_future(WORKERS.submit(lambda: call_in_thread(function, arguments)))
 
 
 class Handoff(Generic[T]):
@@ -176,3 +198,16 @@ def within_deadline(work: Callable[[], T], timeout: float, name: str) -> T:
 def call_with_deadline(function: ToolFunction, arguments: dict[str, Any], timeout: float, name: str) -> Any:
     """``call_sync`` of a tool, abandoned with ``DeadlineError`` once ``timeout`` seconds pass."""
     return within_deadline(lambda: call_sync(function, arguments), timeout, f"tool {name}")
+
+
+def started(function: ToolFunction, arguments: dict[str, Any], timeout: float | None) -> Awaitable[Any]:
+    """The call of a tool as something to await: an async tool itself, a sync one on a worker thread.
+
+    With a ``timeout``, the thread is a daemon worker, so one abandoned at
+    its deadline never holds up the event loop's exit.
+    """
+    if inspect.iscoroutinefunction(function):
+        return function(**arguments)  # type: ignore[no-any-return]
+    if timeout is None:
+        return asyncio.to_thread(call_in_thread, function, arguments)
+    return in_daemon_thread(function, arguments)

@@ -22,13 +22,13 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, overload
 
 import attrs
 
 from fsm_agent.records import ToolCall
-from fsm_agent.tools.calling import DeadlineError, call_sync, call_with_deadline, in_daemon_thread, own_arguments
+from fsm_agent.tools.calling import DeadlineError, ToolExit, call_sync, call_with_deadline, own_arguments, started
 from fsm_agent.tools.schema import (
     CALL_ID,
     JSONSchema,
@@ -120,6 +120,8 @@ def _cancelled_from_outside() -> bool:
 
 
 def _raised(call: ToolCall, exc: BaseException) -> ToolResult:
+    if isinstance(exc, ToolExit):
+        exc = exc.original  # the model hears what the tool raised, whichever driver ran it
     return _error(f"tool {call.name!r} raised {type(exc).__name__}: {exc}")
 
 
@@ -315,10 +317,10 @@ class ToolRegistry:
         deadline = None
         try:
             if timeout is None:  # no timeout context: it costs more than calling a quick tool
-                value = await _started(function, arguments, None)
+                value = await started(function, arguments, None)
             else:
                 async with asyncio.timeout(timeout) as deadline:
-                    value = await _started(function, arguments, timeout)
+                    value = await started(function, arguments, timeout)
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
                 return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
@@ -360,19 +362,6 @@ class ToolRegistry:
     def call(self, call: ToolCall) -> str:
         """Run one tool call and return the JSON text the model sees (``{"error": ...}`` on failure)."""
         return self.execute(call).content
-
-
-def _started(function: ToolFunction, arguments: dict[str, Any], timeout: float | None) -> Awaitable[Any]:
-    """The call of a tool as something to await: an async tool itself, a sync one on a worker thread.
-
-    With a ``timeout``, the thread is a daemon worker, so one abandoned at
-    its deadline never holds up the event loop's exit.
-    """
-    if inspect.iscoroutinefunction(function):
-        return function(**arguments)  # type: ignore[no-any-return]
-    if timeout is None:
-        return asyncio.to_thread(call_sync, function, arguments)
-    return in_daemon_thread(function, arguments)
 
 
 class OfferedTools:
