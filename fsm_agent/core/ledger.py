@@ -25,6 +25,7 @@ but past what the snapshot, the journal and the providers' encoders can walk
 (Python's recursion limit), so they are refused once, when the reply
 arrives, instead of failing wherever the run is written next.
 """
+_CONTAINERS = (dict, list, tuple)
 MAX_TOKENS = 2**53 - 1
 """The largest token count a reply may report: larger ones are a broken count (and past what JSON keeps exactly)."""
 
@@ -37,7 +38,7 @@ def malformed(response: object) -> str | None:
             for call in message.tool_calls:
                 if type(call) is not ToolCall or type(call.id) is not str or type(call.name) is not str:
                     break
-                if nests_deeper(call.arguments, MAX_NESTING):
+                if _nested(call.arguments) and nests_deeper(call.arguments, MAX_NESTING):
                     return _too_deep(call)
             else:
                 return None
@@ -62,7 +63,7 @@ def malformed(response: object) -> str | None:
 
 def nests_deeper(value: object, limit: int) -> bool:
     """Whether ``value``'s dicts, lists and tuples nest more than ``limit`` levels; walked without recursion."""
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _CONTAINERS):
         return False
     level: list[object] = [value]
     for _ in range(limit):
@@ -70,11 +71,21 @@ def nests_deeper(value: object, limit: int) -> bool:
             item
             for container in level
             for item in (container.values() if isinstance(container, dict) else container)  # type: ignore[attr-defined]
-            if isinstance(item, dict | list | tuple)
+            if isinstance(item, _CONTAINERS)
         ]
         if not level:
             return False
     return True
+
+
+def _nested(arguments: object) -> bool:
+    """Whether arguments hold any object or array at all: flat ones, the usual kind, need no walk (``make bench``)."""
+    if type(arguments) is not dict:
+        return True
+    for item in arguments.values():  # noqa: SIM110 - a loop that returns early is faster than any() here
+        if isinstance(item, _CONTAINERS):
+            return True
+    return False
 
 
 def _too_deep(call: ToolCall) -> str:
