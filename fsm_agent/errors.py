@@ -130,9 +130,10 @@ class AgentLoopError(FsmAgentError, RuntimeError):
     ``reason`` is the machine-readable stop reason, ``result`` the partial
     :class:`RunResult` (messages, steps and trace so far) and ``evidence`` a
     JSON-serialisable dict that explains the stop.  ``str()`` gives the
-    reason, the step and a one-line summary of the evidence, so an uncaught
-    stop says why; the error pickles with its result (a stop inside a process
-    pool reaches the parent as itself).
+    reason, the model turn it stopped in (numbered from 1, as ``max_steps``
+    counts turns; the evidence's ``step`` is its index) and a one-line
+    summary of the evidence, so an uncaught stop says why; the error pickles
+    with its result (a stop inside a process pool reaches the parent as itself).
     """
 
     def __init__(self, reason: str, result: RunResult, evidence: dict[str, Any] | None = None) -> None:
@@ -144,7 +145,8 @@ class AgentLoopError(FsmAgentError, RuntimeError):
     def __str__(self) -> str:
         facts = ", ".join(f"{k}={_short(v)}" for k, v in self.evidence.items() if k not in ("step", "counters"))
         step = self.evidence.get("step")
-        where = "" if step is None else f" at step {step}"
+        # "step N" beside turns=N+1 read as two different counts: a step is a model turn, counted from 1.
+        where = f" in model turn {step + 1}" if isinstance(step, int) else ""
         return f"{self.reason}{where}" + (f": {facts}" if facts else "")
 
 

@@ -4,13 +4,16 @@
 of it is traced:
 
 - one ``invoke_agent`` span per run (``invoke_agent <name>``), and below it
-- one ``chat <model>`` span per model call, and
+- one ``chat <model>`` span per model call (``generate_content <model>`` for
+  Gemini, as the conventions name its calls), and
 - one ``execute_tool <tool>`` span per tool call; the parallel calls of one
   async turn are concurrent siblings.
 
 The conventions' attributes are set where the engine knows them:
 ``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.provider.name``
-(for the bundled adapters), ``gen_ai.response.finish_reasons``,
+(for the bundled adapters), ``gen_ai.response.finish_reasons`` (the
+provider's own value, which the bundled adapters keep, e.g. ``tool_calls``
+or ``STOP``; the model's ``stop_reason`` for other models),
 ``gen_ai.usage.input_tokens``/``output_tokens`` (per call, and the run's
 totals on the run span), ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
 ``gen_ai.tool.type``, ``gen_ai.conversation.id`` (the run id) and
@@ -56,6 +59,9 @@ __all__ = ["Instrumentation", "instrument"]
 _PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
 """Adapter module name fragment -> ``gen_ai.provider.name``."""
 
+_OPERATIONS = {"gcp.gemini": "generate_content"}
+"""``gen_ai.provider.name`` -> ``gen_ai.operation.name`` of its model calls, where it is not ``chat``."""
+
 
 @attrs.define
 class _RunSpans:
@@ -65,6 +71,8 @@ class _RunSpans:
     context: Any
     chat: Span | None = None
     tools: dict[str, Span] = attrs.Factory(dict)
+    last_finish: tuple[str, str] | None = None
+    """The last reply's ``stop_reason`` and the finish reason reported for it."""
 
 
 def _model_name(agent: Agent) -> str | None:
@@ -77,9 +85,24 @@ def _provider(agent: Agent) -> str | None:
     return next((name for part, name in _PROVIDERS.items() if part in module), None)
 
 
-def _text_message(role: str, text: str) -> str:
-    """One message in the conventions' JSON shape (``gen_ai.input.messages`` / ``gen_ai.output.messages``)."""
-    return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}], ensure_ascii=False)
+def _finish_reason(response: ModelResponse) -> str:
+    """The reply's finish reason as its provider said it, which the bundled adapters keep; else its ``stop_reason``.
+
+    Read by name: the adapters sit below this module and are not imported.
+    """
+    kept = getattr(response, "finish_reason", None)
+    return kept if isinstance(kept, str) and kept else response.stop_reason
+
+
+def _text_message(role: str, text: str, finish_reason: str | None = None) -> str:
+    """One message in the conventions' JSON shape (``gen_ai.input.messages`` / ``gen_ai.output.messages``).
+
+    An output message must say why it finished (the OutputMessage schema requires ``finish_reason``).
+    """
+    entry: dict[str, Any] = {"role": role, "parts": [{"type": "text", "content": text}]}
+    if finish_reason is not None:
+        entry["finish_reason"] = finish_reason
+    return json.dumps([entry], ensure_ascii=False)
 
 
 def _reply_message(response: ModelResponse) -> str:
@@ -89,8 +112,20 @@ def _reply_message(response: ModelResponse) -> str:
         {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
         for call in message.tool_calls
     )
-    entry = {"role": "assistant", "parts": parts, "finish_reason": response.stop_reason}
+    entry = {"role": "assistant", "parts": parts, "finish_reason": _finish_reason(response)}
     return json.dumps([entry], ensure_ascii=False, default=str)
+
+
+def _answer_finish(result: RunResult, spans: _RunSpans) -> str:
+    """Why the run's answer finished: its reply's reason when the run ended on it, else the conventions' ``error``.
+
+    A run that is done, or stopped on its last reply's own signal (cut off,
+    refused), ends on that reply; any other stop ended it from outside.
+    """
+    if spans.last_finish is None:
+        return "stop" if result.ok else "error"
+    stop_reason, reported = spans.last_finish
+    return reported if result.ok or result.reason == stop_reason else "error"
 
 
 class Instrumentation:
@@ -102,6 +137,7 @@ class Instrumentation:
         self._tracer = tracer
         self._model = _model_name(agent)
         self._provider = _provider(agent)
+        self._operation = _OPERATIONS.get(self._provider or "", "chat")
         self._agent_name = agent_name
         self._runs: dict[str, _RunSpans] = {}
         # Hooks of parallel tool calls, and of runs on several threads, arrive concurrently.
@@ -171,7 +207,8 @@ class Instrumentation:
             question = next((m.content for m in result.messages if m.role == "user"), None)
             if question is not None:
                 span.set_attribute("gen_ai.input.messages", _text_message("user", question))
-            span.set_attribute("gen_ai.output.messages", _text_message("assistant", result.final))
+            answer = _text_message("assistant", result.final, _answer_finish(result, spans))
+            span.set_attribute("gen_ai.output.messages", answer)
             span.set_attribute("fsm_agent.evidence", json.dumps(result.evidence, ensure_ascii=False, default=str))
         if event.dest == "Failed":
             span.set_attribute("error.type", result.reason)
@@ -182,8 +219,9 @@ class Instrumentation:
 
     def _before_model(self, event: CallEvent) -> None:
         spans = self._run(event.run_id)
-        name = "chat" if self._model is None else f"chat {self._model}"
-        attributes: dict[str, str | int] = {"gen_ai.operation.name": "chat", "fsm_agent.turn": event.turn}
+        operation = self._operation
+        name = operation if self._model is None else f"{operation} {self._model}"
+        attributes: dict[str, str | int] = {"gen_ai.operation.name": operation, "fsm_agent.turn": event.turn}
         attributes.update(self._common)
         spans.chat = self._tracer.start_span(name, spans.context, SpanKind.CLIENT, attributes)
 
@@ -197,7 +235,9 @@ class Instrumentation:
             span.set_attribute("error.type", event.error.split(":", 1)[0])
             span.set_status(Status(StatusCode.ERROR, event.error))
         elif response is not None:
-            span.set_attribute("gen_ai.response.finish_reasons", [response.stop_reason])
+            finish_reason = _finish_reason(response)
+            spans.last_finish = (response.stop_reason, finish_reason)
+            span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
             if response.usage is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
                 span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)

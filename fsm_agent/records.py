@@ -13,6 +13,8 @@ from typing import Any
 import attr
 import attrs
 
+from fsm_agent.jsontext import dumps as json_text
+
 
 def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
@@ -195,8 +197,13 @@ class RunResult:
         return _result_to_dict(self)
 
     def to_json(self, **dumps: Any) -> str:
-        """``to_dict()`` as JSON text (keyword arguments go to ``json.dumps``)."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, **dumps)
+        """``to_dict()`` as JSON text (keyword arguments go to ``json.dumps``) that any file or socket can carry.
+
+        Lone surrogates (half an emoji, which providers do send) are written as
+        ``\\udXXX`` escapes, so the text encodes as UTF-8 and ``from_json``
+        reads back the very same strings.
+        """
+        return json_text(self.to_dict(), **dumps)
 
     @classmethod
     def from_dict(cls, data: Any) -> RunResult:

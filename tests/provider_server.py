@@ -53,6 +53,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     sse: str | None = None
     """A streamed answer: this server-sent-events text is sent as ``text/event-stream`` instead of ``body``."""
+    html: str | None = None
+    """An answer that is not JSON (a proxy's error page, say): sent as ``text/html`` instead of ``body``."""
 
 
 def streamed(provider: str, name: str) -> Reply:
@@ -147,9 +149,13 @@ class ProviderServer:
                 reply = server._next(received)
                 payload = reply.body(received) if callable(reply.body) else reply.body
                 server._sent(reply.status, payload if reply.sse is None else _events(reply.sse))
-                data = json.dumps(payload).encode() if reply.sse is None else reply.sse.encode()
+                data, kind = json.dumps(payload).encode(), "application/json"
+                if reply.sse is not None:
+                    data, kind = reply.sse.encode(), "text/event-stream"
+                elif reply.html is not None:
+                    data, kind = reply.html.encode(), "text/html; charset=utf-8"
                 self.send_response(reply.status)
-                self.send_header("content-type", "application/json" if reply.sse is None else "text/event-stream")
+                self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(data)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +14,7 @@ from pathlib import Path
 import pytest
 from batch_agents import MODEL_LOG, TOOL_LOG, counts, factory, lines, tag
 from pg_cluster import Cluster
+from provider_server import ProviderServer, body
 
 from fsm_agent import CancelToken, RunResult
 from fsm_agent.batch import iter_batch, run_batch
@@ -25,6 +30,7 @@ LEASE = 1.0
 def cluster() -> Iterator[None]:
     """One small local Ray instance for the module: two CPUs, no dashboard, the test helpers importable."""
     ray.init(
+        address="local",  # not a cluster that happens to run on the machine (RAY_ADDRESS, `ray start`)
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
@@ -148,3 +154,30 @@ def test_a_batch_on_ray_with_a_postgresql_store_survives_killed_workers(
     tools = counts(tmp_path / TOOL_LOG)
     assert len(tools) == 10 * 3
     assert set(tools.values()) == {1}
+
+
+@pytest.mark.usefixtures("cluster")
+def test_the_batch_command_starts_its_own_ray_unless_told_to_join_a_running_cluster(
+    provider_server: ProviderServer, tmp_path: Path
+) -> None:
+    """A cluster running (RAY_ADDRESS names it): no --ray starts a local instance, --ray auto joins it; each says so."""
+    running = ray.get_runtime_context().gcs_address
+    answer = copy.deepcopy(body("openai", "final_answer"))
+    provider_server.queue(answer, answer)
+    (tmp_path / "in.jsonl").write_text('"question"\n')
+    model = ["--model", "openai:gpt-4o-mini", "--base-url", f"{provider_server.url}/v1", "--max-retries", "0"]
+    environment = {**os.environ, "RAY_ADDRESS": running}
+
+    def batch(name: str, *extra: str) -> str:
+        argv = ["batch", str(tmp_path / "in.jsonl"), *model, "--store", str(tmp_path / f"{name}.db"), "--quiet"]
+        done = subprocess.run([sys.executable, "-m", "fsm_agent", *argv, *extra], env=environment,
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        (said,) = [line for line in done.stderr.splitlines() if line.startswith("ray: ")]
+        return said
+
+    alone = batch("alone")
+    assert alone.startswith("ray: started a local Ray instance at ")
+    assert running not in alone
+    assert batch("joined", "--ray", "auto").startswith(f"ray: joined the Ray cluster at {running} ")
+    assert len(provider_server.bodies()) == 2

@@ -7,9 +7,11 @@ loopback provider server or a loopback port nothing listens on.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from provider_server import ProviderServer, body
 
 from fsm_agent import TABLE, RunResult, SqliteStore
 from fsm_agent.__main__ import main
+from fsm_agent.cli.main import build_parser
 from fsm_agent.cli.terminal import printable
 from fsm_agent.render.dot import to_dot
 from fsm_agent.render.mermaid import to_mermaid
@@ -118,6 +121,40 @@ def test_help_still_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
         main(["diagram", "--help"])
     assert info.value.code == 0
     assert "--update-readme" in capsys.readouterr().out
+
+
+def _parsers() -> list[argparse.ArgumentParser]:
+    """The program's parser and every command's and subcommand's, each once."""
+    found, waiting = [], [build_parser()]
+    while waiting:
+        parser = waiting.pop()
+        found.append(parser)
+        for action in parser._actions:  # argparse keeps a parser's subcommands only in its actions
+            if isinstance(action, argparse._SubParsersAction):
+                waiting.extend(action.choices.values())
+    return found
+
+
+def test_no_help_shows_docstring_markup() -> None:
+    """No --help, of the program, a command or a subcommand, shows double backticks from a docstring."""
+    shown = {parser.prog: parser.format_help() for parser in _parsers()}
+    assert len(shown) == 11  # the program, six commands, four `runs` actions
+    assert [prog for prog, text in shown.items() if "``" in text] == []
+
+
+def test_every_command_and_subcommand_has_a_description() -> None:
+    """Each --help says what the command does above its options, not only its usage line."""
+    assert [parser.prog for parser in _parsers() if not (parser.description or "").strip()] == []
+
+
+def test_the_top_level_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m fsm_agent --help` lists 0, 1, 2 and 130 with what each means, as its description promises."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    listed = text[text.index("exit codes") :]
+    for code, meaning in (("0", "done"), ("1", "set-up or usage error"), ("2", "stopped"), ("130", "interrupted")):
+        assert re.search(rf"^ +{code} +.*{meaning}", listed, re.MULTILINE), (code, listed)
 
 
 class _Interrupting:
@@ -253,6 +290,31 @@ def test_runs_with_a_store_that_is_not_sqlite_is_one_line_naming_it(
     assert main(["runs", *action, "--store", str(not_sqlite)]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: --store {not_sqlite} is not a usable SQLite database")
+
+
+BAD_URL = "postgresql://me:hunter2@[::1:5/db"
+"""A store URL that does not parse (an unclosed IPv6 bracket), with a password the error must not show."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["runs", "list"], ["runs", "show", "r1"], ["ui"], ["run", "q", "MODEL"], ["batch", "INPUTS", "MODEL", "--local"]],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_store_url_that_does_not_parse_is_one_line_naming_store(
+    command: list[str], tmp_path: Path, unused_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command taking --store: exit 1, one line naming --store (not --table), the password not shown."""
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text('"q"\n', encoding="utf-8")
+    model = _model(f"http://127.0.0.1:{unused_port}")
+    argv = [part for arg in command for part in ({"MODEL": model, "INPUTS": [str(inputs)]}.get(arg) or [arg])]
+    assert _main([*argv, "--store", BAD_URL]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ")
+    assert "--store" in line
+    assert "--table" not in line
+    assert "hunter2" not in line
 
 
 # --- model text on a terminal -------------------------------------------------------------------------------------

@@ -464,7 +464,7 @@ def test_agent_loop_error_says_why_and_pickles_with_its_result() -> None:
     with pytest.raises(AgentLoopError) as info:
         _agent(script, Counter()).run("q")
     exc = info.value
-    assert str(exc).startswith("repeated_action at step 1: signature=")
+    assert str(exc).startswith("repeated_action in model turn 2: signature=")
     again = pickle.loads(pickle.dumps(exc))
     assert (again.reason, again.result, again.evidence) == (exc.reason, exc.result, exc.evidence)
 

@@ -38,7 +38,8 @@ def test_states_are_the_six_bare_names_in_order() -> None:
 def test_seed_a_counter_model_stops_on_max_steps_after_three_steps() -> None:
     """CounterModel dodges the repeat check and is stopped by max_steps=3 with exactly 3 steps done."""
     exc = _stop(lambda: fsm_agent.run(CounterModel(), demo_registry(), "开始", max_steps=3))
-    assert (exc.reason, str(exc), len(exc.result.steps)) == ("max_steps", "max_steps at step 2: turns=3, limit=3", 3)
+    expected = ("max_steps", "max_steps in model turn 3: turns=3, limit=3", 3)
+    assert (exc.reason, str(exc), len(exc.result.steps)) == expected
     assert exc.evidence["turns"] == exc.evidence["limit"] == 3
     assert exc.evidence["step"] == 2
     assert [s.index for s in exc.result.steps] == [0, 1, 2]

@@ -271,6 +271,9 @@ def test_a_password_in_the_url_s_query_string_is_never_shown(pg_url: str, capsys
     with pytest.raises(StoreError) as info:
         PostgresStore(unreachable)
     assert "sekret" not in str(info.value)
+    with pytest.raises(StoreError) as info:
+        PostgresStore("postgres://app:sekret-3@[::1:5/db")  # a URL psycopg quotes whole in its error
+    assert "sekret" not in str(info.value)
     assert cli(["runs", "list", "--store", unreachable]) == 1
     err = capsys.readouterr().err
     assert "password=[redacted]" in err

@@ -234,6 +234,23 @@ def test_content_that_is_not_a_list_of_blocks_is_a_model_error(
     assert str(stop.__cause__) == "malformed provider reply: content must be a list, got '(2+3)*4 = 20'"
 
 
+def test_a_reply_of_only_blocks_the_adapter_does_not_read_is_a_model_error_saying_what_arrived(
+    provider_server: ProviderServer, model: AnthropicModel
+) -> None:
+    """An end_turn holding only an unknown block is no empty answer; beside text, such a block is dropped."""
+    hologram = {"type": "hologram", "data": {"x": 1}}
+    provider_server.queue(_message("final_answer", content=[hologram]))
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert str(stop.__cause__) == (
+        "malformed provider reply: content holds no text or tool call, "
+        "only what this adapter does not read: content[0] of type 'hologram'"
+    )
+    provider_server.queue(_message("final_answer", content=[hologram, {"type": "text", "text": "20"}]))
+    assert Agent(model, demo_registry()).run(QUESTION).final == "20"
+
+
 def test_a_stop_reason_that_is_not_a_string_is_a_model_error(
     provider_server: ProviderServer, model: AnthropicModel
 ) -> None:

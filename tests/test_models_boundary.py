@@ -310,6 +310,21 @@ def test_an_error_cleaned_in_place_keeps_its_type_and_loses_the_key_from_its_who
 # Malformed replies
 
 
+PAGE = "<!DOCTYPE html><html><body>Bad gateway</body></html>"
+
+
+def test_an_html_page_answered_with_200_is_a_model_error_showing_what_arrived(
+    provider: Provider, provider_server: ProviderServer
+) -> None:
+    """A proxy's page with status 200 (the SDK hands its text on) is refused as text, not read as an empty reply."""
+    provider_server.queue(Reply({}, html=PAGE))
+    with provider.build(provider_server.url, api_key=KEY) as model:
+        stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert str(stop.__cause__) == f"malformed provider reply: response body is not JSON: {PAGE!r}"
+
+
 def _with_usage(provider: Provider, **counts: Any) -> dict[str, Any]:
     data = copy.deepcopy(body(provider.name, "final_answer"))
     data["usage"].update(counts)

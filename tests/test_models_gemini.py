@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import email.utils
 import json
 import logging
+import time
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -18,8 +20,9 @@ from google.genai import types
 from provider_rules import gemini_thought_signatures
 from provider_server import QUESTION, ProviderServer, Reply, body, stop_of
 
-from fsm_agent import Agent, Message, ProviderData, ToolCall, Usage
+from fsm_agent import Agent, AgentLoopError, Message, ProviderData, ToolCall, Usage
 from fsm_agent.cli.main import main
+from fsm_agent.core.ledger import MAX_NESTING
 from fsm_agent.models import GeminiModel, MalformedReplyError
 from fsm_agent.models.gemini_wire import DERIVED_ID_PREFIX, FINISH_REASONS, to_gemini_contents
 from fsm_agent.models.redaction import REDACTED
@@ -242,6 +245,34 @@ def test_a_malformed_reply_is_a_model_error_naming_the_field(
     assert stop.__cause__.field == (field or "candidates[0].content.parts[0].functionCall.name")
 
 
+def test_a_reply_of_only_parts_the_adapter_does_not_read_is_a_model_error_saying_what_arrived(
+    server: ProviderServer, model: GeminiModel
+) -> None:
+    """A STOP holding only an image, or a part the SDK could not read at all, is no empty answer."""
+    image = {"inlineData": {"mimeType": "image/png", "data": "aGVsbG8="}}
+    server.queue(_with("answer", content={"role": "model", "parts": [image, {"hologram": {"x": 1}}]}))
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert str(stop.__cause__) == (
+        "malformed provider reply: candidates[0].content.parts holds no text or tool call, only what this adapter "
+        "does not read: candidates[0].content.parts[0] with inlineData, "
+        "candidates[0].content.parts[1] with nothing the SDK could read"
+    )
+
+
+def test_an_html_page_answered_with_200_is_a_model_error_showing_what_arrived(
+    server: ProviderServer, model: GeminiModel
+) -> None:
+    """A proxy's page with status 200 is refused as text, not reported as the SDK's bare JSON error."""
+    page = "<!DOCTYPE html><html><body>Bad gateway</body></html>"
+    server.queue(Reply({}, html=page))
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert str(stop.__cause__) == f"malformed provider reply: response body is not JSON: {page!r}"
+
+
 def test_a_429_is_retried_and_a_persistent_500_stops_with_the_provider_error_as_cause(server: ProviderServer) -> None:
     """With a client allowing three attempts, a 429 is retried; three 500s end in model_error, the SDK's error kept."""
     client = _client(server.url, attempts=3)
@@ -254,6 +285,87 @@ def test_a_429_is_retried_and_a_persistent_500_stops_with_the_provider_error_as_
     assert isinstance(stop.__cause__, genai_errors.ServerError)
     assert len(server.requests) == 5
     client.close()
+
+
+def _recorded(model: GeminiModel, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits of ``model``'s retries, recorded instead of waited (sync and async alike)."""
+    slept: list[float] = []
+
+    async def asleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(model, "_pause", slept.append)
+    monkeypatch.setattr(model, "_apause", asleep)
+    return slept
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_retries_wait_as_long_as_retry_after_asks_on_a_429_and_a_503(
+    server: ProviderServer, monkeypatch: pytest.MonkeyPatch, driver: str
+) -> None:
+    """Retry-After: 30 on a 429, then an HTTP date two minutes away on a 503: the waits are the server's."""
+    later = email.utils.formatdate(time.time() + 120, usegmt=True)
+    server.queue(
+        Reply(body("gemini", "error_429"), 429, {"retry-after": "30"}),
+        Reply(body("gemini", "error_503"), 503, {"retry-after": later}),
+        body("gemini", "answer"),
+    )
+    with GeminiModel("gemini-2.5-flash", api_key=KEY, base_url=server.url) as model:
+        slept = _recorded(model, monkeypatch)
+        agent = Agent(model, demo_registry())
+        result = agent.run(QUESTION) if driver == "sync" else asyncio.run(agent.arun(QUESTION))
+    assert result.ok
+    assert len(server.requests) == 3
+    assert slept[0] == 30
+    assert 110 < slept[1] <= 120  # the date is whole seconds, read a moment after it was written
+
+
+def test_a_retry_after_past_two_minutes_is_not_waited_and_no_header_keeps_the_backoff(
+    server: ProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An hour's Retry-After ends the call at once (model_error, resumable); a 429 without one is still retried."""
+    server.queue(Reply(body("gemini", "error_429"), 429, {"retry-after": "3600"}))
+    with GeminiModel("gemini-2.5-flash", api_key=KEY, base_url=server.url) as model:
+        slept = _recorded(model, monkeypatch)
+        stop = stop_of(Agent(model, demo_registry()))
+        assert isinstance(stop.__cause__, genai_errors.ClientError)
+        assert (len(server.requests), slept) == (1, [])
+        server.queue(Reply(body("gemini", "error_429"), 429), body("gemini", "answer"))
+        assert Agent(model, demo_registry()).run(QUESTION).ok
+    assert len(slept) == 1
+
+
+def test_a_retry_after_longer_than_the_run_has_left_ends_at_the_deadline_without_a_retry(
+    server: ProviderServer,
+) -> None:
+    """The wait is cut by the run's timeout (the async driver cancels it): timeout, one request, no retry after."""
+    server.queue(Reply(body("gemini", "error_429"), 429, {"retry-after": "30"}), body("gemini", "answer"))
+    with GeminiModel("gemini-2.5-flash", api_key=KEY, base_url=server.url) as model:
+        agent = Agent(model, demo_registry(), timeout=0.2)
+        with pytest.raises(AgentLoopError) as info:
+            asyncio.run(agent.arun(QUESTION))
+    assert info.value.reason == "timeout"
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("response_id", [True, False], ids=["with-response-id", "without-response-id"])
+def test_arguments_nested_700_deep_are_a_model_error_naming_the_field(
+    server: ProviderServer, model: GeminiModel, response_id: bool
+) -> None:
+    """Valid JSON nested far past the engine's limit is refused once, by name, before anything walks it."""
+    args: dict[str, Any] = {"a": 1}
+    for _ in range(700):
+        args = {"x": args}
+    part = {"functionCall": {"name": "echo", "args": args}, "thoughtSignature": "c2lnbmVk"}
+    data = _with("answer", content={"role": "model", "parts": [part]})
+    if not response_id:
+        del data["responseId"]
+    server.queue(data)
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert stop.__cause__.field == "candidates[0].content.parts[0].functionCall.args"
+    assert str(stop.__cause__).endswith(f"nests deeper than {MAX_NESTING} levels")
 
 
 def test_acomplete_uses_the_async_side_of_the_client(server: ProviderServer) -> None:

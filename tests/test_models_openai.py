@@ -252,6 +252,17 @@ def test_a_finish_reason_that_is_not_a_string_is_a_model_error(
     assert stop.__cause__.field == "choices[0].finish_reason"
 
 
+def test_a_null_message_is_a_model_error_naming_it(provider_server: ProviderServer, model: OpenAIChatModel) -> None:
+    """``"message": null`` under finish_reason "stop" is no empty answer: model_error saying the message is missing."""
+    data = _completion("final_answer")
+    data["choices"][0]["message"] = None
+    provider_server.queue(data)
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert str(stop.__cause__) == "malformed provider reply: choices[0].message is missing or null"
+
+
 def test_usage_maps_prompt_and_completion_tokens(provider_server: ProviderServer, model: OpenAIChatModel) -> None:
     """usage.prompt_tokens/completion_tokens become Usage(input_tokens, output_tokens), summed over the run."""
     provider_server.queue(body("openai", "tool_call"), body("openai", "final_answer"))

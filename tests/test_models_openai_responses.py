@@ -222,6 +222,22 @@ def test_a_malformed_reply_is_a_model_error_naming_the_field(
     assert stop.__cause__.field == (field or "output[0].name")
 
 
+def test_a_reply_of_only_items_the_adapter_does_not_read_is_a_model_error_saying_what_arrived(
+    server: ProviderServer, model: OpenAIResponsesModel
+) -> None:
+    """A completed response holding only an unknown item (or message part) is no empty answer."""
+    message = copy.deepcopy(body(DIR, "answer")["output"][0])
+    message["content"] = [{"type": "output_hologram", "data": "x"}]
+    server.queue(_with("answer", output=[{"type": "hologram", "id": "h_1"}, message]))
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert str(stop.__cause__) == (
+        "malformed provider reply: output holds no text or tool call, only what this adapter does not read: "
+        "output[0] of type 'hologram', output[1].content[0] of type 'output_hologram'"
+    )
+
+
 def test_a_429_is_retried_and_a_persistent_500_stops_with_the_provider_error_as_cause(
     server: ProviderServer, model: OpenAIResponsesModel
 ) -> None:

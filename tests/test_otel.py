@@ -342,6 +342,30 @@ def test_content_is_recorded_only_when_asked(traced: Traced) -> None:
     assert reply_parts[0]["finish_reason"] == "end_turn"
 
 
+@pytest.mark.parametrize(
+    ("scenario", "finish_reason"),
+    [
+        (_scripted(reply("5")), "end_turn"),
+        (_scripted(reply("cu", stop_reason="max_tokens")), "max_tokens"),
+        (SCENARIOS["max_steps"][0], "error"),
+        (SCENARIOS["model_error"][0], "error"),
+    ],
+    ids=["done", "cut-reply", "max_steps", "model_error"],
+)
+def test_the_run_spans_output_message_has_the_finish_reason_the_schema_requires(
+    traced: Traced, scenario: Scenario, finish_reason: str
+) -> None:
+    """The answer's OutputMessage carries its reply's finish reason; a stop the reply did not ask for is "error"."""
+    exporter, provider = traced
+    agent, _ = scenario(ManualClock())
+    instrument(agent, provider, capture_content=True)
+    finish(agent, "go", driver="sync")
+    (run,) = by_name(exporter.get_finished_spans())["invoke_agent"]
+    (message,) = json.loads(str((run.attributes or {})["gen_ai.output.messages"]))
+    assert set(message) == {"role", "parts", "finish_reason"}
+    assert message["finish_reason"] == finish_reason
+
+
 def test_a_resumed_run_gets_a_new_span_starting_at_its_resume_edge(traced: Traced) -> None:
     """The continuation is its own run span, marked resumed, in the same conversation."""
     exporter, provider = traced

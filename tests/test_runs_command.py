@@ -11,9 +11,10 @@ import pytest
 from provider_server import ProviderServer, body
 from store_cases import tick_agent
 
-from fsm_agent import AgentLoopError, SqliteStore
+from fsm_agent import Agent, AgentLoopError, SqliteStore
 from fsm_agent.__main__ import main
 from fsm_agent.persist import open_store
+from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 
 KEY = "sk-test-runs-0a1b2c3d4e5f"
 
@@ -52,7 +53,7 @@ def test_a_stopped_run_is_listed_shown_and_resumed_with_a_new_limit(
     assert code == 2
     capsys.readouterr()
     assert main(["runs", "list", "--store", store]) == 0
-    assert _listed(capsys.readouterr().out) == [("r1", "Failed", "max_steps", "1 steps", "99 tokens")]
+    assert _listed(capsys.readouterr().out) == [("r1", "Failed", "max_steps", "1 tool call", "99 tokens")]
     diagram = tmp_path / "r1.dot"
     assert main(["runs", "show", "r1", "--store", store, "--diagram", str(diagram)]) == 0
     shown = capsys.readouterr().out
@@ -105,6 +106,15 @@ def test_run_id_reuse_and_an_empty_run_id_are_one_line_errors(
     assert "run_id must not be empty" in capsys.readouterr().err
     with SqliteStore(store) as opened:
         assert opened.load("job")["messages"][-3]["content"] == "q"
+
+
+def test_runs_list_counts_tool_calls_not_step_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run that made two tool calls and answered is listed with 2 tool calls, not 3 "steps" (a step is a turn)."""
+    model = FakeModel([tool_turn(tool_call("add", a=1, b=2), tool_call("add", a=3, b=4)), reply("3 and 7")])
+    with SqliteStore(tmp_path / "runs.db") as store:
+        Agent(model, demo_registry()).run("two sums", store=store, run_id="two_calls")
+    assert main(["runs", "list", "--store", str(tmp_path / "runs.db")]) == 0
+    assert _listed(capsys.readouterr().out) == [("two_calls", "Done", "done", "2 tool calls", "0 tokens")]
 
 
 def test_runs_list_filters_and_pages_and_prune_forgets_finished_runs(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from fsm_agent.__main__ import main as cli
 from fsm_agent.cli import SetupError
 from fsm_agent.cli.ui import answered_hosts, bind, is_loopback
 from fsm_agent.persist import open_store
-from fsm_agent.testing import FakeModel, demo_registry, reply
+from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 from fsm_agent.ui import create_app, moments
 
 BASE = "http://127.0.0.1:8765"
@@ -52,8 +54,8 @@ def row_of(reason: str) -> int:
 # --- the list --------------------------------------------------------------------------------
 
 
-def test_list_gives_state_reason_steps_tokens_and_time_latest_first(store: SqliteStore) -> None:
-    """Each run in the list has its state, reason, steps, tokens, paused flag and last save time."""
+def test_list_gives_state_reason_tool_calls_tokens_and_time_latest_first(store: SqliteStore) -> None:
+    """Each run in the list has its state, reason, tool calls, tokens, paused flag and last save time."""
     body = client(store).get("/api/runs").json()
     runs = {run["run_id"]: run for run in body["runs"]}
     assert [run["run_id"] for run in body["runs"]] == ["hostile", "paused", "finished", "stopped"]
@@ -63,7 +65,7 @@ def test_list_gives_state_reason_steps_tokens_and_time_latest_first(store: Sqlit
         "reason": "max_steps",
         "paused": False,
         "updated": 0,
-        "steps": 3,
+        "tool_calls": 3,
         "tokens": 0,
     }
     assert runs["paused"]["paused"] is True
@@ -97,7 +99,7 @@ def test_the_viewer_reads_and_decides_on_sqlite_and_postgresql(store_target: str
         call_id = paused(opened, [])
         viewer = client(opened, allow_decisions=True)
         listed = viewer.get("/api/runs", params={"reason": "max_steps"}).json()["runs"]
-        assert [(r["run_id"], r["steps"]) for r in listed] == [("stopped", 3)]
+        assert [(r["run_id"], r["tool_calls"]) for r in listed] == [("stopped", 3)]
         assert viewer.get("/api/run", params={"id": "stopped"}).json()["moments"][-1]["reason"] == "max_steps"
         body = {"call_id": call_id, "approve": True}
         assert viewer.post("/api/decide", params={"id": "paused"}, json=body).status_code == 200
@@ -131,6 +133,22 @@ def test_each_tool_edge_brings_its_call_its_result_and_the_counters_after_it(sto
     assert ran["counters"]["tool_calls"] == [1, None]
     assert run["moments"][-1]["dest"] == "Done"
     assert run["final"] == "(2+3)*4 = 20"
+
+
+def test_steps_count_model_turns_and_tool_calls_are_counted_apart(tmp_path: Path) -> None:
+    """Two model turns, two tool calls: the list says 2 tool calls, the run 2 steps (turns) and 2 tool calls."""
+    model = FakeModel([tool_turn(tool_call("add", a=1, b=2), tool_call("add", a=3, b=4)), reply("3 and 7")])
+    with SqliteStore(tmp_path / "runs.db") as runs:
+        Agent(model, demo_registry()).run("two sums", store=runs, run_id="two_calls")
+        viewer = client(runs)
+        (row,) = viewer.get("/api/runs").json()["runs"]
+        run = viewer.get("/api/run", params={"id": "two_calls"}).json()
+    assert "steps" not in row  # a store counts its Step records (calls and the answer): 3 here, neither meaning
+    assert row["tool_calls"] == 2
+    assert (run["steps"], run["tool_calls"]) == (2, 2)
+    assert (run["counters"]["steps"][0], run["counters"]["tool_calls"][0]) == (2, 2)
+    notes = [m["counted_from"] for m in run["moments"] if m["trigger"] == "tool_done"]
+    assert notes == ["after tool call 1", "after tool call 2"]
 
 
 def test_every_message_belongs_to_exactly_one_transition(store: SqliteStore) -> None:
@@ -331,8 +349,84 @@ def test_the_viewer_binds_loopback_unless_told_and_answers_only_its_names() -> N
     assert not is_loopback("0.0.0.0")
     assert not is_loopback("192.168.1.5")
     assert answered_hosts("127.0.0.1") == ["127.0.0.1", "localhost", "::1", "127.0.0.1"]
-    assert answered_hosts("box.lan") == ["127.0.0.1", "localhost", "::1", "box.lan"]
-    assert answered_hosts("0.0.0.0") is None
+    assert answered_hosts("box.lan", ["box.lan"]) == ["127.0.0.1", "localhost", "::1", "box.lan", "box.lan"]
+    assert answered_hosts("0.0.0.0", ["Box.LAN", "[fe80::1]"]) == [
+        "127.0.0.1",
+        "localhost",
+        "::1",
+        "box.lan",
+        "fe80::1",
+    ]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7"])
+def test_binding_a_non_loopback_address_without_allowed_host_is_a_usage_error(
+    host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ui --host 0.0.0.0` (or any address but loopback) without --allowed-host: exit 1, one line naming the flag."""
+    with SqliteStore(tmp_path / "runs.db") as runs:
+        stopped(runs)
+    taken = bind("0.0.0.0", 0)  # were the command to serve anyway, it would fail here instead of blocking the test
+    try:
+        argv = ["ui", "--store", str(tmp_path / "runs.db"), "--host", host, "--port", str(taken.getsockname()[1])]
+        assert cli(argv) == 1
+    finally:
+        taken.close()
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: ui: --host {host} ")
+    assert "--allowed-host" in line
+
+
+def test_a_viewer_that_answers_any_host_takes_no_decisions(store: SqliteStore) -> None:
+    """hosts=None turns the Host check off, so a DNS-rebound page would pass the Origin check: refused at once."""
+    with pytest.raises(ValueError, match="allow_decisions needs the host names"):
+        create_app(store, allow_decisions=True, hosts=None)
+
+
+def _ask(port: int, method: str, path: str, host: str, body: str | None = None, origin: str = "") -> int:
+    """The status of one request to the viewer on 127.0.0.1:port, with the Host (and Origin) a browser would send."""
+    headers = {"Host": f"{host}:{port}", "Content-Type": "application/json"} | ({"Origin": origin} if origin else {})
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_a_viewer_on_every_interface_answers_only_its_allowed_hosts_and_no_rebound_decision(tmp_path: Path) -> None:
+    """--host 0.0.0.0 --allowed-host NAME (twice): those names and loopback answer; other Hosts, Origins are refused."""
+    with SqliteStore(tmp_path / "runs.db") as runs:
+        call_id = paused(runs, [])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_agent", "ui", "--store", str(tmp_path / "runs.db"), "--host", "0.0.0.0",
+         "--allowed-host", "box.lan", "--allowed-host", "Viewer.Example", "--port", "0", "--allow-decisions"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "(decisions allowed)" in line, line or process.stderr.read()
+        port = int(line.split()[2].rstrip("/").rsplit(":", 1)[1])
+        assert _ask(port, "GET", "/api/runs", "attacker.example") == 421
+        assert [_ask(port, "GET", "/api/runs", name) for name in ("box.lan", "viewer.example", "localhost")] == [
+            200
+        ] * 3
+        decide, decision = "/api/decide?id=paused", json.dumps({"call_id": call_id, "approve": True})
+        # A DNS-rebound page: the attacker's name is both its origin and the Host its requests carry.
+        rebound = f"http://attacker.example:{port}"
+        assert _ask(port, "POST", decide, "attacker.example", decision, origin=rebound) == 421
+        assert _ask(port, "POST", decide, "box.lan", decision, origin="http://attacker.example") == 403
+        with SqliteStore(tmp_path / "runs.db") as runs:
+            assert runs.load("paused")["approvals"] == {}
+        assert _ask(port, "POST", decide, "box.lan", decision, origin=f"http://box.lan:{port}") == 200
+        with SqliteStore(tmp_path / "runs.db") as runs:
+            assert runs.load("paused")["approvals"] == {call_id: True}
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
 
 
 def test_a_port_in_use_is_a_setup_error_naming_it() -> None:

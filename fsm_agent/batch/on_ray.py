@@ -59,18 +59,38 @@ def _ray() -> Any:
 def connect(address: str | None) -> bool:
     """Join Ray at ``address`` (``None``: start a local instance with this machine's cores); True if we started it.
 
-    A process already connected to Ray (``ray.init`` called by the user, or
-    by a test session) is used as it is and left running.
+    ``None`` always starts an instance of its own: ``ray.init()`` without an
+    address would join whatever cluster the machine runs (``RAY_ADDRESS``,
+    the last ``ray start``), which nobody asked for.  Joining one is asked
+    for by name: ``"auto"`` (that same search, an error if it finds none) or
+    ``HOST:PORT``, ``ray://HOST:PORT``.  A process already connected to Ray
+    (``ray.init`` called by the user, or by a test session) is used as it
+    is and left running.
     """
     ray = _ray()
     if ray.is_initialized():
         return False
     options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
-    if address is None:
+    if address is None or address == "local":
         # Workers' own output would scroll the progress bar away; their logs stay in Ray's session directory.
         options["log_to_driver"] = False
-    ray.init(address=address, **options)
+    ray.init(address="local" if address is None else address, **options)
     return True
+
+
+def describe(address: str | None, started: bool) -> str:
+    """Which Ray the batch runs on, in words: the instance started for it or the cluster joined, and its CPUs."""
+    ray = _ray()
+    try:
+        where = ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001 - a client connection (ray://) may not know it: the address given says where
+        where = address or "an unknown address"
+    cpus = f"{int(ray.cluster_resources().get('CPU', 0))} CPUs"
+    if started and address in (None, "local"):
+        return f"started a local Ray instance at {where} ({cpus}); it stops when the batch ends"
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    joined = "joined the Ray cluster" if started else "using the Ray cluster this process is connected to"
+    return f"{joined} at {where} ({nodes} node{'' if nodes == 1 else 's'}, {cpus})"
 
 
 def disconnect() -> None:

@@ -136,10 +136,13 @@ def run_batch(
     resumes the others.  ``store`` is a SQLite file path, a store URL, or
     (``executor="local"`` only, or a ``SqliteStore``) a store object.
 
-    ``executor="ray"`` makes each run a Ray task on the cluster at
-    ``ray_address`` (``None``: a local Ray instance, ``"auto"``: the running
-    cluster), retried up to ``max_retries`` times when its worker dies;
-    ``"local"`` runs them in this process on the async driver.
+    ``executor="ray"`` makes each run a Ray task, retried up to
+    ``max_retries`` times when its worker dies, on the Ray this process is
+    connected to, else on ``ray_address``: ``None`` starts a local Ray
+    instance for the batch (even if a cluster is running), ``"auto"`` joins
+    the running cluster (``RAY_ADDRESS``, else the last ``ray start``),
+    ``HOST:PORT`` that one.  ``executor="local"`` runs them in this process
+    on the async driver.
     ``max_in_flight`` bounds the runs at once (Ray: the cluster's CPUs x 4;
     local: 64).  ``cancel`` stops the batch: runs in flight stop at their
     next check, runs not begun end ``cancelled`` without starting.

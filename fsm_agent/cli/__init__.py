@@ -16,6 +16,23 @@ EXIT_SETUP = 1
 EXIT_STOPPED = 2
 EXIT_INTERRUPTED = 130
 
+EXIT_CODES = (
+    (EXIT_DONE, "done: the answer printed, the diagram or the listing written"),
+    (EXIT_SETUP, "a set-up or usage error: one line on stderr naming what is at fault"),
+    (EXIT_STOPPED, "a run stopped: its reason and evidence on stderr"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+)
+"""Each exit code with what it means, as the top-level ``--help`` lists them."""
+
+
+def described(doc: str | None) -> str:
+    """A command module's docstring as its ``--help`` shows it: the first paragraph, without the double backticks.
+
+    The docstrings are written for the reference docs; a terminal would
+    show their markup as it is.
+    """
+    return (doc or "").split("\n\n")[0].replace("``", "")
+
 
 class SetupError(Exception):
     """Something the user chose prevents the command from starting; the message is the one line shown."""

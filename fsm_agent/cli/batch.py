@@ -5,9 +5,11 @@
 ``input`` and optionally ``run_id``) as one run of the same agent, shows
 runs done, failed by reason and in flight with the rate and time left, writes
 each result to ``--out`` as a JSON line the moment it ends, and closes with a
-table of reasons.  Exit 0 only if every run ended ``done``, 2 if any stopped,
-1 for a set-up error, 130 on Ctrl-C: the runs in flight keep their last
-checkpoint, and the same command run again resumes the batch.
+table of reasons.  On Ray it first says which Ray it uses: one it started
+(the default), or the cluster ``--ray`` asked it to join.  Exit 0 only if
+every run ended ``done``, 2 if any stopped, 1 for a set-up error, 130 on
+Ctrl-C: the runs in flight keep their last checkpoint, and the same command
+run again resumes the batch.
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ from typing import IO, Any
 
 from fsm_agent.batch import BatchItem, batch_items, iter_batch
 from fsm_agent.batch.progress import Bar, Tally
-from fsm_agent.batch.worker import open_store
-from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError
+from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described
 from fsm_agent.cli import run as run_command
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.records import RunResult
@@ -35,7 +36,7 @@ from fsm_agent.records import RunResult
 def add_command(commands: Any) -> None:
     """Register ``python -m fsm_agent batch``."""
     parser: argparse.ArgumentParser = commands.add_parser(
-        "batch", help="run every question of a JSON Lines file, resumably", description=__doc__.split("\n\n")[0]
+        "batch", help="run every question of a JSON Lines file, resumably", description=described(__doc__)
     )
     parser.add_argument("inputs", type=Path, help='JSON Lines: one "question" or {"input": ..., "run_id": ...} a line')
     who = parser.add_mutually_exclusive_group(required=True)
@@ -55,7 +56,12 @@ def add_command(commands: Any) -> None:
         parser.add_argument(flag, dest=keyword, type=kind, default=None, help=text)
     parser.add_argument("--store", required=True, metavar="FILE|URL", help="where runs are checkpointed (required)")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--ray", metavar="ADDRESS", help="join a Ray cluster: auto, or HOST:PORT (default: a local one)")
+    where.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="join a running Ray cluster: auto (RAY_ADDRESS, else the last `ray start`), HOST:PORT or "
+        "ray://HOST:PORT (default: start a Ray instance of its own, whatever cluster is running)",
+    )
     where.add_argument("--local", action="store_true", help="no Ray: every run in this process (the async driver)")
     parser.add_argument("--max-in-flight", type=int, metavar="N", help="runs at once (default: CPUs x 4; local 64)")
     parser.add_argument("--task-retries", type=int, default=3, help="Ray retries of a task whose worker died (3)")
@@ -168,14 +174,8 @@ def result_line(item: BatchItem, result: RunResult) -> str:
 
 
 def _check_store(spec: str) -> None:
-    try:
-        store = open_store(spec)
-    except Exception as exc:  # noqa: BLE001 - any store that will not open is a set-up error naming it
-        msg = f"--store {spec}: {exc}"
-        raise SetupError(msg) from None
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()
+    # Opened as every command opens --store, so a store that will not open is the same one line everywhere.
+    run_command.open_store(spec).close()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -190,8 +190,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=err)
         return EXIT_SETUP
     tally = Tally(len(items))
-    bar = None if args.quiet else Bar(tally, err)
+    bar = None
+    ray_started = False
     try:
+        if items and not args.local:
+            ray_started = _join_ray(args.ray, err)
+        bar = None if args.quiet else Bar(tally, err)
         results = iter_batch(
             make_agent,
             [{"input": item.input, "run_id": item.run_id} for item in items],
@@ -216,13 +220,40 @@ def main(args: argparse.Namespace) -> int:
         print(f"\ninterrupted: {tally.finished} of {tally.total} runs ended; the rest are checkpointed in", file=err)
         print(f"{args.store}: run the same command again to resume them", file=err)
         return EXIT_INTERRUPTED
-    except (ValueError, TypeError, ImportError) as exc:  # the executor refused its set-up (a SQLite store on a cluster)
+    except (SetupError, ValueError, TypeError, ImportError) as exc:  # no Ray; the executor refused its set-up
         _close(bar, out)
         print(f"error: {exc}", file=err)
         return EXIT_SETUP
+    finally:
+        if ray_started:
+            _leave_ray()
     _close(bar, out)
     print(tally.table(), file=err)
     return EXIT_DONE if tally.all_done else EXIT_STOPPED
+
+
+def _join_ray(address: str | None, err: IO[str]) -> bool:
+    """Start Ray (no ``--ray``) or join the cluster ``--ray`` names, and say which; True if the batch connected it.
+
+    Connected here rather than inside ``iter_batch`` so the line can say
+    which Ray it is before the first run, whichever one ``ray.init`` found.
+    """
+    from fsm_agent.batch import on_ray  # Ray is imported only by a batch on Ray
+
+    try:
+        started = on_ray.connect(address)
+        said = on_ray.describe(address, started)
+    except (ImportError, ValueError, ConnectionError, RuntimeError) as exc:  # no Ray, a bad address, nobody there
+        msg = f"--ray {address}: {exc}" if address is not None else f"cannot start Ray: {exc}"
+        raise SetupError(msg.strip().splitlines()[0]) from None
+    print(f"ray: {said}", file=err, flush=True)
+    return started
+
+
+def _leave_ray() -> None:
+    from fsm_agent.batch import on_ray
+
+    on_ray.disconnect()
 
 
 def _open_out(path: Path) -> IO[str]:

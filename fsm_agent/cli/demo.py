@@ -156,7 +156,10 @@ def main(args: argparse.Namespace) -> int:
 def add_command(commands: Any) -> None:
     """Register ``python -m fsm_agent demo``."""
     parser: argparse.ArgumentParser = commands.add_parser(
-        "demo", help="run the scripted demonstration of every stop path"
+        "demo",
+        help="run the scripted demonstration of every stop path",
+        description="Run every stop path of the seed chapter with scripted models (no API key): one line each, "
+        "each run's path drawn and checkpointed, then the ui command that shows them in a browser.",
     )
     where = "draw each run's path into DIR (default: a new temporary directory, named on stdout)"
     parser.add_argument("--out", type=Path, metavar="DIR", help=where)

@@ -12,7 +12,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from fsm_agent.cli import EXIT_INTERRUPTED, EXIT_SETUP
+from fsm_agent.cli import EXIT_CODES, EXIT_INTERRUPTED, EXIT_SETUP
+
+DESCRIPTION = (
+    "An LLM tool-calling agent loop as an explicit state machine: run it against a model or over a batch,\n"
+    "list, show, resume and view the stored runs, draw the machine."
+)
+EPILOG = "exit codes, the same for every command:\n" + "\n".join(f"  {code:<5}{text}" for code, text in EXIT_CODES)
 
 
 class UsageError(Exception):
@@ -29,7 +35,13 @@ class CommandParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subcommand per command module."""
-    parser = CommandParser(prog="python -m fsm_agent", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    # Raw: the exit codes stay one to a line; the commands' own parsers still wrap their text.
+    parser = CommandParser(
+        prog="python -m fsm_agent",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     # Sub-parsers are built with the parent's class, so every command's usage errors exit 1 too.
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Imported here so `python -m fsm_agent --help` does not need optional extras.

@@ -35,7 +35,7 @@ from fsm_agent import (
     Table,
     persist,
 )
-from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError
+from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described
 from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable
 from fsm_agent.jsontext import dumps
 from fsm_agent.models import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
@@ -91,7 +91,7 @@ def add_command(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "run",
         help="run an agent against a real model",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description=described(__doc__),
     )
     parser.add_argument("question", help="what to ask the model")
     add_model_arguments(parser)
@@ -200,15 +200,27 @@ def write_diagram(table: Table, result: RunResult, path: Path) -> str:
 
 
 def open_store(target: str | Path) -> SqliteStore | PostgresStore:
-    """The ``--store`` file or URL as a store; ``SetupError`` naming it if it cannot be one."""
+    """The ``--store`` file or URL as a store; ``SetupError`` naming it if it cannot be one.
+
+    Every command that takes ``--store`` opens it here, so each says the
+    same one line for the same mistake.
+    """
     try:
         return persist.open_store(target)
     except StoreError as exc:
         kind = "database" if persist.is_url(target) else "SQLite database"
-        msg = f"--store {exc.where} is not a usable {kind} ({exc.reason})"
+        # The driver may quote the URL it could not parse, password and all: shown as redacted as `where`.
+        reason = exc.reason.replace(str(target), exc.where)
+        msg = f"--store {exc.where} is not a usable {kind} ({reason})"
         raise SetupError(msg) from None
     except ImportError as exc:
         msg = f"--store: {exc}"
+        raise SetupError(msg) from None
+    except ValueError as exc:
+        # A URL that does not parse (an unclosed IPv6 bracket) or a path with a NUL in it.  The text given
+        # is not repeated: a password in a URL that does not parse cannot be found to be redacted.
+        kind = "database URL" if persist.is_url(target) else "file path"
+        msg = f"--store: not a usable {kind} ({exc})"
         raise SetupError(msg) from None
 
 

@@ -39,16 +39,30 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def add_command(commands: Any) -> None:
-    """Register ``python -m fsm_agent runs list|show|resume``."""
-    parser: argparse.ArgumentParser = commands.add_parser("runs", help="list, show or resume checkpointed runs")
+    """Register ``python -m fsm_agent runs list|show|resume|prune``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "runs",
+        help="list, show, resume or prune checkpointed runs",
+        description="List, show, resume and prune the runs checkpointed in a store: a SQLite file or a "
+        "postgresql:// database (--store, after the action).",
+    )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="the runs in the store, latest first, a page at a time")
+    listing = actions.add_parser(
+        "list",
+        help="the runs in the store, latest first, a page at a time",
+        description="One line per run, latest first: id, state, stop reason, tool calls, tokens, last save "
+        "(tab-separated).",
+    )
     listing.add_argument("--state", help="only runs in this state (e.g. Failed, ExecuteTool)")
     listing.add_argument("--reason", help="only runs that stopped with this reason (e.g. max_steps, done)")
     listing.add_argument("--since", type=_moment, metavar="WHEN", help="only runs saved since: 2h, 7d or an ISO date")
     listing.add_argument("--limit", type=int, default=PAGE, help=f"runs per page (default {PAGE})")
     listing.add_argument("--offset", type=int, default=0, help="runs to skip, for the next pages")
-    prune = actions.add_parser("prune", help="forget finished (Done or Failed) runs")
+    prune = actions.add_parser(
+        "prune",
+        help="forget finished (Done or Failed) runs",
+        description="Delete the finished (Done or Failed) runs last saved longer ago than --older-than.",
+    )
     prune.add_argument(
         "--older-than",
         type=_seconds,
@@ -56,10 +70,20 @@ def add_command(commands: Any) -> None:
         metavar="AGE",
         help="last saved this long ago: 30d, 12h, 0 for all",
     )
-    show = actions.add_parser("show", help="a run's trace, state and stop reason")
+    show = actions.add_parser(
+        "show",
+        help="a run's trace, state and stop reason",
+        description="Print a run's state, stop reason and trace, its evidence, its pending calls (with where "
+        "each decision stands) and its final text.",
+    )
     show.add_argument("run_id")
     show.add_argument("--diagram", type=Path, metavar="FILE", help="draw the run's path (.svg, .png, .dot, .mmd)")
-    resume = actions.add_parser("resume", help="continue a stopped or paused run")
+    resume = actions.add_parser(
+        "resume",
+        help="continue a stopped or paused run",
+        description="Continue a stored run: with new limits after a stop on one, with --retry after a "
+        "model_error, with --approve decisions when it is paused for approval.",
+    )
     resume.add_argument("run_id")
     who = resume.add_mutually_exclusive_group(required=True)
     run_command.add_model_arguments(resume, model_in=who)
@@ -148,8 +172,9 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
     for run in runs[: args.limit]:
         flag = " (paused)" if run.paused else ""
         saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
-        line = f"{run.run_id}\t{run.state}{flag}\t{run.reason or '-'}\t{run.steps} steps\t{run.tokens} tokens\t{saved}"
-        print(printable(line))
+        calls = run.tool_calls
+        counts = f"{calls} tool call{'' if calls == 1 else 's'}\t{run.tokens} tokens"
+        print(printable(f"{run.run_id}\t{run.state}{flag}\t{run.reason or '-'}\t{counts}\t{saved}"))
     if len(runs) > args.limit:
         print(f"more runs: --offset {args.offset + args.limit}", file=sys.stderr)
     return EXIT_DONE

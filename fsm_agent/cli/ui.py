@@ -2,11 +2,13 @@
 
 ``python -m fsm_agent ui --store runs.db`` (or ``--store postgresql://...``)
 serves the viewer on ``127.0.0.1``; only ``--host`` given explicitly binds it
-anywhere else, and a request naming any other host is refused (so a web page
-cannot reach the viewer through DNS rebinding).  It is read-only unless
+anywhere else, and then only with the names it answers to given as
+``--allowed-host``: a request naming any other host is refused, so a web page
+cannot reach the viewer through DNS rebinding.  It is read-only unless
 started with ``--allow-decisions``, which lets a person approve or reject
 the calls of a paused run.  A store that cannot be opened, a missing store
-file, or a missing ``ui`` extra is one line and exit 1.
+file, a missing ``ui`` extra, or ``--host`` without ``--allowed-host`` is
+one line and exit 1.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import ipaddress
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 WILDCARDS = ("0.0.0.0", "::", "")
-"""Bind addresses that mean every interface: then any ``Host`` is answered, since the viewer cannot know its names."""
+"""Bind addresses that mean every interface: no name of the viewer's own, so only the ``--allowed-host`` names."""
 
 
 def add_command(commands: Any) -> None:
@@ -31,13 +34,24 @@ def add_command(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "ui",
         help="serve the run viewer: the runs of a store, each replayed over the machine, in a browser",
-        description="Serve the run viewer for the runs of a store on http://127.0.0.1:8765/ (read-only by default).",
+        description="Serve the run viewer for the runs of a store on http://127.0.0.1:8765/ (read-only by default); "
+        "on another address only to the host names given with --allowed-host.",
     )
     parser.add_argument("--store", required=True, metavar="FILE|URL", help="a SQLite file or a postgresql:// URL")
     parser.add_argument(
         "--host",
         default=None,
-        help=f"address to bind (default {DEFAULT_HOST}); anything but loopback serves every run to the network",
+        help=f"address to bind (default {DEFAULT_HOST}); anything but loopback serves every run to the network "
+        "and needs --allowed-host",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        dest="allowed_hosts",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name (or address) the viewer answers to, besides loopback and --host; repeatable; "
+        "required with a --host that is not loopback",
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0 picks a free one)")
     parser.add_argument(
@@ -63,13 +77,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def answered_hosts(host: str) -> list[str] | None:
-    """The ``Host`` names the viewer answers to: loopback names plus the bound host; None (any) for a wildcard."""
+def answered_hosts(host: str, allowed: Sequence[str] = ()) -> list[str]:
+    """The ``Host`` names the viewer answers to: loopback names, the bound host (not a wildcard), ``allowed``.
+
+    Never "any": with the ``Host`` check off, a DNS-rebound page would be
+    the viewer's own origin and pass the check decisions rely on.
+    """
     from fsm_agent.ui.app import LOOPBACK
 
-    if host in WILDCARDS:
-        return None
-    return [*LOOPBACK, host]
+    bound = [] if host in WILDCARDS else [host]
+    return [*LOOPBACK, *(_name(name) for name in [*bound, *allowed])]
+
+
+def _name(text: str) -> str:
+    """A host name as a ``Host`` header carries it: lower case, an IPv6 address without its brackets."""
+    text = text.strip().lower()
+    return text[1:-1] if text.startswith("[") and text.endswith("]") else text
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -91,24 +114,48 @@ def bind(host: str, port: int) -> socket.socket:
     return server
 
 
-def url_of(server: socket.socket) -> str:
-    """The address a browser opens for a listening socket."""
+def url_of(server: socket.socket, name: str | None = None) -> str:
+    """The address a browser opens for a listening socket: at ``name``, else at the address it is bound to."""
     host, port = server.getsockname()[:2]
+    host = name or host
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"
 
 
 def _open(target: str) -> Any:
-    from fsm_agent.persist import StoreError, is_url, open_store
+    from fsm_agent.cli.run import open_store
+    from fsm_agent.persist import is_url
 
     if not is_url(target) and not Path(target).is_file():
         # Opening a missing file would create an empty store and show nothing, which looks like lost runs.
         msg = f"--store {target}: no such file"
         raise SetupError(msg)
+    return open_store(target)
+
+
+def _hosts(host: str, allowed: list[str]) -> list[str]:
+    """The names the viewer answers to; ``SetupError`` for an address beyond loopback with none named."""
+    if not is_loopback(host) and not allowed:
+        # Every interface has no name of its own: without names the viewer would have to answer any Host.
+        msg = (
+            f"--host {host or repr(host)} is not loopback: name the host names the viewer answers to "
+            "with --allowed-host NAME (once per name)"
+        )
+        raise SetupError(msg)
+    if not all(_name(name) for name in allowed):
+        msg = "--allowed-host wants a host name, got an empty one"
+        raise SetupError(msg)
+    return answered_hosts(host, allowed)
+
+
+def _table(spec: str) -> Any:
+    from fsm_agent.cli.diagram import load_table
+
     try:
-        return open_store(target)
-    except StoreError as exc:
-        raise SetupError(f"--store: {exc}") from None
+        return load_table(spec)
+    except (ValueError, TypeError, ImportError, AttributeError) as exc:
+        msg = f"--table: {exc}"
+        raise SetupError(msg) from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -116,21 +163,17 @@ def main(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from fsm_agent.ui.app import create_app
+        from fsm_agent.ui.app import LOOPBACK, create_app
     except ImportError as exc:
         print(f"error: ui: the run viewer needs {exc.name}: pip install 'fsm-agent[ui]'", file=sys.stderr)
         return EXIT_SETUP
-    from fsm_agent.cli.diagram import load_table
-
     host: str = DEFAULT_HOST if args.host is None else args.host
     try:
-        table = load_table(args.table)
+        hosts = _hosts(host, args.allowed_hosts)
+        table = _table(args.table)
         store = _open(args.store)
     except SetupError as exc:
         print(f"error: ui: {exc}", file=sys.stderr)
-        return EXIT_SETUP
-    except (ValueError, TypeError, ImportError, AttributeError) as exc:
-        print(f"error: ui: --table: {exc}", file=sys.stderr)
         return EXIT_SETUP
     try:
         server = bind(host, args.port)
@@ -142,13 +185,17 @@ def main(args: argparse.Namespace) -> int:
         store,
         table=table,
         allow_decisions=args.allow_decisions,
-        hosts=answered_hosts(host),
+        hosts=hosts,
         store_name=args.store if not args.store.startswith("postgres") else "PostgreSQL",
     )
     mode = "decisions allowed" if args.allow_decisions else "read-only"
     if not is_loopback(host):
-        print(f"warning: ui: serving on {host}: anyone who can reach it sees every run ({mode})", file=sys.stderr)
-    print(f"fsm_agent ui: {url_of(server)} ({mode}); Ctrl-C stops", flush=True)
+        names = ", ".join(hosts[len(LOOPBACK) :])
+        warning = f"warning: ui: serving on {host} as {names}: anyone who can reach it sees every run ({mode})"
+        print(warning, file=sys.stderr)
+    # On every interface the bound address is no name a browser may use: show the first one named instead.
+    shown = url_of(server, _name(args.allowed_hosts[0]) if host in WILDCARDS else None)
+    print(f"fsm_agent ui: {shown} ({mode}); Ctrl-C stops", flush=True)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
     try:
         uvicorn.Server(config).run(sockets=[server])

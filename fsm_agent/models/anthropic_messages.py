@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
 from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
-from fsm_agent.models.replies import decoded_input, reply_items, reply_text, token_count, tool_failed
+from fsm_agent.models.replies import (
+    ProviderResponse,
+    check_body,
+    check_read,
+    decoded_input,
+    reply_items,
+    reply_text,
+    token_count,
+    tool_failed,
+    wire_safe,
+)
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
@@ -137,9 +147,11 @@ def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
     them back.  A refusal without text gets the provider's explanation as
     its text, so the user sees why.
     """
+    check_body(message)
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[ToolCall] = []
+    unread: list[str] = []
     blocks = reply_items(getattr(message, "content", None), "content")
     for i, block in enumerate(blocks):
         kind = getattr(block, "type", None)
@@ -153,9 +165,12 @@ def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
             call_id = reply_text(getattr(block, "id", None), f"content[{i}].id")
             name = reply_text(getattr(block, "name", None), f"content[{i}].name")
             calls.append(decoded_input(call_id, name, getattr(block, "input", None)))
+        else:
+            unread.append(f"content[{i}] of type {kind!r}")
     # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
-    reason = getattr(message, "stop_reason", None)
-    stop_reason = STOP_REASONS.get(reply_text(reason, "stop_reason", nullable=True), str(reason))
+    raw = getattr(message, "stop_reason", None)
+    reason = reply_text(raw, "stop_reason", nullable=True)
+    stop_reason = STOP_REASONS.get(reason, str(raw))
     text = "".join(texts)
     details = getattr(message, "stop_details", None)
     if stop_reason == "refusal" and not text and details is not None:
@@ -166,7 +181,9 @@ def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
         payload = json.dumps([block.to_dict(mode="json") for block in blocks], ensure_ascii=False)
         kept = ProviderData(PROVIDER, payload, "\n\n".join(thoughts))
     reply = Message("assistant", text, calls, provider_data=kept)
-    return ModelResponse(reply, stop_reason, _usage(getattr(message, "usage", None)))
+    check_read("content", unread, reply, stop_reason)
+    usage = _usage(getattr(message, "usage", None))
+    return ProviderResponse(reply, stop_reason, usage, finish_reason=reason or None)
 
 
 class AnthropicModel(ProviderModel):
@@ -225,7 +242,7 @@ class AnthropicModel(ProviderModel):
         if tools:
             request["tools"] = to_anthropic_tools(tools)
         request.update(self.params)
-        return request
+        return wire_safe(request)
 
     def parse(self, response: Any) -> ModelResponse:
         """The engine's view of one Messages API ``Message``."""

@@ -13,13 +13,17 @@ in a run) and never sends it, since the API pairs such calls and responses
 by name and order.  The wire format both ways, and the finish-reason mapping
 ``FINISH_REASONS``, are in :mod:`fsm_agent.models.gemini_wire`.  The
 SDK retries 408, 429 and 5xx answers and connection errors, ``max_retries``
-times (default 2).
+times (default 2); it ignores ``Retry-After``, so on a client the adapter
+builds, each retry waits as long as the server asked (up to two minutes;
+asked for longer, the error goes out at once), as the other SDKs do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,6 +37,8 @@ from fsm_agent.models.gemini_wire import (
 )
 from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
 from fsm_agent.models.redaction import clean_key, redacted
+from fsm_agent.models.replies import not_json, wire_safe
+from fsm_agent.models.retry_after import MAX_RETRY_AFTER, server_delay
 from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
@@ -53,6 +59,8 @@ class GeminiModel(ProviderModel):
     never closed here; ``acomplete`` uses its ``aio`` side.  ``params`` are
     ``GenerateContentConfig`` fields added to every request
     (``thinking_config``, ``temperature``, ``max_output_tokens``, ...).
+    The client built here waits as long as a ``Retry-After`` asks before a
+    retry, as the other SDKs do; a client passed in retries as configured.
     Without the ``google-genai`` package this raises ``ImportError`` saying
     how to install it.  Keys and errors are handled as for the other
     adapters (:mod:`fsm_agent.models.redaction`).
@@ -100,7 +108,9 @@ class GeminiModel(ProviderModel):
             timeout=None if options.get("timeout") is None else int(options["timeout"] * 1000),
             retry_options=types.HttpRetryOptions(attempts=retries + 1),
         )
-        return self._sdk.Client(api_key=options.get("api_key"), vertexai=False, http_options=http)
+        client = self._sdk.Client(api_key=options.get("api_key"), vertexai=False, http_options=http)
+        _honour_retry_after(client._api_client, self)  # noqa: SLF001 - the SDK's retries have no public hook
+        return client
 
     def _new_async_client(self) -> Any:
         return self.client.aio
@@ -113,7 +123,17 @@ class GeminiModel(ProviderModel):
     def _client_credential(self, client: Any, name: str) -> Any:
         return getattr(client._api_client, name, None)  # noqa: SLF001 - no public accessor
 
+    # How a retry waits: methods, so a test can record the waits instead of waiting them.
+    def _pause(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    async def _apause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
     def _failure(self, exc: Exception) -> Exception:
+        if isinstance(exc, json.JSONDecodeError):
+            # The SDK parses the body itself: a page that is not JSON (a proxy's, with status 200) is shown as such.
+            exc = not_json(exc.doc)
         failure = redacted(exc, self._secrets())
         # Recent SDKs send through httpx2, a fork with the same exception tree, so the class names are compared.
         kinds = {cls.__name__ for cls in type(exc).__mro__ if cls.__module__.startswith("httpx")}
@@ -134,9 +154,10 @@ class GeminiModel(ProviderModel):
             config["system_instruction"] = system
         if tools:
             config["tools"] = to_gemini_tools(tools)
+        plain = wire_safe({"contents": contents, "config": config})
         # Built from Gemini's own JSON so a thought signature's base64 is read as the bytes it stands for.
-        built = [types.Content.model_validate_json(json.dumps(c)) for c in contents]
-        return {"model": self.model, "contents": built, "config": types.GenerateContentConfig(**config)}
+        built = [types.Content.model_validate_json(json.dumps(c)) for c in plain["contents"]]
+        return {"model": self.model, "contents": built, "config": types.GenerateContentConfig(**plain["config"])}
 
     def parse(self, response: Any) -> ModelResponse:
         """The engine's view of one ``GenerateContentResponse``."""
@@ -187,3 +208,47 @@ class GeminiModel(ProviderModel):
         if self._owns_client:
             await self.client.aio.aclose()
         self.close()
+
+
+def _asked(state: Any) -> float | None:
+    """The wait the failed attempt's answer asked for (its ``Retry-After``), if any."""
+    outcome = state.outcome
+    error = outcome.exception() if outcome is not None and outcome.failed else None
+    return server_delay(getattr(getattr(error, "response", None), "headers", None))
+
+
+def _asked_or(backoff: Callable[[Any], float]) -> Callable[[Any], float]:
+    """A tenacity wait: what the server asked for, when it asked for a wait the retry honours, else ``backoff``."""
+
+    def wait(state: Any) -> float:
+        delay = _asked(state)
+        return delay if delay is not None and 0 < delay <= MAX_RETRY_AFTER else backoff(state)
+
+    return wait
+
+
+def _unless_asked_too_long(retriable: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A tenacity retry test: ``retriable``, except when the server asked for a wait past ``MAX_RETRY_AFTER``."""
+
+    def retry(state: Any) -> bool:
+        delay = _asked(state)
+        return retriable(state) and (delay is None or delay <= MAX_RETRY_AFTER)
+
+    return retry
+
+
+def _honour_retry_after(api: Any, model: GeminiModel) -> None:
+    """Make the SDK's retries (tenacity's, sync and async) wait as long as the server asked, through ``model``.
+
+    Which answers are retried, and how often, stays the SDK's; only the wait
+    changes: the server's ``Retry-After`` when it gave one, else the SDK's
+    backoff, and no retry when it asked for more than ``MAX_RETRY_AFTER``.
+    The wait is cut short by the run's deadline: the async driver cancels
+    it; the sync driver stops the run and leaves the call behind.
+    """
+    # Looked up at each wait, so the model's _pause and _apause can be swapped after the client is built.
+    sleeps = {"_retry": lambda s: model._pause(s), "_async_retry": lambda s: model._apause(s)}  # noqa: SLF001
+    for name, sleep in sleeps.items():
+        retrying = getattr(api, name)
+        wait, retry = _asked_or(retrying.wait), _unless_asked_too_long(retrying.retry)
+        setattr(api, name, retrying.copy(wait=wait, retry=retry, sleep=sleep))

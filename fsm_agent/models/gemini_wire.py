@@ -17,8 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
+from fsm_agent.core.ledger import MAX_NESTING, nests_deeper
 from fsm_agent.models.replies import (
     MalformedReplyError,
+    ProviderResponse,
+    check_read,
     decoded_input,
     reply_items,
     reply_text,
@@ -182,8 +185,10 @@ def _blocked(response: Any) -> ModelResponse:
     if reason is None:
         raise MalformedReplyError("candidates", "is empty and no promptFeedback.blockReason says why")
     explanation = reply_text(getattr(feedback, "block_reason_message", None), "promptFeedback", nullable=True)
-    text = explanation or f"the prompt was blocked: {getattr(reason, 'value', reason)}"
-    return ModelResponse(Message("assistant", text), "refusal", _usage(getattr(response, "usage_metadata", None)))
+    blocked = str(getattr(reason, "value", reason))
+    text = explanation or f"the prompt was blocked: {blocked}"
+    usage = _usage(getattr(response, "usage_metadata", None))
+    return ProviderResponse(Message("assistant", text), "refusal", usage, finish_reason=blocked)
 
 
 def from_gemini_response(response: Any) -> ModelResponse:
@@ -201,15 +206,19 @@ def from_gemini_response(response: Any) -> ModelResponse:
     reason = reply_text(getattr(finish, "value", finish), "candidates[0].finishReason", nullable=True)
     content = getattr(candidate, "content", None)
     parts = reply_items(getattr(content, "parts", None), "candidates[0].content.parts")
+    _check_nesting(parts)
     key = _response_key(response)
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[ToolCall] = []
+    unread: list[str] = []
     for i, part in enumerate(parts):
         field = f"candidates[0].content.parts[{i}]"
         text = reply_text(getattr(part, "text", None), f"{field}.text", nullable=True)
         (thoughts if getattr(part, "thought", None) else texts).append(text)
         call = getattr(part, "function_call", None)
+        if call is None and getattr(part, "text", None) is None:
+            unread.extend(_unread(part, field))
         if call is not None:
             name = reply_text(getattr(call, "name", None), f"{field}.functionCall.name")
             call_id = _call_id(getattr(call, "id", None), key, len(calls), f"{field}.functionCall.id")
@@ -229,7 +238,37 @@ def from_gemini_response(response: Any) -> ModelResponse:
     if any(getattr(p, "thought_signature", None) is not None or getattr(p, "thought", None) for p in parts):
         kept = ProviderData(PROVIDER, json.dumps([_wire(p) for p in parts], ensure_ascii=False), "".join(thoughts))
     reply = Message("assistant", "".join(texts), calls, provider_data=kept)
-    return ModelResponse(reply, stop_reason, _usage(getattr(response, "usage_metadata", None)))
+    check_read("candidates[0].content.parts", unread, reply, stop_reason)
+    usage = _usage(getattr(response, "usage_metadata", None))
+    return ProviderResponse(reply, stop_reason, usage, finish_reason=reason or None)
+
+
+def _check_nesting(parts: list[Any]) -> None:
+    """Refuse function call arguments nested past the engine's limit, before anything walks them recursively.
+
+    Dumping the reply (for its digest, or to keep signed parts) and building
+    the next request both recurse through the arguments; the engine would
+    refuse them anyway, so they are refused here once, by name.
+    """
+    for i, part in enumerate(parts):
+        args = getattr(getattr(part, "function_call", None), "args", None)
+        if nests_deeper(args, MAX_NESTING):
+            field = f"candidates[0].content.parts[{i}].functionCall.args"
+            raise MalformedReplyError(field, f"nests deeper than {MAX_NESTING} levels")
+
+
+_CARRIERS = {"thought", "thoughtSignature"}
+"""Fields of a part that only mark or sign it: a part of nothing else carries a signature, not content."""
+
+
+def _unread(part: Any, field: str) -> list[str]:
+    """What a part without text or a function call holds, for the error if the reply holds nothing else."""
+    held = [name for name in part.model_dump(by_alias=True, exclude_none=True) if name not in _CARRIERS]
+    if held:
+        return [f"{field} with {', '.join(held)}"]
+    # The SDK drops the fields it does not know, so a part of a newer kind arrives empty.
+    marked = getattr(part, "thought", None) or getattr(part, "thought_signature", None) is not None
+    return [] if marked else [f"{field} with nothing the SDK could read"]
 
 
 def hand_on(chunk: Any, on_text: Callable[[str], None]) -> None:

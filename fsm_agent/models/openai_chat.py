@@ -17,11 +17,14 @@ from fsm_agent import Message, ModelResponse, ToolCall, Usage
 from fsm_agent.models.openai_client import OpenAIClientModel
 from fsm_agent.models.replies import (
     MalformedReplyError,
+    ProviderResponse,
+    check_body,
     decode_arguments,
     encode_arguments,
     reply_items,
     reply_text,
     token_count,
+    wire_safe,
 )
 from fsm_agent.tools import JSONSchema
 
@@ -110,11 +113,15 @@ def _usage(usage: Any) -> Usage | None:
 
 def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
     """The engine's view of a Chat Completions response (its first choice); ``MalformedReplyError`` if it is junk."""
+    check_body(completion)
     choices = reply_items(getattr(completion, "choices", None), "choices")
     if not choices:
-        raise MalformedReplyError("choices", "is empty")
+        raise MalformedReplyError("choices", "is missing or empty")
     choice = choices[0]
-    message = choice.message
+    message = getattr(choice, "message", None)
+    if message is None:
+        # Read as a message, null would pass for an empty answer.
+        raise MalformedReplyError("choices[0].message", "is missing or null")
     finish_reason = getattr(choice, "finish_reason", None)
     # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
     reason = reply_text(finish_reason, "choices[0].finish_reason", nullable=True)
@@ -129,7 +136,8 @@ def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
         text = text or refusal
     elif stop_reason == "end_turn" and calls:
         stop_reason = "tool_use"
-    return ModelResponse(Message("assistant", text, calls), stop_reason, _usage(getattr(completion, "usage", None)))
+    usage = _usage(getattr(completion, "usage", None))
+    return ProviderResponse(Message("assistant", text, calls), stop_reason, usage, finish_reason=reason or None)
 
 
 def _stream_state() -> Any:
@@ -164,7 +172,7 @@ class OpenAIChatModel(OpenAIClientModel):
             # An empty tools list is rejected by the API; no tools means leaving the key out.
             request["tools"] = to_openai_tools(tools)
         request.update(self.params)
-        return request
+        return wire_safe(request)
 
     def parse(self, response: Any) -> ModelResponse:
         """The engine's view of one ``ChatCompletion``."""

@@ -25,11 +25,15 @@ from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
 from fsm_agent.models.openai_client import OpenAIClientModel
 from fsm_agent.models.replies import (
     MalformedReplyError,
+    ProviderResponse,
+    check_body,
+    check_read,
     decode_arguments,
     encode_arguments,
     reply_items,
     reply_text,
     token_count,
+    wire_safe,
 )
 from fsm_agent.tools import JSONSchema
 
@@ -109,15 +113,16 @@ def _usage(usage: Any) -> Usage | None:
     return Usage(token_count(usage, "input_tokens"), token_count(usage, "output_tokens"))
 
 
-def _stop_reason(response: Any, has_calls: bool) -> str:
+def _stop_reason(response: Any, has_calls: bool) -> tuple[str, str | None]:
+    """The engine's stop reason, and the provider's own: the status, or why it is incomplete."""
     status = reply_text(getattr(response, "status", None), "status", nullable=True)
     if status == "completed":
-        return "tool_use" if has_calls else "end_turn"
+        return ("tool_use" if has_calls else "end_turn"), status
     if status == "incomplete":
         details = getattr(response, "incomplete_details", None)
         reason = reply_text(getattr(details, "reason", None), "incomplete_details.reason", nullable=True)
-        return INCOMPLETE_REASONS.get(reason, f"incomplete: {reason or 'no reason given'}")
-    return status or "no status"
+        return INCOMPLETE_REASONS.get(reason, f"incomplete: {reason or 'no reason given'}"), reason or status
+    return status or "no status", status or None
 
 
 def from_response(response: Any) -> ModelResponse:
@@ -130,10 +135,12 @@ def from_response(response: Any) -> ModelResponse:
     are its readable ``thinking``, never the answer.  A refusal part makes
     the reply a refusal, with the refusal as its text if it has none.
     """
+    check_body(response)
     texts: list[str] = []
     refusals: list[str] = []
     thoughts: list[str] = []
     calls: list[ToolCall] = []
+    unread: list[str] = []
     items = reply_items(getattr(response, "output", None), "output")
     for i, item in enumerate(items):
         kind = getattr(item, "type", None)
@@ -143,16 +150,21 @@ def from_response(response: Any) -> ModelResponse:
         elif kind == "message":
             for j, part in enumerate(reply_items(getattr(item, "content", None), f"output[{i}].content")):
                 field = f"output[{i}].content[{j}]"
-                if getattr(part, "type", None) == "output_text":
+                part_kind = getattr(part, "type", None)
+                if part_kind == "output_text":
                     texts.append(reply_text(getattr(part, "text", None), f"{field}.text"))
-                elif getattr(part, "type", None) == "refusal":
+                elif part_kind == "refusal":
                     refusals.append(reply_text(getattr(part, "refusal", None), f"{field}.refusal"))
+                else:
+                    unread.append(f"{field} of type {part_kind!r}")
         elif kind == "function_call":
             call_id = reply_text(getattr(item, "call_id", None), f"output[{i}].call_id")
             name = reply_text(getattr(item, "name", None), f"output[{i}].name")
             arguments = reply_text(getattr(item, "arguments", None), f"output[{i}].arguments", nullable=True)
             calls.append(decode_arguments(call_id, name, arguments))
-    stop_reason = _stop_reason(response, bool(calls))
+        else:
+            unread.append(f"output[{i}] of type {kind!r}")
+    stop_reason, finish_reason = _stop_reason(response, bool(calls))
     text = "".join(texts)
     if refusals:
         stop_reason = "refusal"
@@ -163,7 +175,9 @@ def from_response(response: Any) -> ModelResponse:
         payload = json.dumps([item.to_dict(mode="json") for item in items], ensure_ascii=False)
         kept = ProviderData(PROVIDER, payload, "\n\n".join(thoughts))
     reply = Message("assistant", text, calls, provider_data=kept)
-    return ModelResponse(reply, stop_reason, _usage(getattr(response, "usage", None)))
+    check_read("output", unread, reply, stop_reason)
+    usage = _usage(getattr(response, "usage", None))
+    return ProviderResponse(reply, stop_reason, usage, finish_reason=finish_reason)
 
 
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -221,7 +235,7 @@ class OpenAIResponsesModel(OpenAIClientModel):
         if tools:
             request["tools"] = to_responses_tools(tools)
         request.update(self.params)
-        return request
+        return wire_safe(request)
 
     def parse(self, response: Any) -> ModelResponse:
         """The engine's view of one Responses API ``Response``."""

@@ -1,15 +1,18 @@
 """What a well-formed provider reply holds, checked where each adapter reads one, and the tool-call wire rules.
 
 Each rule that every provider must agree on lives here once: which tool
-results count as failed, and what becomes of argument text that is not a
-JSON object.
+results count as failed, what becomes of argument text that is not a JSON
+object, and what text can go out (``wire_safe``: half an emoji cannot).
 
 A reply with no usage at all is counted as zero tokens; a usage object that
 is there must hold each count the adapter reads as an integer >= 0
 (missing, null, a string, a float, NaN, infinity, a bool or a negative
 number is malformed: a count half there is not taken for zero, since it
 would quietly switch ``token_budget`` off).  Tool call ids and names, and
-texts, must be strings.  A malformed reply is a ``MalformedReplyError`` (a
+texts, must be strings.  A body that is not JSON, and a reply whose only
+content is of kinds the adapter does not read (under a stop reason that
+reads as an answer), are malformed too: they would pass for an empty
+answer.  A malformed reply is a ``MalformedReplyError`` (a
 ``ValueError``) naming the field, so the run stops with ``model_error``
 instead of failing later on the junk; the adapter returns nothing, so that
 reply is not in the run's messages.  (The openai SDK turns a numeric string
@@ -20,10 +23,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from fsm_agent import Message, ToolCall
+import attrs
+
+from fsm_agent import Message, ModelResponse, ToolCall
+
+
+@attrs.frozen
+class ProviderResponse(ModelResponse):
+    """A ``ModelResponse`` that also keeps the provider's own finish signal, as the reply said it.
+
+    ``stop_reason`` is the engine's word for it; tracing reports this one
+    (``gen_ai.response.finish_reasons``), as the GenAI conventions ask:
+    ``"tool_calls"`` for OpenAI, ``"STOP"`` for Gemini.  ``None`` where the
+    reply gave none.
+    """
+
+    finish_reason: str | None = attrs.field(default=None, kw_only=True)
 
 
 class MalformedReplyError(ValueError):
@@ -41,6 +59,39 @@ class MalformedReplyError(ValueError):
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def not_json(body: str | bytes) -> MalformedReplyError:
+    """The error for a reply body that is not JSON (a proxy's error page sent with status 200), showing it."""
+    return MalformedReplyError("response body", f"is not JSON: {_shown(body)}")
+
+
+def check_body(response: Any) -> None:
+    """Refuse a reply that is text: the Stainless SDKs hand a body they cannot read as JSON on as its text.
+
+    Read field by field, that text would pass for an empty reply ("choices is
+    empty", or an answer of nothing).
+    """
+    if isinstance(response, str | bytes):
+        raise not_json(response)
+
+
+ANSWERS = ("end_turn", "stop_sequence", "tool_use")
+"""The stop reasons under which a reply is taken for the model's answer or its tool calls."""
+
+
+def check_read(field: str, unread: Sequence[str], reply: Message, stop_reason: str) -> None:
+    """Refuse a reply that would pass for an empty answer although content arrived that the adapter does not read.
+
+    Content the engine's conversation has no place for (a server tool's
+    block, an image, a kind newer than the adapter) is dropped beside text or
+    tool calls.  Alone, under a stop reason that reads as an answer, dropping
+    it would end the run ``done`` with an empty answer, so the reply is
+    refused instead, ``unread`` saying what arrived.
+    """
+    if unread and not reply.content and not reply.tool_calls and stop_reason in ANSWERS:
+        shown = ", ".join(unread)
+        raise MalformedReplyError(field, f"holds no text or tool call, only what this adapter does not read: {shown}")
 
 
 def reply_text(value: Any, field: str, *, nullable: bool = False) -> str:
@@ -104,6 +155,44 @@ def encode_arguments(call: ToolCall) -> str:
     if call.raw_arguments is not None:
         return call.raw_arguments
     return json.dumps(call.arguments, ensure_ascii=False)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def wire_text(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a split surrogate pair joined, a lone surrogate (half an emoji) as U+FFFD.
+
+    The run's record keeps what the model or tool produced, exactly; only
+    the copy sent to the provider is changed, since no SDK can encode a
+    lone surrogate and the run would stop at its next model call.
+    """
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def wire_safe(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` with every string in it (keys included) made ``wire_text``; the same object when none needed it."""
+    cleaned: dict[str, Any] = _wire_value(request)
+    return cleaned
+
+
+def _wire_value(value: Any) -> Any:
+    # Recursive: a request nests as deep as the tool arguments in it, which the engine bounds.
+    if isinstance(value, str):
+        return wire_text(value)
+    if isinstance(value, dict):
+        cleaned = {wire_text(k) if isinstance(k, str) else k: _wire_value(v) for k, v in value.items()}
+        pairs = zip(value.items(), cleaned.items(), strict=False)  # fewer when two keys were cleaned alike
+        same = len(cleaned) == len(value) and all(a is b and c is d for (a, c), (b, d) in pairs)
+        return value if same else cleaned
+    if isinstance(value, list | tuple):
+        items = [_wire_value(item) for item in value]
+        if all(a is b for a, b in zip(value, items, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
 # The line ToolRegistry appends to output it cut at max_output_chars; what comes before it is the start of the text.

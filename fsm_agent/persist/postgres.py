@@ -134,7 +134,8 @@ class PostgresStore(PlannedStore):
                         conn.execute(statement)
                     conn.execute("INSERT INTO fsm_agent_schema (version) VALUES (%s)", (number,))
         except psycopg.Error as exc:
-            raise StoreError(self._where, str(exc)) from None
+            # psycopg quotes a connection string it cannot parse whole, password and all.
+            raise StoreError(self._where, str(exc).replace(self.dsn, self._where)) from None
 
     def _sync_pool(self) -> ConnectionPool:
         pool = self._pool

@@ -62,6 +62,15 @@ class StoredRun:
     steps: int = 0
     tokens: int = 0
 
+    @property
+    def tool_calls(self) -> int:
+        """The tool calls the run made: its ``Step`` records (``steps``) are one per call, plus a finished run's answer.
+
+        What a listing shows: "steps" as a count means model turns (what
+        ``max_steps`` counts), which a listing does not keep.
+        """
+        return max(self.steps - (self.state == "Done"), 0)
+
 
 @attrs.frozen
 class Summary:

@@ -28,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fsm_agent import TABLE, DecisionError, Table
+from fsm_agent import TABLE, DecisionError, SnapshotError, Table
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
 from fsm_agent.ui.replay import digest
 
@@ -79,14 +79,15 @@ class Guard:
 
     def __init__(self, app: ASGIApp, hosts: Sequence[str] | None) -> None:
         self.app = app
-        self.hosts = None if hosts is None else frozenset(hosts)
+        # Lower case on both sides: browsers send the name lower case, whatever case it was typed in.
+        self.hosts = None if hosts is None else frozenset(host.lower() for host in hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-        if self.hosts is not None and _host_of(host) not in self.hosts:
+        if self.hosts is not None and _host_of(host).lower() not in self.hosts:
             refused = JSONResponse({"error": f"this viewer does not answer to host {host!r}"}, status_code=421)
             await refused(scope, receive, send)
             return
@@ -116,9 +117,14 @@ def create_app(
     """The viewer over ``store``: pages ``/`` (the runs) and ``/run?id=`` (one run), the API under ``/api``.
 
     ``table`` is the machine the runs are drawn over; ``hosts`` the names
-    the viewer answers to (None: any, for a viewer bound to every
-    interface); ``poll`` how often (seconds) a followed run is read again.
+    the viewer answers to (None: any, which only a read-only viewer may do:
+    a decision's Origin check means something only while ``Host`` is checked);
+    ``poll`` how often (seconds) a followed run is read again.
     """
+    if allow_decisions and hosts is None:
+        # A DNS-rebound page is its own origin on any Host: with every Host answered, it could decide.
+        msg = "allow_decisions needs the host names the viewer answers to (hosts), not None (any host)"
+        raise ValueError(msg)
     drawing: list[bytes] = []
 
     async def page(request: Request) -> Response:
@@ -163,7 +169,7 @@ def create_app(
                 "reason": run.reason,
                 "paused": run.paused,
                 "updated": run.updated,
-                "steps": getattr(run, "steps", None),
+                "tool_calls": getattr(run, "tool_calls", None),
                 "tokens": getattr(run, "tokens", None),
             }
             for run in found[:PAGE_SIZE]
@@ -176,6 +182,8 @@ def create_app(
             data = await run_in_threadpool(store.load, run_id)
         except KeyError:
             return _error(f"no run {run_id!r} in this store", 404)
+        except SnapshotError as exc:  # the run is there, but its stored row is not what a store writes
+            return _error(str(exc), 422)
         return JSONResponse(digest(run_id, data, table))
 
     async def events(request: Request) -> Response:
@@ -206,6 +214,8 @@ def create_app(
             data = await run_in_threadpool(_record, store, run_id, call_id, True if approve else (why or False))
         except KeyError:
             return _error(f"no run {run_id!r} in this store", 404)
+        except SnapshotError as exc:
+            return _error(str(exc), 422)
         except ValueError as exc:
             return _error(str(exc), 409)
         return JSONResponse(digest(run_id, data, table))
@@ -233,7 +243,7 @@ def _record(store: Runs, run_id: str, call_id: str, decision: bool | str) -> dic
     """
     try:
         return store.decide(run_id, call_id, decision)
-    except (KeyError, DecisionError):
+    except (KeyError, DecisionError, SnapshotError):
         raise
     except Exception as exc:  # whichever store failed (a live lease, a locked file, a lost server), say so
         msg = f"the decision could not be saved: {type(exc).__name__}: {exc}"
@@ -249,6 +259,9 @@ async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Cal
             data = await run_in_threadpool(store.load, run_id)
         except KeyError:
             yield "event: gone\ndata: {}\n\n"
+            return
+        except SnapshotError as exc:
+            yield f"event: corrupted\ndata: {json.dumps({'error': str(exc)}, ensure_ascii=False)}\n\n"
             return
         key = (
             data.get("state"),

@@ -78,7 +78,7 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
     cursor = len(messages) if first_reply is None else first_reply
     counters: dict[str, Any] | None = None
     counted_from = ""
-    turn = 0
+    turn = made = 0
     out: list[dict[str, Any]] = []
     for position, entry in enumerate(trace):
         start = cursor
@@ -95,7 +95,8 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
                 call = calls.get(result.get("tool_call_id") or "")
             step = next(tool_steps, None)
             if step is not None:
-                counters, counted_from = step.get("counters"), f"after tool step {step.get('index', '?')}"
+                made += 1  # a step's index is its model turn, shared by the turn's calls: the call is numbered
+                counters, counted_from = step.get("counters"), f"after tool call {made}"
         elif entry.dest == State.Done:
             step = next(final_steps, None)
             if step is not None:
@@ -173,6 +174,8 @@ def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str,
         "approvals": data.get("approvals") or {},
         "counters": counters,
         "tokens": int(raw.get("input_tokens", 0)) + int(raw.get("output_tokens", 0)),
-        "steps": len(data.get("steps") or []),
+        # A step is a model turn, as max_steps counts them; the snapshot's Step records are calls and the answer.
+        "steps": int(raw.get("turns", 0)),
+        "tool_calls": int(raw.get("tool_calls", 0)),
         "moments": moments(data, table),
     }

@@ -86,7 +86,7 @@ async function listPage() {
         run.paused ? el("span", { class: "badge awaiting", text: "awaiting approval" }) : null,
       ),
       el("td", { class: "reason", text: run.reason || "—" }),
-      el("td", { class: "num", text: run.steps ?? "—" }),
+      el("td", { class: "num", text: run.tool_calls ?? "—" }),
       el("td", { class: "num", text: run.tokens ?? "—" }),
       el("td", { class: "age", title: new Date(run.updated * 1000).toISOString(), text: age(data.now - run.updated) }),
     ),
@@ -97,7 +97,13 @@ async function listPage() {
     el(
       "thead",
       {},
-      el("tr", {}, ["run", "state", "reason", "steps", "tokens", "updated"].map((h) => el("th", { class: `col-${h}`, text: h }))),
+      el(
+        "tr",
+        {},
+        [["run", "run"], ["state", "state"], ["reason", "reason"], ["tool_calls", "tool calls"], ["tokens", "tokens"], ["updated", "updated"]].map(
+          ([key, h]) => el("th", { class: `col-${key}`, text: h }),
+        ),
+      ),
     ),
     el("tbody", {}, rows),
   );
@@ -336,7 +342,8 @@ async function renderRun(run) {
       el("span", { class: `badge status-${status}`, id: "status-badge", text: status }),
       ` state ${run.state}`,
       run.reason ? `, reason ${run.reason}` : "",
-      `, ${run.steps} steps, ${run.tokens} tokens, ${run.moments.length} transitions`,
+      // Steps are model turns, as in the counters below (max_steps); tool calls are counted on their own.
+      `, ${run.steps} steps, ${run.tool_calls} tool calls, ${run.tokens} tokens, ${run.moments.length} transitions`,
     ),
   );
   const final = run.final ? el("section", { class: "final" }, el("h2", { text: "Final text" }), el("pre", { class: "text", id: "final", text: run.final })) : null;
