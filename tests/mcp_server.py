@@ -1,9 +1,13 @@
-"""A real MCP server for the tests, written with the SDK: ``python tests/mcp_server.py [stdio | http PORT]``.
+"""A real MCP server for the tests, written with the SDK: ``python tests/mcp_server.py [http PORT [json] | names]``.
 
 Its tools cover what the client side must map: plain text, structured
 content, an error result, an image, a tool with side effects (counted in the
 file named by ``FSM_AGENT_TEST_COUNTS``, so a test can see how often it
-really ran) and a tool that kills the server mid-call.
+really ran), a tool that kills the server mid-call and one whose answer is as
+big as asked.  Without arguments it speaks over stdio; ``http PORT json``
+answers each request with plain JSON instead of an event stream.
+``names [reversed]`` is another server: tools with legal MCP names that meet
+once made acceptable to providers, listed in either order.
 """
 
 from __future__ import annotations
@@ -72,8 +76,36 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.tool(structured_output=False)  # text only: the answer is ``size`` characters and its JSON-RPC envelope
+def flood(size: int) -> str:
+    """A text of ``size`` characters, to go over a cap on the size of a result."""
+    return "x" * size
+
+
+CLASHING_NAMES = ["a.b", "a_b", "t" * 64 + "_alpha", "t" * 64 + "_gamma", "ü", "ö"]
+"""Legal MCP tool names that meet when made acceptable to providers (1-64 letters, digits, ``_``, ``-``)."""
+
+
+def _says(name: str) -> Any:
+    def say() -> str:
+        return name
+
+    return say
+
+
+def name_server(names: list[str]) -> MCPServer:
+    """A server whose tools are called ``names``; each answers with its own name, so a test sees which one ran."""
+    named = MCPServer("fsm-agent-test-names")
+    for name in names:
+        named.add_tool(_says(name), name=name, description=f"Says {name!r}.")
+    return named
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        json_response = sys.argv[3:4] == ["json"]
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), json_response=json_response)
+    elif sys.argv[1:2] == ["names"]:
+        name_server(CLASHING_NAMES[::-1] if sys.argv[2:3] == ["reversed"] else CLASHING_NAMES).run("stdio")
     else:
         server.run("stdio")

@@ -1,13 +1,17 @@
 """Tools from MCP servers: a real server written with the SDK (``tests/mcp_server.py``), over stdio and over HTTP.
 
 Nothing of the SDK is mocked: the server runs as a subprocess, and the
-client side is ``fsm_agent.mcp`` on the SDK's own client.
+client side is ``fsm_agent.mcp`` on the SDK's own client session (over stdio,
+on the package's own transport).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
+import logging
 import os
 import re
 import socket
@@ -25,6 +29,7 @@ import mcp_types
 
 from fsm_agent import Agent, AgentLoopError, ToolCall, ToolRegistry
 from fsm_agent.mcp import McpTools, http_tools, stdio_tools, tool_message
+from fsm_agent.mcp.stdio import Lines, Skipped, answered_id
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 SERVER = Path(__file__).parent / "mcp_server.py"
@@ -62,15 +67,13 @@ def _free_port() -> int:
     return port
 
 
-@pytest.fixture
-def http_process(counts: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """The test server over streamable HTTP on a loopback port: its MCP endpoint URL and its process."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)  # a proxy must never see loopback test traffic
+@contextlib.contextmanager
+def serving_http(counts: Path, *mode: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The test server over streamable HTTP on a loopback port (``mode``: ``json`` for plain JSON answers)."""
     port = _free_port()
     env = {**os.environ, **server_env(counts)}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # uvicorn logs every request
-    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)], env=env, **quiet)
+    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port), *mode], env=env, **quiet)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -87,6 +90,20 @@ def http_process(counts: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
 
 
 @pytest.fixture
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy must never see loopback test traffic."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def http_process(counts: Path, no_proxy: None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The test server over streamable HTTP on a loopback port: its MCP endpoint URL and its process."""
+    with serving_http(counts) as served:
+        yield served
+
+
+@pytest.fixture
 def http_server(http_process: tuple[str, subprocess.Popen[bytes]]) -> str:
     """The HTTP test server's MCP endpoint URL."""
     return http_process[0]
@@ -95,7 +112,7 @@ def http_server(http_process: tuple[str, subprocess.Popen[bytes]]) -> str:
 def test_stdio_registry_holds_the_servers_tools_as_listed(shared: ToolRegistry) -> None:
     """Names, descriptions and input schemas are the server's own, unchanged."""
     tools = shared
-    assert list(tools) == ["echo", "add", "forecast", "refuse", "picture", "bump", "crash"]
+    assert list(tools) == ["echo", "add", "forecast", "refuse", "picture", "bump", "crash", "flood"]
     forecast = tools.get("forecast")
     assert forecast is not None
     assert forecast.description == "A made-up forecast, as structured content."
@@ -168,12 +185,13 @@ def test_content_types_map_to_text_as_documented() -> None:
 
 
 def test_a_server_dying_mid_call_fails_that_call_and_later_ones_fast(counts: Path) -> None:
-    """The call in flight is a failure naming the server; later calls fail at once without being sent."""
+    """The call in flight is a failure naming the server and its exit code; later calls fail at once, unsent."""
     with stdio(counts) as tools:
         lost = tools.execute(ToolCall("1", "crash", {}))
         assert not lost.ok
         assert "stopped answering" in (lost.error or "")
         assert "'crash'" in (lost.error or "")
+        assert "the server process exited with code 3" in (lost.error or "")
         started = time.monotonic()
         later = tools.execute(ToolCall("2", "echo", {"text": "anyone?"}))
         assert time.monotonic() - started < 1
@@ -294,3 +312,97 @@ def test_an_http_server_that_goes_away_fails_the_call_and_later_ones_fast(
         assert f"MCP server {url}" in (lost.error or "")
         later = tools.execute(ToolCall("3", "echo", {"text": "still?"}))
         assert "was not sent" in (later.error or "")
+
+
+def suffixed(plain: str, name: str) -> str:
+    """The documented name of a tool whose safe name is too long or taken: 55 characters, ``_``, 8 hex digits."""
+    return f"{plain[:55]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def test_tool_names_that_meet_for_providers_get_unique_stable_names_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``a.b`` and ``a_b``, long names sharing 64 characters, ``ü`` and ``ö``: unique in any order, one warning."""
+    long_a, long_g = "t" * 64 + "_alpha", "t" * 64 + "_gamma"
+    expected = {  # registry name -> the server's name, which is what the tool answers with
+        "a_b": "a_b",
+        suffixed("a_b", "a.b"): "a.b",
+        suffixed(long_a, long_a): long_a,
+        suffixed(long_g, long_g): long_g,
+        suffixed("_", "ü"): "ü",
+        suffixed("_", "ö"): "ö",
+    }
+    for order in ((), ("reversed",)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING), stdio_tools(sys.executable, [str(SERVER), "names", *order]) as tools:
+            answers = {name: tools.execute(ToolCall("1", name, {})).content for name in tools}
+        assert answers == expected
+        [warning] = [record for record in caplog.records if record.name.startswith("fsm_agent")]
+        assert warning.levelno == logging.WARNING
+        for renamed, original in expected.items():
+            assert (f"{original!r} -> {renamed!r}" in warning.getMessage()) == (renamed != original)
+
+
+def test_a_result_over_max_result_bytes_is_a_tool_failure_and_the_session_goes_on(counts: Path) -> None:
+    """Over stdio, an answer bigger than the cap fails its own call, naming the cap; calls after it are answered."""
+    with stdio_tools(sys.executable, [str(SERVER)], server_env(counts), max_result_bytes=50_000) as tools:
+        assert tools.execute(ToolCall("1", "flood", {"size": 40_000})).ok
+        refused = tools.execute(ToolCall("2", "flood", {"size": 200_000}))
+        assert not refused.ok
+        assert "'flood'" in (refused.error or "")
+        assert "over max_result_bytes=50000" in (refused.error or "")
+        assert tools.execute(ToolCall("3", "echo", {"text": "still here"})).content == "still here"
+
+
+@pytest.mark.parametrize("mode", [(), ("json",)], ids=["event-stream", "plain-json"])
+def test_over_http_a_result_over_max_result_bytes_is_a_tool_failure_not_a_lost_server(
+    counts: Path, no_proxy: None, mode: tuple[str, ...]
+) -> None:
+    """Over HTTP, as an event stream or as plain JSON, an answer over the cap fails its call and the server stays."""
+    with serving_http(counts, *mode) as (url, _), http_tools(url, max_result_bytes=50_000) as tools:
+        assert tools.execute(ToolCall("1", "flood", {"size": 40_000})).ok
+        refused = tools.execute(ToolCall("2", "flood", {"size": 200_000}))
+        assert not refused.ok
+        assert "over max_result_bytes=50000" in (refused.error or "")
+        assert tools.execute(ToolCall("3", "echo", {"text": "still here"})).content == "still here"
+
+
+def test_stdout_lines_are_cut_across_chunks_and_a_skipped_answer_keeps_its_id() -> None:
+    """Lines span chunks; a line over the cap keeps only its ends, whose id is read in either SDK's key order."""
+    lines = Lines(1000)
+    assert [*lines.feed(b'{"a":1}\n{"b"'), *lines.feed(b":2}\n")] == [b'{"a":1}', b'{"b":2}']
+    big = json.dumps("x" * 5000)
+    for line, answers in [
+        (f'{{"jsonrpc":"2.0","id":7,"result":{{"text":{big}}}}}', 7),  # the Python SDK's order
+        (f'{{"result":{{"text":{big}}},"jsonrpc":"2.0","id":"r-8"}}', "r-8"),  # the TypeScript SDK's order
+        (f'{{"jsonrpc":"2.0","method":"notifications/message","params":{{"data":{big}}}}}', None),
+    ]:
+        [skipped] = [*lines.feed(line[:3000].encode()), *lines.feed(line[3000:].encode() + b"\n")]
+        assert isinstance(skipped, Skipped)
+        assert skipped.size == len(line)
+        assert answered_id(skipped) == answers
+
+
+def test_a_call_that_times_out_on_a_huge_answer_does_not_hold_up_the_next_one(counts: Path) -> None:
+    """A call timed out (or refused at the cap) while its huge answer arrives leaves the session usable at once."""
+    with stdio(counts) as tools:
+        huge = 24_000_000  # over the default cap (10 MiB); read whole, it held up every message behind it for seconds
+        assert not tools.execute(ToolCall("1", "flood", {"size": huge}), timeout=0.3).ok
+        assert tools.execute(ToolCall("2", "echo", {"text": "next"}), timeout=1).content == "next"
+
+
+def test_a_server_that_exits_at_once_is_one_line_with_its_exit_code_and_stderr(tmp_path: Path) -> None:
+    """Entering the block fails with one line: the server exited, its exit code, the last lines of its stderr."""
+    say = "import sys; print('starting', file=sys.stderr); print('bad config: no token', file=sys.stderr)"
+    script = f"{say}; sys.exit(7)"
+    with (
+        (tmp_path / "stderr.txt").open("w+") as errlog,
+        pytest.raises(ConnectionError) as info,
+        stdio_tools(sys.executable, ["-c", script], errlog=errlog),
+    ):
+        pass
+    message = str(info.value)
+    assert "\n" not in message
+    assert "exited with code 7" in message
+    assert message.endswith("starting | bad config: no token")
+    assert (tmp_path / "stderr.txt").read_text() == "starting\nbad config: no token\n"  # it still reaches errlog

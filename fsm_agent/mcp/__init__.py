@@ -1,0 +1,215 @@
+"""Tools from Model Context Protocol servers, as a ``ToolRegistry`` (optional extra: ``pip install 'fsm-agent[mcp]'``).
+
+``with stdio_tools("python", ["server.py"]) as tools:`` starts a server as a
+subprocess and talks to it over stdin/stdout; ``http_tools(url)`` connects
+to a streamable-HTTP server.  Both are also async context managers.  Either
+way the registry holds the server's tools with their descriptions and input
+schemas exactly as the server lists them, and their names too when providers
+accept them (1-64 letters, digits, ``_`` and ``-``).  Any other name has each
+other character replaced by ``_``; one that is then too long or another
+tool's name gets a hash suffix instead (``fsm_agent.mcp.names`` has the rule),
+with a warning on the ``fsm_agent.mcp`` logger.  The server is always called
+by its own name.  Merge several into one registry with
+``ToolRegistry.include`` (a clash is a ``ValueError`` naming both sources
+unless a ``prefix`` is given).
+
+Why a thread: an MCP session is async and bound to the event loop it was
+opened on, while the registry's tools are called by the sync driver (no loop,
+or a throwaway loop per call) and by the async driver (the caller's loop).
+The session therefore lives on an event loop in a thread of its own, and
+each tool call is handed to it; one registry then serves both drivers and
+any number of runs at once.
+
+What a result becomes (the tool message the model sees):
+
+- ``isError`` is a tool failure, so it counts toward ``tool_failures``: the
+  message is ``{"error": <the result's text>}``, as for a local tool's
+  failure (and the Anthropic adapter marks it ``is_error``).
+- Otherwise the content blocks, in order, one per line: text as it is; an
+  image or audio block as ``[image: image/png, 67 bytes]`` (the tool message
+  is text, so the bytes are not sent); a resource link as
+  ``[resource link: <uri> (<name>)]``; an embedded text resource as its text,
+  a binary one as ``[resource <uri>: <mime type>, N bytes]``.
+- Structured content is used, as compact JSON, only when there are no
+  content blocks: the protocol asks servers to put the same data into a text
+  block, and that text is what the server meant a model to read.
+- A result over ``max_result_bytes`` (default ``DEFAULT_MAX_RESULT_BYTES``,
+  10 MiB) is a tool failure saying so, and the session goes on.  Over stdio
+  the rest of its line is skipped unread; over HTTP the SDK stops reading an
+  event at the cap, and a plain JSON answer is checked once read.
+
+A server that dies or stops answering makes the call in flight a tool failure
+saying so (for a stdio server: its exit code and the last lines of its
+stderr); every later call to it fails at once with that reason, without
+being sent.  A server that cannot be started or connected to is a
+``ConnectionError`` when the context manager is entered, one line long (a
+stdio server that exits at once: its exit code and the last lines of its
+stderr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+from fsm_agent.tools import ToolRegistry, ToolResult
+
+try:
+    from mcp import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's own client with its MCP timeouts
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    msg = "fsm_agent.mcp needs the mcp package (2.x): pip install 'fsm-agent[mcp]'"
+    raise ImportError(msg) from exc
+
+from fsm_agent.mcp.connection import Connection, Opener, Streams
+from fsm_agent.mcp.names import provider_names, replaced
+from fsm_agent.mcp.results import tool_message
+from fsm_agent.mcp.stdio import StdioServer
+
+__all__ = ["DEFAULT_MAX_RESULT_BYTES", "McpTools", "http_tools", "stdio_tools", "tool_message"]
+
+DEFAULT_MAX_RESULT_BYTES = 10 * 1024 * 1024
+"""The default cap on one result, 10 MiB: room for a large screenshot in base64, and read in a fraction of a second.
+
+The registry's ``max_output_chars`` then cuts what the model sees; this cap
+bounds what is read at all.
+"""
+
+logger = logging.getLogger("fsm_agent.mcp")
+
+
+def _max_result_bytes(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        msg = f"max_result_bytes must be an integer >= 1, or None for no cap, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+def _caller(connection: Connection, name: str) -> Callable[..., Any]:
+    async def call_mcp_tool(**arguments: Any) -> ToolResult:
+        return await connection.call(name, arguments)
+
+    return call_mcp_tool
+
+
+class McpTools:
+    """A connection to one MCP server; ``with``/``async with`` yields its tools as a ``ToolRegistry``.
+
+    Leaving the block closes the session (and stops a stdio server); tools
+    of the registry called after that fail without being sent.  A result
+    over ``max_result_bytes`` (``None``: no cap) fails its call.
+    """
+
+    def __init__(self, source: str, opener: Opener, *, max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES) -> None:
+        self.source = source
+        self._opener = opener
+        self._max_result_bytes = _max_result_bytes(max_result_bytes)
+        self._connection: Connection | None = None
+
+    def __enter__(self) -> ToolRegistry:
+        if self._connection is not None:
+            msg = f"the connection to {self.source} is already open; make a new one for another block"
+            raise RuntimeError(msg)
+        connection = self._connection = Connection(self.source, self._opener, self._max_result_bytes)
+        listed = connection.open()
+        registry = ToolRegistry(source=self.source)
+        try:
+            self._register(registry, connection, listed)
+        except BaseException:
+            connection.close()
+            raise
+        return registry
+
+    def _register(self, registry: ToolRegistry, connection: Connection, listed: list[Any]) -> None:
+        """Each listed tool under its name for providers (``fsm_agent.mcp.names``); a hash suffix is warned of."""
+        first = {tool.name: tool for tool in reversed(listed)}  # a name listed twice: its first listing
+        names = provider_names(list(first))
+        for tool in listed:
+            if first[tool.name] is tool:
+                registry.register(
+                    _caller(connection, tool.name),
+                    name=names[tool.name],
+                    description=tool.description or "",
+                    parameters=tool.input_schema,
+                )
+        renamed = sorted(f"{old!r} -> {new!r}" for old, new in names.items() if new != replaced(old))
+        if len(first) < len(listed):
+            renamed.append(f"{len(listed) - len(first)} listed twice (the first listing kept)")
+        if renamed:
+            logger.warning("%s: tool names made unique for providers: %s", self.source, "; ".join(renamed))
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._connection is not None:
+            self._connection.close()
+
+    async def __aenter__(self) -> ToolRegistry:
+        return await asyncio.to_thread(self.__enter__)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.__exit__, exc_type, exc, tb)
+
+
+def stdio_tools(
+    command: str,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    *,
+    cwd: str | Path | None = None,
+    errlog: TextIO | None = None,
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
+) -> McpTools:
+    """The tools of an MCP server started as ``command args...``, spoken to over its stdin and stdout.
+
+    ``env`` is added to the SDK's small default environment (``PATH``,
+    ``HOME`` and the like; the server does not inherit everything).  The
+    server's stderr goes to ``errlog`` (default ``sys.stderr``; any text
+    stream), and its last lines explain a server that exits.  A result over
+    ``max_result_bytes`` (default ``DEFAULT_MAX_RESULT_BYTES``, 10 MiB;
+    ``None`` for no cap) is skipped as it arrives and fails its call.
+    """
+    parameters = StdioServerParameters(
+        command=command, args=list(args), env=None if env is None else dict(env), cwd=cwd
+    )
+    log = sys.stderr if errlog is None else errlog
+    cap = _max_result_bytes(max_result_bytes)
+
+    def open_stdio() -> contextlib.AbstractAsyncContextManager[Any]:
+        if sys.platform == "win32":  # pragma: no cover - the SDK's transport ends a process tree with a Job object
+            return stdio_client(parameters, errlog=log)  # (no exit code; the cap is checked once a result is read)
+        return StdioServer(parameters, log, cap).connect()
+
+    return McpTools(f"MCP server {' '.join([command, *args])!r}", open_stdio, max_result_bytes=cap)
+
+
+def http_tools(
+    url: str, headers: Mapping[str, str] | None = None, *, max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
+) -> McpTools:
+    """The tools of an MCP server at ``url`` (streamable HTTP); ``headers`` go with every request (auth, ...).
+
+    A result over ``max_result_bytes`` (default ``DEFAULT_MAX_RESULT_BYTES``,
+    10 MiB; ``None`` for no cap) fails its call: the SDK stops reading an
+    event stream at the cap, and a plain JSON answer is checked once read.
+    """
+    sent = dict(headers or {})
+    cap = _max_result_bytes(max_result_bytes)
+
+    @contextlib.asynccontextmanager
+    async def open_http() -> AsyncIterator[Streams]:
+        async with (
+            create_mcp_http_client(headers=sent) as client,
+            streamable_http_client(url, http_client=client, max_sse_event_size=cap) as streams,
+        ):
+            yield Streams(streams[0], streams[1])
+
+    return McpTools(f"MCP server {url}", open_http, max_result_bytes=cap)
