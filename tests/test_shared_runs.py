@@ -302,14 +302,20 @@ def make():
 DECIDED = ("--approve", "mail=yes", "--approve", "read=no")
 
 
+def _paused_file(tmp_path: Path) -> str:
+    """A SQLite store holding the paused office run; its path."""
+    db = str(tmp_path / "runs.db")
+    with SqliteStore(db) as store:
+        _paused(store)
+    return db
+
+
 def _cli_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> tuple[str, Path]:
-    db, log = str(tmp_path / "runs.db"), tmp_path / "effects.txt"
+    log = tmp_path / "effects.txt"
     (tmp_path / f"{module}.py").write_text(AGENT_MODULE, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OFFICE_EFFECTS", str(log))
-    with SqliteStore(db) as store:
-        _paused(store)
-    return db, log
+    return _paused_file(tmp_path), log
 
 
 def test_runs_resume_with_agent_runs_the_user_s_approved_tool_once(
@@ -367,9 +373,7 @@ def test_runs_resume_refuses_a_run_whose_tools_the_agent_lacks_before_using_a_de
 
 def test_runs_resume_wants_a_model_or_an_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Neither ``--model`` nor ``--agent`` (or both): one line, exit 1."""
-    db = str(tmp_path / "runs.db")
-    with SqliteStore(db) as store:
-        _paused(store)
+    db = _paused_file(tmp_path)
     assert cli(["runs", "resume", RUN, "--store", db]) == 1
     assert "one of the arguments --model --agent is required" in capsys.readouterr().err
     assert cli(["runs", "resume", RUN, "--store", db, "--model", "openai:m", "--agent", "m:f"]) == 1
@@ -380,9 +384,8 @@ def test_runs_show_prints_each_pending_call_s_arguments_and_decision_escaped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Nobody approves blind: arguments, decision state, and no raw control character from the model."""
-    db = str(tmp_path / "runs.db")
+    db = _paused_file(tmp_path)
     with SqliteStore(db) as store:
-        _paused(store)
         store.decide(RUN, "mail", "not \x1b[2J today")
     assert cli(["runs", "show", RUN, "--store", db]) == 0
     out = capsys.readouterr().out
@@ -425,9 +428,7 @@ def test_store_given_as_an_unusable_path_is_one_store_error_naming_it() -> None:
 
 def test_runs_resume_escapes_the_call_ids_it_quotes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An ``--approve`` id naming no call is one escaped line: no ESC or BEL reaches the terminal."""
-    db = str(tmp_path / "runs.db")
-    with SqliteStore(db) as store:
-        _paused(store)
+    db = _paused_file(tmp_path)
     hostile = "\x1b]0;pwned\x07"
     code = cli(
         ["runs", "resume", RUN, "--store", db, "--agent", "shared_runs:make_office", "--approve", f"{hostile}=yes"]
@@ -444,9 +445,8 @@ def test_runs_resume_records_decisions_in_the_store_and_a_decision_holds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--approve`` goes through ``store.decide``: kept even when the resume then fails; a different one refused."""
-    db = str(tmp_path / "runs.db")
+    db = _paused_file(tmp_path)
     with SqliteStore(db) as store:
-        _paused(store)
         store.decide(RUN, "read", "private")
     agent = ["runs", "resume", RUN, "--store", db, "--agent", "shared_runs:make_office"]
     assert cli([*agent, "--approve", "mail=yes", "--max-steps", "0"]) == 1

@@ -86,10 +86,10 @@ class Journal:
         return {VERSION_KEY: self.seq} if self.full and self.seq else {}
 
     def _plan(self, run: Run, paused: bool, *, force: bool = False) -> Entry | dict[str, Any] | object | None:
-        """The entry to append now, a whole snapshot, a lease renewal, or nothing (``force``: an entry or a whole)."""
+        """The entry to append now, a whole snapshot, a lease renewal, or nothing (``force``: a versioned write)."""
         release = paused or run.state in TERMINAL
         if not self.full:
-            return self._whole(run, paused) if force or self.store.wants(run.state, paused) else None
+            return self._whole(run, paused) if self.store.wants(run.state, paused) else None
         if not (force or release or self.store.wants(run.state, paused)):
             return _RENEW if time.monotonic() >= self._renew_at else None
         lists: tuple[Sequence[object], ...] = (run.messages, run.steps, run.trace)

@@ -1,12 +1,10 @@
 """``PostgresStore``: the same store on a PostgreSQL server, for apps that run on more than one machine.
 
 It runs the very plans ``SqliteStore`` runs (``persist/plans.py``), through
-the same methods (``PlannedStore``, ``persist/planned.py``), on ``psycopg`` 3
-with ``psycopg_pool``: one pool of connections per store, which the async
-methods use from worker threads of the store's own, so the async driver
-awaits its checkpoints.  (A pool of async connections per event loop left
-its connections behind on every loop ``asyncio.run`` closed: asyncio cancels
-the pool's own tasks before anything can close it.)
+the same methods (``PlannedStore``, ``persist/planned.py``), on ``psycopg`` 3:
+a ``psycopg_pool`` pool of sync connections shared by every thread, and per
+event loop a few async connections (``persist/loop_connections.py``), closed
+when the loop shuts down, so the async driver awaits its checkpoints.
 ``psycopg`` is an optional extra (``pip install 'fsm-agent[postgres]'``),
 imported only when a ``PostgresStore`` is made.  The tables
 (``fsm_agent_runs``, ``fsm_agent_journal``) are created on first use and their
@@ -17,13 +15,13 @@ so that many workers starting at once migrate it once.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import functools
 import re
 import threading
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fsm_agent.persist import plans
+from fsm_agent.persist.loop_connections import LoopConnections
 from fsm_agent.persist.planned import PlannedStore
 from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, check_every, check_lease
 
@@ -111,8 +109,11 @@ class PostgresStore(PlannedStore):
         if not synchronous_commit:
             self._connect["options"] = "-c synchronous_commit=off"
         self._pool: ConnectionPool | None = None
-        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._opening = threading.Lock()  # threads making their first call at once open one pool between them
+        self._loops: dict[asyncio.AbstractEventLoop, LoopConnections] = {}
+        # Per loop, an async generator the loop closes as it shuts down (asyncio.run does): it closes that loop's
+        # connections, which would otherwise stay open after the loop is gone.
+        self._watchers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
         self._migrate()
 
     def __repr__(self) -> str:
@@ -161,29 +162,64 @@ class PostgresStore(PlannedStore):
                     conn.execute(_REPEATABLE)
                 return plans.drive(plan, lambda sql, params: _reply(conn.execute(sql, params)))
 
+    async def _connections(self) -> LoopConnections:
+        loop = asyncio.get_running_loop()
+        connections = self._loops.get(loop)
+        if connections is None:
+            psycopg = self._psycopg
+
+            async def connect() -> Any:
+                return await psycopg.AsyncConnection.connect(self.dsn, **self._connect)
+
+            idle = psycopg.pq.TransactionStatus.IDLE
+            connections = self._loops[loop] = LoopConnections(connect, self._max_size, idle)
+            watcher = self._watchers[loop] = self._closed_with(loop)
+            await watcher.__anext__()  # started, so the loop finalises it when it shuts down
+        return connections
+
+    async def _closed_with(self, loop: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
+        """Close ``loop``'s connections when the loop shuts down (``asyncio.run`` finalises async generators then)."""
+        try:
+            yield
+        finally:
+            await self._close_loop(loop)
+
+    async def _close_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._watchers.pop(loop, None)
+        connections = self._loops.pop(loop, None)
+        if connections is not None:
+            await connections.close()
+
     async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
-        """``_run`` on one of the store's worker threads (as many as the pool has connections): the loop never waits."""
-        threads = self._threads
-        if threads is None:
-            with self._opening:
-                if self._threads is None:
-                    self._threads = concurrent.futures.ThreadPoolExecutor(self._max_size, "fsm_agent-postgres")
-                threads = self._threads
-        work = functools.partial(self._run, plan, write=write, atomic=atomic)
-        return await asyncio.get_running_loop().run_in_executor(threads, work)
+        """``_run`` on this event loop's async connections, so the async driver awaits its checkpoints."""
+        connections = await self._connections()
+        async with connections.connection() as conn:
+            if atomic:
+                return await _adrive(plan, conn)
+            async with conn.transaction():
+                if not write:
+                    await conn.execute(_REPEATABLE)
+                return await _adrive(plan, conn)
 
     def close(self) -> None:
-        """Close the pool and every connection in it, after the writes in flight (the store opens another if used)."""
+        """Close the sync pool, and the connections of every loop that is not running (a running loop's: ``aclose``).
+
+        A loop ``asyncio.run`` ran closed its connections as it shut down.
+        """
         with self._opening:
-            threads, self._threads = self._threads, None
             pool, self._pool = self._pool, None
-        if threads is not None:
-            threads.shutdown(wait=True)
         if pool is not None:
             pool.close()
+        for loop in list(self._loops):
+            if loop.is_closed():
+                self._loops.pop(loop, None)  # closed without finalising its generators: nothing can await there
+                self._watchers.pop(loop, None)
+            elif not loop.is_running():
+                loop.run_until_complete(self._close_loop(loop))
 
     async def aclose(self) -> None:
-        """Nothing of this store belongs to an event loop (``close()`` closes the pool), so nothing to do."""
+        """Close this event loop's connections before the loop ends (the store stays usable; more open if needed)."""
+        await self._close_loop(asyncio.get_running_loop())
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -191,3 +227,15 @@ class PostgresStore(PlannedStore):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
         self.close()
+
+
+async def _adrive(plan: plans.Plan[T], conn: Any) -> T:
+    """``plans.drive`` on an async connection."""
+    try:
+        query = next(plan)
+        while True:
+            cursor = await conn.execute(query[0], query[1])
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            query = plan.send((cursor.rowcount, rows))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
