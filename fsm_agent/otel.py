@@ -204,7 +204,8 @@ class Instrumentation:
             if limit is not None:
                 span.set_attribute(f"fsm_agent.limits.{name}", limit)
         if self.capture_content:
-            question = next((m.content for m in result.messages if m.role == "user"), None)
+            # This run's own question: a continued conversation's earlier ones come before result.prior.
+            question = next((m.content for m in result.messages[result.prior :] if m.role == "user"), None)
             if question is not None:
                 span.set_attribute("gen_ai.input.messages", _text_message("user", question))
             answer = _text_message("assistant", result.final, _answer_finish(result, spans))

@@ -174,6 +174,10 @@ class RunResult:
     decision.  ``evidence`` is the stop's JSON-serialisable diagnosis.  A
     stopped or paused run also carries its ``snapshot``, enough for
     ``Agent.resume`` to continue it (``None`` after a natural finish).
+    ``prior`` counts the leading messages that came before the run (the
+    system prompt and the history it continued): ``messages[prior:]`` are the
+    run's own, starting with its question, and ``messages`` the whole
+    conversation, so ``history=result`` continues it.
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_tuple)
@@ -186,6 +190,7 @@ class RunResult:
     pending: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
     # Left out of equality: it repeats the result's own data plus the run's random id and clock readings.
     snapshot: dict[str, Any] | None = attrs.field(default=None, eq=False)
+    prior: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
 
     @property
     def ok(self) -> bool:
@@ -260,6 +265,7 @@ def _result_from_dict(data: Any) -> RunResult:
             usage=Usage(**data["usage"]),
             pending=[ToolCall(**c) for c in data["pending"]],
             snapshot=data.get("snapshot"),
+            prior=data.get("prior", 0),  # results written before conversations had none
         )
     except (KeyError, TypeError, AttributeError) as exc:
         msg = f"malformed RunResult dict: {type(exc).__name__}: {exc}"

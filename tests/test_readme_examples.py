@@ -40,3 +40,14 @@ def test_the_transition_by_transition_example_runs_on_the_first_example_s_agent(
     lines = done.stdout.splitlines()
     assert lines[2] == "AwaitModel -> CheckTruncation "
     assert lines[-1] == "done"
+
+
+def test_the_conversations_example_runs_offline_and_prints_what_its_comments_say(tmp_path: Path) -> None:
+    """ "Conversations": the second run continues the first; the system prompt leads once; its own part is shown."""
+    block = _python_blocks("### Conversations")[0]
+    done = _run(block, tmp_path)
+    assert done.returncode == 0, done.stderr
+    final, roles, own = done.stdout.splitlines()
+    assert final == "Doubled: 10"
+    assert roles == "['system', 'user', 'assistant', 'tool', 'assistant', 'user', 'assistant']"
+    assert own == "['Double it.', 'Doubled: 10']"

@@ -64,4 +64,5 @@ def make_result(
         usage=Usage(run.input_tokens, run.output_tokens),
         pending=pending,
         snapshot=snapshot,
+        prior=run.prior,
     )

@@ -38,8 +38,13 @@ GROWING = ("messages", "steps", "trace")
 
 
 def dump(run: Run, **extra: Any) -> dict[str, Any]:
-    """The run's position, counters, conversation, limits and kept tool outcomes as a JSON-ready dict."""
-    return {**dump_small(run, **extra), **dump_growth(run, (0, 0, 0))}
+    """The run's position, counters, conversation, limits and kept tool outcomes as a JSON-ready dict.
+
+    ``prior`` (how many leading messages came before the run) is written
+    here and not in ``dump_small``: it never changes, so the whole snapshot
+    a store starts from keeps it and no checkpoint needs to repeat it.
+    """
+    return {**dump_small(run, **extra), "prior": run.prior, **dump_growth(run, (0, 0, 0))}
 
 
 def dump_growth(run: Run, since: tuple[int, int, int]) -> dict[str, list[dict[str, Any]]]:
@@ -258,7 +263,17 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         raise SnapshotError(msg) from exc
     if data.get("error") is not None:
         run.model_exception = RuntimeError(data["error"])
+    run.prior = _prior(data, len(run.messages))
     _check_consistent(run)
+
+
+def _prior(data: dict[str, Any], messages: int) -> int:
+    """How many leading messages came before the run; a snapshot from before histories has none (0: all are its own)."""
+    value = data.get("prior", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= messages:
+        msg = f"snapshot field prior must be a whole number from 0 to the {messages} messages, got {value!r}"
+        raise SnapshotError(msg)
+    return value
 
 
 def _to_approve(data: dict[str, Any], run: Run) -> set[str]:
@@ -280,8 +295,9 @@ def _to_approve(data: dict[str, Any], run: Run) -> set[str]:
 
 
 def _check_consistent(run: Run) -> None:
-    """Counters must agree with the messages, steps and trace they summarise."""
+    """Counters must agree with the messages, steps and trace they summarise (the run's own, after ``prior``)."""
     problems = []
+    own = run.messages[run.prior :] if run.prior else run.messages
     executed = sum(1 for s in run.steps if s.kind == "tool_call")
     if executed != run.tool_calls:
         problems.append(f"tool_calls is {run.tool_calls} but {executed} tool steps are recorded")
@@ -289,10 +305,10 @@ def _check_consistent(run: Run) -> None:
         problems.append(f"calls_by_tool adds up to {sum(run.calls_by_tool.values())}, not tool_calls={run.tool_calls}")
     if run.failures > run.tool_calls:
         problems.append(f"failures is {run.failures} but only {run.tool_calls} tool calls ran")
-    replies = sum(1 for m in run.messages if m.role == "assistant")
+    replies = sum(1 for m in own if m.role == "assistant")
     if replies > run.turns:
         problems.append(f"turns is {run.turns} but {replies} assistant messages are recorded")
-    tool_messages = sum(1 for m in run.messages if m.role == "tool")
+    tool_messages = sum(1 for m in own if m.role == "tool")
     if tool_messages < executed:
         problems.append(f"{executed} tool calls ran but only {tool_messages} tool messages are recorded")
     if run.trace and run.trace[-1].dest != run.state:

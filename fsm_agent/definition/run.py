@@ -134,6 +134,7 @@ class Run:
         "output_tokens",
         "pending",
         "policies",
+        "prior",
         "ran",
         "reason",
         "recent",
@@ -156,10 +157,14 @@ class Run:
         *,
         table: Table,
         policies: Mapping[str, str] | None = None,
+        prior: int = 0,
     ) -> None:
         self.state: State = AwaitModel
         self.limits = limits
         self.messages = messages
+        # Leading messages that came before this run (the system prompt and a continued conversation's history):
+        # the counters, the viewer and the telemetry read only the messages after them.
+        self.prior = prior
         self.steps: list[Step] = []
         self.trace: list[Transition] = []
         # Model calls made so far; the current turn's index is turns - 1.

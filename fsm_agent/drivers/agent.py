@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from fsm_agent.core import snapshot
 from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.history import History, opening
 from fsm_agent.core.ledger import answer_unexecuted
 from fsm_agent.core.walker import Walker, walker_for
 from fsm_agent.definition.limits import Limits
@@ -183,6 +184,7 @@ class Agent:
         store: StoreTarget | None = None,
         run_id: str | None = None,
         overwrite: bool = False,
+        history: History | None = None,
     ) -> AgentRun:
         """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()`` or ``aadvance()``.
 
@@ -191,9 +193,10 @@ class Agent:
         each transition the store asks for appends to its journal.  An id
         already in the store is a ``RunExistsError`` unless ``overwrite=True``
         (and a ``RunLeasedError`` if another owner is advancing that run); an
-        empty id is a ``ValueError``.
+        empty id is a ``ValueError``.  ``history`` (an earlier ``RunResult`` or
+        messages) continues that conversation; see ``fsm_agent.core.history``.
         """
-        run = self._begin(user_input, cancel, observers, store, run_id)
+        run = self._begin(user_input, cancel, observers, store, run_id, history)
         run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
         return run
 
@@ -204,6 +207,7 @@ class Agent:
         observers: Sequence[Observer],
         store: StoreTarget | None,
         run_id: str | None,
+        history: History | None = None,
     ) -> AgentRun:
         """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that)."""
         if not isinstance(user_input, str):
@@ -212,9 +216,8 @@ class Agent:
         if cancel is not None and not isinstance(cancel, CancelToken):
             msg = f"cancel must be a CancelToken, got {type(cancel).__name__}"
             raise TypeError(msg)
-        messages = [Message("system", self.system)] if self.system else []
-        messages.append(Message("user", user_input))
-        position = Run(self.limits, messages, table=self.table, policies=self.on_stop)
+        messages, prior = opening(self.system, user_input, history)  # checked before anything is written or called
+        position = Run(self.limits, messages, table=self.table, policies=self.on_stop, prior=prior)
         # None: the run makes its own id when first asked for one.
         run_id = None if run_id is None else check_run_id(run_id)
         return AgentRun(self, position, cancel=cancel, observers=observers, store=store_for(store), run_id=run_id)
@@ -310,20 +313,23 @@ class Agent:
         store: StoreTarget | None = None,
         run_id: str | None = None,
         overwrite: bool = False,
+        history: History | None = None,
     ) -> RunResult:
         """Run to the end: the result on ``Done``; on a stop, what its ``on_stop`` policy says.
 
         ``log`` appends every transition to a JSON Lines file (see ``JsonlLog``);
         ``store`` checkpoints the run (see ``start`` for ``run_id`` and
-        ``overwrite``).  A run paused for approval returns a result with
-        ``reason == "paused"`` and a snapshot.
+        ``overwrite``, and ``history`` to continue a conversation).  A run paused
+        for approval returns a result with ``reason == "paused"`` and a snapshot.
         """
         if log is None:  # no log to close: skip the context manager, which costs as much as a transition
-            return self.start(user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite).finish()
-        with _log(log) as observers:
             run = self.start(
-                user_input, cancel=cancel, observers=observers, store=store, run_id=run_id, overwrite=overwrite
+                user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite, history=history
             )
+            return run.finish()
+        with _log(log) as observers:
+            run = self._begin(user_input, cancel, observers, store, run_id, history)
+            run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return run.finish()
 
     async def arun(
@@ -335,14 +341,17 @@ class Agent:
         store: StoreTarget | None = None,
         run_id: str | None = None,
         overwrite: bool = False,
+        history: History | None = None,
     ) -> RunResult:
         """Await a run to the end, like ``run``; a turn's tool calls run concurrently, and checkpoints are awaited."""
         with _log(log) as observers:
-            run = self._begin(user_input, cancel, observers, store, run_id)
+            run = self._begin(user_input, cancel, observers, store, run_id, history)
             await run._aopen_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return await run.afinish()
 
-    def stream(self, user_input: str, *, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+    def stream(
+        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None
+    ) -> Iterator[StreamEvent]:
         """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it.
 
         A model that can stream (``complete_stream``) is called that way, and
@@ -350,12 +359,14 @@ class Agent:
         transition that takes the reply in.
         """
         feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
-        yield from streaming.events(self.start(user_input, cancel=cancel, observers=[feed.put]), feed)
+        yield from streaming.events(self.start(user_input, cancel=cancel, observers=[feed.put], history=history), feed)
 
-    async def astream(self, user_input: str, *, cancel: CancelToken | None = None) -> AsyncIterator[StreamEvent]:
+    async def astream(
+        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None
+    ) -> AsyncIterator[StreamEvent]:
         """The async twin of ``stream`` (a model streams through ``acomplete_stream``)."""
         feed: deque[StreamEvent] = deque()
-        run = self.start(user_input, cancel=cancel, observers=[feed.append])
+        run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history)
         async for event in streaming.aevents(run, feed):
             yield event
 

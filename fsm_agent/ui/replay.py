@@ -5,7 +5,8 @@ against its limit after it) and the trace, but not which message or step each
 transition brought.  :func:`moments` lines them up again the way the stepper
 makes them: a ``replied`` edge brings the next assistant message, a
 ``tool_done`` edge the next tool message and the next tool step, the edge
-into ``Done`` the final step.  The counters of a transition are those of the
+into ``Done`` the final step.  A run that continued a conversation starts
+after the ``prior`` messages it was given.  The counters of a transition are those of the
 latest step at or before it; the last transition gets the run's counters as
 they stand, rebuilt from the snapshot by the engine's own code, and a stop
 its evidence in full.  Nothing here draws or serves: the app turns this into
@@ -65,6 +66,12 @@ def _next(messages: list[dict[str, Any]], start: int, role: str) -> int | None:
     return next((i for i in range(start, len(messages)) if messages[i].get("role") == role), None)
 
 
+def _prior(data: dict[str, Any], messages: list[dict[str, Any]]) -> int:
+    """Where the run's own messages start (``0`` if the snapshot predates histories or says nonsense)."""
+    prior = data.get("prior", 0)
+    return prior if isinstance(prior, int) and not isinstance(prior, bool) and 0 <= prior <= len(messages) else 0
+
+
 def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
     """One entry per transition of the stored run: the edge, and what it brought (messages, call, counters)."""
     messages: list[dict[str, Any]] = list(data.get("messages") or [])
@@ -74,7 +81,7 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
     labels = {edge.index: (edge.label, edge.tooltip) for edge in diagram_edges(table)}
     tool_steps = iter(step for step in steps if step.get("kind") == "tool_call")
     final_steps = iter(step for step in steps if step.get("kind") == "final")
-    first_reply = _next(messages, 0, "assistant")
+    first_reply = _next(messages, _prior(data, messages), "assistant")  # a history's replies are not this run's
     cursor = len(messages) if first_reply is None else first_reply
     counters: dict[str, Any] | None = None
     counted_from = ""

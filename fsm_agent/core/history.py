@@ -1,0 +1,87 @@
+"""A run that continues a conversation: the messages it starts from, built and checked once, before anything runs.
+
+The earlier conversation is an earlier ``RunResult`` or a sequence of
+``Message`` records.  Its system messages are dropped, since the agent's own
+system prompt leads the new run once, and the rest is kept as it is, provider
+data included, so each adapter sends thinking blocks, reasoning items and
+signatures back the way its provider requires.  Every provider refuses a tool
+call without its answer and an answer without its call, so a history that
+holds one is refused here, naming it, before anything is written or called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fsm_agent.records import Message, RunResult
+
+History = RunResult | Sequence[Message]
+"""What ``history=`` accepts: an earlier result (its ``messages``) or the messages themselves."""
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def opening(system: str, user_input: str, history: History | None) -> tuple[list[Message], int]:
+    """The messages a run starts with, and how many of them came before it (the system prompt and the history).
+
+    The count lets the snapshot check, the viewer and the telemetry tell
+    this run's own messages from the conversation it continues.
+    """
+    messages = [Message("system", system)] if system else []
+    if history is not None:
+        messages.extend(earlier(history))
+    prior = len(messages)
+    messages.append(Message("user", user_input))
+    return messages, prior
+
+
+def earlier(history: History) -> list[Message]:
+    """The history's messages without its system messages; a wrong item or an unpaired tool call is refused."""
+    items = history.messages if isinstance(history, RunResult) else history
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        msg = f"history must be a RunResult or a sequence of Message, got {type(history).__name__}"
+        raise TypeError(msg)
+    kept: list[tuple[int, Message]] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Message):
+            msg = f"history[{index}] must be a Message, got {type(item).__name__}"
+            raise TypeError(msg)
+        if item.role not in ROLES:
+            msg = f"history[{index}] has role {item.role!r}; a message is one of {', '.join(sorted(ROLES))}"
+            raise ValueError(msg)
+        if item.role != "system":
+            kept.append((index, item))
+    _check_paired(kept)
+    return [message for _, message in kept]
+
+
+def _check_paired(messages: list[tuple[int, Message]]) -> None:
+    """Each tool call is answered by a tool message before the next user or assistant message, and only once.
+
+    That is where every provider wants the answers (OpenAI right after the
+    call, Anthropic in the very next user turn), and where the engine itself
+    puts them, a stopped run's calls included once it answers them.
+    """
+    asked: dict[str, str] = {}  # open call id -> how the error names it
+    unanswered: list[str] = []
+    strays: list[str] = []
+    for index, message in messages:
+        if message.role == "tool":
+            if asked.pop(message.tool_call_id or "", None) is None:
+                strays.append(f"history[{index}] (answers {message.tool_call_id!r})")
+            continue
+        if message.role in ("user", "assistant"):
+            unanswered.extend(asked.values())
+            asked.clear()
+        for call in message.tool_calls:
+            asked[call.id] = f"{call.id!r} ({call.name}, asked in history[{index}])"
+    unanswered.extend(asked.values())
+    problems = []
+    if unanswered:
+        calls = ", ".join(unanswered)
+        problems.append(f"history has tool calls no tool message answers: {calls}; answer them or leave them out")
+    if strays:
+        problems.append(f"history has tool messages answering no open call: {', '.join(strays)}; leave them out")
+    if problems:
+        msg = "; ".join(problems)
+        raise ValueError(msg)
