@@ -51,3 +51,10 @@ def test_the_conversations_example_runs_offline_and_prints_what_its_comments_say
     assert final == "Doubled: 10"
     assert roles == "['system', 'user', 'assistant', 'tool', 'assistant', 'user', 'assistant']"
     assert own == "['Double it.', 'Doubled: 10']"
+
+
+def test_the_guardrails_example_runs_offline_and_its_assertions_hold(tmp_path: Path) -> None:
+    """ "Guardrails": a tripped input makes no model call; a tripped answer is kept; its asserts pass as pasted."""
+    block = _python_blocks("### Guardrails")[0]
+    done = _run(block, tmp_path)
+    assert done.returncode == 0, done.stderr

@@ -26,7 +26,17 @@ from fsm_agent.core.walker import Walker
 from fsm_agent.definition.run import MessagesView, Run
 from fsm_agent.definition.states import TERMINAL, AwaitModel, CheckTruncation, Dispatch, ExecuteTool, State
 from fsm_agent.definition.stops import ConditionError
-from fsm_agent.definition.table import CHECK, DISPATCH, FINALIZE, MODEL_FAILED, REPLIED, START, TOOL_DONE, first_row
+from fsm_agent.definition.table import (
+    CHECK,
+    DISPATCH,
+    FINALIZE,
+    MODEL_FAILED,
+    REPLIED,
+    START,
+    TOOL_DONE,
+    Row,
+    first_row,
+)
 from fsm_agent.errors import RunStateError
 from fsm_agent.records import Message, ModelResponse, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
@@ -59,7 +69,7 @@ Effect = ModelCall | ToolBatch
 class Stepper:
     """The pure core of one run; every driver carries out its effects."""
 
-    __slots__ = ("_messages", "_replied", "approve", "finalize_from", "run", "schemas", "walker")
+    __slots__ = ("_messages", "_replied", "_start", "approve", "finalize_from", "run", "schemas", "walker")
 
     def __init__(
         self,
@@ -78,6 +88,8 @@ class Stepper:
         self._messages = MessagesView(run.messages)
         # The trigger a model outcome implies, from accept_* until step() fires it.
         self._replied: str | None = None
+        # The start row effect() found, which step() takes without asking its guards (a user's check) again.
+        self._start: Row | None = None
 
     # --- what is needed -------------------------------------------------------------------------------------
 
@@ -110,7 +122,7 @@ class Stepper:
         run = self.run
         state = run.state
         if state is AwaitModel:
-            if self._replied is not None or (run.turns == 0 and self._start_row()):
+            if self._replied is not None or (run.turns == 0 and self._start_row() is not None):
                 return None
             tools = [] if run.finalizing is not None else self.schemas
             return ModelCall(self._messages, tools, run.turns + 1)
@@ -127,9 +139,22 @@ class Stepper:
             run.frozen = True
         return ToolBatch(tuple(batch))
 
-    def _start_row(self) -> bool:
-        """A ``start`` row holds (the run was cancelled or is out of time before its first call)."""
-        return first_row(self.run, START) is not None
+    def _start_row(self) -> Row | None:
+        """The ``start`` row that holds before the first call: cancelled, out of time, or an input guardrail tripped.
+
+        Kept until ``step()`` takes it, so an input check is asked once per
+        run, not once for the look and again for the move.
+        """
+        row = self._start
+        if row is None:
+            run = self.run
+            try:
+                row = first_row(run, START)
+            except ConditionError as exc:
+                run.condition_error, run.condition_name = exc.error, exc.name
+                row = first_row(run, START)
+            self._start = row
+        return row
 
     # --- outcomes -------------------------------------------------------------------------------------------
 
@@ -184,10 +209,16 @@ class Stepper:
             raise RunStateError(msg)
         if state is AwaitModel:
             if self._replied is None:
-                if run.turns == 0 and self._start_row():
-                    return self._fire(START)
-                msg = "the run needs a model call first: carry out effect() and accept its outcome"
-                raise RunStateError(msg)
+                row = self._start_row() if run.turns == 0 else None
+                if row is None:
+                    msg = "the run needs a model call first: carry out effect() and accept its outcome"
+                    raise RunStateError(msg)
+                # No finalize answers a start row (nothing to finalize before the first call): the row is taken.
+                self._start = None
+                entry = self.walker.take(run, row)
+                if row.dest in TERMINAL:
+                    conclude(run)
+                return entry
             trigger, self._replied = self._replied, None
             return self._fire(trigger)
         if state is CheckTruncation:

@@ -36,6 +36,8 @@ class At(StrEnum):
     MODEL_EXPIRED = "model_expired"
     AFTER_MODEL = "after_model"
     CHECK_REPLY = "check_reply"
+    ANSWER = "answer"
+    """Dispatch, before a reply without tool calls becomes the final answer: only guardrails are checked here."""
     BEFORE_TOOL = "before_tool"
     TOOL_INTERRUPTED = "tool_interrupted"
     TOOL_EXPIRED = "tool_expired"
@@ -55,6 +57,9 @@ USER_CHECKPOINT = {
     State.ExecuteTool: At.BEFORE_MODEL,
 }
 """Where a ``StopCondition(at=state)`` is checked: as the run leaves that state in the normal course."""
+
+GUARDRAILS = {"input": (At.START, State.AwaitModel), "answer": (At.ANSWER, State.Dispatch)}
+"""Where a guardrail ``StopCondition(at="input" | "answer")`` is checked, and the state the run is leaving there."""
 
 Resume = Literal["lift", "retry"]
 
@@ -271,16 +276,18 @@ RESERVED_REASONS = frozenset({"done", "paused", "running"})
 """Result reasons that are not stops, so no stop may use them."""
 
 
-def _checkpoint(value: State | str) -> At:
+def _checkpoint(value: State | str) -> tuple[At, State]:
+    if isinstance(value, str) and value in GUARDRAILS:
+        return GUARDRAILS[value]
     try:
         state = State(value)
     except ValueError:
         state = None
     if state is None or state in TERMINAL:
         allowed = ", ".join(s for s in State if s not in TERMINAL)
-        msg = f"StopCondition at={value!r} is not a non-terminal state; use one of {allowed}"
+        msg = f"StopCondition at={value!r} is not a non-terminal state; use one of {allowed}, 'input' or 'answer'"
         raise ValueError(msg)
-    return USER_CHECKPOINT[state]
+    return USER_CHECKPOINT[state], state
 
 
 class ConditionError(Exception):
@@ -293,15 +300,17 @@ class ConditionError(Exception):
 
 
 class StopCondition(Stop):
-    """Stop the run with ``reason`` when ``check(view)`` is true as the run leaves state ``at``.
+    """Stop the run with ``reason`` when ``check(view)`` (on a read-only ``RunView``) is true at ``at``.
 
-    ``check`` receives a read-only ``RunView`` (messages, steps, counters, the
-    last response) and returns a bool.  The edge is tried after the built-in
-    stops of ``at`` and before its fallback: at ``AwaitModel`` once the model
-    has replied, at ``Dispatch`` before every tool call, at ``ExecuteTool``
-    after the last tool call of a turn (before the next model call).  A check
-    that raises stops the run with ``stop_condition_error``.  ``policy`` is the
-    default ``on_stop`` for this reason (``raise`` or ``return``).
+    ``at`` is a state the run is leaving, the edge tried after its built-in
+    stops: ``AwaitModel`` once the model replied, ``Dispatch`` before every
+    tool call, ``ExecuteTool`` after a turn's last call.  Or a guardrail:
+    ``"input"``, before the first model call (the ``start`` trigger; the
+    input is ``view.messages[-1]``), so a tripped input costs no call;
+    ``"answer"``, on a reply without tool calls just before ``Done`` (it is
+    ``view.last_response``, kept as the result's ``final`` if tripped).  A
+    check that raises stops the run with ``stop_condition_error``.  ``policy``
+    is the default ``on_stop`` (``raise`` or ``return``; never ``finalize``).
     """
 
     def __init__(
@@ -323,8 +332,13 @@ class StopCondition(Stop):
             raise ValueError(msg)
         name = getattr(check, "__name__", "")
         name = name if name.isidentifier() else f"check_{reason}"
+        place, state = _checkpoint(at)
+        # The answer edge shares Dispatch's trigger with every tool call, where there is no answer to check.
+        answer = place is At.ANSWER
 
         def guard(run: Run) -> bool:
+            if answer and not g.has_no_tool_calls(run):
+                return False
             try:
                 return bool(check(RunView(run)))
             except Exception as exc:
@@ -339,10 +353,10 @@ class StopCondition(Stop):
 
         evidence.__doc__ = "`condition`, `description`"
         doc = description or (check.__doc__ or "").strip() or f"{name} held"
-        super().__init__(reason, (_checkpoint(at),), guard, evidence, doc, policy=policy)
+        super().__init__(reason, (place,), guard, evidence, doc, policy=policy, keeps_text=answer)
         object.__setattr__(self, "check", check)
         object.__setattr__(self, "description", description)
-        object.__setattr__(self, "state", State(at))
+        object.__setattr__(self, "state", state)
 
     check: Callable[[RunView], bool]
     description: str

@@ -58,6 +58,7 @@ CHECKPOINTS: dict[At, tuple[State, str]] = {
     At.MODEL_EXPIRED: (State.AwaitModel, EXPIRED),
     At.AFTER_MODEL: (State.AwaitModel, REPLIED),
     At.CHECK_REPLY: (State.CheckTruncation, CHECK),
+    At.ANSWER: (State.Dispatch, DISPATCH),
     At.BEFORE_TOOL: (State.Dispatch, DISPATCH),
     At.TOOL_INTERRUPTED: (State.ExecuteTool, INTERRUPTED),
     At.TOOL_EXPIRED: (State.ExecuteTool, EXPIRED),
@@ -283,14 +284,16 @@ def finalize_on(reason: str, trigger: str) -> Guard:
 def build_table(stops: Sequence[Stop]) -> Table:
     """Lay out the flow of a turn and put each stop at its checkpoints, in catalogue order (user stops last)."""
     S = State
+    caught: set[tuple[State, str]] = set()  # where a stop_condition_error row is placed already
 
     def slot(at: At) -> list[Row]:
         state, trigger = CHECKPOINTS[at]
         rows: list[Row] = []
         for stop in stops:
             user = isinstance(stop, StopCondition) and at in stop.at
-            if user and not any(row.reason == CONDITION_ERROR.reason for row in rows):
+            if user and (state, trigger) not in caught:
                 # A user's check that raises is recorded and the walk is tried again: this row then fires.
+                caught.add((state, trigger))
                 rows.append(Row(state, trigger, S.Failed, CONDITION_ERROR.guard, CONDITION_ERROR.reason))
             if at in stop.at:
                 rows.append(Row(state, trigger, S.Failed, None if at in UNGUARDED else stop.guard, stop.reason))
@@ -305,6 +308,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
         Row(S.AwaitModel, REPLIED, S.CheckTruncation),
         *slot(At.CHECK_REPLY),
         Row(S.CheckTruncation, CHECK, S.Dispatch),
+        *slot(At.ANSWER),
         Row(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
         *slot(At.BEFORE_TOOL),
         Row(S.Dispatch, DISPATCH, S.ExecuteTool),
