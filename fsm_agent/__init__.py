@@ -13,6 +13,7 @@ from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
 from fsm_agent.drivers.agent import Agent, AgentRun, Model
 from fsm_agent.drivers.oneshot import arun, run
+from fsm_agent.drivers.session import Session
 from fsm_agent.errors import (
     AgentLoopError,
     DecisionError,
@@ -54,6 +55,7 @@ __all__ = [
     "RunResult",
     "RunStateError",
     "RunView",
+    "Session",
     "SnapshotError",
     "SqliteStore",
     "StaleRunError",

@@ -58,3 +58,11 @@ def test_the_guardrails_example_runs_offline_and_its_assertions_hold(tmp_path: P
     block = _python_blocks("### Guardrails")[0]
     done = _run(block, tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_session_example_runs_offline_and_reads_the_conversation_back(tmp_path: Path) -> None:
+    """ "Conversations": two turns of a stored Session, then a new Session object counts them from the store."""
+    block = _python_blocks("### Conversations")[1]
+    done = _run(block, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["Hello, Ada.", "Your name is Ada.", "2"]

@@ -67,6 +67,7 @@ def test_list_gives_state_reason_tool_calls_tokens_and_time_latest_first(store: 
         "updated": 0,
         "tool_calls": 3,
         "tokens": 0,
+        "session": None,
     }
     assert runs["paused"]["paused"] is True
     assert body["more"] is False

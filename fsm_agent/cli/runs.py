@@ -55,6 +55,7 @@ def add_command(commands: Any) -> None:
     )
     listing.add_argument("--state", help="only runs in this state (e.g. Failed, ExecuteTool)")
     listing.add_argument("--reason", help="only runs that stopped with this reason (e.g. max_steps, done)")
+    listing.add_argument("--session", metavar="ID", help="only the turns of this conversation (fsm_agent.Session)")
     listing.add_argument("--since", type=_moment, metavar="WHEN", help="only runs saved since: 2h, 7d or an ISO date")
     listing.add_argument("--limit", type=int, default=PAGE, help=f"runs per page (default {PAGE})")
     listing.add_argument("--offset", type=int, default=0, help="runs to skip, for the next pages")
@@ -167,7 +168,12 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
         msg = "--limit must be >= 1 and --offset >= 0"
         raise SetupError(msg)
     runs = store.list_runs(
-        state=args.state, reason=args.reason, since=args.since, limit=args.limit + 1, offset=args.offset
+        state=args.state,
+        reason=args.reason,
+        since=args.since,
+        limit=args.limit + 1,
+        offset=args.offset,
+        session=args.session,
     )
     for run in runs[: args.limit]:
         flag = " (paused)" if run.paused else ""

@@ -205,6 +205,15 @@ def _call(data: dict[str, Any]) -> ToolCall:
     return call
 
 
+def message_of(data: dict[str, Any]) -> Message:
+    """A stored message (its plain form) as a ``Message``; ``SnapshotError`` if it is not one."""
+    try:
+        return _message(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        msg = f"snapshot holds a malformed message: {type(exc).__name__}: {exc}"
+        raise SnapshotError(msg) from exc
+
+
 def _message(data: dict[str, Any]) -> Message:
     calls = tuple(_call(c) for c in data["tool_calls"])
     # Snapshots written before provider_data existed have no such key: nothing opaque to send back.

@@ -35,7 +35,7 @@ from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog
 from fsm_agent.persist import StoreTarget, store_for
-from fsm_agent.persist.store import VERSION_KEY, check_run_id
+from fsm_agent.persist.store import VERSION_KEY, check_run_id, session_id
 from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
 from fsm_agent.tools.registry import OfferedTools
@@ -208,8 +208,12 @@ class Agent:
         store: StoreTarget | None,
         run_id: str | None,
         history: History | None = None,
+        session: str | None = None,
     ) -> AgentRun:
-        """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that)."""
+        """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that).
+
+        ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it.
+        """
         if not isinstance(user_input, str):
             msg = f"user_input must be a str, got {type(user_input).__name__}"
             raise TypeError(msg)
@@ -220,7 +224,8 @@ class Agent:
         position = Run(self.limits, messages, table=self.table, policies=self.on_stop, prior=prior)
         # None: the run makes its own id when first asked for one.
         run_id = None if run_id is None else check_run_id(run_id)
-        return AgentRun(self, position, cancel=cancel, observers=observers, store=store_for(store), run_id=run_id)
+        store = store_for(store)
+        return AgentRun(self, position, cancel=cancel, observers=observers, store=store, run_id=run_id, session=session)
 
     def resume(
         self,
@@ -269,6 +274,7 @@ class Agent:
             observers=observers,
             store=store_for(store),
             run_id=run_id if isinstance(run_id, str) and run_id else None,
+            session=session_id(data.get("session_id")),
         )
         run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         if position.state is State.Done:

@@ -46,6 +46,7 @@ class RunBase:
         observers: Sequence[Observer] = (),
         store: Store | None = None,
         run_id: str | None,
+        session: str | None = None,
     ) -> None:
         self.position = position
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
@@ -68,7 +69,7 @@ class RunBase:
         self._wants_text = bool(self._hooks.get("text"))
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
-        self._journal = None if store is None else Journal(store, self.run_id)
+        self._journal = None if store is None else Journal(store, self.run_id, session=session)
         # Whether the run is told the time (and its cancel flag) before every transition, or only after each
         # call.  A deadline, a cancel token, observers and a store need the former; otherwise only the
         # counters read the time, and between two calls it moves by the engine's own microseconds.
@@ -177,9 +178,9 @@ class RunBase:
     def snapshot(self) -> dict[str, Any]:
         """The run's whole position as a JSON-ready dict, for ``Agent.resume`` here or in another process."""
         self._observe()
-        # With a store, the version it matches, so that resuming it there checks that nobody wrote since.
-        version = {} if self._journal is None else self._journal.version()
-        return snapshot.dump(self.position, run_id=self.run_id, paused=self.paused, **version)
+        # With a store, the version it matches (a resume there checks nobody wrote since) and its session.
+        extra = {} if self._journal is None else self._journal.stamp()
+        return snapshot.dump(self.position, run_id=self.run_id, paused=self.paused, **extra)
 
     # --- around each effect and transition ---------------------------------------------------------------
 
@@ -318,8 +319,7 @@ class RunBase:
     def _after(self, entry: Transition) -> Transition:
         """Close the transition just taken: checkpoint (awaited in ``_asave``), build a result, notify observers.
 
-        The checkpoint comes first, so a result's snapshot names the version
-        it was stored at and observers hear of a transition once it is kept.
+        Checkpoint first: a result's snapshot names its stored version, and observers hear only of kept ones.
         """
         journal = self._journal
         if journal is not None:
@@ -345,7 +345,7 @@ class RunBase:
             self._journal.open(self.position, self.paused, new=new, overwrite=overwrite, expected=expected)
 
     async def _aopen_store(self, *, new: bool, overwrite: bool = False) -> None:
-        """``_open_store``, awaited."""
+        """``_open_store`` of a new run, awaited."""
         if self._journal is not None:
             self._observe()
             await self._journal.aopen(self.position, self.paused, new=new, overwrite=overwrite)

@@ -38,9 +38,11 @@ _BY_REFERENCE = ("evidence", "finalize_evidence")
 class Journal:
     """Ownership of one stored run and the bookkeeping of what its next checkpoint must append."""
 
-    def __init__(self, store: Store, run_id: str, owner: str | None = None) -> None:
+    def __init__(self, store: Store, run_id: str, owner: str | None = None, session: str | None = None) -> None:
         self.store = store
         self.run_id = run_id
+        # Written with the run, so the store lists it among its conversation's turns.
+        self._named = {"run_id": run_id} if session is None else {"run_id": run_id, "session_id": session}
         self.owner = owner or new_owner()
         # A store with only wants/save/load gets whole snapshots and no leases, as before journals existed.
         self.full = callable(getattr(store, "append", None))
@@ -58,7 +60,7 @@ class Journal:
     # --- what to write (no I/O) ------------------------------------------------------------------------------
 
     def _whole(self, run: Run, paused: bool) -> dict[str, Any]:
-        return snapshot.dump(run, run_id=self.run_id, paused=paused)
+        return snapshot.dump(run, **self._named, paused=paused)
 
     def _laid(self, run: Run, whole: dict[str, Any], seq: int, released: bool = False) -> None:
         """Remember a whole snapshot just written as the point the next entry starts from."""
@@ -81,9 +83,12 @@ class Journal:
         self.released = released
         self._renew_at = time.monotonic() + self.lease / 3
 
-    def version(self) -> dict[str, int]:
-        """``{"stored_seq": n}``: the stored version this run object last wrote, for its snapshots."""
-        return {VERSION_KEY: self.seq} if self.full and self.seq else {}
+    def stamp(self) -> dict[str, Any]:
+        """What this run's snapshots carry beside its position: the stored version last written, and its session."""
+        stamp: dict[str, Any] = {VERSION_KEY: self.seq} if self.full and self.seq else {}
+        if "session_id" in self._named:
+            stamp["session_id"] = self._named["session_id"]
+        return stamp
 
     def _plan(self, run: Run, paused: bool, *, force: bool = False) -> Entry | dict[str, Any] | object | None:
         """The entry to append now, a whole snapshot, a lease renewal, or nothing (``force``: a versioned write)."""
@@ -96,12 +101,12 @@ class Journal:
         for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
             if len(items) < mark or (mark and items[mark - 1] is not tail):
                 return self._whole(run, paused)  # history was rewritten, not extended: write it whole
-        small = snapshot.dump_small(run, self._memo, run_id=self.run_id, paused=paused)
+        small = snapshot.dump_small(run, self._memo, **self._named, paused=paused)
         changed = {k: v for k, v in small.items() if self._small.get(k, _MISSING) != v}
         growth = {k: v for k, v in snapshot.dump_growth(run, self._marks).items() if v}
         self._next = self._position(run, small)
         tokens = run.input_tokens + run.output_tokens
-        summary = Summary(str(run.state), run.reason, paused, len(run.steps), tokens)
+        summary = Summary(str(run.state), run.reason, paused, len(run.steps), tokens, self._named.get("session_id"))
         return Entry(self.run_id, self.seq + 1, dumps({"add": growth, "set": changed}), summary, release)
 
     # --- called ----------------------------------------------------------------------------------------------

@@ -31,7 +31,14 @@ from fsm_agent.persist.store import (
 
 T = TypeVar("T")
 
-_NO_FILTERS: dict[str, Any] = {"state": None, "reason": None, "since": None, "limit": None, "offset": 0}
+_NO_FILTERS: dict[str, Any] = {
+    "state": None,
+    "reason": None,
+    "since": None,
+    "limit": None,
+    "offset": 0,
+    "session": None,
+}
 """``list_runs``'s defaults, for ``alist_runs``."""
 
 
@@ -138,16 +145,26 @@ class PlannedStore(ABC):
         since: float | datetime | None = None,
         limit: int | None = None,
         offset: int = 0,
+        session: str | None = None,
     ) -> list[StoredRun]:
-        """The stored runs, most recently saved first, filtered by state, reason and last save time, one page."""
-        return self._run(self._list_plan(state, reason, since, limit, offset), write=False)
+        """The stored runs, most recently saved first, filtered by state, reason, last save time and session, one page.
+
+        ``session`` lists the turns of one conversation (``fsm_agent.Session``).
+        """
+        return self._run(self._list_plan(state, reason, since, limit, offset, session), write=False)
 
     def _list_plan(
-        self, state: str | None, reason: str | None, since: float | datetime | None, limit: int | None, offset: int
+        self,
+        state: str | None,
+        reason: str | None,
+        since: float | datetime | None,
+        limit: int | None,
+        offset: int,
+        session: str | None = None,
     ) -> plans.Plan[list[StoredRun]]:
         """The ``list_runs`` plan, its page checked first, so a bad one is refused before any query."""
         size, skip = page(limit, offset)
-        return self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip)
+        return self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip, session)
 
     def delete(self, run_id: str) -> bool:
         """Forget one run; return whether it was there."""

@@ -125,9 +125,10 @@ class Plans:
         insert = (
             self.sql(
                 "INSERT INTO {runs} (run_id, state, reason, paused, updated, steps, tokens, seq, base_seq, owner,"
-                " lease_until, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+                " lease_until, snapshot, session) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?)"
+                " ON CONFLICT (run_id) DO NOTHING"
             ),
-            (run_id, *_columns(summary, now), held, until, text),
+            (run_id, *_columns(summary, now), held, until, text, summary.session),
         )
         if mode in ("create", "overwrite"):
             count, _ = yield insert
@@ -152,9 +153,9 @@ class Plans:
         yield (
             self.sql(
                 "UPDATE {runs} SET state = ?, reason = ?, paused = ?, updated = ?, steps = ?, tokens = ?, seq = ?,"
-                " base_seq = ?, owner = ?, lease_until = ?, snapshot = ? WHERE run_id = ?"
+                " base_seq = ?, owner = ?, lease_until = ?, snapshot = ?, session = ? WHERE run_id = ?"
             ),
-            (*_columns(summary, now), seq, seq, held, until, text, run_id),
+            (*_columns(summary, now), seq, seq, held, until, text, summary.session, run_id),
         )
         yield self.sql("DELETE FROM {journal} WHERE run_id = ?"), (run_id,)
         return seq
@@ -286,18 +287,24 @@ class Plans:
         return rebuild(base, entries, run_id, self.where)
 
     def list_runs(
-        self, state: str | None, reason: str | None, since: float | None, limit: int | None, offset: int
+        self,
+        state: str | None,
+        reason: str | None,
+        since: float | None,
+        limit: int | None,
+        offset: int,
+        session: str | None = None,
     ) -> Plan[list[StoredRun]]:
         """The runs matching every filter given, most recently saved first, one page of them."""
-        where, params = _filters(state=state, reason=reason, since=since)
+        where, params = _filters(state=state, reason=reason, since=since, session=session)
         text = (
-            "SELECT run_id, state, reason, paused, updated, steps, tokens FROM {runs}"
+            "SELECT run_id, state, reason, paused, updated, steps, tokens, session FROM {runs}"
             + where
             + f" ORDER BY updated DESC, run_id LIMIT {'?' if limit is not None else self._no_limit} OFFSET ?"
         )
         params += (*(() if limit is None else (limit,)), offset)
         _, rows = yield self.sql(text), params
-        return [StoredRun(r, s, why, bool(p), float(u), int(n), int(t)) for r, s, why, p, u, n, t in rows]
+        return [StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c) for r, s, why, p, u, n, t, c in rows]
 
     def delete(self, run_id: str) -> Plan[bool]:
         """Forget one run and its journal; whether it was there."""

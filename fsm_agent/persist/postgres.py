@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE fsm_agent_runs (run_id text PRIMARY KEY, state text NOT NULL, reason text,"
@@ -40,6 +40,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX fsm_agent_runs_by_updated ON fsm_agent_runs (updated)",
         "CREATE TABLE fsm_agent_journal (run_id text NOT NULL, seq bigint NOT NULL, entry text NOT NULL,"
         " PRIMARY KEY (run_id, seq))",
+    ),
+    2: (
+        "ALTER TABLE fsm_agent_runs ADD COLUMN session text",
+        "CREATE INDEX fsm_agent_runs_by_session ON fsm_agent_runs (session, updated)",
     ),
 }
 """Each schema version's statements; a store brings the database up to ``SCHEMA_VERSION`` on first use."""

@@ -24,7 +24,7 @@ from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_ev
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = (
     "CREATE TABLE runs (run_id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT,"
@@ -41,7 +41,14 @@ _V2 = (
     " PRIMARY KEY (run_id, seq)) WITHOUT ROWID",
     "CREATE INDEX runs_by_updated ON runs (updated)",
 )
-_COLUMNS = {"run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"}
+_V3 = (
+    "ALTER TABLE runs ADD COLUMN session TEXT",
+    "CREATE INDEX runs_by_session ON runs (session, updated)",
+)
+_COLUMNS = {
+    *("run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"),
+    "session",
+}
 
 
 class SqliteStore(PlannedStore):
@@ -97,15 +104,22 @@ class SqliteStore(PlannedStore):
                     self._db.execute(_V1)
                 if version < 2:
                     self._upgrade_to_v2()
+                if version < 3:
+                    self._check_columns(_COLUMNS - {"session"})  # another program's table is refused, not altered
+                    for statement in _V3:  # a run stored before sessions is no session's turn: NULL is right
+                        self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                missing = _COLUMNS - {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
-                if missing:
-                    msg = f"its runs table is not a run store's (no {', '.join(sorted(missing))})"
-                    raise sqlite3.DatabaseError(msg)  # noqa: TRY301 - inside the transaction, so it rolls back
+                self._check_columns(_COLUMNS)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def _check_columns(self, wanted: set[str]) -> None:
+        missing = wanted - {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+        if missing:
+            msg = f"its runs table is not a run store's (no {', '.join(sorted(missing))})"
+            raise sqlite3.DatabaseError(msg)
 
     def _upgrade_to_v2(self) -> None:
         for statement in _V2:

@@ -61,6 +61,7 @@ class StoredRun:
     updated: float
     steps: int = 0
     tokens: int = 0
+    session: str | None = None
 
     @property
     def tool_calls(self) -> int:
@@ -81,6 +82,7 @@ class Summary:
     paused: bool
     steps: int
     tokens: int
+    session: str | None = None
 
     @classmethod
     def of(cls, snapshot: dict[str, Any]) -> Summary:
@@ -88,7 +90,14 @@ class Summary:
         counters = snapshot.get("counters") or {}
         tokens = int(counters.get("input_tokens", 0)) + int(counters.get("output_tokens", 0))
         paused = bool(snapshot.get("paused"))
-        return cls(snapshot["state"], snapshot.get("reason"), paused, len(snapshot["steps"]), tokens)
+        session = snapshot.get("session_id")
+        steps = len(snapshot["steps"])
+        return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session))
+
+
+def session_id(value: object) -> str | None:
+    """A snapshot's ``session_id`` as a store keeps it: text, or None for a run that is no conversation's turn."""
+    return value if isinstance(value, str) and value else None
 
 
 @attrs.frozen

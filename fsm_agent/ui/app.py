@@ -61,7 +61,13 @@ class Runs(Protocol):
         ...
 
     def list_runs(
-        self, *, state: str | None = None, reason: str | None = None, limit: int | None = None, offset: int = 0
+        self,
+        *,
+        state: str | None = None,
+        reason: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        session: str | None = None,
     ) -> Sequence[Any]:
         """One page of stored runs, latest first."""
         ...
@@ -156,6 +162,7 @@ def create_app(
                 lambda: store.list_runs(
                     state=query.get("state") or None,
                     reason=query.get("reason") or None,
+                    session=query.get("session") or None,
                     limit=PAGE_SIZE + 1,
                     offset=offset,
                 )
@@ -170,6 +177,7 @@ def create_app(
                 "paused": run.paused,
                 "updated": run.updated,
                 "tool_calls": getattr(run, "tool_calls", None),
+                "session": getattr(run, "session", None),
                 "tokens": getattr(run, "tokens", None),
             }
             for run in found[:PAGE_SIZE]
