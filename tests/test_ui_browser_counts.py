@@ -42,3 +42,28 @@ def test_the_list_and_the_run_header_count_tool_calls_and_model_turns_apart(page
             assert ", 2 steps, 2 tool calls, " in status
         finally:
             viewer.close()
+
+
+def test_a_session_s_turns_are_grouped_in_the_list(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    """A turn's row links to its session; following it lists that conversation's turns only, under its own title."""
+    from fsm_agent import Session
+
+    model = FakeModel([reply("hi"), reply("again"), reply("other")])
+    with SqliteStore(tmp_path / "runs.db") as store:
+        agent = Agent(model, demo_registry())
+        chat = Session(agent, store=store, session_id="chat-1")
+        chat.run("hello")
+        chat.run("and again")
+        Session(agent, store=store, session_id="chat-2").run("someone else")
+        viewer = Viewer(store)
+        try:
+            page.goto(viewer.url)
+            page.wait_for_selector("#runs tbody tr", timeout=WAIT)
+            assert len(page.query_selector_all("#runs tbody tr")) == 3
+            page.click("a.session >> text=session chat-1")
+            page.wait_for_selector("#session-title", timeout=WAIT)
+            listed = page.eval_on_selector_all("#runs a.run-id", "links => links.map(a => a.textContent)")
+            assert sorted(listed) == ["chat-1/1", "chat-1/2"]
+            assert "Turns of session chat-1" in (page.text_content("#session-title") or "")
+        finally:
+            viewer.close()

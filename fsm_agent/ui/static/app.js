@@ -65,20 +65,30 @@ function filterSelect(name, label, values, current) {
 async function listPage() {
   const params = new URLSearchParams(location.search);
   const query = new URLSearchParams();
-  for (const key of ["state", "reason", "offset"]) if (params.get(key)) query.set(key, params.get(key));
+  for (const key of ["state", "reason", "session", "offset"]) if (params.get(key)) query.set(key, params.get(key));
+  const session = params.get("session");
   const data = await getJSON("/api/runs?" + query.toString());
   const form = el(
     "form",
     { class: "filters", id: "filters", method: "get", action: "/" },
     filterSelect("state", "state", state.config.states, params.get("state") || ""),
     filterSelect("reason", "reason", state.config.reasons, params.get("reason") || ""),
+    session ? el("input", { type: "hidden", name: "session", value: session }) : null,
     el("button", { type: "submit", text: "Filter" }),
   );
   const rows = data.runs.map((run) =>
     el(
       "tr",
       { class: `run ${run.paused ? "paused" : ""}`, "data-run": run.run_id },
-      el("td", {}, el("a", { href: runLink(run.run_id), class: "run-id", text: run.run_id })),
+      el(
+        "td",
+        {},
+        el("a", { href: runLink(run.run_id), class: "run-id", text: run.run_id }),
+        // A conversation's turn links to all its turns: the session's runs, grouped.
+        run.session
+          ? el("a", { href: "/?" + new URLSearchParams({ session: run.session }).toString(), class: "session badge", text: `session ${run.session}` })
+          : null,
+      ),
       el(
         "td",
         { class: `state state-${run.state}` },
@@ -119,7 +129,10 @@ async function listPage() {
   pages.append(el("span", { class: "muted", text: ` runs ${offset + 1}–${offset + data.runs.length} ` }));
   if (data.more) pages.append(pageLink(offset + size, "older →"));
   const empty = data.runs.length ? null : el("p", { class: "muted", id: "no-runs", text: "No runs match." });
-  show(el("h1", { text: "Runs" }), form, table, empty, pages);
+  const title = session
+    ? el("h1", { id: "session-title" }, `Turns of session ${session} `, el("a", { href: "/", class: "muted", text: "(all runs)" }))
+    : el("h1", { text: "Runs" });
+  show(title, form, table, empty, pages);
 }
 
 // --- one run ------------------------------------------------------------------------------------------
