@@ -401,13 +401,7 @@ class RunBase:
             result=self._result if terminal else None,
             run_id=self.run_id,
         )
-        hooks = self._hooks
-        raised = hooks.call(f"leave:{last.source}", event) if hooks else None
-        if hooks:
-            raised = hooks.call(f"enter:{last.dest}", event) or raised
-            raised = hooks.call("transition", event) or raised
-            if run.state is Failed:
-                raised = hooks.call("failed", event) or raised
+        raised = self._hooks.announce(event, run.state is Failed) if self._hooks else None
         for observer in self._observers:
             observer(event)
         self._hook_failed(raised, terminal)

@@ -190,6 +190,13 @@ class Hooks:
                 first = first or exc
         return first
 
+    def announce(self, event: TransitionEvent, failed: bool) -> BaseException | None:
+        """A transition's hooks, in order: leave, enter, transition, failed; the first exception one raised."""
+        raised = self.call(f"leave:{event.source}", event)
+        raised = self.call(f"enter:{event.dest}", event) or raised
+        raised = self.call("transition", event) or raised
+        return (self.call("failed", event) or raised) if failed else raised
+
 
 class JsonlLog:
     """A ready-made ``transition`` hook writing one JSON object per line, readable by people and by the diagrams.
