@@ -34,7 +34,7 @@ bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-st
 	@status=0; for b in engine async scaling batch store; do $(PY) -m benchmarks.bench_$$b || status=1; done; exit $$status
 
 fuzz: $(STAMP)  ## property, differential and stateful tests with fresh random examples, 4000 each
-	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py
+	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py tests/test_shared_runs_stateful.py
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
