@@ -35,7 +35,7 @@ from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog
 from fsm_agent.persist import StoreTarget, store_for
-from fsm_agent.persist.store import VERSION_KEY, check_run_id, session_id
+from fsm_agent.persist.store import check_run_id, session_id, stored_version
 from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
 from fsm_agent.tools.registry import OfferedTools
@@ -257,10 +257,7 @@ class Agent:
                 raise ValueError(msg)
             source = source.snapshot
         data = snapshot.parse(source)
-        expected = data.get(VERSION_KEY)
-        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
-            msg = f"snapshot field {VERSION_KEY} must be the integer version the run was loaded at, got {expected!r}"
-            raise snapshot.SnapshotError(msg)
+        expected = stored_version(data)
         limits = snapshot.limits_of(
             data, max_steps=max_steps, token_budget=token_budget, timeout=timeout, max_tool_calls=max_tool_calls
         )

@@ -14,11 +14,9 @@ from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
 from typing import Any, Self, TypeVar
 
-from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.states import State
 from fsm_agent.persist import plans
 from fsm_agent.persist.store import (
-    VERSION_KEY,
     Entry,
     StoredRun,
     check_run_id,
@@ -26,6 +24,7 @@ from fsm_agent.persist.store import (
     epoch,
     page,
     storable,
+    stored_version,
     wants,
 )
 
@@ -89,10 +88,7 @@ class PlannedStore(ABC):
 
     def _put(self, run_id: str, snapshot: dict[str, Any], owner: str | None, mode: plans.Mode) -> plans.Plan[int]:
         # A version is a version of the run it was loaded from: a snapshot saved under another id is a copy.
-        expected = snapshot.get(VERSION_KEY) if snapshot.get("run_id", run_id) == run_id else None
-        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
-            msg = f"snapshot field {VERSION_KEY} must be the integer version the run was loaded at, got {expected!r}"
-            raise SnapshotError(msg)
+        expected = stored_version(snapshot) if snapshot.get("run_id", run_id) == run_id else None
         return self._plans.put(check_run_id(run_id), snapshot, owner, mode, expected)
 
     def load(self, run_id: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import FsmAgentError
 
@@ -93,6 +94,15 @@ class Summary:
         session = snapshot.get("session_id")
         steps = len(snapshot["steps"])
         return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session))
+
+
+def stored_version(snapshot: dict[str, Any]) -> int | None:
+    """The stored version a snapshot was read at (``stored_seq``), None if none; ``SnapshotError`` if malformed."""
+    version = snapshot.get(VERSION_KEY)
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        msg = f"snapshot field {VERSION_KEY} must be the integer version the run was loaded at, got {version!r}"
+        raise SnapshotError(msg)
+    return version
 
 
 def session_id(value: object) -> str | None:
