@@ -19,6 +19,7 @@ from fsm_agent.errors import (
     DecisionError,
     DefinitionError,
     FsmAgentError,
+    Retry,
     RunExistsError,
     RunLeasedError,
     RunStateError,
@@ -26,7 +27,17 @@ from fsm_agent.errors import (
 )
 from fsm_agent.observe.events import CallEvent, JsonlLog, TextDelta, TransitionEvent
 from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
-from fsm_agent.records import Message, ModelResponse, ProviderData, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.records import (
+    Message,
+    ModelResponse,
+    OutputSchema,
+    ProviderData,
+    RunResult,
+    Step,
+    ToolCall,
+    Transition,
+    Usage,
+)
 from fsm_agent.tools import Tool, ToolRegistry, ToolResult
 
 __all__ = [
@@ -45,10 +56,12 @@ __all__ = [
     "Message",
     "Model",
     "ModelResponse",
+    "OutputSchema",
     "Policy",
     "PostgresStore",
     "ProviderData",
     "Reason",
+    "Retry",
     "Row",
     "RunExistsError",
     "RunLeasedError",

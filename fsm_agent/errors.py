@@ -7,6 +7,7 @@
     ├── RunLeasedError (also RuntimeError)  another owner is advancing that stored run
     │   └── StaleRunError                   the stored run moved on since it was read: load it again
     ├── DecisionError (also ValueError)     a decision on a stored run's call that cannot be taken
+    ├── Retry                               raised by an output validator: ask the model again, saying why
     └── AgentLoopError (also RuntimeError)  a run stopped; carries reason + result
 
 A programmer's mistake (bad table, bad limits, advancing a finished run) is an
@@ -122,6 +123,15 @@ class DecisionError(FsmAgentError, ValueError):
 
     def __str__(self) -> str:
         return f"no decision taken on call {self.call_id!r} of run {self.run_id!r}: {self.why}"
+
+
+class Retry(FsmAgentError):
+    """Raised by an output validator to send the model back with this message (``Retry("why")``).
+
+    The run takes ``Dispatch->AwaitModel[output_invalid]`` with the message
+    as the model's next input, like an answer that does not parse, within
+    the agent's ``output_retries``.
+    """
 
 
 class AgentLoopError(FsmAgentError, RuntimeError):

@@ -129,6 +129,26 @@ class ModelResponse:
 
 
 @attrs.frozen
+class OutputSchema:
+    """The JSON Schema a typed agent's final answer must match, as an adapter asks its provider for it.
+
+    Built by the agent from its ``output_type``; a model whose ``complete``
+    takes an ``output`` keyword receives it with every call (the scripted
+    models may ignore it).  ``name`` is the type's name, cut to what every
+    provider accepts (``[A-Za-z0-9_-]``, at most 64).  ``schema`` always
+    describes a JSON object.  ``strict`` is true when the schema already meets
+    the rules of OpenAI's strict mode (every object lists all its properties
+    as required and allows no others), so an adapter can ask for strict
+    decoding without the provider refusing the schema.
+    """
+
+    name: str
+    schema: dict[str, Any] = attrs.field(converter=_dict)
+    description: str = ""
+    strict: bool = False
+
+
+@attrs.frozen
 class Step:
     """One unit of work the run did: a tool call (``kind="tool_call"``) or the final answer.
 
@@ -177,7 +197,9 @@ class RunResult:
     ``prior`` counts the leading messages that came before the run (the
     system prompt and the history it continued): ``messages[prior:]`` are the
     run's own, starting with its question, and ``messages`` the whole
-    conversation, so ``history=result`` continues it.
+    conversation, so ``history=result`` continues it.  ``output`` is a
+    typed agent's accepted answer (``None`` without an ``output_type``, and
+    for a run that did not finish in ``Done``).
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_tuple)
@@ -191,6 +213,8 @@ class RunResult:
     # Left out of equality: it repeats the result's own data plus the run's random id and clock readings.
     snapshot: dict[str, Any] | None = attrs.field(default=None, eq=False)
     prior: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
+    # Not in to_dict() and left out of equality: any Python value (the text it came from is ``final``).
+    output: Any = attrs.field(default=None, eq=False)
 
     @property
     def ok(self) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Never
 
 from fsm_agent.definition.table import Row
-from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall, Transition, Usage
+from fsm_agent.records import Message, ModelResponse, OutputSchema, RunResult, ToolCall, Transition, Usage
 from fsm_agent.tools import JSONSchema, ToolRegistry
 
 _ids = itertools.count(1)
@@ -92,11 +92,15 @@ class FakeModel:
             self.responses = list(script)  # type: ignore[arg-type]  # several arguments: each is one response
         self.seen: list[tuple[Message, ...]] = []
         self.tools_seen: list[list[JSONSchema]] = []
+        self.outputs_seen: list[OutputSchema | None] = []
 
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        """Return the next scripted response."""
+    def complete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """Return the next scripted response; ``output`` (a typed agent's schema) is recorded and not followed."""
         self.seen.append(tuple(messages))
         self.tools_seen.append(tools)
+        self.outputs_seen.append(output)
         call = len(self.seen)
         if call > len(self.responses):
             held = len(self.responses)

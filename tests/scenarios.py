@@ -69,6 +69,15 @@ OUTPUT_CAP = 300
 
 # --- what the model says -----------------------------------------------------------------------------------
 
+POINT = {
+    "title": "Point",
+    "type": "object",
+    "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+    "required": ["x", "y"],
+    "additionalProperties": False,
+}
+"""A typed agent's output type as a JSON Schema dict: two integers."""
+
 
 @attrs.frozen
 class Call:
@@ -571,6 +580,8 @@ class Shadow:
             "is_truncated": lambda: last is not None and last.stop_reason == "max_tokens",
             "is_refusal": lambda: last is not None and last.stop_reason == "refusal",
             "has_no_tool_calls": lambda: last is not None and not last.message.tool_calls,
+            "output_invalid": lambda: False,  # generated agents have no output_type
+            "output_rejected": lambda: False,
             "asks_tools_while_finalizing": lambda: self.finalizing is not None,
             "hook_raised": lambda: False,  # generated agents have no hooks
             "condition_raised": lambda: False,  # generated stop conditions never raise

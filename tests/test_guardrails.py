@@ -78,10 +78,12 @@ def test_input_guardrail_is_a_start_row_after_the_built_in_start_stops() -> None
 
 
 def test_answer_guardrail_rows_come_just_before_done() -> None:
-    """An answer guardrail is tried before Dispatch->Done, and Dispatch keeps one stop_condition_error row."""
+    """An answer guardrail is tried after the output check and before Dispatch->Done; one stop_condition_error row."""
     forbid = StopCondition("forbidden", "Dispatch", lambda view: False)
     rows = [edge_id(row) for row in _agent(FakeModel(), ANSWER, forbid).table.rows_from(State.Dispatch, DISPATCH)]
-    assert rows[:3] == [
+    assert rows[:5] == [
+        "Dispatch->AwaitModel[output_invalid]",
+        "Dispatch->Failed[output_invalid]",
         "Dispatch->Failed[stop_condition_error]",
         "Dispatch->Failed[leaked_secret]",
         "Dispatch->Done[has_no_tool_calls]",

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from scenarios import POINT
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult, ToolRegistry, Usage
 from fsm_agent.definition.stops import CATALOGUE
@@ -251,6 +252,7 @@ SCENARIOS: dict[str, tuple[Scenario, str]] = {
     "hook_error": (_hook_error, "hook_error"),
     "max_tokens": (_scripted(reply("cu", stop_reason="max_tokens")), "max_tokens"),
     "refusal": (_scripted(reply("no", stop_reason="refusal")), "refusal"),
+    "output_invalid": (_scripted(reply("not json"), reply("still not"), output_type=POINT), "output_invalid"),
     # A failed finalize leaves the stop that asked for it standing.
     "finalize_failed": (
         _scripted(_echo_turn("a"), _echo_turn("b"), max_steps=1, on_stop={"max_steps": "finalize"}),

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from scenarios import POINT
 
 import fsm_agent
 from fsm_agent import (
@@ -470,6 +471,7 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
         lambda: Agent(LoopingModel(ping), registry, on_stop={"repeated_action": "finalize"}).run("q"),
         lambda: Agent(FakeModel([reply("c", stop_reason="max_tokens")]), registry).run("q"),
         lambda: Agent(FakeModel([reply("r", stop_reason="refusal")]), registry).run("q"),
+        lambda: Agent(FakeModel([reply("{}"), reply("[]")]), registry, output_type=POINT).run("q"),
         lambda: Agent(FakeModel([]), registry).run("q"),
         lambda: Agent(FakeModel(_calls(("fail", "1"), ("fail", "2"), ("fail", "3"))), registry).run("q"),
         lambda: Agent(FakeModel([tool_turn(*(tool_call("echo", text=t) for t in "abab"))]), registry).run("q"),

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from scenarios import POINT
 
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, RunResult, State
 from fsm_agent.definition.run import signature
@@ -105,6 +106,10 @@ STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
         lambda o: _dispatch(o, finalizing="max_steps"),
         {"on_stop": {"max_steps": "finalize"}},
     ),
+    "Dispatch->Failed[output_invalid]": (
+        lambda o: _at(State.Dispatch, o, turns=1, last_response=reply("not json")),
+        {"output_type": POINT, "output_retries": 0},
+    ),
     "Dispatch->Failed[cancelled]": (lambda o: _dispatch(o, cancel=_cancelled()), {}),
     "Dispatch->Failed[timeout]": (lambda o: _dispatch(o, seconds=10.0), {"timeout": 10}),
     "Dispatch->Failed[repeated_action]": (lambda o: _dispatch(o, last_signature=signature(ECHO)), {}),
@@ -132,6 +137,9 @@ ARRANGE: dict[str, Arrange] = {
     "AwaitModel->CheckTruncation": lambda o: _at(State.AwaitModel, o, (reply("hello"),)),
     "CheckTruncation->Dispatch": lambda o: _at(State.CheckTruncation, o, turns=1, last_response=reply("fine")),
     "Dispatch->Done[has_no_tool_calls]": lambda o: _at(State.Dispatch, o, turns=1, last_response=reply("42")),
+    "Dispatch->AwaitModel[output_invalid]": lambda o: _at(
+        State.Dispatch, {"output_type": POINT, **o}, turns=1, last_response=reply('{"x": 1}')
+    ),
     "Dispatch->ExecuteTool": lambda o: _dispatch(o),
     "ExecuteTool->Dispatch[has_pending_calls]": lambda o: _execute(o, pending=[ECHO, ECHO2]),
     "ExecuteTool->AwaitModel": lambda o: _execute(o),

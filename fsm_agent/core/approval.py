@@ -8,11 +8,14 @@ that has not run, and a decision holds once taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from fsm_agent.core import ledger
+from fsm_agent.definition.run import Run
 from fsm_agent.errors import DecisionError
 from fsm_agent.records import ToolCall
+from fsm_agent.tools import ToolResult
 
 
 def approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) -> Callable[[ToolCall], bool] | None:
@@ -61,3 +64,75 @@ def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bo
         raise DecisionError(run_id, call_id, "it has already run")
     if call_id in approvals:
         raise DecisionError(run_id, call_id, f"it was already decided ({describe_decision(approvals[call_id])})")
+
+
+class ApprovalGate:
+    """The stepper's approval half: which pending calls wait for a person, and the decisions taken on them."""
+
+    __slots__ = ()
+    run: Run
+    approve: Callable[[ToolCall], bool] | None
+
+    def gate(self) -> None:
+        """Mark the pending calls this agent's ``approve`` rule holds back as waiting for a decision, in the run.
+
+        Asked once per call, when its reply arrives (and again when another
+        agent resumes the run): from then on the run itself says the call
+        waits, so an agent without ``approve=`` cannot run it undecided.
+        """
+        approve, run = self.approve, self.run
+        if approve is None:
+            return
+        for call in run.pending:
+            if call.id not in run.ran and call.id not in run.approvals and approve(call):
+                run.to_approve.add(call.id)
+
+    def needs_decision(self, call: ToolCall) -> bool:
+        """Whether ``call`` waits for a person: it needs approval and has no decision yet."""
+        return call.id in self.run.to_approve and call.id not in self.run.approvals
+
+    def _cleared(self, call: ToolCall) -> bool:
+        """A call may run: it needs no approval, or a person approved it."""
+        decision = self.run.approvals.get(call.id)
+        return decision is True or (decision is None and not self.needs_decision(call))
+
+    def outcome_of(self, call: ToolCall) -> ToolResult | None:
+        """The outcome the next ``step()`` will record for ``call``: a rejection, or the kept result, or None."""
+        decision = self.run.approvals.get(call.id, True)
+        if decision is not True:
+            return self._rejection_result(call, decision)
+        return self.run.ran.get(call.id)
+
+    def _rejected(self, call: ToolCall) -> bool:
+        decision = self.run.approvals.get(call.id, True)
+        return decision is not True
+
+    @staticmethod
+    def _rejection_result(call: ToolCall, decision: bool | str) -> ToolResult:
+        why = decision if isinstance(decision, str) and decision else "no reason given"
+        message = f"a person rejected this call to {call.name!r}: {why}"
+        return ToolResult(ledger.error_text(message), message)
+
+    def awaiting(self) -> list[ToolCall]:
+        """The tool calls of this turn that need approval and have no decision yet."""
+        return [call for call in self.run.pending if self.needs_decision(call)]
+
+    def decide(self, approvals: Mapping[str, bool | str]) -> None:
+        """Record decisions on pending calls: ``True`` runs it, ``False`` or a reason text rejects it."""
+        for call_id, decision in approvals.items():
+            if not isinstance(decision, bool | str):
+                msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
+                raise TypeError(msg)
+            if not any(call.id == call_id for call in self.run.pending):
+                known = ", ".join(call.id for call in self.run.pending) or "none"
+                msg = f"no pending tool call has id {call_id!r} (pending: {known})"
+                raise ValueError(msg)
+            if call_id in self.run.ran:
+                msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
+                raise ValueError(msg)
+            given = self.run.approvals.get(call_id, decision)
+            if given != decision:
+                # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
+                msg = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
+                raise ValueError(msg)
+        self.run.approvals.update(approvals)

@@ -65,4 +65,5 @@ def make_result(
         pending=pending,
         snapshot=snapshot,
         prior=run.prior,
+        output=run.output if run.state is Done else None,
     )

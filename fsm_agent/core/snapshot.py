@@ -273,6 +273,8 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     if data.get("error") is not None:
         run.model_exception = RuntimeError(data["error"])
     run.prior = _prior(data, len(run.messages))
+    # Each answer sent back is one output_invalid edge of the trace: the count needs no field of its own.
+    run.output_retries = sum(1 for entry in run.trace if entry.guard == "output_invalid")
     _check_consistent(run)
 
 

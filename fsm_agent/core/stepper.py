@@ -13,14 +13,15 @@ retry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from fsm_agent.core import ledger
-from fsm_agent.core.approval import describe_decision
+from fsm_agent.core.approval import ApprovalGate
 from fsm_agent.core.batch import plan_batch
+from fsm_agent.core.output import Invalid, OutputSpec
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.run import MessagesView, Run
@@ -36,9 +37,10 @@ from fsm_agent.definition.table import (
     TOOL_DONE,
     Row,
     first_row,
+    output_invalid,
 )
 from fsm_agent.errors import RunStateError
-from fsm_agent.records import Message, ModelResponse, ToolCall, Transition
+from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
 
 FINALIZE_INSTRUCTION = (
@@ -63,13 +65,31 @@ class ToolBatch:
     calls: tuple[ToolCall, ...]
 
 
-Effect = ModelCall | ToolBatch
+@attrs.frozen
+class CheckOutput:
+    """Check the final answer ``text`` with ``output``: its type, then the validators, which are user code."""
+
+    text: str
+    output: OutputSpec
 
 
-class Stepper:
+Effect = ModelCall | ToolBatch | CheckOutput
+
+
+class Stepper(ApprovalGate):
     """The pure core of one run; every driver carries out its effects."""
 
-    __slots__ = ("_messages", "_replied", "_start", "approve", "finalize_from", "run", "schemas", "walker")
+    __slots__ = (
+        "_messages",
+        "_replied",
+        "_start",
+        "approve",
+        "finalize_from",
+        "output",
+        "run",
+        "schemas",
+        "walker",
+    )
 
     def __init__(
         self,
@@ -77,8 +97,12 @@ class Stepper:
         walker: Walker,
         schemas: list[JSONSchema],
         approve: Callable[[ToolCall], bool] | None = None,
+        output: OutputSpec | None = None,
     ) -> None:
         self.run = run
+        self.output = output
+        if output is not None:
+            run.output_retry_limit = output.retries
         self.walker = walker
         self.schemas = schemas
         self.approve = approve
@@ -126,6 +150,11 @@ class Stepper:
                 return None
             tools = [] if run.finalizing is not None else self.schemas
             return ModelCall(self._messages, tools, run.turns + 1)
+        if state is Dispatch:
+            answer, output = run.last_response, self.output
+            if output is None or run.output_checked or answer is None or answer.message.tool_calls:
+                return None
+            return CheckOutput(answer.message.content, output)
         if state is not ExecuteTool or (run.to_approve and self.paused):
             return None
         call = run.pending[0]
@@ -184,6 +213,18 @@ class Stepper:
         self.run.turns += 1
         self.run.model_exception = error
         self._replied = MODEL_FAILED
+
+    def accept_output(self, value: object) -> None:
+        """The answer was checked: its value, or an ``Invalid`` saying why not; ``step()`` then takes the edge."""
+        run = self.run
+        if run.state is not Dispatch or self.output is None or run.output_checked:
+            msg = f"the run is in {run.state} and waits for no output check"
+            raise RunStateError(msg)
+        run.output_checked = True
+        if isinstance(value, Invalid):
+            run.output_problem = (value.errors, value.retryable)
+        else:
+            run.output = value
 
     def accept_tool(self, call: ToolCall, outcome: ToolResult) -> None:
         """A tool call finished: keep its outcome by call id until the machine replays it."""
@@ -287,7 +328,20 @@ class Stepper:
             conclude(run)
         elif dest is AwaitModel:
             run.frozen = False
+            if row.guard is output_invalid:
+                self._ask_again()
         return entry
+
+    def _ask_again(self) -> None:
+        """Send a typed agent's answer back: record the failed check as a step, and tell the model the errors."""
+        run, output = self.run, self.output
+        assert run.output_problem is not None  # the output_invalid guard held
+        assert output is not None
+        errors = run.output_problem[0]
+        run.output_retries += 1
+        run.steps.append(Step(run.turns - 1, "output_invalid", "; ".join(errors), run.counters()))
+        run.messages.append(Message("user", output.retry_text(errors)))
+        run.output_checked, run.output_problem, run.output = False, None, None
 
     def _finalize(self, reason: str) -> Transition | None:
         """Answer the stop ``reason`` with one last model call without tools, if a finalize row allows it."""
@@ -303,69 +357,3 @@ class Stepper:
     def evidence(self, reason: str) -> dict[str, Any]:
         """The evidence the stop ``reason`` would have now."""
         return evidence_for(self.run, reason)
-
-    # --- approval ---------------------------------------------------------------------------------------------
-
-    def gate(self) -> None:
-        """Mark the pending calls this agent's ``approve`` rule holds back as waiting for a decision, in the run.
-
-        Asked once per call, when its reply arrives (and again when another
-        agent resumes the run): from then on the run itself says the call
-        waits, so an agent without ``approve=`` cannot run it undecided.
-        """
-        approve, run = self.approve, self.run
-        if approve is None:
-            return
-        for call in run.pending:
-            if call.id not in run.ran and call.id not in run.approvals and approve(call):
-                run.to_approve.add(call.id)
-
-    def needs_decision(self, call: ToolCall) -> bool:
-        """Whether ``call`` waits for a person: it needs approval and has no decision yet."""
-        return call.id in self.run.to_approve and call.id not in self.run.approvals
-
-    def _cleared(self, call: ToolCall) -> bool:
-        """A call may run: it needs no approval, or a person approved it."""
-        decision = self.run.approvals.get(call.id)
-        return decision is True or (decision is None and not self.needs_decision(call))
-
-    def outcome_of(self, call: ToolCall) -> ToolResult | None:
-        """The outcome the next ``step()`` will record for ``call``: a rejection, or the kept result, or None."""
-        decision = self.run.approvals.get(call.id, True)
-        if decision is not True:
-            return self._rejection_result(call, decision)
-        return self.run.ran.get(call.id)
-
-    def _rejected(self, call: ToolCall) -> bool:
-        decision = self.run.approvals.get(call.id, True)
-        return decision is not True
-
-    @staticmethod
-    def _rejection_result(call: ToolCall, decision: bool | str) -> ToolResult:
-        why = decision if isinstance(decision, str) and decision else "no reason given"
-        message = f"a person rejected this call to {call.name!r}: {why}"
-        return ToolResult(ledger.error_text(message), message)
-
-    def awaiting(self) -> list[ToolCall]:
-        """The tool calls of this turn that need approval and have no decision yet."""
-        return [call for call in self.run.pending if self.needs_decision(call)]
-
-    def decide(self, approvals: Mapping[str, bool | str]) -> None:
-        """Record decisions on pending calls: ``True`` runs it, ``False`` or a reason text rejects it."""
-        for call_id, decision in approvals.items():
-            if not isinstance(decision, bool | str):
-                msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
-                raise TypeError(msg)
-            if not any(call.id == call_id for call in self.run.pending):
-                known = ", ".join(call.id for call in self.run.pending) or "none"
-                msg = f"no pending tool call has id {call_id!r} (pending: {known})"
-                raise ValueError(msg)
-            if call_id in self.run.ran:
-                msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
-                raise ValueError(msg)
-            given = self.run.approvals.get(call_id, decision)
-            if given != decision:
-                # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
-                msg = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
-                raise ValueError(msg)
-        self.run.approvals.update(approvals)

@@ -29,6 +29,11 @@ def has_no_tool_calls(run: Run) -> bool:
     return run.last_response is not None and not run.last_response.message.tool_calls
 
 
+def output_rejected(run: Run) -> bool:
+    """A typed agent's final answer failed its output type or a validator, and the model is not asked again."""
+    return run.output_problem is not None
+
+
 def asks_tools_while_finalizing(run: Run) -> bool:
     """The last call was meant to answer without tools and asked for tools anyway."""
     return run.finalizing is not None

@@ -131,6 +131,11 @@ class Run:
         "messages",
         "meters",
         "model_exception",
+        "output",
+        "output_checked",
+        "output_problem",
+        "output_retries",
+        "output_retry_limit",
         "output_tokens",
         "pending",
         "policies",
@@ -210,6 +215,13 @@ class Run:
         self.finalize_evidence: dict[str, Any] = {}
         # Set by resume(retry=True): a model_error run may call the model again.
         self.retry_model = False
+        # A typed agent's check of the latest answer: done or not, its value, or why it is not accepted
+        # (and whether asking again may help); retries taken so far against the agent's output_retries.
+        self.output_checked = False
+        self.output: Any = None
+        self.output_problem: tuple[tuple[str, ...], bool] | None = None
+        self.output_retries = 0
+        self.output_retry_limit = 0
         self.final = ""
         self.reason: str | None = None
         self.evidence: dict[str, Any] = {}
@@ -299,6 +311,11 @@ class RunView:
     def pending(self) -> tuple[ToolCall, ...]:
         """Tool calls of the current turn not executed yet (the next one first)."""
         return tuple(self._run.pending)
+
+    @property
+    def output(self) -> Any:
+        """A typed agent's validated answer (at an ``"answer"`` guardrail); ``None`` before or without one."""
+        return self._run.output
 
     @property
     def counters(self) -> Counters:

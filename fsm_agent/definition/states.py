@@ -39,6 +39,7 @@ Reason = Literal[
     "hook_error",
     "max_tokens",
     "refusal",
+    "output_invalid",
     "finalize_failed",
     "repeated_action",
     "max_tool_calls",

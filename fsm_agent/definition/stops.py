@@ -11,16 +11,15 @@ it needs one).  A user's ``StopCondition`` is the same kind of object.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
 import attrs
 
+from fsm_agent.definition import evidence as ev
 from fsm_agent.definition import guards as g
-from fsm_agent.definition.limits import Limits
-from fsm_agent.definition.run import Meter, Run, RunView, signature
+from fsm_agent.definition.run import Meter, Run, RunView
 from fsm_agent.definition.states import POLICIES, TERMINAL, Policy, Reason, State
 
 Evidence = Callable[[Run], dict[str, Any]]
@@ -37,7 +36,7 @@ class At(StrEnum):
     AFTER_MODEL = "after_model"
     CHECK_REPLY = "check_reply"
     ANSWER = "answer"
-    """Dispatch, before a reply without tool calls becomes the final answer: only guardrails are checked here."""
+    """Dispatch, before a reply without tool calls becomes the final answer: its output check and guardrails."""
     BEFORE_TOOL = "before_tool"
     TOOL_INTERRUPTED = "tool_interrupted"
     TOOL_EXPIRED = "tool_expired"
@@ -96,169 +95,70 @@ class Stop:
         return POLICIES if self.finalize and not self.edge_only else ("raise", "return")
 
 
-def _step(run: Run) -> int:
-    return max(run.turns - 1, 0)
+def blocking_stop(run: Run) -> str | None:
+    """The first stop that forbids a model call now, of those a new limit can lift (None: a call may be made).
+
+    Several stops can hold at once and only the first is recorded, so a
+    resume, and an answer sent back for another try, check them all.
+    """
+    for stop in run.table_stops.values():
+        if stop.resume == "lift" and At.BEFORE_MODEL in stop.at and stop.guard is not None and stop.guard(run):
+            return stop.reason
+    return None
 
 
-def _message(run: Run) -> Any:
-    return run.last_response.message if run.last_response is not None else None
-
-
-def _model_error(run: Run) -> dict[str, Any]:
-    """`error`, `type`: the exception the model call raised (or why its reply was unusable)."""
-    exc = run.model_exception
-    return {"error": str(exc), "type": type(exc).__name__}
-
-
-def _cancelled(run: Run) -> dict[str, Any]:
-    """`why` (the text given to `cancel()`), `state` the run was leaving, `unfinished` call if one was cut off."""
-    out: dict[str, Any] = {"why": run.cancel_why or "the task running the run was cancelled"}
-    out["state"] = str(run.trace[-1].source)
-    if run.unfinished is not None:
-        out["unfinished"] = run.unfinished
-    return out
-
-
-def _timeout(run: Run) -> dict[str, Any]:
-    """`elapsed` against `timeout`, in seconds, and the `unfinished` call the deadline cut off, if any."""
-    out: dict[str, Any] = {"elapsed": run.seconds, "timeout": run.limits.timeout}
-    if run.unfinished is not None:
-        out["unfinished"] = run.unfinished
-    return out
-
-
-def _hook_error(run: Run) -> dict[str, Any]:
-    """`error`, `type`: the hook's exception (also the `AgentLoopError`'s `__cause__`)."""
-    return {"error": str(run.hook_error), "type": type(run.hook_error).__name__}
-
-
-def _condition_error(run: Run) -> dict[str, Any]:
-    """`condition`, `error`, `type`: which check raised and what (also the `AgentLoopError`'s `__cause__`)."""
-    exc = run.condition_error
-    return {"condition": run.condition_name, "error": str(exc), "type": type(exc).__name__}
-
-
-def _max_tokens(run: Run) -> dict[str, Any]:
-    """`partial_chars`, `cut_tool_calls`: how much of the cut reply arrived; the text is `result.final`."""
-    message = _message(run)
-    return {
-        "stop_reason": "max_tokens",
-        "partial_chars": len(message.content) if message else 0,
-        "cut_tool_calls": len(message.tool_calls) if message else 0,
+def _output_invalid(run: Run) -> dict[str, Any]:
+    """`errors`, `answer` (also `result.final`), `retries` against `limit`; why no retry: `blocked_by`, `retryable`."""
+    errors, retryable = run.output_problem or ((), False)
+    message = ev.reply_of(run)
+    out: dict[str, Any] = {
+        "errors": list(errors),
+        "answer": message.content if message else "",
+        "retries": run.output_retries,
+        "limit": run.output_retry_limit,
     }
-
-
-def _refusal(run: Run) -> dict[str, Any]:
-    """`content`: what the provider said instead of answering (also `result.final`)."""
-    message = _message(run)
-    return {"stop_reason": "refusal", "content": message.content if message else ""}
-
-
-def _finalize_failed(run: Run) -> dict[str, Any]:
-    """`tool_calls`: the tools the finalize reply asked for anyway."""
-    return {"tool_calls": [call.name for call in run.pending]}
-
-
-def _repeated_action(run: Run) -> dict[str, Any]:
-    """`signature` (`name`, canonical `arguments`) and `tool_call_id` of the call not made."""
-    call = run.pending[0]
-    name, arguments = signature(call)
-    return {"signature": {"name": name, "arguments": arguments}, "tool_call_id": call.id}
-
-
-def _max_tool_calls(run: Run) -> dict[str, Any]:
-    """`tool`, `scope` (the tool's own cap or `*`), `used` against `limit`."""
-    name = run.pending[0].name
-    scope, used, cap = g.cap_reached(run, name) or ("*", run.tool_calls, 0)
-    return {"tool": name, "scope": scope, "used": used, "limit": cap}
-
-
-def _tool_failures(run: Run) -> dict[str, Any]:
-    """`failures` against `limit`, and `last_error`."""
-    return {"failures": run.failures, "limit": run.limits.max_consecutive_failures, "last_error": run.last_error}
-
-
-def _decoded(name: str, arguments: str) -> dict[str, Any]:
-    try:
-        decoded = json.loads(arguments)
-    except ValueError:
-        decoded = arguments
-    return {"name": name, "arguments": decoded}
-
-
-def _cycle(run: Run) -> dict[str, Any]:
-    """`period`, `calls` (one period of the cycle, name and arguments) and `window`."""
-    period = g.find_cycle(run.recent)
-    calls = [_decoded(*sig) for sig, _ in list(run.recent)[-period:]]
-    return {"period": period, "calls": calls, "window": run.limits.cycle_window}
-
-
-def _token_budget(run: Run) -> dict[str, Any]:
-    """`tokens` against `budget`, split into `input_tokens` and `output_tokens`."""
-    return {
-        "tokens": run.tokens,
-        "budget": run.limits.token_budget,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
-    }
-
-
-def _max_steps(run: Run) -> dict[str, Any]:
-    """`turns` against `limit`."""
-    return {"turns": run.turns, "limit": run.limits.max_steps}
-
-
-def _timeout_limit(limits: Limits) -> float | None:
-    return limits.timeout
-
-
-def _steps_limit(limits: Limits) -> int:
-    return limits.max_steps
-
-
-def _failures_limit(limits: Limits) -> int:
-    return limits.max_consecutive_failures
-
-
-def _calls_limit(limits: Limits) -> int | None:
-    return limits.total_tool_calls
-
-
-def _budget_limit(limits: Limits) -> int | None:
-    return limits.token_budget
+    if not retryable:
+        out["retryable"] = False
+    elif run.finalizing is not None:
+        out["blocked_by"] = run.finalizing
+    elif run.output_retries < run.output_retry_limit:
+        out["blocked_by"] = blocking_stop(run)
+    return out
 
 
 A = At
 CATALOGUE: tuple[Stop, ...] = (
-    Stop("model_error", (A.MODEL_FAILED,), None, _model_error,
+    Stop("model_error", (A.MODEL_FAILED,), None, ev.model_error,
          "the model call raised, or its reply was unusable", resume="retry"),
-    Stop("hook_error", (A.AFTER_MODEL, A.CHECK_REPLY, A.BEFORE_TOOL, A.AFTER_TOOL), g.hook_raised, _hook_error,
+    Stop("hook_error", (A.AFTER_MODEL, A.CHECK_REPLY, A.BEFORE_TOOL, A.AFTER_TOOL), g.hook_raised, ev.hook_error,
          "a hook of a strict_hooks agent raised"),
-    Stop("max_tokens", (A.CHECK_REPLY,), g.is_truncated, _max_tokens, "the reply was cut at the output limit",
+    Stop("max_tokens", (A.CHECK_REPLY,), g.is_truncated, ev.max_tokens, "the reply was cut at the output limit",
          keeps_text=True),
-    Stop("refusal", (A.CHECK_REPLY,), g.is_refusal, _refusal, "the provider refused or filtered the reply",
+    Stop("refusal", (A.CHECK_REPLY,), g.is_refusal, ev.refusal, "the provider refused or filtered the reply",
          keeps_text=True),
-    Stop("finalize_failed", (A.BEFORE_TOOL,), g.asks_tools_while_finalizing, _finalize_failed,
+    Stop("output_invalid", (A.ANSWER,), g.output_rejected, _output_invalid,
+         "the final answer failed the output type or a validator, and no retry was left", keeps_text=True),
+    Stop("finalize_failed", (A.BEFORE_TOOL,), g.asks_tools_while_finalizing, ev.finalize_failed,
          "the finalize reply asked for tools anyway", edge_only=True),
     Stop("cancelled", (A.START, A.MODEL_INTERRUPTED, A.BEFORE_TOOL, A.TOOL_INTERRUPTED, A.BEFORE_MODEL),
-         g.is_cancelled, _cancelled, "the run's CancelToken was cancelled, or the task driving it", resume="lift"),
+         g.is_cancelled, ev.cancelled, "the run's CancelToken was cancelled, or the task driving it", resume="lift"),
     Stop("timeout", (A.START, A.MODEL_EXPIRED, A.BEFORE_TOOL, A.TOOL_EXPIRED, A.BEFORE_MODEL), g.deadline_passed,
-         _timeout, "the run used up its timeout seconds", finalize=True, resume="lift",
-         counter=Meter("seconds", "seconds", _timeout_limit), limit="timeout"),
-    Stop("repeated_action", (A.BEFORE_TOOL,), g.repeats_last_call, _repeated_action,
+         ev.timeout, "the run used up its timeout seconds", finalize=True, resume="lift",
+         counter=Meter("seconds", "seconds", ev.timeout_limit), limit="timeout"),
+    Stop("repeated_action", (A.BEFORE_TOOL,), g.repeats_last_call, ev.repeated_action,
          "the next call repeats the call just made", finalize=True),
-    Stop("max_tool_calls", (A.BEFORE_TOOL,), g.tool_calls_exhausted, _max_tool_calls,
+    Stop("max_tool_calls", (A.BEFORE_TOOL,), g.tool_calls_exhausted, ev.max_tool_calls,
          "the next call would exceed a tool-call cap", finalize=True, resume="lift",
-         counter=Meter("tool_calls", "tool_calls", _calls_limit), limit="max_tool_calls"),
-    Stop("tool_failures", (A.AFTER_TOOL,), g.failures_exhausted, _tool_failures,
+         counter=Meter("tool_calls", "tool_calls", ev.calls_limit), limit="max_tool_calls"),
+    Stop("tool_failures", (A.AFTER_TOOL,), g.failures_exhausted, ev.tool_failures,
          "too many tool calls failed in a row",
-         counter=Meter("failures", "failures", _failures_limit), limit="max_consecutive_failures"),
-    Stop("cycle", (A.AFTER_TOOL,), g.is_cycling, _cycle, "the latest calls repeat a cycle with the same results",
+         counter=Meter("failures", "failures", ev.failures_limit), limit="max_consecutive_failures"),
+    Stop("cycle", (A.AFTER_TOOL,), g.is_cycling, ev.cycle, "the latest calls repeat a cycle with the same results",
          finalize=True, limit="cycle_window"),
-    Stop("token_budget", (A.BEFORE_MODEL,), g.budget_spent, _token_budget, "the token budget is spent",
-         finalize=True, resume="lift", counter=Meter("tokens", "tokens", _budget_limit), limit="token_budget"),
-    Stop("max_steps", (A.BEFORE_MODEL,), g.steps_exhausted, _max_steps, "max_steps model turns were taken",
-         finalize=True, resume="lift", counter=Meter("steps", "turns", _steps_limit), limit="max_steps"),
+    Stop("token_budget", (A.BEFORE_MODEL,), g.budget_spent, ev.token_budget, "the token budget is spent",
+         finalize=True, resume="lift", counter=Meter("tokens", "tokens", ev.budget_limit), limit="token_budget"),
+    Stop("max_steps", (A.BEFORE_MODEL,), g.steps_exhausted, ev.max_steps, "max_steps model turns were taken",
+         finalize=True, resume="lift", counter=Meter("steps", "turns", ev.steps_limit), limit="max_steps"),
 )  # fmt: skip
 """The built-in stops; their order is their priority wherever two are checked at the same checkpoint."""
 del A
@@ -267,7 +167,7 @@ CONDITION_ERROR = Stop(
     "stop_condition_error",
     (),
     g.condition_raised,
-    _condition_error,
+    ev.condition_error,
     "a StopCondition's check raised",
 )
 """Checked just before the user's stops of a checkpoint, so it exists only in tables that have some."""

@@ -18,10 +18,18 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from fsm_agent.definition.guards import Guard, has_no_tool_calls, has_pending_calls
+from fsm_agent.definition.guards import Guard, has_no_tool_calls, has_pending_calls, output_rejected
 from fsm_agent.definition.run import Meter, Run
 from fsm_agent.definition.states import STATES, State
-from fsm_agent.definition.stops import CATALOGUE, CONDITION_ERROR, UNGUARDED, At, Stop, StopCondition
+from fsm_agent.definition.stops import (
+    CATALOGUE,
+    CONDITION_ERROR,
+    UNGUARDED,
+    At,
+    Stop,
+    StopCondition,
+    blocking_stop,
+)
 from fsm_agent.errors import DefinitionError
 from fsm_agent.records import Transition
 
@@ -239,11 +247,7 @@ def _lifted(run: Run) -> bool:
 
 
 def _model_call_allowed(run: Run) -> bool:
-    # Several stops can hold at once and only the first is recorded, so a resume checks them all again.
-    return not any(
-        stop.resume == "lift" and At.BEFORE_MODEL in stop.at and stop.guard is not None and stop.guard(run)
-        for stop in run.table_stops.values()
-    )
+    return blocking_stop(run) is None
 
 
 def resumes_before_tool(run: Run) -> bool:
@@ -254,6 +258,24 @@ def resumes_before_tool(run: Run) -> bool:
 def resumes_before_model(run: Run) -> bool:
     """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
     return not run.pending and _lifted(run) and _model_call_allowed(run)
+
+
+def output_invalid(run: Run) -> bool:
+    """A typed agent's final answer was not accepted, a retry is left and no limit forbids the call: ask again.
+
+    The errors go to the model as the next message.  A broken validator, a
+    finalize answer (the run has to stop) or a stop that holds before the
+    model call (``max_steps``, ``token_budget``, ``timeout``, ``cancelled``)
+    leave the next row, ``Failed[output_invalid]``, to take the answer.
+    """
+    problem = run.output_problem
+    return (
+        problem is not None
+        and problem[1]
+        and run.finalizing is None
+        and run.output_retries < run.output_retry_limit
+        and _model_call_allowed(run)
+    )
 
 
 def retries_model_call(run: Run) -> bool:
@@ -308,6 +330,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
         Row(S.AwaitModel, REPLIED, S.CheckTruncation),
         *slot(At.CHECK_REPLY),
         Row(S.CheckTruncation, CHECK, S.Dispatch),
+        Row(S.Dispatch, DISPATCH, S.AwaitModel, output_invalid),
         *slot(At.ANSWER),
         Row(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
         *slot(At.BEFORE_TOOL),
@@ -333,6 +356,9 @@ def build_table(stops: Sequence[Stop]) -> Table:
     used = [stop for stop in (*stops, CONDITION_ERROR) if any(row.reason == stop.reason for row in flow)]
     return Table(flow + finalize + resume, [stop.reason for stop in used], stops=used)
 
+
+TYPED_GUARDS = frozenset({output_invalid, output_rejected})
+"""The guards of the output check: they can hold only for an agent with an ``output_type``."""
 
 TABLE = build_table(CATALOGUE)
 """The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""

@@ -22,6 +22,7 @@ from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.history import History, opening
 from fsm_agent.core.ledger import answer_unexecuted
+from fsm_agent.core.output import Validator, accepts_output, output_spec
 from fsm_agent.core.walker import Walker, walker_for
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -70,6 +71,16 @@ class Agent:
     also from several threads or tasks at once (the model and tools must then
     be thread-safe themselves).  Invalid limits, stop conditions or policies
     raise ``ValueError`` here, never in the middle of a run.
+
+    ``output_type`` (a pydantic model, a dataclass, a ``TypedDict``, a JSON
+    Schema dict, or ``str``) makes the final answer typed: it is checked at
+    ``Dispatch``, then each of ``output_validators`` (``fn(output)``, sync or
+    async) may change it or raise ``fsm_agent.Retry("why")``.  An answer not
+    accepted goes back to the model with the errors, at most
+    ``output_retries`` times in a run, and then stops the run with
+    ``output_invalid``; ``RunResult.output`` holds the accepted value.  A
+    model whose ``complete`` takes an ``output`` keyword is given the
+    ``OutputSchema`` with every call (the adapters ask their provider for it).
     """
 
     def __init__(
@@ -92,6 +103,9 @@ class Agent:
         approve: Collection[str] | Callable[[ToolCall], bool] | None = None,
         tool_timeout: float | None = None,
         limits: Limits | None = None,
+        output_type: Any = None,
+        output_retries: int = 1,
+        output_validators: Iterable[Validator] = (),
     ) -> None:
         if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
             msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
@@ -118,6 +132,14 @@ class Agent:
             msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
             raise ValueError(msg)
         self.tool_timeout = tool_timeout
+        self.output = output_spec(output_type, output_validators, output_retries)
+        request = None if self.output is None else self.output.request
+        # What each model method is called with besides messages and tools: a typed answer's schema as
+        # output=, where the method takes that keyword (a model that does not is free to ignore the schema).
+        self.model_keywords: dict[str, dict[str, Any]] = {
+            name: {"output": request} if request is not None and accepts_output(getattr(model, name, None)) else {}
+            for name in ("complete", "acomplete", "complete_stream", "acomplete_stream")
+        }
         self.approve = approval_rule(approve)
         self.model = model
         self.registry = registry

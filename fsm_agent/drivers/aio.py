@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fsm_agent.core.stepper import ModelCall, ToolBatch
+from fsm_agent.core.stepper import CheckOutput, ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.records import RunResult, ToolCall, Transition
@@ -45,7 +45,11 @@ class AsyncDriver(RunBase):
         if self._clock_each_transition:
             self._observe()
         effect = self.stepper.effect(parallel=True)
-        if effect is not None:
+        if isinstance(effect, CheckOutput):
+            # No call: checked outside the deadline's cut; a cancel while an async validator runs leaves the
+            # answer unchecked in Dispatch (a resume checks it again) and propagates.
+            self.stepper.accept_output(await effect.output.acheck(effect.text))
+        elif effect is not None:
             journal = self._journal
             if journal is not None and journal.due():
                 await journal.ahold(self.position)  # no call on a run this object let go of or may have lost
@@ -92,12 +96,14 @@ class AsyncDriver(RunBase):
         try:
             acomplete = getattr(self._model, "acomplete", None)
             astream = self._streaming("acomplete_stream") if self._wants_text else None
+            keywords = self._keywords
             if astream is not None:
-                response = await astream(effect.messages, effect.tools, self._text)
+                response = await astream(effect.messages, effect.tools, self._text, **keywords["acomplete_stream"])
             elif acomplete is not None:
-                response = await acomplete(effect.messages, effect.tools)
+                response = await acomplete(effect.messages, effect.tools, **keywords["acomplete"])
             else:
-                response = await asyncio.to_thread(self._model.complete, effect.messages, effect.tools)
+                complete = self._model.complete
+                response = await asyncio.to_thread(complete, effect.messages, effect.tools, **keywords["complete"])
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
             self._model_failed(exc)
             return

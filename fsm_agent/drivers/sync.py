@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from fsm_agent.core.stepper import ModelCall, ToolBatch
+from fsm_agent.core.stepper import CheckOutput, Effect, ModelCall, ToolBatch
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
@@ -95,15 +95,19 @@ class SyncDriver(RunBase):
         effect = self.stepper.effect()
         if effect is not None:
             journal = self._journal
-            if journal is not None and journal.due():
+            if journal is not None and not isinstance(effect, CheckOutput) and journal.due():
                 journal.hold(self.position)  # no call on a run this object let go of or may have lost
             expired = self._carry_out(effect)
             if expired is not None:
                 return expired
         return self._step()
 
-    def _carry_out(self, effect: ModelCall | ToolBatch) -> Transition | None:
+    def _carry_out(self, effect: Effect) -> Transition | None:
         """Make the call ``effect`` asks for, or, if the deadline already passed, stop the run and return that edge."""
+        if isinstance(effect, CheckOutput):
+            # No call: the deadline is kept by the edges after it (a retry needs time left for its model call).
+            self.stepper.accept_output(effect.output.check(effect.text))
+            return None
         if self._clock_each_transition and self._out_of_time():  # a deadline makes the run clocked
             return self._interrupt(EXPIRED, None)
         if isinstance(effect, ModelCall):
@@ -160,9 +164,9 @@ class SyncDriver(RunBase):
         try:
             stream = self._streaming("complete_stream") if self._wants_text else None
             if stream is None:
-                response = self._model.complete(effect.messages, effect.tools)
+                response = self._model.complete(effect.messages, effect.tools, **self._keywords["complete"])
             else:
-                response = stream(effect.messages, effect.tools, self._text)
+                response = stream(effect.messages, effect.tools, self._text, **self._keywords["complete_stream"])
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
             self._take_back(mutex)
             self._model_failed(exc)

@@ -5,17 +5,21 @@ become ``tool_use`` / ``tool_result`` content blocks (a failed result carries
 ``is_error``), and consecutive tool results share one user turn, as the API
 expects.  The mapping of ``stop_reason`` onto the engine's is the table
 ``STOP_REASONS``.  Retries of transient errors (429, 529 overloaded, 5xx,
-connection errors) are the SDK's own, bounded by ``max_retries``.
+connection errors) are the SDK's own, bounded by ``max_retries``.  A typed
+agent's answer schema is asked for with structured outputs (JSON outputs,
+``output_config.format``), the schema adapted to Claude's rules by
+:func:`to_claude_schema`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
-from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
+from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
+from fsm_agent.models.provider import ProviderModel, check_params, output_clash, require_sdk
 from fsm_agent.models.replies import (
     ProviderResponse,
     check_body,
@@ -126,6 +130,84 @@ def to_anthropic_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
     return [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in schemas]
 
 
+# Claude's structured outputs take a subset of JSON Schema ("JSON Schema limitations" in
+# https://platform.claude.com/docs/en/build-with-claude/structured-outputs): each object must set
+# additionalProperties to false, and some keywords are refused with a 400.
+_UNSUPPORTED = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength"}
+    | {"maxItems", "uniqueItems"}
+)
+"""Keywords refused in any schema; ``minItems`` is refused above 1, ``format`` outside ``_FORMATS``."""
+_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"})
+_NAMED_SUBSCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
+
+
+def to_claude_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` that Claude's structured outputs accept; ``schema`` itself is left as it was.
+
+    The documented rules, and what is done to meet them:
+
+    - Every object must set ``additionalProperties`` to ``false``: an object
+      with ``properties`` that leaves it out gets it (JSON Schema's default
+      would allow other keys).  An object that allows other keys on purpose
+      (a ``dict[str, int]`` field), or lists no properties, is left as it
+      is, and the API's 400 names it: closing it would allow only ``{}``.
+    - Numeric and string limits (``minimum``, ``maxLength``, ...), array
+      limits past ``minItems`` 0 or 1, and string formats outside Claude's
+      list are refused: each is taken out and written into the
+      description instead, as the ``anthropic`` SDK's ``transform_schema``
+      does.  The agent still checks the answer against the whole schema,
+      and asks again when a limit is missed.
+
+    Recursive schemas are refused too; nothing here can mend that.
+    """
+    adapted: dict[str, Any] = copy.deepcopy(schema)
+    _adapt(adapted)
+    return adapted
+
+
+def _adapt(node: Any) -> None:
+    if not isinstance(node, dict):
+        return  # true and false are schemas too, with nothing in them to adapt
+    for key in _NAMED_SUBSCHEMAS:
+        if isinstance(node.get(key), dict):
+            for subschema in node[key].values():
+                _adapt(subschema)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(node.get(key), list):
+            for subschema in node[key]:
+                _adapt(subschema)
+    for key in _SUBSCHEMAS:
+        _adapt(node.get(key))
+    if isinstance(node.get("properties"), dict):
+        node.setdefault("additionalProperties", False)
+    moved = [key for key in node if _unsupported(key, node[key])]
+    if moved:
+        limits = ", ".join(f"{key}: {json.dumps(node.pop(key), ensure_ascii=False)}" for key in moved)
+        description = node.get("description")
+        node["description"] = f"{description}\n\n{{{limits}}}" if isinstance(description, str) else f"{{{limits}}}"
+
+
+def _unsupported(key: str, value: Any) -> bool:
+    if key == "minItems":
+        return value not in (0, 1)
+    if key == "format":
+        return not isinstance(value, str) or value not in _FORMATS
+    return key in _UNSUPPORTED
+
+
+def to_anthropic_output(output: OutputSchema) -> dict[str, Any]:
+    """``output`` as the Messages API's ``output_config.format``: a JSON output in Claude's schema subset.
+
+    The format holds only the type and the schema: Claude's JSON outputs
+    have no name, description or strict flag (decoding is always
+    constrained); a description inside the schema goes along.
+    """
+    return {"type": "json_schema", "schema": to_claude_schema(output.schema)}
+
+
 def _usage(usage: Any) -> Usage | None:
     # No usage at all counts as zero, as for OpenAI; one that is there must be whole.
     if usage is None:
@@ -198,8 +280,16 @@ class AnthropicModel(ProviderModel):
     client's settings.  ``max_tokens`` is required by the API and defaults to
     4096 (above about 21,000 the SDK refuses non-streaming calls unless a
     ``timeout`` is given); ``params`` go into every request unchanged (``temperature``, ...).
-    Without the ``anthropic`` package this raises ``ImportError`` saying how
-    to install it.  How the key and ``base_url`` are checked and kept out of
+    Called with ``output=`` (a typed agent), the request asks for that
+    schema natively with structured outputs,
+    ``output_config={"format": {"type": "json_schema", "schema": ...}}``
+    (the schema adapted by :func:`to_claude_schema`), merged into an
+    ``output_config`` param (``{"effort": "low"}`` stays); one that sets a
+    ``format`` of its own, or is not a dict, is then refused with
+    ``ValueError``.  The JSON answer arrives as an ordinary text block; it
+    combines with tools and with extended thinking, which the format does
+    not constrain.  Without the ``anthropic`` package this raises
+    ``ImportError`` saying how to install it.  How the key and ``base_url`` are checked and kept out of
     errors, and which replies are refused as malformed, is in
     :mod:`fsm_agent.models.redaction` and :mod:`fsm_agent.models.replies`.
     """
@@ -233,8 +323,10 @@ class AnthropicModel(ProviderModel):
         self.max_tokens = max_tokens
         self.params = params
 
-    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
-        """The keyword arguments of ``messages.create``: model, max_tokens, system (if any), messages, tools, params."""
+    def build_request(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create``: model, max_tokens, system, messages, tools, params, format."""
         system, turns = to_anthropic_messages(messages)
         request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": turns}
         if system:
@@ -242,6 +334,12 @@ class AnthropicModel(ProviderModel):
         if tools:
             request["tools"] = to_anthropic_tools(tools)
         request.update(self.params)
+        if output is not None:
+            config = request.get("output_config") or {}
+            if not isinstance(config, dict) or config.get("format") is not None:
+                raise output_clash("AnthropicModel", ["output_config.format"], output, "output_config.format")
+            # A new dict: the params' own output_config is sent again, unchanged, by the next untyped call.
+            request["output_config"] = {**config, "format": to_anthropic_output(output)}
         return wire_safe(request)
 
     def parse(self, response: Any) -> ModelResponse:
@@ -257,7 +355,12 @@ class AnthropicModel(ProviderModel):
     # --- streaming: the same request and reply, the text handed on as it arrives --------------------------
 
     def complete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete`` over the SDK's ``messages.stream``: ``on_text`` gets each piece of text as it arrives.
 
@@ -267,7 +370,7 @@ class AnthropicModel(ProviderModel):
         """
 
         def work() -> ModelResponse:
-            with self.client.messages.stream(**self.build_request(messages, tools)) as stream:
+            with self.client.messages.stream(**self.build_request(messages, tools, output)) as stream:
                 for text in stream.text_stream:
                     if text:
                         on_text(text)
@@ -276,12 +379,17 @@ class AnthropicModel(ProviderModel):
         return self._guarded(work)
 
     async def acomplete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete_stream`` over the SDK's async client, for the async driver."""
 
         async def work(client: Any) -> ModelResponse:
-            async with client.messages.stream(**self.build_request(messages, tools)) as stream:
+            async with client.messages.stream(**self.build_request(messages, tools, output)) as stream:
                 async for text in stream.text_stream:
                     if text:
                         on_text(text)

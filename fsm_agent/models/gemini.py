@@ -15,7 +15,10 @@ by name and order.  The wire format both ways, and the finish-reason mapping
 SDK retries 408, 429 and 5xx answers and connection errors, ``max_retries``
 times (default 2); it ignores ``Retry-After``, so on a client the adapter
 builds, each retry waits as long as the server asked (up to two minutes;
-asked for longer, the error goes out at once), as the other SDKs do.
+asked for longer, the error goes out at once), as the other SDKs do.  A
+typed agent's answer schema is asked for natively: JSON mode
+(``response_mime_type="application/json"``) with the schema as
+``response_json_schema`` (see :func:`~fsm_agent.models.gemini_wire.to_gemini_output`).
 """
 
 from __future__ import annotations
@@ -27,15 +30,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fsm_agent import Message, ModelResponse
+from fsm_agent import Message, ModelResponse, OutputSchema
 from fsm_agent.models.gemini_wire import (
+    JSON_MIME_TYPE,
+    OUTPUT_FIELDS,
     assembled,
     from_gemini_response,
     hand_on,
     to_gemini_contents,
+    to_gemini_output,
     to_gemini_tools,
 )
-from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
+from fsm_agent.models.provider import ProviderModel, check_params, output_clash, require_sdk
 from fsm_agent.models.redaction import clean_key, redacted
 from fsm_agent.models.replies import not_json, wire_safe
 from fsm_agent.models.retry_after import MAX_RETRY_AFTER, server_delay
@@ -61,6 +67,15 @@ class GeminiModel(ProviderModel):
     (``thinking_config``, ``temperature``, ``max_output_tokens``, ...).
     The client built here waits as long as a ``Retry-After`` asks before a
     retry, as the other SDKs do; a client passed in retries as configured.
+    Called with ``output=`` (a typed agent), the config asks for that schema
+    natively: ``response_mime_type="application/json"`` and
+    ``response_json_schema``, the JSON answer arriving as an ordinary text
+    part.  Params that set ``response_schema``, ``response_json_schema`` or
+    a ``response_mime_type`` other than JSON are then refused with
+    ``ValueError`` (without ``output`` they are sent as given).  Before
+    Gemini 3 the API answers JSON mode with function declarations with 400
+    ("Function calling with a response mime type: 'application/json' is
+    unsupported"), so a typed agent with tools needs a Gemini 3 model.
     Without the ``google-genai`` package this raises ``ImportError`` saying
     how to install it.  Keys and errors are handled as for the other
     adapters (:mod:`fsm_agent.models.redaction`).
@@ -145,7 +160,9 @@ class GeminiModel(ProviderModel):
                 exc.args = (f"Connection error: cannot reach {self.base_url}{cause}",)
         return failure
 
-    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
+    def build_request(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> dict[str, Any]:
         """The keyword arguments of ``models.generate_content``: model, contents and a config."""
         types = self._sdk.types
         system, contents = to_gemini_contents(messages)
@@ -154,10 +171,21 @@ class GeminiModel(ProviderModel):
             config["system_instruction"] = system
         if tools:
             config["tools"] = to_gemini_tools(tools)
+        if output is not None:
+            config.update(self._output_config(output))
         plain = wire_safe({"contents": contents, "config": config})
         # Built from Gemini's own JSON so a thought signature's base64 is read as the bytes it stands for.
         built = [types.Content.model_validate_json(json.dumps(c)) for c in plain["contents"]]
         return {"model": self.model, "contents": built, "config": types.GenerateContentConfig(**plain["config"])}
+
+    def _output_config(self, output: OutputSchema) -> dict[str, Any]:
+        """The config fields asking for ``output``; ``ValueError`` if the params already ask for another answer."""
+        clash = [name for name in ("response_schema", *OUTPUT_FIELDS) if self.params.get(name) is not None]
+        if self.params.get("response_mime_type") == JSON_MIME_TYPE:
+            clash.remove("response_mime_type")  # the same JSON mode the schema needs
+        if clash:
+            raise output_clash("GeminiModel", clash, output, " and ".join(OUTPUT_FIELDS))
+        return to_gemini_output(output)
 
     def parse(self, response: Any) -> ModelResponse:
         """The engine's view of one ``GenerateContentResponse``."""
@@ -172,7 +200,12 @@ class GeminiModel(ProviderModel):
     # --- streaming: the same request, the text handed on as it arrives ------------------------------------
 
     def complete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete`` over ``generate_content_stream``: ``on_text`` gets each piece of answer text as it arrives.
 
@@ -182,7 +215,7 @@ class GeminiModel(ProviderModel):
 
         def work() -> ModelResponse:
             chunks = []
-            for chunk in self.client.models.generate_content_stream(**self.build_request(messages, tools)):
+            for chunk in self.client.models.generate_content_stream(**self.build_request(messages, tools, output)):
                 hand_on(chunk, on_text)
                 chunks.append(chunk)
             return self.parse(assembled(self._sdk.types, chunks))
@@ -190,13 +223,19 @@ class GeminiModel(ProviderModel):
         return self._guarded(work)
 
     async def acomplete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete_stream`` over the client's ``aio`` side, for the async driver."""
 
         async def work(client: Any) -> ModelResponse:
             chunks = []
-            async for chunk in await client.models.generate_content_stream(**self.build_request(messages, tools)):
+            request = self.build_request(messages, tools, output)
+            async for chunk in await client.models.generate_content_stream(**request):
                 hand_on(chunk, on_text)
                 chunks.append(chunk)
             return self.parse(assembled(self._sdk.types, chunks))

@@ -4,7 +4,9 @@ Pure functions over plain data and the SDK's response objects, so the
 adapter (:mod:`fsm_agent.models.gemini`) holds only the client's lifecycle.
 The rules they follow are the adapter's: parts with thought signatures go
 back verbatim, derived call ids are never sent, results pair with calls by
-name and order, and ``FINISH_REASONS`` maps the stop signals.
+name and order, and ``FINISH_REASONS`` maps the stop signals.  A typed
+agent's answer schema becomes JSON mode with a JSON Schema
+(:func:`to_gemini_output`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
+from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
 from fsm_agent.core.ledger import MAX_NESTING, nests_deeper
 from fsm_agent.models.replies import (
     MalformedReplyError,
@@ -52,6 +54,12 @@ prompt blocked before any candidate (``promptFeedback.blockReason``) is a
 ``refusal``.  Any other value is passed on, so the engine stops the run with
 ``model_error`` naming it (the reply kept).
 """
+
+JSON_MIME_TYPE = "application/json"
+"""The ``response_mime_type`` of JSON mode, which a response schema needs."""
+
+OUTPUT_FIELDS = ("response_mime_type", "response_json_schema")
+"""The ``GenerateContentConfig`` fields :func:`to_gemini_output` sets."""
 
 MALFORMED_CALL = "MALFORMED_FUNCTION_CALL"
 DERIVED_ID_PREFIX = "gemini-call-"
@@ -140,6 +148,21 @@ def to_gemini_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
         {"name": s["name"], "description": s["description"], "parameters_json_schema": s["parameters"]} for s in schemas
     ]
     return [{"function_declarations": declarations}]
+
+
+def to_gemini_output(output: OutputSchema) -> dict[str, Any]:
+    """``output`` as ``GenerateContentConfig`` fields: JSON mode, constrained by the schema as JSON Schema.
+
+    ``response_json_schema`` takes JSON Schema as it is, which is what an
+    ``OutputSchema`` holds (the tools go the same way, as
+    ``parameters_json_schema``); ``response_schema`` would want Gemini's
+    OpenAPI subset, and converting to it would lose what it lacks
+    (``additionalProperties``, ``$ref``/``$defs``, ...).  Keywords Gemini
+    does not support are ignored by it, and the agent checks the answer
+    against the whole schema anyway.  The name, description and strict
+    flag have no Gemini field; a description inside the schema goes along.
+    """
+    return {"response_mime_type": JSON_MIME_TYPE, "response_json_schema": output.schema}
 
 
 def _wire(part: Any) -> dict[str, Any]:

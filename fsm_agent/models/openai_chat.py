@@ -5,7 +5,9 @@ and each response back to a :class:`~fsm_agent.records.ModelResponse`.  The
 mapping of ``finish_reason`` onto the engine's ``stop_reason`` is the table
 ``FINISH_REASONS``, so the README, the tests and the adapter read one table.
 Retries of transient errors (429, 5xx, connection errors) are the SDK's own,
-with its exponential backoff, bounded by ``max_retries``.
+with its exponential backoff, bounded by ``max_retries``.  A typed agent's
+answer schema is asked for with Structured Outputs, ``response_format``
+of type ``json_schema`` (:func:`to_openai_response_format`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fsm_agent import Message, ModelResponse, ToolCall, Usage
+from fsm_agent import Message, ModelResponse, OutputSchema, ToolCall, Usage
 from fsm_agent.models.openai_client import OpenAIClientModel
+from fsm_agent.models.provider import output_clash
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,
@@ -88,6 +91,19 @@ def to_openai_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
     ]
 
 
+def to_openai_response_format(output: OutputSchema) -> dict[str, Any]:
+    """``output`` as a Chat Completions ``response_format`` (Structured Outputs: ``json_schema``).
+
+    ``strict`` is the schema's own flag: strict decoding is asked for only
+    when the schema meets its rules, since OpenAI refuses a strict schema
+    that does not; the description goes along when there is one.
+    """
+    json_schema: dict[str, Any] = {"name": output.name, "schema": output.schema, "strict": output.strict}
+    if output.description:
+        json_schema["description"] = output.description
+    return {"type": "json_schema", "json_schema": json_schema}
+
+
 def _tool_call(call: Any, field: str) -> ToolCall:
     # Read by attribute rather than by SDK class: the class names changed between openai 1.x and 2.x.
     call_id = reply_text(getattr(call, "id", None), f"{field}.id")
@@ -158,20 +174,33 @@ class OpenAIChatModel(OpenAIClientModel):
     Client settings are :class:`~fsm_agent.models.openai_client.OpenAIClientModel`'s;
     point ``base_url`` at ``http://localhost:11434/v1`` for Ollama and the
     like.  ``params`` go into every request unchanged (``temperature``,
-    ``max_completion_tokens``, ...).  How the key and ``base_url`` are checked
+    ``max_completion_tokens``, ...).  Called with ``output=`` (a typed
+    agent), the request asks for that schema natively with
+    ``response_format={"type": "json_schema", ...}``, and the JSON answer
+    comes back as the message's content; a ``response_format`` in
+    ``params`` is then refused with ``ValueError``, since the request can
+    carry only one (without ``output`` it is sent as given).  Whether a
+    compatible server honours ``json_schema`` is up to it; the agent
+    checks the answer either way.  How the key and ``base_url`` are checked
     and kept out of errors, and which replies are refused as malformed, is in
     :mod:`fsm_agent.models.redaction` and :mod:`fsm_agent.models.replies`.
     """
 
     _RESERVED = ("model", "messages", "tools")
 
-    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
-        """The keyword arguments of ``chat.completions.create``: model, messages, tools (if any) and params."""
+    def build_request(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create``: model, messages, tools (if any), params, format."""
         request: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages)}
         if tools:
             # An empty tools list is rejected by the API; no tools means leaving the key out.
             request["tools"] = to_openai_tools(tools)
         request.update(self.params)
+        if output is not None:
+            if "response_format" in self.params:
+                raise output_clash(type(self).__name__, ["response_format"], output, "response_format")
+            request["response_format"] = to_openai_response_format(output)
         return wire_safe(request)
 
     def parse(self, response: Any) -> ModelResponse:
@@ -187,7 +216,12 @@ class OpenAIChatModel(OpenAIClientModel):
     # --- streaming: the same request and reply, the text handed on as it arrives --------------------------
 
     def complete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete`` over a streamed response: ``on_text`` gets each piece of the reply's text as it arrives.
 
@@ -198,7 +232,7 @@ class OpenAIChatModel(OpenAIClientModel):
 
         def work() -> ModelResponse:
             state = _stream_state()
-            with self.client.chat.completions.create(**self._stream_request(messages, tools)) as chunks:
+            with self.client.chat.completions.create(**self._stream_request(messages, tools, output)) as chunks:
                 for chunk in chunks:
                     _hand_on(state.handle_chunk(chunk), on_text)
             return self.parse(state.current_completion_snapshot)
@@ -206,21 +240,29 @@ class OpenAIChatModel(OpenAIClientModel):
         return self._guarded(work)
 
     async def acomplete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete_stream`` over the SDK's async client, for the async driver."""
 
         async def work(client: Any) -> ModelResponse:
             state = _stream_state()
-            async with await client.chat.completions.create(**self._stream_request(messages, tools)) as chunks:
+            request = self._stream_request(messages, tools, output)
+            async with await client.chat.completions.create(**request) as chunks:
                 async for chunk in chunks:
                     _hand_on(state.handle_chunk(chunk), on_text)
             return self.parse(state.current_completion_snapshot)
 
         return await self._aguarded(work)
 
-    def _stream_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
-        request = self.build_request(messages, tools)
+    def _stream_request(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None
+    ) -> dict[str, Any]:
+        request = self.build_request(messages, tools, output)
         request["stream"] = True
         # Without it a streamed reply carries no usage, and token_budget would count it as zero.
         request.setdefault("stream_options", {"include_usage": True})

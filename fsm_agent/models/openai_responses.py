@@ -12,7 +12,9 @@ the whole conversation, so nothing has to be kept at OpenAI, and the
 reasoning then travels encrypted (``include=["reasoning.encrypted_content"]``
 is added).  The mapping of ``status`` onto the engine's ``stop_reason`` is
 ``INCOMPLETE_REASONS`` plus the rules in :func:`from_response`.  Retries of
-transient errors are the SDK's own, bounded by ``max_retries``.
+transient errors are the SDK's own, bounded by ``max_retries``.  A typed
+agent's answer schema is asked for with Structured Outputs, a ``json_schema``
+format in the ``text`` parameter (:func:`to_responses_format`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fsm_agent import Message, ModelResponse, ProviderData, ToolCall, Usage
+from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
 from fsm_agent.models.openai_client import OpenAIClientModel
+from fsm_agent.models.provider import output_clash
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,
@@ -104,6 +107,24 @@ def to_responses_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
         }
         for s in schemas
     ]
+
+
+def to_responses_format(output: OutputSchema) -> dict[str, Any]:
+    """``output`` as the Responses API's ``text.format`` (Structured Outputs: ``json_schema``).
+
+    The fields sit flat in the format (not under ``json_schema`` as in Chat
+    Completions); ``strict`` is the schema's own flag, and the description
+    goes along when there is one.
+    """
+    text_format: dict[str, Any] = {
+        "type": "json_schema",
+        "name": output.name,
+        "schema": output.schema,
+        "strict": output.strict,
+    }
+    if output.description:
+        text_format["description"] = output.description
+    return text_format
 
 
 def _usage(usage: Any) -> Usage | None:
@@ -211,8 +232,13 @@ class OpenAIResponsesModel(OpenAIClientModel):
     into every request unchanged (``reasoning={"effort": "low"}``,
     ``max_output_tokens``, ...); ``store`` defaults to ``False``, and with
     ``store=False`` the encrypted reasoning is requested so it can be sent
-    back.  Without the ``openai`` package this raises ``ImportError`` saying
-    how to install it.
+    back.  Called with ``output=`` (a typed agent), the request asks for that
+    schema natively with ``text={"format": {"type": "json_schema", ...}}``,
+    merged into a ``text`` param (``{"verbosity": "low"}`` stays); a
+    ``text`` param that sets a ``format`` of its own, or is not a dict, is
+    then refused with ``ValueError``.  The JSON answer comes back as the
+    reply's text.  Without the ``openai`` package this raises
+    ``ImportError`` saying how to install it.
     """
 
     _RESERVED = ("model", "input", "tools", "instructions")
@@ -226,8 +252,10 @@ class OpenAIResponsesModel(OpenAIClientModel):
             params["include"] = include if ENCRYPTED_REASONING in include else [*include, ENCRYPTED_REASONING]
         return params
 
-    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
-        """The keyword arguments of ``responses.create``: model, instructions (if any), input, tools, params."""
+    def build_request(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``responses.create``: model, instructions (if any), input, tools, params, text."""
         instructions, items = to_responses_input(messages)
         request: dict[str, Any] = {"model": self.model, "input": items}
         if instructions:
@@ -235,6 +263,12 @@ class OpenAIResponsesModel(OpenAIClientModel):
         if tools:
             request["tools"] = to_responses_tools(tools)
         request.update(self.params)
+        if output is not None:
+            text = request.get("text") or {}
+            if not isinstance(text, dict) or "format" in text:
+                raise output_clash(type(self).__name__, ["text.format"], output, "text.format")
+            # A new dict: the params' own text dict is sent again, unchanged, by the next untyped call.
+            request["text"] = {**text, "format": to_responses_format(output)}
         return wire_safe(request)
 
     def parse(self, response: Any) -> ModelResponse:
@@ -250,7 +284,12 @@ class OpenAIResponsesModel(OpenAIClientModel):
     # --- streaming: the same request, the text handed on as it arrives ------------------------------------
 
     def complete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete`` over a streamed response: ``on_text`` gets each piece of the reply's text as it arrives.
 
@@ -261,7 +300,7 @@ class OpenAIResponsesModel(OpenAIClientModel):
 
         def work() -> ModelResponse:
             final = None
-            with self.client.responses.create(**self.build_request(messages, tools), stream=True) as events:
+            with self.client.responses.create(**self.build_request(messages, tools, output), stream=True) as events:
                 for event in events:
                     final = _streamed(event, on_text) or final
             return self.parse(_finished(final))
@@ -269,13 +308,19 @@ class OpenAIResponsesModel(OpenAIClientModel):
         return self._guarded(work)
 
     async def acomplete_stream(
-        self, messages: Sequence[Message], tools: list[JSONSchema], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
     ) -> ModelResponse:
         """``complete_stream`` over the SDK's async client, for the async driver."""
 
         async def work(client: Any) -> ModelResponse:
             final = None
-            async with await client.responses.create(**self.build_request(messages, tools), stream=True) as events:
+            request = self.build_request(messages, tools, output)
+            async with await client.responses.create(**request, stream=True) as events:
                 async for event in events:
                     final = _streamed(event, on_text) or final
             return self.parse(_finished(final))

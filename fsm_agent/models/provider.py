@@ -5,6 +5,12 @@ fsm_agent.models`` works without them.  The checks at the adapters'
 boundary live beside this module: ``replies`` (what a well-formed reply
 holds) and ``redaction`` (credentials kept out of everything that leaves an
 adapter).
+
+A typed agent passes its answer's schema as ``output=``
+(:class:`~fsm_agent.records.OutputSchema`) to every call; each adapter's
+``build_request`` asks its provider for that schema natively (its docstring
+names the request field), and ``output_clash`` is the one error for params
+that already set that field.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType, TracebackType
 from typing import Any, ClassVar, Self
 
-from fsm_agent import Message, ModelResponse
+from fsm_agent import Message, ModelResponse, OutputSchema
 from fsm_agent.models.redaction import (
     REDACTED,
     Redaction,
@@ -118,8 +124,10 @@ class ProviderModel:
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
 
     # What each adapter supplies: the conversion both ways, the SDK clients and the SDK call itself.
-    def build_request(self, messages: Sequence[Message], tools: list[JSONSchema]) -> dict[str, Any]:
-        """The keyword arguments of the SDK call for this conversation."""
+    def build_request(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> dict[str, Any]:
+        """The keyword arguments of the SDK call for this conversation, asking for ``output``'s schema if given."""
         raise NotImplementedError
 
     def parse(self, response: Any) -> ModelResponse:
@@ -165,10 +173,16 @@ class ProviderModel:
             exc.args = (text,)
         return failure
 
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        """Send the conversation and return the model's next message (the engine's ``Model`` protocol)."""
+    def complete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], *, output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """Send the conversation and return the model's next message (the engine's ``Model`` protocol).
+
+        ``output`` (a typed agent's answer schema; ``None``: a plain-text
+        answer) is asked for natively, as ``build_request`` says.
+        """
         try:
-            return self.parse(self._send(self.build_request(messages, tools)))
+            return self.parse(self._send(self.build_request(messages, tools, output)))
         except Exception as exc:
             failure = self._failure(exc)
             if failure is exc:
@@ -176,10 +190,12 @@ class ProviderModel:
         # Raised outside the except block, so the stand-in has no __context__ holding the secret.
         raise failure
 
-    async def acomplete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+    async def acomplete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], *, output: OutputSchema | None = None
+    ) -> ModelResponse:
         """``complete`` over the SDK's async client, for the async driver."""
         try:
-            request = self.build_request(messages, tools)
+            request = self.build_request(messages, tools, output)
             if self._async_client is None:
                 self._async_client = self._new_async_client()
                 self._owns_async_client = True
@@ -247,3 +263,17 @@ def check_params(params: dict[str, Any], reserved: Sequence[str], adapter: str) 
     if clash:
         msg = f"{adapter} sets {', '.join(clash)} itself from the conversation and tools; do not pass them as params"
         raise TypeError(msg)
+
+
+def output_clash(adapter: str, params: Sequence[str], output: OutputSchema, field: str) -> ValueError:
+    """The error for ``params`` that set the request ``field`` through which ``output`` is asked for.
+
+    Raised when a call is built, not at construction: the same adapter
+    serves untyped agents, to which those params go as they are.
+    """
+    names = ", ".join(params)
+    msg = (
+        f"{adapter} params set {names}, and the agent's output type {output.name!r} asks for its answer "
+        f"through {field}: remove {names} from the model's params, or the output_type from the agent"
+    )
+    return ValueError(msg)

@@ -69,7 +69,11 @@ def call_in_thread(function: ToolFunction, arguments: dict[str, Any]) -> Any:
 
 def call_sync(function: ToolFunction, arguments: dict[str, Any]) -> Any:
     """Call a tool from sync code; an awaitable result is run to completion on an event loop of its own."""
-    value = function(**arguments)
+    return settle(function(**arguments))
+
+
+def settle(value: Any) -> Any:
+    """``value``, or if it is awaitable, what it gives once run to completion from sync code."""
     if not inspect.isawaitable(value):
         return value
     try:

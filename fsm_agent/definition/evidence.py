@@ -1,0 +1,143 @@
+"""The evidence of each built-in stop: the facts a run hands over when it stops, and the limits they judge.
+
+Each function reads the run at the moment of the stop and returns a small
+JSON-serialisable dict; its docstring is what the README's reason list says
+the evidence holds.  ``definition.stops`` pairs them with their stops.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fsm_agent.definition import guards as g
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.run import Run, signature
+
+
+def reply_of(run: Run) -> Any:
+    return run.last_response.message if run.last_response is not None else None
+
+
+def model_error(run: Run) -> dict[str, Any]:
+    """`error`, `type`: the exception the model call raised (or why its reply was unusable)."""
+    exc = run.model_exception
+    return {"error": str(exc), "type": type(exc).__name__}
+
+
+def cancelled(run: Run) -> dict[str, Any]:
+    """`why` (the text given to `cancel()`), `state` the run was leaving, `unfinished` call if one was cut off."""
+    out: dict[str, Any] = {"why": run.cancel_why or "the task running the run was cancelled"}
+    out["state"] = str(run.trace[-1].source)
+    if run.unfinished is not None:
+        out["unfinished"] = run.unfinished
+    return out
+
+
+def timeout(run: Run) -> dict[str, Any]:
+    """`elapsed` against `timeout`, in seconds, and the `unfinished` call the deadline cut off, if any."""
+    out: dict[str, Any] = {"elapsed": run.seconds, "timeout": run.limits.timeout}
+    if run.unfinished is not None:
+        out["unfinished"] = run.unfinished
+    return out
+
+
+def hook_error(run: Run) -> dict[str, Any]:
+    """`error`, `type`: the hook's exception (also the `AgentLoopError`'s `__cause__`)."""
+    return {"error": str(run.hook_error), "type": type(run.hook_error).__name__}
+
+
+def condition_error(run: Run) -> dict[str, Any]:
+    """`condition`, `error`, `type`: which check raised and what (also the `AgentLoopError`'s `__cause__`)."""
+    exc = run.condition_error
+    return {"condition": run.condition_name, "error": str(exc), "type": type(exc).__name__}
+
+
+def max_tokens(run: Run) -> dict[str, Any]:
+    """`partial_chars`, `cut_tool_calls`: how much of the cut reply arrived; the text is `result.final`."""
+    message = reply_of(run)
+    return {
+        "stop_reason": "max_tokens",
+        "partial_chars": len(message.content) if message else 0,
+        "cut_tool_calls": len(message.tool_calls) if message else 0,
+    }
+
+
+def refusal(run: Run) -> dict[str, Any]:
+    """`content`: what the provider said instead of answering (also `result.final`)."""
+    message = reply_of(run)
+    return {"stop_reason": "refusal", "content": message.content if message else ""}
+
+
+def finalize_failed(run: Run) -> dict[str, Any]:
+    """`tool_calls`: the tools the finalize reply asked for anyway."""
+    return {"tool_calls": [call.name for call in run.pending]}
+
+
+def repeated_action(run: Run) -> dict[str, Any]:
+    """`signature` (`name`, canonical `arguments`) and `tool_call_id` of the call not made."""
+    call = run.pending[0]
+    name, arguments = signature(call)
+    return {"signature": {"name": name, "arguments": arguments}, "tool_call_id": call.id}
+
+
+def max_tool_calls(run: Run) -> dict[str, Any]:
+    """`tool`, `scope` (the tool's own cap or `*`), `used` against `limit`."""
+    name = run.pending[0].name
+    scope, used, cap = g.cap_reached(run, name) or ("*", run.tool_calls, 0)
+    return {"tool": name, "scope": scope, "used": used, "limit": cap}
+
+
+def tool_failures(run: Run) -> dict[str, Any]:
+    """`failures` against `limit`, and `last_error`."""
+    return {"failures": run.failures, "limit": run.limits.max_consecutive_failures, "last_error": run.last_error}
+
+
+def _decoded(name: str, arguments: str) -> dict[str, Any]:
+    try:
+        decoded = json.loads(arguments)
+    except ValueError:
+        decoded = arguments
+    return {"name": name, "arguments": decoded}
+
+
+def cycle(run: Run) -> dict[str, Any]:
+    """`period`, `calls` (one period of the cycle, name and arguments) and `window`."""
+    period = g.find_cycle(run.recent)
+    calls = [_decoded(*sig) for sig, _ in list(run.recent)[-period:]]
+    return {"period": period, "calls": calls, "window": run.limits.cycle_window}
+
+
+def token_budget(run: Run) -> dict[str, Any]:
+    """`tokens` against `budget`, split into `input_tokens` and `output_tokens`."""
+    return {
+        "tokens": run.tokens,
+        "budget": run.limits.token_budget,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+    }
+
+
+def max_steps(run: Run) -> dict[str, Any]:
+    """`turns` against `limit`."""
+    return {"turns": run.turns, "limit": run.limits.max_steps}
+
+
+def timeout_limit(limits: Limits) -> float | None:
+    return limits.timeout
+
+
+def steps_limit(limits: Limits) -> int:
+    return limits.max_steps
+
+
+def failures_limit(limits: Limits) -> int:
+    return limits.max_consecutive_failures
+
+
+def calls_limit(limits: Limits) -> int | None:
+    return limits.total_tool_calls
+
+
+def budget_limit(limits: Limits) -> int | None:
+    return limits.token_budget
