@@ -167,7 +167,8 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
     """The generator is not degenerate: across a fixed sample of cases every reachable row of the table is taken.
 
     Unreachable here by design: ``hook_error`` rows (generated agents have no
-    hooks), the output check's rows (nor an ``output_type``: test_typed_answers.py), ``interrupted`` rows (only the async driver is interrupted) and
+    hooks), the output check's rows (nor an ``output_type``: test_typed_answers.py),
+    ``interrupted`` rows (only the async driver is interrupted) and
     ``resume`` rows (``Agent.resume`` takes them; ``test_stateful.py`` does),
     ``expired`` rows (a call still in flight at the deadline: real time, in
     ``test_transitions.py``) and ``start`` rows (test_transitions.py and test_stops.py).
