@@ -53,6 +53,14 @@ def test_the_conversations_example_runs_offline_and_prints_what_its_comments_say
     assert own == "['Double it.', 'Doubled: 10']"
 
 
+def test_the_typed_answers_example_runs_offline_and_prints_what_its_comments_say(tmp_path: Path) -> None:
+    """ "Typed answers": two answers go back (a missing field, then the validator's Retry); the third is the output."""
+    block = _python_blocks("### Typed answers")[0]
+    done = _run(block, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["Forecast(city='Oslo', celsius=21)", "2", "- celsius: Field required"]
+
+
 def test_the_guardrails_example_runs_offline_and_its_assertions_hold(tmp_path: Path) -> None:
     """ "Guardrails": a tripped input makes no model call; a tripped answer is kept; its asserts pass as pasted."""
     block = _python_blocks("### Guardrails")[0]

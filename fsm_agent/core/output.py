@@ -18,7 +18,6 @@ import importlib
 import inspect
 import json
 import re
-import typing
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
@@ -61,6 +60,13 @@ def _is_pydantic_model(kind: Any) -> bool:
     return isinstance(kind, type) and any(
         base.__name__ == "BaseModel" and base.__module__.startswith("pydantic") for base in kind.__mro__
     )
+
+
+def _is_record(kind: Any) -> bool:
+    """A dataclass or a ``TypedDict`` (from ``typing`` or ``typing_extensions``, which ``is_typeddict`` misses)."""
+    if not isinstance(kind, type):
+        return False
+    return dataclasses.is_dataclass(kind) or (issubclass(kind, dict) and hasattr(kind, "__required_keys__"))
 
 
 def _schema_name(text: str) -> str:
@@ -113,11 +119,14 @@ class OutputSpec:
             adapter = output_type  # a model class validates JSON itself
             schema, name = output_type.model_json_schema(), output_type.__name__
             self._parse = _pydantic_parser(adapter.model_validate_json)
-        elif (isinstance(output_type, type) and dataclasses.is_dataclass(output_type)) or typing.is_typeddict(
-            output_type
-        ):
-            adapter = _require("pydantic").TypeAdapter(output_type)
-            schema, name = adapter.json_schema(), output_type.__name__
+        elif _is_record(output_type):
+            pydantic = _require("pydantic")
+            try:
+                adapter = pydantic.TypeAdapter(output_type)
+                schema, name = adapter.json_schema(), output_type.__name__
+            except pydantic.PydanticUserError as exc:  # e.g. typing.TypedDict before Python 3.12
+                msg = f"output_type {output_type.__name__} cannot be checked by pydantic: {exc}"
+                raise TypeError(msg) from None
             self._parse = _pydantic_parser(adapter.validate_json)
         else:
             msg = (

@@ -151,10 +151,7 @@ class Stepper(ApprovalGate):
             tools = [] if run.finalizing is not None else self.schemas
             return ModelCall(self._messages, tools, run.turns + 1)
         if state is Dispatch:
-            answer, output = run.last_response, self.output
-            if output is None or run.output_checked or answer is None or answer.message.tool_calls:
-                return None
-            return CheckOutput(answer.message.content, output)
+            return None if self.output is None else self._answer_check()
         if state is not ExecuteTool or (run.to_approve and self.paused):
             return None
         call = run.pending[0]
@@ -167,6 +164,14 @@ class Stepper(ApprovalGate):
         if len(batch) > 1:
             run.frozen = True
         return ToolBatch(tuple(batch))
+
+    def _answer_check(self) -> CheckOutput | None:
+        """The check a typed agent's final answer needs, once per answer; None for a reply with tool calls."""
+        run, output = self.run, self.output
+        answer = run.last_response
+        if output is None or run.output_checked or answer is None or answer.message.tool_calls:
+            return None
+        return CheckOutput(answer.message.content, output)
 
     def _start_row(self) -> Row | None:
         """The ``start`` row that holds before the first call: cancelled, out of time, or an input guardrail tripped.
