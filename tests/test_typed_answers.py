@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -18,7 +20,16 @@ import pytest
 from scenarios import POINT
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from fsm_agent import Agent, AgentLoopError, OutputSchema, Retry, RunResult, StopCondition, ToolRegistry
+from fsm_agent import (
+    Agent,
+    AgentLoopError,
+    OutputSchema,
+    Retry,
+    RunResult,
+    SqliteStore,
+    StopCondition,
+    ToolRegistry,
+)
 from fsm_agent.testing import FakeModel, demo_registry, edges, reply, tool_call, tool_turn
 
 DRIVERS = ["sync", "async"]
@@ -334,3 +345,35 @@ def test_importing_fsm_agent_loads_neither_pydantic_nor_jsonschema() -> None:
     code = "import sys, fsm_agent; print(sorted(m for m in ('pydantic', 'jsonschema') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_viewer_shows_the_answer_sent_back_on_its_own_edge(tmp_path: Path) -> None:
+    """In the replay, the output_invalid edge brings the retry message and its step's counters."""
+    pytest.importorskip("starlette", reason="the run viewer's extra: pip install 'fsm-agent[ui]'")
+    from fsm_agent.ui import moments
+
+    model = FakeModel(reply("{}"), reply('{"x": 1, "y": 2}'))
+    with SqliteStore(tmp_path / "runs.db") as store:
+        Agent(model, ToolRegistry(), output_type=POINT).run("where?", store=store, run_id="typed")
+        data = store.load("typed")
+    (back,) = [m for m in moments(data) if m["guard"] == "output_invalid"]
+    start, end = back["messages"]
+    assert [message["role"] for message in data["messages"][start:end]] == ["user"]
+    assert data["messages"][start]["content"].startswith("Your final answer was not accepted")
+    assert back["counted_from"] == "after the answer was sent back"
+    ranges = [m["messages"] for m in moments(data)]
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("edge", ["Dispatch->AwaitModel[output_invalid]", "Dispatch->Failed[output_invalid]"])
+def test_each_output_check_edge_is_taken_alike_by_both_drivers(edge: str, driver: str) -> None:
+    """The same script takes the same edge out of Dispatch on the sync and on the async driver."""
+    retries = 1 if "AwaitModel" in edge else 0
+    model = FakeModel(reply("{}"), reply('{"x": 1, "y": 2}'))
+    agent = Agent(
+        model, ToolRegistry(), output_type=POINT, output_retries=retries, on_stop={"output_invalid": "return"}
+    )
+    result = finish(agent, driver)
+    assert edges(result)[2] == edge
+    assert len(model.seen) == retries + 1

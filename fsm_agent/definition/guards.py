@@ -133,7 +133,9 @@ def steps_exhausted(run: Run) -> bool:
     return run.turns >= run.limits.max_steps
 
 
-def dormant_guards(run: Run, *, strict_hooks: bool, cancellable: bool) -> frozenset[Guard]:
+def dormant_guards(
+    run: Run, *, strict_hooks: bool, cancellable: bool, also: tuple[Guard, ...] = ()
+) -> frozenset[Guard]:
     """The guards that can never hold for ``run``, given how it was set up: its rows leave them out.
 
     Each of these reads a fact that only one part of a run's set-up can
@@ -143,7 +145,7 @@ def dormant_guards(run: Run, *, strict_hooks: bool, cancellable: bool) -> frozen
     snapshot) keeps the guard.
     """
     limits = run.limits
-    dormant = []
+    dormant: list[Guard] = []
     if not strict_hooks and run.hook_error is None:
         dormant.append(hook_raised)
     if not cancellable and not run.cancelled:
@@ -158,4 +160,5 @@ def dormant_guards(run: Run, *, strict_hooks: bool, cancellable: bool) -> frozen
         dormant.append(budget_spent)
     if run.finalizing is None and "finalize" not in run.policies.values():
         dormant.append(asks_tools_while_finalizing)
+    dormant.extend(also)  # guards of parts this module does not know of (the output check, in the table)
     return frozenset(dormant)

@@ -357,7 +357,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
     return Table(flow + finalize + resume, [stop.reason for stop in used], stops=used)
 
 
-TYPED_GUARDS = frozenset({output_invalid, output_rejected})
+TYPED_GUARDS = (output_invalid, output_rejected)
 """The guards of the output check: they can hold only for an agent with an ``output_type``."""
 
 TABLE = build_table(CATALOGUE)

@@ -134,12 +134,14 @@ class Agent:
         self.tool_timeout = tool_timeout
         self.output = output_spec(output_type, output_validators, output_retries)
         request = None if self.output is None else self.output.request
-        # What each model method is called with besides messages and tools: a typed answer's schema as
-        # output=, where the method takes that keyword (a model that does not is free to ignore the schema).
-        self.model_keywords: dict[str, dict[str, Any]] = {
-            name: {"output": request} if request is not None and accepts_output(getattr(model, name, None)) else {}
-            for name in ("complete", "acomplete", "complete_stream", "acomplete_stream")
-        }
+        # What each model method is called with besides messages and tools (None: nothing): a typed answer's
+        # schema as output=, where the method takes that keyword (a model that does not may ignore the schema).
+        self.model_keywords: dict[str, dict[str, Any]] | None = None
+        if request is not None:
+            self.model_keywords = {
+                name: {"output": request} if accepts_output(getattr(model, name, None)) else {}
+                for name in ("complete", "acomplete", "complete_stream", "acomplete_stream")
+            }
         self.approve = approval_rule(approve)
         self.model = model
         self.registry = registry

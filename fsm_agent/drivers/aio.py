@@ -10,11 +10,15 @@ timeout passes, the calls in flight are cancelled and the run stops on
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fsm_agent.core.stepper import CheckOutput, ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.records import RunResult, ToolCall, Transition
+
+_PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
+"""An untyped agent's model calls: nothing besides messages and tools."""
 
 
 class AsyncDriver(RunBase):
@@ -96,7 +100,7 @@ class AsyncDriver(RunBase):
         try:
             acomplete = getattr(self._model, "acomplete", None)
             astream = self._streaming("acomplete_stream") if self._wants_text else None
-            keywords = self._keywords
+            keywords = self._keywords or _PLAIN
             if astream is not None:
                 response = await astream(effect.messages, effect.tools, self._text, **keywords["acomplete_stream"])
             elif acomplete is not None:

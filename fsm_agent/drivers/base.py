@@ -51,9 +51,8 @@ class RunBase:
     ) -> None:
         self.position = position
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
-        dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None)
-        if agent.output is None:
-            dormant |= TYPED_GUARDS
+        typed = () if agent.output is not None else TYPED_GUARDS
+        dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None, also=typed)
         position.rows = agent.walker.rows_without(dormant)
         self.stepper = Stepper(position, agent.walker, agent.tool_schemas(), agent.approve, agent.output)
         self._run_id = run_id

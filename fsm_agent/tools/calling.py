@@ -69,7 +69,8 @@ def call_in_thread(function: ToolFunction, arguments: dict[str, Any]) -> Any:
 
 def call_sync(function: ToolFunction, arguments: dict[str, Any]) -> Any:
     """Call a tool from sync code; an awaitable result is run to completion on an event loop of its own."""
-    return settle(function(**arguments))
+    value = function(**arguments)
+    return settle(value) if inspect.isawaitable(value) else value  # the common case without a frame more
 
 
 def settle(value: Any) -> Any:

@@ -81,6 +81,7 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
     labels = {edge.index: (edge.label, edge.tooltip) for edge in diagram_edges(table)}
     tool_steps = iter(step for step in steps if step.get("kind") == "tool_call")
     final_steps = iter(step for step in steps if step.get("kind") == "final")
+    sent_back = iter(step for step in steps if step.get("kind") == "output_invalid")
     first_reply = _next(messages, _prior(data, messages), "assistant")  # a history's replies are not this run's
     cursor = len(messages) if first_reply is None else first_reply
     counters: dict[str, Any] | None = None
@@ -104,6 +105,13 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
             if step is not None:
                 made += 1  # a step's index is its model turn, shared by the turn's calls: the call is numbered
                 counters, counted_from = step.get("counters"), f"after tool call {made}"
+        elif entry.guard == "output_invalid":
+            # A typed answer sent back: the edge brings the message telling the model what was wrong.
+            found = _next(messages, cursor, "user")
+            cursor = cursor if found is None else found + 1
+            step = next(sent_back, None)
+            if step is not None:
+                counters, counted_from = step.get("counters"), "after the answer was sent back"
         elif entry.dest == State.Done:
             step = next(final_steps, None)
             if step is not None:
