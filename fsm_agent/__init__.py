@@ -16,6 +16,7 @@ from fsm_agent.drivers.oneshot import arun, run
 from fsm_agent.drivers.session import Session
 from fsm_agent.errors import (
     AgentLoopError,
+    ContextOverflowError,
     DecisionError,
     DefinitionError,
     FsmAgentError,
@@ -48,6 +49,7 @@ __all__ = [
     "AgentRun",
     "CallEvent",
     "CancelToken",
+    "ContextOverflowError",
     "DecisionError",
     "DefinitionError",
     "FsmAgentError",

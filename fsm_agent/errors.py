@@ -8,6 +8,7 @@
     │   └── StaleRunError                   the stored run moved on since it was read: load it again
     ├── DecisionError (also ValueError)     a decision on a stored run's call that cannot be taken
     ├── Retry                               raised by an output validator: ask the model again, saying why
+    ├── ContextOverflowError                a model call's input is longer than the model's context window
     └── AgentLoopError (also RuntimeError)  a run stopped; carries reason + result
 
 A programmer's mistake (bad table, bad limits, advancing a finished run) is an
@@ -132,6 +133,31 @@ class Retry(FsmAgentError):
     as the model's next input, like an answer that does not parse, within
     the agent's ``output_retries``.
     """
+
+
+class ContextOverflowError(FsmAgentError):
+    """The provider refused a model call because its input does not fit the model's context window.
+
+    Raised by the model adapters for each provider's own context-length
+    error (the SDK's error is the ``__cause__``), so the run stops with
+    ``context_overflow`` instead of ``model_error``: a broken model and a
+    conversation that grew too long need different remedies.  ``tokens`` is
+    the input length and ``limit`` the window, when the provider said them.
+    Any model may raise it.
+    """
+
+    def __init__(self, message: str, *, tokens: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tokens = tokens
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_context_overflow, (self.message, self.tokens, self.limit))
+
+
+def _context_overflow(message: str, tokens: int | None, limit: int | None) -> ContextOverflowError:
+    return ContextOverflowError(message, tokens=tokens, limit=limit)
 
 
 class AgentLoopError(FsmAgentError, RuntimeError):

@@ -164,6 +164,9 @@ class Step:
     counters: dict[str, list[int | float | None]] = attrs.field(factory=dict, converter=_dict)
     truncated: int = 0
     """Characters cut from this tool call's output by the registry's ``max_output_chars`` (0: whole)."""
+    sent: int = 0
+    """Messages the model call of this step's turn was sent, where history processors or a compaction changed
+    them (0: the whole conversation)."""
 
 
 @attrs.frozen

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from fsm_agent import (
     Agent,
     CancelToken,
+    ContextOverflowError,
     Message,
     ModelResponse,
     RunResult,
@@ -77,6 +78,14 @@ POINT = {
     "additionalProperties": False,
 }
 """A typed agent's output type as a JSON Schema dict: two integers."""
+
+OVERFLOW = ContextOverflowError("prompt is too long: 210000 tokens > 200000 maximum", tokens=210000, limit=200000)
+"""What an adapter raises for its provider's context-length error."""
+
+
+def keep_last(messages: list[Message]) -> list[Message]:
+    """A compaction for tests: only the last user message is kept."""
+    return [next(m for m in reversed(messages) if m.role == "user")]
 
 
 @attrs.frozen
@@ -581,6 +590,8 @@ class Shadow:
             "is_refusal": lambda: last is not None and last.stop_reason == "refusal",
             "has_no_tool_calls": lambda: last is not None and not last.message.tool_calls,
             "output_invalid": lambda: False,  # generated agents have no output_type
+            "context_overflowed": lambda: False,  # generated models fail with ConnectionError only
+            "compacts_history": lambda: False,
             "output_rejected": lambda: False,
             "asks_tools_while_finalizing": lambda: self.finalizing is not None,
             "hook_raised": lambda: False,  # generated agents have no hooks

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from scenarios import POINT
+from scenarios import OVERFLOW, POINT, keep_last
 
 import fsm_agent
 from fsm_agent import (
@@ -472,6 +472,12 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
         lambda: Agent(FakeModel([reply("c", stop_reason="max_tokens")]), registry).run("q"),
         lambda: Agent(FakeModel([reply("r", stop_reason="refusal")]), registry).run("q"),
         lambda: Agent(FakeModel([reply("{}"), reply("[]")]), registry, output_type=POINT).run("q"),
+        lambda: Agent(
+            FakeModel([OVERFLOW, OVERFLOW]),
+            registry,
+            on_stop={"context_overflow": "compact"},
+            compact=keep_last,
+        ).run("q"),
         lambda: Agent(FakeModel([]), registry).run("q"),
         lambda: Agent(FakeModel(_calls(("fail", "1"), ("fail", "2"), ("fail", "3"))), registry).run("q"),
         lambda: Agent(FakeModel([tool_turn(*(tool_call("echo", text=t) for t in "abab"))]), registry).run("q"),

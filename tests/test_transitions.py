@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from scenarios import POINT
+from scenarios import OVERFLOW, POINT, keep_last
 
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, RunResult, State
 from fsm_agent.definition.run import signature
@@ -77,6 +77,7 @@ def _execute(options: dict[str, Any], **counters: Any) -> AgentRun:
 
 
 STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
+    "AwaitModel->Failed[context_overflow]": (lambda o: _at(State.AwaitModel, o, (OVERFLOW,)), {}),
     "AwaitModel->Failed[model_error]": (lambda o: _at(State.AwaitModel, o, (RuntimeError("provider down"),)), {}),
     "CheckTruncation->Failed[max_tokens]": (
         lambda o: _at(State.CheckTruncation, o, turns=1, last_response=reply("half an ans", stop_reason="max_tokens")),
@@ -135,6 +136,9 @@ STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
 ARRANGE: dict[str, Arrange] = {
     **{edge: lambda o, go=go, opts=opts: go({**opts, **o}) for edge, (go, opts) in STOPS.items()},
     "AwaitModel->CheckTruncation": lambda o: _at(State.AwaitModel, o, (reply("hello"),)),
+    "AwaitModel->AwaitModel[compacts_history]": lambda o: _at(
+        State.AwaitModel, {"on_stop": {"context_overflow": "compact"}, "compact": keep_last, **o}, (OVERFLOW,)
+    ),
     "CheckTruncation->Dispatch": lambda o: _at(State.CheckTruncation, o, turns=1, last_response=reply("fine")),
     "Dispatch->Done[has_no_tool_calls]": lambda o: _at(State.Dispatch, o, turns=1, last_response=reply("42")),
     "Dispatch->AwaitModel[output_invalid]": lambda o: _at(

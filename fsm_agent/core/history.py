@@ -11,7 +11,8 @@ holds one is refused here, naming it, before anything is written or called.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from fsm_agent.records import Message, RunResult
 
@@ -85,3 +86,59 @@ def _check_paired(messages: list[tuple[int, Message]]) -> None:
     if problems:
         msg = "; ".join(problems)
         raise ValueError(msg)
+
+
+def compaction_problem(result: object, what: str = "compact") -> str | None:
+    """Why a history made by ``compact`` or a history processor cannot be sent to the model (None: it can).
+
+    It must be a non-empty list of ``Message`` whose tool calls are paired,
+    as every provider requires; ``what`` names the function in the message.
+    """
+    if isinstance(result, Exception):
+        return f"{what} raised {type(result).__name__}: {result}"
+    if not isinstance(result, list) or not result:
+        return f"{what} must return a non-empty list of Message, got {type(result).__name__} {str(result)[:80]!r}"
+    strays = [f"[{i}] {type(item).__name__}" for i, item in enumerate(result) if not isinstance(item, Message)]
+    if strays:
+        return f"{what} must return a list of Message; not messages: {', '.join(strays[:5])}"
+    try:
+        _check_paired(list(enumerate(result)))
+    except ValueError as exc:
+        return f"{what} returned a history providers refuse: {exc}"
+    return None
+
+
+def sendable(result: object, what: str) -> list[Message]:
+    """``result`` if it is a history the model can be sent, else a ``ValueError`` saying why (see above)."""
+    problem = compaction_problem(result, what)
+    if problem is not None:
+        raise ValueError(problem)
+    assert isinstance(result, list)  # compaction_problem checked it
+    return result
+
+
+def processor_name(processor: object) -> str:
+    """How an error names a history processor."""
+    return f"history processor {getattr(processor, '__name__', type(processor).__name__)}"
+
+
+def history_settings(
+    processors: Iterable[Any], compact: Any, policies: Mapping[str, str]
+) -> tuple[tuple[Callable[[list[Message]], Any], ...], Callable[[list[Message]], Any] | None]:
+    """Check an agent's ``history_processors`` and ``compact``: callables, and compact exactly when its policy asks."""
+    processors = tuple(processors)
+    for processor in processors:
+        if not callable(processor):
+            msg = f"history_processors must hold callables fn(messages) -> messages, got {type(processor).__name__}"
+            raise TypeError(msg)
+    if compact is not None and not callable(compact):
+        msg = f"compact must be a callable fn(messages) -> messages, got {type(compact).__name__}"
+        raise TypeError(msg)
+    wanted = policies.get("context_overflow") == "compact"
+    if wanted and compact is None:
+        msg = "on_stop={'context_overflow': 'compact'} needs compact=fn, the function that shortens the history"
+        raise ValueError(msg)
+    if compact is not None and not wanted:
+        msg = "compact= is called only with on_stop={'context_overflow': 'compact'}; give that policy too"
+        raise ValueError(msg)
+    return processors, compact

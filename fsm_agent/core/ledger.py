@@ -150,7 +150,7 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
         run.recent.append((run.last_signature, outcome.content))  # type: ignore[arg-type]  # count_call set it
     arguments = _arguments_text(call.arguments)
     detail = f"{call.name}({arguments}) -> {outcome.content}"
-    run.steps.append(Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated))
+    run.steps.append(Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.sent))
 
 
 def answer_unexecuted(run: Run, why: str) -> None:

@@ -26,7 +26,7 @@ def conclude(run: Run) -> None:
     """Set the reason, evidence and final text of a run that just entered ``Done`` or ``Failed``."""
     if run.state is Done:
         run.final = run.last_response.message.content if run.last_response is not None else ""
-        run.steps.append(Step(run.turns - 1, "final", run.final, run.counters()))
+        run.steps.append(Step(run.turns - 1, "final", run.final, run.counters(), 0, run.sent))
         if run.finalizing is None:
             run.reason = "done"
         else:

@@ -86,6 +86,7 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
             "input_tokens": run.input_tokens,
             "output_tokens": run.output_tokens,
             "elapsed": run.elapsed,
+            "sent": run.sent,
         },
         "frozen": {"cancelled": run.cancelled} if run.frozen else None,
         "limits": record(run.limits),
@@ -96,6 +97,20 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
         "evidence": run.evidence,
         "unfinished": run.unfinished,
         "error": _error_text(run.model_exception or run.condition_error),
+        "compaction": _compaction(run),
+    }
+
+
+def _compaction(run: Run) -> dict[str, Any] | None:
+    """A compacted history (what the model is sent before the run's messages from ``start`` on), or None."""
+    if run.context_head is None:
+        return None
+    return {
+        "head": [plain(message) for message in run.context_head],
+        "start": run.context_start,
+        "turn": run.compacted_turn,
+        "due": run.compacting,
+        "error": run.compact_error,
     }
 
 
@@ -241,6 +256,8 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     run.input_tokens, run.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
     run.calls_by_tool = _by_tool(counters)
     run.elapsed = _seconds(counters)
+    sent = counters.get("sent", 0)  # a snapshot from before history processors has none
+    run.sent = sent if isinstance(sent, int) and not isinstance(sent, bool) and sent >= 0 else 0
     try:
         run.state = State(state)
         run.messages[:] = [_message(m) for m in data["messages"]]
@@ -273,9 +290,27 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     if data.get("error") is not None:
         run.model_exception = RuntimeError(data["error"])
     run.prior = _prior(data, len(run.messages))
+    _load_compaction(run, data.get("compaction"))
     # Each answer sent back is one output_invalid edge of the trace: the count needs no field of its own.
     run.output_retries = sum(1 for entry in run.trace if entry.guard == "output_invalid")
     _check_consistent(run)
+
+
+def _load_compaction(run: Run, data: Any) -> None:
+    """Restore a compacted history; a snapshot from before compaction has none."""
+    if data is None:
+        return
+    try:
+        head = [_message(m) for m in data["head"]]
+        start, turn, due, error = data["start"], data["turn"], data["due"], data["error"]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        msg = f"snapshot field compaction is malformed: {type(exc).__name__}: {exc}"
+        raise SnapshotError(msg) from exc
+    if not (isinstance(start, int) and 0 <= start <= len(run.messages) and isinstance(turn, int)):
+        msg = f"snapshot field compaction has start {start!r} and turn {turn!r}, outside the run's messages and turns"
+        raise SnapshotError(msg)
+    run.context_head, run.context_start, run.compacted_turn = head, start, turn
+    run.compacting, run.compact_error = bool(due), str(error)
 
 
 def _prior(data: dict[str, Any], messages: int) -> int:

@@ -21,6 +21,7 @@ import attrs
 from fsm_agent.core import ledger
 from fsm_agent.core.approval import ApprovalGate
 from fsm_agent.core.batch import plan_batch
+from fsm_agent.core.history import compaction_problem
 from fsm_agent.core.output import Invalid, OutputSpec
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.walker import Walker
@@ -36,6 +37,7 @@ from fsm_agent.definition.table import (
     START,
     TOOL_DONE,
     Row,
+    compacts_history,
     first_row,
     output_invalid,
 )
@@ -73,7 +75,15 @@ class CheckOutput:
     output: OutputSpec
 
 
-Effect = ModelCall | ToolBatch | CheckOutput
+@attrs.frozen
+class CompactHistory:
+    """Shorten the history the model is sent with ``compact(messages)``, user code, after a context overflow."""
+
+    messages: tuple[Message, ...]
+    compact: Callable[[list[Message]], Any]
+
+
+Effect = ModelCall | ToolBatch | CheckOutput | CompactHistory
 
 
 class Stepper(ApprovalGate):
@@ -84,6 +94,7 @@ class Stepper(ApprovalGate):
         "_replied",
         "_start",
         "approve",
+        "compact",
         "finalize_from",
         "output",
         "run",
@@ -98,9 +109,11 @@ class Stepper(ApprovalGate):
         schemas: list[JSONSchema],
         approve: Callable[[ToolCall], bool] | None = None,
         output: OutputSpec | None = None,
+        compact: Callable[[list[Message]], Any] | None = None,
     ) -> None:
         self.run = run
         self.output = output
+        self.compact = compact
         if output is not None:
             run.output_retry_limit = output.retries
         self.walker = walker
@@ -149,7 +162,9 @@ class Stepper(ApprovalGate):
             if self._replied is not None or (run.turns == 0 and self._start_row() is not None):
                 return None
             tools = [] if run.finalizing is not None else self.schemas
-            return ModelCall(self._messages, tools, run.turns + 1)
+            if run.context_head is None:
+                return ModelCall(self._messages, tools, run.turns + 1)
+            return self._compacted_call(tools)
         if state is Dispatch:
             return None if self.output is None else self._answer_check()
         if state is not ExecuteTool or (run.to_approve and self.paused):
@@ -164,6 +179,34 @@ class Stepper(ApprovalGate):
         if len(batch) > 1:
             run.frozen = True
         return ToolBatch(tuple(batch))
+
+    def _compacted_call(self, tools: list[JSONSchema]) -> ModelCall | CompactHistory:
+        """The model call of a run whose history was compacted (or the compaction, while it is due)."""
+        run = self.run
+        messages = tuple(run.context_head or ()) + tuple(run.messages[run.context_start :])
+        if run.compacting:
+            assert self.compact is not None  # only an agent with compact= takes the compaction edge
+            return CompactHistory(messages, self.compact)
+        run.sent = len(messages)
+        return ModelCall(messages, tools, run.turns + 1)
+
+    def accept_compaction(self, result: object) -> None:
+        """The history was compacted to ``result`` (or compacting raised it): the call is made again, or stops."""
+        run = self.run
+        if run.state is not AwaitModel or not run.compacting:
+            msg = f"the run is in {run.state} and waits for no compaction"
+            raise RunStateError(msg)
+        run.compacting = False
+        problem = compaction_problem(result)
+        if problem is not None:
+            # The overflow stands and is not compacted again: the next step stops the run with context_overflow.
+            run.compact_error, run.compacted_turn = problem, run.turns - 1
+            self._replied = MODEL_FAILED
+            return
+        assert isinstance(result, list)  # compaction_problem checked it
+        before = len(run.context_head or ()) + len(run.messages) - run.context_start
+        run.context_head, run.context_start, run.compacted_turn = list(result), len(run.messages), run.turns
+        run.steps.append(Step(run.turns - 1, "compaction", f"{before} messages -> {len(result)}", run.counters()))
 
     def _answer_check(self) -> CheckOutput | None:
         """The check a typed agent's final answer needs, once per answer; None for a reply with tool calls."""
@@ -335,6 +378,10 @@ class Stepper(ApprovalGate):
             run.frozen = False
             if row.guard is output_invalid:
                 self._ask_again()
+            elif row.guard is compacts_history:
+                run.compacting = True
+                if run.context_head is None:
+                    run.context_head, run.context_start = [], 0
         return entry
 
     def _ask_again(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fsm_agent.definition.run import Run, Signature, signature
+from fsm_agent.errors import ContextOverflowError
 
 Guard = Callable[[Run], bool]
 
@@ -27,6 +28,11 @@ def is_refusal(run: Run) -> bool:
 def has_no_tool_calls(run: Run) -> bool:
     """The assistant message asks for no tool: its text is the final answer."""
     return run.last_response is not None and not run.last_response.message.tool_calls
+
+
+def context_overflowed(run: Run) -> bool:
+    """The model call failed because its input does not fit the model's context window (``ContextOverflowError``)."""
+    return isinstance(run.model_exception, ContextOverflowError)
 
 
 def output_rejected(run: Run) -> bool:

@@ -113,8 +113,13 @@ class Run:
         "calls_by_tool",
         "cancel_why",
         "cancelled",
+        "compact_error",
+        "compacted_turn",
+        "compacting",
         "condition_error",
         "condition_name",
+        "context_head",
+        "context_start",
         "elapsed",
         "evidence",
         "failures",
@@ -145,6 +150,7 @@ class Run:
         "recent",
         "retry_model",
         "rows",
+        "sent",
         "state",
         "steps",
         "table_stops",
@@ -217,6 +223,16 @@ class Run:
         self.retry_model = False
         # A typed agent's check of the latest answer: done or not, its value, or why it is not accepted
         # (and whether asking again may help); retries taken so far against the agent's output_retries.
+        # A compacted history: the model is sent context_head, then the messages from context_start on, while
+        # messages keeps everything; compacted_turn is the turn that overflowed (-1: none), compacting says the
+        # compaction is due, compact_error why it failed.  sent: how many messages the model call of the current
+        # turn was sent, when compaction or history processors changed them (0: the whole conversation).
+        self.context_head: list[Message] | None = None
+        self.context_start = 0
+        self.compacted_turn = -1
+        self.compacting = False
+        self.compact_error = ""
+        self.sent = 0
         self.output_checked = False
         self.output: Any = None
         self.output_problem: tuple[tuple[str, ...], bool] | None = None

@@ -33,6 +33,7 @@ Trigger = Literal[
     "start", "model_failed", "interrupted", "expired", "replied", "check", "dispatch", "tool_done", "finalize", "resume"
 ]
 Reason = Literal[
+    "context_overflow",
     "model_error",
     "cancelled",
     "timeout",
@@ -50,6 +51,7 @@ Reason = Literal[
     "stop_condition_error",
 ]
 """Every built-in stop reason; user-defined ``StopCondition`` reasons come on top."""
-Policy = Literal["raise", "return", "finalize"]
-"""What a run does when a stop fires: raise ``AgentLoopError``, return the result, or make one last model call."""
-POLICIES: tuple[Policy, ...] = ("raise", "return", "finalize")
+Policy = Literal["raise", "return", "finalize", "compact"]
+"""What a run does when a stop fires: raise ``AgentLoopError``, return the result, make one last model call, or
+(``context_overflow`` only) compact the history and make the call again."""
+POLICIES: tuple[Policy, ...] = ("raise", "return", "finalize", "compact")

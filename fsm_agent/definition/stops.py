@@ -88,11 +88,18 @@ class Stop:
     """The reason only labels the edge: the run keeps the stop that asked for the finalize."""
     keeps_text: bool = False
     """The reply's text becomes the result's ``final``, so the caller sees what the model said."""
+    compact: bool = False
+    """The stop may be answered by compacting the history and making the call again (``on_stop="compact"``)."""
+    keeps_guard: bool = False
+    """Checked where the trigger alone means a stop (``UNGUARDED``), it takes only the triggers its guard holds for."""
 
     @property
     def policies(self) -> tuple[Policy, ...]:
         """The ``on_stop`` policies this stop allows."""
-        return POLICIES if self.finalize and not self.edge_only else ("raise", "return")
+        allowed: tuple[Policy, ...] = ("raise", "return")
+        if self.finalize and not self.edge_only:
+            allowed += ("finalize",)
+        return (*allowed, "compact") if self.compact else allowed
 
 
 def blocking_stop(run: Run) -> str | None:
@@ -128,6 +135,8 @@ def _output_invalid(run: Run) -> dict[str, Any]:
 
 A = At
 CATALOGUE: tuple[Stop, ...] = (
+    Stop("context_overflow", (A.MODEL_FAILED,), g.context_overflowed, ev.context_overflow,
+         "the model's context window cannot hold the conversation", resume="retry", compact=True, keeps_guard=True),
     Stop("model_error", (A.MODEL_FAILED,), None, ev.model_error,
          "the model call raised, or its reply was unusable", resume="retry"),
     Stop("hook_error", (A.AFTER_MODEL, A.CHECK_REPLY, A.BEFORE_TOOL, A.AFTER_TOOL), g.hook_raised, ev.hook_error,
@@ -297,7 +306,11 @@ def check_policies(
             raise ValueError(msg)
         if policy not in stop.policies:
             finalizable = ", ".join(s.reason for s in stops.values() if s.finalize)
-            msg = f"on_stop[{reason!r}]={policy!r} is not allowed; finalize applies to {finalizable}"
+            compactable = ", ".join(s.reason for s in stops.values() if s.compact)
+            msg = (
+                f"on_stop[{reason!r}]={policy!r} is not allowed; finalize applies to {finalizable}, "
+                f"compact to {compactable}"
+            )
             raise ValueError(msg)
         policies[reason] = policy
     return policies

@@ -18,7 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from fsm_agent.definition.guards import Guard, has_no_tool_calls, has_pending_calls, output_rejected
+from fsm_agent.definition.guards import (
+    Guard,
+    context_overflowed,
+    has_no_tool_calls,
+    has_pending_calls,
+    output_rejected,
+)
 from fsm_agent.definition.run import Meter, Run
 from fsm_agent.definition.states import STATES, State
 from fsm_agent.definition.stops import (
@@ -278,6 +284,21 @@ def output_invalid(run: Run) -> bool:
     )
 
 
+def compacts_history(run: Run) -> bool:
+    """The context window overflowed and the agent compacts then: shorten the history and make the call again.
+
+    Once per overflow: when the call made right after a compaction overflows
+    too, or a limit forbids another call, the next row stops the run with
+    ``context_overflow``.
+    """
+    return (
+        run.policies.get("context_overflow") == "compact"
+        and context_overflowed(run)
+        and run.turns != run.compacted_turn + 1
+        and _model_call_allowed(run)
+    )
+
+
 def retries_model_call(run: Run) -> bool:
     """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
     stop = run.table_stops.get(run.reason or "")
@@ -318,11 +339,13 @@ def build_table(stops: Sequence[Stop]) -> Table:
                 caught.add((state, trigger))
                 rows.append(Row(state, trigger, S.Failed, CONDITION_ERROR.guard, CONDITION_ERROR.reason))
             if at in stop.at:
-                rows.append(Row(state, trigger, S.Failed, None if at in UNGUARDED else stop.guard, stop.reason))
+                unguarded = at in UNGUARDED and not stop.keeps_guard
+                rows.append(Row(state, trigger, S.Failed, None if unguarded else stop.guard, stop.reason))
         return rows
 
     flow = [
         *slot(At.START),
+        Row(S.AwaitModel, MODEL_FAILED, S.AwaitModel, compacts_history),
         *slot(At.MODEL_FAILED),
         *slot(At.MODEL_INTERRUPTED),
         *slot(At.MODEL_EXPIRED),
@@ -359,6 +382,8 @@ def build_table(stops: Sequence[Stop]) -> Table:
 
 TYPED_GUARDS = (output_invalid, output_rejected)
 """The guards of the output check: they can hold only for an agent with an ``output_type``."""
+COMPACTING_GUARDS = (compacts_history,)
+"""The guard of the compaction edge: it can hold only for an agent whose ``context_overflow`` policy is compact."""
 
 TABLE = build_table(CATALOGUE)
 """The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""

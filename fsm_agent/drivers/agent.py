@@ -8,7 +8,6 @@ built on them.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import queue
 import time
@@ -20,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from fsm_agent.core import snapshot
 from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.history import History, opening
+from fsm_agent.core.history import History, history_settings, opening
 from fsm_agent.core.ledger import answer_unexecuted
 from fsm_agent.core.output import Validator, accepts_output, output_spec
 from fsm_agent.core.walker import Walker, walker_for
@@ -28,13 +27,20 @@ from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Policy, Reason, State
 from fsm_agent.definition.stops import StopCondition, check_policies, user_stops
-from fsm_agent.definition.table import RESUME, TABLE, Table, describe_resumable
+from fsm_agent.definition.table import (
+    COMPACTING_GUARDS,
+    RESUME,
+    TABLE,
+    TYPED_GUARDS,
+    Table,
+    describe_resumable,
+)
 from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
-from fsm_agent.observe.events import Hook, HookName, Hooks, JsonlLog
+from fsm_agent.observe.events import Hook, HookName, Hooks, log_observers
 from fsm_agent.persist import StoreTarget, store_for
 from fsm_agent.persist.store import check_run_id, session_id, stored_version
 from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
@@ -81,6 +87,14 @@ class Agent:
     ``output_invalid``; ``RunResult.output`` holds the accepted value.  A
     model whose ``complete`` takes an ``output`` keyword is given the
     ``OutputSchema`` with every call (the adapters ask their provider for it).
+
+    ``history_processors`` (``fn(messages) -> messages``, sync or async) run
+    on a copy before every model call, in order; the run's recorded history
+    does not change.  A model call that overflows the context window stops
+    the run with ``context_overflow``; with ``on_stop={"context_overflow":
+    "compact"}``, ``compact(messages)`` makes a shorter history instead (the
+    edge ``AwaitModel->AwaitModel[compacts_history]``) and the call is made
+    once more.
     """
 
     def __init__(
@@ -106,6 +120,8 @@ class Agent:
         output_type: Any = None,
         output_retries: int = 1,
         output_validators: Iterable[Validator] = (),
+        history_processors: Iterable[Callable[[list[Message]], Any]] = (),
+        compact: Callable[[list[Message]], Any] | None = None,
     ) -> None:
         if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
             msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
@@ -174,6 +190,9 @@ class Agent:
         self.walker: Walker = walker_for(TABLE.with_stops(self.stop_conditions))
         self.table: Table = self.walker.table
         self.on_stop = check_policies(on_stop, self.table.stop_for)
+        self.history_processors, self.compact = history_settings(history_processors, compact, self.on_stop)
+        # The guards of parts this agent does not have: its runs' rows leave them out.
+        self.unused_guards = (*(() if self.output else TYPED_GUARDS), *(() if self.compact else COMPACTING_GUARDS))
         self.hooks = Hooks()
 
     def tool_schemas(self) -> list[JSONSchema]:
@@ -354,7 +373,7 @@ class Agent:
                 user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite, history=history
             )
             return run.finish()
-        with _log(log) as observers:
+        with log_observers(log) as observers:
             run = self._begin(user_input, cancel, observers, store, run_id, history)
             run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return run.finish()
@@ -371,7 +390,7 @@ class Agent:
         history: History | None = None,
     ) -> RunResult:
         """Await a run to the end, like ``run``; a turn's tool calls run concurrently, and checkpoints are awaited."""
-        with _log(log) as observers:
+        with log_observers(log) as observers:
             run = self._begin(user_input, cancel, observers, store, run_id, history)
             await run._aopen_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return await run.afinish()
@@ -396,15 +415,3 @@ class Agent:
         run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history)
         async for event in streaming.aevents(run, feed):
             yield event
-
-
-@contextlib.contextmanager
-def _log(path: str | Path | None) -> Iterator[list[Observer]]:
-    if path is None:
-        yield []
-        return
-    log = JsonlLog(path)
-    try:
-        yield [log]
-    finally:
-        log.close()

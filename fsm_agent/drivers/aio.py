@@ -10,15 +10,21 @@ timeout passes, the calls in flight are cancelled and the run stops on
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
-from fsm_agent.core.stepper import CheckOutput, ModelCall, ToolBatch
+from fsm_agent.core.history import processor_name, sendable
+from fsm_agent.core.stepper import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.records import RunResult, ToolCall, Transition
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
 """An untyped agent's model calls: nothing besides messages and tools."""
+
+
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 class AsyncDriver(RunBase):
@@ -49,11 +55,19 @@ class AsyncDriver(RunBase):
         if self._clock_each_transition:
             self._observe()
         effect = self.stepper.effect(parallel=True)
+        if isinstance(effect, CompactHistory):
+            # Like the check below: a cancel while compacting leaves the compaction due, for a resume to do.
+            try:
+                compacted = await _awaited(effect.compact(list(effect.messages)))
+            except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
+                compacted = exc
+            self.stepper.accept_compaction(compacted)
+            effect = self.stepper.effect(parallel=True)  # the call made again, or None when the compaction failed
         if isinstance(effect, CheckOutput):
             # No call: checked outside the deadline's cut; a cancel while an async validator runs leaves the
             # answer unchecked in Dispatch (a resume checks it again) and propagates.
             self.stepper.accept_output(await effect.output.acheck(effect.text))
-        elif effect is not None:
+        elif isinstance(effect, ModelCall | ToolBatch):
             journal = self._journal
             if journal is not None and journal.due():
                 await journal.ahold(self.position)  # no call on a run this object let go of or may have lost
@@ -97,6 +111,16 @@ class AsyncDriver(RunBase):
     async def _acall_model(self, effect: ModelCall) -> None:
         if self._observed:
             self._before_model()
+        if self._processors:
+            try:
+                messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
+                for processor in self._processors:
+                    messages = sendable(await _awaited(processor(messages)), processor_name(processor))
+            except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
+                self._model_failed(exc)
+                return
+            self.position.sent = len(messages)
+            effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         try:
             acomplete = getattr(self._model, "acomplete", None)
             astream = self._streaming("acomplete_stream") if self._wants_text else None

@@ -20,7 +20,6 @@ from fsm_agent.definition.guards import dormant_guards
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
-from fsm_agent.definition.table import TYPED_GUARDS
 from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.observe.events import CallEvent, TextDelta, TransitionEvent, logger
@@ -51,14 +50,15 @@ class RunBase:
     ) -> None:
         self.position = position
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
-        typed = () if agent.output is not None else TYPED_GUARDS
-        dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None, also=typed)
+        unused = agent.unused_guards
+        dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None, also=unused)
         position.rows = agent.walker.rows_without(dormant)
-        self.stepper = Stepper(position, agent.walker, agent.tool_schemas(), agent.approve, agent.output)
+        self.stepper = Stepper(position, agent.walker, agent.tool_schemas(), agent.approve, agent.output, agent.compact)
         self._run_id = run_id
         self.agent = agent
         self._model = agent.model
         self._keywords = agent.model_keywords
+        self._processors = agent.history_processors
         self._registry = agent.registry
         self._tool_timeout = agent.tool_timeout
         self._max_concurrency = agent.max_concurrency

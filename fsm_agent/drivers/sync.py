@@ -14,12 +14,13 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.core.stepper import CheckOutput, Effect, ModelCall, ToolBatch
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.records import RunResult, Transition
-from fsm_agent.tools.calling import Handoff
+from fsm_agent.tools.calling import Handoff, settle
 
 T = TypeVar("T")
 
@@ -110,9 +111,17 @@ class SyncDriver(RunBase):
             self._call_model(effect)
         elif isinstance(effect, ToolBatch):
             self._call_tool(effect)
-        else:
+        elif isinstance(effect, CheckOutput):
             # No call: the deadline is kept by the edges after it (a retry needs time left for its model call).
             self.stepper.accept_output(effect.output.check(effect.text))
+        else:
+            try:
+                compacted = settle(effect.compact(list(effect.messages)))
+            except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
+                compacted = exc
+            self.stepper.accept_compaction(compacted)
+            follow = self.stepper.effect()  # the call made again, or None when the compaction failed
+            return None if follow is None else self._carry_out(follow)
         self._observe()
         return None
 
@@ -159,6 +168,16 @@ class SyncDriver(RunBase):
     def _call_model(self, effect: ModelCall) -> None:
         if self._observed:
             self._before_model()
+        if self._processors:
+            try:
+                messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
+                for processor in self._processors:
+                    messages = sendable(settle(processor(messages)), processor_name(processor))
+            except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
+                self._model_failed(exc)
+                return
+            self.position.sent = len(messages)
+            effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         mutex = self._let_go(effect)
         try:
             stream = self._streaming("complete_stream") if self._wants_text else None

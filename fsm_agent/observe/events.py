@@ -8,9 +8,10 @@ transition out of a non-terminal state with reason ``hook_error``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TextIO, get_args
 
@@ -238,3 +239,16 @@ def read_log(path: str | Path) -> tuple[Transition, ...]:
                 msg = f"{path}:{number}: not a transition line of an fsm_agent log ({exc})"
                 raise ValueError(msg) from exc
     return tuple(entries)
+
+
+@contextlib.contextmanager
+def log_observers(path: str | Path | None) -> Iterator[list[Callable[[TransitionEvent], None]]]:
+    """The observers of a run's ``log=`` argument: a ``JsonlLog`` on ``path``, closed after the run (none for None)."""
+    if path is None:
+        yield []
+        return
+    log = JsonlLog(path)
+    try:
+        yield [log]
+    finally:
+        log.close()
