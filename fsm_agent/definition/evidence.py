@@ -141,17 +141,3 @@ def calls_limit(limits: Limits) -> int | None:
 
 def budget_limit(limits: Limits) -> int | None:
     return limits.token_budget
-
-
-def context_overflow(run: Run) -> dict[str, Any]:
-    """`error`, the input `tokens` against the window's `limit` (null where the provider did not say), `compacted`."""
-    exc = run.model_exception
-    out: dict[str, Any] = {
-        "error": str(exc),
-        "tokens": getattr(exc, "tokens", None),
-        "limit": getattr(exc, "limit", None),
-        "compacted": run.compacted_turn >= 0,
-    }
-    if run.compact_error:
-        out["compact_error"] = run.compact_error
-    return out

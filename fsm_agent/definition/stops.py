@@ -133,9 +133,25 @@ def _output_invalid(run: Run) -> dict[str, Any]:
     return out
 
 
+def _context_overflow(run: Run) -> dict[str, Any]:
+    """`error`, `tokens` against the window's `limit` (null if not said), `compacted`; `blocked_by`, `compact_error`."""
+    exc = run.model_exception
+    out: dict[str, Any] = {
+        "error": str(exc),
+        "tokens": getattr(exc, "tokens", None),
+        "limit": getattr(exc, "limit", None),
+        "compacted": run.context_head is not None and not run.compact_error,
+    }
+    if run.compact_error:
+        out["compact_error"] = run.compact_error
+    elif run.policies.get("context_overflow") == "compact" and run.turns != run.compacted_turn + 1:
+        out["blocked_by"] = blocking_stop(run)
+    return out
+
+
 A = At
 CATALOGUE: tuple[Stop, ...] = (
-    Stop("context_overflow", (A.MODEL_FAILED,), g.context_overflowed, ev.context_overflow,
+    Stop("context_overflow", (A.MODEL_FAILED,), g.context_overflowed, _context_overflow,
          "the model's context window cannot hold the conversation", resume="retry", compact=True, keeps_guard=True),
     Stop("model_error", (A.MODEL_FAILED,), None, ev.model_error,
          "the model call raised, or its reply was unusable", resume="retry"),

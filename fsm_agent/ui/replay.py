@@ -82,6 +82,7 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
     tool_steps = iter(step for step in steps if step.get("kind") == "tool_call")
     final_steps = iter(step for step in steps if step.get("kind") == "final")
     sent_back = iter(step for step in steps if step.get("kind") == "output_invalid")
+    compactions = iter(step for step in steps if step.get("kind") == "compaction")
     first_reply = _next(messages, _prior(data, messages), "assistant")  # a history's replies are not this run's
     cursor = len(messages) if first_reply is None else first_reply
     counters: dict[str, Any] | None = None
@@ -112,6 +113,10 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
             step = next(sent_back, None)
             if step is not None:
                 counters, counted_from = step.get("counters"), "after the answer was sent back"
+        elif entry.guard == "compacts_history":
+            step = next(compactions, None)  # the history the model is sent was shortened; the run's is kept
+            if step is not None:
+                counters, counted_from = step.get("counters"), f"after the compaction ({step.get('detail')})"
         elif entry.dest == State.Done:
             step = next(final_steps, None)
             if step is not None:
