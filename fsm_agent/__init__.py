@@ -29,6 +29,7 @@ from fsm_agent.errors import (
 from fsm_agent.observe.events import CallEvent, JsonlLog, TextDelta, TransitionEvent
 from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
 from fsm_agent.records import (
+    ChildOutcome,
     Message,
     ModelResponse,
     OutputSchema,
@@ -49,6 +50,7 @@ __all__ = [
     "AgentRun",
     "CallEvent",
     "CancelToken",
+    "ChildOutcome",
     "ContextOverflowError",
     "DecisionError",
     "DefinitionError",

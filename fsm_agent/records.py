@@ -149,6 +149,26 @@ class OutputSchema:
 
 
 @attrs.frozen
+class ChildOutcome:
+    """What a sub-agent's run brought its parent's tool call: its id, the tokens it used, and a stop to pass on.
+
+    ``stop`` (reason, evidence) is set when the child stopped and its tool
+    says ``on_child_stop="raise"``: the parent then stops with
+    ``child_stopped``.  The tokens count against the parent's budget.
+    """
+
+    run_id: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stop: dict[str, Any] | None = None
+
+
+def child_outcome(value: ChildOutcome | dict[str, Any] | None) -> ChildOutcome | None:
+    """A child outcome, from its plain form too (a snapshot holds that for a kept tool outcome)."""
+    return ChildOutcome(**value) if isinstance(value, dict) else value
+
+
+@attrs.frozen
 class Step:
     """One unit of work the run did: a tool call (``kind="tool_call"``) or the final answer.
 
@@ -167,6 +187,8 @@ class Step:
     sent: int = 0
     """Messages the model call of this step's turn was sent, where history processors or a compaction changed
     them (0: the whole conversation)."""
+    child: str | None = None
+    """The id of the sub-agent run this tool call was (``Agent.as_tool``), or None."""
 
 
 @attrs.frozen

@@ -59,7 +59,7 @@ from fsm_agent.definition.table import (
 )
 from fsm_agent.drivers.agent import AgentRun
 from fsm_agent.records import STOP_REASONS
-from fsm_agent.testing import ManualClock, ScriptExhaustedError
+from fsm_agent.testing import FakeModel, ManualClock, ScriptExhaustedError
 
 FINALIZABLE = tuple(stop.reason for stop in CATALOGUE if stop.finalize)
 
@@ -81,6 +81,13 @@ POINT = {
 
 OVERFLOW = ContextOverflowError("prompt is too long: 210000 tokens > 200000 maximum", tokens=210000, limit=200000)
 """What an adapter raises for its provider's context-length error."""
+
+
+def with_failing_child(registry: ToolRegistry) -> ToolRegistry:
+    """``registry`` plus ``research``, a sub-agent whose model is down, passing its stop on to the parent."""
+    child = Agent(FakeModel(ConnectionError("child model down")), ToolRegistry())
+    registry.register(child.as_tool("research", "Looks one thing up.", on_child_stop="raise"))
+    return registry
 
 
 def keep_last(messages: list[Message]) -> list[Message]:
@@ -592,6 +599,7 @@ class Shadow:
             "output_invalid": lambda: False,  # generated agents have no output_type
             "context_overflowed": lambda: False,  # generated models fail with ConnectionError only
             "compacts_history": lambda: False,
+            "passes_child_stop": lambda: False,  # generated agents have no sub-agents
             "output_rejected": lambda: False,
             "asks_tools_while_finalizing": lambda: self.finalizing is not None,
             "hook_raised": lambda: False,  # generated agents have no hooks

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from scenarios import OVERFLOW, POINT
+from scenarios import OVERFLOW, POINT, with_failing_child
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult, ToolRegistry, Usage
 from fsm_agent.definition.stops import CATALOGUE
@@ -249,6 +249,13 @@ def _timeout(clock: ManualClock) -> tuple[Agent, CancelToken | None]:
 SCENARIOS: dict[str, tuple[Scenario, str]] = {
     # reason: (a run that stops with it, the run's resulting reason)
     "context_overflow": (_scripted(OVERFLOW), "context_overflow"),
+    "child_stopped": (
+        lambda c: (
+            Agent(FakeModel(tool_turn(tool_call("research", input="?"))), with_failing_child(demo_registry())),
+            None,
+        ),
+        "child_stopped",
+    ),
     "model_error": (_scripted(RuntimeError("down")), "model_error"),
     "hook_error": (_hook_error, "hook_error"),
     "max_tokens": (_scripted(reply("cu", stop_reason="max_tokens")), "max_tokens"),

@@ -168,7 +168,8 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
 
     Unreachable here by design: ``hook_error`` rows (generated agents have no
     hooks), the output check's rows (nor an ``output_type``: test_typed_answers.py), the
-    context overflow's (their models fail with ConnectionError: test_long_runs.py),
+    context overflow's (their models fail with ConnectionError: test_long_runs.py), the
+    child stop's (no sub-agents: test_sub_agents.py),
     ``interrupted`` rows (only the async driver is interrupted) and
     ``resume`` rows (``Agent.resume`` takes them; ``test_stateful.py`` does),
     ``expired`` rows (a call still in flight at the deadline: real time, in
@@ -184,6 +185,13 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
 
     collect()
     elsewhere = {INTERRUPTED, RESUME, EXPIRED, START}
-    unused = {"hook_raised", "output_invalid", "output_rejected", "context_overflowed", "compacts_history"}
+    unused = {
+        "hook_raised",
+        "output_invalid",
+        "output_rejected",
+        "context_overflowed",
+        "compacts_history",
+        "passes_child_stop",
+    }
     reachable = [row for row in TABLE.rows if row.guard_name not in unused and row.trigger not in elsewhere]
     assert [edge_id(row) for row in reachable if as_row(row) not in taken] == []

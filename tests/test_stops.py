@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from scenarios import OVERFLOW, POINT, keep_last
+from scenarios import OVERFLOW, POINT, keep_last, with_failing_child
 
 import fsm_agent
 from fsm_agent import (
@@ -472,6 +472,9 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
         lambda: Agent(FakeModel([reply("c", stop_reason="max_tokens")]), registry).run("q"),
         lambda: Agent(FakeModel([reply("r", stop_reason="refusal")]), registry).run("q"),
         lambda: Agent(FakeModel([reply("{}"), reply("[]")]), registry, output_type=POINT).run("q"),
+        lambda: Agent(
+            FakeModel([tool_turn(tool_call("research", input="?"))]), with_failing_child(demo_registry())
+        ).run("q"),
         lambda: Agent(
             FakeModel([OVERFLOW, OVERFLOW]),
             registry,

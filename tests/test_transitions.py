@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from scenarios import OVERFLOW, POINT, keep_last
+from scenarios import OVERFLOW, POINT, keep_last, with_failing_child
 
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, RunResult, State
 from fsm_agent.definition.run import signature
@@ -76,6 +76,16 @@ def _execute(options: dict[str, Any], **counters: Any) -> AgentRun:
     return _at(State.ExecuteTool, options, **counters)
 
 
+def _child_stops(options: dict[str, Any]) -> AgentRun:
+    """A run about to call a sub-agent that stops and passes the stop on."""
+    agent = Agent(FakeModel([]), with_failing_child(demo_registry()), **options)
+    run = agent.start("question")
+    run.position.state = State.ExecuteTool
+    run.position.turns = 1
+    run.position.pending.append(tool_call("research", id="r1", input="why?"))
+    return run
+
+
 STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
     "AwaitModel->Failed[context_overflow]": (lambda o: _at(State.AwaitModel, o, (OVERFLOW,)), {}),
     "AwaitModel->Failed[model_error]": (lambda o: _at(State.AwaitModel, o, (RuntimeError("provider down"),)), {}),
@@ -115,6 +125,7 @@ STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
     "Dispatch->Failed[timeout]": (lambda o: _dispatch(o, seconds=10.0), {"timeout": 10}),
     "Dispatch->Failed[repeated_action]": (lambda o: _dispatch(o, last_signature=signature(ECHO)), {}),
     "Dispatch->Failed[max_tool_calls]": (lambda o: _dispatch(o, tool_calls=2), {"max_tool_calls": 2}),
+    "ExecuteTool->Failed[child_stopped]": (lambda o: _child_stops(o), {}),
     "ExecuteTool->Failed[tool_failures]": (lambda o: _execute(o, pending=[FAIL], failures=2), {}),
     "ExecuteTool->Failed[cycle]": (
         lambda o: _execute(

@@ -150,7 +150,17 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
         run.recent.append((run.last_signature, outcome.content))  # type: ignore[arg-type]  # count_call set it
     arguments = _arguments_text(call.arguments)
     detail = f"{call.name}({arguments}) -> {outcome.content}"
-    run.steps.append(Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.sent))
+    child = outcome.child
+    if child is None:
+        run.steps.append(Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.sent))
+        return
+    # A sub-agent's tokens are the parent's too: its budget sees them from the next check on.
+    run.input_tokens += child.input_tokens
+    run.output_tokens += child.output_tokens
+    run.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
+    run.steps.append(
+        Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.sent, child.run_id)
+    )
 
 
 def answer_unexecuted(run: Run, why: str) -> None:

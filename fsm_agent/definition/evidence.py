@@ -141,3 +141,8 @@ def calls_limit(limits: Limits) -> int | None:
 
 def budget_limit(limits: Limits) -> int | None:
     return limits.token_budget
+
+
+def child_stopped(run: Run) -> dict[str, Any]:
+    """`child_run_id`, and the child's `reason` and `evidence`."""
+    return dict(run.child_stop or {})

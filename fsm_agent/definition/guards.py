@@ -94,6 +94,11 @@ def tool_calls_exhausted(run: Run) -> bool:
     )
 
 
+def passes_child_stop(run: Run) -> bool:
+    """The sub-agent this tool call ran stopped, and its tool passes the stop on (``on_child_stop="raise"``)."""
+    return run.child_stop is not None
+
+
 def failures_exhausted(run: Run) -> bool:
     """``max_consecutive_failures`` tool calls in a row failed."""
     return run.failures >= run.limits.max_consecutive_failures

@@ -113,6 +113,7 @@ class Run:
         "calls_by_tool",
         "cancel_why",
         "cancelled",
+        "child_stop",
         "compact_error",
         "compacted_turn",
         "compacting",
@@ -227,6 +228,8 @@ class Run:
         # messages keeps everything; compacted_turn is the turn that overflowed (-1: none), compacting says the
         # compaction is due, compact_error why it failed.  sent: how many messages the model call of the current
         # turn was sent, when compaction or history processors changed them (0: the whole conversation).
+        # A sub-agent's stop that its tool passes on (on_child_stop="raise"), until child_stopped takes it.
+        self.child_stop: dict[str, Any] | None = None
         self.context_head: list[Message] | None = None
         self.context_start = 0
         self.compacted_turn = -1

@@ -33,6 +33,7 @@ Trigger = Literal[
     "start", "model_failed", "interrupted", "expired", "replied", "check", "dispatch", "tool_done", "finalize", "resume"
 ]
 Reason = Literal[
+    "child_stopped",
     "context_overflow",
     "model_error",
     "cancelled",

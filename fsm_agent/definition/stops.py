@@ -175,6 +175,8 @@ CATALOGUE: tuple[Stop, ...] = (
     Stop("max_tool_calls", (A.BEFORE_TOOL,), g.tool_calls_exhausted, ev.max_tool_calls,
          "the next call would exceed a tool-call cap", finalize=True, resume="lift",
          counter=Meter("tool_calls", "tool_calls", ev.calls_limit), limit="max_tool_calls"),
+    Stop("child_stopped", (A.AFTER_TOOL,), g.passes_child_stop, ev.child_stopped,
+         "a sub-agent stopped and its tool passes the stop on"),
     Stop("tool_failures", (A.AFTER_TOOL,), g.failures_exhausted, ev.tool_failures,
          "too many tool calls failed in a row",
          counter=Meter("failures", "failures", ev.failures_limit), limit="max_consecutive_failures"),

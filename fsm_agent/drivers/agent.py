@@ -8,7 +8,6 @@ built on them.
 
 from __future__ import annotations
 
-import math
 import queue
 import time
 from collections import deque
@@ -21,8 +20,9 @@ from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.history import History, history_settings, opening
 from fsm_agent.core.ledger import answer_unexecuted
-from fsm_agent.core.output import Validator, accepts_output, output_spec
+from fsm_agent.core.output import Validator, output_spec
 from fsm_agent.core.walker import Walker, walker_for
+from fsm_agent.definition.guards import Guard, passes_child_stop
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Policy, Reason, State
@@ -38,6 +38,8 @@ from fsm_agent.definition.table import (
 from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.base import Observer
+from fsm_agent.drivers.checks import check_parts, limits_of, model_keywords
+from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, child_of
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.observe.events import Hook, HookName, Hooks, log_observers
@@ -123,41 +125,10 @@ class Agent:
         history_processors: Iterable[Callable[[list[Message]], Any]] = (),
         compact: Callable[[list[Message]], Any] | None = None,
     ) -> None:
-        if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
-            msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
-            raise TypeError(msg)
-        if not isinstance(registry, ToolRegistry):
-            msg = f"registry must be a ToolRegistry, got {type(registry).__name__}"
-            raise TypeError(msg)
-        if not isinstance(system, str):
-            msg = f"system must be a str, got {type(system).__name__}"
-            raise TypeError(msg)
-        if not callable(clock):
-            msg = f"clock must be a callable returning monotonic seconds, got {type(clock).__name__}"
-            raise TypeError(msg)
-        if max_concurrency is not None and (
-            isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1
-        ):
-            msg = f"max_concurrency must be None (all calls of a turn) or an integer >= 1, got {max_concurrency!r}"
-            raise ValueError(msg)
-        if tool_timeout is not None and (
-            isinstance(tool_timeout, bool)
-            or not isinstance(tool_timeout, int | float)
-            or not 0 < tool_timeout < math.inf
-        ):
-            msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
-            raise ValueError(msg)
+        check_parts(model, registry, system, clock, max_concurrency, tool_timeout)
         self.tool_timeout = tool_timeout
         self.output = output_spec(output_type, output_validators, output_retries)
-        request = None if self.output is None else self.output.request
-        # What each model method is called with besides messages and tools (None: nothing): a typed answer's
-        # schema as output=, where the method takes that keyword (a model that does not may ignore the schema).
-        self.model_keywords: dict[str, dict[str, Any]] | None = None
-        if request is not None:
-            self.model_keywords = {
-                name: {"output": request} if accepts_output(getattr(model, name, None)) else {}
-                for name in ("complete", "acomplete", "complete_stream", "acomplete_stream")
-            }
+        self.model_keywords = model_keywords(model, self.output)
         self.approve = approval_rule(approve)
         self.model = model
         self.registry = registry
@@ -174,17 +145,7 @@ class Agent:
             "max_tool_calls": max_tool_calls,
             "cycle_window": cycle_window,
         }
-        if limits is None:
-            limits = Limits(**keywords)  # type: ignore[arg-type]  # Limits validates each value and names it
-        elif not isinstance(limits, Limits):
-            msg = f"limits must be a Limits, got {type(limits).__name__}"
-            raise TypeError(msg)
-        else:
-            given = [name for name, value in keywords.items() if value != getattr(Limits(), name)]
-            if given:
-                msg = f"give limits=Limits(...) or the limit keywords, not both (also given: {', '.join(given)})"
-                raise ValueError(msg)
-        self.limits = limits
+        self.limits = limits_of(limits, keywords)
         self.stop_conditions = user_stops(stop_conditions, {stop.reason for stop in TABLE.stops})
         # The shared walker's own table, so the rows a run walks are the very rows the walker knows.
         self.walker: Walker = walker_for(TABLE.with_stops(self.stop_conditions))
@@ -194,6 +155,33 @@ class Agent:
         # The guards of parts this agent does not have: its runs' rows leave them out.
         self.unused_guards = (*(() if self.output else TYPED_GUARDS), *(() if self.compact else COMPACTING_GUARDS))
         self.hooks = Hooks()
+        self._children: tuple[int, Mapping[str, ChildTool]] = (-1, {})
+
+    def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
+        """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
+
+        The model fills one argument, ``input``, the child run's question.
+        Called by a parent's run, the child gets the parent's remaining time
+        and tokens and its cancel token, its tokens count against the parent,
+        and with a store it is stored as ``<parent run id>/<call id>``, never
+        run twice (see ``fsm_agent.drivers.child``).  A child that stops is a
+        tool error with its reason and evidence, or with
+        ``on_child_stop="raise"`` stops the parent with ``child_stopped``.
+        """
+        return as_tool(self, name, description, on_child_stop)
+
+    def children(self) -> Mapping[str, ChildTool]:
+        """The registry's sub-agent tools by name; looked for again only after the tools changed."""
+        version = self.registry.version
+        if self._children[0] != version:
+            found = {name: child_of(tool.function) for name in self.registry if (tool := self.registry.get(name))}
+            self._children = (version, {name: child for name, child in found.items() if child is not None})
+        return self._children[1]
+
+    def dormant(self) -> tuple[Guard, ...]:
+        """The guards of parts this agent does not have, which its runs' rows leave out."""
+        raising = any(child.on_child_stop == "raise" for child in self.children().values())
+        return self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
 
     def tool_schemas(self) -> list[JSONSchema]:
         """The schemas of the registry's tools as the model is offered them; rebuilt only after the tools changed."""
@@ -252,10 +240,14 @@ class Agent:
         run_id: str | None,
         history: History | None = None,
         session: str | None = None,
+        *,
+        limits: Limits | None = None,
+        parent: str | None = None,
     ) -> AgentRun:
         """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that).
 
-        ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it.
+        ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it;
+        ``parent`` the run whose tool call this run is (``as_tool``), whose remaining ``limits`` it gets.
         """
         if not isinstance(user_input, str):
             msg = f"user_input must be a str, got {type(user_input).__name__}"
@@ -264,11 +256,20 @@ class Agent:
             msg = f"cancel must be a CancelToken, got {type(cancel).__name__}"
             raise TypeError(msg)
         messages, prior = opening(self.system, user_input, history)  # checked before anything is written or called
-        position = Run(self.limits, messages, table=self.table, policies=self.on_stop, prior=prior)
+        position = Run(limits or self.limits, messages, table=self.table, policies=self.on_stop, prior=prior)
         # None: the run makes its own id when first asked for one.
         run_id = None if run_id is None else check_run_id(run_id)
         store = store_for(store)
-        return AgentRun(self, position, cancel=cancel, observers=observers, store=store, run_id=run_id, session=session)
+        return AgentRun(
+            self,
+            position,
+            cancel=cancel,
+            observers=observers,
+            store=store,
+            run_id=run_id,
+            session=session,
+            parent=parent,
+        )
 
     def resume(
         self,
@@ -315,6 +316,7 @@ class Agent:
             store=store_for(store),
             run_id=run_id if isinstance(run_id, str) and run_id else None,
             session=session_id(data.get("session_id")),
+            parent=session_id(data.get("parent_run_id")),
         )
         run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         if position.state is State.Done:

@@ -17,6 +17,7 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.core.stepper import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
+from fsm_agent.drivers.child import arun_child
 from fsm_agent.records import RunResult, ToolCall, Transition
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
@@ -140,7 +141,10 @@ class AsyncDriver(RunBase):
     async def _acall_tool(self, call: ToolCall) -> None:
         if self._observed:
             self._before_tool(call)
-        if self._tool_timeout is None:
+        child = self._children.get(call.name) if self._children else None
+        if child is not None:
+            outcome = await arun_child(self, child, call)
+        elif self._tool_timeout is None:
             outcome = await self._registry.aexecute(call)
         else:
             outcome = await self._registry.aexecute(call, timeout=self._tool_timeout)

@@ -47,10 +47,11 @@ class RunBase:
         store: Store | None = None,
         run_id: str | None,
         session: str | None = None,
+        parent: str | None = None,
     ) -> None:
         self.position = position
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
-        unused = agent.unused_guards
+        unused = agent.dormant()
         dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None, also=unused)
         position.rows = agent.walker.rows_without(dormant)
         self.stepper = Stepper(position, agent.walker, agent.tool_schemas(), agent.approve, agent.output, agent.compact)
@@ -72,7 +73,8 @@ class RunBase:
         self._wants_text = bool(self._hooks.get("text"))
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
-        self._journal = None if store is None else Journal(store, self.run_id, session=session)
+        self._journal = None if store is None else Journal(store, self.run_id, session=session, parent=parent)
+        self._children = agent.children()
         # Whether the run is told the time (and its cancel flag) before every transition, or only after each
         # call.  A deadline, a cancel token, observers and a store need the former; otherwise only the
         # counters read the time, and between two calls it moves by the engine's own microseconds.

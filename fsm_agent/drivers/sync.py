@@ -19,6 +19,7 @@ from fsm_agent.core.stepper import CheckOutput, Effect, ModelCall, ToolBatch
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
+from fsm_agent.drivers.child import run_child
 from fsm_agent.records import RunResult, Transition
 from fsm_agent.tools.calling import Handoff, settle
 
@@ -203,7 +204,10 @@ class SyncDriver(RunBase):
             self._before_tool(call)
         mutex = self._let_go(effect)
         try:
-            if self._tool_timeout is None:
+            child = self._children.get(call.name) if self._children else None
+            if child is not None:
+                outcome = run_child(self, child, call)
+            elif self._tool_timeout is None:
                 # Called as execute(call), so registries that wrap it keep working.
                 outcome = self._registry.execute(call)
             else:

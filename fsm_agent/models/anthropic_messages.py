@@ -13,13 +13,14 @@ agent's answer schema is asked for with structured outputs (JSON outputs,
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
-from fsm_agent.models.provider import ProviderModel, check_params, output_clash, require_sdk
+from fsm_agent.errors import ContextOverflowError
+from fsm_agent.models.anthropic_schema import to_anthropic_output
+from fsm_agent.models.provider import ProviderModel, check_params, output_clash, overflow_in, require_sdk
 from fsm_agent.models.replies import (
     ProviderResponse,
     check_body,
@@ -62,6 +63,9 @@ naming it (the reply kept).
 """
 
 _RESERVED = ("model", "messages", "tools", "system", "max_tokens")
+# The 400s of an input too long for the window: "prompt is too long: 208310 tokens > 200000 maximum", and
+# "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, ..." (no room left for max_tokens).
+_TOO_LONG = r"^(?:prompt is too long|input length and \S+ exceed context limit): (\d+)(?: tokens)? (?:\+ \d+ )?> (\d+)"
 
 PROVIDER = "anthropic"
 """``ProviderData.provider`` of the replies this adapter keeps thinking blocks for."""
@@ -133,81 +137,6 @@ def to_anthropic_tools(schemas: list[JSONSchema]) -> list[dict[str, Any]]:
 # Claude's structured outputs take a subset of JSON Schema ("JSON Schema limitations" in
 # https://platform.claude.com/docs/en/build-with-claude/structured-outputs): each object must set
 # additionalProperties to false, and some keywords are refused with a 400.
-_UNSUPPORTED = frozenset(
-    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength"}
-    | {"maxItems", "uniqueItems"}
-)
-"""Keywords refused in any schema; ``minItems`` is refused above 1, ``format`` outside ``_FORMATS``."""
-_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"})
-_NAMED_SUBSCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
-_SUBSCHEMAS = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
-
-
-def to_claude_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``schema`` that Claude's structured outputs accept; ``schema`` itself is left as it was.
-
-    The documented rules, and what is done to meet them:
-
-    - Every object must set ``additionalProperties`` to ``false``: an object
-      with ``properties`` that leaves it out gets it (JSON Schema's default
-      would allow other keys).  An object that allows other keys on purpose
-      (a ``dict[str, int]`` field), or lists no properties, is left as it
-      is, and the API's 400 names it: closing it would allow only ``{}``.
-    - Numeric and string limits (``minimum``, ``maxLength``, ...), array
-      limits past ``minItems`` 0 or 1, and string formats outside Claude's
-      list are refused: each is taken out and written into the
-      description instead, as the ``anthropic`` SDK's ``transform_schema``
-      does.  The agent still checks the answer against the whole schema,
-      and asks again when a limit is missed.
-
-    Recursive schemas are refused too; nothing here can mend that.
-    """
-    adapted: dict[str, Any] = copy.deepcopy(schema)
-    _adapt(adapted)
-    return adapted
-
-
-def _adapt(node: Any) -> None:
-    if not isinstance(node, dict):
-        return  # true and false are schemas too, with nothing in them to adapt
-    for key in _NAMED_SUBSCHEMAS:
-        if isinstance(node.get(key), dict):
-            for subschema in node[key].values():
-                _adapt(subschema)
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(node.get(key), list):
-            for subschema in node[key]:
-                _adapt(subschema)
-    for key in _SUBSCHEMAS:
-        _adapt(node.get(key))
-    if isinstance(node.get("properties"), dict):
-        node.setdefault("additionalProperties", False)
-    moved = [key for key in node if _unsupported(key, node[key])]
-    if moved:
-        limits = ", ".join(f"{key}: {json.dumps(node.pop(key), ensure_ascii=False)}" for key in moved)
-        description = node.get("description")
-        node["description"] = f"{description}\n\n{{{limits}}}" if isinstance(description, str) else f"{{{limits}}}"
-
-
-def _unsupported(key: str, value: Any) -> bool:
-    if key == "minItems":
-        return value not in (0, 1)
-    if key == "format":
-        return not isinstance(value, str) or value not in _FORMATS
-    return key in _UNSUPPORTED
-
-
-def to_anthropic_output(output: OutputSchema) -> dict[str, Any]:
-    """``output`` as the Messages API's ``output_config.format``: a JSON output in Claude's schema subset.
-
-    The format holds only the type and the schema: Claude's JSON outputs
-    have no name, description or strict flag (decoding is always
-    constrained); a description inside the schema goes along.
-    """
-    return {"type": "json_schema", "schema": to_claude_schema(output.schema)}
-
-
 def _usage(usage: Any) -> Usage | None:
     # No usage at all counts as zero, as for OpenAI; one that is there must be whole.
     if usage is None:
@@ -396,6 +325,14 @@ class AnthropicModel(ProviderModel):
                 return self.parse(await stream.get_final_message())
 
         return await self._aguarded(work)
+
+    def _context_overflow(self, exc: Exception) -> ContextOverflowError | None:
+        """A 400 ``invalid_request_error`` saying the input exceeds the window (a reply cut at it is no error)."""
+        body = exc.body if isinstance(exc, self._sdk.BadRequestError) else None
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and error.get("type") == "invalid_request_error":
+            return overflow_in(error.get("message"), _TOO_LONG)
+        return None
 
     def _new_client(self, options: dict[str, Any]) -> Any:
         return self._sdk.Anthropic(**options)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema
+from fsm_agent.errors import ContextOverflowError
 from fsm_agent.models.gemini_wire import (
     JSON_MIME_TYPE,
     OUTPUT_FIELDS,
@@ -41,7 +42,7 @@ from fsm_agent.models.gemini_wire import (
     to_gemini_output,
     to_gemini_tools,
 )
-from fsm_agent.models.provider import ProviderModel, check_params, output_clash, require_sdk
+from fsm_agent.models.provider import ProviderModel, check_params, output_clash, overflow_in, require_sdk
 from fsm_agent.models.redaction import clean_key, redacted
 from fsm_agent.models.replies import not_json, wire_safe
 from fsm_agent.models.retry_after import MAX_RETRY_AFTER, server_delay
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from google import genai
 
 _RESERVED = ("model", "contents", "system_instruction", "tools")
+_INPUT_TOO_LONG = r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)"
 _DEFAULT_URL = "https://generativelanguage.googleapis.com/"
 
 
@@ -145,7 +147,18 @@ class GeminiModel(ProviderModel):
     async def _apause(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
-    def _failure(self, exc: Exception) -> Exception:
+    def _context_overflow(self, exc: Exception) -> ContextOverflowError | None:
+        """Gemini's context-length error: a 400 ``INVALID_ARGUMENT`` (the SDK's ``ClientError``) saying so.
+
+        Its message is "The input token count (N) exceeds the maximum number
+        of tokens allowed (M)."; N is ``tokens``, M ``limit``.  Other 400s
+        (a bad schema, a missing signature) stay as they are.
+        """
+        if not isinstance(exc, self._sdk.errors.ClientError) or exc.code != 400 or exc.status != "INVALID_ARGUMENT":
+            return None
+        return overflow_in(exc.message, _INPUT_TOO_LONG)
+
+    def _cleaned(self, exc: Exception) -> Exception:
         if isinstance(exc, json.JSONDecodeError):
             # The SDK parses the body itself: a page that is not JSON (a proxy's, with status 200) is shown as such.
             exc = not_json(exc.doc)

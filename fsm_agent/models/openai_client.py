@@ -4,17 +4,44 @@ Chat Completions and the Responses API are two endpoints of one client, so
 everything about the client (the ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``
 variables, the keyword arguments, the async client made with the sync one's
 settings) is written once here; each adapter only builds and reads its
-endpoint's requests.
+endpoint's requests.  So is the context-length error both endpoints answer
+with (code ``context_length_exceeded``), which leaves either adapter as
+:class:`~fsm_agent.ContextOverflowError`.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fsm_agent.errors import ContextOverflowError
 from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
 
 if TYPE_CHECKING:
     import openai
+
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+"""The ``error.code`` of OpenAI's context-length error, on Chat Completions and the Responses API alike."""
+
+# How its message states the window and the input, in the wordings OpenAI has used:
+# "This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens. ...",
+# "Input tokens exceed the configured limit of 272000 tokens. Your messages resulted in 3148588 tokens. ...",
+# "... However, you requested 4120 tokens (3120 in the messages, 1000 in the completion). ..." (the input is 3120).
+# The Responses API's "Your input exceeds the context window of this model. ..." states neither.
+_LIMIT = re.compile(r"(?:maximum context length is|configured limit of) (\d+) tokens", re.IGNORECASE)
+_INPUT = re.compile(r"resulted in (\d+) tokens|\((\d+) in (?:the messages|your prompt)", re.IGNORECASE)
+
+
+def context_overflow(code: Any, message: Any) -> ContextOverflowError | None:
+    """A ``ContextOverflowError`` for an OpenAI error object with ``code`` and ``message``, if it is that error."""
+    if code != CONTEXT_LENGTH_EXCEEDED or not isinstance(message, str):
+        return None
+    limit, tokens = _LIMIT.search(message), _INPUT.search(message)
+    return ContextOverflowError(
+        message,
+        tokens=None if tokens is None else int(tokens[1] or tokens[2]),
+        limit=None if limit is None else int(limit[1]),
+    )
 
 
 class OpenAIClientModel(ProviderModel):
@@ -61,6 +88,22 @@ class OpenAIClientModel(ProviderModel):
     def _request_params(params: dict[str, Any]) -> dict[str, Any]:
         """The ``params`` every request gets; an adapter adds its own defaults here."""
         return params
+
+    def _context_overflow(self, exc: Exception) -> ContextOverflowError | None:
+        """OpenAI's context-length error: code ``context_length_exceeded``, as a 400 or as a streamed error event.
+
+        The 400 is the SDK's ``BadRequestError`` (its ``body`` is the error
+        object); an error event inside a Responses API stream is the SDK's
+        plain ``APIError`` with that object as ``body``.  The same code on
+        any other status is left as it is.
+        """
+        sdk = self._sdk
+        if not isinstance(exc, sdk.APIError) or isinstance(exc, sdk.APIConnectionError):
+            return None
+        if isinstance(exc, sdk.APIStatusError) and not isinstance(exc, sdk.BadRequestError):
+            return None
+        body = exc.body if isinstance(exc.body, dict) else {}
+        return context_overflow(exc.code, body.get("message", exc.message))
 
     def _new_client(self, options: dict[str, Any]) -> Any:
         return self._sdk.OpenAI(**options)

@@ -14,7 +14,11 @@ is added).  The mapping of ``status`` onto the engine's ``stop_reason`` is
 ``INCOMPLETE_REASONS`` plus the rules in :func:`from_response`.  Retries of
 transient errors are the SDK's own, bounded by ``max_retries``.  A typed
 agent's answer schema is asked for with Structured Outputs, a ``json_schema``
-format in the ``text`` parameter (:func:`to_responses_format`).
+format in the ``text`` parameter (:func:`to_responses_format`).  The
+context-length error (code ``context_length_exceeded``) is a
+:class:`~fsm_agent.ContextOverflowError` in each of the forms it arrives in:
+a 400, an ``error`` event in a stream, or a ``failed`` response whose
+``error`` carries that code.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
-from fsm_agent.models.openai_client import OpenAIClientModel
+from fsm_agent.models.openai_client import OpenAIClientModel, context_overflow
 from fsm_agent.models.provider import output_clash
 from fsm_agent.models.replies import (
     MalformedReplyError,
@@ -146,6 +150,23 @@ def _stop_reason(response: Any, has_calls: bool) -> tuple[str, str | None]:
     return status or "no status", status or None
 
 
+def _overflowed(response: Any) -> None:
+    """Raise ``ContextOverflowError`` for a ``failed`` response whose error is the context-length one.
+
+    The Responses API may report it in-band, as a ``response.failed`` stream
+    event (the response's ``error``: ``{"code": "context_length_exceeded",
+    "message": "Your input exceeds the context window of this model. ..."}``)
+    rather than as a 400; no SDK exception exists then, so it has no cause.
+    Any other failed response goes on to be a ``model_error`` naming ``failed``.
+    """
+    if getattr(response, "status", None) != "failed":
+        return
+    error = getattr(response, "error", None)
+    overflow = context_overflow(getattr(error, "code", None), getattr(error, "message", None))
+    if overflow is not None:
+        raise overflow
+
+
 def from_response(response: Any) -> ModelResponse:
     """The engine's view of a Responses API response; ``MalformedReplyError`` if it is junk.
 
@@ -157,6 +178,7 @@ def from_response(response: Any) -> ModelResponse:
     the reply a refusal, with the refusal as its text if it has none.
     """
     check_body(response)
+    _overflowed(response)
     texts: list[str] = []
     refusals: list[str] = []
     thoughts: list[str] = []
@@ -205,9 +227,18 @@ _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
 
 def _streamed(event: Any, on_text: Callable[[str], None]) -> Any:
-    """Hand a text delta on; the whole response if ``event`` is the stream's last, else ``None``."""
+    """Hand a text delta on; the whole response if ``event`` is the stream's last, else ``None``.
+
+    An ``error`` event with the context-length code raises ``ContextOverflowError``
+    (its documented shape is flat: ``{"type": "error", "code": ..., "message": ...}``;
+    one that nests an ``error`` object the SDK raises itself, as ``APIError``).
+    """
     kind = getattr(event, "type", None)
-    if kind == "response.output_text.delta":
+    if kind == "error":
+        overflow = context_overflow(getattr(event, "code", None), getattr(event, "message", None))
+        if overflow is not None:
+            raise overflow
+    elif kind == "response.output_text.delta":
         delta = getattr(event, "delta", None)
         if isinstance(delta, str) and delta:
             on_text(delta)

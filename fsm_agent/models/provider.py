@@ -11,17 +11,25 @@ A typed agent passes its answer's schema as ``output=``
 ``build_request`` asks its provider for that schema natively (its docstring
 names the request field), and ``output_clash`` is the one error for params
 that already set that field.
+
+A provider's context-length error (the conversation no longer fits the
+model's window) leaves an adapter as :class:`~fsm_agent.ContextOverflowError`,
+the SDK's error its ``__cause__``: each adapter's ``_context_overflow`` says
+which answers those are, and ``_failure`` (which every call goes through)
+raises it, cleaned of secrets like any other error.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType, TracebackType
 from typing import Any, ClassVar, Self
 
 from fsm_agent import Message, ModelResponse, OutputSchema
+from fsm_agent.errors import ContextOverflowError
 from fsm_agent.models.redaction import (
     REDACTED,
     Redaction,
@@ -159,8 +167,26 @@ class ProviderModel:
             redactions.extend(userinfo_redactions(self._client_url(client)))
         return redactions
 
+    def _context_overflow(self, exc: Exception) -> ContextOverflowError | None:
+        """``exc`` as a ``ContextOverflowError`` if it is the provider's context-length error, else ``None``.
+
+        Each adapter recognises its own provider's answer (its SDK's error
+        class plus the documented code or message); the ``__cause__`` and the
+        redaction are ``_failure``'s.
+        """
+        return None
+
     def _failure(self, exc: Exception) -> Exception:
-        """What leaves the adapter for ``exc``: its secrets redacted, and a connection failure naming the URL."""
+        """What leaves the adapter for ``exc``, secrets redacted: a context overflow as such, else ``_cleaned``."""
+        overflow = self._context_overflow(exc)
+        if overflow is None:
+            return self._cleaned(exc)
+        overflow.__cause__ = exc  # as ``raise overflow from exc`` would set it
+        # The provider's message goes into the overflow's text, so the whole chain is cleaned as one.
+        return redacted(overflow, self._secrets())
+
+    def _cleaned(self, exc: Exception) -> Exception:
+        """``exc`` with its secrets redacted, and a connection failure naming the URL."""
         failure = redacted(exc, self._secrets())
         if failure is exc and isinstance(exc, self._sdk.APIConnectionError):
             cause = exc.__cause__
@@ -255,6 +281,18 @@ class ProviderModel:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def overflow_in(message: Any, pattern: str) -> ContextOverflowError | None:
+    """``message`` as a ``ContextOverflowError`` if ``pattern`` finds it there; its two groups are tokens, then limit.
+
+    For the providers whose context-length error is known by its message
+    (the input's length and the window in it), not by a code of its own.
+    """
+    found = re.search(pattern, message) if isinstance(message, str) else None
+    if found is None:
+        return None
+    return ContextOverflowError(message, tokens=int(found[1]), limit=int(found[2]))
 
 
 def check_params(params: dict[str, Any], reserved: Sequence[str], adapter: str) -> None:

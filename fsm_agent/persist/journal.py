@@ -38,11 +38,16 @@ _BY_REFERENCE = ("evidence", "finalize_evidence")
 class Journal:
     """Ownership of one stored run and the bookkeeping of what its next checkpoint must append."""
 
-    def __init__(self, store: Store, run_id: str, owner: str | None = None, session: str | None = None) -> None:
+    def __init__(
+        self, store: Store, run_id: str, owner: str | None = None, session: str | None = None, parent: str | None = None
+    ) -> None:
         self.store = store
         self.run_id = run_id
-        # Written with the run, so the store lists it among its conversation's turns.
+        # Written with the run, so the store lists it among its conversation's turns, and a sub-agent's run
+        # names the run whose tool call it is.
         self._named = {"run_id": run_id} if session is None else {"run_id": run_id, "session_id": session}
+        if parent is not None:
+            self._named["parent_run_id"] = parent
         self.owner = owner or new_owner()
         # A store with only wants/save/load gets whole snapshots and no leases, as before journals existed.
         self.full = callable(getattr(store, "append", None))
@@ -86,8 +91,9 @@ class Journal:
     def stamp(self) -> dict[str, Any]:
         """What this run's snapshots carry beside its position: the stored version last written, and its session."""
         stamp: dict[str, Any] = {VERSION_KEY: self.seq} if self.full and self.seq else {}
-        if "session_id" in self._named:
-            stamp["session_id"] = self._named["session_id"]
+        for name in ("session_id", "parent_run_id"):
+            if name in self._named:
+                stamp[name] = self._named[name]
         return stamp
 
     def _plan(self, run: Run, paused: bool, *, force: bool = False) -> Entry | dict[str, Any] | object | None:

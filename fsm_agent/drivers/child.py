@@ -1,0 +1,201 @@
+"""Agents that call agents: ``Agent.as_tool``, and the child run a parent's tool call becomes.
+
+The tool is an ordinary function a registry accepts (one string argument,
+``input``); a parent's driver recognises it and runs the child itself, so the
+child is bounded by what the parent's run already knows, never by globals:
+the parent's remaining deadline and token budget become the child's limits
+(each no larger than the child agent's own), the parent's cancel token is the
+child's, and the child's tokens count against the parent.  The child's run
+id is ``<parent run id>/<call id>``; with a store the child is stored there,
+linked to its parent, so resuming a parent after a crash finds the child:
+a finished one is read back, never run again, and an unfinished one goes on
+from its own last checkpoint.  A child that stops is a tool error carrying
+its reason and evidence, or, with ``on_child_stop="raise"``, stops the parent
+with ``child_stopped``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from fsm_agent.core import snapshot
+from fsm_agent.core.output import Invalid
+from fsm_agent.core.result import make_result
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import Done
+from fsm_agent.errors import AgentLoopError
+from fsm_agent.records import ChildOutcome, RunResult, ToolCall
+from fsm_agent.tools.registry import ToolResult
+from fsm_agent.tools.schema import arguments_error
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import Agent, AgentRun
+    from fsm_agent.drivers.base import RunBase
+
+OnChildStop = Literal["error", "raise"]
+PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+FINISHED = frozenset({"Done", "Failed"})
+
+
+@attrs.frozen
+class ChildTool:
+    """What ``Agent.as_tool`` registers: the child agent and what a stop of its run does to the parent."""
+
+    agent: Agent
+    name: str
+    on_child_stop: OnChildStop = "error"
+
+
+def as_tool(agent: Agent, name: str, description: str, on_child_stop: OnChildStop) -> Callable[[str], Any]:
+    """A function to register: called by a parent's run it runs ``agent`` as a child; called directly, plainly."""
+    if on_child_stop not in ("error", "raise"):
+        msg = f"on_child_stop must be 'error' or 'raise', got {on_child_stop!r}"
+        raise ValueError(msg)
+    if not isinstance(description, str) or not description.strip():
+        msg = "as_tool needs a description: it is all the parent's model knows of what the agent does"
+        raise ValueError(msg)
+    child = ChildTool(agent, name, on_child_stop)
+
+    def tool(input: str) -> Any:  # noqa: A002 - the argument the model fills is called input
+        return answer_of(agent.run(input))
+
+    tool.__name__ = tool.__qualname__ = name
+    tool.__doc__ = description
+    tool.child = child  # type: ignore[attr-defined]  # how a parent's driver recognises the tool
+    return tool
+
+
+def child_of(function: object) -> ChildTool | None:
+    """The sub-agent behind a registered function, or None for an ordinary tool."""
+    found = getattr(function, "child", None)
+    return found if isinstance(found, ChildTool) else None
+
+
+def answer_of(result: RunResult) -> Any:
+    """A finished child's answer as the tool's JSON value: its typed output, else its final text."""
+    output = result.output
+    if output is None:
+        return result.final
+    if hasattr(output, "model_dump"):
+        return output.model_dump(mode="json")
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        return dataclasses.asdict(output)
+    return output
+
+
+def _bad_input(call: ToolCall) -> ToolResult | None:
+    problem = arguments_error(call.arguments, PARAMETERS) if call.raw_arguments is None else "not valid JSON"
+    if problem is None:
+        return None
+    message = f"bad arguments for tool {call.name!r}: {problem}"
+    return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
+
+
+def _limits(parent: RunBase, agent: Agent) -> Limits:
+    """The child agent's limits, each cut to what the parent has left (time, tokens)."""
+    own, run = agent.limits, parent.position
+    timeout, budget = own.timeout, own.token_budget
+    remaining = parent._remaining()  # noqa: SLF001 - the parent's driver hands over its own run
+    if remaining is not None:
+        timeout = remaining if timeout is None else min(timeout, remaining)
+    if run.limits.token_budget is not None:
+        left = max(run.limits.token_budget - run.tokens, 0)
+        budget = left if budget is None else min(budget, left)
+    # A parent already out of time or tokens still asks: the child then stops at once, saying which.
+    return attrs.evolve(own, timeout=max(timeout, 1e-9) if timeout is not None else None, token_budget=budget)
+
+
+def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
+    usage = result.usage
+    if result.ok:
+        value = answer_of(result)
+        content = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return ToolResult(content, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens))
+    facts = {"reason": result.reason, "evidence": result.evidence}
+    message = f"sub-agent {child.name!r} stopped ({result.reason}) in run {run_id!r}"
+    content = json.dumps({"error": message, **facts}, ensure_ascii=False, default=str)
+    stop = facts if child.on_child_stop == "raise" else None
+    return ToolResult(content, message, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop))
+
+
+def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | RunResult, bool]:
+    """The child's run and whether it is new (its store entry still to be written), or its result if it finished.
+
+    A finished child is read back, never run again; one under way goes on
+    from its own last checkpoint; otherwise a new one starts.
+    """
+    agent, store = child.agent, parent._store  # noqa: SLF001 - the parent's driver hands over its own run
+    run_id = f"{parent.run_id}/{call.id}"
+    limits = _limits(parent, agent)
+    cancel = parent._cancel  # noqa: SLF001 - one token: cancelling the parent cancels the child
+    data = None if store is None else _stored(store, run_id)
+    if data is None:
+        text = call.arguments["input"]
+        run = agent._begin(text, cancel, (), store, run_id, limits=limits, parent=parent.run_id)  # noqa: SLF001
+        return run_id, run, True
+    if data.get("state") in FINISHED and not data.get("paused"):
+        return run_id, stored_result(agent, data), False
+    resumed = agent.resume(data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget)
+    return run_id, resumed, False
+
+
+def _stored(store: Any, run_id: str) -> dict[str, Any] | None:
+    try:
+        return dict(store.load(run_id))
+    except KeyError:
+        return None
+
+
+def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
+    """Carry out a parent's call of a sub-agent on the sync driver."""
+    bad = _bad_input(call)
+    if bad is not None:
+        return bad
+    run_id, begun, new = _begin(parent, child, call)
+    if isinstance(begun, RunResult):
+        return _outcome(child, run_id, begun)
+    if new:
+        begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
+    try:
+        result = begun.finish()
+    except AgentLoopError as stop:
+        result = stop.result
+    return _outcome(child, run_id, result)
+
+
+async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
+    """Carry out a parent's call of a sub-agent on the async driver (a cancel of the parent cancels the child)."""
+    bad = _bad_input(call)
+    if bad is not None:
+        return bad
+    run_id, begun, new = _begin(parent, child, call)
+    if isinstance(begun, RunResult):
+        return _outcome(child, run_id, begun)
+    if new:
+        await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
+    try:
+        result = await begun.afinish()
+    except AgentLoopError as stop:
+        result = stop.result
+    return _outcome(child, run_id, result)
+
+
+def stored_result(agent: Agent, data: dict[str, Any]) -> RunResult:
+    """The result a finished stored run had, read back from its snapshot under ``agent``'s table."""
+    position = Run(snapshot.limits_of(data), [], table=agent.table, policies=agent.on_stop)
+    snapshot.load(position, data, agent.table.states)
+    if agent.output is not None and position.state is Done:
+        checked = agent.output.check(position.final)
+        position.output = None if isinstance(checked, Invalid) else checked
+    return make_result(position, position.reason or "unknown", position.evidence, tuple(position.pending), None)
