@@ -331,3 +331,33 @@ def test_both_anthropic_context_errors_give_the_input_length_and_the_window(
     assert isinstance(error, ContextOverflowError)
     assert (error.message, error.tokens, error.limit) == (data["error"]["message"], tokens, limit)
     assert isinstance(error.__cause__, anthropic.BadRequestError)
+
+
+ANSWERS = {"openai": "final_answer", "openai_responses": "answer", "gemini": "answer", "anthropic": "final_answer"}
+"""Each provider's recorded final answer: what the call made again after the compaction gets."""
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_a_compaction_after_the_providers_own_overflow_makes_the_call_again_and_it_succeeds(
+    provider_server: ProviderServer, provider: Provider, driver: str
+) -> None:
+    """The real context-length 400, then compact, then the same call with the short history: the run finishes."""
+    provider_server.queue(provider.overflow(), Reply(body(provider.folder, ANSWERS[provider.folder])))
+    model = provider.build(provider_server.url)
+
+    def compact(messages: list[Message]) -> list[Message]:
+        return [Message("user", f"Summary of {len(messages)} messages: {messages[-1].content}")]
+
+    agent = Agent(model, demo_registry(), on_stop={"context_overflow": "compact"}, compact=compact)
+
+    async def arun() -> Any:
+        async with model:
+            return await agent.arun(QUESTION)
+
+    result = agent.run(QUESTION) if driver == "sync" else asyncio.run(arun())
+    assert result.ok
+    assert [t.guard for t in result.trace][0] == "compacts_history"
+    first, second = (json.dumps(sent) for sent in provider_server.bodies())
+    assert "Summary of 1 messages" in second
+    assert "Summary of" not in first

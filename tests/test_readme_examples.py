@@ -61,6 +61,26 @@ def test_the_typed_answers_example_runs_offline_and_prints_what_its_comments_say
     assert done.stdout.splitlines() == ["Forecast(city='Oslo', celsius=21)", "2", "- celsius: Field required"]
 
 
+def test_the_sub_agents_example_runs_offline_and_prints_what_its_comments_say(tmp_path: Path) -> None:
+    """ "Sub-agents": the child's 80 tokens and the parent's 20 spend the budget; the step names the child run."""
+    block = _python_blocks("### Sub-agents")[0]
+    done = _run(block, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["token_budget 100", "trip/c1", '"Paris"']
+
+
+def test_the_long_runs_example_runs_offline_and_prints_what_its_comments_say(tmp_path: Path) -> None:
+    """ "Long runs": the overflow is compacted, the model gets the short history, the run keeps every message."""
+    block = _python_blocks("### Long runs: context overflow, compaction, history processors")[0]
+    done = _run(block, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "AwaitModel->AwaitModel[compacts_history]",
+        "['Earlier: 4 messages about a long log. Go on.']",
+        "5 ['tool_call', 'compaction', 'final']",
+    ]
+
+
 def test_the_guardrails_example_runs_offline_and_its_assertions_hold(tmp_path: Path) -> None:
     """ "Guardrails": a tripped input makes no model call; a tripped answer is kept; its asserts pass as pasted."""
     block = _python_blocks("### Guardrails")[0]
