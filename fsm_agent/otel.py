@@ -25,6 +25,23 @@ its limit (``fsm_agent.counters.<name>``, ``fsm_agent.limits.<name>``).  A
 stop sets the run span's status to error, with the reason as description and
 ``error.type``; a failed model or tool call does the same to its own span.
 
+Sub-agents (``Agent.as_tool``) are traced as part of their parent's run:
+``instrument(parent)`` also instruments every sub-agent in its registry
+(and theirs, at any depth; one registered later is found at its first
+call), naming its run spans by its tool name (``invoke_agent research``)
+and using the parent's tracer provider and ``capture_content``.  A child
+run's ``invoke_agent`` span is a child of the parent's ``execute_tool``
+span of the call that ran it, on either driver, whatever thread the call
+ran on and however many calls of one async turn ran at once; that
+``execute_tool`` span carries ``fsm_agent.child_run_id`` and the child's
+run span ``fsm_agent.parent_run_id``.  Instrumenting is idempotent across
+the nesting: a sub-agent instrumented by its user, before or after its
+parent, is traced once (an ``instrument(child, ...)`` call after the
+parent's takes over the instrumentation the parent made, with its own
+settings).  The sub-agent's runs outside any parent's call (a child run
+resumed on its own included) are traced too, as any run is; a finished
+child a resumed parent reads back instead of running makes no span.
+
 Message contents (the model's replies, tool arguments and results, the
 question and the answer) are recorded only with ``capture_content=True``, as
 the conventions advise: they may hold personal data.  A run that a resume
@@ -61,6 +78,10 @@ _PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemin
 
 _OPERATIONS = {"gcp.gemini": "generate_content"}
 """``gen_ai.provider.name`` -> ``gen_ai.operation.name`` of its model calls, where it is not ``chat``."""
+
+
+_ADOPTING = threading.RLock()
+"""Held while a sub-agent is found instrumented or instrumented (re-entered for its own sub-agents)."""
 
 
 @attrs.define
@@ -152,11 +173,76 @@ class Instrumentation:
         agent.on("before_tool", self._before_tool)
         agent.on("after_tool", self._after_tool)
         agent.on("transition", self._transition)
+        self.automatic = False
+        """Made by a parent's ``instrument`` for a sub-agent; an ``instrument`` call of its own takes it over."""
+        self._parents: list[Instrumentation] = []
+        """The instrumentations of the agents that call this one as a sub-agent (whose tool spans its runs nest in)."""
+        self._adopted: dict[int, Agent] = {}
+        """The sub-agents already instrumented, by identity (hooks registered above first: a cycle ends here)."""
+        for child in list(agent.children().values()):
+            self._adopt(child.agent, child.name)
+
+    # --- sub-agents ---------------------------------------------------------------------------------------------
+
+    def _adopt(self, agent: Agent, name: str) -> None:
+        """Instrument sub-agent ``agent`` (unless it already is) and nest its runs in this agent's tool spans."""
+        with self._lock:
+            if id(agent) in self._adopted:
+                return
+            self._adopted[id(agent)] = agent
+        with _ADOPTING:  # two parents adopting one sub-agent at once instrument it once
+            found = _instrumentations(agent)
+            if not found:
+                made = Instrumentation(agent, self._tracer, capture_content=self.capture_content, agent_name=name)
+                made.automatic = True
+                found = [made]
+        for instrumentation in found:
+            instrumentation._nest_in(self)  # noqa: SLF001 - the same class, the sub-agent's instrumentation
+
+    def _nest_in(self, parent: Instrumentation) -> None:
+        """Nest this agent's runs in ``parent``'s tool spans of the calls that run them."""
+        with self._lock:
+            if parent not in self._parents:
+                self._parents.append(parent)
+
+    def _take_over(self, tracer: Tracer, *, capture_content: bool, agent_name: str | None) -> None:
+        """Trace with the settings of an ``instrument`` call of the agent's own from now on."""
+        self.automatic = False
+        self._tracer = tracer
+        self.capture_content = capture_content
+        self._agent_name = agent_name
+
+    def _open_tool(self, run_id: str, call_id: str) -> Span | None:
+        """The ``execute_tool`` span of call ``call_id`` of run ``run_id``, if that call is in flight."""
+        with self._lock:
+            spans = self._runs.get(run_id)
+            return None if spans is None else spans.tools.get(call_id)
+
+    def _calling_span(self, run_id: str) -> tuple[str, Span] | None:
+        """The parent run and the tool span a sub-agent's run ``<parent run id>/<call id>`` is a call of, if open."""
+        parent_id, _, call_id = run_id.rpartition("/")
+        if not parent_id:
+            return None
+        with self._lock:
+            parents = list(self._parents)
+        for parent in parents:
+            span = parent._open_tool(parent_id, call_id)  # noqa: SLF001 - the same class, another agent's spans
+            if span is not None:
+                return parent_id, span
+        return None
 
     # --- the run span ----------------------------------------------------------------------------------------
 
     def _run(self, run_id: str) -> _RunSpans:
         """The spans of run ``run_id``, its run span started by the first event of the run seen."""
+        with self._lock:
+            spans = self._runs.get(run_id)
+        if spans is not None:
+            return spans
+        # A sub-agent's run: found by its id in the calling agent's open tool spans, not by the current
+        # context, so it nests whichever thread or task the call runs on (looked up outside this run's lock:
+        # an agent may call itself).
+        calling = self._calling_span(run_id) if self._parents else None
         with self._lock:
             spans = self._runs.get(run_id)
             if spans is None:
@@ -168,7 +254,13 @@ class Instrumentation:
                 }
                 if self._agent_name is not None:
                     attributes["gen_ai.agent.name"] = self._agent_name
-                span = self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
+                context = None
+                if calling is not None:
+                    parent_id, tool_span = calling
+                    attributes["fsm_agent.parent_run_id"] = parent_id
+                    tool_span.set_attribute("fsm_agent.child_run_id", run_id)
+                    context = trace.set_span_in_context(tool_span)
+                span = self._tracer.start_span(name, context, SpanKind.INTERNAL, attributes)
                 spans = self._runs[run_id] = _RunSpans(span, trace.set_span_in_context(span))
             return spans
 
@@ -252,6 +344,9 @@ class Instrumentation:
         call = event.tool_call
         if call is None:
             return
+        child = self.agent.children().get(call.name)
+        if child is not None:
+            self._adopt(child.agent, child.name)  # registered after instrument(): its runs are traced too
         spans = self._run(event.run_id)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
@@ -282,6 +377,16 @@ class Instrumentation:
         span.end()
 
 
+def _instrumentations(agent: Agent) -> list[Instrumentation]:
+    """The instrumentations registered on ``agent``, found by their hooks."""
+    found: list[Instrumentation] = []
+    for hook in agent.hooks.get("transition"):
+        owner = getattr(hook, "__self__", None)
+        if isinstance(owner, Instrumentation) and owner not in found:
+            found.append(owner)
+    return found
+
+
 def _arguments(call: ToolCall) -> str:
     if call.raw_arguments is not None:
         return call.raw_arguments
@@ -299,10 +404,18 @@ def instrument(
 
     ``capture_content=True`` also records message contents (off by default,
     as the GenAI conventions advise); ``agent_name`` names the run spans
-    (``invoke_agent <name>``, ``gen_ai.agent.name``).
+    (``invoke_agent <name>``, ``gen_ai.agent.name``).  The sub-agents in the
+    agent's registry are instrumented with it (see the module's docstring);
+    for a sub-agent a parent's call instrumented already, this call takes
+    that instrumentation over with these settings and returns it.
     """
     if not isinstance(agent, Agent):
         msg = f"instrument() takes an Agent, got {type(agent).__name__}"
         raise TypeError(msg)
     tracer = trace.get_tracer("fsm_agent", tracer_provider=tracer_provider)
-    return Instrumentation(agent, tracer, capture_content=capture_content, agent_name=agent_name)
+    with _ADOPTING:
+        made_for_parent = next((found for found in _instrumentations(agent) if found.automatic), None)
+        if made_for_parent is not None:
+            made_for_parent._take_over(tracer, capture_content=capture_content, agent_name=agent_name)  # noqa: SLF001
+            return made_for_parent
+        return Instrumentation(agent, tracer, capture_content=capture_content, agent_name=agent_name)

@@ -139,12 +139,32 @@ def test_a_parent_deadline_bounds_a_slow_child(driver: str) -> None:
     result = caught.value.result
     assert result.reason == "timeout"
     assert slow.calls == 1
-    if driver == "async":  # the parent's deadline cancels the call in flight, child run and all
-        assert result.evidence["unfinished"] == "c1"
-        return
-    stop = json.loads(told(result))  # the sync child stops at its own deadline, the parent's, first
+    if result.evidence.get("unfinished") == "c1":
+        return  # the parent's deadline cut the call in flight, child run and all
+    stop = json.loads(told(result))  # or the child stopped at its own deadline, the parent's, first
     assert stop["reason"] == "timeout"
     assert 0 < stop["evidence"]["timeout"] <= 0.5
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_the_childs_timeout_and_budget_are_what_the_parent_has_left(tmp_path: Path, driver: str) -> None:
+    """4 of the parent's 10 seconds and 30 of its 100 tokens gone: the child runs under 6 s and 70 tokens."""
+    clock = ManualClock()
+    registry = ToolRegistry()
+
+    def pass_time(seconds: float) -> str:
+        """Let time pass on the parent's clock."""
+        clock.advance(seconds)
+        return "later"
+
+    registry.register(pass_time)
+    registry.register(Agent(FakeModel(reply("Paris")), ToolRegistry(), timeout=60).as_tool("research", "Looks up."))
+    script = [tool_turn(tool_call("pass_time", seconds=4), usage=Usage(20, 10)), _asks(), reply("done")]
+    parent = Agent(FakeModel(script), registry, clock=clock, timeout=10, token_budget=100)
+    with SqliteStore(tmp_path / "runs.db") as store:
+        finish(parent, driver, store=store, run_id="trip")
+        limits = store.load("trip/c1")["limits"]
+    assert (limits["timeout"], limits["token_budget"]) == (pytest.approx(6, abs=0.01), 70)
 
 
 @pytest.mark.parametrize("driver", DRIVERS)

@@ -22,7 +22,7 @@ from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.errors import FsmAgentError
-from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, plain
+from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome, plain
 from fsm_agent.tools import ToolResult
 
 SNAPSHOT_FORMAT = "fsm_agent.Snapshot"
@@ -264,7 +264,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.steps[:] = [Step(**s) for s in data["steps"]]
         run.trace[:] = [Transition(**t) for t in data["trace"]]
         run.pending = deque(_call(c) for c in data["pending"])
-        run.ran = {str(k): ToolResult(**v) for k, v in data["ran"].items()}
+        run.ran = {str(k): ToolResult(**{**v, "child": child_outcome(v.get("child"))}) for k, v in data["ran"].items()}
         run.approvals = dict(data["approvals"])
         run.to_approve = _to_approve(data, run)
         run.last_response = _response(data["last_response"])

@@ -155,7 +155,7 @@ class Agent:
         # The guards of parts this agent does not have: its runs' rows leave them out.
         self.unused_guards = (*(() if self.output else TYPED_GUARDS), *(() if self.compact else COMPACTING_GUARDS))
         self.hooks = Hooks()
-        self._children: tuple[int, Mapping[str, ChildTool]] = (-1, {})
+        self.run_parts: tuple[int, Mapping[str, ChildTool], tuple[Guard, ...]] = (-1, {}, ())
 
     def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
@@ -171,17 +171,21 @@ class Agent:
         return as_tool(self, name, description, on_child_stop)
 
     def children(self) -> Mapping[str, ChildTool]:
-        """The registry's sub-agent tools by name; looked for again only after the tools changed."""
-        version = self.registry.version
-        if self._children[0] != version:
-            found = {name: child_of(tool.function) for name in self.registry if (tool := self.registry.get(name))}
-            self._children = (version, {name: child for name, child in found.items() if child is not None})
-        return self._children[1]
+        """The registry's sub-agent tools by name."""
+        parts = self.run_parts
+        return (parts if parts[0] == self.registry.version else self.refresh_parts())[1]
 
-    def dormant(self) -> tuple[Guard, ...]:
-        """The guards of parts this agent does not have, which its runs' rows leave out."""
-        raising = any(child.on_child_stop == "raise" for child in self.children().values())
-        return self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
+    def refresh_parts(self) -> tuple[int, Mapping[str, ChildTool], tuple[Guard, ...]]:
+        """``run_parts`` again after the tools changed: the tools' version, the sub-agents, the dormant guards.
+
+        The guards are those of parts this agent lacks, which its runs' rows leave out.
+        """
+        found = {name: child_of(tool.function) for name in self.registry if (tool := self.registry.get(name))}
+        children = {name: child for name, child in found.items() if child is not None}
+        raising = any(child.on_child_stop == "raise" for child in children.values())
+        dormant = self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
+        self.run_parts = (self.registry.version, children, dormant)
+        return self.run_parts
 
     def tool_schemas(self) -> list[JSONSchema]:
         """The schemas of the registry's tools as the model is offered them; rebuilt only after the tools changed."""

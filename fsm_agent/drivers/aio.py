@@ -112,10 +112,10 @@ class AsyncDriver(RunBase):
     async def _acall_model(self, effect: ModelCall) -> None:
         if self._observed:
             self._before_model()
-        if self._processors:
+        if self.agent.history_processors:
             try:
                 messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-                for processor in self._processors:
+                for processor in self.agent.history_processors:
                     messages = sendable(await _awaited(processor(messages)), processor_name(processor))
             except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
                 self._model_failed(exc)
@@ -125,7 +125,7 @@ class AsyncDriver(RunBase):
         try:
             acomplete = getattr(self._model, "acomplete", None)
             astream = self._streaming("acomplete_stream") if self._wants_text else None
-            keywords = self._keywords or _PLAIN
+            keywords = self.agent.model_keywords or _PLAIN
             if astream is not None:
                 response = await astream(effect.messages, effect.tools, self._text, **keywords["acomplete_stream"])
             elif acomplete is not None:

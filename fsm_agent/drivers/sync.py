@@ -169,10 +169,10 @@ class SyncDriver(RunBase):
     def _call_model(self, effect: ModelCall) -> None:
         if self._observed:
             self._before_model()
-        if self._processors:
+        if self.agent.history_processors:
             try:
                 messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-                for processor in self._processors:
+                for processor in self.agent.history_processors:
                     messages = sendable(settle(processor(messages)), processor_name(processor))
             except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
                 self._model_failed(exc)
@@ -182,7 +182,9 @@ class SyncDriver(RunBase):
         mutex = self._let_go(effect)
         try:
             stream = self._streaming("complete_stream") if self._wants_text else None
-            keywords = self._keywords  # None unless the answer is typed: a call with **{} costs 5% of a short run
+            keywords = (
+                self.agent.model_keywords
+            )  # None unless the answer is typed: a call with **{} costs 5% of a short run
             if stream is None:
                 if keywords is None:
                     response = self._model.complete(effect.messages, effect.tools)

@@ -27,7 +27,7 @@ from typing import Any, overload
 
 import attrs
 
-from fsm_agent.records import ChildOutcome, ToolCall, child_outcome
+from fsm_agent.records import ChildOutcome, ToolCall
 from fsm_agent.tools.calling import DeadlineError, ToolExit, call_sync, call_with_deadline, own_arguments, started
 from fsm_agent.tools.schema import (
     CALL_ID,
@@ -48,7 +48,7 @@ class ToolResult:
     error: str | None = None
     truncated: int = 0
     """Characters cut from ``content`` by the registry's ``max_output_chars`` (0: the output is whole)."""
-    child: ChildOutcome | None = attrs.field(default=None, converter=child_outcome)
+    child: ChildOutcome | None = None
     """The sub-agent run the call was (``Agent.as_tool``), or None for any other tool."""
 
     @property

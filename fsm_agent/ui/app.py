@@ -9,6 +9,11 @@ page as text; the page runs only its own script (a strict
 was bound to is refused, so a web page cannot reach it by DNS rebinding, and
 a decision must come as JSON from the viewer's own origin, so a web page
 cannot forge one with a plain form.
+
+A run's page links its sub-agent calls to the runs they were and a
+sub-agent's run to its parent; the store is read for that on the run's
+page only (each child's state), never for the list, whose rows come from
+the store's index alone.
 """
 
 from __future__ import annotations
@@ -192,7 +197,7 @@ def create_app(
             return _error(f"no run {run_id!r} in this store", 404)
         except SnapshotError as exc:  # the run is there, but its stored row is not what a store writes
             return _error(str(exc), 422)
-        return JSONResponse(digest(run_id, data, table))
+        return JSONResponse(await run_in_threadpool(run_view, store, run_id, data, table))
 
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
@@ -226,7 +231,7 @@ def create_app(
             return _error(str(exc), 422)
         except ValueError as exc:
             return _error(str(exc), 409)
-        return JSONResponse(digest(run_id, data, table))
+        return JSONResponse(await run_in_threadpool(run_view, store, run_id, data, table))
 
     routes = [
         Route("/", page),
@@ -258,6 +263,58 @@ def _record(store: Runs, run_id: str, call_id: str, decision: bool | str) -> dic
         raise ValueError(msg) from exc
 
 
+def run_view(store: Runs, run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str, Any]:
+    """The run's digest, and where each of its sub-agent runs stands in the store (one load each, this page only).
+
+    A sub-agent call in flight has no step naming its run yet: for each call
+    the run has not finished, the run ``<run id>/<call id>`` is looked for,
+    and taken only if its snapshot names this run its parent.  A child the
+    store does not have (deleted, or a store that was not given to the
+    parent) is listed with ``stored`` false and no state.
+    """
+    page = digest(run_id, data, table)
+    children: list[dict[str, Any]] = page["children"]
+    for child in children:
+        child.update(_standing(_load(store, child["run_id"])))
+    listed = {child["run_id"] for child in children}
+    for call in data.get("pending") or ():
+        call_id = call.get("id") if isinstance(call, dict) else None
+        candidate = f"{run_id}/{call_id}"
+        if not isinstance(call_id, str) or candidate in listed:
+            continue
+        found = _load(store, candidate)
+        if not isinstance(found, dict) or found.get("parent_run_id") != run_id:
+            continue
+        children.append({"run_id": candidate, "call_id": call_id, "tool": call.get("name"), **_standing(found)})
+        listed.add(candidate)
+        for moment in page["moments"]:
+            if (moment["call"] or {}).get("id") == call_id and moment["child"] is None:
+                moment["child"] = candidate
+    return page
+
+
+def _load(store: Runs, run_id: str) -> dict[str, Any] | SnapshotError | None:
+    """A run's snapshot, the error saying it is corrupted, or None if the store has no such run."""
+    try:
+        return dict(store.load(run_id))
+    except KeyError:
+        return None
+    except SnapshotError as exc:
+        return exc
+
+
+def _standing(data: dict[str, Any] | SnapshotError | None) -> dict[str, Any]:
+    """Where a sub-agent run stands, as its parent's page shows it next to the link."""
+    if not isinstance(data, dict):
+        return {"stored": data is not None, "state": None, "reason": None, "paused": False}
+    return {
+        "stored": True,
+        "state": str(data.get("state")),
+        "reason": data.get("reason"),
+        "paused": bool(data.get("paused")),
+    }
+
+
 async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Callable[[], Any]) -> AsyncIterator[str]:
     """Server-sent events: the run's digest each time it changes; ``end`` once it is in a terminal state."""
     last: tuple[Any, ...] | None = None
@@ -280,8 +337,8 @@ async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Cal
         )
         if key != last:
             last, quiet = key, 0.0
-            shown = digest(run_id, data, table)
-            yield f"data: {json.dumps(shown, ensure_ascii=False)}\n\n"
+            page = await run_in_threadpool(run_view, store, run_id, data, table)
+            yield f"data: {json.dumps(page, ensure_ascii=False)}\n\n"
             if str(data.get("state")) in {str(state) for state in table.terminal}:
                 yield "event: end\ndata: {}\n\n"
                 return

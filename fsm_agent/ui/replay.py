@@ -9,8 +9,10 @@ into ``Done`` the final step.  A run that continued a conversation starts
 after the ``prior`` messages it was given.  The counters of a transition are those of the
 latest step at or before it; the last transition gets the run's counters as
 they stand, rebuilt from the snapshot by the engine's own code, and a stop
-its evidence in full.  Nothing here draws or serves: the app turns this into
-JSON and the page into text.
+its evidence in full.  A sub-agent call's edges name the child run it was
+(its step's ``child``); a sub-agent's run names its parent run and call.
+Nothing here draws, serves or reads a store: the app turns this into JSON
+and the page into text.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for position, entry in enumerate(trace):
         start = cursor
-        call = result = None
+        call = result = child = None
         if entry.source == State.AwaitModel and entry.trigger in MODEL_EDGES:
             turn += 1
             found = _next(messages, cursor, "assistant")
@@ -104,6 +106,7 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
                 call = calls.get(result.get("tool_call_id") or "")
             step = next(tool_steps, None)
             if step is not None:
+                child = step.get("child")  # the sub-agent run the call was, if it was one
                 made += 1  # a step's index is its model turn, shared by the turn's calls: the call is numbered
                 counters, counted_from = step.get("counters"), f"after tool call {made}"
         elif entry.guard == "output_invalid":
@@ -140,6 +143,7 @@ def moments(data: dict[str, Any], table: Table = TABLE) -> list[dict[str, Any]]:
                 "messages": [start, cursor],
                 "call": call,
                 "result": result,
+                "child": child if isinstance(child, str) else None,
                 "counters": counters,
                 "counted_from": counted_from,
                 "evidence": None,
@@ -157,7 +161,7 @@ def _fill_calls_being_dispatched(out: list[dict[str, Any]]) -> None:
         if moment["source"] == State.Dispatch and moment["dest"] == State.ExecuteTool:
             following = next((m for m in out[position + 1 :] if m["source"] == State.ExecuteTool), None)
             if following is not None and following["trigger"] in TOOL_EDGES:
-                moment["call"] = following["call"]
+                moment["call"], moment["child"] = following["call"], following["child"]
 
 
 def _finish(last: dict[str, Any], data: dict[str, Any], table: Table, message_count: int) -> None:
@@ -173,9 +177,41 @@ def _finish(last: dict[str, Any], data: dict[str, Any], table: Table, message_co
         last["call"] = data["pending"][0]  # the call a stop at Dispatch did not make
 
 
+def sub_agent_runs(run_id: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sub-agent runs the run's tool calls were, in call order: each one's run id, call id and tool name.
+
+    Read from the steps (a step of a sub-agent call names its run); a call
+    still in flight has no step yet (the app looks for its run in the store).
+    """
+    calls = _calls_by_id(list(data.get("messages") or []))
+    out: list[dict[str, Any]] = []
+    for step in data.get("steps") or ():
+        child = step.get("child") if isinstance(step, dict) else None
+        if isinstance(child, str) and child not in (known["run_id"] for known in out):
+            out.append(_sub_agent_run(run_id, child, calls))
+    return out
+
+
+def _sub_agent_run(run_id: str, child: str, calls: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    prefix = run_id + "/"
+    call_id = child[len(prefix) :] if child.startswith(prefix) else None
+    tool = (calls.get(call_id) or {}).get("name") if call_id is not None else None
+    return {"run_id": child, "call_id": call_id, "tool": tool}
+
+
+def parent_of(run_id: str, data: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The run whose tool call this run is (its snapshot's ``parent_run_id``) and that call's id, or Nones."""
+    parent = data.get("parent_run_id")
+    if not isinstance(parent, str) or not parent:
+        return None, None
+    prefix = parent + "/"
+    return parent, run_id[len(prefix) :] if run_id.startswith(prefix) else None
+
+
 def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str, Any]:
     """Everything the run page shows about one stored run, as JSON-ready data."""
     state = str(data.get("state"))
+    parent, parent_call = parent_of(run_id, data)
     paused = bool(data.get("paused"))
     terminal = state in {str(s) for s in table.terminal}
     counters = current_counters(data, table)
@@ -198,4 +234,8 @@ def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str,
         "steps": int(raw.get("turns", 0)),
         "tool_calls": int(raw.get("tool_calls", 0)),
         "moments": moments(data, table),
+        # A sub-agent's run names the run and call it was; a parent its sub-agent runs (see sub_agent_runs).
+        "parent_run_id": parent,
+        "parent_call_id": parent_call,
+        "children": sub_agent_runs(run_id, data),
     }

@@ -189,6 +189,42 @@ function messageView(message, isNew) {
   );
 }
 
+// --- sub-agents: a parent's calls link to the runs they were, a sub-agent's run to its parent -----------------
+
+function childStanding(run, childId) {
+  // Where a sub-agent run stands, as the server read it from the store for this page.
+  const known = (run.children || []).find((child) => child.run_id === childId);
+  if (!known) return "";
+  if (!known.stored) return "not in this store";
+  if (known.state === null) return "unreadable";
+  return [known.state, known.reason, known.paused ? "paused" : null].filter(Boolean).join(" — ");
+}
+
+function childLink(run, childId, id) {
+  const standing = childStanding(run, childId);
+  return el(
+    "span",
+    { class: "sub-agent" },
+    el("a", { href: runLink(childId), class: "child-link", id, text: childId }),
+    standing ? el("span", { class: "muted", text: ` (${standing})` }) : null,
+  );
+}
+
+function parentView(run) {
+  if (!run.parent_run_id) return null;
+  const link = el("a", { href: runLink(run.parent_run_id), id: "parent-link", text: run.parent_run_id });
+  const call = run.parent_call_id ? ["call ", el("code", { text: run.parent_call_id }), " in run "] : ["run "];
+  return el("p", { class: "parent-run", id: "parent-run" }, "Sub-agent run of ", call, link);
+}
+
+function childrenView(run) {
+  if (!run.children || !run.children.length) return null;
+  const items = run.children.map((child) =>
+    el("li", { "data-child": child.run_id }, `${child.tool || "call"} [${child.call_id ?? "?"}] → `, childLink(run, child.run_id, null)),
+  );
+  return el("section", { class: "children", id: "children" }, el("h2", { text: "Sub-agent runs" }), el("ul", {}, items));
+}
+
 function detailView(run, moment) {
   if (!moment) return el("p", { class: "muted", text: "No transitions yet." });
   const [start, end] = moment.messages;
@@ -207,6 +243,10 @@ function detailView(run, moment) {
     parts.push(el("h3", { text: "Tool call" }));
     const call = moment.call;
     parts.push(el("pre", { class: "call", id: "tool-call", text: `${call.name}(${call.raw_arguments ?? JSON.stringify(call.arguments, null, 2)})  [${call.id}]` }));
+  }
+  if (moment.child) {
+    parts.push(el("h3", { text: "Sub-agent run of this call" }));
+    parts.push(el("p", { id: "sub-agent-run" }, childLink(run, moment.child, "child-link")));
   }
   if (moment.result) {
     parts.push(el("h3", { text: "Tool result" }));
@@ -313,6 +353,7 @@ function timelineView(run) {
       el("span", { class: "num", text: `#${moment.index}` }),
       ` ${moment.source} → ${moment.dest} `,
       el("span", { class: "label", text: moment.label }),
+      moment.child ? el("span", { class: "badge sub-agent", text: "sub-agent" }) : null,
     );
     return el("li", {}, button);
   });
@@ -358,6 +399,7 @@ async function renderRun(run) {
       // Steps are model turns, as in the counters below (max_steps); tool calls are counted on their own.
       `, ${run.steps} steps, ${run.tool_calls} tool calls, ${run.tokens} tokens, ${run.moments.length} transitions`,
     ),
+    parentView(run),
   );
   const final = run.final ? el("section", { class: "final" }, el("h2", { text: "Final text" }), el("pre", { class: "text", id: "final", text: run.final })) : null;
   const error = run.error ? el("p", { class: "error", id: "run-error", text: run.error }) : null;
@@ -365,6 +407,7 @@ async function renderRun(run) {
     header,
     error,
     approvalView(run),
+    childrenView(run),
     el("div", { class: "run-grid" }, drawing, el("nav", { class: "side" }, el("h2", { text: "Timeline" }), timelineView(run))),
     detailView(run, selected),
     final,
