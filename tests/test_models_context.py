@@ -357,7 +357,7 @@ def test_a_compaction_after_the_providers_own_overflow_makes_the_call_again_and_
 
     result = agent.run(QUESTION) if driver == "sync" else asyncio.run(arun())
     assert result.ok
-    assert [t.guard for t in result.trace][0] == "compacts_history"
+    assert result.trace[0].guard == "compacts_history"
     first, second = (json.dumps(sent) for sent in provider_server.bodies())
     assert "Summary of 1 messages" in second
     assert "Summary of" not in first
