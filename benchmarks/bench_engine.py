@@ -14,13 +14,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+import fsm_agent
 from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, RunResult, Step, ToolCall, ToolRegistry
 from fsm_agent.testing import demo_registry, reply, tool_turn
 from fsm_agent.tools import JSONSchema
 from fsm_agent.tools.calling import within_deadline
 
 TARGET_RATIO = 2.5
-TARGET_RATIO_ALL_LIMITS = 3.0
+"""Default limits, a reused agent and a fresh agent per run alike, against the plain loop."""
+TARGET_RATIO_DEADLINE = 2.0
+"""Every limit set (a timeout means a hard deadline: the run on a worker thread) against the plain loop given the
+same hard deadline, the only fair comparison for sync code (#28)."""
 
 
 class Script:
@@ -84,9 +88,9 @@ ALL_LIMITS = {
 }
 
 
-def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, float, float, float, float, float]:
+def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, ...]:
     """Median µs per model turn at K tool turns: (engine, plain loop), (engine with every limit set, plain loop),
-    and (engine with every limit set, plain loop given the same hard deadline)."""
+    (engine with every limit set, plain loop given the same hard deadline), (a fresh agent per run, plain loop)."""
     registry = demo_registry()
     script = Script(k)
     turns = k + 1
@@ -99,12 +103,18 @@ def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, 
     plain_limited_times: list[float] = []
     limited_again_times: list[float] = []
     plain_deadline_times: list[float] = []
+    fresh_times: list[float] = []
+    plain_fresh_times: list[float] = []
 
     def engine() -> RunResult:
         return bare.run("go")
 
     def engine_limited() -> RunResult:
         return limited.run("go")
+
+    def engine_fresh() -> RunResult:
+        # A web handler's way: fsm_agent.run builds a new Agent for every request.
+        return fsm_agent.run(script, registry, "go", max_steps=turns)
 
     def plain() -> RunResult:
         return plain_run(script, registry, "go", turns, 3)
@@ -115,7 +125,7 @@ def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, 
         return within_deadline(plain, DEADLINE, "plain run")
 
     # Every side must do the whole workload, or the ratio means nothing.
-    for go in (engine, engine_limited, plain, plain_with_deadline):
+    for go in (engine, engine_limited, engine_fresh, plain, plain_with_deadline):
         script.i = 0
         result = go()
         if (result.final, len(result.steps)) != ("done", turns):
@@ -127,6 +137,7 @@ def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, 
         (engine, engine_times, plain, plain_times),
         (engine_limited, limited_times, plain, plain_limited_times),
         (engine_limited, limited_again_times, plain_with_deadline, plain_deadline_times),
+        (engine_fresh, fresh_times, plain, plain_fresh_times),
     ):
         gc.collect()
         for _ in range(rounds):
@@ -140,30 +151,34 @@ def measure(k: int, rounds: int = 21, budget_turns: int = 4000) -> tuple[float, 
         median(plain_limited_times),
         median(limited_again_times),
         median(plain_deadline_times),
+        median(fresh_times),
+        median(plain_fresh_times),
     )
 
 
 def main() -> int:
     """Print the table of medians and ratios; exit 1 if a ratio misses its target."""
     print("µs per model turn (median of 21 interleaved rounds); ratio = engine / plain loop of the same pass")
+    print("fresh: fsm_agent.run (a new Agent per run); all limits: every limit set, a timeout included;")
     print("vs plain+deadline: every limit against a plain loop handed to a worker thread like the engine's timeout")
     print(
-        f"{'K':>5} {'plain':>8} {'engine':>8} {'ratio':>6} {'engine+all limits':>18} {'ratio':>6}"
+        f"{'K':>5} {'plain':>8} {'engine':>8} {'ratio':>6} {'fresh':>8} {'ratio':>6} {'all limits':>11} {'ratio':>6}"
         f" {'vs plain+deadline':>18}"
     )
-    worst = worst_limited = 0.0
+    worst = worst_deadline = 0.0
     for k in (1, 8, 64):
-        engine, plain, limited, plain_limited, limited_again, plain_deadline = measure(k)
-        ratio, ratio_limited = engine / plain, limited / plain_limited
-        worst, worst_limited = max(worst, ratio), max(worst_limited, ratio_limited)
+        engine, plain, limited, plain_limited, limited_again, plain_deadline, fresh, plain_fresh = measure(k)
+        ratio, ratio_fresh = engine / plain, fresh / plain_fresh
+        ratio_deadline = limited_again / plain_deadline
+        worst, worst_deadline = max(worst, ratio, ratio_fresh), max(worst_deadline, ratio_deadline)
         print(
-            f"{k:>5} {plain:>8.2f} {engine:>8.2f} {ratio:>6.2f} {limited:>18.2f} {ratio_limited:>6.2f}"
-            f" {limited_again / plain_deadline:>18.2f}"
+            f"{k:>5} {plain:>8.2f} {engine:>8.2f} {ratio:>6.2f} {fresh:>8.2f} {ratio_fresh:>6.2f}"
+            f" {limited:>11.2f} {limited / plain_limited:>6.2f} {ratio_deadline:>18.2f}"
         )
-    ok = worst <= TARGET_RATIO and worst_limited <= TARGET_RATIO_ALL_LIMITS
+    ok = worst <= TARGET_RATIO and worst_deadline <= TARGET_RATIO_DEADLINE
     print(
-        f"worst ratio {worst:.2f} (target {TARGET_RATIO}x), with every limit {worst_limited:.2f} "
-        f"(target {TARGET_RATIO_ALL_LIMITS}x): {'within' if ok else 'OUTSIDE'}"
+        f"worst ratio {worst:.2f} (target {TARGET_RATIO}x, reused or fresh agent), every limit vs plain+deadline "
+        f"{worst_deadline:.2f} (target {TARGET_RATIO_DEADLINE}x): {'within' if ok else 'OUTSIDE'}"
     )
     return 0 if ok else 1
 

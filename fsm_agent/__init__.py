@@ -11,7 +11,8 @@ from fsm_agent.definition.run import RunView
 from fsm_agent.definition.states import STATES, Policy, Reason, State
 from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
-from fsm_agent.drivers.agent import Agent, AgentRun, Model
+from fsm_agent.drivers.agent import Agent, AgentRun
+from fsm_agent.drivers.model import Model
 from fsm_agent.drivers.oneshot import arun, run
 from fsm_agent.drivers.session import Session
 from fsm_agent.errors import (

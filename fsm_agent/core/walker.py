@@ -110,7 +110,27 @@ class Walker:
         return entry
 
 
-@functools.lru_cache(maxsize=64)
+_by_identity: dict[int, tuple[Table, Walker]] = {}
+
+
 def walker_for(table: Table) -> Walker:
-    """The shared walker for ``table``, built the first time it is asked for."""
+    """The shared walker for ``table``, built the first time it is asked for.
+
+    Looked up by identity first: the built-in table is every plain agent's,
+    and hashing a table hashes all its rows, which cost a fresh agent (a web
+    handler's ``fsm_agent.run``) more than a whole short run.  A table built
+    again with equal rows (an agent with stop conditions) is found by value.
+    """
+    found = _by_identity.get(id(table))
+    if found is not None and found[0] is table:
+        return found[1]
+    walker = _walker_by_value(table)
+    if len(_by_identity) >= 64:
+        _by_identity.clear()
+    _by_identity[id(table)] = (table, walker)  # the entry holds the table, so its id is not reused meanwhile
+    return walker
+
+
+@functools.lru_cache(maxsize=64)
+def _walker_by_value(table: Table) -> Walker:
     return Walker(table)

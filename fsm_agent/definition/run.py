@@ -73,20 +73,23 @@ class Meter(NamedTuple):
     limit: Callable[[Limits], int | float | None]
 
 
-_countings: dict[tuple[int, int], tuple[Limits, tuple[Meter, ...], Callable[[Run], Counters]]] = {}
+_countings: dict[tuple[int, tuple[int | float | None, ...]], tuple[tuple[Meter, ...], Callable[[Run], Counters]]] = {}
 
 
 def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Counters]:
-    """The function reading every meter of a run under ``limits``; kept, as an agent's runs share their limits.
+    """The function reading every meter of a run under ``limits``; kept, as runs share their meters and limits.
 
     Every tool step records the counters.  A function generated with one
     dict entry per meter, reading the run's attributes directly (the way
     ``attrs`` generates ``__init__``), saves about 4% of a run's time at one
     tool turn over a loop calling one reader per meter (``make bench``).
-    Keyed by identity: the entry holds both objects, so their ids cannot be
-    reused while it is kept.
+    Kept by the meters (the table's tuple, by identity: the entry holds it,
+    so its id is not reused meanwhile) and the limit values, not the
+    ``Limits`` object: a fresh agent per request has a new one with the same
+    values, and generating the function again cost more than its run.
     """
-    key = (id(limits), id(meters))
+    values = tuple(meter.limit(limits) for meter in meters)
+    key = (id(meters), values)
     found = _countings.get(key)
     if found is None:
         if len(_countings) >= 256:
@@ -94,12 +97,12 @@ def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Coun
         namespace: dict[str, Any] = {}
         entries = []
         for i, meter in enumerate(meters):
-            namespace[f"limit{i}"] = meter.limit(limits)
+            namespace[f"limit{i}"] = values[i]
             entries.append(f"{meter.name!r}: [run.{meter.used}, limit{i}]")
         # The text holds only repr()s of the names, identifiers (the table checked them) and its own variables.
         exec(f"def counters(run):\n    return {{{', '.join(entries)}}}\n", namespace)
-        found = _countings[key] = (limits, meters, namespace["counters"])
-    return found[2]
+        found = _countings[key] = (meters, namespace["counters"])
+    return found[1]
 
 
 class Run:

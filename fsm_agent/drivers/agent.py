@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.approval import approval_rule
@@ -39,33 +39,15 @@ from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.checks import check_parts, limits_of, model_keywords
-from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, child_of
+from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, children_in
+from fsm_agent.drivers.model import Clock, Model
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.observe.events import Hook, HookName, Hooks, log_observers
 from fsm_agent.persist import StoreTarget, store_for
 from fsm_agent.persist.store import check_run_id, session_id, stored_version
-from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall
+from fsm_agent.records import Message, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
-from fsm_agent.tools.registry import OfferedTools
-
-Clock = Callable[[], float]
-"""Monotonic seconds; replaceable in tests (``fsm_agent.testing.ManualClock``)."""
-
-
-@runtime_checkable
-class Model(Protocol):
-    """Anything with ``complete(messages, tools) -> ModelResponse``; ``async acomplete`` is used when present.
-
-    ``messages`` is a read-only live view of the conversation so far and
-    ``tools`` is ``ToolRegistry.schemas()`` (empty for a finalize call).
-    Raising any ``Exception`` ends the run with reason ``model_error`` and the
-    exception as ``__cause__``.
-    """
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        """Return the model's next message."""
-        ...
 
 
 class AgentRun(SyncDriver, AsyncDriver):
@@ -132,7 +114,6 @@ class Agent:
         self.approve = approval_rule(approve)
         self.model = model
         self.registry = registry
-        self._offered = OfferedTools()
         self.system = system
         self.clock = clock
         self.strict_hooks = bool(strict_hooks)
@@ -160,13 +141,10 @@ class Agent:
     def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
 
-        The model fills one argument, ``input``, the child run's question.
-        Called by a parent's run, the child gets the parent's remaining time
-        and tokens and its cancel token, its tokens count against the parent,
-        and with a store it is stored as ``<parent run id>/<call id>``, never
-        run twice (see ``fsm_agent.drivers.child``).  A child that stops is a
-        tool error with its reason and evidence, or with
-        ``on_child_stop="raise"`` stops the parent with ``child_stopped``.
+        The model fills one argument, ``input``; the child run is bounded by
+        its parent and stored beside it (see ``fsm_agent.drivers.child``).  A
+        child that stops is a tool error, or with ``on_child_stop="raise"``
+        stops the parent with ``child_stopped``.
         """
         return as_tool(self, name, description, on_child_stop)
 
@@ -180,16 +158,22 @@ class Agent:
 
         The guards are those of parts this agent lacks, which its runs' rows leave out.
         """
-        found = {name: child_of(tool.function) for name in self.registry if (tool := self.registry.get(name))}
-        children = {name: child for name, child in found.items() if child is not None}
-        raising = any(child.on_child_stop == "raise" for child in children.values())
+        children, raising = self.registry.cached("children", children_in)
         dormant = self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
         self.run_parts = (self.registry.version, children, dormant)
         return self.run_parts
 
     def tool_schemas(self) -> list[JSONSchema]:
-        """The schemas of the registry's tools as the model is offered them; rebuilt only after the tools changed."""
-        return self._offered(self.registry)
+        """The schemas of the registry's tools as the model is offered them: a list of this run's own.
+
+        Building them costs as much as a transition and every run offers the
+        same tools, so they are kept in the registry until its tools change,
+        for every agent over it (a fresh agent per request included).
+        """
+        cached = getattr(self.registry, "cached", None)
+        if cached is None:  # a registry of another kind: ask it every time
+            return self.registry.schemas()
+        return list(cached("schemas", _schemas))
 
     def on(self, name: HookName, hook: Hook | None = None) -> Any:
         """Register an observer: ``agent.on("transition", fn)`` or ``@agent.on("enter:ExecuteTool")``.
@@ -421,3 +405,7 @@ class Agent:
         run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history)
         async for event in streaming.aevents(run, feed):
             yield event
+
+
+def _schemas(registry: ToolRegistry) -> list[JSONSchema]:
+    return registry.schemas()  # the registry's own method: a subclass may build them its way

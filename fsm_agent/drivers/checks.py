@@ -37,10 +37,23 @@ def check_parts(model: Any, registry: Any, system: Any, clock: Any, max_concurre
         raise ValueError(msg)
 
 
+_LIMITS: dict[tuple[Any, ...], Limits] = {}
+"""Limits by their keyword values: frozen, so agents built with the same keywords (one per request) share one."""
+
+
 def limits_of(limits: Any, keywords: Mapping[str, Any]) -> Limits:
     """The agent's limits: ``limits=Limits(...)`` or the limit keywords, not both."""
     if limits is None:
-        return Limits(**keywords)  # Limits validates each value and names it
+        try:
+            key = tuple((type(value), value) for value in keywords.values())  # True is not 1 here
+            found = _LIMITS.get(key)
+        except TypeError:  # a per-tool max_tool_calls dict: built each time
+            return Limits(**keywords)
+        if found is None:
+            if len(_LIMITS) >= 256:
+                _LIMITS.clear()
+            found = _LIMITS[key] = Limits(**keywords)  # Limits validates each value and names it
+        return found
     if not isinstance(limits, Limits):
         msg = f"limits must be a Limits, got {type(limits).__name__}"
         raise TypeError(msg)

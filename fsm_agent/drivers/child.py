@@ -31,7 +31,7 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
 from fsm_agent.errors import AgentLoopError
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
-from fsm_agent.tools.registry import ToolResult
+from fsm_agent.tools.registry import ToolRegistry, ToolResult
 from fsm_agent.tools.schema import arguments_error
 
 if TYPE_CHECKING:
@@ -80,6 +80,13 @@ def child_of(function: object) -> ChildTool | None:
     """The sub-agent behind a registered function, or None for an ordinary tool."""
     found = getattr(function, "child", None)
     return found if isinstance(found, ChildTool) else None
+
+
+def children_in(registry: ToolRegistry) -> tuple[dict[str, ChildTool], bool]:
+    """The sub-agent tools of ``registry`` by name, and whether one passes its stop on (``on_child_stop="raise"``)."""
+    found = {name: child_of(tool.function) for name in registry if (tool := registry.get(name)) is not None}
+    children = {name: child for name, child in found.items() if child is not None}
+    return children, any(child.on_child_stop == "raise" for child in children.values())
 
 
 def answer_of(result: RunResult) -> Any:

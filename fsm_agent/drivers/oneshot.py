@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.drivers.agent import Agent, Model
+from fsm_agent.drivers.agent import Agent
+from fsm_agent.drivers.model import Model
 from fsm_agent.records import RunResult
 from fsm_agent.tools import ToolRegistry
 

@@ -23,7 +23,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, overload
+from typing import Any, TypeVar, cast, overload
 
 import attrs
 
@@ -38,6 +38,8 @@ from fsm_agent.tools.schema import (
     json_problem,
     parameters_schema,
 )
+
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -174,6 +176,7 @@ class ToolRegistry:
         self.source = source
         """Where this registry's own tools come from, named when a merge (``include``) finds a clash."""
         self.version = 0
+        self._derived: dict[str, tuple[int, Any]] = {}
         """Counts the changes to the set of tools, so an agent rebuilds the schemas it offers only after one."""
 
     @overload
@@ -276,6 +279,17 @@ class ToolRegistry:
         """The registered tool called ``name``, or None."""
         return self._tools.get(name)
 
+    def cached(self, name: str, build: Callable[[ToolRegistry], T]) -> T:
+        """``build(self)``, kept until the tools change: what agents derive from the tools, shared by all of them.
+
+        Every agent over this registry (a fresh one per request, say) then
+        finds it built; a race builds it twice, harmlessly.
+        """
+        found = self._derived.get(name)
+        if found is None or found[0] != self.version:
+            found = self._derived[name] = (self.version, build(self))
+        return cast(T, found[1])
+
     def schemas(self) -> list[JSONSchema]:
         """One JSON Schema per tool: ``{"name", "description", "parameters"}``, in registration order."""
         return [tool.schema for tool in self._tools.values()]
@@ -364,25 +378,3 @@ class ToolRegistry:
     def call(self, call: ToolCall) -> str:
         """Run one tool call and return the JSON text the model sees (``{"error": ...}`` on failure)."""
         return self.execute(call).content
-
-
-class OfferedTools:
-    """The schemas an agent offers its model, rebuilt only when the registry (or its set of tools) changed.
-
-    Building them costs as much as a transition, and every run of an agent
-    offers the same tools.  Each run gets its own list, so nothing one run's
-    model does to it reaches another run.
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple[object, int] | None = None
-        self._schemas: list[JSONSchema] = []
-
-    def __call__(self, registry: ToolRegistry) -> list[JSONSchema]:
-        """The schemas of ``registry``'s tools, as ``ToolRegistry.schemas()`` gives them."""
-        version = getattr(registry, "version", None)
-        if version is None:  # a registry of another kind: ask it every time
-            return registry.schemas()
-        if self._key is None or self._key[0] is not registry or self._key[1] != version:
-            self._schemas, self._key = registry.schemas(), (registry, version)
-        return list(self._schemas)

@@ -1,0 +1,27 @@
+"""What an agent calls and reads: the ``Model`` protocol its model meets, and the clock it measures time with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from fsm_agent.records import Message, ModelResponse
+from fsm_agent.tools import JSONSchema
+
+Clock = Callable[[], float]
+"""Monotonic seconds; replaceable in tests (``fsm_agent.testing.ManualClock``)."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything with ``complete(messages, tools) -> ModelResponse``; ``async acomplete`` is used when present.
+
+    ``messages`` is a read-only live view of the conversation so far and
+    ``tools`` is ``ToolRegistry.schemas()`` (empty for a finalize call).
+    Raising any ``Exception`` ends the run with reason ``model_error`` and the
+    exception as ``__cause__``.
+    """
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        """Return the model's next message."""
+        ...

@@ -1,0 +1,106 @@
+"""A fresh agent per request (a web handler's ``fsm_agent.run``) finds what it derives from its parts already built.
+
+Speed itself is measured by ``make bench`` (the "fresh" column); these tests
+check the mechanism: what used to be built again for every agent is shared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import fsm_agent
+from fsm_agent import Agent, StopCondition, ToolRegistry
+from fsm_agent.core import walker
+from fsm_agent.definition import run as run_module
+from fsm_agent.testing import FakeModel, demo_registry, reply
+
+
+class CountingRegistry(ToolRegistry):
+    """A registry that counts how often its schemas are built."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.built = 0
+
+    def schemas(self) -> list[dict[str, Any]]:
+        self.built += 1
+        return super().schemas()
+
+
+def test_agents_built_with_the_same_limits_share_one_limits_object_and_one_counters_function() -> None:
+    """Equal limit keywords give the same frozen Limits, and no counters function is generated again."""
+    first = Agent(FakeModel(), ToolRegistry(), max_steps=5, token_budget=100)
+    first_fn = run_module._counting(first.limits, first.table.meters)
+    second = Agent(FakeModel(), ToolRegistry(), max_steps=5, token_budget=100)
+    assert second.limits is first.limits
+    assert run_module._counting(second.limits, second.table.meters) is first_fn
+    third = Agent(FakeModel(), ToolRegistry(), max_steps=6, token_budget=100)
+    assert third.limits.max_steps == 6
+    assert run_module._counting(third.limits, third.table.meters) is not first_fn
+
+
+def test_a_bool_is_not_taken_for_the_integer_it_equals_by_the_shared_limits() -> None:
+    """max_steps=True is refused even after max_steps=1 was built and kept."""
+    Agent(FakeModel(), ToolRegistry(), max_steps=1)
+    with pytest.raises(ValueError, match="max_steps must be an integer"):
+        Agent(FakeModel(), ToolRegistry(), max_steps=True)
+
+
+def test_a_plain_agent_finds_the_shared_walker_without_hashing_the_table(monkeypatch: Any) -> None:
+    """The built-in table's walker is looked up by identity: building it by value is not asked for again."""
+    Agent(FakeModel(), ToolRegistry())
+    asked: list[object] = []
+    real = walker._walker_by_value
+    monkeypatch.setattr(walker, "_walker_by_value", lambda table: asked.append(table) or real(table))
+    one, two = Agent(FakeModel(), ToolRegistry()), Agent(FakeModel(), ToolRegistry())
+    assert one.walker is two.walker
+    assert asked == []
+
+
+def test_agents_with_equal_stop_conditions_share_one_walker() -> None:
+    """Tables built again with the same stops are found by value: one walker for them all."""
+
+    def never(view: Any) -> bool:
+        return False
+
+    stop = StopCondition("never", "Dispatch", never)
+    assert (
+        Agent(FakeModel(), ToolRegistry(), stop_conditions=[stop]).walker
+        is Agent(FakeModel(), ToolRegistry(), stop_conditions=[stop]).walker
+    )
+
+
+def test_the_tool_schemas_are_built_once_per_version_of_the_registry_for_every_agent() -> None:
+    """Fresh agents over one registry reuse its schemas; registering a tool builds them again, once."""
+    registry = CountingRegistry()
+    registry.register(demo_registry().get("echo").function, name="echo")  # type: ignore[union-attr]
+    for _ in range(3):
+        fsm_agent.run(FakeModel(reply("hi")), registry, "hello")
+    assert registry.built == 1
+
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    registry.register(ping)
+    for _ in range(2):
+        fsm_agent.run(FakeModel(reply("hi")), registry, "hello")
+    assert registry.built == 2
+
+
+def test_each_run_still_gets_its_own_list_of_schemas() -> None:
+    """Shared building, not a shared list: what one run's model does to its list reaches no other run."""
+    registry = demo_registry()
+    offered: list[int] = []
+
+    class Greedy(FakeModel):
+        def complete(self, messages: Any, tools: Any, output: Any = None) -> Any:
+            offered.append(len(tools))
+            tools.clear()  # a model that spoils the list it was handed
+            return super().complete(messages, tools, output)
+
+    fsm_agent.run(Greedy(reply("a")), registry, "one")
+    fsm_agent.run(Greedy(reply("b")), registry, "two")
+    assert offered == [3, 3]
