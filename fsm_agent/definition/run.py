@@ -73,7 +73,8 @@ class Meter(NamedTuple):
     limit: Callable[[Limits], int | float | None]
 
 
-_countings: dict[tuple[int, tuple[int | float | None, ...]], tuple[tuple[Meter, ...], Callable[[Run], Counters]]] = {}
+_countings: dict[tuple[int, int], tuple[Limits, tuple[Meter, ...], Callable[[Run], Counters]]] = {}
+_generated: dict[tuple[int, tuple[int | float | None, ...]], tuple[tuple[Meter, ...], Callable[[Run], Counters]]] = {}
 
 
 def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Counters]:
@@ -83,17 +84,19 @@ def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Coun
     dict entry per meter, reading the run's attributes directly (the way
     ``attrs`` generates ``__init__``), saves about 4% of a run's time at one
     tool turn over a loop calling one reader per meter (``make bench``).
-    Kept by the meters (the table's tuple, by identity: the entry holds it,
-    so its id is not reused meanwhile) and the limit values, not the
-    ``Limits`` object: a fresh agent per request has a new one with the same
-    values, and generating the function again cost more than its run.
+    Found by the identity of both objects first (an agent's runs share
+    them; each entry holds its objects, so their ids are not reused
+    meanwhile), then by the limit values: a fresh agent per request has new
+    ``Limits`` with the same values, and generating the function again cost
+    more than its whole run.
     """
-    values = tuple(meter.limit(limits) for meter in meters)
-    key = (id(meters), values)
+    key = (id(limits), id(meters))
     found = _countings.get(key)
-    if found is None:
-        if len(_countings) >= 256:
-            _countings.clear()
+    if found is not None:
+        return found[2]
+    values = tuple(meter.limit(limits) for meter in meters)
+    made = _generated.get((id(meters), values))
+    if made is None:
         namespace: dict[str, Any] = {}
         entries = []
         for i, meter in enumerate(meters):
@@ -101,8 +104,14 @@ def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Coun
             entries.append(f"{meter.name!r}: [run.{meter.used}, limit{i}]")
         # The text holds only repr()s of the names, identifiers (the table checked them) and its own variables.
         exec(f"def counters(run):\n    return {{{', '.join(entries)}}}\n", namespace)
-        found = _countings[key] = (meters, namespace["counters"])
-    return found[1]
+        made = (meters, namespace["counters"])
+        if len(_generated) >= 256:
+            _generated.clear()
+        _generated[id(meters), values] = made
+    if len(_countings) >= 256:
+        _countings.clear()
+    _countings[key] = (limits, meters, made[1])
+    return made[1]
 
 
 class Run:
