@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fsm_agent import Agent, Message, ModelResponse, ToolRegistry, Usage
-from fsm_agent.persist import is_url
+from fsm_agent.persist import is_url, open_store
 from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 
@@ -71,3 +73,28 @@ LONE = "half an emoji \ud83d and a lone low \udc00"
 def as_json(snapshot: dict[str, Any]) -> dict[str, Any]:
     """A snapshot as it reads back from JSON (tuples become lists)."""
     return json.loads(json.dumps(snapshot))  # type: ignore[no-any-return]
+
+
+def dying_store(target: str, lease: float, kill_at: int) -> Any:
+    """A store at ``target`` whose process dies (``os._exit(9)``: no cleanup, no lease let go) right after its
+    ``kill_at``-th checkpoint."""
+    store: Any = open_store(target, lease=lease)
+    real_append = store.append
+    written = [0]
+
+    def append(entry: Any, *, owner: str) -> None:
+        real_append(entry, owner=owner)
+        written[0] += 1
+        if written[0] == kill_at:
+            os._exit(9)
+
+    store.append = append
+    return store
+
+
+def in_child(target: Any, *args: Any) -> int | None:
+    """Run ``target(*args)`` in a fresh interpreter and return its exit code."""
+    process = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    process.start()
+    process.join(120)
+    return process.exitcode

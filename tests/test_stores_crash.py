@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_cases import tick_agent
+from store_cases import dying_store, in_child, tick_agent
 
 from fsm_agent import AgentLoopError, RunLeasedError, RunResult
 from fsm_agent.persist import open_store
@@ -27,18 +27,7 @@ _spawn = multiprocessing.get_context("spawn")
 
 def _killed_at(target: str, counter: str, kill_at: int) -> None:
     """Run the long script; right after its ``kill_at``-th checkpoint the process dies without any cleanup."""
-    store: Any = open_store(target, lease=LEASE)
-    real_append = store.append
-    written = [0]
-
-    def append(entry: Any, *, owner: str) -> None:
-        real_append(entry, owner=owner)
-        written[0] += 1
-        if written[0] == kill_at:
-            os._exit(9)
-
-    store.append = append
-    tick_agent(K, counter).run("go", store=store, run_id="long")
+    tick_agent(K, counter).run("go", store=dying_store(target, LEASE, kill_at), run_id="long")
 
 
 def _resume(target: str, counter: str, out: str, **limits: Any) -> None:
@@ -54,13 +43,6 @@ def _resume(target: str, counter: str, out: str, **limits: Any) -> None:
     store.close()
 
 
-def _in_child(target: Any, *args: Any) -> int | None:
-    child = _spawn.Process(target=target, args=args)
-    child.start()
-    child.join(120)
-    return child.exitcode
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_run_killed_at_a_random_transition_resumes_in_a_new_process_as_if_never_stopped(
     store_target: str, tmp_path: Path, seed: int
@@ -69,10 +51,10 @@ def test_a_run_killed_at_a_random_transition_resumes_in_a_new_process_as_if_neve
     whole = tick_agent(K).start("go", run_id="long").finish()
     kill_at = random.Random(seed).randint(2, len(whole.trace) - 2)
     counter, out = str(tmp_path / "calls.txt"), str(tmp_path / "result.json")
-    assert _in_child(_killed_at, store_target, counter, kill_at) == 9
+    assert in_child(_killed_at, store_target, counter, kill_at) == 9
     done_before = Path(counter).read_text(encoding="utf-8").split() if Path(counter).exists() else []
     assert len(done_before) < K, f"killed at checkpoint {kill_at}, after every call"
-    assert _in_child(_resume, store_target, counter, out) == 0
+    assert in_child(_resume, store_target, counter, out) == 0
     assert RunResult.from_json(Path(out).read_text(encoding="utf-8")) == whole
     calls = Path(counter).read_text(encoding="utf-8").split()
     assert sorted(calls) == sorted(f"t{i}" for i in range(K)), "a tool call ran twice or never"

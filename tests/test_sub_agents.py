@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -18,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_cases import Ticks, tick_registry
+from store_cases import Ticks, dying_store, in_child, tick_registry
 
 from fsm_agent import (
     Agent,
@@ -325,7 +323,6 @@ def test_a_sub_agent_tool_called_directly_is_a_plain_run() -> None:
 # --- crashes: the process dies at any checkpoint of parent or child, and a new one finishes the pair ---------
 
 LEASE = 0.5
-_spawn = multiprocessing.get_context("spawn")
 
 
 class Planner:
@@ -348,18 +345,7 @@ def _pair(counter: str | None) -> Agent:
 
 
 def _killed_at(target: str, counter: str, kill_at: int) -> None:
-    store: Any = open_store(target, lease=LEASE)
-    real_append = store.append
-    written = [0]
-
-    def append(entry: Any, *, owner: str) -> None:
-        real_append(entry, owner=owner)
-        written[0] += 1
-        if written[0] == kill_at:
-            os._exit(9)
-
-    store.append = append
-    _pair(counter).run("plan", store=store, run_id="long")
+    _pair(counter).run("plan", store=dying_store(target, LEASE, kill_at), run_id="long")
 
 
 def _resume(target: str, counter: str, out: str, driver: str) -> None:
@@ -375,13 +361,6 @@ def _resume(target: str, counter: str, out: str, driver: str) -> None:
     store.close()
 
 
-def _in_child(target: Any, *args: Any) -> int | None:
-    process = _spawn.Process(target=target, args=args)
-    process.start()
-    process.join(120)
-    return process.exitcode
-
-
 # The pair writes 34 checkpoints: the parent's 1-7, the child's 8-26 (26: the child is Done), the parent's 27-34.
 KILLS = {"sync": [5, 8, 17, 26, 30], "async": [7, 9, 20, 26, 27]}
 
@@ -393,8 +372,8 @@ def test_a_pair_killed_at_a_checkpoint_finishes_in_a_new_process_with_each_call_
     """Killed in the parent, in the child or just after it, the resumed pair ends the same; no call ran twice."""
     whole = _pair(None).start("plan", run_id="long").finish()
     counter, out = str(tmp_path / "calls.txt"), str(tmp_path / "result.json")
-    assert _in_child(_killed_at, store_target, counter, kill_at) == 9
-    assert _in_child(_resume, store_target, counter, out, driver) == 0
+    assert in_child(_killed_at, store_target, counter, kill_at) == 9
+    assert in_child(_resume, store_target, counter, out, driver) == 0
     assert RunResult.from_json(Path(out).read_text(encoding="utf-8")) == whole
     calls = Path(counter).read_text(encoding="utf-8").split()
     assert sorted(calls) == sorted(["p0", "p2", "t0", "t1", "t2", "t3"]), "a tool call ran twice or never"
