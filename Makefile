@@ -31,7 +31,8 @@ diagram: $(STAMP)  ## draw the machine from its table: diagrams/agent_loop.dot, 
 
 bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-step cost at 64-4096 turns; batches; stores
 	@# Every benchmark runs even when one misses its target; the exit status says whether any did.
-	@status=0; for b in engine async scaling batch store; do $(PY) -m benchmarks.bench_$$b || status=1; done; exit $$status
+	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store; do \
+		$(PY) -m benchmarks.bench_$$b || status=1; done; $(PY) -m benchmarks.targets || status=1; exit $$status
 
 fuzz: $(STAMP)  ## property, differential and stateful tests with fresh random examples, 4000 each
 	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py tests/test_shared_runs_stateful.py

@@ -17,6 +17,7 @@ import time
 import tracemalloc
 from collections.abc import Sequence
 
+from benchmarks.targets import record
 from fsm_agent import Agent, Message, ModelResponse, ToolCall, ToolRegistry
 from fsm_agent.testing import reply, tool_turn
 from fsm_agent.tools import JSONSchema
@@ -157,6 +158,7 @@ def main() -> int:
         f"{elapsed:.1f} s = {finished / elapsed:.0f} runs/s; peak memory per run: {traced_kib:.1f} KiB traced "
         f"(1,000-run sample), {rss_kib:.1f} KiB RSS growth"
     )
+    record("async driver / sync driver, per model turn", async_us / sync_us, 1.3)
     turn_ms = parallel_turn()
     print(f"one turn of 8 async tool calls of 50 ms each: {turn_ms:.0f} ms (serial would be 400 ms)")
     return 0 if finished == 10_000 and turn_ms < 200 else 1

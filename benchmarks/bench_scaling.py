@@ -22,6 +22,7 @@ import time
 import tracemalloc
 
 from benchmarks.bench_engine import ALL_LIMITS, Script
+from benchmarks.targets import record
 from fsm_agent import Agent, RunResult
 from fsm_agent.testing import demo_registry
 
@@ -87,7 +88,8 @@ def main() -> int:
         print(f"{k:>6} {micros:>9.2f} {kept:>12.0f} {peak:>12.0f}")
     first, last = rows[0], rows[-1]
     time_growth, memory_growth = last[1] / first[1], last[2] / first[2]
-    flat = time_growth <= MAX_GROWTH and memory_growth <= MAX_GROWTH
+    flat = record(f"time per step, K={last[0]} / K={first[0]}", time_growth, MAX_GROWTH)
+    flat = record(f"memory per step, K={last[0]} / K={first[0]}", memory_growth, MAX_GROWTH) and flat
     print(
         f"K={last[0]} vs K={first[0]}: time per step x{time_growth:.2f}, memory per step x{memory_growth:.2f}: "
         f"{'flat' if flat else 'GROWING'} (limit x{MAX_GROWTH})"
