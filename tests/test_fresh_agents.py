@@ -104,3 +104,18 @@ def test_each_run_still_gets_its_own_list_of_schemas() -> None:
     fsm_agent.run(Greedy(reply("a")), registry, "one")
     fsm_agent.run(Greedy(reply("b")), registry, "two")
     assert offered == [3, 3]
+
+
+def test_runs_of_one_agent_with_and_without_a_cancel_token_each_walk_their_own_rows() -> None:
+    """The rows kept for new runs are kept per set-up: a cancelled token still stops a run after plain runs."""
+    from fsm_agent import AgentLoopError, CancelToken
+    from fsm_agent.testing import tool_call, tool_turn
+
+    agent = Agent(FakeModel([tool_turn(tool_call("echo", text=str(i))) for i in range(9)]), demo_registry())
+    token = CancelToken()
+    token.cancel("stop now")
+    with pytest.raises(AgentLoopError, match="max_steps"):
+        agent.run("first, without a token")
+    with pytest.raises(AgentLoopError) as caught:
+        agent.run("then with a cancelled one", cancel=token)
+    assert caught.value.reason == "cancelled"

@@ -22,7 +22,7 @@ from fsm_agent.core.history import History, history_settings, opening
 from fsm_agent.core.ledger import answer_unexecuted
 from fsm_agent.core.output import Validator, output_spec
 from fsm_agent.core.walker import Walker, walker_for
-from fsm_agent.definition.guards import Guard, passes_child_stop
+from fsm_agent.definition.guards import Guard, dormant_guards, passes_child_stop
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Policy, Reason, State
@@ -137,6 +137,7 @@ class Agent:
         self.unused_guards = (*(() if self.output else TYPED_GUARDS), *(() if self.compact else COMPACTING_GUARDS))
         self.hooks = Hooks()
         self.run_parts: tuple[int, Mapping[str, ChildTool], tuple[Guard, ...]] = (-1, {}, ())
+        self._fresh_rows: dict[tuple[bool, tuple[Guard, ...]], Any] = {}
 
     def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
@@ -154,14 +155,26 @@ class Agent:
         return (parts if parts[0] == self.registry.version else self.refresh_parts())[1]
 
     def refresh_parts(self) -> tuple[int, Mapping[str, ChildTool], tuple[Guard, ...]]:
-        """``run_parts`` again after the tools changed: the tools' version, the sub-agents, the dormant guards.
-
-        The guards are those of parts this agent lacks, which its runs' rows leave out.
-        """
+        """``run_parts`` again after the tools changed: their version, the sub-agents, the guards of parts it lacks."""
         children, raising = self.registry.cached("children", children_in)
         dormant = self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
         self.run_parts = (self.registry.version, children, dormant)
         return self.run_parts
+
+    def rows_for(self, run: Run, cancellable: bool, unused: tuple[Guard, ...]) -> Any:
+        """The rows ``run`` walks: the table's without those whose guards cannot hold for it (``dormant_guards``).
+
+        A new run under the agent's own limits (most runs) gets the rows the
+        runs before it got, kept by whether it has a cancel token.
+        """
+        fresh = run.limits is self.limits and not run.trace and run.finalizing is None
+        rows = self._fresh_rows.get((cancellable, unused)) if fresh else None
+        if rows is None:
+            dormant = dormant_guards(run, strict_hooks=self.strict_hooks, cancellable=cancellable, also=unused)
+            rows = self.walker.rows_without(dormant)
+            if fresh:
+                self._fresh_rows[cancellable, unused] = rows
+        return rows
 
     def tool_schemas(self) -> list[JSONSchema]:
         """The schemas of the registry's tools as the model is offered them: a list of this run's own.

@@ -16,7 +16,6 @@ from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.result import make_result
 from fsm_agent.core.stepper import Stepper
-from fsm_agent.definition.guards import dormant_guards
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
@@ -54,8 +53,7 @@ class RunBase:
         # At most 30 attributes on a run object: beyond, Python 3.11 gives each run a dict of its own (+10% a run).
         parts = agent.run_parts  # (tools version, sub-agents, dormant guards): read, not called, as most runs
         _, self._children, unused = parts if parts[0] == agent.registry.version else agent.refresh_parts()
-        dormant = dormant_guards(position, strict_hooks=agent.strict_hooks, cancellable=cancel is not None, also=unused)
-        position.rows = agent.walker.rows_without(dormant)
+        position.rows = agent.rows_for(position, cancel is not None, unused)
         self.stepper = Stepper(position, agent.walker, agent.tool_schemas(), agent.approve, agent.output, agent.compact)
         self._run_id = run_id
         self.agent = agent
