@@ -76,6 +76,8 @@ class AsyncDriver(RunBase):
                 return self._interrupt(EXPIRED, None)
             remaining = self._remaining()
             deadline = None
+            if journal is not None:
+                journal.abeat()  # the lease is renewed while the calls are in flight (no store: no task)
             try:
                 if remaining is None:  # no deadline: no timeout context, which costs as much as a transition
                     await self._acarry(effect)
@@ -89,6 +91,9 @@ class AsyncDriver(RunBase):
             except asyncio.CancelledError:
                 self._interrupt(INTERRUPTED, self._aunfinished(effect))
                 raise
+            finally:
+                if journal is not None:
+                    journal.rest()
             self._observe()
         return self._step()
 

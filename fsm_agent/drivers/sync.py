@@ -152,7 +152,13 @@ class SyncDriver(RunBase):
         return handoff.result()  # the work ended, maybe just as the deadline passed
 
     def _let_go(self, effect: ModelCall | ToolBatch) -> threading.Lock | None:
-        """Let go of the run while a call is in flight, so the deadline can stop it there; ``_take_back`` after."""
+        """Let go of the run while a call is in flight, so the deadline can stop it there; ``_take_back`` after.
+
+        A stored run's lease is renewed by a heartbeat while the call is in flight (a run without a store: none).
+        """
+        journal = self._journal
+        if journal is not None:
+            journal.beat()
         mutex = self._mutex
         if mutex is not None:
             self._in_flight = effect
@@ -160,6 +166,9 @@ class SyncDriver(RunBase):
         return mutex
 
     def _take_back(self, mutex: threading.Lock | None) -> None:
+        journal = self._journal
+        if journal is not None:
+            journal.rest()
         if mutex is not None:
             mutex.acquire()
             self._in_flight = None
@@ -197,6 +206,10 @@ class SyncDriver(RunBase):
             self._take_back(mutex)
             self._model_failed(exc)
             return
+        except BaseException:
+            if self._journal is not None:
+                self._journal.rest()  # no heartbeat outlives the call, whatever ends it
+            raise
         self._take_back(mutex)
         self._model_replied(response)
 

@@ -11,6 +11,16 @@ Every write names the version this object last wrote (``seq``), so the
 store refuses it (``StaleRunError``) once anybody else wrote the run; before
 a call, ``hold`` makes that check if the run was let go of or its lease is
 running out, so no call is made on a run this object no longer owns.
+
+While a model or tool call is in flight the lease follows the owner, not the
+call: the driver starts a heartbeat (``beat``: a daemon thread; ``abeat``: a
+task) that renews the lease every third of it until the call returns
+(``rest``), so a lease needs to outlast a pause of the owner, not the slowest
+call, and a dead owner's run is free a lease after its last beat.  Each
+renewal is fenced like every write (``keep``: still this owner's, at the
+version it last wrote), so it can never take back a run somebody else took
+over; a refused one is kept in ``lost`` and raised by the run's next write,
+which therefore never happens.
 """
 
 from __future__ import annotations
@@ -18,14 +28,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from fsm_agent.core import snapshot
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL
-from fsm_agent.errors import RunExistsError
+from fsm_agent.errors import RunExistsError, RunLeasedError
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.store import DEFAULT_LEASE, VERSION_KEY, Entry, Store, Summary, new_owner
 
@@ -61,6 +72,12 @@ class Journal:
         self._next: tuple[tuple[int, int, int], tuple[object, ...], dict[str, Any]] | None = None
         self._renew_at = math.inf
         self._memo: dict[int, Any] = {}  # plain forms of records that outlive a transition (see dump_small)
+        # The call in flight (its heartbeat's task, async), this run's heartbeat thread (sync: it outlives one
+        # call, so a call costs no thread start), and why a renewal was refused, if one was.
+        self._beat: _Call | asyncio.Task[None] | None = None
+        self._beater: _Heartbeat | None = None
+        self._beat_lock = threading.Lock()
+        self.lost: RunLeasedError | KeyError | None = None
 
     # --- what to write (no I/O) ------------------------------------------------------------------------------
 
@@ -87,6 +104,8 @@ class Journal:
         self.seq = seq
         self.released = released
         self._renew_at = time.monotonic() + self.lease / 3
+        if released and self._beater is not None:
+            self._retire(None)  # the run was given up: nothing to renew until it is taken back
 
     def stamp(self) -> dict[str, Any]:
         """What this run's snapshots carry beside its position: the stored version last written, and its session."""
@@ -169,6 +188,7 @@ class Journal:
             self._write(action, run, paused)
 
     def _write(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
+        self._settle()
         store: Any = self.store
         if isinstance(action, Entry):
             store.append(action, owner=self.owner)
@@ -186,6 +206,119 @@ class Journal:
         else:
             store.save(self.run_id, action)
             self._laid(run, cast("dict[str, Any]", action), 0)
+
+    # --- the heartbeat of a call in flight --------------------------------------------------------------------
+
+    def beat(self) -> None:
+        """A call is starting: renew the lease every third of a lease until ``rest`` (from this run's daemon thread).
+
+        The thread is started at the run's first call and kept between calls
+        (a call costs two flag changes, no thread start); it ends when the
+        run gives its lease up, or once no call was in flight for a lease.
+        """
+        if self.full and self._beat is None:
+            with self._beat_lock:
+                self._beat = _Call(self.seq)
+                if self._beater is None:
+                    self._beater = _Heartbeat(self._beating, _beat_name(self.run_id))
+
+    def abeat(self) -> None:
+        """``beat`` for the async driver: a task on the running loop renews the lease until ``rest``."""
+        if self.full and self._beat is None:
+            self._beat = asyncio.get_running_loop().create_task(self._abeating(), name=_beat_name(self.run_id))
+
+    def rest(self) -> None:
+        """The call returned (or was abandoned): no renewal is made for it, nor a refusal of one kept, after this."""
+        beat = self._beat
+        if isinstance(beat, asyncio.Task):
+            self._beat = None
+            beat.cancel()
+        elif beat is not None:
+            with self._beat_lock:
+                self._beat = None
+
+    def _settle(self) -> None:
+        """Before any write: no call's heartbeat runs beside it, and a run whose renewal was refused writes nothing."""
+        if self._beat is not None:
+            self.rest()
+        if self.lost is not None:
+            raise self.lost
+
+    def _keep(self, seq: int) -> None:
+        """Renew the lease of the run this object holds at version ``seq`` (a store without ``keep``: ``renew``)."""
+        store: Any = self.store
+        keep = getattr(store, "keep", None)
+        if keep is not None:
+            keep(self.run_id, owner=self.owner, seq=seq)
+        else:
+            store.renew(self.run_id, owner=self.owner, seq=seq)
+
+    def _kept(self) -> float:
+        """A renewal succeeded: seconds until the next one is due (a third of a lease)."""
+        self._renew_at = time.monotonic() + self.lease / 3
+        return self.lease / 3
+
+    def _refused(self, exc: RunLeasedError | KeyError, beat: object) -> None:
+        """A renewal was refused: the run is lost to this object, unless that call already returned (``rest``)."""
+        with self._beat_lock:
+            if self._beat is beat and self.lost is None:
+                self.lost = exc
+
+    def _retire(self, beater: _Heartbeat | None) -> bool:
+        """End the heartbeat thread (``beater``; None: whichever runs) unless a call is in flight; whether it ended."""
+        with self._beat_lock:
+            current = self._beater
+            if current is None or (beater is not None and current is not beater):
+                return True
+            if beater is not None and self._beat is not None:
+                return False
+            self._beater = None
+            current.stopped.set()
+            return True
+
+    def _beating(self, beater: _Heartbeat) -> None:
+        """The heartbeat thread: renew when a third of the lease is gone if a call is in flight; stop when idle."""
+        idle = 0
+        wait = max(self._renew_at - time.monotonic(), 0.0)
+        while not beater.stopped.wait(wait):
+            wait = self._renew_at - time.monotonic()
+            if wait > 0:
+                continue  # a checkpoint renewed the lease meanwhile
+            wait = self.lease / 3
+            call = self._beat
+            if not isinstance(call, _Call) or self.lost is not None:  # between calls the driver renews it itself
+                idle += 1
+                if idle >= _IDLE and self._retire(beater):
+                    return
+                continue
+            idle = 0
+            try:
+                self._keep(call.seq)
+            except (RunLeasedError, KeyError) as exc:
+                self._refused(exc, call)
+            except Exception:  # noqa: BLE001 - the database is unreachable for now: try again well within the lease
+                wait = self.lease / _RETRIES
+            else:
+                wait = self._kept()
+
+    async def _abeating(self) -> None:
+        """The async heartbeat: renew at each third of a lease, retry a failed renewal soon, stop once refused."""
+        seq, me = self.seq, asyncio.current_task()
+        wait = max(self._renew_at - time.monotonic(), 0.0)
+        while True:
+            await asyncio.sleep(wait)
+            try:
+                if hasattr(self.store, "keep") or hasattr(self.store, "akeep"):
+                    await _acall(self.store, "keep", self.run_id, owner=self.owner, seq=seq)
+                else:
+                    await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq)
+            except (RunLeasedError, KeyError) as exc:
+                self._refused(exc, me)
+                return
+            except Exception:  # noqa: BLE001 - the database is unreachable for now: try again well within the lease
+                wait = self.lease / _RETRIES
+            else:
+                wait = self._kept()
 
     # --- awaited ---------------------------------------------------------------------------------------------
 
@@ -216,6 +349,7 @@ class Journal:
             await self._awrite(action, run, paused)
 
     async def _awrite(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
+        self._settle()
         if isinstance(action, Entry):
             await _acall(self.store, "append", action, owner=self.owner)
             self._written(action.seq, action.release)
@@ -253,3 +387,33 @@ async def _acall(store: Store, name: str, *args: Any, **kwargs: Any) -> Any:
     if method is not None:
         return await method(*args, **kwargs)
     return await asyncio.to_thread(getattr(store, name), *args, **kwargs)
+
+
+_RETRIES = 10
+"""A renewal that failed for want of the database (not refused) is tried again after a tenth of a lease."""
+
+
+def _beat_name(run_id: str) -> str:
+    return f"fsm_agent lease {run_id}"
+
+
+_IDLE = 3
+"""A heartbeat thread that found no call in flight this many times running (about a lease) ends."""
+
+
+class _Call:
+    """One sync call in flight, and the version its run was at when it began (what its renewals are fenced by)."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+
+class _Heartbeat:
+    """A daemon thread running ``beating(self)`` for one run's calls until ``stopped`` is set."""
+
+    def __init__(self, beating: Callable[[_Heartbeat], None], name: str) -> None:
+        self.stopped = threading.Event()
+        self._thread = threading.Thread(target=beating, args=(self,), name=name, daemon=True)
+        self._thread.start()

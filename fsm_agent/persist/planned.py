@@ -133,6 +133,14 @@ class PlannedStore(ABC):
         """Extend ``owner``'s lease (or give it up), checked like ``append``."""
         self._run(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
 
+    def keep(self, run_id: str, *, owner: str, seq: int) -> None:
+        """Extend ``owner``'s lease during a call, only if the run is still its own at version ``seq`` (a heartbeat).
+
+        Never takes a run back: ``RunLeasedError`` or ``StaleRunError`` once
+        anyone else took, replaced or decided on it, or it was given up.
+        """
+        self._run(self._plans.keep(run_id, owner, seq), atomic=True)
+
     def list_runs(
         self,
         *,
@@ -205,6 +213,10 @@ class PlannedStore(ABC):
     async def arenew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
         """``renew``, awaited."""
         await self._arun(self._plans.renew(run_id, owner, seq, release=release), atomic=True)
+
+    async def akeep(self, run_id: str, *, owner: str, seq: int) -> None:
+        """``keep``, awaited."""
+        await self._arun(self._plans.keep(run_id, owner, seq), atomic=True)
 
     async def alist_runs(self, **filters: Any) -> list[StoredRun]:
         """``list_runs``, awaited."""

@@ -213,6 +213,24 @@ class Plans:
         if not count:
             yield from self._refuse(run_id, owner, now, seq)
 
+    def keep(self, run_id: str, owner: str, seq: int) -> Plan[None]:
+        """Extend ``owner``'s lease while a call is in flight, only if the run is still its own at version ``seq``.
+
+        Stricter than ``renew``: a run given up (no owner) or held by anyone
+        else is never taken (back) by a heartbeat, only a lease still ``owner``'s
+        at the version it last wrote is extended.  Every takeover (a claim, a
+        ``save``, a decision) writes a new version, so a lease another owner
+        took, even once it lapsed, is refused (``RunLeasedError``,
+        ``StaleRunError``; ``KeyError`` if the run was deleted).
+        """
+        now = time.time()
+        count, _ = yield (
+            self.sql("UPDATE {runs} SET lease_until = ? WHERE run_id = ? AND seq = ? AND owner = ?"),
+            (now + self.lease, run_id, seq, owner),
+        )
+        if not count:
+            yield from self._refuse(run_id, owner, now, seq)
+
     def _refuse(self, run_id: str, owner: str, now: float, expected: int) -> Plan[None]:
         """Raise why a write was refused: the run is gone, leased by another, or changed since this owner wrote."""
         _, rows = yield self.sql("SELECT owner, lease_until, seq FROM {runs} WHERE run_id = ?"), (run_id,)

@@ -84,8 +84,12 @@ def _reply(cursor: Any) -> plans.Reply:
 class PostgresStore(PlannedStore):
     """A checkpoint store in a PostgreSQL database: the same protocol, behaviour and tests as ``SqliteStore``.
 
-    ``dsn`` is a libpq connection string or URL.  ``max_size`` bounds each
-    pool.  ``synchronous_commit=False`` (default) lets the server acknowledge
+    ``dsn`` is a libpq connection string or URL.  ``lease`` (default 12 s,
+    ``DEFAULT_LEASE``) is how long a run stays owned without a renewal: the
+    owner renews it at checkpoints and every third of a lease while a call is
+    in flight, so a run whose owner died is free within ``lease`` seconds.
+    ``max_size`` bounds each pool (a heartbeat renewal borrows a connection
+    briefly).  ``synchronous_commit=False`` (default) lets the server acknowledge
     a checkpoint before flushing it to disk: a crash of the *client* loses
     nothing, only a crash of the server's machine may lose the last fraction
     of a second of checkpoints, the same promise as ``SqliteStore``'s WAL mode.

@@ -56,8 +56,11 @@ class SqliteStore(PlannedStore):
 
     ``every="transition"`` (default) checkpoints after every transition;
     ``every="turn"`` only when a run is about to call the model, has finished,
-    or is paused.  ``lease`` is how many seconds a run stays owned by the
-    process advancing it without a checkpoint; see ``Agent.run(store=...)``.
+    or is paused.  ``lease`` (default 12 s, ``DEFAULT_LEASE``) is how many
+    seconds a run stays owned by the process advancing it without a renewal;
+    the owner renews it at checkpoints and, while a call is in flight, every
+    third of a lease, so a run whose owner died is free within ``lease``
+    seconds, however slow its calls; see ``Agent.run(store=...)``.
     A path that SQLite cannot use as a store is a ``StoreError`` naming it.
     """
 

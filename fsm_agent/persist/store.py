@@ -5,7 +5,9 @@ point: a run's start or takeover, or ``save``) and a journal of what each
 checkpoint after it added, so a checkpoint costs the same at turn 4,000 as at
 turn 10.  A run being advanced is leased by one owner; every journal write is
 conditional on still holding that lease, so two owners can never interleave
-their entries.  ``SqliteStore`` and ``PostgresStore`` implement it all; a store
+their entries.  The lease (``DEFAULT_LEASE``, 12 s) is renewed while the
+owner lives, even during a long call, so a dead owner's run is free again
+within one lease.  ``SqliteStore`` and ``PostgresStore`` implement it all; a store
 with only ``wants``/``save``/``load`` still works, saving whole snapshots
 without leases.
 """
@@ -26,10 +28,14 @@ from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import FsmAgentError
 
-DEFAULT_LEASE = 120.0
-"""Seconds a run's lease lasts unless renewed; the driver renews it at every checkpoint and, once a third of it is
-gone, before a call, so keep it above the slowest single model or tool call, or another owner may take over a run
-that is merely slow (the slow owner is then refused at its next write, before its next call)."""
+DEFAULT_LEASE = 12.0
+"""Seconds a run's lease lasts unless renewed, so a run whose owner died is free again within this time.
+
+The driver renews it at every checkpoint, before a call once a third of it is gone, and, while a model or tool call
+is in flight, from a heartbeat every third of a lease: the lease follows the owner, not the slowest call, and need
+only outlast a stall of the owning process (or of its database) of two thirds of a lease.  A renewal is fenced (the
+run is still this owner's at the version it last wrote), so an owner that lost its run is refused at its next
+write, before its next call, and never overwrites the new owner's work."""
 
 FINISHED = tuple(str(state) for state in sorted(TERMINAL))
 """The terminal states' names, as stored."""
