@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from batch_agents import MODEL_LOG, TOOL_LOG, counts, factory, lines, tag
 from pg_cluster import Cluster
 from provider_server import ProviderServer, body
+from test_batch_leases import cancel_while_leased, crash_leaving_leases
 
 from fsm_agent import CancelToken, RunResult
 from fsm_agent.batch import iter_batch, run_batch
@@ -181,3 +183,36 @@ def test_the_batch_command_starts_its_own_ray_unless_told_to_join_a_running_clus
     assert running not in alone
     assert batch("joined", "--ray", "auto").startswith(f"ray: joined the Ray cluster at {running} ")
     assert len(provider_server.bodies()) == 2
+
+
+@pytest.mark.usefixtures("cluster")
+def test_runs_a_dead_driver_leased_wait_in_line_on_ray_not_in_a_task(tmp_path: Path) -> None:
+    """Eight runs leased by a dead driver, one per task slot: the others finish first, then they; calls made once."""
+    questions = _questions(24)
+    held, lease = range(8), 6.0
+    (tmp_path / "ref").mkdir()
+    reference = run_batch(factory(tmp_path / "ref"), questions, store=tmp_path / "ref.db", progress=False)
+    earliest = time.time() + lease  # no dead lease lapses before this
+    dead = crash_leaving_leases(tmp_path, tmp_path / "runs.db", questions, held, lease)
+    arrived: dict[int, float] = {}
+    results = {}
+    for item, result in iter_batch(factory(tmp_path), questions, store=tmp_path / "runs.db", max_in_flight=8):
+        arrived[item.index] = time.time()
+        results[item.index] = result
+    assert [results[i] for i in range(24)] == reference
+    assert all(arrived[i] >= earliest for i in held)
+    assert all(arrived[i] < earliest for i in range(24) if i not in held), "a free run waited behind a leased one"
+    tools, model = counts(tmp_path / TOOL_LOG), counts(tmp_path / MODEL_LOG)
+    assert len(tools) == 24 * 3
+    assert set(tools.values()) == {1}
+    assert len(model) == 24 * 4
+    assert set(model.values()) == {1}
+    del dead
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_cancelled_rerun_on_ray_ends_the_runs_still_leased_as_cancelled_and_leaves_them_untouched(
+    tmp_path: Path,
+) -> None:
+    """On Ray too: cancelled while the dead driver's leases are live, its runs end cancelled, unchanged in the store."""
+    cancel_while_leased(tmp_path, executor="ray")

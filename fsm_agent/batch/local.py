@@ -8,17 +8,23 @@ iterator) each run in flight stops at its next check, as ``Failed``/
 ``cancelled`` with its lease given up, and the next pass over the batch
 resumes it; a run still waiting on a call after ``GRACE`` seconds (or at a
 second Ctrl-C) has its task cancelled where it waits.
+
+A run another owner still holds (a crashed driver's, until its lease
+lapses) does not keep its worker waiting: it is put back, the worker takes
+the next run, and it is tried again once the lease has run out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from fsm_agent.batch.items import BatchItem
-from fsm_agent.batch.worker import AgentFactory, arun_item, failed_result
+from fsm_agent.batch.worker import AgentFactory, Later, atry_item, failed_result
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.persist.store import Store
 from fsm_agent.records import RunResult
@@ -52,17 +58,46 @@ def iter_local(
     done: queue.Queue[Finished | BaseException] = queue.Queue()
     loop = asyncio.new_event_loop()
     pending = iter(items)
+    # Runs another owner holds (a crashed driver's), back in line until their leases lapse: (at, index, item, give_up).
+    later: list[tuple[float, int, BatchItem, float]] = []
+    busy = 0  # workers in the middle of an attempt, which may yet put their run back
     # The runs hold this token, not the caller's: it is also how leaving the loop (Ctrl-C) stops them gently.
     stop = CancelToken()
 
+    def take() -> tuple[BatchItem, float | None] | None:
+        """The next run to try: one put back whose lease is due (or any, once stopped), else the next new one."""
+        if later and (stop.cancelled or later[0][0] <= time.time()):
+            _, _, again, give_up = heapq.heappop(later)
+            return again, give_up
+        item = next(pending, None)  # one iterator shared by every worker: each item is taken once
+        return None if item is None else (item, None)
+
     async def worker() -> None:
-        for item in pending:  # one iterator shared by every worker: each item is taken once
-            if stop.cancelled:
-                done.put((item, failed_result(item, "cancelled", why=stop.why, started=False)))
+        nonlocal busy
+        while True:
+            got = take()
+            if got is None:
+                if stop.cancelled or not (later or busy):
+                    return  # nothing left that this worker could ever take
+                # Only runs waiting on a lease (or in other workers' hands) are left: look again soon.
+                await asyncio.sleep(min(_POLL, later[0][0] - time.time()) if later else _POLL)
                 continue
-            if on_start is not None:
+            item, give_up = got
+            if stop.cancelled:
+                done.put((item, _unstarted(item, stop, give_up)))
+                continue
+            if give_up is None and on_start is not None:
                 on_start(item)
-            done.put((item, await arun_item(make_agent, store, item, stop)))
+            busy += 1
+            try:
+                outcome = await atry_item(make_agent, store, item, stop, give_up)
+            finally:
+                busy -= 1
+            if isinstance(outcome, Later):
+                # Leased elsewhere: the slot goes to the next run; this one is tried again when the lease lapses.
+                heapq.heappush(later, (outcome.at, item.index, item, outcome.give_up))
+            else:
+                done.put((item, outcome))
 
     async def follow() -> None:
         while cancel is not None and not stop.cancelled:
@@ -104,6 +139,13 @@ def iter_local(
                 loop.call_soon_threadsafe(task.cancel)
                 thread.join()
             loop.close()
+
+
+def _unstarted(item: BatchItem, stop: CancelToken, give_up: float | None) -> RunResult:
+    """A run the batch stopped before it ran here: never begun, or put back waiting on another owner's lease."""
+    if give_up is None:
+        return failed_result(item, "cancelled", why=stop.why, started=False)
+    return failed_result(item, "cancelled", why=stop.why, leased=True)
 
 
 def _next(done: queue.Queue[Finished | BaseException]) -> Finished | BaseException:

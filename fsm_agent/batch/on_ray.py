@@ -4,11 +4,15 @@ Ray gives what a home-made pool would not: placement over a cluster,
 retries of tasks whose worker process or node was lost (``max_retries``),
 and cancellation.  The run's own durability comes from the store: the retry
 reads the last checkpoint, so completed model and tool calls are not made
-again.  ``ray`` is imported only here, and only when a batch asks for it.
+again.  A task never sleeps on another owner's lease (a dead worker's, a
+crashed driver's): it returns at once, and the run is submitted again
+once that lease has lapsed, while other runs use the slot.  ``ray`` is
+imported only here, and only when a batch asks for it.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -18,13 +22,14 @@ from typing import Any
 from fsm_agent.batch.items import BatchItem
 from fsm_agent.batch.worker import (
     AgentFactory,
+    Later,
     error_result,
     failed_result,
     is_sqlite,
     open_store,
-    run_item,
     store_at,
     stored_result,
+    try_item,
 )
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.records import RunResult
@@ -140,12 +145,20 @@ class Switch:
         return self.why
 
 
-def run_task(make_agent: AgentFactory, spec: str, lease: float, item: BatchItem, switch: Any) -> RunResult:
+def run_task(
+    make_agent: AgentFactory,
+    spec: str,
+    lease: float,
+    item: BatchItem,
+    switch: Any,
+    give_up: float | None = None,
+) -> RunResult | Later:
     """The body of one Ray task: the store opened once per worker process, the run stopped by the batch's switch.
 
     A run told to stop this way ends ``Failed``/``cancelled`` at its next
     check, checkpointed and with its lease given up, so the next pass over
-    the batch resumes it at once.
+    the batch resumes it at once.  A run another owner holds is ``Later``
+    at once: the driver submits it again when that lease lapses.
     """
     ray = _ray()
     try:
@@ -166,7 +179,7 @@ def run_task(make_agent: AgentFactory, spec: str, lease: float, item: BatchItem,
 
     threading.Thread(target=listen, name="fsm_agent-batch-switch", daemon=True).start()
     try:
-        return run_item(make_agent, store, item, token)
+        return try_item(make_agent, store, item, token, give_up)
     finally:
         finished.set()
 
@@ -209,11 +222,17 @@ def iter_ray(
     factory = ray.put(make_agent)
     pending: dict[Any, BatchItem] = {}
     waiting = iter(items)
+    # Runs another owner holds, put back until their leases lapse: (retry at, index, item, give up).
+    later: list[tuple[float, int, BatchItem, float]] = []
     why = ""
     stopped_at, forced = 0.0, False
 
     def submit() -> None:
         while len(pending) < max_in_flight:
+            if later and later[0][0] <= time.time():
+                _, _, again, give_up = heapq.heappop(later)  # due again: no on_start, it was counted once
+                pending[task.remote(factory, spec, lease, again, switch, give_up)] = again
+                continue
             item = next(waiting, None)
             if item is None:
                 return
@@ -223,7 +242,7 @@ def iter_ray(
 
     try:
         submit()
-        while pending:
+        while pending or later:
             if cancel is not None and cancel.cancelled and not why:
                 why = cancel.why or "cancelled"
                 switch.cancel.remote(why)
@@ -232,12 +251,28 @@ def iter_ray(
                 forced = True
                 for ref in pending:
                     ray.cancel(ref)
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL)
-            if ready:
-                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            if why and later:
+                for _, _, item, _ in sorted(later):
+                    yield item, failed_result(item, "cancelled", why=why, leased=True)
+                later.clear()
+            if pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL)
+                if ready:
+                    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            else:
+                ready = []
+                if later:  # only runs waiting on another owner's lease: wait for the first to lapse
+                    time.sleep(min(_POLL, max(later[0][0] - time.time(), 0.0)))
             for ref in ready:
                 item = pending.pop(ref)
-                yield item, _collect(ray, ref, item, spec, why)
+                got = _collect(ray, ref, item, spec, why)
+                if isinstance(got, Later):
+                    if why:
+                        yield item, failed_result(item, "cancelled", why=why, leased=True)
+                    else:  # leased elsewhere: the slot goes to the next run, this one comes back when the lease lapses
+                        heapq.heappush(later, (got.at, item.index, item, got.give_up))
+                else:
+                    yield item, got
             if not why:
                 submit()
         for item in waiting:
@@ -252,10 +287,10 @@ def iter_ray(
         ray.kill(switch)
 
 
-def _collect(ray: Any, ref: Any, item: BatchItem, spec: str, why: str) -> RunResult:
-    """The task's result; a cancelled task becomes its stored checkpoint, a lost one an ``error`` result."""
+def _collect(ray: Any, ref: Any, item: BatchItem, spec: str, why: str) -> RunResult | Later:
+    """The task's result (or ``Later``); a cancelled task becomes its stored checkpoint, a lost one an ``error``."""
     try:
-        result: RunResult = ray.get(ref)
+        result: RunResult | Later = ray.get(ref)
     except ray.exceptions.TaskCancelledError:
         return _checkpoint(item, spec, why)
     except ray.exceptions.RayError as exc:

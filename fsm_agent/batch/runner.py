@@ -150,6 +150,9 @@ def run_batch(
     ``ray_options`` go to each task's ``.options()`` (``num_cpus``, ...).
     ``lease`` is how long a worker's hold on a run outlives its last
     transition: a retry waits that long at most for a dead worker's run.
+    A run another owner holds (a dead worker's, a crashed driver's) waits
+    in line, not in a slot: it is tried again once that lease lapses,
+    while the other runs go on.
     """
     items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
     results: dict[int, RunResult] = {}

@@ -18,11 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from fsm_agent import persist
 from fsm_agent.batch.items import BatchItem
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent, AgentRun
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError
+from fsm_agent.persist.store import DEFAULT_LEASE as STORE_LEASE
 from fsm_agent.persist.store import Store
 from fsm_agent.records import Message, RunResult
 
@@ -38,12 +41,11 @@ ERROR = "error"
 LEASED = "leased"
 """The reason of a result whose run another live worker holds."""
 
-DEFAULT_LEASE = 60.0
+DEFAULT_LEASE = STORE_LEASE
 """Seconds a batch worker's lease on a run lasts unless renewed: how long a retry waits for a dead worker's run.
 
-Shorter than a lone run's, because in a batch nobody else is after the run
-but the retry of its own task; it must still exceed the slowest single model
-or tool call (the lease is renewed at every transition).
+The store's default: the lease follows its owner (a heartbeat renews it
+while a call is in flight), so it need not outlast the slowest call.
 """
 
 _MARGIN = 0.05
@@ -151,13 +153,28 @@ async def _aoutcome(run: AgentRun) -> RunResult:
         return exc.result
 
 
+@attrs.frozen
+class Later:
+    """A run another owner holds for now: try it again at ``at`` (seconds since the epoch), not past ``give_up``.
+
+    What one attempt at a run returns instead of waiting out the lease in
+    its executor slot: the executor puts the run back, gives the slot to
+    the next run, and tries this one again once ``at`` has passed (passing
+    ``give_up`` along, so a holder that keeps renewing is reported
+    ``leased`` rather than waited for without end).
+    """
+
+    at: float
+    give_up: float
+
+
 def _wait_for(exc: RunLeasedError | RunExistsError, give_up: float) -> float:
     """Seconds to wait before trying a run again that another owner holds; ``exc`` re-raised past ``give_up``.
 
-    A holder that died (a killed worker, before Ray retried its task) stops
-    renewing, so its lease lapses at ``until``; a live holder keeps pushing
-    ``until`` on, and the run is reported ``leased`` rather than waited for
-    without end.  A run two workers created at once is simply read again.
+    A holder that died (a killed worker, a crashed driver) stops renewing,
+    so its lease lapses at ``until``; a live holder keeps pushing ``until``
+    on, and the run is reported ``leased`` rather than waited for without
+    end.  A run two workers created at once is simply read again.
     """
     if isinstance(exc, RunExistsError) or exc.stale:
         return 0.0
@@ -166,38 +183,82 @@ def _wait_for(exc: RunLeasedError | RunExistsError, give_up: float) -> float:
     return max(exc.until - time.time(), 0.0) + _MARGIN
 
 
-def run_item(make_agent: AgentFactory, store: Store, item: BatchItem, cancel: CancelToken | None = None) -> RunResult:
-    """Carry out one run with the sync driver; every way it can end is a result."""
+def _plan(
+    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, give_up: float
+) -> AgentRun | RunResult | Later:
+    """``prepare``, read again at once after a race; ``Later`` if another owner's lease on the run is live."""
+    while True:
+        try:
+            return prepare(agent, store, item, cancel)
+        except (RunLeasedError, RunExistsError) as exc:
+            wait = _wait_for(exc, give_up)
+            if wait > 0:
+                return Later(time.time() + wait, give_up)
+
+
+def try_item(
+    make_agent: AgentFactory,
+    store: Store,
+    item: BatchItem,
+    cancel: CancelToken | None = None,
+    give_up: float | None = None,
+) -> RunResult | Later:
+    """One attempt at a run with the sync driver: its result, or ``Later`` if it is leased elsewhere (no waiting).
+
+    ``give_up`` is the first attempt's ``Later.give_up`` (``None`` on the
+    first attempt: now plus the store's lease).
+    """
     try:
         agent = make_agent()
-        give_up = time.time() + _lease(store) + _MARGIN
-        while True:
-            try:
-                plan = prepare(agent, store, item, cancel)
-                break
-            except (RunLeasedError, RunExistsError) as exc:
-                time.sleep(_wait_for(exc, give_up))
-        return plan if isinstance(plan, RunResult) else _outcome(plan)
+        plan = _plan(agent, store, item, cancel, _deadline(store, give_up))
+        return plan if isinstance(plan, RunResult | Later) else _outcome(plan)
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
         return error_result(item, exc)
+
+
+async def atry_item(
+    make_agent: AgentFactory,
+    store: Store,
+    item: BatchItem,
+    cancel: CancelToken | None = None,
+    give_up: float | None = None,
+) -> RunResult | Later:
+    """One attempt at a run with the async driver (see ``try_item``); cancelling the task checkpoints the run."""
+    try:
+        agent = make_agent()
+        plan = _plan(agent, store, item, cancel, _deadline(store, give_up))
+        return plan if isinstance(plan, RunResult | Later) else await _aoutcome(plan)
+    except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
+        return error_result(item, exc)
+
+
+def run_item(make_agent: AgentFactory, store: Store, item: BatchItem, cancel: CancelToken | None = None) -> RunResult:
+    """Carry out one run with the sync driver, waiting here for another owner's lease; every end is a result."""
+    give_up: float | None = None
+    while True:
+        got = try_item(make_agent, store, item, cancel, give_up)
+        if not isinstance(got, Later):
+            return got
+        give_up = got.give_up
+        time.sleep(max(got.at - time.time(), 0.0))
 
 
 async def arun_item(
     make_agent: AgentFactory, store: Store, item: BatchItem, cancel: CancelToken | None = None
 ) -> RunResult:
-    """Carry out one run with the async driver; cancelling the task checkpoints the run and propagates."""
-    try:
-        agent = make_agent()
-        give_up = time.time() + _lease(store) + _MARGIN
-        while True:
-            try:
-                plan = prepare(agent, store, item, cancel)
-                break
-            except (RunLeasedError, RunExistsError) as exc:
-                await asyncio.sleep(_wait_for(exc, give_up))
-        return plan if isinstance(plan, RunResult) else await _aoutcome(plan)
-    except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
-        return error_result(item, exc)
+    """Carry out one run with the async driver, waiting here for another owner's lease; every end is a result."""
+    give_up: float | None = None
+    while True:
+        got = await atry_item(make_agent, store, item, cancel, give_up)
+        if not isinstance(got, Later):
+            return got
+        give_up = got.give_up
+        await asyncio.sleep(max(got.at - time.time(), 0.0))
+
+
+def _deadline(store: Store, give_up: float | None) -> float:
+    """When to stop waiting for a run's holder: ``give_up`` if given, else now plus the store's lease."""
+    return give_up if give_up is not None else time.time() + _lease(store) + _MARGIN
 
 
 def _lease(store: Store) -> float:
