@@ -116,9 +116,8 @@ class OutputSpec:
         if isinstance(output_type, dict):
             schema, name, self._parse = _from_json_schema(output_type)
         elif _is_pydantic_model(output_type):
-            adapter = output_type  # a model class validates JSON itself
             schema, name = output_type.model_json_schema(), output_type.__name__
-            self._parse = _pydantic_parser(adapter.model_validate_json)
+            self._parse = _pydantic_parser(output_type.model_validate_json)  # a model class validates JSON itself
         elif _is_record(output_type):
             pydantic = _require("pydantic")
             try:
@@ -134,7 +133,8 @@ class OutputSpec:
                 f"got {output_type!r}"
             )
             raise TypeError(msg)
-        description = str(schema.get("description", "")) if isinstance(schema.get("description"), str) else ""
+        description = schema.get("description")
+        description = description if isinstance(description, str) else ""
         self.request = OutputSchema(_schema_name(name), schema, description, _strict(schema))
 
     def retry_text(self, errors: Sequence[str]) -> str:
