@@ -15,7 +15,9 @@ import asyncio
 import functools
 import logging
 import os
+import statistics
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -128,11 +130,89 @@ def crashed_rerun(n: int, where: Path, in_flight: int, lease: float) -> tuple[fl
     return free_done, total, [reasons[index] for index in range(n)]
 
 
+def cpu_seconds(process: object) -> float:
+    """CPU seconds (user + system) of one ``psutil.Process``, with those of the children it reaped."""
+    times = process.cpu_times()  # type: ignore[attr-defined]
+    return float(times.user + times.system + times.children_user + times.children_system)
+
+
+class CpuMeter:
+    """CPU seconds of this process and every process under it (Ray's, its workers) while a batch runs.
+
+    Sampled every 50 ms by pid, so a worker that ends with the batch (Ray's
+    raylet does not account for the workers it reaps) counts up to its last
+    sample: at most 50 ms of its CPU goes uncounted.
+    """
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.first = self._sample()
+        self.last = dict(self.first)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> dict[int, float]:
+        me = self._psutil.Process()
+        seen = {}
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                seen[process.pid] = cpu_seconds(process)
+            except self._psutil.Error:  # ended between the listing and the look
+                continue
+        return seen
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            self.last.update(self._sample())
+
+    def stop(self) -> float:
+        """Stop sampling; CPU seconds used since the meter started."""
+        self._done.set()
+        self._thread.join()
+        self.last.update(self._sample())
+        return sum(used - self.first.get(pid, 0.0) for pid, used in self.last.items())
+
+
+def cpu_per_run(n: int, where: Path, name: str, repeat: int, **options: object) -> float:
+    """The median over ``repeat`` batches of CPU seconds per run of every process involved (one fresh store each)."""
+    figures = []
+    for attempt in range(repeat):
+        meter = CpuMeter()
+        _, reasons = timed_batch(n, where, f"{name}-cpu{attempt}", **options)
+        figures.append(meter.stop() / n)
+        assert set(reasons) == {"done"}, Counter(reasons)
+    return statistics.median(figures)
+
+
+def cpu_comparison(n: int, where: Path, in_flight: int, repeat: int) -> None:
+    """CPU per run on Ray (the actor pool, a local instance) against the local executor, same workload and runs at once.
+
+    Run within ``main``'s Ray instance (started by it, so its processes are
+    this one's children), after the throughput figures.
+    """
+    local = cpu_per_run(n, where, "local", repeat, executor="local", max_in_flight=in_flight)
+    on_ray = cpu_per_run(n, where, "ray", repeat, max_in_flight=in_flight)
+    ratio = on_ray / local
+    print(f"  CPU per run (median of {repeat}, all processes): local executor {local * 1000:.1f} ms, "
+          f"Ray {on_ray * 1000:.1f} ms: ratio {ratio:.2f} (target <= 1.3)")  # fmt: skip
+    try:
+        from benchmarks.targets import record
+    except ImportError:  # run from elsewhere than the repository's root
+        return
+    record("Ray CPU per run / local executor", ratio, 1.3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--kill-every", type=int, default=100)
     parser.add_argument("--in-flight", type=int, default=256, help="runs at once for the local executor and baseline")
+    parser.add_argument("--cpu-runs", type=int, default=1000, help="runs per batch of the CPU-per-run comparison")
+    parser.add_argument("--repeat", type=int, default=3, help="batches per executor of the CPU-per-run comparison")
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU-per-run comparison")
     args = parser.parse_args()
     import ray
 
@@ -140,6 +220,14 @@ def main() -> None:
     alone = asyncio.run(one_process(1, 1))
     print(f"batch benchmark: {n} runs x {TOOL_TURNS} tool turns, model latency {LATENCY * 1000:.0f} ms, "
           f"{os.cpu_count()} CPUs; one run alone takes {alone * 1000:.0f} ms")  # fmt: skip
+    if args.cpu_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+            try:
+                cpu_comparison(args.cpu_runs, Path(tmp), args.in_flight, args.repeat)
+            finally:
+                ray.shutdown()
+        return
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         base = asyncio.run(one_process(n, args.in_flight))
@@ -157,21 +245,22 @@ def main() -> None:
               f"all done in {total:.1f} s")  # fmt: skip
         ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         try:
+            cpu_comparison(args.cpu_runs, where, args.in_flight, args.repeat)
             cpus = int(ray.cluster_resources()["CPU"])
             for per_cpu in (4, 16):
                 slots = cpus * per_cpu
-                options = {"ray_options": {"num_cpus": 1 / per_cpu}, "max_in_flight": slots}
+                options = {"max_in_flight": slots}
                 on_ray, reasons = timed_batch(n, where, f"ray{per_cpu}", **options)
                 assert set(reasons) == {"done"}, Counter(reasons)
                 overhead = on_ray * slots / n - alone
-                print(f"  run_batch on Ray, {slots} tasks at once:        {on_ray:6.1f} s  {n / on_ray:7.1f} runs/s"
+                print(f"  run_batch on Ray, {slots} runs at once:          {on_ray:6.1f} s  {n / on_ray:7.1f} runs/s"
                       f"  (overhead {overhead * 1000:.0f} ms per run)")  # fmt: skip
             ledger = where / "calls.log"
             kills = len(range(0, n, args.kill_every))
             make = functools.partial(make_agent, str(ledger), args.kill_every)
             start = time.perf_counter()
             results = run_batch(make, questions(n), store=where / "kills.db", progress=False, lease=2.0,
-                                ray_options={"num_cpus": 1 / 4}, max_in_flight=cpus * 4)  # fmt: skip
+                                max_in_flight=cpus * 4)  # fmt: skip
             recovered = time.perf_counter() - start
             assert all(r.ok for r in results), Counter(r.reason for r in results)
             calls = Counter(ledger.read_text().splitlines())

@@ -7,7 +7,10 @@ stay flat: at 4,096 turns within ``MAX_GROWTH`` of the cost at 64.  The
 store's cost is the time spent checkpointing (``Journal.save``: building the
 entry and the database write), divided by the transitions; the engine's own
 cost per transition is measured on the same workload without a store, in
-the same rounds.  Figures are medians of rounds.
+the same rounds.  Figures are medians of rounds.  First, the store
+transactions of one run of 7 model calls and 6 tool calls for each
+``every`` (per transition, per call, per turn); ``every="call"`` must stay
+within calls + 2 (recorded with ``benchmarks.targets.record``).
 
 PostgreSQL runs on ``$FSM_AGENT_PG_DSN`` if set, else on a throwaway cluster
 started here (``tests/pg_cluster.py``: Debian's ``postgresql`` package); the
@@ -32,6 +35,7 @@ from typing import Any
 
 from benchmarks.bench_async import SleepyModel, registry
 from benchmarks.bench_engine import Script
+from benchmarks.targets import record
 from fsm_agent import Agent, PostgresStore, RunResult, SqliteStore
 from fsm_agent.persist.journal import Journal
 from fsm_agent.records import plain
@@ -135,6 +139,45 @@ async def _many(dsn: str, n: int) -> None:
     )
 
 
+TX_TURNS = 6
+"""Tool turns of the run whose store transactions are counted: 7 model calls and 6 tool calls."""
+
+
+def transactions_per_run(make_store: Callable[[str], Any]) -> dict[str, int]:
+    """Store transactions of one run of ``TX_TURNS`` tool turns, per ``every``: the plans the store ran.
+
+    Each plan is one transaction on both stores (SQLite: ``BEGIN`` ...
+    ``COMMIT``; PostgreSQL: a transaction, or one fenced statement in
+    autocommit), reads included; ``tests/test_store_transactions.py`` checks
+    the same figure against the databases' own commit counters.
+    """
+    counts = {}
+    for every in ("transition", "call", "turn"):
+        store = make_store(every)
+        ran = [0]
+        real = store._run
+
+        def run(plan: Any, *, _real: Any = real, _ran: list[int] = ran, **options: Any) -> Any:
+            _ran[0] += 1
+            return _real(plan, **options)
+
+        store._run = run
+        agent, _ = _agent(TX_TURNS)
+        agent.run("go", store=store, run_id=f"tx-{every}")
+        store.close()
+        counts[every] = ran[0]
+    return counts
+
+
+def report_transactions(name: str, make_store: Callable[[str], Any]) -> int:
+    """Print the store transactions of one run per ``every``; return the excess over calls for ``every="call"``."""
+    calls = (TX_TURNS + 1) + TX_TURNS
+    counts = transactions_per_run(make_store)
+    figures = ", ".join(f"every={every!r} {n}" for every, n in counts.items())
+    print(f"\n{name}: store transactions per run of {calls} calls ({TX_TURNS + 1} model, {TX_TURNS} tool): {figures}")
+    return counts["call"] - calls
+
+
 @contextmanager
 def postgres() -> Iterator[str | None]:
     """A PostgreSQL DSN: ``$FSM_AGENT_PG_DSN``, or a throwaway cluster; ``None`` if there is no PostgreSQL."""
@@ -162,12 +205,14 @@ def main() -> None:
     print(f"Python {sys.version.split()[0]}; every='transition' (a checkpoint after every transition)")
     with tempfile.TemporaryDirectory() as folder:
         files = iter(range(100))
+        excess = report_transactions("SqliteStore", lambda every: SqliteStore(Path(folder, f"tx-{every}.db"), every))
         report_scaling("SqliteStore", lambda: SqliteStore(Path(folder, f"bench{next(files)}.db")), rounds=5)
     with postgres() as dsn:
-        if dsn is None:
-            return
-        report_scaling("PostgresStore", lambda: PostgresStore(dsn), rounds=3)
-        asyncio.run(_many(dsn, CONCURRENT_RUNS))
+        if dsn is not None:
+            excess = max(excess, report_transactions("PostgresStore", lambda every: PostgresStore(dsn, every)))
+            report_scaling("PostgresStore", lambda: PostgresStore(dsn), rounds=3)
+            asyncio.run(_many(dsn, CONCURRENT_RUNS))
+    record("store transactions per run - (model calls + tool calls)", excess, 2, " tx")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,12 @@ def _questions(n: int) -> list[str]:
 
 @pytest.mark.usefixtures("cluster")
 def test_runs_whose_worker_is_killed_end_as_if_uninterrupted_and_no_completed_call_repeats(tmp_path: Path) -> None:
-    """50 runs, every tenth one's worker killed mid-tool-call: same results, each tool and model call made once."""
+    """50 runs, every tenth one's worker killed mid-tool-call: same results, each tool and model call made once.
+
+    One run per actor at once (two actors, ``max_in_flight=2``): a killed
+    actor had no other run in flight, whose call in flight would run again
+    (see ``test_batch_ray_pool`` for actors running several runs at once).
+    """
     questions = _questions(50)
     doomed = frozenset(f"{tag(q)}-1" for q in questions[::10])
     (tmp_path / "ref").mkdir()
@@ -58,7 +63,7 @@ def test_runs_whose_worker_is_killed_end_as_if_uninterrupted_and_no_completed_ca
     ledger = tmp_path / "ray"
     ledger.mkdir()
     make = factory(ledger, kill=doomed)
-    results = run_batch(make, questions, store=tmp_path / "runs.db", progress=False, lease=LEASE)
+    results = run_batch(make, questions, store=tmp_path / "runs.db", progress=False, lease=LEASE, max_in_flight=2)
     assert [r.evidence for r in results if not r.ok] == []
     assert results == reference
     assert len(list(ledger.glob("killed-*"))) == len(doomed)
@@ -149,7 +154,8 @@ def test_a_batch_on_ray_with_a_postgresql_store_survives_killed_workers(
     url = postgres_cluster.new_database(f"t_{uuid.uuid4().hex[:16]}")
     questions = _questions(10)
     doomed = frozenset(f"{tag(q)}-1" for q in questions[::5])
-    results = run_batch(factory(tmp_path, kill=doomed), questions, store=url, progress=False, lease=LEASE)
+    results = run_batch(factory(tmp_path, kill=doomed), questions, store=url, progress=False, lease=LEASE,
+                        max_in_flight=2)  # fmt: skip
     assert [r.evidence for r in results if not r.ok] == []
     assert [r.final for r in results] == [f"answer to {q}" for q in questions]
     assert len(list(tmp_path.glob("killed-*"))) == 2
@@ -170,18 +176,22 @@ def test_the_batch_command_starts_its_own_ray_unless_told_to_join_a_running_clus
     model = ["--model", "openai:gpt-4o-mini", "--base-url", f"{provider_server.url}/v1", "--max-retries", "0"]
     environment = {**os.environ, "RAY_ADDRESS": running}
 
-    def batch(name: str, *extra: str) -> str:
+    def batch(name: str, *extra: str) -> list[str]:
         argv = ["batch", str(tmp_path / "in.jsonl"), *model, "--store", str(tmp_path / f"{name}.db"), "--quiet"]
         done = subprocess.run([sys.executable, "-m", "fsm_agent", *argv, *extra], env=environment,
                               capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr
-        (said,) = [line for line in done.stderr.splitlines() if line.startswith("ray: ")]
-        return said
+        return [line for line in done.stderr.splitlines() if line.startswith("ray: ")]
 
-    alone = batch("alone")
+    # What it is about to do first (Ray takes seconds to start), then what it did, then the workers it starts.
+    starting, alone, workers = batch("alone")
+    assert starting == "ray: starting a local Ray instance ..."
     assert alone.startswith("ray: started a local Ray instance at ")
     assert running not in alone
-    assert batch("joined", "--ray", "auto").startswith(f"ray: joined the Ray cluster at {running} ")
+    assert workers.startswith("ray: starting 1 worker, ")  # one input: one actor
+    joining, joined, _ = batch("joined", "--ray", "auto")
+    assert joining.startswith("ray: joining the running Ray cluster")
+    assert joined.startswith(f"ray: joined the Ray cluster at {running} ")
     assert len(provider_server.bodies()) == 2
 
 

@@ -1,12 +1,17 @@
-"""The Ray executor: each run a Ray task, retried by Ray when its worker dies, resumed from the store when retried.
+"""The Ray executor: a pool of long-lived Ray actors, each running many runs at once on its event loop.
 
 Ray gives what a home-made pool would not: placement over a cluster,
-retries of tasks whose worker process or node was lost (``max_retries``),
-and cancellation.  The run's own durability comes from the store: the retry
-reads the last checkpoint, so completed model and tool calls are not made
-again.  A task never sleeps on another owner's lease (a dead worker's, a
-crashed driver's): it returns at once, and the run is submitted again
-once that lease has lapsed, while other runs use the slot.  ``ray`` is
+restarts of workers whose process or node was lost, and cancellation.  Each
+actor of the pool opens the store once (for PostgreSQL, one connection pool
+of at most ``runs_per_actor`` connections: see ``PoolWorker``) and drives its
+runs with the async driver, as the local executor does in one process, so a
+run costs about what it costs there instead of a Ray task, a worker hop and
+a store opened per task.  The run's own durability comes from the store: a
+run whose actor died is submitted again (up to ``max_retries`` times) to
+the restarted actor, which reads the last checkpoint, so completed model and
+tool calls are not made again.  A run never sleeps on another owner's lease
+(a dead worker's, a crashed driver's): it returns at once, and is submitted
+again once that lease has lapsed, while other runs use the slot.  ``ray`` is
 imported only here, and only when a batch asks for it.
 """
 
@@ -14,12 +19,13 @@ from __future__ import annotations
 
 import heapq
 import logging
-import threading
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from fsm_agent.batch.items import BatchItem
+from fsm_agent.batch.ray_pool import PoolWorker, Switch, ray_module
 from fsm_agent.batch.worker import (
     AgentFactory,
     Later,
@@ -27,15 +33,16 @@ from fsm_agent.batch.worker import (
     failed_result,
     is_sqlite,
     open_store,
-    store_at,
     stored_result,
-    try_item,
 )
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.records import RunResult
 
 RUNS_PER_CPU = 4
-"""Runs per CPU: a run mostly waits on its model, so each task asks Ray for a quarter of a CPU."""
+"""Runs per CPU when ``max_in_flight`` is not given: a run mostly waits on its model."""
+
+ACTOR_CPUS = 1.0
+"""CPUs each actor of the pool asks Ray for, unless ``ray_options`` says ``num_cpus``: one core runs its event loop."""
 
 _POLL = 0.2
 """Seconds between looks at the cancel token while every run in flight is still working."""
@@ -43,22 +50,11 @@ _POLL = 0.2
 GRACE = 10.0
 """Seconds the runs in flight get, once the batch is cancelled, to reach their next check and stop there."""
 
-_LISTEN = 1.0
-"""Seconds between a task's looks at its batch's switch: how soon a run in flight hears of a cancel."""
 
 _DRAIN = 10.0
 """Seconds to wait, after cancelling tasks outright, for them to end (each has its last checkpoint already)."""
 
 Finished = tuple[BatchItem, RunResult]
-
-
-def _ray() -> Any:
-    try:
-        import ray  # optional: only a batch on Ray needs it
-    except ImportError as exc:
-        msg = "executor='ray' needs Ray: pip install 'fsm-agent[ray]' (or use executor='local')"
-        raise ImportError(msg) from exc
-    return ray
 
 
 def connect(address: str | None) -> bool:
@@ -72,7 +68,7 @@ def connect(address: str | None) -> bool:
     (``ray.init`` called by the user, or by a test session) is used as it
     is and left running.
     """
-    ray = _ray()
+    ray = ray_module()
     if ray.is_initialized():
         return False
     options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
@@ -83,9 +79,23 @@ def connect(address: str | None) -> bool:
     return True
 
 
+def connected() -> bool:
+    """Whether this process is connected to Ray already (``ray.init`` called by the user, a test session, the CLI)."""
+    return bool(ray_module().is_initialized())
+
+
+def connecting(address: str | None) -> str:
+    """What ``connect(address)`` is about to do, in words, for the line shown before it (it takes seconds)."""
+    if address is None or address == "local":
+        return "ray: starting a local Ray instance ..."
+    if address == "auto":
+        return "ray: joining the running Ray cluster (RAY_ADDRESS, else the last `ray start`) ..."
+    return f"ray: joining the Ray cluster at {address} ..."
+
+
 def describe(address: str | None, started: bool) -> str:
     """Which Ray the batch runs on, in words: the instance started for it or the cluster joined, and its CPUs."""
-    ray = _ray()
+    ray = ray_module()
     try:
         where = ray.get_runtime_context().gcs_address
     except Exception:  # noqa: BLE001 - a client connection (ray://) may not know it: the address given says where
@@ -100,14 +110,14 @@ def describe(address: str | None, started: bool) -> str:
 
 def disconnect() -> None:
     """Stop the Ray instance ``connect`` started."""
-    _ray().shutdown()
+    ray_module().shutdown()
 
 
 def check_store_reach(spec: str, address: str | None) -> None:
     """Refuse a SQLite store on a cluster of several machines: the other machines cannot reach the file."""
     if not is_sqlite(spec):
         return
-    ray = _ray()
+    ray = ray_module()
     if address is not None and address.startswith("ray://"):
         msg = (
             f"store {spec!r} is a SQLite file, which workers on a Ray cluster reached through {address} cannot "
@@ -126,62 +136,8 @@ def check_store_reach(spec: str, address: str | None) -> None:
 
 def default_in_flight() -> int:
     """The cluster's CPUs times ``RUNS_PER_CPU``: as many runs as the cluster will place at once."""
-    cpus = _ray().cluster_resources().get("CPU", 1)
+    cpus = ray_module().cluster_resources().get("CPU", 1)
     return max(int(cpus * RUNS_PER_CPU), 1)
-
-
-class Switch:
-    """One per batch, as a Ray actor: set once to stop the batch; every task of the batch listens to it."""
-
-    def __init__(self) -> None:
-        self.why: str | None = None
-
-    def cancel(self, why: str) -> None:
-        """Stop the batch: each run in flight stops at its next check."""
-        self.why = why
-
-    def state(self) -> str | None:
-        """Why the batch was stopped, or ``None`` while it goes on."""
-        return self.why
-
-
-def run_task(
-    make_agent: AgentFactory,
-    spec: str,
-    lease: float,
-    item: BatchItem,
-    switch: Any,
-    give_up: float | None = None,
-) -> RunResult | Later:
-    """The body of one Ray task: the store opened once per worker process, the run stopped by the batch's switch.
-
-    A run told to stop this way ends ``Failed``/``cancelled`` at its next
-    check, checkpointed and with its lease given up, so the next pass over
-    the batch resumes it at once.  A run another owner holds is ``Later``
-    at once: the driver submits it again when that lease lapses.
-    """
-    ray = _ray()
-    try:
-        store = store_at(spec, lease)
-    except Exception as exc:  # noqa: BLE001 - a store this worker cannot open is this run's result, not a crash
-        return error_result(item, exc)
-    token, finished = CancelToken(), threading.Event()
-
-    def listen() -> None:
-        while not finished.wait(_LISTEN):
-            try:
-                why = ray.get(switch.state.remote())
-            except ray.exceptions.RayError:
-                return  # the batch is over (its switch is gone): nothing left to listen for
-            if why is not None:
-                token.cancel(why)
-                return
-
-    threading.Thread(target=listen, name="fsm_agent-batch-switch", daemon=True).start()
-    try:
-        return try_item(make_agent, store, item, token, give_up)
-    finally:
-        finished.set()
 
 
 _remotes: dict[str, Any] = {}
@@ -191,8 +147,14 @@ def _remote(name: str, what: Any) -> Any:
     """``ray.remote(what)``, built once per process: Ray exports a function or class to the workers once."""
     made = _remotes.get(name)
     if made is None:
-        made = _remotes[name] = _ray().remote(what)
+        made = _remotes[name] = ray_module().remote(what)
     return made
+
+
+def pool_size(max_in_flight: int, runs: int) -> int:
+    """Actors in a batch's pool: one per CPU of the cluster, no more than runs to share out."""
+    cpus = int(ray_module().cluster_resources().get("CPU", 1))
+    return max(min(cpus, max_in_flight, runs), 1)
 
 
 def iter_ray(
@@ -206,43 +168,79 @@ def iter_ray(
     ray_options: Mapping[str, Any],
     lease: float,
     on_start: Callable[[BatchItem], None] | None = None,
+    on_worker: Callable[[BatchItem, int], None] | None = None,
+    actors: int | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> Iterator[Finished]:
-    """Yield ``(item, result)`` as tasks finish, keeping at most ``max_in_flight`` tasks submitted.
+    """Yield ``(item, result)`` as runs finish, keeping at most ``max_in_flight`` runs submitted to the pool.
 
-    On ``cancel`` (or leaving the loop, or Ctrl-C), no new task is submitted
+    The pool is ``actors`` actors (default ``pool_size``), each with up to
+    ``ceil(max_in_flight / actors)`` runs at once; a run goes to the actor
+    with the fewest.  ``ray_options`` go to each actor's ``.options()``.  An
+    actor that dies is restarted by Ray; the runs it had in flight are
+    submitted again, each up to ``max_retries`` times, and resume from their
+    checkpoints (once the dead actor's leases have lapsed).
+    ``on_worker(item, pid)`` is told which process ran each attempt;
+    ``on_status`` a line saying how many workers start.
+
+    On ``cancel`` (or leaving the loop, or Ctrl-C), no new run is submitted
     and each run in flight is told to stop at its next check; one still
-    busy after ``GRACE`` seconds has its task cancelled, stays at its last
+    busy after ``GRACE`` seconds has its call cancelled, stays at its last
     checkpoint and is reported ``cancelled`` with that snapshot.  The next
     pass over the batch resumes them all.
     """
-    ray = _ray()
-    options = {"num_cpus": 1 / RUNS_PER_CPU, **ray_options, "max_retries": max_retries, "retry_exceptions": False}
-    task = _remote("task", run_task).options(**options)
+    ray = ray_module()
+    size = actors or pool_size(max_in_flight, len(items))
+    runs = math.ceil(max_in_flight / size)
+    options = {
+        "num_cpus": ACTOR_CPUS,
+        **ray_options,
+        "max_restarts": -1,  # each run's retries are counted here: a dead actor comes back for the others
+        "max_task_retries": 0,
+        "max_concurrency": runs + 2,
+    }
+    if on_status is not None:
+        on_status(
+            f"ray: starting {size} worker{'' if size == 1 else 's'}, {runs} run{'' if runs == 1 else 's'} at once each"
+        )
     switch = _remote("switch", Switch).options(num_cpus=0).remote()
-    factory = ray.put(make_agent)
-    pending: dict[Any, BatchItem] = {}
+    pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, switch)
+            for _ in range(size)]  # fmt: skip
+    load = [0] * size
+    pending: dict[Any, tuple[BatchItem, int]] = {}
+    deaths: dict[int, int] = {}
     waiting = iter(items)
     # Runs another owner holds, put back until their leases lapse: (retry at, index, item, give up).
     later: list[tuple[float, int, BatchItem, float]] = []
+    # Runs whose actor died, to submit again at once.
+    again: list[BatchItem] = []
     why = ""
     stopped_at, forced = 0.0, False
 
+    def send(item: BatchItem, give_up: float | None) -> None:
+        slot = min(range(size), key=load.__getitem__)
+        load[slot] += 1
+        pending[pool[slot].run.remote(item, give_up)] = (item, slot)
+
     def submit() -> None:
         while len(pending) < max_in_flight:
+            if again:
+                send(again.pop(), None)
+                continue
             if later and later[0][0] <= time.time():
-                _, _, again, give_up = heapq.heappop(later)  # due again: no on_start, it was counted once
-                pending[task.remote(factory, spec, lease, again, switch, give_up)] = again
+                _, _, due, give_up = heapq.heappop(later)  # due again: no on_start, it was counted once
+                send(due, give_up)
                 continue
             item = next(waiting, None)
             if item is None:
                 return
             if on_start is not None:
                 on_start(item)
-            pending[task.remote(factory, spec, lease, item, switch)] = item
+            send(item, None)
 
     try:
         submit()
-        while pending or later:
+        while pending or later or again:
             if cancel is not None and cancel.cancelled and not why:
                 why = cancel.why or "cancelled"
                 switch.cancel.remote(why)
@@ -251,22 +249,34 @@ def iter_ray(
                 forced = True
                 for ref in pending:
                     ray.cancel(ref)
-            if why and later:
+            if why and (later or again):
                 for _, _, item, _ in sorted(later):
                     yield item, failed_result(item, "cancelled", why=why, leased=True)
+                for item in again:
+                    yield _checkpoint(item, spec, why)
                 later.clear()
+                again.clear()
             if pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL)
                 if ready:
                     ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
             else:
                 ready = []
-                if later:  # only runs waiting on another owner's lease: wait for the first to lapse
+                if later and not again:  # only runs waiting on another owner's lease: wait for the first to lapse
                     time.sleep(min(_POLL, max(later[0][0] - time.time(), 0.0)))
             for ref in ready:
-                item = pending.pop(ref)
-                got = _collect(ray, ref, item, spec, why)
-                if isinstance(got, Later):
+                item, slot = pending.pop(ref)
+                load[slot] -= 1
+                got = _collect(ray, ref, item, spec, why, on_worker)
+                if got is None:  # its actor died: again, unless that was its last retry
+                    deaths[item.index] = deaths.get(item.index, 0) + 1
+                    if why:
+                        yield _checkpoint(item, spec, why)
+                    elif deaths[item.index] > max_retries:
+                        yield item, error_result(item, RuntimeError(f"its worker died {deaths[item.index]} times"))
+                    else:
+                        again.append(item)
+                elif isinstance(got, Later):
                     if why:
                         yield item, failed_result(item, "cancelled", why=why, leased=True)
                     else:  # leased elsewhere: the slot goes to the next run, this one comes back when the lease lapses
@@ -284,30 +294,38 @@ def iter_ray(
             for ref in late:
                 ray.cancel(ref)
             ray.wait(late, num_returns=len(late), timeout=_DRAIN)
-        ray.kill(switch)
+        ray.wait([worker.close.remote() for worker in pool], num_returns=len(pool), timeout=_DRAIN)
+        for worker in [*pool, switch]:
+            ray.kill(worker)
 
 
-def _collect(ray: Any, ref: Any, item: BatchItem, spec: str, why: str) -> RunResult | Later:
-    """The task's result (or ``Later``); a cancelled task becomes its stored checkpoint, a lost one an ``error``."""
+def _collect(
+    ray: Any, ref: Any, item: BatchItem, spec: str, why: str, on_worker: Callable[[BatchItem, int], None] | None
+) -> RunResult | Later | None:
+    """The attempt's result (or ``Later``); ``None`` if its actor died; a cancelled one its stored checkpoint."""
     try:
-        result: RunResult | Later = ray.get(ref)
+        result, pid = ray.get(ref)
     except ray.exceptions.TaskCancelledError:
-        return _checkpoint(item, spec, why)
-    except ray.exceptions.RayError as exc:
-        # Retries exhausted (the worker kept dying) or Ray itself failed: the run's result says so.
+        return _checkpoint(item, spec, why)[1]
+    except ray.exceptions.RayActorError:
+        return None
+    except ray.exceptions.RayError as exc:  # Ray itself failed: the run's result says so
         return error_result(item, exc)
-    return result
+    if on_worker is not None:
+        on_worker(item, pid)
+    got: RunResult | Later = result
+    return got
 
 
-def _checkpoint(item: BatchItem, spec: str, why: str) -> RunResult:
-    """A cancelled task's run as its last checkpoint says, with reason ``cancelled``."""
+def _checkpoint(item: BatchItem, spec: str, why: str) -> Finished:
+    """A cancelled attempt's run as its last checkpoint says, with reason ``cancelled``."""
     store = open_store(spec)
     try:
         data = store.load(item.run_id)
     except KeyError:
-        return failed_result(item, "cancelled", why=why, started=False)
+        return item, failed_result(item, "cancelled", why=why, started=False)
     finally:
         close = getattr(store, "close", None)
         if close is not None:
             close()
-    return stored_result(data, "cancelled", why=why, state=data["state"])
+    return item, stored_result(data, "cancelled", why=why, state=data["state"])

@@ -103,6 +103,13 @@ class Bar:
         )
         self._bar.set_description_str(tally.line(), refresh=False)
 
+    def say(self, text: str) -> None:
+        """Print a line above the bar (what the batch is doing while it starts), leaving the bar drawn below it."""
+        if self._bar is None:
+            print(text, file=self._stream, flush=True)
+        else:
+            self._bar.write(text, file=self._stream)
+
     def update(self, result: RunResult) -> None:
         """Count one finished run and redraw (at most a few times a second)."""
         self.tally.finish(result)

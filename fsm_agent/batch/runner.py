@@ -38,13 +38,16 @@ def iter_batch(
     ray_options: Mapping[str, Any] | None = None,
     lease: float = DEFAULT_LEASE,
     on_start: Callable[[BatchItem], None] | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> Generator[Finished, None, None]:
     """Yield ``(item, result)`` for every input as its run ends, in the order they end (see ``run_batch``).
 
     ``item`` says which input it was (``index``, ``input``, ``run_id``), so a
     caller can write results as they come.  Leaving the loop early (or
     Ctrl-C) cancels the runs in flight; each keeps its last checkpoint.
-    ``on_start`` is called with each item as its run is handed to a worker.
+    ``on_start`` is called with each item as its run is handed to a worker;
+    ``on_status`` with a line saying what the batch does while it sets up
+    (starting or joining Ray, starting its workers), before the first run.
     """
     items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
     return _iter(
@@ -59,6 +62,7 @@ def iter_batch(
         ray_options,
         lease,
         on_start,
+        on_status,
     )
 
 
@@ -74,6 +78,7 @@ def _iter(
     ray_options: Mapping[str, Any] | None,
     lease: float,
     on_start: Callable[[BatchItem], None] | None,
+    on_status: Callable[[str], None] | None = None,
 ) -> Generator[Finished, None, None]:
     if not items:
         return  # nothing to run: no store to open, no Ray instance to start
@@ -93,9 +98,14 @@ def _iter(
     # Opened here first: a store that cannot be used fails the batch before any run, and a new SQLite file
     # gets its tables now rather than from many workers at once.
     _close(open_store(spec, lease))
+    say = on_status or (lambda _: None)
+    if not on_ray.connected():
+        say(on_ray.connecting(ray_address))
     started = on_ray.connect(ray_address)
     try:
         on_ray.check_store_reach(spec, ray_address)
+        if started:
+            say(f"ray: {on_ray.describe(ray_address, started)}")
         yield from on_ray.iter_ray(
             make_agent,
             spec,
@@ -106,6 +116,7 @@ def _iter(
             ray_options=ray_options or {},
             lease=lease,
             on_start=on_start,
+            on_status=on_status,
         )
     finally:
         if started:
@@ -136,8 +147,11 @@ def run_batch(
     resumes the others.  ``store`` is a SQLite file path, a store URL, or
     (``executor="local"`` only, or a ``SqliteStore``) a store object.
 
-    ``executor="ray"`` makes each run a Ray task, retried up to
-    ``max_retries`` times when its worker dies, on the Ray this process is
+    ``executor="ray"`` runs them on a pool of long-lived Ray actors, one
+    per CPU of the cluster, each opening the store once (PostgreSQL: a pool
+    of at most ``ceil(max_in_flight / actors)`` connections) and running
+    its share of the runs at once on the async driver; a run whose actor
+    dies is submitted again, up to ``max_retries`` times, on the Ray this process is
     connected to, else on ``ray_address``: ``None`` starts a local Ray
     instance for the batch (even if a cluster is running), ``"auto"`` joins
     the running cluster (``RAY_ADDRESS``, else the last ``ray start``),
@@ -146,8 +160,9 @@ def run_batch(
     ``max_in_flight`` bounds the runs at once (Ray: the cluster's CPUs x 4;
     local: 64).  ``cancel`` stops the batch: runs in flight stop at their
     next check, runs not begun end ``cancelled`` without starting.
-    ``progress`` draws a bar on stderr (or on the stream given).
-    ``ray_options`` go to each task's ``.options()`` (``num_cpus``, ...).
+    ``progress`` draws a bar on stderr (or on the stream given), after a
+    line saying how Ray starts (a local instance, or the cluster joined).
+    ``ray_options`` go to each actor's ``.options()`` (``num_cpus``, default 1, ...).
     ``lease`` is how long a worker's hold on a run outlives its last
     transition: a retry waits that long at most for a dead worker's run.
     A run another owner holds (a dead worker's, a crashed driver's) waits
@@ -171,6 +186,7 @@ def run_batch(
             ray_options,
             lease,
             tally.start,
+            None if bar is None else bar.say,
         )
         for item, result in finished:
             results[item.index] = result

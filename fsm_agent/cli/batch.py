@@ -205,6 +205,7 @@ def main(args: argparse.Namespace) -> int:
             max_retries=args.task_retries,
             max_in_flight=args.max_in_flight,
             on_start=tally.start,
+            on_status=_status(bar, err),
         )
         with contextlib.closing(results):
             for item, result in results:
@@ -240,6 +241,8 @@ def _join_ray(address: str | None, err: IO[str]) -> bool:
     """
     from fsm_agent.batch import on_ray  # Ray is imported only by a batch on Ray
 
+    if not on_ray.connected():
+        print(on_ray.connecting(address), file=err, flush=True)  # before the seconds Ray takes to start or join
     try:
         started = on_ray.connect(address)
         said = on_ray.describe(address, started)
@@ -248,6 +251,13 @@ def _join_ray(address: str | None, err: IO[str]) -> bool:
         raise SetupError(msg.strip().splitlines()[0]) from None
     print(f"ray: {said}", file=err, flush=True)
     return started
+
+
+def _status(bar: Bar | None, err: IO[str]) -> Callable[[str], None]:
+    """Where the batch's set-up lines go (the workers it starts): above the bar, else on ``err``."""
+    if bar is not None:
+        return bar.say
+    return lambda text: print(text, file=err, flush=True)
 
 
 def _leave_ray() -> None:

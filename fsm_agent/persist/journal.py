@@ -63,6 +63,8 @@ class Journal:
         # A store with only wants/save/load gets whole snapshots and no leases, as before journals existed.
         self.full = callable(getattr(store, "append", None))
         self.lease = float(getattr(store, "lease", DEFAULT_LEASE))
+        self.before_calls = getattr(store, "every", None) == "call"  # store.EVERY: a write before each call
+        self.pending = False  # every="call": transitions taken since the last write, for the write before a call
         self.seq = 0
         # The last write gave the lease up (the run paused): before it goes on, it must take the run back.
         self.released = False
@@ -96,8 +98,9 @@ class Journal:
         kept = {**small, **{k: copy.deepcopy(small[k]) for k in _BY_REFERENCE if small.get(k)}}
         return marks, tuple(items[-1] if items else None for items in lists), kept
 
-    def _written(self, seq: int, released: bool = False) -> None:
+    def _written(self, seq: int, released: bool = False, *, wrote: bool = True) -> None:
         """The planned write succeeded: only now does the next entry start after it (a failed write is redone)."""
+        self.pending = self.pending and not wrote  # a renewal (``wrote=False``) writes no transition
         if self._next is not None:
             self._marks, self._tails, self._small = self._next
             self._next = None
@@ -119,7 +122,7 @@ class Journal:
         """The entry to append now, a whole snapshot, a lease renewal, or nothing (``force``: a versioned write)."""
         release = paused or run.state in TERMINAL
         if not self.full:
-            return self._whole(run, paused) if self.store.wants(run.state, paused) else None
+            return self._whole(run, paused) if force or self.store.wants(run.state, paused) else None
         if not (force or release or self.store.wants(run.state, paused)):
             return _RENEW if time.monotonic() >= self._renew_at else None
         lists: tuple[Sequence[object], ...] = (run.messages, run.steps, run.trace)
@@ -161,8 +164,8 @@ class Journal:
         self._laid(run, whole, seq, released)
 
     def due(self) -> bool:
-        """Whether ``hold`` must write before the next call: the run was let go of, or the lease is a third gone."""
-        return self.released or (self.full and time.monotonic() >= self._renew_at)
+        """Whether ``hold`` must write: the run was let go of, has ``pending`` transitions, or its lease is 1/3 gone."""
+        return self.released or self.pending or (self.full and time.monotonic() >= self._renew_at)
 
     def hold(self, run: Run) -> None:
         """Make sure this object still owns its run before a call is made (call it when ``due()``).
@@ -170,19 +173,21 @@ class Journal:
         A run the last write let go of (it paused) is taken back with an
         entry fenced by the version this object last wrote, carrying the
         decisions given since, so they are stored before the calls they allow
-        are made.  A lease a third gone is renewed, fenced the same way, so a
-        call starts with two thirds of a lease ahead and never on a run
-        another owner took over meanwhile: if anyone decided, resumed or saved
-        the run since, it is a ``StaleRunError`` and no call is made.
+        are made; so are (``every="call"``) the transitions since the last
+        write, the last call's outcome with them.  Else a lease a third gone is
+        renewed, fenced alike, so a call starts with two thirds of a lease
+        ahead and never on a run another owner took over meanwhile (a
+        ``StaleRunError`` if anyone decided, resumed or saved it since).
         """
-        self._write(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
+        self._write(self._plan(run, False, force=True) if self.released or self.pending else _RENEW, run, False)
 
     async def ahold(self, run: Run) -> None:
         """``hold``, awaited."""
-        await self._awrite(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
+        await self._awrite(self._plan(run, False, force=True) if self.released or self.pending else _RENEW, run, False)
 
     def save(self, run: Run, paused: bool) -> None:
-        """Checkpoint the transition just taken, if the store wants it; else renew the lease when it is due."""
+        """Checkpoint the transition just taken if the store wants it (else it is ``pending``), or renew a due lease."""
+        self.pending = self.before_calls
         action = self._plan(run, paused)
         if action is not None:
             self._write(action, run, paused)
@@ -195,7 +200,7 @@ class Journal:
             self._written(action.seq, action.release)
         elif action is _RENEW:
             store.renew(self.run_id, owner=self.owner, seq=self.seq)
-            self._written(self.seq)
+            self._written(self.seq, wrote=False)
         elif self.full:
             whole = cast("dict[str, Any]", action)
             released = paused or run.state in TERMINAL
@@ -344,6 +349,7 @@ class Journal:
 
     async def asave(self, run: Run, paused: bool) -> None:
         """``save``, awaited: a checkpoint never blocks the event loop."""
+        self.pending = self.before_calls
         action = self._plan(run, paused)
         if action is not None:
             await self._awrite(action, run, paused)
@@ -355,7 +361,7 @@ class Journal:
             self._written(action.seq, action.release)
         elif action is _RENEW:
             await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=self.seq)
-            self._written(self.seq)
+            self._written(self.seq, wrote=False)
         elif self.full:
             whole = cast("dict[str, Any]", action)
             released = paused or run.state in TERMINAL

@@ -72,7 +72,11 @@ class PlannedStore(ABC):
     # --- the protocol --------------------------------------------------------------------------------------
 
     def wants(self, state: State, paused: bool) -> bool:
-        """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
+        """Whether a transition is written as it is taken, by ``every`` (``store.EVERY``): each, or only some.
+
+        ``every="call"`` writes here only at the end and when paused; the
+        driver writes the transitions since the last write before each call.
+        """
         return wants(self.every, state, paused)
 
     def save(self, run_id: str, snapshot: dict[str, Any]) -> int:

@@ -2,9 +2,11 @@
 
 Each write is its own transaction under SQLite's write lock, so several
 processes may share one file; a process killed mid-run loses at most the
-transition in flight.  The schema is versioned with ``PRAGMA user_version``
-and migrated on open: a file written by the first ``SqliteStore`` (one whole
-snapshot per run, version 1) opens and loads as it was.  The methods are
+transition in flight (``every="call"``: the transitions since the last call
+began, which a resume takes again, making only the call in flight again).
+The schema is versioned with ``PRAGMA user_version`` and migrated on open:
+a file written by the first ``SqliteStore`` (one whole snapshot per run,
+version 1) opens and loads as it was.  The methods are
 ``PlannedStore``'s (``persist/planned.py``); the async ones run the same
 plans in a worker thread.
 """
@@ -55,8 +57,15 @@ class SqliteStore(PlannedStore):
     """An embedded checkpoint store in one SQLite file (WAL mode, safe across threads and processes).
 
     ``every="transition"`` (default) checkpoints after every transition;
-    ``every="turn"`` only when a run is about to call the model, has finished,
-    or is paused.  ``lease`` (default 12 s, ``DEFAULT_LEASE``) is how many
+    ``every="call"`` writes the transitions between two external calls
+    together, in one transaction, right before the next model or tool call
+    (that write also holds the lease for the call), and when the run finishes
+    or pauses: at most model calls + tool calls + 2 transactions a run, with
+    the same exactly-once and resume guarantees (``store.EVERY`` says what
+    differs); ``every="turn"`` only when a run is about to call the model,
+    has finished, or is paused.  The default stays ``"transition"``, so a
+    stored run reads, at every transition, as the run object (what the
+    viewer follows live and earlier releases promised).  ``lease`` (default 12 s, ``DEFAULT_LEASE``) is how many
     seconds a run stays owned by the process advancing it without a renewal;
     the owner renews it at checkpoints and, while a call is in flight, every
     third of a lease, so a run whose owner died is free within ``lease``
@@ -65,7 +74,11 @@ class SqliteStore(PlannedStore):
     """
 
     def __init__(
-        self, path: str | Path, every: Literal["transition", "turn"] = "transition", *, lease: float = DEFAULT_LEASE
+        self,
+        path: str | Path,
+        every: Literal["transition", "call", "turn"] = "transition",
+        *,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         self.every = check_every(every)
         self.lease = check_lease(lease)

@@ -198,17 +198,49 @@ def check_lease(lease: float) -> float:
     return float(lease)
 
 
+EVERY = ("transition", "call", "turn")
+"""When a store's runs are written (``every=``), from the most writes to the fewest.
+
+``"transition"`` (the default): one write per transition, so the stored run is
+the run object at every transition (what a viewer following a run live shows,
+and what a process killed between two transitions resumes from).
+
+``"call"``: one write per I/O boundary.  The transitions between two external
+calls are written together, in one transaction, right before the next model or
+tool call (the same fenced write that holds the run's lease for that call), and
+when the run finishes or pauses; a run of M model calls and T tool calls costs
+at most M + T + 2 store transactions (its creation, one before each call, its
+end) instead of one per transition.  Exactly-once is the same: the outcome of
+every call (the tool results of a parallel batch included) is durable before
+the next call is made, and a process killed anywhere resumes from the last
+write to the same result, running again only the call whose outcome was not
+yet written (as with ``"transition"``, where that is the call in flight).
+What differs: between two calls the stored run lags the run object, and
+observers hear of transitions before they are stored.
+
+``"turn"``: before each model call, at the end and when paused; a tool call's
+outcome may be written only after later tool calls of its turn ran, so a crash
+in between runs them again."""
+
+
 def check_every(every: str) -> str:
-    """``"transition"`` or ``"turn"``."""
-    if every not in ("transition", "turn"):
-        msg = f"every must be 'transition' or 'turn', got {every!r}"
+    """``"transition"``, ``"call"`` or ``"turn"`` (see ``EVERY``)."""
+    if every not in EVERY:
+        msg = f"every must be 'transition', 'call' or 'turn', got {every!r}"
         raise ValueError(msg)
     return every
 
 
 def wants(every: str, state: State, paused: bool) -> bool:
-    """Every transition, or (``every="turn"``) before a model call, at the end and when paused."""
-    return every == "transition" or paused or state is State.AwaitModel or state in TERMINAL
+    """Whether the transition into ``state`` is written as it is taken (see ``EVERY``).
+
+    Every transition; or (``every="call"``) at the end and when paused, the
+    rest being written with the write before the next call (``Journal.hold``);
+    or (``every="turn"``) before a model call, at the end and when paused.
+    """
+    if every == "transition" or paused or state in TERMINAL:
+        return True
+    return every == "turn" and state is State.AwaitModel
 
 
 def epoch(moment: float | datetime | None) -> float | None:
