@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import functools
 import logging
+import math
 import os
 import statistics
 import tempfile
@@ -265,9 +266,10 @@ def main() -> None:
             assert all(r.ok for r in results), Counter(r.reason for r in results)
             calls = Counter(ledger.read_text().splitlines())
             repeated = sum(c - 1 for c in calls.values())
+            per_actor = math.ceil(cpus * 4 / max(cpus, 1))  # runs at once on one actor of the pool
             print(f"  recovery on Ray, a worker killed every {args.kill_every} runs ({kills} kills): "
                   f"{recovered:6.1f} s, {repeated} tool calls repeated of {sum(calls.values())} "
-                  f"(at most {kills}: one in flight per kill)")  # fmt: skip
+                  f"(at most {kills * per_actor}: one in flight per run of the killed actor)")  # fmt: skip
         finally:
             ray.shutdown()
 

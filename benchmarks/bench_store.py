@@ -212,7 +212,7 @@ def main() -> None:
             excess = max(excess, report_transactions("PostgresStore", lambda every: PostgresStore(dsn, every)))
             report_scaling("PostgresStore", lambda: PostgresStore(dsn), rounds=3)
             asyncio.run(_many(dsn, CONCURRENT_RUNS))
-    record("store transactions per run - (model calls + tool calls)", excess, 2, " tx")
+    record("store transactions per run, every='call', - (model + tool calls)", excess, 2, " tx")
 
 
 if __name__ == "__main__":
