@@ -12,7 +12,7 @@ help:  ## list the targets
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fsm_agent needs Python 3.11+, found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic,gemini,postgres,mcp,otel,output,ui,ray]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic,gemini,postgres,mcp,otel,output,ui,ray,docs]'
 	@touch $(STAMP)
 
 demo: $(STAMP)  ## run the scripted demonstration of every stop path; pictures in diagrams/runs/
