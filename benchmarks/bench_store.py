@@ -202,15 +202,17 @@ def postgres() -> Iterator[str | None]:
 
 def main() -> None:
     """Print the scaling tables for both stores and the concurrency figure."""
-    print(f"Python {sys.version.split()[0]}; every='transition' (a checkpoint after every transition)")
+    print(f"Python {sys.version.split()[0]}; scaling with every='transition' (a checkpoint after every transition),")
+    print("the concurrent runs with the default every='call' (a checkpoint per call)")
     with tempfile.TemporaryDirectory() as folder:
         files = iter(range(100))
         excess = report_transactions("SqliteStore", lambda every: SqliteStore(Path(folder, f"tx-{every}.db"), every))
-        report_scaling("SqliteStore", lambda: SqliteStore(Path(folder, f"bench{next(files)}.db")), rounds=5)
+        each = "transition"
+        report_scaling("SqliteStore", lambda: SqliteStore(Path(folder, f"bench{next(files)}.db"), each), rounds=5)
     with postgres() as dsn:
         if dsn is not None:
             excess = max(excess, report_transactions("PostgresStore", lambda every: PostgresStore(dsn, every)))
-            report_scaling("PostgresStore", lambda: PostgresStore(dsn), rounds=3)
+            report_scaling("PostgresStore", lambda: PostgresStore(dsn, "transition"), rounds=3)
             asyncio.run(_many(dsn, CONCURRENT_RUNS))
     record("store transactions per run, every='call', - (model + tool calls)", excess, 2, " tx")
 

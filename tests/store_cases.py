@@ -75,10 +75,10 @@ def as_json(snapshot: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(snapshot))  # type: ignore[no-any-return]
 
 
-def dying_store(target: str, lease: float, kill_at: int) -> Any:
+def dying_store(target: str, lease: float, kill_at: int, every: str = "call") -> Any:
     """A store at ``target`` whose process dies (``os._exit(9)``: no cleanup, no lease let go) right after its
     ``kill_at``-th checkpoint."""
-    store: Any = open_store(target, lease=lease)
+    store: Any = open_store(target, lease=lease, every=every)
     real_append = store.append
     written = [0]
 

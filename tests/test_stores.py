@@ -43,8 +43,8 @@ def opened(store_target: str, stores: list[Store]) -> Any:
 
 
 def test_after_every_transition_the_store_loads_exactly_the_run_s_snapshot(opened: Any) -> None:
-    """Base plus journal rebuilds the very snapshot the run object would give, at every transition."""
-    store = opened()
+    """every="transition": base plus journal rebuilds the very snapshot the run object gives, at every transition."""
+    store = opened(every="transition")
     run = tick_agent(5).start("go", store=store, run_id="r")
     assert store.load("r") == as_json(run.snapshot())
     while not run.done:
@@ -52,9 +52,24 @@ def test_after_every_transition_the_store_loads_exactly_the_run_s_snapshot(opene
         assert store.load("r") == as_json(run.snapshot())
 
 
+def test_by_default_the_store_holds_the_run_as_of_the_last_call_s_outcome(opened: Any) -> None:
+    """every="call" (the default): each call's outcome is stored as it returns; the pure steps after it wait."""
+    store = opened()
+    run = tick_agent(5).start("go", store=store, run_id="r")
+    stored = as_json(run.snapshot())
+    writes = 0
+    while not run.done:
+        run.advance()
+        if run.trace[-1].source in {"AwaitModel", "ExecuteTool"} or run.done:
+            stored, writes = as_json(run.snapshot()), writes + 1
+        assert store.load("r") == stored
+    assert writes == 5 + 6 + 1  # 6 model calls, 5 tool calls, and the end (Dispatch->Done)
+    assert len(run.trace) > writes
+
+
 def test_each_checkpoint_appends_only_what_its_transition_added(opened: Any, store_target: str) -> None:
     """One journal entry per transition, holding the new messages, steps and trace entries, whatever the length."""
-    store = opened()
+    store = opened(every="transition")
     result = tick_agent(60).run("go", store=store, run_id="long")
     entries = journal(store_target, "long")
     assert len(entries) == len(result.trace)
@@ -244,10 +259,12 @@ def test_an_async_run_cancelled_mid_call_is_stored_as_cancelled_and_released(ope
     """Cancelling the task records Failed(cancelled) in the store, awaited, and frees the run for others."""
     store = opened()
     registry = ToolRegistry()
+    started = asyncio.Event()
 
     @registry.register
     async def tick(n: int) -> int:
         """Wait for a long time."""
+        started.set()
         await asyncio.sleep(30)
         return n
 
@@ -255,8 +272,7 @@ def test_an_async_run_cancelled_mid_call_is_stored_as_cancelled_and_released(ope
 
     async def main() -> None:
         task = asyncio.ensure_future(agent.arun("go", store=store, run_id="cut"))
-        while await _state(store, "cut") != "ExecuteTool":
-            await asyncio.sleep(0.01)
+        await started.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -266,13 +282,6 @@ def test_an_async_run_cancelled_mid_call_is_stored_as_cancelled_and_released(ope
     stored = store.load("cut")
     assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
     tick_agent(3).resume(stored, store=store)  # nobody holds it any more
-
-
-async def _state(store: Store, run_id: str) -> str | None:
-    try:
-        return (await store.aload(run_id))["state"]  # type: ignore[no-any-return]
-    except KeyError:
-        return None
 
 
 def test_async_methods_cover_the_whole_protocol(opened: Any) -> None:

@@ -25,9 +25,9 @@ LEASE = 0.5
 _spawn = multiprocessing.get_context("spawn")
 
 
-def _killed_at(target: str, counter: str, kill_at: int) -> None:
+def _killed_at(target: str, counter: str, kill_at: int, every: str = "call") -> None:
     """Run the long script; right after its ``kill_at``-th checkpoint the process dies without any cleanup."""
-    tick_agent(K, counter).run("go", store=dying_store(target, LEASE, kill_at), run_id="long")
+    tick_agent(K, counter).run("go", store=dying_store(target, LEASE, kill_at, every), run_id="long")
 
 
 def _resume(target: str, counter: str, out: str, **limits: Any) -> None:
@@ -43,15 +43,17 @@ def _resume(target: str, counter: str, out: str, **limits: Any) -> None:
     store.close()
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_run_killed_at_a_random_transition_resumes_in_a_new_process_as_if_never_stopped(
-    store_target: str, tmp_path: Path, seed: int
+@pytest.mark.parametrize(("every", "seed"), [("transition", 1), ("transition", 2), ("call", 1), ("call", 2)])
+def test_a_run_killed_at_a_random_checkpoint_resumes_in_a_new_process_as_if_never_stopped(
+    store_target: str, tmp_path: Path, every: str, seed: int
 ) -> None:
     """The resumed result equals an uninterrupted run's, and no completed tool call ran twice."""
     whole = tick_agent(K).start("go", run_id="long").finish()
-    kill_at = random.Random(seed).randint(2, len(whole.trace) - 2)
+    # A write per transition, or (every="call") one per model call (K + 1), per tool call (K) and the end.
+    checkpoints = len(whole.trace) if every == "transition" else 2 * K + 2
+    kill_at = random.Random(seed).randint(2, checkpoints - 2)
     counter, out = str(tmp_path / "calls.txt"), str(tmp_path / "result.json")
-    assert in_child(_killed_at, store_target, counter, kill_at) == 9
+    assert in_child(_killed_at, store_target, counter, kill_at, every) == 9
     done_before = Path(counter).read_text(encoding="utf-8").split() if Path(counter).exists() else []
     assert len(done_before) < K, f"killed at checkpoint {kill_at}, after every call"
     assert in_child(_resume, store_target, counter, out) == 0

@@ -344,8 +344,8 @@ def _pair(counter: str | None) -> Agent:
     return Agent(Planner(), registry, clock=ManualClock())
 
 
-def _killed_at(target: str, counter: str, kill_at: int) -> None:
-    _pair(counter).run("plan", store=dying_store(target, LEASE, kill_at), run_id="long")
+def _killed_at(target: str, counter: str, kill_at: int, every: str) -> None:
+    _pair(counter).run("plan", store=dying_store(target, LEASE, kill_at, every), run_id="long")
 
 
 def _resume(target: str, counter: str, out: str, driver: str) -> None:
@@ -361,18 +361,25 @@ def _resume(target: str, counter: str, out: str, driver: str) -> None:
     store.close()
 
 
-# The pair writes 34 checkpoints: the parent's 1-7, the child's 8-26 (26: the child is Done), the parent's 27-34.
-KILLS = {"sync": [5, 8, 17, 26, 30], "async": [7, 9, 20, 26, 27]}
+# With a write per transition the pair writes 34 checkpoints: the parent's 1-7, the child's 8-26 (26: the child is
+# Done), the parent's 27-34.  With one per call (the default), 18: the parent's 1-3, the child's 4-13 (13: Done),
+# the parent's 14-18.
+KILLS = {
+    ("transition", "sync"): [5, 8, 17, 26, 30],
+    ("transition", "async"): [7, 9, 20, 26, 27],
+    ("call", "sync"): [2, 4, 9, 13, 14],
+    ("call", "async"): [3, 5, 11, 13, 16],
+}
 
 
-@pytest.mark.parametrize(("driver", "kill_at"), [(d, k) for d, kills in KILLS.items() for k in kills])
+@pytest.mark.parametrize(("every", "driver", "kill_at"), [(*key, k) for key, kills in KILLS.items() for k in kills])
 def test_a_pair_killed_at_a_checkpoint_finishes_in_a_new_process_with_each_call_run_once(
-    store_target: str, tmp_path: Path, kill_at: int, driver: str
+    store_target: str, tmp_path: Path, every: str, driver: str, kill_at: int
 ) -> None:
     """Killed in the parent, in the child or just after it, the resumed pair ends the same; no call ran twice."""
     whole = _pair(None).start("plan", run_id="long").finish()
     counter, out = str(tmp_path / "calls.txt"), str(tmp_path / "result.json")
-    assert in_child(_killed_at, store_target, counter, kill_at) == 9
+    assert in_child(_killed_at, store_target, counter, kill_at, every) == 9
     assert in_child(_resume, store_target, counter, out, driver) == 0
     assert RunResult.from_json(Path(out).read_text(encoding="utf-8")) == whole
     calls = Path(counter).read_text(encoding="utf-8").split()

@@ -35,13 +35,14 @@ from typing import Any, cast
 
 from fsm_agent.core import snapshot
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import TERMINAL
+from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import RunExistsError, RunLeasedError
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.store import DEFAULT_LEASE, VERSION_KEY, Entry, Store, Summary, new_owner
 
 _MISSING = object()
 _RENEW = object()
+_CALLING = frozenset({State.AwaitModel, State.ExecuteTool})
 _BY_REFERENCE = ("evidence", "finalize_evidence")
 """Fields ``dump_small`` hands out as the run's own dicts: remembered as copies, so a later change is seen."""
 
@@ -63,8 +64,7 @@ class Journal:
         # A store with only wants/save/load gets whole snapshots and no leases, as before journals existed.
         self.full = callable(getattr(store, "append", None))
         self.lease = float(getattr(store, "lease", DEFAULT_LEASE))
-        self.before_calls = getattr(store, "every", None) == "call"  # store.EVERY: a write before each call
-        self.pending = False  # every="call": transitions taken since the last write, for the write before a call
+        self.after_calls = getattr(store, "every", None) == "call"  # store.EVERY: one write as each call returns
         self.seq = 0
         # The last write gave the lease up (the run paused): before it goes on, it must take the run back.
         self.released = False
@@ -100,7 +100,6 @@ class Journal:
 
     def _written(self, seq: int, released: bool = False, *, wrote: bool = True) -> None:
         """The planned write succeeded: only now does the next entry start after it (a failed write is redone)."""
-        self.pending = self.pending and not wrote  # a renewal (``wrote=False``) writes no transition
         if self._next is not None:
             self._marks, self._tails, self._small = self._next
             self._next = None
@@ -164,8 +163,8 @@ class Journal:
         self._laid(run, whole, seq, released)
 
     def due(self) -> bool:
-        """Whether ``hold`` must write: the run was let go of, has ``pending`` transitions, or its lease is 1/3 gone."""
-        return self.released or self.pending or (self.full and time.monotonic() >= self._renew_at)
+        """Whether ``hold`` must write: the run was let go of, or its lease is a third gone."""
+        return self.released or (self.full and time.monotonic() >= self._renew_at)
 
     def hold(self, run: Run) -> None:
         """Make sure this object still owns its run before a call is made (call it when ``due()``).
@@ -173,24 +172,26 @@ class Journal:
         A run the last write let go of (it paused) is taken back with an
         entry fenced by the version this object last wrote, carrying the
         decisions given since, so they are stored before the calls they allow
-        are made; so are (``every="call"``) the transitions since the last
-        write, the last call's outcome with them.  Else a lease a third gone is
+        are made.  Else a lease a third gone is
         renewed, fenced alike, so a call starts with two thirds of a lease
         ahead and never on a run another owner took over meanwhile (a
         ``StaleRunError`` if anyone decided, resumed or saved it since).
         """
-        self._write(self._plan(run, False, force=True) if self.released or self.pending else _RENEW, run, False)
+        self._write(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
 
     async def ahold(self, run: Run) -> None:
         """``hold``, awaited."""
-        await self._awrite(self._plan(run, False, force=True) if self.released or self.pending else _RENEW, run, False)
+        await self._awrite(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
 
     def save(self, run: Run, paused: bool) -> None:
-        """Checkpoint the transition just taken if the store wants it (else it is ``pending``), or renew a due lease."""
-        self.pending = self.before_calls
-        action = self._plan(run, paused)
+        """Checkpoint the transition just taken if the store wants it or it ended a call, or renew a due lease."""
+        action = self._plan(run, paused, force=self._called(run))
         if action is not None:
             self._write(action, run, paused)
+
+    def _called(self, run: Run) -> bool:
+        """Whether (``every="call"``) the transition just taken recorded a call's outcome: it left a calling state."""
+        return self.after_calls and run.trace[-1].source in _CALLING
 
     def _write(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         self._settle()
@@ -349,8 +350,7 @@ class Journal:
 
     async def asave(self, run: Run, paused: bool) -> None:
         """``save``, awaited: a checkpoint never blocks the event loop."""
-        self.pending = self.before_calls
-        action = self._plan(run, paused)
+        action = self._plan(run, paused, force=self._called(run))
         if action is not None:
             await self._awrite(action, run, paused)
 

@@ -75,7 +75,7 @@ class PlannedStore(ABC):
         """Whether a transition is written as it is taken, by ``every`` (``store.EVERY``): each, or only some.
 
         ``every="call"`` writes here only at the end and when paused; the
-        driver writes the transitions since the last write before each call.
+        driver writes the transitions since the last write as each call returns.
         """
         return wants(self.every, state, paused)
 

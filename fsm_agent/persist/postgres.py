@@ -85,11 +85,11 @@ class PostgresStore(PlannedStore):
     """A checkpoint store in a PostgreSQL database: the same protocol, behaviour and tests as ``SqliteStore``.
 
     ``dsn`` is a libpq connection string or URL.  ``every`` is when a run is
-    written, as for ``SqliteStore``: ``"transition"`` (default, a transaction
-    per transition), ``"call"`` (one transaction per I/O boundary: before each
-    model or tool call, with the transitions since the last, and at the end or
-    a pause; at most model calls + tool calls + 2 a run, same exactly-once
-    guarantees, see ``store.EVERY``) or ``"turn"``.  ``lease`` (default 12 s,
+    written, as for ``SqliteStore``: ``"call"`` (default, one transaction per
+    I/O boundary: as each model or tool call returns, with the transitions
+    since the last, and at the end or a pause; at most model calls + tool
+    calls + 2 a run, same exactly-once guarantees, see ``store.EVERY``),
+    ``"transition"`` (a transaction per transition) or ``"turn"``.  ``lease`` (default 12 s,
     ``DEFAULT_LEASE``) is how long a run stays owned without a renewal: the
     owner renews it at checkpoints and every third of a lease while a call is
     in flight, so a run whose owner died is free within ``lease`` seconds.
@@ -103,7 +103,7 @@ class PostgresStore(PlannedStore):
     def __init__(
         self,
         dsn: str,
-        every: Literal["transition", "call", "turn"] = "transition",
+        every: Literal["transition", "call", "turn"] = "call",
         *,
         lease: float = DEFAULT_LEASE,
         max_size: int = 10,

@@ -2,8 +2,9 @@
 
 Each write is its own transaction under SQLite's write lock, so several
 processes may share one file; a process killed mid-run loses at most the
-transition in flight (``every="call"``: the transitions since the last call
-began, which a resume takes again, making only the call in flight again).
+transition in flight (``every="call"``, the default: the transitions since
+the last call returned, which a resume takes again, making only the call in
+flight again).
 The schema is versioned with ``PRAGMA user_version`` and migrated on open:
 a file written by the first ``SqliteStore`` (one whole snapshot per run,
 version 1) opens and loads as it was.  The methods are
@@ -56,16 +57,16 @@ _COLUMNS = {
 class SqliteStore(PlannedStore):
     """An embedded checkpoint store in one SQLite file (WAL mode, safe across threads and processes).
 
-    ``every="transition"`` (default) checkpoints after every transition;
-    ``every="call"`` writes the transitions between two external calls
-    together, in one transaction, right before the next model or tool call
-    (that write also holds the lease for the call), and when the run finishes
-    or pauses: at most model calls + tool calls + 2 transactions a run, with
-    the same exactly-once and resume guarantees (``store.EVERY`` says what
-    differs); ``every="turn"`` only when a run is about to call the model,
-    has finished, or is paused.  The default stays ``"transition"``, so a
-    stored run reads, at every transition, as the run object (what the
-    viewer follows live and earlier releases promised).  ``lease`` (default 12 s, ``DEFAULT_LEASE``) is how many
+    ``every="call"`` (default) writes, as each model or tool call returns,
+    its outcome with the transitions since the last write, in one
+    transaction, and the end or a pause: at most model calls + tool calls + 2
+    transactions a run, with the exactly-once and resume guarantees of a
+    write per transition (``store.EVERY`` says what differs);
+    ``every="transition"`` checkpoints after every transition, so a stored
+    run reads at every transition as the run object (for a viewer following
+    runs live step by step); ``every="turn"`` only when a run is about to
+    call the model, has finished, or is paused.  ``lease`` (default 12 s,
+    ``DEFAULT_LEASE``) is how many
     seconds a run stays owned by the process advancing it without a renewal;
     the owner renews it at checkpoints and, while a call is in flight, every
     third of a lease, so a run whose owner died is free within ``lease``
@@ -76,7 +77,7 @@ class SqliteStore(PlannedStore):
     def __init__(
         self,
         path: str | Path,
-        every: Literal["transition", "call", "turn"] = "transition",
+        every: Literal["transition", "call", "turn"] = "call",
         *,
         lease: float = DEFAULT_LEASE,
     ) -> None:

@@ -201,22 +201,23 @@ def check_lease(lease: float) -> float:
 EVERY = ("transition", "call", "turn")
 """When a store's runs are written (``every=``), from the most writes to the fewest.
 
-``"transition"`` (the default): one write per transition, so the stored run is
-the run object at every transition (what a viewer following a run live shows,
-and what a process killed between two transitions resumes from).
+``"call"`` (the default): one write per I/O boundary.  As each model or tool
+call returns, the transition recording its outcome is written together with
+the transitions taken since the last write, in one transaction fenced like
+every write; so are the end and a pause.  A run of M model calls and T tool
+calls costs at most M + T + 2 store transactions (its creation, one per call,
+its end) instead of one per transition.  Exactly-once is as with
+``"transition"``: a call's outcome (each result of a parallel batch too) is
+durable as soon as the call returns, and a process killed anywhere resumes
+from the last write, running again only the call that was in flight; the
+transitions between a call's outcome and the next call are pure and are
+simply taken again.  What differs: between two calls the stored run lags the
+run object, and observers hear of those transitions before they are stored,
+so a viewer following a run live sees it move at its calls.
 
-``"call"``: one write per I/O boundary.  The transitions between two external
-calls are written together, in one transaction, right before the next model or
-tool call (the same fenced write that holds the run's lease for that call), and
-when the run finishes or pauses; a run of M model calls and T tool calls costs
-at most M + T + 2 store transactions (its creation, one before each call, its
-end) instead of one per transition.  Exactly-once is the same: the outcome of
-every call (the tool results of a parallel batch included) is durable before
-the next call is made, and a process killed anywhere resumes from the last
-write to the same result, running again only the call whose outcome was not
-yet written (as with ``"transition"``, where that is the call in flight).
-What differs: between two calls the stored run lags the run object, and
-observers hear of transitions before they are stored.
+``"transition"``: one write per transition, so the stored run is the run
+object at every transition (what a viewer following a run live shows at
+every step, and what earlier releases did by default).
 
 ``"turn"``: before each model call, at the end and when paused; a tool call's
 outcome may be written only after later tool calls of its turn ran, so a crash
@@ -235,7 +236,7 @@ def wants(every: str, state: State, paused: bool) -> bool:
     """Whether the transition into ``state`` is written as it is taken (see ``EVERY``).
 
     Every transition; or (``every="call"``) at the end and when paused, the
-    rest being written with the write before the next call (``Journal.hold``);
+    driver writing the others with the outcome of the next call (``Journal.save``);
     or (``every="turn"``) before a model call, at the end and when paused.
     """
     if every == "transition" or paused or state in TERMINAL:
