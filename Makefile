@@ -4,10 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test lint bench diagram fuzz clean
+.PHONY: help demo test lint bench diagram docs docs-serve fuzz clean
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fsm_agent needs Python 3.11+, found " + sys.version.split()[0])'
@@ -26,8 +26,16 @@ lint: $(STAMP)  ## ruff and mypy --strict on the package
 	$(PY) -m ruff format --check fsm_agent
 	$(PY) -m mypy
 
-diagram: $(STAMP)  ## draw the machine from its table: diagrams/agent_loop.dot, .svg, .mmd, and README's blocks
-	$(PY) -m fsm_agent diagram --update-readme README.md
+diagram: $(STAMP)  ## draw the machine: diagrams/agent_loop.*, and the rendered blocks of README.md and docs/
+	$(PY) -m fsm_agent diagram --update-readme README.md --update-docs docs
+
+# Never --quiet: it drops warnings before --strict counts them.  NO_MKDOCS_2_WARNING silences Material's
+# end-of-life banner, which is printed on every run and is no warning of the build.
+docs: $(STAMP)  ## build the documentation site into site/, failing on any warning
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+docs-serve: $(STAMP)  ## serve the documentation site with live reload on http://127.0.0.1:8000/
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-step cost at 64-4096 turns; batches; stores
 	@# Every benchmark runs even when one misses its target; the exit status says whether any did.

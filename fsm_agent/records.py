@@ -287,6 +287,7 @@ def plain(record: Any) -> dict[str, Any]:
 
 def _result_to_dict(result: RunResult) -> dict[str, Any]:
     data = plain(result)
+    del data["output"]  # any Python value, not JSON; ``final`` holds the text it was read from
     return {"format": RESULT_FORMAT, "version": RESULT_VERSION, **data, "ok": result.ok}
 
 

@@ -29,13 +29,13 @@ def test_importing_the_package_does_not_import_provider_sdks_or_diagrams() -> No
     assert out.strip() == "[]"
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "architecture.md"
 PACKAGE = Path(fsm_agent.__file__).resolve().parent
 
 
 def _architecture_rows() -> list[set[str]]:
-    """The places of the README's architecture block, top to bottom (a row may name several: ``mcp, otel``)."""
-    block = README.read_text(encoding="utf-8").split("## Architecture", 1)[1].split("```", 2)[1]
+    """The places of the architecture page's block, top to bottom (a row may name several: ``mcp, otel``)."""
+    block = ARCHITECTURE.read_text(encoding="utf-8").split("```text\n", 1)[1].split("```", 1)[0]
     rows = []
     for line in block.strip().splitlines():
         names = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
@@ -60,7 +60,7 @@ def _imported_places(tree: ast.AST) -> Iterator[str]:
             yield from (_place_of(alias.name) for alias in node.names if alias.name.startswith("fsm_agent."))
 
 
-def test_every_place_imports_only_the_places_the_readme_lists_above_it() -> None:
+def test_every_place_imports_only_the_places_the_architecture_page_lists_above_it() -> None:
     """The architecture block is the import order: a module never imports a place listed below its own."""
     rank = {place: i for i, row in enumerate(_architecture_rows()) for place in row}
     # The package's public API gathers everything up to the drivers; __main__ is the command line's entry.
@@ -69,7 +69,7 @@ def test_every_place_imports_only_the_places_the_readme_lists_above_it() -> None
         path.stem if path.parent == PACKAGE else path.relative_to(PACKAGE).parts[0] for path in PACKAGE.rglob("*.py")
     }
     found.discard("__init__")
-    assert found <= set(rank), f"places missing from the README's architecture block: {sorted(found - set(rank))}"
+    assert found <= set(rank), f"places missing from docs/concepts/architecture.md: {sorted(found - set(rank))}"
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE)

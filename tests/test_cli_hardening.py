@@ -437,6 +437,74 @@ def test_update_readme_without_markers_is_one_line(tmp_path: Path, capsys: pytes
     assert readme.read_text(encoding="utf-8") == "# nothing to fill\n"
 
 
+def test_update_readme_takes_several_files_each_with_any_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--update-readme is repeatable, and a file may carry only some of the blocks (the README keeps the drawing)."""
+    drawing, reference = tmp_path / "README.md", tmp_path / "cli.md"
+    drawing.write_text("# r\n<!-- machine:start -->\n<!-- machine:end -->\n", encoding="utf-8")
+    reference.write_text("# c\n<!-- cli:start -->\n<!-- cli:end -->\n", encoding="utf-8")
+    args = [
+        "diagram",
+        "--out",
+        str(tmp_path / "m.dot"),
+        "--update-readme",
+        str(drawing),
+        "--update-readme",
+        str(reference),
+    ]
+    assert main(args) == 0
+    assert to_mermaid(TABLE, compact=True).rstrip() in drawing.read_text(encoding="utf-8")
+    assert "Failed(max_steps)" not in drawing.read_text(encoding="utf-8")
+    assert "### `runs resume`" in reference.read_text(encoding="utf-8")
+    out = capsys.readouterr().out
+    assert f"updated the rendered blocks of {drawing}" in out
+    assert f"updated the rendered blocks of {reference}" in out
+    assert main(args) == 0
+    assert "updated the rendered blocks" not in capsys.readouterr().out  # nothing changed the second time
+
+
+def test_update_docs_fills_every_marked_page_under_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--update-docs DIR fills each page with blocks and leaves the pages without any alone."""
+    docs = tmp_path / "docs"
+    (docs / "concepts").mkdir(parents=True)
+    (docs / "index.md").write_text("# home, nothing rendered\n", encoding="utf-8")
+    stops = docs / "concepts" / "stops.md"
+    stops.write_text("# stops\n<!-- reasons:start -->\n<!-- reasons:end -->\n", encoding="utf-8")
+    assert main(["diagram", "--out", str(tmp_path / "m.dot"), "--update-docs", str(docs)]) == 0
+    assert "| `max_steps` |" in stops.read_text(encoding="utf-8")
+    assert (docs / "index.md").read_text(encoding="utf-8") == "# home, nothing rendered\n"
+    assert capsys.readouterr().out.splitlines()[-1] == f"updated the rendered blocks of {stops}"
+
+
+@pytest.mark.parametrize(
+    ("pages", "named"),
+    [
+        ({"a.md": "# nothing\n"}, "docs: no page under it has a rendered block"),
+        (
+            {"a.md": "<!-- stops:start -->\n<!-- stops:end -->\n", "b.md": "<!-- reasons:start -->\n"},
+            "b.md: the reasons",
+        ),
+    ],
+    ids=["no page with blocks", "a half-marked page"],
+)
+def test_update_docs_at_fault_writes_nothing_and_names_it(
+    pages: dict[str, str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory without blocks, or one page with half a block, is one line naming it; no page is written."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in pages.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    assert main(["diagram", "--out", str(tmp_path / "m.dot"), "--update-docs", str(docs)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: diagram: ")
+    assert named in line
+    assert {name: (docs / name).read_text(encoding="utf-8") for name in pages} == pages
+
+
 def test_demo_writes_into_a_temporary_directory_it_names(tmp_path: Path) -> None:
     """As a real process, `demo` leaves the directory it runs in untouched and names where the pictures went."""
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}

@@ -232,7 +232,7 @@ def _chatty_evidence(run: Run) -> dict[str, Any]:
 
 
 def test_adding_a_stop_to_the_catalogue_alone_puts_it_in_the_table_diagram_readme_and_resume_rules() -> None:
-    """One new Stop entry: a table row at its checkpoint, a finalize edge, an edge drawn, a README row, resumable."""
+    """One new Stop entry: a table row at its checkpoint, a finalize edge, an edge drawn, a listed reason, resumable."""
     chatty = Stop("chatty", (At.CHECK_REPLY,), _too_chatty, _chatty_evidence, "the reply is too long", resume="lift")
     table = build_table((*CATALOGUE, chatty))
     rows = [str(r) for r in table.rows_from(State.CheckTruncation, "check")]

@@ -12,6 +12,7 @@ import pytest
 from doc_fixtures import environment
 from doc_snippets import ROOT, pages, parse, run_page
 
+
 def _has_code(path: Path) -> bool:
     try:
         return bool(parse(path).steps)

@@ -176,7 +176,7 @@ def test_the_mapping_only_produces_stop_reasons_the_engine_understands() -> None
 def test_every_stop_reason_maps_onto_the_engine_vocabulary(
     provider_server: ProviderServer, model: AnthropicModel, provider_reason: str, stop_reason: str
 ) -> None:
-    """Each Anthropic stop_reason in the table arrives as the engine stop_reason the README promises."""
+    """Each Anthropic stop_reason in the table arrives as the engine stop_reason the provider guide promises."""
     provider_server.queue(_message("final_answer", stop_reason=provider_reason))
     assert model.complete([Message("user", QUESTION)], []).stop_reason == stop_reason
 

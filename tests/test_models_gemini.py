@@ -163,7 +163,7 @@ def test_a_resume_from_a_snapshot_between_turns_sends_the_signature_back_byte_fo
 def test_every_finish_reason_maps_onto_the_engine_vocabulary(
     server: ProviderServer, model: GeminiModel, finish: str, stop_reason: str
 ) -> None:
-    """Each finishReason in the table arrives as the engine stop_reason the README promises."""
+    """Each finishReason in the table arrives as the engine stop_reason the provider guide promises."""
     server.queue(_with("answer", finishReason=finish))
     assert model.complete([Message("user", QUESTION)], []).stop_reason == stop_reason
     assert stop_reason in ENGINE_STOP_REASONS

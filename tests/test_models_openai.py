@@ -190,7 +190,7 @@ def test_the_mapping_only_produces_stop_reasons_the_engine_understands() -> None
 def test_every_finish_reason_maps_onto_the_engine_vocabulary(
     provider_server: ProviderServer, model: OpenAIChatModel, finish_reason: str, stop_reason: str
 ) -> None:
-    """Each OpenAI finish_reason in the table arrives as the engine stop_reason the README promises."""
+    """Each OpenAI finish_reason in the table arrives as the engine stop_reason the provider guide promises."""
     provider_server.queue(_completion("final_answer", finish_reason))
     assert model.complete([Message("user", QUESTION)], []).stop_reason == stop_reason
 

@@ -155,7 +155,7 @@ def test_a_resume_from_a_snapshot_between_turns_sends_the_encrypted_reasoning_ba
 def test_every_status_maps_onto_the_engine_vocabulary(
     server: ProviderServer, model: OpenAIResponsesModel, name: str, stop_reason: str, text: str
 ) -> None:
-    """completed (with or without calls), incomplete for length or filter, and a refusal part, as the README says."""
+    """completed (with or without calls), incomplete for length or filter, and a refusal part, as the guide says."""
     server.queue(body(DIR, name))
     response = model.complete([Message("user", QUESTION)], [])
     assert (response.stop_reason, response.message.content) == (stop_reason, text)

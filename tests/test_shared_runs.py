@@ -56,7 +56,7 @@ def test_a_stale_snapshot_resumed_after_the_run_finished_is_refused_before_any_c
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_retried_handler_resuming_the_paused_result_twice_sends_one_email(store_target: str, driver: str) -> None:
-    """``resume(paused.snapshot, approvals, store)`` twice (the README's pattern, retried): the second is refused."""
+    """``resume(paused.snapshot, approvals, store)`` twice (the documented pattern, retried): the second is refused."""
     effects = Effects()
     with open_store(store_target) as store:
         agent, model = office(effects)

@@ -90,6 +90,16 @@ def test_each_kind_of_output_type_gives_its_value_as_the_output(kind: Any, expec
     assert len(model.seen) == 1
 
 
+@pytest.mark.parametrize("kind", [PointModel, PointClass], ids=["pydantic", "dataclass"])
+def test_a_typed_result_goes_to_json_without_its_output_and_reads_back_equal(kind: Any) -> None:
+    """to_dict() leaves ``output`` out (any Python value); the JSON round trip keeps ``final``, which it came from."""
+    result = finish(Agent(FakeModel(reply('{"x": 1, "y": 2}')), ToolRegistry(), output_type=kind), "sync")
+    assert "output" not in result.to_dict()
+    again = RunResult.from_json(result.to_json())
+    assert again == result
+    assert (again.final, again.output) == ('{"x": 1, "y": 2}', None)
+
+
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize(
     "kind", [PointModel, PointClass, PointDict, POINT], ids=["pydantic", "dataclass", "typeddict", "json_schema"]

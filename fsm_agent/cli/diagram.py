@@ -3,10 +3,12 @@
 ``python -m fsm_agent diagram`` writes ``diagrams/agent_loop.dot``, ``.mmd``
 and ``agent_loop_compact.dot`` (and, with Graphviz, the two ``.svg``) under
 the current directory, and nothing else; ``--out`` writes one file instead,
-``--compact`` folding each state's stops into one edge.  It rewrites a
-README's rendered blocks only when given ``--update-readme FILE``, which is
-what this repository's ``make diagram`` does: an installed command must not
-edit a user's README.
+``--compact`` folding each state's stops into one edge.  It rewrites a page's
+rendered blocks (``fsm_agent.render.markdown``) only when given
+``--update-readme FILE`` or ``--update-docs DIR``, which is what this
+repository's ``make diagram`` does: an installed command must not edit a
+user's README.  Besides the table's blocks there is ``cli``, this command
+line's reference (``fsm_agent.cli.reference``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any
 
 from fsm_agent import RunResult, State, Table
 from fsm_agent.cli import EXIT_DONE, EXIT_SETUP
+from fsm_agent.cli.reference import cli_reference
 from fsm_agent.observe.events import read_log
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot, write_picture
-from fsm_agent.render.markdown import update_readme
+from fsm_agent.render.markdown import BLOCKS, fill, marked, render_blocks
 from fsm_agent.render.mermaid import to_mermaid
 from fsm_agent.render.model import NAME, diagram_edges
 
@@ -155,11 +158,56 @@ def _write(table: Table, fmt: str | None, out: str | None, result: RunResult | N
     return EXIT_DONE
 
 
-def main(args: argparse.Namespace) -> int:
-    """Write the diagram(s) the options ask for (and the README blocks with ``--update-readme``); exit 0 or 1.
+ALL_BLOCKS = (*BLOCKS, "cli")
+"""Every block ``--update-readme`` and ``--update-docs`` fill: the table's, and ``cli``, the command-line reference."""
 
-    A missing ``dot`` is not an error: the DOT text is the diagram's source
-    and still gets written, with one line on installing Graphviz.
+
+def pages_to_update(files: list[Path], directories: list[Path]) -> list[Path]:
+    """``files`` and each Markdown page under ``directories`` that marks a rendered block, in a stable order.
+
+    A page without blocks is skipped in a directory, but a directory with no
+    such page, or a file without one, is a ``ValueError`` naming it.
+    """
+    pages = list(files)
+    for directory in directories:
+        if not directory.is_dir():
+            msg = f"{directory}: not a directory"
+            raise ValueError(msg)
+        found = [p for p in sorted(directory.rglob("*.md")) if marked(p.read_text(encoding="utf-8"), ALL_BLOCKS)]
+        if not found:
+            msg = f"{directory}: no page under it has a rendered block ({', '.join(ALL_BLOCKS)})"
+            raise ValueError(msg)
+        pages += found
+    return list(dict.fromkeys(pages))
+
+
+def filled_pages(table: Table, pages: list[Path]) -> dict[Path, str]:
+    """The new text of each of ``pages`` whose rendered blocks change; a page at fault is a ``ValueError`` naming it.
+
+    The README and the docs show the compact picture, which stays legible at
+    page width; the ``.mmd`` file is whole.
+    """
+    blocks = render_blocks(table, to_mermaid(table, compact=True)) | {"cli": cli_reference()}
+    changed: dict[Path, str] = {}
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        try:
+            new = fill(text, blocks)
+        except ValueError as exc:
+            msg = f"{page}: {exc}"
+            raise ValueError(msg) from exc
+        if new != text:
+            changed[page] = new
+    return changed
+
+
+def main(args: argparse.Namespace) -> int:
+    """Write the diagram(s) the options ask for (and the pages' blocks with ``--update-*``); exit 0 or 1.
+
+    Every page is filled before anything is written, so a page at fault
+    (no block, or half of one) leaves every file as it was.  A missing
+    ``dot`` is not an error: the DOT text is the diagram's source and still
+    gets written, with one line on installing Graphviz.
     """
     out: str | None = args.out
     try:
@@ -170,21 +218,17 @@ def main(args: argparse.Namespace) -> int:
         fmt = None if args.format is None and out is None else format_for(out, args.format)
         if result is not None:
             diagram_edges(table, result)  # a trace from another table is reported here, not half-drawn
+        changed = filled_pages(table, pages_to_update(args.update_readme, args.update_docs))
     except (ValueError, TypeError, ImportError, AttributeError, OSError) as exc:
         print(f"error: diagram: {exc}", file=sys.stderr)
         return EXIT_SETUP
-    readme: Path | None = args.update_readme
     try:
         code = _write(table, fmt, out, result, args.compact)
-        # The README shows the compact picture, which GitHub draws legibly at page width; the .mmd file is whole.
-        picture = to_mermaid(table, compact=True)
-        if code == EXIT_DONE and readme is not None and update_readme(table, picture, readme):
-            print(f"updated the rendered blocks of {readme}")
+        for page, text in changed.items() if code == EXIT_DONE else ():
+            page.write_text(text, encoding="utf-8")
+            print(f"updated the rendered blocks of {page}")
     except OSError as exc:
         print(f"error: diagram: could not write: {exc}", file=sys.stderr)
-        return EXIT_SETUP
-    except ValueError as exc:  # a README without the marker comments of the blocks
-        print(f"error: diagram: {readme}: {exc}", file=sys.stderr)
         return EXIT_SETUP
     return code
 
@@ -213,10 +257,22 @@ def add_command(commands: Any) -> None:
         action="store_true",
         help="fold each state's stops (and finalize edges) into one labelled edge, for small pages",
     )
+    blocks = ", ".join(ALL_BLOCKS)
     parser.add_argument(
         "--update-readme",
         type=Path,
+        action="append",
+        default=[],
         metavar="FILE",
-        help="also rewrite the <!-- machine/stops/reasons:start --> blocks of FILE from the table (`make diagram`)",
+        help=f"also rewrite the rendered blocks FILE has ({blocks}: between <!-- NAME:start --> and "
+        "<!-- NAME:end --> lines) from the table; repeatable",
+    )
+    parser.add_argument(
+        "--update-docs",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="the same for every Markdown page under DIR that has a rendered block; repeatable (`make diagram`)",
     )
     parser.set_defaults(handler=main)

@@ -1,19 +1,24 @@
-"""The table as Markdown: the README's stop list per state and its table of reasons, rendered, never hand-kept.
+"""The table as Markdown: the drawing, the stop list per state and the table of reasons, rendered, never hand-kept.
 
-``make diagram`` rewrites the marked blocks of ``README.md`` from the table
-(and the Mermaid picture), and a test fails when the committed README differs
-from a fresh render, so the documentation cannot drift from the engine.
+A page carries a rendered block between two comment lines,
+``<!-- NAME:start -->`` and ``<!-- NAME:end -->``, each on a line of its own.
+``make diagram`` rewrites the blocks of ``README.md`` and of every page under
+``docs/`` from the table (and the Mermaid picture), and a test fails when a
+committed page differs from a fresh render, so the documentation cannot drift
+from the engine.  A page carries any of the blocks, each as often as it likes.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from fsm_agent.definition.table import FINALIZE, TRIGGERS, Row, Table
 from fsm_agent.render.model import LEGEND, LOOKS, first_line
 
-README = Path("README.md")
+BLOCKS = ("machine", "stops", "reasons")
+"""The blocks rendered from a table: the drawing with its legend, every edge per state, the stop reasons."""
 
 
 def _row_text(row: Row) -> str:
@@ -65,7 +70,7 @@ def legend() -> str:
 
 
 def render_blocks(table: Table, mermaid: str) -> dict[str, str]:
-    """The README blocks by marker name."""
+    """The blocks rendered from ``table`` by marker name (see ``BLOCKS``); ``mermaid`` is the drawing's source."""
     return {
         "machine": f"```mermaid\n{mermaid.rstrip()}\n```\n\n{legend()}",
         "stops": stops_by_state(table),
@@ -73,21 +78,49 @@ def render_blocks(table: Table, mermaid: str) -> dict[str, str]:
     }
 
 
-def fill(text: str, blocks: dict[str, str]) -> str:
-    """Replace each ``<!-- name:start -->…<!-- name:end -->`` block of ``text``; a missing marker is an error."""
-    for name, body in blocks.items():
-        match = re.search(rf"<!-- {name}:start -->\n(?:.*?\n)?<!-- {name}:end -->", text, re.DOTALL)
-        if match is None:
-            msg = f"README has no <!-- {name}:start --> ... <!-- {name}:end --> block"
+def _marker(name: str, end: str) -> str:
+    return f"<!-- {name}:{end} -->"
+
+
+def _block(name: str) -> re.Pattern[str]:
+    """One marked block: the start line, anything, the end line; the markers must stand on lines of their own."""
+    start, end = re.escape(_marker(name, "start")), re.escape(_marker(name, "end"))
+    return re.compile(rf"^{start}\n(?:.*?\n)?{end}$", re.DOTALL | re.MULTILINE)
+
+
+def marked(text: str, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` ``text`` has a marker line of, start or end (a half-marked block is for ``fill`` to name)."""
+    return [n for n in names if re.search(rf"^<!-- {re.escape(n)}:(?:start|end) -->$", text, re.MULTILINE)]
+
+
+def fill(text: str, blocks: Mapping[str, str]) -> str:
+    """Rewrite every block of ``text`` that ``blocks`` has a body for; ``text`` must mark at least one.
+
+    A marker without its partner is an error naming the block, and so is a
+    text with none of the blocks: a page given to ``make diagram`` that has
+    nothing to render was almost certainly given by mistake.
+    """
+    names = marked(text, blocks)
+    if not names:
+        wanted = ", ".join(blocks)
+        msg = f"no rendered block: none of the <!-- NAME:start --> ... <!-- NAME:end --> lines, NAME one of {wanted}"
+        raise ValueError(msg)
+    for name in names:
+        pattern = _block(name)
+        pairs = len(pattern.findall(text))
+        lines = sum(1 for end in ("start", "end") for _ in re.finditer(rf"^{_marker(name, end)}$", text, re.MULTILINE))
+        if pairs == 0 or lines != 2 * pairs:
+            msg = f"the {name} block needs a {_marker(name, 'start')} line and then a {_marker(name, 'end')} line"
             raise ValueError(msg)
-        text = text[: match.start()] + f"<!-- {name}:start -->\n{body}\n<!-- {name}:end -->" + text[match.end() :]
+        body = f"{_marker(name, 'start')}\n{blocks[name]}\n{_marker(name, 'end')}"
+        text = pattern.sub(body.replace("\\", r"\\"), text)  # the body as it is: no group references
     return text
 
 
-def update_readme(table: Table, mermaid: str, path: Path = README) -> bool:
-    """Rewrite the rendered blocks of ``path``; return whether anything changed."""
+def update_file(path: Path, blocks: Mapping[str, str]) -> bool:
+    """Rewrite the rendered blocks ``path`` has; return whether anything changed."""
     text = path.read_text(encoding="utf-8")
-    new = fill(text, render_blocks(table, mermaid))
+    new = fill(text, blocks)
     if new != text:
         path.write_text(new, encoding="utf-8")
     return new != text
