@@ -95,3 +95,12 @@ def test_a_fence_in_a_language_neither_run_nor_shown_is_an_error(tmp_path: Path)
 )
 def test_shown_output_matches_printed_text_with_dots_for_any_lines(shown: str, printed: str, equal: bool) -> None:
     assert matches(shown, printed) is equal
+
+
+def test_every_documented_fixture_is_in_the_writers_guide() -> None:
+    """docs/contributing/snippets.md lists each fixture a page may ask for, so a writer knows what exists."""
+    from doc_fixtures import FIXTURES
+    from doc_snippets import ROOT
+
+    guide = (ROOT / "docs" / "contributing" / "snippets.md").read_text(encoding="utf-8")
+    assert sorted(name for name in FIXTURES if f"| `{name}" not in guide) == []

@@ -318,7 +318,7 @@ def test_store_every_turn_writes_less_but_still_resumes(store_target: str) -> No
         assert _agent().resume(store.load("t")).finish() == _agent().start("q", run_id="t").finish()
 
 
-def _child(path: str) -> None:
+def _child(path: str, every: str) -> None:
     """Run the script with a store; the third tool call kills the process without any cleanup."""
     registry = ToolRegistry()
     for name in ("echo", "add"):
@@ -327,20 +327,26 @@ def _child(path: str) -> None:
         registry.register(tool.function, name=name)
     registry.register(lambda reason="x": os._exit(9), name="fail", description="dies")
     agent = Agent(Conversation(SCRIPT), registry, clock=ManualClock())
-    agent.run("q", store=open_store(path, lease=0.2), run_id="crash")
+    agent.run("q", store=open_store(path, lease=0.2, every=every), run_id="crash")
 
 
-def test_a_killed_process_loses_at_most_the_transition_in_flight(store_target: str) -> None:
-    """A child killed mid-run leaves its last transition in the store; the parent resumes and finishes."""
+@pytest.mark.parametrize("every", ["transition", "call"])
+def test_a_killed_process_loses_at_most_the_transition_in_flight(store_target: str, every: str) -> None:
+    """A child killed mid-call leaves its last transition (every="call": its last call's outcome) in the store;
+    the parent resumes and finishes."""
     path = store_target
-    child = multiprocessing.get_context("spawn").Process(target=_child, args=(path,))
+    child = multiprocessing.get_context("spawn").Process(target=_child, args=(path, every))
     child.start()
     child.join(60)
     assert child.exitcode == 9
     time.sleep(0.3)  # the dead process's lease lapses
     with open_store(path) as store:
         saved = store.load("crash")
-        assert (saved["state"], saved["pending"][0]["id"]) == ("ExecuteTool", "d")
+        if every == "transition":
+            assert (saved["state"], saved["pending"][0]["id"]) == ("ExecuteTool", "d")
+        else:  # the last write closed the call before the fatal one: the model's reply asking for it
+            assert saved["trace"][-1]["source"] == "AwaitModel"
+            assert [c["id"] for c in saved["messages"][-1]["tool_calls"]][-1] == "d"
         result = _agent().resume(saved, store=store).finish()
         assert store.list_runs()[0].state == "Done"
     assert result == _agent().start("q", run_id="crash").finish()

@@ -122,10 +122,10 @@ def test_a_sub_agent_run_the_store_no_longer_has_is_named_without_a_state(store:
     assert run["moments"][3]["child"] == "p1/c1"
 
 
-def test_a_sub_agent_call_in_flight_links_to_the_child_run_under_way(tmp_path: Path) -> None:
-    """While the child runs (no step names it yet), the parent's page finds p1/c1 in the store, in ExecuteTool."""
+def _seen_while_the_child_runs(tmp_path: Path, every: str) -> dict[str, Any]:
+    """The parent's page, fetched by the child's tool while the child run is under way."""
     seen: list[dict[str, Any]] = []
-    with SqliteStore(tmp_path / "runs.db") as opened:
+    with SqliteStore(tmp_path / "runs.db", every) as opened:  # type: ignore[arg-type]
         viewer = client(opened)
         tools = ToolRegistry()
 
@@ -137,10 +137,25 @@ def test_a_sub_agent_call_in_flight_links_to_the_child_run_under_way(tmp_path: P
 
         parent_of(researcher(tools, tool="look"), "c1").run("q", store=opened, run_id="p1")
     (during,) = seen
+    return during
+
+
+def test_a_sub_agent_call_in_flight_links_to_the_child_run_under_way(tmp_path: Path) -> None:
+    """every="transition": while the child runs (no step names it), the parent's page finds p1/c1, in ExecuteTool."""
+    during = _seen_while_the_child_runs(tmp_path, "transition")
     assert during["state"] == "ExecuteTool"
     assert during["moments"][-1]["child"] == "p1/c1"
     assert [(c["run_id"], c["call_id"], c["tool"], c["state"]) for c in during["children"]] == [
         ("p1/c1", "c1", "research", "ExecuteTool")
+    ]
+
+
+def test_with_a_write_per_call_the_parent_page_lists_the_child_its_last_reply_asked_for(tmp_path: Path) -> None:
+    """every="call": the parent is stored as of the reply asking for the sub-agent; its page still lists p1/c1."""
+    during = _seen_while_the_child_runs(tmp_path, "call")
+    assert during["state"] == "CheckTruncation"  # the stored run lags the run object until the call returns
+    assert [(c["run_id"], c["call_id"], c["tool"], c["stored"]) for c in during["children"]] == [
+        ("p1/c1", "c1", "research", True)
     ]
 
 
