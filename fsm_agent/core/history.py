@@ -126,6 +126,13 @@ def history_settings(
     processors: Iterable[Any], compact: Any, policies: Mapping[str, str]
 ) -> tuple[tuple[Callable[[list[Message]], Any], ...], Callable[[list[Message]], Any] | None]:
     """Check an agent's ``history_processors`` and ``compact``: callables, and compact exactly when its policy asks."""
+    if (
+        type(processors) is tuple
+        and not processors
+        and compact is None
+        and policies.get("context_overflow") != "compact"
+    ):
+        return (), None  # most agents: nothing below to check
     processors = tuple(processors)
     for processor in processors:
         if not callable(processor):

@@ -241,6 +241,8 @@ def _schema_error(error: Any) -> str:
 
 def output_spec(output_type: Any, validators: Iterable[Any], retries: Any) -> OutputSpec | None:
     """Check an agent's output settings and build its ``OutputSpec`` (None: the answer is plain text)."""
+    if output_type is None and type(validators) is tuple and not validators and type(retries) is int and retries >= 0:
+        return None  # most agents: nothing below to check or build
     validators = tuple(validators)
     for validator in validators:
         if not callable(validator):

@@ -54,16 +54,9 @@ def make_result(
     run: Run, reason: str, evidence: dict[str, Any], pending: tuple[ToolCall, ...], snapshot: dict[str, Any] | None
 ) -> RunResult:
     """The run as a frozen result; a stopped or paused run carries its ``snapshot``, enough to continue it."""
+    # By position, in RunResult's field order: matching eleven keywords was a quarter of building it.
+    output = run.output if run.state is Done else None
+    usage = Usage(run.input_tokens, run.output_tokens)
     return RunResult(
-        messages=run.messages,
-        steps=run.steps,
-        final=run.final,
-        reason=reason,
-        trace=run.trace,
-        evidence=evidence,
-        usage=Usage(run.input_tokens, run.output_tokens),
-        pending=pending,
-        snapshot=snapshot,
-        prior=run.prior,
-        output=run.output if run.state is Done else None,
+        run.messages, run.steps, run.final, reason, run.trace, evidence, usage, pending, snapshot, run.prior, output
     )

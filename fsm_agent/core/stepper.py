@@ -13,7 +13,7 @@ retry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -21,6 +21,8 @@ import attrs
 from fsm_agent.core import ledger
 from fsm_agent.core.approval import ApprovalGate
 from fsm_agent.core.batch import plan_batch
+from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
+from fsm_agent.core.firing import Fire, fires_for, take
 from fsm_agent.core.history import compaction_problem
 from fsm_agent.core.output import Invalid, OutputSpec
 from fsm_agent.core.result import conclude, evidence_for
@@ -31,24 +33,16 @@ from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import (
     CHECK,
     DISPATCH,
-    FINALIZE,
     MODEL_FAILED,
     REPLIED,
     START,
     TOOL_DONE,
     Row,
-    compacts_history,
     first_row,
-    output_invalid,
 )
 from fsm_agent.errors import RunStateError
 from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
-
-FINALIZE_INSTRUCTION = (
-    "The run has to stop now ({reason}). Do not call any tool. "
-    "Give your best final answer from what you already have, and say what is missing."
-)
 
 
 @attrs.frozen
@@ -85,13 +79,18 @@ class CompactHistory:
 
 Effect = ModelCall | ToolBatch | CheckOutput | CompactHistory
 
+_START = (AwaitModel, START)
+_NOWHERE: frozenset[State] = frozenset()
+
 
 class Stepper(ApprovalGate):
     """The pure core of one run; every driver carries out its effects."""
 
     __slots__ = (
+        "_fires",
         "_messages",
         "_replied",
+        "_rows",
         "_start",
         "approve",
         "compact",
@@ -110,6 +109,7 @@ class Stepper(ApprovalGate):
         approve: Callable[[ToolCall], bool] | None = None,
         output: OutputSpec | None = None,
         compact: Callable[[list[Message]], Any] | None = None,
+        fires: Mapping[tuple[State, str], Fire] | None = None,
     ) -> None:
         self.run = run
         self.output = output
@@ -120,13 +120,17 @@ class Stepper(ApprovalGate):
         self.schemas = schemas
         self.approve = approve
         # Finalize is tried only where a stop with that policy is checked, so other runs pay nothing for it.
-        self.finalize_from = walker.finalize_sources(run.policies)
+        self.finalize_from = walker.finalize_sources(run.policies) if run.policies else _NOWHERE
         # A live view, so one serves every model call of the run.
         self._messages = MessagesView(run.messages)
         # The trigger a model outcome implies, from accept_* until step() fires it.
         self._replied: str | None = None
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
         self._start: Row | None = None
+        # The run's rows compiled (fires_for, unless the agent found them with the rows), found again only if
+        # the rows are replaced.
+        self._rows = run.rows
+        self._fires = fires_for(run.rows) if fires is None else fires
 
     # --- what is needed -------------------------------------------------------------------------------------
 
@@ -159,7 +163,10 @@ class Stepper(ApprovalGate):
         run = self.run
         state = run.state
         if state is AwaitModel:
-            if self._replied is not None or (run.turns == 0 and self._start_row() is not None):
+            if self._replied is not None:
+                return None
+            # Most runs have no start rows at all (no deadline, cancel token or input guardrail): none to look at.
+            if run.turns == 0 and run.rows.get(_START) and self._start_row() is not None:
                 return None
             tools = [] if run.finalizing is not None else self.schemas
             if run.context_head is None:
@@ -170,7 +177,8 @@ class Stepper(ApprovalGate):
         if state is not ExecuteTool or (run.to_approve and self.paused):
             return None
         call = run.pending[0]
-        if call.id in run.ran or self._rejected(call):
+        approvals = run.approvals  # _rejected, inlined: only a run with decisions can hold a rejection
+        if call.id in run.ran or (approvals and approvals.get(call.id, True) is not True):
             return None
         if not parallel:
             return ToolBatch((call,))
@@ -293,27 +301,83 @@ class Stepper(ApprovalGate):
         """Fire exactly one transition that needs no further I/O, and return the edge taken."""
         run = self.run
         state = run.state
-        if state in TERMINAL:
+        # The states in the order a turn meets them most: a terminal run is caught after the three cheap checks.
+        if state is CheckTruncation:
+            trigger = CHECK
+        elif state is Dispatch:
+            trigger = DISPATCH
+        elif state is AwaitModel:
+            replied = self._replied
+            if replied is None:  # before the first model call: a start row
+                return self._take_start()
+            trigger, self._replied = replied, None
+        elif state in TERMINAL:
             msg = f"the run already finished in {state} (reason {run.reason!r}); start a new run"
             raise RunStateError(msg)
-        if state is AwaitModel:
-            if self._replied is None:
-                row = self._start_row() if run.turns == 0 else None
-                if row is None:
-                    msg = "the run needs a model call first: carry out effect() and accept its outcome"
-                    raise RunStateError(msg)
-                # No finalize answers a start row (nothing to finalize before the first call): the row is taken.
-                self._start = None
-                entry = self.walker.take(run, row)
-                if row.dest in TERMINAL:
-                    conclude(run)
-                return entry
-            trigger, self._replied = self._replied, None
-            return self._fire(trigger)
-        if state is CheckTruncation:
-            return self._fire(CHECK)
-        if state is Dispatch:
-            return self._fire(DISPATCH)
+        else:
+            self._replay_tool()
+            trigger = TOOL_DONE
+        return self._fire(trigger)
+
+    def drive(self, carry_out: Callable[[Effect], object]) -> None:
+        """Fire transitions until the run finishes, handing each effect to ``carry_out`` (a driver's I/O).
+
+        The loop of ``effect()``, ``carry_out`` and ``step()`` a driver writes, for a run nobody pauses or
+        watches between transitions; a ``carry_out`` returning anything but None stopped the run itself (the
+        deadline passed).  The moves of a turn are looked up once (nothing in the loop can replace the run's
+        rows), and the states that never need I/O (``CheckTruncation``, and ``Dispatch`` of an untyped agent)
+        are fired without asking ``effect()``: together half the engine's own time per turn (``make bench``).
+        """
+        run = self.run
+        rows = run.rows
+        if rows is not self._rows:
+            self._rows, self._fires = rows, fires_for(rows)
+        fires = self._fires
+        checked = fires.get((CheckTruncation, CHECK))
+        dispatched = fires.get((Dispatch, DISPATCH)) if self.output is None else None
+        ran = fires.get((ExecuteTool, TOOL_DONE))
+        effect_of, step = self.effect, self.step
+        while True:
+            state = run.state
+            if state is CheckTruncation and checked is not None:
+                checked(self, run)
+                continue
+            if state is Dispatch and dispatched is not None:
+                dispatched(self, run)
+                continue
+            if state in TERMINAL:
+                return
+            effect = effect_of()
+            if effect is not None and carry_out(effect) is not None:
+                return
+            # step(), inlined for the two moves after I/O; anything else (a start row, an error) goes through it.
+            trigger = self._replied
+            if state is AwaitModel and trigger is not None and (fire := fires.get((state, trigger))) is not None:
+                self._replied = None
+                fire(self, run)
+            elif state is ExecuteTool and ran is not None:
+                self._replay_tool()
+                ran(self, run)
+            else:
+                step()
+
+    def _take_start(self) -> Transition:
+        """The ``start`` row ``effect()`` found before the first model call."""
+        run = self.run
+        row = self._start_row() if run.turns == 0 else None
+        if row is None:
+            msg = "the run needs a model call first: carry out effect() and accept its outcome"
+            raise RunStateError(msg)
+        # No finalize answers a start row (nothing to finalize before the first call): the row is taken.
+        self._start = None
+        entry = self.walker.take(run, row)
+        if row.dest in TERMINAL:
+            conclude(run)
+        return entry
+
+    def _replay_tool(self) -> None:
+        """Record the outcome of the call about to leave ``ExecuteTool``: its result, or its rejection."""
+        run = self.run
         call = run.pending[0]
         approvals = run.approvals  # only a run with decisions can hold a rejection: the others skip asking
         decision = approvals.get(call.id, True) if approvals else True
@@ -328,7 +392,6 @@ class Stepper(ApprovalGate):
             run.to_approve.discard(call.id)
         run.pending.popleft()
         ledger.record_tool(run, call, outcome)
-        return self._fire(TOOL_DONE)
 
     def interrupt(self, trigger: str, unfinished: str | None) -> Transition:
         """A call was given up (the task was cancelled, or the deadline passed): stop on ``trigger``.
@@ -346,65 +409,11 @@ class Stepper(ApprovalGate):
     def _fire(self, trigger: str) -> Transition:
         """Take the row ``trigger`` takes, or the finalize edge its stop's policy asks for; conclude a finished run."""
         run = self.run
-        try:
-            row = first_row(run, trigger)
-        except ConditionError as exc:
-            run.condition_error, run.condition_name = exc.error, exc.name
-            row = first_row(run, trigger)
-        if row is None:
-            # Unreachable for a validated table (every trigger ends in a fallback) except for guard-only
-            # triggers, which are only fired after checking one of their rows applies.
-            msg = f"no row fired for trigger {trigger!r} in state {run.state}"
-            raise AssertionError(msg)
-        reason = row.reason
-        if (
-            reason is not None
-            and run.finalizing is None
-            and run.state in self.finalize_from
-            and run.policies.get(reason) == "finalize"
-        ):
-            finalize = self._finalize(reason)
-            if finalize is not None:
-                run.frozen = False  # the finalize edge leads back to AwaitModel, where a planned batch ends
-                return finalize
-        # Walker.take, inlined: this is the one place every transition of every run goes through.
-        entry = row.entry
-        dest = run.state = row.dest
-        run.trace.append(entry)
-        if dest in TERMINAL:
-            run.frozen = False
-            conclude(run)
-        elif dest is AwaitModel:
-            run.frozen = False
-            if row.guard is output_invalid:
-                self._ask_again()
-            elif row.guard is compacts_history:
-                run.compacting = True
-                if run.context_head is None:
-                    run.context_head, run.context_start = [], 0
-        return entry
-
-    def _ask_again(self) -> None:
-        """Send a typed agent's answer back: record the failed check as a step, and tell the model the errors."""
-        run, output = self.run, self.output
-        assert run.output_problem is not None  # the output_invalid guard held
-        assert output is not None
-        errors = run.output_problem[0]
-        run.output_retries += 1
-        run.steps.append(Step(run.turns - 1, "output_invalid", "; ".join(errors), run.counters()))
-        run.messages.append(Message("user", output.retry_text(errors)))
-        run.output_checked, run.output_problem, run.output = False, None, None
-
-    def _finalize(self, reason: str) -> Transition | None:
-        """Answer the stop ``reason`` with one last model call without tools, if a finalize row allows it."""
-        run = self.run
-        evidence = self.evidence(reason)
-        entry = self.walker.try_fire(run, FINALIZE)
-        if entry is not None:
-            run.finalizing, run.finalize_evidence = reason, evidence
-            ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
-            run.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
-        return entry
+        rows = run.rows
+        if rows is not self._rows:
+            self._rows, self._fires = rows, fires_for(rows)
+        fire = self._fires.get((run.state, trigger))
+        return take(self, None, trigger) if fire is None else fire(self, run)
 
     def evidence(self, reason: str) -> dict[str, Any]:
         """The evidence the stop ``reason`` would have now."""

@@ -20,6 +20,7 @@ from typing import Any
 from transitions import Machine
 
 from fsm_agent.definition.guards import Guard
+from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import Row, Table, first_row
@@ -64,6 +65,7 @@ class Walker:
         self.machine = library_machine(table)
         self._finalize_sources: dict[frozenset[str], frozenset[State]] = {}
         self._pruned: dict[frozenset[Guard], Mapping[tuple[State, str], tuple[Row, ...]]] = {}
+        self._profiles: dict[tuple[int, bool, bool], tuple[Limits, dict[tuple[bool, Any], Any]]] = {}
         for (state, trigger), rows in table.index.items():
             edges = self.machine.get_transitions(trigger=trigger, source=str(state))
             if [t.dest for t in edges] != [str(row.dest) for row in rows]:
@@ -96,6 +98,23 @@ class Walker:
             }
             self._pruned[dormant] = found
         return found
+
+    def fresh_rows(self, limits: Limits, strict_hooks: bool, finalize: bool) -> dict[tuple[bool, Any], Any]:
+        """The rows found for new runs of agents set up alike (``Agent.rows_for``), by cancel token and parts.
+
+        What is dormant for a new run under its agent's own limits follows from its set-up alone (the limits,
+        strict hooks, a finalize policy, a cancel token, the agent's parts), so agents set up alike share what
+        the first of their runs found: a fresh agent per request finds its rows without walking the table.
+        Kept by the identity of the limits (agents with equal limit keywords share one ``Limits``; each entry
+        holds its limits, so their id is not reused meanwhile).
+        """
+        key = (id(limits), strict_hooks, finalize)
+        found = self._profiles.get(key)
+        if found is None or found[0] is not limits:
+            if len(self._profiles) >= 256:
+                self._profiles.clear()
+            found = self._profiles[key] = (limits, {})
+        return found[1]
 
     def try_fire(self, run: Run, trigger: str) -> Transition | None:
         """Take the first row on ``trigger`` whose guard holds, if any (for guard-only triggers)."""

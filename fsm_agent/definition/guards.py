@@ -87,11 +87,18 @@ def cap_reached(run: Run, name: str) -> tuple[str, int, int] | None:
 
 def tool_calls_exhausted(run: Run) -> bool:
     """Making the next tool call would exceed ``max_tool_calls`` (for the run or for that tool)."""
-    return (
-        run.limits.max_tool_calls is not None
-        and bool(run.pending)
-        and cap_reached(run, run.pending[0].name) is not None
-    )
+    caps = run.limits.max_tool_calls
+    if caps is None or not run.pending:
+        return False
+    if type(caps) is not dict:
+        return cap_reached(run, run.pending[0].name) is not None
+    # cap_reached for a dict of caps, inlined (it is checked before every call): the tool's own cap, then "*".
+    name = run.pending[0].name
+    cap = caps.get(name)
+    if cap is not None and run.calls_by_tool.get(name, 0) >= cap:
+        return True
+    cap = caps.get("*")
+    return cap is not None and run.tool_calls >= cap
 
 
 def passes_child_stop(run: Run) -> bool:
@@ -113,6 +120,10 @@ def find_cycle(recent: Sequence[tuple[Signature, str]]) -> int:
     """
     n = len(recent)
     last = recent[-1] if n else None
+    # Every cycle has the latest call twice in the window (``period`` calls back is the same call): most windows
+    # have it once, and counting it is one pass in C, where the loop below is a Python step per period.
+    if recent.count(last) < 2:
+        return 0
     for period in range(2, n // 2 + 1):
         if recent[n - 1 - period] != last:  # the cheap necessary condition, true of almost every non-cycle
             continue
@@ -142,6 +153,33 @@ def budget_spent(run: Run) -> bool:
 def steps_exhausted(run: Run) -> bool:
     """``max_steps`` model turns were taken, so the next model call must not be made."""
     return run.turns >= run.limits.max_steps
+
+
+INLINE: dict[Guard, str] = {
+    is_truncated: 'run.last_response is not None and run.last_response.stop_reason == "max_tokens"',
+    is_refusal: 'run.last_response is not None and run.last_response.stop_reason == "refusal"',
+    has_no_tool_calls: "run.last_response is not None and not run.last_response.message.tool_calls",
+    context_overflowed: "isinstance(run.model_exception, ContextOverflowError)",
+    output_rejected: "run.output_problem is not None",
+    asks_tools_while_finalizing: "run.finalizing is not None",
+    is_cancelled: "run.cancelled",
+    hook_raised: "run.hook_error is not None",
+    deadline_passed: "run.limits.timeout is not None and run.elapsed >= run.limits.timeout",
+    condition_raised: "run.condition_error is not None",
+    repeats_last_call: "run.last_signature is not None and guards.signature(run.pending[0]) == run.last_signature",
+    passes_child_stop: "run.child_stop is not None",
+    failures_exhausted: "run.failures >= run.limits.max_consecutive_failures",
+    is_cycling: "run.limits.cycle_window >= 4 and len(run.recent) >= 4 and guards.find_cycle(run.recent) > 0",
+    has_pending_calls: "run.pending",
+    budget_spent: (
+        "run.limits.token_budget is not None and run.input_tokens + run.output_tokens >= run.limits.token_budget"
+    ),
+    steps_exhausted: "run.turns >= run.limits.max_steps",
+}
+"""Guards of one expression, as that expression over ``run``, true exactly when the guard is: the compiled fires
+(``core.firing``) test them in line, as a call per guard was a third of a transition (``make bench``).  The
+expressions name ``guards`` (this module, so what a test patches here is what they call) and
+``ContextOverflowError``; ``tests/test_inline_guards.py`` holds each to its guard."""
 
 
 def dormant_guards(

@@ -73,6 +73,13 @@ class Meter(NamedTuple):
     limit: Callable[[Limits], int | float | None]
 
 
+_INLINE = {
+    "seconds": "int(run.elapsed * 1e6 + 0.5) / 1e6",
+    "tokens": "run.input_tokens + run.output_tokens",
+}
+"""The properties of ``Run`` that meters read, as the expressions they compute: the generated function reads the
+attributes behind them rather than calling each property on every step (``Run.seconds`` and ``Run.tokens``)."""
+
 _countings: dict[tuple[int, int], tuple[Limits, tuple[Meter, ...], Callable[[Run], Counters]]] = {}
 _generated: dict[tuple[int, tuple[int | float | None, ...]], tuple[tuple[Meter, ...], Callable[[Run], Counters]]] = {}
 
@@ -93,6 +100,7 @@ def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Coun
     key = (id(limits), id(meters))
     found = _countings.get(key)
     if found is not None:
+        _remember(limits, meters, found[2])
         return found[2]
     values = tuple(meter.limit(limits) for meter in meters)
     made = _generated.get((id(meters), values))
@@ -101,7 +109,7 @@ def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Coun
         entries = []
         for i, meter in enumerate(meters):
             namespace[f"limit{i}"] = values[i]
-            entries.append(f"{meter.name!r}: [run.{meter.used}, limit{i}]")
+            entries.append(f"{meter.name!r}: [{_INLINE.get(meter.used, 'run.' + meter.used)}, limit{i}]")
         # The text holds only repr()s of the names, identifiers (the table checked them) and its own variables.
         exec(f"def counters(run):\n    return {{{', '.join(entries)}}}\n", namespace)
         made = (meters, namespace["counters"])
@@ -111,7 +119,13 @@ def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Coun
     if len(_countings) >= 256:
         _countings.clear()
     _countings[key] = (limits, meters, made[1])
+    _remember(limits, meters, made[1])
     return made[1]
+
+
+def _remember(limits: Limits, meters: tuple[Meter, ...], counting: Callable[[Run], Counters]) -> None:
+    global _last  # a one-entry memo of _counting, read and written whole
+    _last = (limits, meters, counting)
 
 
 class Run:
@@ -208,8 +222,9 @@ class Run:
         # Pending calls that wait for a person's decision, fixed when the reply arrived: the run keeps them, so
         # whichever agent, driver or process resumes it, an undecided call never runs (an agent's approve= only adds).
         self.to_approve: set[str] = set()
-        # (signature, result) of the latest executed calls, for the cycle guard; bounded by cycle_window.
-        self.recent: deque[tuple[Signature, str]] = deque(maxlen=limits.cycle_window or 1)
+        # (signature, result) of the latest executed calls, for the cycle guard; bounded by cycle_window, given by
+        # position: deque(maxlen=) costs twice as much (a dict for the keyword), on every run.
+        self.recent: deque[tuple[Signature, str]] = deque((), limits.cycle_window or 1)  # noqa: RUF037
         # What a failed model call raised (model_error), a strict hook raised (hook_error), a user check raised.
         self.model_exception: BaseException | None = None
         self.hook_error: BaseException | None = None
@@ -271,14 +286,20 @@ class Run:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
         limits, (read_under, counting) = self.limits, self._counting
         if read_under is not limits:
-            # Limits only change by resuming: the function is looked up again only then.
-            counting = _counting(limits, self.meters)
+            # Limits only change by resuming: the function is looked up again only then (first in the one the
+            # last lookup found, which for a run of a reused agent or a fresh one alike is this one).
+            last = _last
+            counting = last[2] if last[0] is limits and last[1] is self.meters else _counting(limits, self.meters)
             self._counting = (limits, counting)
         return counting(self)
 
 
 def _no_counters(run: Run) -> Counters:
     return {}
+
+
+_last: tuple[Limits | None, tuple[Meter, ...] | None, Callable[[Run], Counters]] = (None, None, _no_counters)
+"""The last function ``_counting`` found, with its limits and meters: what a run's first ``counters()`` looks at."""
 
 
 class MessagesView(Sequence[Message]):

@@ -309,11 +309,21 @@ def user_stops(stops: Iterable[Any], builtin: Collection[str]) -> tuple[StopCond
     return tuple(out)
 
 
+_default_policies: dict[int, tuple[Mapping[str, Stop], dict[str, str]]] = {}
+
+
 def check_policies(
     on_stop: Mapping[str, str] | Mapping[Reason, Policy] | None, stops: Mapping[str, Stop]
 ) -> dict[str, str]:
     """Validate ``on_stop`` against the stops: known reasons, known policies, finalize only where it applies."""
-    policies: dict[str, str] = {stop.reason: stop.policy for stop in stops.values() if stop.policy != "raise"}
+    found = _default_policies.get(id(stops))
+    if found is None or found[0] is not stops:
+        # The stops are a table's, so their defaults are laid out once per table, not once per agent.
+        found = (stops, {stop.reason: stop.policy for stop in stops.values() if stop.policy != "raise"})
+        if len(_default_policies) >= 64:
+            _default_policies.clear()
+        _default_policies[id(stops)] = found  # the entry holds the stops, so their id is not reused meanwhile
+    policies = dict(found[1])
     for reason, policy in (on_stop or {}).items():
         stop = stops.get(reason)
         if stop is None:

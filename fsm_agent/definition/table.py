@@ -387,6 +387,8 @@ COMPACTING_GUARDS = (compacts_history,)
 
 TABLE = build_table(CATALOGUE)
 """The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""
+BUILTIN_REASONS = frozenset(stop.reason for stop in TABLE.stops)
+"""The reasons of the built-in stops, which no user's stop condition may take."""
 
 
 def describe_resumable(stops: Iterable[Stop]) -> str:

@@ -16,30 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent.core import snapshot
-from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.history import History, history_settings, opening
+from fsm_agent.core.firing import fires_for
+from fsm_agent.core.history import History, opening
 from fsm_agent.core.ledger import answer_unexecuted
-from fsm_agent.core.output import Validator, output_spec
-from fsm_agent.core.walker import Walker, walker_for
+from fsm_agent.core.output import Validator
+from fsm_agent.core.walker import Walker
 from fsm_agent.definition.guards import Guard, dormant_guards, passes_child_stop
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Policy, Reason, State
-from fsm_agent.definition.stops import StopCondition, check_policies, user_stops
+from fsm_agent.definition.stops import StopCondition
 from fsm_agent.definition.table import (
-    COMPACTING_GUARDS,
     RESUME,
-    TABLE,
-    TYPED_GUARDS,
     Table,
     describe_resumable,
 )
 from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.base import Observer
-from fsm_agent.drivers.checks import check_parts, limits_of, model_keywords
-from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, children_in
+from fsm_agent.drivers.checks import NO_PARTS, PLAIN_UNUSED, Parts, parts_of, plain_parts, schemas_of, settings
+from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool
 from fsm_agent.drivers.model import Clock, Model
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
@@ -107,37 +104,24 @@ class Agent:
         history_processors: Iterable[Callable[[list[Message]], Any]] = (),
         compact: Callable[[list[Message]], Any] | None = None,
     ) -> None:
-        check_parts(model, registry, system, clock, max_concurrency, tool_timeout)
         self.tool_timeout = tool_timeout
-        self.output = output_spec(output_type, output_validators, output_retries)
-        self.model_keywords = model_keywords(model, self.output)
-        self.approve = approval_rule(approve)
+        given = (max_steps, max_consecutive_failures, timeout, token_budget, max_tool_calls, cycle_window)
+        # unused_guards: those of parts this agent does not have, which its runs' rows leave out.
+        (self.output, self.model_keywords, self.approve, self.limits, self.stop_conditions, walker, self.on_stop,
+         self.history_processors, self.compact, self.unused_guards) = settings(
+            model, registry, system, clock, max_concurrency, tool_timeout, output_type, output_validators,
+            output_retries, approve, limits, given, stop_conditions, on_stop, history_processors, compact)  # fmt: skip
         self.model = model
         self.registry = registry
-        self.system = system
-        self.clock = clock
+        self.system, self.clock = system, clock
         self.strict_hooks = bool(strict_hooks)
         self.max_concurrency = max_concurrency
-        keywords = {
-            "max_steps": max_steps,
-            "max_consecutive_failures": max_consecutive_failures,
-            "timeout": timeout,
-            "token_budget": token_budget,
-            "max_tool_calls": max_tool_calls,
-            "cycle_window": cycle_window,
-        }
-        self.limits = limits_of(limits, keywords)
-        self.stop_conditions = user_stops(stop_conditions, {stop.reason for stop in TABLE.stops})
         # The shared walker's own table, so the rows a run walks are the very rows the walker knows.
-        self.walker: Walker = walker_for(TABLE.with_stops(self.stop_conditions))
-        self.table: Table = self.walker.table
-        self.on_stop = check_policies(on_stop, self.table.stop_for)
-        self.history_processors, self.compact = history_settings(history_processors, compact, self.on_stop)
-        # The guards of parts this agent does not have: its runs' rows leave them out.
-        self.unused_guards = (*(() if self.output else TYPED_GUARDS), *(() if self.compact else COMPACTING_GUARDS))
+        self.walker: Walker = walker
+        self.table: Table = walker.table
         self.hooks = Hooks()
-        self.run_parts: tuple[int, Mapping[str, ChildTool], tuple[Guard, ...]] = (-1, {}, ())
-        self._fresh_rows: dict[tuple[bool, tuple[Guard, ...]], Any] = {}
+        self.run_parts: Parts = NO_PARTS
+        self._fresh_rows = walker.fresh_rows(self.limits, self.strict_hooks, "finalize" in self.on_stop.values())
 
     def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
@@ -154,27 +138,37 @@ class Agent:
         parts = self.run_parts
         return (parts if parts[0] == self.registry.version else self.refresh_parts())[1]
 
-    def refresh_parts(self) -> tuple[int, Mapping[str, ChildTool], tuple[Guard, ...]]:
-        """``run_parts`` again after the tools changed: their version, the sub-agents, the guards of parts it lacks."""
-        children, raising = self.registry.cached("children", children_in)
+    def refresh_parts(self) -> Parts:
+        """``run_parts`` again after the tools changed: their version, sub-agents, dormant guards and schemas.
+
+        The guards are those of parts the agent lacks; the schemas ``tool_schemas``'s, each run's copied from them.
+        Those of an agent without a typed answer or compaction (most) are the same for all such agents, so kept in
+        the registry: a fresh agent per request finds them.
+        """
+        registry = self.registry
+        if self.unused_guards is PLAIN_UNUSED:
+            self.run_parts = registry.cached("plain parts", plain_parts)
+            return self.run_parts
+        children, raising, schemas = registry.cached("parts", parts_of)
         dormant = self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
-        self.run_parts = (self.registry.version, children, dormant)
+        self.run_parts = (registry.version, children, dormant, schemas)
         return self.run_parts
 
     def rows_for(self, run: Run, cancellable: bool, unused: tuple[Guard, ...]) -> Any:
-        """The rows ``run`` walks: the table's without those whose guards cannot hold for it (``dormant_guards``).
+        """The rows ``run`` walks, and their compiled fires: the table's without those whose guards cannot hold.
 
-        A new run under the agent's own limits (most runs) gets the rows the
-        runs before it got, kept by whether it has a cancel token.
+        See ``dormant_guards``.  A new run under the agent's own limits (most runs) gets those found for a run set
+        up alike before it, by this agent or another (a fresh agent per request): see ``Walker.fresh_rows``.
         """
         fresh = run.limits is self.limits and not run.trace and run.finalizing is None
-        rows = self._fresh_rows.get((cancellable, unused)) if fresh else None
-        if rows is None:
+        found = self._fresh_rows.get((cancellable, unused)) if fresh else None
+        if found is None:
             dormant = dormant_guards(run, strict_hooks=self.strict_hooks, cancellable=cancellable, also=unused)
             rows = self.walker.rows_without(dormant)
+            found = (rows, fires_for(rows))
             if fresh:
-                self._fresh_rows[cancellable, unused] = rows
-        return rows
+                self._fresh_rows[cancellable, unused] = found
+        return found
 
     def tool_schemas(self) -> list[JSONSchema]:
         """The schemas of the registry's tools as the model is offered them: a list of this run's own.
@@ -186,7 +180,7 @@ class Agent:
         cached = getattr(self.registry, "cached", None)
         if cached is None:  # a registry of another kind: ask it every time
             return self.registry.schemas()
-        return list(cached("schemas", _schemas))
+        return list(cached("schemas", schemas_of))
 
     def on(self, name: HookName, hook: Hook | None = None) -> Any:
         """Register an observer: ``agent.on("transition", fn)`` or ``@agent.on("enter:ExecuteTool")``.
@@ -256,11 +250,14 @@ class Agent:
         if cancel is not None and not isinstance(cancel, CancelToken):
             msg = f"cancel must be a CancelToken, got {type(cancel).__name__}"
             raise TypeError(msg)
-        messages, prior = opening(self.system, user_input, history)  # checked before anything is written or called
+        if history is None and not self.system:  # opening(), for most runs: the input alone
+            messages, prior = [Message("user", user_input)], 0
+        else:  # checked before anything is written or called
+            messages, prior = opening(self.system, user_input, history)
         position = Run(limits or self.limits, messages, table=self.table, policies=self.on_stop, prior=prior)
         # None: the run makes its own id when first asked for one.
         run_id = None if run_id is None else check_run_id(run_id)
-        store = store_for(store)
+        store = None if store is None else store_for(store)
         return AgentRun(
             self,
             position,
@@ -372,9 +369,9 @@ class Agent:
         for approval returns a result with ``reason == "paused"`` and a snapshot.
         """
         if log is None:  # no log to close: skip the context manager, which costs as much as a transition
-            run = self.start(
-                user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite, history=history
-            )
+            run = self._begin(user_input, cancel, (), store, run_id, history)  # start(), without its keywords
+            if store is not None:  # only a stored run has a store to open
+                run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return run.finish()
         with log_observers(log) as observers:
             run = self._begin(user_input, cancel, observers, store, run_id, history)
@@ -418,7 +415,3 @@ class Agent:
         run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history)
         async for event in streaming.aevents(run, feed):
             yield event
-
-
-def _schemas(registry: ToolRegistry) -> list[JSONSchema]:
-    return registry.schemas()  # the registry's own method: a subclass may build them its way

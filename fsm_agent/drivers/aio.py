@@ -161,7 +161,7 @@ class AsyncDriver(RunBase):
             # One call needs no tasks: awaiting it directly keeps the common case cheap.
             await self._acall_tool(batch[0])
             return
-        limit = asyncio.Semaphore(self._max_concurrency or len(batch))
+        limit = asyncio.Semaphore(self.agent.max_concurrency or len(batch))
 
         async def one(call: ToolCall) -> None:
             async with limit:

@@ -36,6 +36,17 @@ Observer = Callable[[TransitionEvent], None]
 class RunBase:
     """One run of an agent: the stepper plus everything around it that is not waiting."""
 
+    # Most runs never change these, so they are read from the class until a run sets its own: every attribute
+    # set in __init__ costs each run, and past 30 of them Python 3.11 gives each run a dict of its own.
+    _text_observers: tuple[Callable[[TextDelta], object], ...] = ()
+    _deferred = False  # the async driver's: it awaits the checkpoint write
+    _closing: Transition | None = None  # taken while deferred, closed once its checkpoint is awaited
+    # What moved the current transition, for its event (an observed run's only).
+    _response: ModelResponse | None = None
+    _error: str | None = None
+    _call: ToolCall | None = None
+    _outcome: ToolResult | None = None
+
     def __init__(
         self,
         agent: Agent,
@@ -50,25 +61,23 @@ class RunBase:
     ) -> None:
         self.position = position
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
-        # At most 30 attributes on a run object: beyond, Python 3.11 gives each run a dict of its own (+10% a run).
-        parts = agent.run_parts  # (tools version, sub-agents, dormant guards): read, not called, as most runs
-        _, self._children, unused = parts if parts[0] == agent.registry.version else agent.refresh_parts()
-        position.rows = agent.rows_for(position, cancel is not None, unused)
-        self.stepper = Stepper(position, agent.walker, agent.tool_schemas(), agent.approve, agent.output, agent.compact)
+        parts = agent.run_parts  # (tools version, sub-agents, dormant guards, schemas): read, not called, as most runs
+        _, self._children, unused, schemas = parts if parts[0] == agent.registry.version else agent.refresh_parts()
+        position.rows, fires = agent.rows_for(position, cancel is not None, unused)
+        # agent.tool_schemas(), from the parts: a list of this run's own.
+        self.stepper = Stepper(position, agent.walker, list(schemas), agent.approve, agent.output, agent.compact, fires)
         self._run_id = run_id
         self.agent = agent
         self._model = agent.model
         self._registry = agent.registry
         self._tool_timeout = agent.tool_timeout
-        self._max_concurrency = agent.max_concurrency
-        self._hooks = agent.hooks
-        self._strict_hooks = agent.strict_hooks
+        hooks = self._hooks = agent.hooks
         self._observers = tuple(observers)
         # Building events costs time, so a run nobody watches builds none.
-        self._observed = bool(self._hooks) or bool(self._observers)
-        self._text_observers: tuple[Callable[[TextDelta], object], ...] = ()
+        hooked = hooks.active  # bool(hooks), without its call
+        self._observed = hooked or bool(self._observers)
         # A model streams only when someone reads its text as it comes; otherwise its plain call is made.
-        self._wants_text = bool(self._hooks.get("text"))
+        self._wants_text = hooked and bool(hooks.get("text"))
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
         self._journal = None if store is None else Journal(store, self.run_id, session=session, parent=parent)
@@ -78,19 +87,12 @@ class RunBase:
         self._clock_each_transition = (
             position.limits.timeout is not None or cancel is not None or self._observed or store is not None
         )
-        self._deferred = False
-        self._closing: Transition | None = None  # taken while deferred, closed once its checkpoint is awaited
         # Nothing happens around this run's transitions but the clock, so sync finish() takes them in one loop.
         self._unwatched = not self._observed and store is None
         self._cancel = cancel
         self._clock = agent.clock
         self._started = self._clock() - position.elapsed
         self._result: RunResult | None = None
-        # What moved the current transition, for its event.
-        self._response: ModelResponse | None = None
-        self._error: str | None = None
-        self._call: ToolCall | None = None
-        self._outcome: ToolResult | None = None
 
     # --- reading the run --------------------------------------------------------------------------------------
 
@@ -373,7 +375,9 @@ class RunBase:
         return make_result(run, "paused", evidence, tuple(waiting), self.snapshot())
 
     def _outcome_of_run(self) -> RunResult:
-        result = self.result
+        result = self._result
+        if result is None:
+            result = self.result  # which says why there is none
         run = self.position
         if run.state is Failed and run.policies.get(result.reason, "raise") != "return":
             cause = run.model_exception or run.hook_error or run.condition_error
@@ -413,7 +417,7 @@ class RunBase:
 
     def _hook_failed(self, exc: BaseException | None, terminal: bool) -> None:
         run = self.position
-        if exc is None or not self._strict_hooks or run.hook_error is not None:
+        if exc is None or not self.agent.strict_hooks or run.hook_error is not None:
             return
         if terminal:
             logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")

@@ -51,7 +51,10 @@ class SyncDriver(RunBase):
         """
         if self._result is not None:
             return self._outcome_of_run()
-        work = self._finish_unwatched if self._unwatched and not self.stepper.gated else self._finish
+        stepper = self.stepper
+        # stepper.gated, read without its property: a run's one read of it costs as much as a transition's guard.
+        gated = stepper.approve is not None or bool(self.position.to_approve)
+        work = self._finish_unwatched if self._unwatched and not gated else self._finish
         if not self._clock_each_transition:
             return work()  # no deadline either, so no worker
         return self._bounded(work, lambda entry: self._outcome_of_run())
@@ -77,16 +80,17 @@ class SyncDriver(RunBase):
         # A cancel can come at any moment, so it is looked for before every transition.  Time passes mostly
         # in calls: told after each (and checked before each), the run misses only the engine's own
         # microseconds between two calls, which cost 3% of a run's instructions to tell before every transition.
-        each = self._cancel is not None
         if self._clock_each_transition:
             observe()
-        while run.state not in TERMINAL:
-            if each:
+        if self._cancel is None:
+            stepper.drive(carry_out)  # the loop below without the cancel check, kept where it can skip effect()
+        else:
+            while run.state not in TERMINAL:
                 observe()
-            effect = effect_of()
-            if effect is not None and carry_out(effect) is not None:
-                break  # the deadline passed before the call could start: the run stopped
-            step()
+                effect = effect_of()
+                if effect is not None and carry_out(effect) is not None:
+                    break  # the deadline passed before the call could start: the run stopped
+                step()
         if self._result is None:
             self._result = self._make_result()
         return self._outcome_of_run()
@@ -106,8 +110,17 @@ class SyncDriver(RunBase):
 
     def _carry_out(self, effect: Effect) -> Transition | None:
         """Make the call ``effect`` asks for, or, if the deadline already passed, stop the run and return that edge."""
-        if self._clock_each_transition and self._out_of_time() and not isinstance(effect, CheckOutput):
-            return self._interrupt(EXPIRED, None)  # a deadline makes the run clocked
+        run = self.position
+        if self._clock_each_transition:  # a deadline makes the run clocked
+            # _out_of_time, inlined (its clock read first, as there): this is before every call of a run.
+            timeout = run.limits.timeout
+            if (
+                timeout is not None
+                and run.finalizing is None
+                and self._clock() - self._started >= timeout
+                and not isinstance(effect, CheckOutput)
+            ):
+                return self._interrupt(EXPIRED, None)
         if isinstance(effect, ModelCall):
             self._call_model(effect)
         elif isinstance(effect, ToolBatch):
@@ -123,7 +136,11 @@ class SyncDriver(RunBase):
             self.stepper.accept_compaction(compacted)
             follow = self.stepper.effect()  # the call made again, or None when the compaction failed
             return None if follow is None else self._carry_out(follow)
-        self._observe()
+        if not run.frozen:  # _observe, inlined: this is after every call of a run
+            run.elapsed = self._clock() - self._started
+            token = self._cancel
+            if token is not None and token.cancelled:
+                run.cancelled, run.cancel_why = True, token.why
         return None
 
     def _bounded(self, work: Callable[[], T], expired: Callable[[Transition], T]) -> T:
@@ -188,7 +205,10 @@ class SyncDriver(RunBase):
                 return
             self.position.sent = len(messages)
             effect = ModelCall(tuple(messages), effect.tools, effect.turn)
-        mutex = self._let_go(effect)
+        # Without a store or a deadline (so unclocked) there is nothing to let go of or take back: most runs
+        # skip both calls.
+        held = self._clock_each_transition and (self._journal is not None or self._mutex is not None)
+        mutex = self._let_go(effect) if held else None
         try:
             stream = self._streaming("complete_stream") if self._wants_text else None
             keywords = (
@@ -203,21 +223,27 @@ class SyncDriver(RunBase):
                 extra = {} if keywords is None else keywords["complete_stream"]
                 response = stream(effect.messages, effect.tools, self._text, **extra)
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
-            self._take_back(mutex)
+            if held:
+                self._take_back(mutex)
             self._model_failed(exc)
             return
         except BaseException:
             if self._journal is not None:
                 self._journal.rest()  # no heartbeat outlives the call, whatever ends it
             raise
-        self._take_back(mutex)
-        self._model_replied(response)
+        if held:
+            self._take_back(mutex)
+        if self._observed:
+            self._model_replied(response)
+        else:
+            self.stepper.accept_reply(response)  # _model_replied without the events nobody reads
 
     def _call_tool(self, effect: ToolBatch) -> None:
         call = effect.calls[0]
         if self._observed:
             self._before_tool(call)
-        mutex = self._let_go(effect)
+        held = self._clock_each_transition and (self._journal is not None or self._mutex is not None)
+        mutex = self._let_go(effect) if held else None
         try:
             child = self._children.get(call.name) if self._children else None
             if child is not None:
@@ -228,7 +254,8 @@ class SyncDriver(RunBase):
             else:
                 outcome = self._registry.execute(call, timeout=self._tool_timeout)
         finally:
-            self._take_back(mutex)
+            if held:
+                self._take_back(mutex)
         self.stepper.accept_tool(call, outcome)
 
     def _unfinished(self, effect: ModelCall | ToolBatch | None) -> str | None:

@@ -162,6 +162,8 @@ class Hooks:
 
     def __init__(self) -> None:
         self._by_name: dict[str, list[Hook]] = {}
+        # Whether any hook is registered: what bool(hooks) says, read by every run without calling __bool__.
+        self.active = False
 
     def add(self, name: str, hook: Hook) -> None:
         """Register ``hook`` under ``name`` (one of ``HOOK_NAMES``)."""
@@ -172,6 +174,7 @@ class Hooks:
             msg = f"hook for {name!r} must be callable, got {type(hook).__name__}"
             raise TypeError(msg)
         self._by_name.setdefault(name, []).append(hook)
+        self.active = True
 
     def __bool__(self) -> bool:
         return bool(self._by_name)

@@ -23,7 +23,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 import attrs
 
@@ -288,7 +288,8 @@ class ToolRegistry:
         found = self._derived.get(name)
         if found is None or found[0] != self.version:
             found = self._derived[name] = (self.version, build(self))
-        return cast(T, found[1])
+        value: T = found[1]  # an annotation, not typing.cast: that is a function call, on every run
+        return value
 
     def schemas(self) -> list[JSONSchema]:
         """One JSON Schema per tool: ``{"name", "description", "parameters"}``, in registration order."""
