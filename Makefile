@@ -37,9 +37,9 @@ docs: $(STAMP)  ## build the documentation site into site/, failing on any warni
 docs-serve: $(STAMP)  ## serve the documentation site with live reload on http://127.0.0.1:8000/
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
-bench: $(STAMP)  ## engine vs a plain loop; async driver and concurrency; per-step cost at 64-4096 turns; batches; stores
+bench: $(STAMP)  ## engine vs a plain loop; async driver; per-step cost at 64-4096 turns; batches; stores; lease takeover
 	@# Every benchmark runs even when one misses its target; the exit status says whether any did.
-	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store; do \
+	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store lease; do \
 		$(PY) -m benchmarks.bench_$$b || status=1; done; $(PY) -m benchmarks.targets || status=1; exit $$status
 
 fuzz: $(STAMP)  ## property, differential and stateful tests with fresh random examples, 4000 each
