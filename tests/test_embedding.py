@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -423,6 +424,53 @@ def test_cancelling_the_task_records_failed_cancelled_then_propagates() -> None:
     assert (run.state, run.result.reason) == ("Failed", "cancelled")
     assert edges(run.result)[-1] == "AwaitModel->Failed[cancelled]"
     assert run.result.messages[-1].content == '"first"'
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["unwatched", "watched"])
+def test_cancelling_the_task_mid_batch_keeps_the_finished_calls_and_a_resume_runs_only_the_rest(watched: bool) -> None:
+    """ExecuteTool->Failed[cancelled] mid-batch: calls that finished never run again, the one cut runs once more.
+
+    A run nobody watches is driven by a loop of its own; both loops must keep the same calls.
+    """
+    ran: collections.Counter[str] = collections.Counter()
+    registry = ToolRegistry()
+
+    @registry.register
+    async def quick(n: int) -> int:
+        """Return n at once."""
+        ran[f"quick{n}"] += 1
+        return n
+
+    @registry.register
+    async def slow() -> str:
+        """Hang the first time, answer the second."""
+        ran["slow"] += 1
+        if ran["slow"] == 1:
+            await asyncio.sleep(3600)
+        return "late"
+
+    calls = [tool_call("quick", n=1), tool_call("slow"), tool_call("quick", n=2)]
+    agent = Agent(FakeModel([tool_turn(*calls), reply("ok")]), registry)
+    seen: list[object] = []
+
+    async def main() -> fsm_agent.AgentRun:
+        run = agent.start("q", observers=[seen.append] if watched else [])
+        task = asyncio.ensure_future(run.afinish())
+        while ran["slow"] < 1 or ran["quick2"] < 1:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return run
+
+    run = asyncio.run(main())
+    assert edges(run.result)[-1] == "ExecuteTool->Failed[cancelled]"
+    assert run.result.evidence["unfinished"] == calls[1].id
+    assert bool(seen) is watched
+    result = asyncio.run(agent.resume(run.result).afinish())
+    assert result.final == "ok"
+    assert ran == {"quick1": 1, "slow": 2, "quick2": 1}
+    assert [m.content for m in result.messages if m.role == "tool"] == ["1", '"late"', "2"]
 
 
 def test_interrupted_edges_exist_out_of_await_model_and_execute_tool() -> None:

@@ -13,7 +13,7 @@ retry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -319,14 +319,15 @@ class Stepper(ApprovalGate):
             trigger = TOOL_DONE
         return self._fire(trigger)
 
-    def drive(self, carry_out: Callable[[Effect], object]) -> None:
-        """Fire transitions until the run finishes, handing each effect to ``carry_out`` (a driver's I/O).
+    def moves(self, *, parallel: bool = False) -> Iterator[Effect]:
+        """Fire transitions until the run finishes, yielding each effect for the driver to carry out before it goes on.
 
-        The loop of ``effect()``, ``carry_out`` and ``step()`` a driver writes, for a run nobody pauses or
-        watches between transitions; a ``carry_out`` returning anything but None stopped the run itself (the
-        deadline passed).  The moves of a turn are looked up once (nothing in the loop can replace the run's
-        rows), and the states that never need I/O (``CheckTruncation``, and ``Dispatch`` of an untyped agent)
-        are fired without asking ``effect()``: together half the engine's own time per turn (``make bench``).
+        The loop of ``effect()``, I/O and ``step()`` a driver writes, for a run nobody pauses or watches
+        between transitions; a driver that stopped the run itself (the deadline passed) leaves the loop.  The
+        moves of a turn are looked up once (nothing in the loop can replace the run's rows), and the states
+        that never need I/O (``CheckTruncation``, and ``Dispatch`` of an untyped agent) are fired without
+        asking ``effect()``: together half the engine's own time per turn (``make bench``).  One generator
+        serves the sync driver's loop and the async one's, which cannot hand the stepper a callable to await.
         """
         run = self.run
         rows = run.rows
@@ -347,9 +348,11 @@ class Stepper(ApprovalGate):
                 continue
             if state in TERMINAL:
                 return
-            effect = effect_of()
-            if effect is not None and carry_out(effect) is not None:
-                return
+            effect = effect_of(parallel=parallel)
+            if effect is not None:
+                yield effect
+                if type(effect) is CompactHistory:
+                    continue  # the model call is asked for again (a driver may have made it already)
             # step(), inlined for the two moves after I/O; anything else (a start row, an error) goes through it.
             trigger = self._replied
             if state is AwaitModel and trigger is not None and (fire := fires.get((state, trigger))) is not None:

@@ -57,17 +57,10 @@ class AsyncDriver(RunBase):
             self._observe()
         effect = self.stepper.effect(parallel=True)
         if isinstance(effect, CompactHistory):
-            # Like the check below: a cancel while compacting leaves the compaction due, for a resume to do.
-            try:
-                compacted = await _awaited(effect.compact(list(effect.messages)))
-            except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
-                compacted = exc
-            self.stepper.accept_compaction(compacted)
+            await self._acompact(effect)
             effect = self.stepper.effect(parallel=True)  # the call made again, or None when the compaction failed
         if isinstance(effect, CheckOutput):
-            # No call: checked outside the deadline's cut; a cancel while an async validator runs leaves the
-            # answer unchecked in Dispatch (a resume checks it again) and propagates.
-            self.stepper.accept_output(await effect.output.acheck(effect.text))
+            await self._acheck(effect)
         elif isinstance(effect, ModelCall | ToolBatch):
             journal = self._journal
             if journal is not None and journal.due():
@@ -97,6 +90,19 @@ class AsyncDriver(RunBase):
             self._observe()
         return self._step()
 
+    async def _acompact(self, effect: CompactHistory) -> None:
+        # Like the check below: a cancel while compacting leaves the compaction due, for a resume to do.
+        try:
+            compacted = await _awaited(effect.compact(list(effect.messages)))
+        except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
+            compacted = exc
+        self.stepper.accept_compaction(compacted)
+
+    async def _acheck(self, effect: CheckOutput) -> None:
+        # No call: checked outside the deadline's cut; a cancel while an async validator runs leaves the
+        # answer unchecked in Dispatch (a resume checks it again) and propagates.
+        self.stepper.accept_output(await effect.output.acheck(effect.text))
+
     async def _acarry(self, effect: ModelCall | ToolBatch) -> None:
         if isinstance(effect, ModelCall):
             await self._acall_model(effect)
@@ -106,12 +112,42 @@ class AsyncDriver(RunBase):
     async def afinish(self) -> RunResult:
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
         stepper = self.stepper
-        move = self._amove if self._journal is None else self._aadvance  # a coroutine frame fewer per transition
         gated = stepper.gated  # a run without approvals never gains calls to decide on
+        if self._unwatched and not gated and not self._clock_each_transition:
+            return await self._afinish_unwatched()
+        move = self._amove if self._journal is None else self._aadvance  # a coroutine frame fewer per transition
         while self._result is None:
             if gated and stepper.paused:
                 return self._paused_result()
             await move()  # the loop itself checked what aadvance() would
+        return self._outcome_of_run()
+
+    async def _afinish_unwatched(self) -> RunResult:
+        """``afinish`` for a run with no events, checkpoints, approvals, deadline or cancel token, in one loop.
+
+        Most runs are like this; ``_amove`` is a coroutine per transition,
+        and with its checks a third of the driver's own time per turn
+        (``make bench``).  Without a deadline or a cancel token only the
+        counters read the time, told after each call as the sync driver does.
+        """
+        run = self.position
+        for effect in self.stepper.moves(parallel=True):
+            if isinstance(effect, CheckOutput):
+                await self._acheck(effect)
+                continue
+            if isinstance(effect, CompactHistory):
+                await self._acompact(effect)
+                continue
+            call = self._acall_model(effect) if isinstance(effect, ModelCall) else self._run_batch(effect.calls)
+            try:
+                await call
+            except asyncio.CancelledError:
+                self._interrupt(INTERRUPTED, self._aunfinished(effect))
+                raise
+            if not run.frozen:  # _observe, without the cancel token this run does not have
+                run.elapsed = self._clock() - self._started
+        if self._result is None:
+            self._result = self._make_result()
         return self._outcome_of_run()
 
     async def _acall_model(self, effect: ModelCall) -> None:

@@ -83,7 +83,9 @@ class SyncDriver(RunBase):
         if self._clock_each_transition:
             observe()
         if self._cancel is None:
-            stepper.drive(carry_out)  # the loop below without the cancel check, kept where it can skip effect()
+            for move in stepper.moves():  # the loop below without the cancel check, kept where it can skip effect()
+                if carry_out(move) is not None:
+                    break  # as below
         else:
             while run.state not in TERMINAL:
                 observe()
