@@ -392,6 +392,17 @@ def test_max_concurrency_limits_calls_in_flight() -> None:
 # --- cancellation of the driving task ----------------------------------------------------------------------
 
 
+async def _cancelled_when(run: fsm_agent.AgentRun, ready: Callable[[], bool]) -> fsm_agent.AgentRun:
+    """Cancel the task driving ``run`` to its end as soon as ``ready()``; the CancelledError must come out."""
+    task = asyncio.ensure_future(run.afinish())
+    while not ready():
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return run
+
+
 def test_cancelling_the_task_records_failed_cancelled_then_propagates() -> None:
     """Cancelling arun while the model call is in flight leaves a Failed/cancelled run with everything so far."""
 
@@ -409,18 +420,8 @@ def test_cancelling_the_task_records_failed_cancelled_then_propagates() -> None:
             await asyncio.sleep(3600)
             raise AssertionError("unreachable")
 
-    async def main() -> fsm_agent.AgentRun:
-        model = Slow()
-        run = Agent(model, demo_registry()).start("q")
-        task = asyncio.ensure_future(run.afinish())
-        while model.calls < 2:
-            await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        return run
-
-    run = asyncio.run(main())
+    model = Slow()
+    run = asyncio.run(_cancelled_when(Agent(model, demo_registry()).start("q"), lambda: model.calls >= 2))
     assert (run.state, run.result.reason) == ("Failed", "cancelled")
     assert edges(run.result)[-1] == "AwaitModel->Failed[cancelled]"
     assert run.result.messages[-1].content == '"first"'
@@ -453,17 +454,8 @@ def test_cancelling_the_task_mid_batch_keeps_the_finished_calls_and_a_resume_run
     agent = Agent(FakeModel([tool_turn(*calls), reply("ok")]), registry)
     seen: list[object] = []
 
-    async def main() -> fsm_agent.AgentRun:
-        run = agent.start("q", observers=[seen.append] if watched else [])
-        task = asyncio.ensure_future(run.afinish())
-        while ran["slow"] < 1 or ran["quick2"] < 1:
-            await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        return run
-
-    run = asyncio.run(main())
+    run = agent.start("q", observers=[seen.append] if watched else [])
+    asyncio.run(_cancelled_when(run, lambda: ran["slow"] >= 1 and ran["quick2"] >= 1))
     assert edges(run.result)[-1] == "ExecuteTool->Failed[cancelled]"
     assert run.result.evidence["unfinished"] == calls[1].id
     assert bool(seen) is watched
