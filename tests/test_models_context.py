@@ -21,12 +21,20 @@ from their APIs (the numbers are those of the reports):
   long: 208310 tokens > 200000 maximum" (anthropics/claude-code#12186; earendil-works/pi#102), and
   ``error_context_limit_max_tokens.json``: "input length and `max_tokens` exceed context limit: 178959 +
   64000 > 200000, ..." (docker/docker-agent#569, anthropics/claude-code#228).
+- OpenAI-compatible servers, through the Chat Completions adapter: vLLM's 400
+  (``openai/error_context_length_vllm.json``: type ``BadRequestError``, code 400, its current wording "This model's
+  maximum context length is N tokens. However, you requested K output tokens and your prompt contains at least M
+  input tokens, ... (parameter=input_tokens, value=M)"; the other wordings its versions used are read in
+  ``test_compatible_context_messages_give_the_input_length_and_the_window``), and llama.cpp's server
+  (``openai/error_context_length_llamacpp.json``: type ``exceed_context_size_error`` with ``n_prompt_tokens`` and
+  ``n_ctx``).
 - Gemini, ``gemini/error_context_length.json``: HTTP 400 ``INVALID_ARGUMENT`` "The input token count
   (1200293) exceeds the maximum number of tokens allowed (1048576)." (google-gemini/gemini-cli#6678, #4231).
 
 The other 400s, which must stay as they were: OpenAI's ``invalid_function_parameters`` (github/github-mcp-server#1548,
-anomalyco/opencode#441), Anthropic's "tools.N.custom.input_schema: JSON schema is invalid."
-(anthropics/claude-code#9605) and Gemini's "Function calling with a response mime type: 'application/json'
+anomalyco/opencode#441), vLLM's "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to
+be set", llama.cpp's "tools param requires --jinja flag", Anthropic's "tools.N.custom.input_schema: JSON schema is
+invalid." (anthropics/claude-code#9605) and Gemini's "Function calling with a response mime type: 'application/json'
 is unsupported" (quoted in the Gemini adapter's docstring).
 """
 
@@ -48,6 +56,7 @@ from provider_server import QUESTION, ProviderServer, Reply, body, stop_of, stre
 
 from fsm_agent import Agent, AgentLoopError, ContextOverflowError, Message
 from fsm_agent.models import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
+from fsm_agent.models.openai_client import compatible_overflow
 from fsm_agent.models.openai_client import context_overflow as openai_overflow
 from fsm_agent.models.provider import ProviderModel
 from fsm_agent.models.redaction import REDACTED
@@ -74,10 +83,11 @@ class Provider:
     other: type[BaseException]
     """What another 400 of the provider's (``other_body``) raised, and still raises."""
     other_body: str
+    overflow_body: str = "error_context_length"
 
     def overflow(self, suffix: str = "") -> Reply:
         """The provider's context-length 400, its message extended by ``suffix``."""
-        data = copy.deepcopy(body(self.folder, "error_context_length"))
+        data = copy.deepcopy(body(self.folder, self.overflow_body))
         data["error"]["message"] += suffix
         return Reply(data, 400)
 
@@ -96,6 +106,30 @@ PROVIDERS = [
         openai.BadRequestError,
         openai.BadRequestError,
         "error_invalid_tool_schema",
+    ),
+    Provider(
+        "vllm",
+        lambda url: OpenAIChatModel("Qwen/Qwen2.5-7B-Instruct", api_key=KEY, base_url=f"{url}/v1", max_retries=0),
+        "openai",
+        body("openai", "error_context_length_vllm")["error"]["message"],
+        32769,
+        32768,
+        openai.BadRequestError,
+        openai.BadRequestError,
+        "error_vllm_tool_choice",
+        "error_context_length_vllm",
+    ),
+    Provider(
+        "llama.cpp",
+        lambda url: OpenAIChatModel("qwen2.5-7b-instruct", api_key=KEY, base_url=f"{url}/v1", max_retries=0),
+        "openai",
+        "request (13392 tokens) exceeds the available context size (8192 tokens), try increasing it",
+        13392,
+        8192,
+        openai.BadRequestError,
+        openai.BadRequestError,
+        "error_llamacpp_tools_jinja",
+        "error_context_length_llamacpp",
     ),
     Provider(
         "openai-responses",
@@ -313,6 +347,60 @@ def test_openai_context_messages_give_the_input_length_and_the_window(
     assert overflow is not None
     assert (overflow.message, overflow.tokens, overflow.limit) == (message, tokens, limit)
     assert openai_overflow("invalid_function_parameters", message) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "tokens", "limit"),
+    [
+        (
+            "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. "
+            "Please reduce the length of the input messages.",
+            5000,
+            4096,
+        ),
+        (
+            "You passed 8193 input tokens and requested 0 output tokens. However, the model's context length is only "
+            "8192 tokens, resulting in a maximum input length of 8192 tokens. Please reduce the length of the input "
+            "prompt. (parameter=input_tokens, value=8193)",
+            8193,
+            8192,
+        ),
+        (
+            "'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum context length is 4096 "
+            "tokens and your request has 2778 input tokens (8000 > 4096 - 2778). None",
+            2778,
+            4096,
+        ),
+        (
+            "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens (1900 in the "
+            "messages, 200 in the completion). Please reduce the length of the messages or completion.",
+            1900,
+            2048,
+        ),
+    ],
+    ids=["request-has", "you-passed", "max-tokens-too-large", "legacy-requested"],
+)
+def test_compatible_context_messages_give_the_input_length_and_the_window(
+    message: str, tokens: int | None, limit: int | None
+) -> None:
+    """Each wording vLLM's versions used, with no code of OpenAI's: the input's tokens and the window."""
+    overflow = compatible_overflow({"type": "BadRequestError", "code": 400}, message)
+    assert overflow is not None
+    assert (overflow.message, overflow.tokens, overflow.limit) == (message, tokens, limit)
+    other = body("openai", "error_vllm_tool_choice")["error"]
+    assert compatible_overflow(other, other["message"]) is None
+
+
+def test_a_llamacpp_overflow_without_its_numbers_reads_them_from_its_message() -> None:
+    """The type alone marks llama.cpp's overflow; without n_prompt_tokens and n_ctx the message gives them."""
+    error = body("openai", "error_context_length_llamacpp")["error"]
+    bare = {"code": 400, "type": error["type"], "message": error["message"]}
+    overflow = compatible_overflow(bare, error["message"])
+    assert overflow is not None
+    assert (overflow.tokens, overflow.limit) == (13392, 8192)
+    vague = compatible_overflow({"type": error["type"]}, "the request exceeds the available context size")
+    assert vague is not None
+    assert (vague.tokens, vague.limit) == (None, None)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ variables, the keyword arguments, the async client made with the sync one's
 settings) is written once here; each adapter only builds and reads its
 endpoint's requests.  So is the context-length error both endpoints answer
 with (code ``context_length_exceeded``), which leaves either adapter as
-:class:`~fsm_agent.ContextOverflowError`.
+:class:`~fsm_agent.ContextOverflowError`, and the same 400 as the
+OpenAI-compatible servers word it (vLLM, llama.cpp's server).
 """
 
 from __future__ import annotations
@@ -30,6 +31,48 @@ CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 # The Responses API's "Your input exceeds the context window of this model. ..." states neither.
 _LIMIT = re.compile(r"(?:maximum context length is|configured limit of) (\d+) tokens", re.IGNORECASE)
 _INPUT = re.compile(r"resulted in (\d+) tokens|\((\d+) in (?:the messages|your prompt)", re.IGNORECASE)
+
+
+# OpenAI-compatible servers answer the same 400 without OpenAI's code.  vLLM (type BadRequestError, code 400), in
+# its versions' wordings: "This model's maximum context length is 4096 tokens. However, you requested 1000 output
+# tokens and your prompt contains at least 3500 input tokens, ...", "... However, your request has 5000 input
+# tokens. ...", "You passed 8193 input tokens and requested 0 output tokens. However, the model's context length is
+# only 8192 tokens, ...", "'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum context
+# length is 4096 tokens and your request has 2778 input tokens ...".  A request that leaves no room for its
+# max_tokens counts, as Anthropic's does: a shorter history is what makes it fit.  llama.cpp's server says
+# "request (13392 tokens) exceeds the available context size (8192 tokens), ..." with type
+# exceed_context_size_error and the two numbers as n_prompt_tokens and n_ctx.
+_COMPATIBLE_LIMIT = re.compile(
+    r"maximum context length is (\d+) tokens|context length is only (\d+) tokens"
+    r"|available context size \((\d+) tokens\)",
+    re.IGNORECASE,
+)
+_COMPATIBLE_INPUT = re.compile(
+    r"(?:at least|request has|you passed) (\d+) input tokens|request \((\d+) tokens\)|\((\d+) in the messages",
+    re.IGNORECASE,
+)
+EXCEED_CONTEXT_SIZE = "exceed_context_size_error"
+"""The ``error.type`` of llama.cpp's server for a prompt longer than its context."""
+
+
+def _number(found: re.Match[str] | None) -> int | None:
+    """The one group of ``found``'s alternatives that matched, as a number."""
+    return None if found is None else next(int(group) for group in found.groups() if group is not None)
+
+
+def compatible_overflow(error: dict[str, Any], message: Any) -> ContextOverflowError | None:
+    """A ``ContextOverflowError`` for an OpenAI-compatible server's 400 ``error`` object, if it is that error."""
+    if not isinstance(message, str):
+        return None
+    limit = _COMPATIBLE_LIMIT.search(message)
+    if limit is None and error.get("type") != EXCEED_CONTEXT_SIZE:
+        return None
+    tokens, window = error.get("n_prompt_tokens"), error.get("n_ctx")
+    return ContextOverflowError(
+        message,
+        tokens=tokens if type(tokens) is int else _number(_COMPATIBLE_INPUT.search(message)),
+        limit=window if type(window) is int else _number(limit),
+    )
 
 
 def context_overflow(code: Any, message: Any) -> ContextOverflowError | None:
@@ -95,7 +138,8 @@ class OpenAIClientModel(ProviderModel):
         The 400 is the SDK's ``BadRequestError`` (its ``body`` is the error
         object); an error event inside a Responses API stream is the SDK's
         plain ``APIError`` with that object as ``body``.  The same code on
-        any other status is left as it is.
+        any other status is left as it is.  A 400 of an OpenAI-compatible
+        server says it in words of its own (``compatible_overflow``).
         """
         sdk = self._sdk
         if not isinstance(exc, sdk.APIError) or isinstance(exc, sdk.APIConnectionError):
@@ -103,7 +147,11 @@ class OpenAIClientModel(ProviderModel):
         if isinstance(exc, sdk.APIStatusError) and not isinstance(exc, sdk.BadRequestError):
             return None
         body = exc.body if isinstance(exc.body, dict) else {}
-        return context_overflow(exc.code, body.get("message", exc.message))
+        message = body.get("message", exc.message)
+        overflow = context_overflow(exc.code, message)
+        if overflow is None and isinstance(exc, sdk.BadRequestError):
+            overflow = compatible_overflow(body, message)
+        return overflow
 
     def _new_client(self, options: dict[str, Any]) -> Any:
         return self._sdk.OpenAI(**options)
