@@ -87,6 +87,17 @@ def test_no_rest_role_reaches_a_page(site: Path) -> None:
     assert [p.parent.name for p in pages if re.search(r":(func|class|meth|mod):`", _text(p))] == []
 
 
+def test_the_changelogs_nested_items_stay_nested_on_the_site(site: Path) -> None:
+    """Python-Markdown nests a list only under four spaces: each nested item of CHANGELOG.md is an inner list item."""
+    source = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").splitlines()
+    assert [line for line in source if re.match(r" {1,3}[-*] ", line)] == []  # would render as a top-level item
+    nested = sum(1 for line in source if re.match(r" {4}[-*] ", line))
+    html = (site / "changelog" / "index.html").read_text(encoding="utf-8")
+    inner = sum(item.count("<li>") for item in re.findall(r"<li>(?:(?!</li>).)*?<ul>(.*?)</ul>", html, re.DOTALL))
+    assert nested > 0
+    assert inner == nested
+
+
 def _config_beside_the_clone() -> str:
     """``mkdocs.yml`` for a copy of ``docs/`` elsewhere: the paths it names relative to itself point into the clone."""
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
