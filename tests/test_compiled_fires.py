@@ -1,7 +1,7 @@
 """The compiled fires (``core.firing``) take the row ``first_row`` takes, and each guard they test in line is its guard.
 
 The stepper fires every transition through functions generated from a run's
-rows, with the one-expression guards written into them (``guards.INLINE``);
+rows, with the one-expression guards written into them (``core.inlining``);
 the walk everything else uses (lookahead, batch planning, the differential
 tests against the ``transitions`` library) is ``first_row`` over the same
 rows.  These tests hold the two together for generated run states.
@@ -9,6 +9,7 @@ rows.  These tests hold the two together for generated run states.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from hypothesis import given, settings
@@ -16,8 +17,8 @@ from hypothesis import strategies as st
 
 from fsm_agent import Agent, CancelToken, Message, ModelResponse, ToolCall, ToolRegistry, Usage
 from fsm_agent.core.firing import fires_for
+from fsm_agent.core.inlining import inline_expression
 from fsm_agent.definition import guards
-from fsm_agent.definition.guards import INLINE
 from fsm_agent.definition.run import Run, signature
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import first_row
@@ -72,16 +73,28 @@ def _shape(run: Run, facts: dict[str, Any]) -> None:
     run.finalizing = "max_steps" if facts["finalizing"] else None
 
 
+GUARDS = [g for g in vars(guards).values() if inspect.isfunction(g) and g.__module__ == guards.__name__]
+INLINED = {guard: expression for guard in GUARDS if (expression := inline_expression(guard)) is not None}
+
+
+def test_every_built_in_guard_of_one_return_is_written_in_line_and_no_other_function() -> None:
+    """The guards read from source are exactly those of one ``return`` over ``run``; the others are called."""
+    called = {"cap_reached", "tool_calls_exhausted", "find_cycle", "dormant_guards"}
+    assert {guard.__name__ for guard in GUARDS} - {guard.__name__ for guard in INLINED} == called
+    assert INLINED[guards.has_pending_calls] == "run.pending"  # bool(...) dropped: the fire's ``if`` asks for truth
+    assert "guards.find_cycle(run.recent)" in INLINED[guards.is_cycling]  # what a test patches is what runs
+    assert inline_expression(lambda run: run.cancelled) is None  # a user's guard is always called
+
+
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(setup=st.sampled_from(sorted(SETUPS)), facts=states)
 def test_each_inline_guard_is_true_exactly_when_its_guard_is(setup: str, facts: dict[str, Any]) -> None:
-    """``guards.INLINE`` evaluated as the compiled fires do gives the guard's own answer, for every inlined guard."""
+    """Each expression read from a guard, evaluated as the compiled fires do, gives the guard's own answer."""
     agent = Agent(FakeModel(), demo_registry(), max_steps=5, **SETUPS[setup])
     run = agent.start("q").position
     _shape(run, facts)
-    namespace = {"run": run, "guards": guards, "ContextOverflowError": ContextOverflowError}
-    for guard, expression in INLINE.items():
-        assert bool(eval(expression, namespace)) == bool(guard(run)), f"{guard.__name__}: {expression}"
+    for guard, expression in INLINED.items():
+        assert bool(eval(expression, {"run": run, "guards": guards})) == bool(guard(run)), guard.__name__
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)

@@ -3,7 +3,7 @@
 For each ``(state, trigger)`` of a run's rows, ``fires_for`` generates one
 function: a straight line of ``if guard(run)`` in the rows' order (what
 ``first_row`` walks), a built-in guard of one expression written in as that
-expression (``guards.INLINE``), each followed by the move along its row.  A
+expression (``core.inlining``), each followed by the move along its row.  A
 plain row (no stop reason, no typed-answer or compaction work) is moved along
 inline: the state, the trace and, into ``AwaitModel`` or a terminal state,
 the frozen flag and the run's conclusion.  Every other row goes through
@@ -13,7 +13,7 @@ Why generated: every transition of every run goes through here.  A loop
 over the rows reads each row's guard twice, a call per guard costs more than
 most guards, and a general move tests for every kind of row; together they
 were the largest part of a step (``make bench``).  The generated code names
-only its own variables, ``guards`` and ``ContextOverflowError``; the rows,
+only its own variables and ``guards``; the rows,
 guards and entries are in its namespace.  ``tests/test_compiled_fires.py``
 holds each fire to ``first_row`` over the same rows and each inlined
 expression to its guard, and the whole-run tests hold runs to their traces.
@@ -25,14 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core import ledger
+from fsm_agent.core.inlining import inline_expression
 from fsm_agent.core.result import conclude
 from fsm_agent.definition import guards
-from fsm_agent.definition.guards import INLINE
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, AwaitModel, State
 from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import FINALIZE, Row, compacts_history, output_invalid
-from fsm_agent.errors import ContextOverflowError
 from fsm_agent.records import Message, Step, Transition
 
 if TYPE_CHECKING:
@@ -137,7 +136,6 @@ def _caught(fire: Fire, stepper: Stepper, run: Run, exc: ConditionError, again: 
 def _compile(rows: Sequence[Row], trigger: str) -> Fire:
     namespace: dict[str, Any] = {
         "ConditionError": ConditionError,
-        "ContextOverflowError": ContextOverflowError,
         "guards": guards,
         "caught": _caught,
         "conclude": conclude,
@@ -148,7 +146,7 @@ def _compile(rows: Sequence[Row], trigger: str) -> Fire:
     for i, row in enumerate(rows):
         namespace[f"row{i}"], namespace[f"dest{i}"], namespace[f"entry{i}"] = row, row.dest, row.entry
         indent = "    "
-        inline = INLINE.get(row.guard) if row.guard is not None else None
+        inline = inline_expression(row.guard) if row.guard is not None else None
         if inline is not None:
             lines.append(f"    if {inline}:")  # a built-in guard, which cannot raise ConditionError
             indent = "        "

@@ -147,39 +147,13 @@ def has_pending_calls(run: Run) -> bool:
 
 def budget_spent(run: Run) -> bool:
     """The tokens reported so far have reached ``token_budget``, so no further model call is made."""
-    return run.limits.token_budget is not None and run.tokens >= run.limits.token_budget
+    # run.tokens, spelled out: this is asked before every model call, and written in line (core.inlining).
+    return run.limits.token_budget is not None and run.input_tokens + run.output_tokens >= run.limits.token_budget
 
 
 def steps_exhausted(run: Run) -> bool:
     """``max_steps`` model turns were taken, so the next model call must not be made."""
     return run.turns >= run.limits.max_steps
-
-
-INLINE: dict[Guard, str] = {
-    is_truncated: 'run.last_response is not None and run.last_response.stop_reason == "max_tokens"',
-    is_refusal: 'run.last_response is not None and run.last_response.stop_reason == "refusal"',
-    has_no_tool_calls: "run.last_response is not None and not run.last_response.message.tool_calls",
-    context_overflowed: "isinstance(run.model_exception, ContextOverflowError)",
-    output_rejected: "run.output_problem is not None",
-    asks_tools_while_finalizing: "run.finalizing is not None",
-    is_cancelled: "run.cancelled",
-    hook_raised: "run.hook_error is not None",
-    deadline_passed: "run.limits.timeout is not None and run.elapsed >= run.limits.timeout",
-    condition_raised: "run.condition_error is not None",
-    repeats_last_call: "run.last_signature is not None and guards.signature(run.pending[0]) == run.last_signature",
-    passes_child_stop: "run.child_stop is not None",
-    failures_exhausted: "run.failures >= run.limits.max_consecutive_failures",
-    is_cycling: "run.limits.cycle_window >= 4 and len(run.recent) >= 4 and guards.find_cycle(run.recent) > 0",
-    has_pending_calls: "run.pending",
-    budget_spent: (
-        "run.limits.token_budget is not None and run.input_tokens + run.output_tokens >= run.limits.token_budget"
-    ),
-    steps_exhausted: "run.turns >= run.limits.max_steps",
-}
-"""Guards of one expression, as that expression over ``run``, true exactly when the guard is: the compiled fires
-(``core.firing``) test them in line, as a call per guard was a third of a transition (``make bench``).  The
-expressions name ``guards`` (this module, so what a test patches here is what they call) and
-``ContextOverflowError``; ``tests/test_inline_guards.py`` holds each to its guard."""
 
 
 def dormant_guards(
