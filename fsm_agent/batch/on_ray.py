@@ -21,6 +21,7 @@ import heapq
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -203,8 +204,9 @@ def iter_ray(
         on_status(
             f"ray: starting {size} worker{'' if size == 1 else 's'}, {runs} run{'' if runs == 1 else 's'} at once each"
         )
-    switch = _remote("switch", Switch).options(num_cpus=0).remote()
-    pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, switch)
+    name = f"fsm_agent-switch-{uuid.uuid4().hex}"  # the pool's actors find it by name (see PoolWorker)
+    switch = _remote("switch", Switch).options(num_cpus=0, name=name).remote()
+    pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, name)
             for _ in range(size)]  # fmt: skip
     load = [0] * size
     pending: dict[Any, tuple[BatchItem, int]] = {}

@@ -68,11 +68,13 @@ class PoolWorker:
     lease given up, so the next pass over the batch resumes it at once.
     """
 
-    def __init__(self, make_agent: AgentFactory, spec: str, lease: float, runs: int, switch: Any) -> None:
+    def __init__(self, make_agent: AgentFactory, spec: str, lease: float, runs: int, switch: str) -> None:
         self.make_agent = make_agent
         self.spec = spec
         self.lease = lease
         self.runs = runs
+        # The switch by its actor name, looked up when first listened to: a handle passed to the constructor is
+        # an object Ray cannot rebuild for a restart (ray-project/ray#53727), and it warns of it for each actor.
         self.switch = switch
         self.token = CancelToken()
         self.store: Store | None = None
@@ -91,12 +93,16 @@ class PoolWorker:
 
     async def _listen(self) -> None:
         ray = ray_module()
+        try:
+            switch = ray.get_actor(self.switch)
+        except ValueError:
+            return  # the batch is over (its switch is gone): nothing left to listen for
         while not self.token.cancelled:
             await asyncio.sleep(_LISTEN)
             try:
-                why = await self.switch.state.remote()
+                why = await switch.state.remote()
             except ray.exceptions.RayError:
-                return  # the batch is over (its switch is gone): nothing left to listen for
+                return  # as above
             if why is not None:
                 self.token.cancel(why)
 
