@@ -211,6 +211,12 @@ class RecordingRegistry(ToolRegistry):
         self.executed.append((call, outcome))
         return outcome
 
+    async def aexecute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
+        """Execute for the async driver and record, in the order the calls finish."""
+        outcome = await super().aexecute(call, timeout)
+        self.executed.append((call, outcome))
+        return outcome
+
 
 def _cyclic() -> list[Any]:
     loop: list[Any] = []

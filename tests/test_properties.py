@@ -13,6 +13,7 @@ last checks that the generator reaches every row a synchronous run can take.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import types
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from fsm_agent import TABLE, Agent, AgentLoopError, ModelResponse, RunResult, To
 from fsm_agent.definition import guards as guards_module
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED, RESUME, START
 from fsm_agent.testing import demo_registry, edge_id, reply, tool_turn
+from fsm_agent.tools import ToolResult
 
 
 def _run_to_the_end(case: Case) -> RunResult:
@@ -99,6 +101,38 @@ class Distinct:
 
 
 ALL_LIMITS = {"timeout": 10**6, "token_budget": 10**9, "max_tool_calls": {"echo": 10**6, "*": 10**6}}
+
+
+def _arun(case: Case, *, watched: bool) -> tuple[RunResult, list[tuple[ToolCall, ToolResult]]]:
+    """``arun`` of ``case`` with no cancel token (one would take the per-transition loop), watched or not.
+
+    One call of a batch at a time: ``tick`` answers in the order calls run, which threads would otherwise choose.
+    """
+    setup = build(case)
+    agent = Agent(
+        setup.model,
+        setup.registry,
+        case.system,
+        clock=setup.clock,
+        stop_conditions=setup.agent.stop_conditions,
+        max_concurrency=1,
+        **case.options,
+    )
+    seen: list[object] = []
+    run = agent.start(USER_INPUT, observers=[seen.append] if watched else [])
+    try:
+        result = asyncio.run(run.afinish())
+    except AgentLoopError as exc:
+        result = exc.result
+    assert bool(seen) is watched
+    return result, setup.registry.executed
+
+
+@PROFILE
+@given(cases())
+def test_the_async_driver_runs_a_case_alike_whether_or_not_anyone_watches(case: Case) -> None:
+    """A run nobody watches has a loop of its own (``Stepper.moves``): the same result and calls as a watched one."""
+    assert _arun(case, watched=False) == _arun(case, watched=True)
 
 
 def _agent(k: int, window: int) -> Agent:
