@@ -95,6 +95,22 @@ class Provider:
         return Reply(body(self.folder, self.other_body), 400)
 
 
+def compatible(name: str, overflow: str, tokens: int, limit: int, other: str) -> Provider:
+    """An OpenAI-compatible server behind the Chat Completions adapter, its 400s recorded in ``openai/``."""
+    return Provider(
+        name,
+        lambda url: OpenAIChatModel("local-model", api_key=KEY, base_url=f"{url}/v1", max_retries=0),
+        "openai",
+        body("openai", overflow)["error"]["message"],
+        tokens,
+        limit,
+        openai.BadRequestError,
+        openai.BadRequestError,
+        other,
+        overflow,
+    )
+
+
 PROVIDERS = [
     Provider(
         "openai-chat",
@@ -107,30 +123,8 @@ PROVIDERS = [
         openai.BadRequestError,
         "error_invalid_tool_schema",
     ),
-    Provider(
-        "vllm",
-        lambda url: OpenAIChatModel("Qwen/Qwen2.5-7B-Instruct", api_key=KEY, base_url=f"{url}/v1", max_retries=0),
-        "openai",
-        body("openai", "error_context_length_vllm")["error"]["message"],
-        32769,
-        32768,
-        openai.BadRequestError,
-        openai.BadRequestError,
-        "error_vllm_tool_choice",
-        "error_context_length_vllm",
-    ),
-    Provider(
-        "llama.cpp",
-        lambda url: OpenAIChatModel("qwen2.5-7b-instruct", api_key=KEY, base_url=f"{url}/v1", max_retries=0),
-        "openai",
-        "request (13392 tokens) exceeds the available context size (8192 tokens), try increasing it",
-        13392,
-        8192,
-        openai.BadRequestError,
-        openai.BadRequestError,
-        "error_llamacpp_tools_jinja",
-        "error_context_length_llamacpp",
-    ),
+    compatible("vllm", "error_context_length_vllm", 32769, 32768, "error_vllm_tool_choice"),
+    compatible("llama.cpp", "error_context_length_llamacpp", 13392, 8192, "error_llamacpp_tools_jinja"),
     Provider(
         "openai-responses",
         lambda url: OpenAIResponsesModel("o4-mini", api_key=KEY, base_url=f"{url}/v1", max_retries=0),
