@@ -68,9 +68,11 @@ class Cluster:
         self._run(
             str(self.bindir / "initdb"), "-D", str(self.data), "-U", "fsm", "-A", "trust", "--no-sync", "-E", "UTF8"
         )
+        # No autovacuum: its analyze of a busy test table commits transactions of its own in that database, which
+        # the counts of pg_stat_database.xact_commit (test_store_transactions, bench_store) would take for the store's.
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root}"
-            f" -c max_connections=200 -c fsync={'on' if self.fsync else 'off'}"
+            f" -c max_connections=200 -c fsync={'on' if self.fsync else 'off'} -c autovacuum=off"
         )
         log = self.root / "server.log"
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(log), "-w", "start")

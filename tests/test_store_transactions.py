@@ -70,6 +70,8 @@ def _xact_commit(dsn: str) -> int:
     query = "SELECT xact_commit - sessions FROM pg_stat_database WHERE datname = %s"
     last, seen = -1, 0
     with psycopg.connect(admin, autocommit=True) as conn:
+        # An autoanalyze of the store's tables commits in their database too (pg_cluster turns autovacuum off).
+        assert conn.execute("SHOW autovacuum").fetchone() == ("off",), "autovacuum's transactions would be counted"
         # A backend reports its counts when it goes idle (at most once a second) or exits: wait until they settle.
         for _ in range(100):
             conn.execute("SELECT pg_stat_clear_snapshot()")
