@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from fsm_agent.definition.table import FINALIZE, TRIGGERS, Row, Table
 from fsm_agent.render.model import LEGEND, LOOKS, first_line
@@ -115,12 +114,3 @@ def fill(text: str, blocks: Mapping[str, str]) -> str:
         body = f"{_marker(name, 'start')}\n{blocks[name]}\n{_marker(name, 'end')}"
         text = pattern.sub(body.replace("\\", r"\\"), text)  # the body as it is: no group references
     return text
-
-
-def update_file(path: Path, blocks: Mapping[str, str]) -> bool:
-    """Rewrite the rendered blocks ``path`` has; return whether anything changed."""
-    text = path.read_text(encoding="utf-8")
-    new = fill(text, blocks)
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-    return new != text
