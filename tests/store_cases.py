@@ -92,6 +92,12 @@ def dying_store(target: str, lease: float, kill_at: int, every: str = "call") ->
     return store
 
 
+def durable_calls(snapshot: dict[str, Any]) -> set[str]:
+    """The tool calls whose outcome a stored snapshot holds: answered in its messages, or kept by id in ``ran``."""
+    answered = {m["tool_call_id"] for m in snapshot["messages"] if m.get("role") == "tool" and m.get("tool_call_id")}
+    return answered | set(snapshot.get("ran", {}))
+
+
 def in_child(target: Any, *args: Any) -> int | None:
     """Run ``target(*args)`` in a fresh interpreter and return its exit code."""
     process = multiprocessing.get_context("spawn").Process(target=target, args=args)

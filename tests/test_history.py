@@ -401,3 +401,26 @@ def test_openai_chat_gets_the_earlier_tool_turn_and_answer_back(server: Provider
         {"role": "user", "content": FOLLOW_UP},
     ]
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool", "assistant", "user"]
+
+
+# --- what a history processor may send ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize(
+    "processor",
+    [
+        lambda messages: [m for m in messages if m.role != "user"],
+        lambda messages: [Message("assistant", "I remember nothing.")],
+    ],
+    ids=["drops_the_question", "only_the_models_turn"],
+)
+def test_a_processor_that_leaves_no_user_message_stops_the_run_with_model_error(processor: Any, driver: str) -> None:
+    """A processed history without a user message is a model_error naming the processor; the model is not called."""
+    model = FakeModel(reply("never"))
+    agent = _agent(model, history_processors=[processor])
+    with pytest.raises(AgentLoopError) as caught:
+        agent.run(AGAIN, history=EARLIER) if driver == "sync" else asyncio.run(agent.arun(AGAIN, history=EARLIER))
+    assert caught.value.reason == "model_error"
+    assert "history processor <lambda> returned a history without a user message" in str(caught.value.__cause__)
+    assert model.seen == []

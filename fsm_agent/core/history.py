@@ -109,11 +109,23 @@ def compaction_problem(result: object, what: str = "compact") -> str | None:
 
 
 def sendable(result: object, what: str) -> list[Message]:
-    """``result`` if it is a history the model can be sent, else a ``ValueError`` saying why (see above)."""
+    """``result`` if it is a history the model can be sent, else a ``ValueError`` saying why.
+
+    What ``compaction_problem`` asks, and one user message at least: a
+    processor that drops them all would send the model a conversation with
+    no question in it (only a system prompt, or the model's own turns),
+    which some providers refuse and the others answer with a guess.
+    ``compact`` is not held to it: its history is followed by the run's
+    later messages, and the question may be among them.
+    """
     problem = compaction_problem(result, what)
     if problem is not None:
         raise ValueError(problem)
     assert isinstance(result, list)  # compaction_problem checked it
+    if not any(message.role == "user" for message in result):
+        roles = ", ".join(message.role for message in result[:10]) + (", ..." if len(result) > 10 else "")
+        msg = f"{what} returned a history without a user message (roles: {roles}); keep one at least"
+        raise ValueError(msg)
     return result
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 
+import attrs
+
 from fsm_agent.definition.run import Run, signature
-from fsm_agent.records import STOP_REASONS, Message, ModelResponse, Step, ToolCall, Usage
+from fsm_agent.records import STOP_REASONS, Message, ModelResponse, Step, ToolCall, Usage, not_json
 from fsm_agent.tools import ToolResult
 
 # One encoder, built once: json.dumps with options builds a new one per call, which costs more than the encoding.
@@ -40,6 +42,8 @@ def malformed(response: object) -> str | None:
                     break
                 if _nested(call.arguments) and nests_deeper(call.arguments, MAX_NESTING):
                     return _too_deep(call)
+                if (unusable := _not_json_arguments(call)) is not None:
+                    return unusable
             else:
                 return None
     if not isinstance(response, ModelResponse):
@@ -58,6 +62,8 @@ def malformed(response: object) -> str | None:
             return f"a tool call's id and name must be str, got id {call.id!r} and name {call.name!r}"
         if nests_deeper(call.arguments, MAX_NESTING):
             return _too_deep(call)
+        if (unusable := _not_json_arguments(call)) is not None:
+            return unusable
     return None
 
 
@@ -95,6 +101,26 @@ def _too_deep(call: ToolCall) -> str:
     )
 
 
+def _not_json_arguments(call: ToolCall) -> str | None:
+    """Why a call's arguments cannot be kept: they hold what JSON cannot encode (bytes, a set, an object); or None.
+
+    Checked after their nesting is bounded.  Such a reply could not be
+    written to a snapshot, a store or ``RunResult.to_json``, so it is refused
+    as it arrives (``model_error``, naming the part at fault) rather than
+    failing at the next write or losing that part.  Arguments JSON can hold
+    but that are no object (a list, a string) are the registry's to refuse,
+    as a bad-arguments result the model reads.
+    """
+    raw = call.raw_arguments
+    if raw is not None and not isinstance(raw, str):
+        problem: str | None = f"raw_arguments is of type {type(raw).__name__}, not str"
+    else:
+        problem = not_json(call.arguments, "arguments")
+    if problem is None:
+        return None
+    return f"tool call {call.name!r} ({call.id}) has arguments that are not JSON: {problem}; the reply is not kept"
+
+
 def usage_problem(usage: object) -> str | None:
     """Why a reply's ``usage`` cannot be counted (a malformed count would switch ``token_budget`` off), or None."""
     if usage is None:
@@ -110,8 +136,37 @@ def usage_problem(usage: object) -> str | None:
     return None
 
 
+def unique_calls(run: Run, response: ModelResponse) -> ModelResponse:
+    """The reply with each tool call id the conversation already holds (or the reply repeats) made unique.
+
+    Outcomes, decisions and sub-agent runs are kept by call id, so a
+    provider that numbers its calls from ``call_0`` in every reply (some
+    OpenAI-compatible servers do) would otherwise have one call take
+    another's outcome.  A repeated id gets the first free ``<id>-<n>``
+    (``n`` from 2), in the message the model is sent back too, so each tool
+    message still answers its own call.
+    """
+    taken = run.call_ids
+    if taken is None:
+        taken = run.call_ids = {c.id for m in run.messages if m.role == "assistant" for c in m.tool_calls}
+    calls = response.message.tool_calls
+    renamed = []
+    for call in calls:
+        fresh, n = call.id, 1
+        while fresh in taken:
+            n += 1
+            fresh = f"{call.id}-{n}"
+        taken.add(fresh)
+        renamed.append(call if fresh == call.id else attrs.evolve(call, id=fresh))
+    if all(new is old for new, old in zip(renamed, calls, strict=True)):
+        return response
+    return attrs.evolve(response, message=attrs.evolve(response.message, tool_calls=tuple(renamed)))
+
+
 def record_reply(run: Run, response: ModelResponse) -> str | None:
     """Keep a reply (message, its calls, its tokens); return why it is unusable, if it is."""
+    if response.message.tool_calls:
+        response = unique_calls(run, response)
     message = response.message
     run.messages.append(message)
     if message.tool_calls:

@@ -8,25 +8,35 @@ and then handed through the ``output_validators`` in order.  An answer that
 fails is an ``Invalid`` with the errors the model is shown; a validator that
 raises ``Retry`` gives its own message, and any other exception stops the
 run at once, since asking the model again cannot mend a broken validator.
-Nothing here calls a model or waits: the drivers run ``check``/``acheck``.
+
+Everything an answer can make the check do is bounded: the schema's
+references are resolved and checked for loops when the agent is built, an
+answer is read as strict JSON (no ``NaN`` or ``Infinity``) and nested at
+most ``MAX_NESTING`` levels, like tool arguments, and with a deadline the
+check runs on a worker thread that is given up when the run's time is up.
+Nothing here calls a model: the drivers run ``check``/``acheck``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import inspect
 import json
+import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
 import attrs
 
+from fsm_agent.core.ledger import MAX_NESTING, nests_deeper
+from fsm_agent.core.schema_refs import references_problem
 from fsm_agent.errors import Retry
 from fsm_agent.records import OutputSchema
-from fsm_agent.tools.calling import settle
+from fsm_agent.tools.calling import WORKERS, DeadlineError, settle, within_deadline
 
 Validator = Callable[[Any], Any]
 """``fn(output) -> output`` (or an awaitable of it); raises ``fsm_agent.Retry`` to send the model back."""
@@ -37,6 +47,12 @@ RETRY_INSTRUCTION = (
 )
 RETRY_TEXT_INSTRUCTION = "Your final answer was not accepted:\n{errors}\nAnswer again."
 _FENCE = re.compile(r"\A\s*```(?:json)?[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+TOO_DEEP = f"the answer nests deeper than {MAX_NESTING} levels of objects and arrays"
+"""The error of an answer nested past the limit tool arguments have (``ledger.MAX_NESTING``)."""
+OUT_OF_TIME = "the answer's check was still running when the run's timeout passed"
+"""The error of a check (parsing, the schema, the validators) cut at the run's deadline."""
+TOO_LATE = "the run's timeout passed before the answer could be checked"
+"""The error of an answer whose check would start after the deadline: it is not started, as a call would not be."""
 
 
 @attrs.frozen
@@ -93,12 +109,36 @@ def unfenced(text: str) -> str:
     return match.group(1) if match else text
 
 
-def _json_errors(text: str) -> Invalid | None:
+def _not_finite(text: str) -> Any:
+    msg = f"the number {text} is not finite, and JSON has no NaN or Infinity"
+    raise ValueError(msg)
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; one too large for a double (``1e999``) would be infinite, and is refused."""
+    value = float(text)
+    if not math.isfinite(value):
+        _not_finite(text)
+    return value
+
+
+def _json_value(text: str) -> Any:
+    """The answer parsed as strict JSON, or ``Invalid``: not JSON, a number that is not finite, or nested too deep.
+
+    Python's ``json`` reads ``NaN`` and ``Infinity``, which JSON forbids and
+    no encoder writes back as JSON; and an answer nested past the depth tool
+    arguments may have would break whatever walks it next (the schema check,
+    pydantic, the encoders), so both are invalid answers here.
+    """
     try:
-        json.loads(text)
+        value = json.loads(text, parse_constant=_not_finite, parse_float=_finite)
+    except RecursionError:  # json's decoder stops at the recursion limit, far past MAX_NESTING
+        return Invalid((TOO_DEEP,))
     except ValueError as exc:
         return Invalid((f"the answer is not JSON ({exc}); it begins {text[:80]!r}",))
-    return None
+    if nests_deeper(value, MAX_NESTING):
+        return Invalid((TOO_DEEP,))
+    return value
 
 
 class OutputSpec:
@@ -109,6 +149,8 @@ class OutputSpec:
         self.validators = tuple(validators)
         self.retries = retries
         self._parse: Callable[[str], Any]
+        # What a validator must return: a value of the output type's kind (see _wrong_type).
+        self._kind: type = dict if isinstance(output_type, dict) or not isinstance(output_type, type) else output_type
         if output_type is str:
             self.request: OutputSchema | None = None
             self._parse = _as_text
@@ -127,6 +169,8 @@ class OutputSpec:
                 msg = f"output_type {output_type.__name__} cannot be checked by pydantic: {exc}"
                 raise TypeError(msg) from None
             self._parse = _pydantic_parser(adapter.validate_json)
+            if not dataclasses.is_dataclass(output_type):
+                self._kind = dict  # a TypedDict's value is a plain dict
         else:
             msg = (
                 "output_type must be a pydantic model, a dataclass, a TypedDict, a JSON Schema dict or str, "
@@ -144,40 +188,123 @@ class OutputSpec:
             return RETRY_TEXT_INSTRUCTION.format(errors=listed)
         return RETRY_INSTRUCTION.format(errors=listed, schema=json.dumps(self.request.schema, ensure_ascii=False))
 
-    def check(self, text: str) -> Any:
-        """The value of the answer ``text`` after every validator (an async one run to completion), or ``Invalid``."""
+    def check(self, text: str, timeout: float | None = None) -> Any:
+        """The value of the answer ``text`` after every validator (an async one run to completion), or ``Invalid``.
+
+        With a ``timeout`` (the seconds the run has left) the check runs on a
+        daemon worker and is given up when they pass: the schema's patterns
+        and the validators are code an answer can keep busy.  A worker that
+        is given up runs on (Python cannot stop a thread); its outcome is
+        dropped.  The answer is then ``Invalid`` (``OUT_OF_TIME``), and since
+        the run's timeout forbids another model call, the run stops on
+        ``output_invalid`` with ``blocked_by: "timeout"``.  No time left: the
+        check is not started (``TOO_LATE``), as a call would not be.
+        """
+        if timeout is None:
+            return self._check(text)
+        if timeout <= 0:
+            return Invalid((TOO_LATE,))
+        try:
+            return within_deadline(lambda: self._check(text), timeout, "output check")
+        except DeadlineError:
+            return Invalid((OUT_OF_TIME,))
+
+    def _check(self, text: str) -> Any:
         value = self._parse(text)
         if isinstance(value, Invalid):
             return value
         for validator in self.validators:
             try:
-                value = settle(validator(value))
+                returned = settle(validator(value))
             except Retry as exc:
                 return Invalid((str(exc) or "a validator asked for another answer",))
             except Exception as exc:  # noqa: BLE001 - a broken validator stops the run, with what it raised
                 return _broken(validator, exc)
+            wrong = self._wrong_type(validator, returned)
+            if wrong is not None:
+                return wrong
+            value = returned
         return value
 
-    async def acheck(self, text: str) -> Any:
-        """``check``, awaiting async validators on the running loop."""
-        value = self._parse(text)
+    async def acheck(self, text: str, timeout: float | None = None) -> Any:
+        """``check`` for the event loop: async validators awaited on it, the rest (parsing included) on a thread.
+
+        Parsing, the schema check and a sync validator can take any time, and
+        on the loop they would hold up every other task.  Without a timeout
+        they go to ``asyncio.to_thread`` (about 0.1 ms a hop, against a model
+        call of 300 ms or more); with one, to a daemon worker under
+        ``asyncio.timeout``, so one given up at the deadline never holds up
+        ``asyncio.run``'s exit, which waits for the loop's own threads.
+        """
+        if timeout is None:
+            return await self._acheck(text, _in_thread)
+        if timeout <= 0:
+            return Invalid((TOO_LATE,))
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await self._acheck(text, _in_daemon_thread)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            return Invalid((OUT_OF_TIME,))
+
+    async def _acheck(self, text: str, offload: Callable[[Callable[[Any], Any], Any], Awaitable[Any]]) -> Any:
+        value = await offload(self._parse, text)
         if isinstance(value, Invalid):
             return value
         for validator in self.validators:
             try:
-                value = validator(value)
-                if inspect.isawaitable(value):
-                    value = await value
+                if inspect.iscoroutinefunction(validator):
+                    returned = await validator(value)
+                else:
+                    returned = await offload(validator, value)
+                    if inspect.isawaitable(returned):  # a sync callable that hands back an awaitable
+                        returned = await returned
             except Retry as exc:
                 return Invalid((str(exc) or "a validator asked for another answer",))
             except Exception as exc:  # noqa: BLE001 - a broken validator stops the run, with what it raised
                 return _broken(validator, exc)
+            wrong = self._wrong_type(validator, returned)
+            if wrong is not None:
+                return wrong
+            value = returned
         return value
+
+    def _wrong_type(self, validator: Validator, value: Any) -> Invalid | None:
+        """Why the value ``validator`` returned is not of the output type's kind (None: it is).
+
+        The kind, not the whole type: an instance of the model or dataclass,
+        a dict for a ``TypedDict`` or a JSON Schema, a str for ``str``.  A
+        validator may change the value's fields (add a label, round a
+        number); what they hold is its own business.  A value of another kind
+        (``None`` from a validator that forgot its ``return``) is a broken
+        validator: the run stops on ``output_invalid``, not retryable, since
+        asking the model again cannot mend it.
+        """
+        kind = self._kind
+        if isinstance(value, kind):
+            return None
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
+        error = f"output validator {_name(validator)} returned {type(value).__name__} {shown}"
+        return Invalid((f"{error}, expected a {kind.__name__}",), retryable=False)
+
+
+def _in_thread(function: Callable[[Any], Any], argument: Any) -> Awaitable[Any]:
+    return asyncio.to_thread(function, argument)
+
+
+def _in_daemon_thread(function: Callable[[Any], Any], argument: Any) -> Awaitable[Any]:
+    return asyncio.wrap_future(WORKERS.submit(lambda: function(argument)))
+
+
+def _name(validator: Validator) -> str:
+    return str(getattr(validator, "__name__", type(validator).__name__))
 
 
 def _broken(validator: Validator, exc: Exception) -> Invalid:
-    name = getattr(validator, "__name__", type(validator).__name__)
-    return Invalid((f"output validator {name} raised {type(exc).__name__}: {exc}",), retryable=False)
+    return Invalid((f"output validator {_name(validator)} raised {type(exc).__name__}: {exc}",), retryable=False)
 
 
 def _as_text(text: str) -> Any:
@@ -187,9 +314,9 @@ def _as_text(text: str) -> Any:
 def _pydantic_parser(validate_json: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         text = unfenced(text)
-        not_json = _json_errors(text)
-        if not_json is not None:
-            return not_json
+        parsed = _json_value(text)
+        if isinstance(parsed, Invalid):
+            return parsed
         try:
             return validate_json(text)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -208,30 +335,42 @@ def _pydantic_error(error: dict[str, Any]) -> str:
 
 def _from_json_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], str, Callable[[str], Any]]:
     jsonschema = _require("jsonschema")
-    validator_class = jsonschema.validators.validator_for(schema)
+    referencing = _require("referencing")  # jsonschema's own dependency
     try:
-        validator_class.check_schema(schema)
+        # The caller's dict may change later: the agent keeps its own copy, checks it and checks answers with it.
+        frozen = json.loads(json.dumps(schema, allow_nan=False))
+        validator_class = jsonschema.validators.validator_for(frozen)
+        validator_class.check_schema(frozen)
     except jsonschema.SchemaError as exc:
         msg = f"output_type is not a valid JSON Schema: {exc.message}"
         raise ValueError(msg) from None
-    if schema.get("type") != "object":
-        msg = f'output_type JSON Schema must describe an object ("type": "object"), got type {schema.get("type")!r}'
+    except (TypeError, ValueError, RecursionError) as exc:
+        msg = f"output_type is not a valid JSON Schema: it cannot be written as JSON ({type(exc).__name__}: {exc})"
+        raise ValueError(msg) from None
+    if frozen.get("type") != "object":
+        msg = f'output_type JSON Schema must describe an object ("type": "object"), got type {frozen.get("type")!r}'
         raise ValueError(msg)
-    validator = validator_class(schema)
-    frozen = json.loads(json.dumps(schema))  # the caller's dict may change later; the agent keeps its own copy
+    problem = references_problem(frozen, referencing)
+    if problem is not None:
+        msg = f"output_type JSON Schema {problem}"
+        raise ValueError(msg)
+    # An empty registry: every reference resolves in the schema itself (checked above), and nothing is fetched.
+    validator = validator_class(frozen, registry=referencing.Registry())
 
     def parse(text: str) -> Any:
         text = unfenced(text)
-        not_json = _json_errors(text)
-        if not_json is not None:
-            return not_json
-        value = json.loads(text)
-        errors = sorted(validator.iter_errors(value), key=lambda error: list(error.absolute_path))
+        value = _json_value(text)
+        if isinstance(value, Invalid):
+            return value
+        try:
+            errors = sorted(validator.iter_errors(value), key=lambda error: list(error.absolute_path))
+        except RecursionError:  # a schema recursive through properties, checked MAX_NESTING levels down
+            return Invalid((TOO_DEEP,))
         if errors:
             return Invalid(tuple(_schema_error(error) for error in errors))
         return value
 
-    return frozen, str(schema.get("title") or "output"), parse
+    return frozen, str(frozen.get("title") or "output"), parse
 
 
 def _schema_error(error: Any) -> str:

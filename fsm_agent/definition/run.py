@@ -136,6 +136,7 @@ class Run:
     __slots__ = (
         "_counting",
         "approvals",
+        "call_ids",
         "calls_by_tool",
         "cancel_why",
         "cancelled",
@@ -210,6 +211,9 @@ class Run:
         self.failures = 0
         self.tool_calls = 0
         self.calls_by_tool: dict[str, int] = {}
+        # Every tool call id the conversation holds, so a reply reusing one gets a fresh one (None: not gathered
+        # yet; gathered from the messages at the first reply with calls, so a loaded or continued run needs none).
+        self.call_ids: set[str] | None = None
         self.last_signature: Signature | None = None
         self.last_error: str | None = None
         self.last_response: ModelResponse | None = None

@@ -42,6 +42,7 @@ from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.observe.events import Hook, HookName, Hooks, log_observers
 from fsm_agent.persist import StoreTarget, store_for
+from fsm_agent.persist.journal import link_of
 from fsm_agent.persist.store import check_run_id, session_id, stored_version
 from fsm_agent.records import Message, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
@@ -237,12 +238,13 @@ class Agent:
         session: str | None = None,
         *,
         limits: Limits | None = None,
-        parent: str | None = None,
+        parent: Mapping[str, str] | None = None,
     ) -> AgentRun:
         """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that).
 
         ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it;
-        ``parent`` the run whose tool call this run is (``as_tool``), whose remaining ``limits`` it gets.
+        ``parent`` links the run to the tool call it answers (``as_tool``: ``persist.journal.LINK``); the
+        parent's remaining ``limits`` are given as ``limits``.
         """
         if not isinstance(user_input, str):
             msg = f"user_input must be a str, got {type(user_input).__name__}"
@@ -314,7 +316,7 @@ class Agent:
             store=store_for(store),
             run_id=run_id if isinstance(run_id, str) and run_id else None,
             session=session_id(data.get("session_id")),
-            parent=session_id(data.get("parent_run_id")),
+            parent=link_of(data),
         )
         run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         if position.state is State.Done:

@@ -99,9 +99,14 @@ class AsyncDriver(RunBase):
         self.stepper.accept_compaction(compacted)
 
     async def _acheck(self, effect: CheckOutput) -> None:
-        # No call: checked outside the deadline's cut; a cancel while an async validator runs leaves the
-        # answer unchecked in Dispatch (a resume checks it again) and propagates.
-        self.stepper.accept_output(await effect.output.acheck(effect.text))
+        # Off the loop and within the time left (see OutputSpec.acheck): cut at the deadline, the answer is
+        # Invalid, and the timeout it passed forbids the retry (told to the run first). A cancel while the check
+        # runs leaves the answer unchecked in Dispatch (a resume checks it again) and propagates.
+        remaining = self._remaining()
+        checked = await effect.output.acheck(effect.text, remaining)
+        if remaining is not None:
+            self._observe()
+        self.stepper.accept_output(checked)
 
     async def _acarry(self, effect: ModelCall | ToolBatch) -> None:
         if isinstance(effect, ModelCall):
@@ -194,14 +199,30 @@ class AsyncDriver(RunBase):
 
     async def _run_batch(self, batch: tuple[ToolCall, ...]) -> None:
         if len(batch) == 1:
-            # One call needs no tasks: awaiting it directly keeps the common case cheap.
+            # One call needs no tasks: awaiting it directly keeps the common case cheap (its outcome is written
+            # with the transition that records it, right after).
             await self._acall_tool(batch[0])
             return
         limit = asyncio.Semaphore(self.agent.max_concurrency or len(batch))
+        journal = self._journal
+        # A batch's transitions come after its last call, so each call's outcome is written as it returns, one
+        # write at a time; a write runs to its end even if the batch is cut meanwhile (the run's next write
+        # starts from it).
+        writing = asyncio.Lock()
+        writes: list[asyncio.Task[None]] = []
+
+        async def kept() -> None:
+            assert journal is not None
+            async with writing:
+                await journal.akeep_outcome(self.position)
 
         async def one(call: ToolCall) -> None:
             async with limit:
                 await self._acall_tool(call)
+            if journal is not None:
+                write = asyncio.ensure_future(kept())
+                writes.append(write)
+                await asyncio.shield(write)
 
         tasks = [asyncio.ensure_future(one(call)) for call in batch]
         try:
@@ -209,6 +230,8 @@ class AsyncDriver(RunBase):
         except BaseException:
             for task in tasks:
                 task.cancel()
+            # The writes of calls that finished are waited for: the stop recorded next is written after them.
+            await asyncio.gather(*writes, return_exceptions=True)
             raise
 
     def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:

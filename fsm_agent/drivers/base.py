@@ -57,7 +57,7 @@ class RunBase:
         store: Store | None = None,
         run_id: str | None,
         session: str | None = None,
-        parent: str | None = None,
+        parent: Mapping[str, str] | None = None,
     ) -> None:
         self.position = position
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.

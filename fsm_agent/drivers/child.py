@@ -17,7 +17,9 @@ with ``child_stopped``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +32,8 @@ from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
 from fsm_agent.errors import AgentLoopError
+from fsm_agent.observe.events import logger
+from fsm_agent.persist.journal import LINK, link_of
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 from fsm_agent.tools.registry import ToolRegistry, ToolResult
 from fsm_agent.tools.schema import arguments_error
@@ -143,18 +147,34 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     from its own last checkpoint; otherwise a new one starts.
     """
     agent, store = child.agent, parent._store  # noqa: SLF001 - the parent's driver hands over its own run
+    text = call.arguments["input"]
+    link = {"parent_run_id": parent.run_id, "parent_call_id": call.id, "input_digest": input_digest(text)}
     run_id = f"{parent.run_id}/{call.id}"
     limits = _limits(parent, agent)
     cancel = parent._cancel  # noqa: SLF001 - one token: cancelling the parent cancels the child
     data = None if store is None else _stored(store, run_id)
+    if data is not None and link_of(data) != link:
+        # Another run's child (a provider reusing call ids across runs, a parent started again over its old id):
+        # never taken for this call's answer.  This call's child goes under an id its input names instead.
+        foreign, run_id = run_id, f"{run_id}@{link['input_digest'][:12]}"
+        logger.warning(
+            "fsm_agent: stored run %r answers another call (%s); running %r", foreign, data.get(LINK[0]), run_id
+        )
+        data = _stored(store, run_id)
+        if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
+            run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
     if data is None:
-        text = call.arguments["input"]
-        run = agent._begin(text, cancel, (), store, run_id, limits=limits, parent=parent.run_id)  # noqa: SLF001
+        run = agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
         return run_id, run, True
     if data.get("state") in FINISHED and not data.get("paused"):
         return run_id, stored_result(agent, data), False
     resumed = agent.resume(data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget)
     return run_id, resumed, False
+
+
+def input_digest(text: str) -> str:
+    """The digest a sub-agent's stored run keeps of its input, so a stored answer is only taken for the same input."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _stored(store: Any, run_id: str) -> dict[str, Any] | None:

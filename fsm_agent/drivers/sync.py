@@ -128,8 +128,9 @@ class SyncDriver(RunBase):
         elif isinstance(effect, ToolBatch):
             self._call_tool(effect)
         elif isinstance(effect, CheckOutput):
-            # No call: the deadline is kept by the edges after it (a retry needs time left for its model call).
-            self.stepper.accept_output(effect.output.check(effect.text))
+            # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the answer is Invalid,
+            # and the timeout it passed (told to the run below) forbids the retry.
+            self.stepper.accept_output(effect.output.check(effect.text, self._remaining()))
         else:
             try:
                 compacted = settle(effect.compact(list(effect.messages)))

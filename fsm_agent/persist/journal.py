@@ -13,14 +13,7 @@ a call, ``hold`` makes that check if the run was let go of or its lease is
 running out, so no call is made on a run this object no longer owns.
 
 While a model or tool call is in flight the lease follows the owner, not the
-call: the driver starts a heartbeat (``beat``: a daemon thread; ``abeat``: a
-task) that renews the lease every third of it until the call returns
-(``rest``), so a lease needs to outlast a pause of the owner, not the slowest
-call, and a dead owner's run is free a lease after its last beat.  Each
-renewal is fenced like every write (``keep``: still this owner's, at the
-version it last wrote), so it can never take back a run somebody else took
-over; a refused one is kept in ``lost`` and raised by the run's next write,
-which therefore never happens.
+call: see ``heartbeat`` (the half of a journal that keeps the lease).
 """
 
 from __future__ import annotations
@@ -30,7 +23,7 @@ import copy
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from fsm_agent.core import snapshot
@@ -38,7 +31,18 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import RunExistsError, RunLeasedError
 from fsm_agent.jsontext import dumps
+from fsm_agent.persist.heartbeat import CallInFlight, Heartbeats, HeartbeatThread, acall
 from fsm_agent.persist.store import DEFAULT_LEASE, VERSION_KEY, Entry, Store, Summary, new_owner
+
+LINK = ("parent_run_id", "parent_call_id", "input_digest")
+"""What a sub-agent's stored run says of the call it answers: the parent run, the call's id, its input's digest."""
+
+
+def link_of(data: Mapping[str, Any]) -> dict[str, str] | None:
+    """The ``LINK`` fields a stored snapshot holds (a run that is no tool call's: None)."""
+    found = {name: value for name in LINK if isinstance(value := data.get(name), str)}
+    return found or None
+
 
 _MISSING = object()
 _RENEW = object()
@@ -47,11 +51,16 @@ _BY_REFERENCE = ("evidence", "finalize_evidence")
 """Fields ``dump_small`` hands out as the run's own dicts: remembered as copies, so a later change is seen."""
 
 
-class Journal:
+class Journal(Heartbeats):
     """Ownership of one stored run and the bookkeeping of what its next checkpoint must append."""
 
     def __init__(
-        self, store: Store, run_id: str, owner: str | None = None, session: str | None = None, parent: str | None = None
+        self,
+        store: Store,
+        run_id: str,
+        owner: str | None = None,
+        session: str | None = None,
+        parent: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -59,7 +68,7 @@ class Journal:
         # names the run whose tool call it is.
         self._named = {"run_id": run_id} if session is None else {"run_id": run_id, "session_id": session}
         if parent is not None:
-            self._named["parent_run_id"] = parent
+            self._named.update(parent)
         self.owner = owner or new_owner()
         # A store with only wants/save/load gets whole snapshots and no leases, as before journals existed.
         self.full = callable(getattr(store, "append", None))
@@ -73,11 +82,12 @@ class Journal:
         self._small: dict[str, Any] = {}
         self._next: tuple[tuple[int, int, int], tuple[object, ...], dict[str, Any]] | None = None
         self._renew_at = math.inf
+        self._early: set[str] = set()  # calls of a parallel batch whose outcome was written before they were recorded
         self._memo: dict[int, Any] = {}  # plain forms of records that outlive a transition (see dump_small)
         # The call in flight (its heartbeat's task, async), this run's heartbeat thread (sync: it outlives one
         # call, so a call costs no thread start), and why a renewal was refused, if one was.
-        self._beat: _Call | asyncio.Task[None] | None = None
-        self._beater: _Heartbeat | None = None
+        self._beat: CallInFlight | asyncio.Task[None] | None = None
+        self._beater: HeartbeatThread | None = None
         self._beat_lock = threading.Lock()
         self.lost: RunLeasedError | KeyError | None = None
 
@@ -112,7 +122,7 @@ class Journal:
     def stamp(self) -> dict[str, Any]:
         """What this run's snapshots carry beside its position: the stored version last written, and its session."""
         stamp: dict[str, Any] = {VERSION_KEY: self.seq} if self.full and self.seq else {}
-        for name in ("session_id", "parent_run_id"):
+        for name in ("session_id", *LINK):
             if name in self._named:
                 stamp[name] = self._named[name]
         return stamp
@@ -189,9 +199,36 @@ class Journal:
         if action is not None:
             self._write(action, run, paused)
 
+    async def akeep_outcome(self, run: Run) -> None:
+        """A call of a parallel batch returned while others are in flight: write its kept outcome now.
+
+        The batch's transitions come only after its last call, so without
+        this write a crash in between would make a finished call again.  A
+        store that writes only before model calls (``every="turn"``) is not
+        asked.  The calls still in flight keep the lease (a new heartbeat, at
+        the version just written).
+        """
+        self._early.intersection_update(call.id for call in run.pending)  # earlier batches' calls are recorded
+        if not (self.after_calls or self.store.wants(run.state, False)) or self._early.issuperset(run.ran):
+            return  # not wanted, or already written with a sibling's
+        await self._awrite(self._plan(run, False, force=True), run, False)
+        self._early.update(run.ran)
+        self.abeat()
+
     def _called(self, run: Run) -> bool:
-        """Whether (``every="call"``) the transition just taken recorded a call's outcome: it left a calling state."""
-        return self.after_calls and run.trace[-1].source in _CALLING
+        """Whether (``every="call"``) the transition just taken recorded a call's outcome not written yet.
+
+        It left a calling state, and (for a tool call) the outcome it
+        recorded was not already written while its batch was in flight.
+        """
+        if not self.after_calls or run.trace[-1].source not in _CALLING:
+            return False
+        if self._early and run.trace[-1].source == State.ExecuteTool and run.messages:
+            answered = run.messages[-1].tool_call_id
+            if answered in self._early:
+                self._early.discard(answered)
+                return False
+        return True
 
     def _write(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         self._settle()
@@ -213,119 +250,6 @@ class Journal:
             store.save(self.run_id, action)
             self._laid(run, cast("dict[str, Any]", action), 0)
 
-    # --- the heartbeat of a call in flight --------------------------------------------------------------------
-
-    def beat(self) -> None:
-        """A call is starting: renew the lease every third of a lease until ``rest`` (from this run's daemon thread).
-
-        The thread is started at the run's first call and kept between calls
-        (a call costs two flag changes, no thread start); it ends when the
-        run gives its lease up, or once no call was in flight for a lease.
-        """
-        if self.full and self._beat is None:
-            with self._beat_lock:
-                self._beat = _Call(self.seq)
-                if self._beater is None:
-                    self._beater = _Heartbeat(self._beating, _beat_name(self.run_id))
-
-    def abeat(self) -> None:
-        """``beat`` for the async driver: a task on the running loop renews the lease until ``rest``."""
-        if self.full and self._beat is None:
-            self._beat = asyncio.get_running_loop().create_task(self._abeating(), name=_beat_name(self.run_id))
-
-    def rest(self) -> None:
-        """The call returned (or was abandoned): no renewal is made for it, nor a refusal of one kept, after this."""
-        beat = self._beat
-        if isinstance(beat, asyncio.Task):
-            self._beat = None
-            beat.cancel()
-        elif beat is not None:
-            with self._beat_lock:
-                self._beat = None
-
-    def _settle(self) -> None:
-        """Before any write: no call's heartbeat runs beside it, and a run whose renewal was refused writes nothing."""
-        if self._beat is not None:
-            self.rest()
-        if self.lost is not None:
-            raise self.lost
-
-    def _keep(self, seq: int) -> None:
-        """Renew the lease of the run this object holds at version ``seq`` (a store without ``keep``: ``renew``)."""
-        store: Any = self.store
-        keep = getattr(store, "keep", None)
-        if keep is not None:
-            keep(self.run_id, owner=self.owner, seq=seq)
-        else:
-            store.renew(self.run_id, owner=self.owner, seq=seq)
-
-    def _kept(self) -> float:
-        """A renewal succeeded: seconds until the next one is due (a third of a lease)."""
-        self._renew_at = time.monotonic() + self.lease / 3
-        return self.lease / 3
-
-    def _refused(self, exc: RunLeasedError | KeyError, beat: object) -> None:
-        """A renewal was refused: the run is lost to this object, unless that call already returned (``rest``)."""
-        with self._beat_lock:
-            if self._beat is beat and self.lost is None:
-                self.lost = exc
-
-    def _retire(self, beater: _Heartbeat | None) -> bool:
-        """End the heartbeat thread (``beater``; None: whichever runs) unless a call is in flight; whether it ended."""
-        with self._beat_lock:
-            current = self._beater
-            if current is None or (beater is not None and current is not beater):
-                return True
-            if beater is not None and self._beat is not None:
-                return False
-            self._beater = None
-            current.stopped.set()
-            return True
-
-    def _beating(self, beater: _Heartbeat) -> None:
-        """The heartbeat thread: renew when a third of the lease is gone if a call is in flight; stop when idle."""
-        idle = 0
-        wait = max(self._renew_at - time.monotonic(), 0.0)
-        while not beater.stopped.wait(wait):
-            wait = self._renew_at - time.monotonic()
-            if wait > 0:
-                continue  # a checkpoint renewed the lease meanwhile
-            wait = self.lease / 3
-            call = self._beat
-            if not isinstance(call, _Call) or self.lost is not None:  # between calls the driver renews it itself
-                idle += 1
-                if idle >= _IDLE and self._retire(beater):
-                    return
-                continue
-            idle = 0
-            try:
-                self._keep(call.seq)
-            except (RunLeasedError, KeyError) as exc:
-                self._refused(exc, call)
-            except Exception:  # noqa: BLE001 - the database is unreachable for now: try again well within the lease
-                wait = self.lease / _RETRIES
-            else:
-                wait = self._kept()
-
-    async def _abeating(self) -> None:
-        """The async heartbeat: renew at each third of a lease, retry a failed renewal soon, stop once refused."""
-        seq, me = self.seq, asyncio.current_task()
-        wait = max(self._renew_at - time.monotonic(), 0.0)
-        while True:
-            await asyncio.sleep(wait)
-            try:
-                if hasattr(self.store, "keep") or hasattr(self.store, "akeep"):
-                    await _acall(self.store, "keep", self.run_id, owner=self.owner, seq=seq)
-                else:
-                    await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq)
-            except (RunLeasedError, KeyError) as exc:
-                self._refused(exc, me)
-                return
-            except Exception:  # noqa: BLE001 - the database is unreachable for now: try again well within the lease
-                wait = self.lease / _RETRIES
-            else:
-                wait = self._kept()
-
     # --- awaited ---------------------------------------------------------------------------------------------
 
     async def aopen(
@@ -337,15 +261,15 @@ class Journal:
         if not self.full:
             if new and not overwrite and await asyncio.to_thread(_exists, self.store, self.run_id):
                 raise RunExistsError(self.run_id, repr(self.store))
-            await _acall(self.store, "save", self.run_id, whole)
+            await acall(self.store, "save", self.run_id, whole)
             seq = 0
         elif new:
-            seq = await _acall(self.store, "create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
+            seq = await acall(self.store, "create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
-            seq = await _acall(self.store, "claim", self.run_id, _at(whole, expected), owner=self.owner)
+            seq = await acall(self.store, "claim", self.run_id, _at(whole, expected), owner=self.owner)
             released = paused or run.state in TERMINAL
             if released:
-                await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
+                await acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
         self._laid(run, whole, seq, released)
 
     async def asave(self, run: Run, paused: bool) -> None:
@@ -357,20 +281,20 @@ class Journal:
     async def _awrite(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         self._settle()
         if isinstance(action, Entry):
-            await _acall(self.store, "append", action, owner=self.owner)
+            await acall(self.store, "append", action, owner=self.owner)
             self._written(action.seq, action.release)
         elif action is _RENEW:
-            await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=self.seq)
+            await acall(self.store, "renew", self.run_id, owner=self.owner, seq=self.seq)
             self._written(self.seq, wrote=False)
         elif self.full:
             whole = cast("dict[str, Any]", action)
             released = paused or run.state in TERMINAL
-            seq = await _acall(self.store, "claim", self.run_id, _at(whole, self.seq), owner=self.owner)
+            seq = await acall(self.store, "claim", self.run_id, _at(whole, self.seq), owner=self.owner)
             if released:
-                await _acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
+                await acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
             self._laid(run, whole, seq, released)
         else:
-            await _acall(self.store, "save", self.run_id, action)
+            await acall(self.store, "save", self.run_id, action)
             self._laid(run, cast("dict[str, Any]", action), 0)
 
 
@@ -385,41 +309,3 @@ def _exists(store: Store, run_id: str) -> bool:
     except KeyError:
         return False
     return True
-
-
-async def _acall(store: Store, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Await the store's ``a<name>`` if it has one, else run ``<name>`` in a worker thread."""
-    method = getattr(store, f"a{name}", None)
-    if method is not None:
-        return await method(*args, **kwargs)
-    return await asyncio.to_thread(getattr(store, name), *args, **kwargs)
-
-
-_RETRIES = 10
-"""A renewal that failed for want of the database (not refused) is tried again after a tenth of a lease."""
-
-
-def _beat_name(run_id: str) -> str:
-    return f"fsm_agent lease {run_id}"
-
-
-_IDLE = 3
-"""A heartbeat thread that found no call in flight this many times running (about a lease) ends."""
-
-
-class _Call:
-    """One sync call in flight, and the version its run was at when it began (what its renewals are fenced by)."""
-
-    __slots__ = ("seq",)
-
-    def __init__(self, seq: int) -> None:
-        self.seq = seq
-
-
-class _Heartbeat:
-    """A daemon thread running ``beating(self)`` for one run's calls until ``stopped`` is set."""
-
-    def __init__(self, beating: Callable[[_Heartbeat], None], name: str) -> None:
-        self.stopped = threading.Event()
-        self._thread = threading.Thread(target=beating, args=(self,), name=name, daemon=True)
-        self._thread.start()

@@ -283,7 +283,10 @@ def run_view(store: Runs, run_id: str, data: dict[str, Any], table: Table = TABL
         if not isinstance(call_id, str) or candidate in listed:
             continue
         found = _load(store, candidate)
-        if not isinstance(found, dict) or found.get("parent_run_id") != run_id:
+        if not isinstance(found, dict) or (found.get("parent_run_id"), found.get("parent_call_id", call_id)) != (
+            run_id,
+            call_id,
+        ):
             continue
         children.append({"run_id": candidate, "call_id": call_id, "tool": call.get("name"), **_standing(found)})
         listed.add(candidate)
