@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test lint bench diagram docs docs-serve fuzz clean
+.PHONY: help install demo test test-quick dist lint bench diagram docs docs-serve fuzz clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
@@ -15,11 +15,27 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic,gemini,postgres,mcp,otel,output,ui,ray,docs]'
 	@touch $(STAMP)
 
+install: $(STAMP)  ## create .venv with the package (editable) and every extra; the command is .venv/bin/fsm-agent
+
 demo: $(STAMP)  ## run the scripted demonstration of every stop path; pictures in diagrams/runs/
 	$(PY) -m fsm_agent demo --out diagrams/runs
 
-test: $(STAMP)  ## run the whole test suite
+test: $(STAMP)  ## run the whole test suite (about 6 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
 	$(PY) -m pytest -q
+
+# The groups left out are the slow ones: the wheel installed into a fresh venv (marked slow), Ray clusters,
+# the viewer in headless Chromium, and every page of the docs run in its own interpreter.
+QUICK_SKIPS := --ignore=tests/test_batch_ray.py --ignore=tests/test_batch_ray_pool.py \
+	--ignore=tests/test_ui_browser.py --ignore=tests/test_ui_browser_children.py \
+	--ignore=tests/test_ui_browser_counts.py --ignore=tests/test_docs_examples.py \
+	--ignore=tests/test_docs_site_browser.py
+
+test-quick: $(STAMP)  ## the suite without the slow groups (install, Ray, browser, docs pages): for while you work
+	$(PY) -m pytest -q -m "not slow" $(QUICK_SKIPS)
+
+dist: $(STAMP)  ## build the sdist and the wheel into dist/ (install one: pip install --find-links dist fsm-agent)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
 
 lint: $(STAMP)  ## ruff and mypy --strict on the package
 	$(PY) -m ruff check fsm_agent tests benchmarks
@@ -46,4 +62,4 @@ fuzz: $(STAMP)  ## property, differential and stateful tests with fresh random e
 	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py tests/test_shared_runs_stateful.py
 
 clean:  ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

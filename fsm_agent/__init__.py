@@ -43,6 +43,23 @@ from fsm_agent.records import (
 )
 from fsm_agent.tools import Tool, ToolRegistry, ToolResult
 
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed distribution's version, looked up on first use.
+
+    Read from the package's metadata, so it is the version pip installed and
+    cannot drift from ``pyproject.toml``; looked up lazily, so ``import
+    fsm_agent`` does not load ``importlib.metadata``.
+    """
+    if name == "__version__":
+        from importlib.metadata import version
+
+        found = globals()["__version__"] = version("fsm-agent")
+        return found
+    msg = f"module 'fsm_agent' has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
 __all__ = [
     "STATES",
     "TABLE",

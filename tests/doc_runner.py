@@ -33,19 +33,34 @@ def _command(text: str, root: Path) -> tuple[str, str | None]:
     """(printed text, error) of one console command."""
     words = shlex.split(text)
     if words[:2] == ["pip", "install"]:
+        # What installs while the package is not on PyPI: the clone (`.`), or the wheel `make dist` built.
+        given = words[2:]
+        if given[:2] == ["--find-links", "dist"]:
+            given, forms = given[2:], r"fsm-agent(?:\[([a-z0-9,-]+)\])?"
+        else:
+            forms = r"\.(?:\[([a-z0-9,-]+)\])?"
         unknown = []
-        for word in words[2:]:
-            found = re.fullmatch(r"fsm-agent\[([a-z0-9,-]+)\]", word)
+        for word in given or [""]:
+            found = re.fullmatch(forms, word)
             if found is None:
-                return "", f"pip installs only fsm-agent extras in the docs, not {word!r}"
-            unknown += sorted(set(found[1].split(",")) - _extras(root))
+                wanted = "pip install '.[EXTRAS]' (in the clone) or pip install --find-links dist 'fsm-agent[EXTRAS]'"
+                return "", f"the docs install with {wanted}, not {text!r}"
+            unknown += sorted(set((found[1] or "").split(",")) - _extras(root) - {""})
         return "", f"no such extra in pyproject.toml: {unknown}" if unknown else None
     if words[0] == "make":
         missing = sorted(set(words[1:]) - _targets(root))
         return "", f"no such make target: {missing}" if missing else None
-    if words[0] != "python":
-        return "", f"console blocks run `python ...`, `pip install` and `make` only, not {words[0]!r}"
-    done = subprocess.run([sys.executable, *words[1:]], capture_output=True, text=True, timeout=240, check=False)
+    if words[0] == "fsm-agent":
+        # The command pip installs next to the interpreter (on PATH in an active virtual environment).
+        script = Path(sys.executable).parent / "fsm-agent"
+        if not script.is_file():
+            return "", f"no fsm-agent command next to {sys.executable}: reinstall the package (make install)"
+        words = [str(script), *words[1:]]
+    elif words[0] == "python":
+        words[0] = sys.executable
+    else:
+        return "", f"console blocks run `fsm-agent ...`, `python ...`, `pip install` and `make` only, not {words[0]!r}"
+    done = subprocess.run(words, capture_output=True, text=True, timeout=240, check=False)
     if done.returncode != 0:
         return done.stdout, f"exit {done.returncode}\n{done.stderr}"
     return done.stdout, None

@@ -12,10 +12,12 @@ for writers):
   what that block prints; the printed text must equal it. A line ``...``
   stands for any number of lines.
 - A ```` ```console ```` block holds commands after ``$ ``; the lines under a
-  command are its output, checked the same way. ``python -m fsm_agent ...``
-  and ``python file.py`` run; ``pip install 'fsm-agent[extras]'`` is checked
-  against the extras in ``pyproject.toml`` and ``make target`` against the
-  Makefile (the suite itself is what ``make test`` runs).
+  command are its output, checked the same way. ``fsm-agent ...`` (the
+  command pip installs), ``python -m fsm_agent ...`` and ``python file.py``
+  run; ``pip install '.[extras]'`` (in the clone) and ``pip install
+  --find-links dist 'fsm-agent[extras]'`` (the wheel ``make dist`` built)
+  are checked against the extras in ``pyproject.toml``, and ``make target``
+  against the Makefile (the suite itself is what ``make test`` runs).
 - ``<!-- fixture: NAME ARG... -->`` anywhere on a page asks for a documented
   fixture (``tests/doc_fixtures.py``) before the page runs; fixtures set
   environment variables a snippet reads, such as a loopback provider's URL.

@@ -423,7 +423,7 @@ def test_update_readme_rewrites_only_the_named_file(tmp_path: Path, capsys: pyte
     assert main(["diagram", "--out", str(out), "--update-readme", str(readme)]) == 0
     text = readme.read_text(encoding="utf-8")
     assert to_mermaid(TABLE, compact=True).rstrip() in text
-    assert "**Failed(max_steps)**" in text
+    assert "`ExecuteTool->Failed[max_steps]` on `tool_done`" in text
     assert f"updated the rendered blocks of {readme}" in capsys.readouterr().out
 
 
@@ -525,10 +525,12 @@ def test_demo_writes_into_a_temporary_directory_it_names(tmp_path: Path) -> None
     assert made.name.startswith("fsm_agent-demo-")
     assert f"run paths drawn in {made}/" in done.stdout or f"as DOT text in {made}/" in done.stderr
     assert sorted(p.suffix for p in made.iterdir()) == [".db", *[".svg" if shutil.which("dot") else ".dot"] * 5]
-    assert done.stdout.endswith(f"see the runs in a browser: python -m fsm_agent ui --store {made / 'runs.db'}\n")
+    # Started from outside the clone, the command is named by its absolute path: it runs as printed.
+    command = Path(sys.executable).parent / "fsm-agent"
+    assert done.stdout.endswith(f"see the runs in a browser: {command} ui --store {made / 'runs.db'}\n")
 
 
-def test_demo_prints_the_seed_lines_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_the_readme_lines_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The A) to E) lines are the README's, word for word, wherever the pictures go."""
     assert main(["demo", "--out", str(tmp_path)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line[:2] in ("A)", "B)", "C)", "D)", "E)")]

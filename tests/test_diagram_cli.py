@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_diagram import extended_table, needs_dot, scenario_max_tokens
 
+import fsm_agent.cli.demo
 import fsm_agent.cli.diagram
 from fsm_agent import TABLE, Agent, SqliteStore
 from fsm_agent.__main__ import main as cli
@@ -128,7 +129,7 @@ def test_demo_draws_one_picture_per_scenario(tmp_path: Path, capsys: pytest.Capt
     out = capsys.readouterr().out.splitlines()
     assert out[-2:] == [
         f"run paths drawn in {tmp_path / 'runs'}/",
-        f"see the runs in a browser: python -m fsm_agent ui --store {store}",
+        f"see the runs in a browser: {fsm_agent.cli.demo.command()} ui --store {store}",
     ]
     with SqliteStore(store) as saved:
         assert sorted(run.run_id for run in saved.list_runs()) == [

@@ -33,7 +33,7 @@ print(shout(names[0]))
 ```
 
 ```console
-$ pip install 'fsm-agent[{extra}]'
+$ pip install '.[{extra}]'
 $ python -c "print('x'); print('y'); print('z')"
 x
 ...
@@ -65,7 +65,7 @@ def test_a_block_printing_other_than_its_shown_output_fails_naming_its_line(tmp_
 
 
 def test_a_pip_line_naming_an_extra_the_project_lacks_fails(tmp_path: Path) -> None:
-    """`pip install 'fsm-agent[nosuch]'` is checked against pyproject.toml's extras."""
+    """`pip install '.[nosuch]'` is checked against pyproject.toml's extras."""
     (tmp_path / "run").mkdir()
     failures = run_page(parse(_page(tmp_path, extra="nosuch")), tmp_path / "run", {})
     assert len(failures) == 1

@@ -8,6 +8,8 @@ pages, and once more per kind of breakage.
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import os
 import re
 import shutil
@@ -19,6 +21,7 @@ import pytest
 
 import fsm_agent
 from fsm_agent.cli.main import build_parser
+from fsm_agent.testing import edge_id
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,6 +108,7 @@ def _config_beside_the_clone() -> str:
         'paths: ["."]': f"paths: [{str(ROOT)!r}]",  # the package, for the API pages
         "  - fsm_agent\n": f"  - {ROOT / 'fsm_agent'}\n",  # watched by `make docs-serve`
         "  - CHANGELOG.md\n": f"  - {ROOT / 'CHANGELOG.md'}\n",
+        "  - diagrams\n": f"  - {ROOT / 'diagrams'}\n",
     }
     for relative, absolute in moved.items():
         assert relative in config, f"mkdocs.yml no longer has {relative!r}: update this test"
@@ -146,3 +150,156 @@ def test_every_relative_link_in_the_readme_names_a_file_of_the_clone() -> None:
     assert len(targets) > 20
     missing = sorted({t for t in targets if not (ROOT / t).exists()})
     assert not missing, f"README links to files that do not exist: {missing}"
+
+
+def _nav_labels(site: Path) -> list[str]:
+    """The labels of the home page's navigation, in order: sections and pages."""
+    html = (site / "index.html").read_text(encoding="utf-8")
+    nav = html[html.index("md-nav--primary") : html.index("md-sidebar--secondary")]
+    labels = re.findall(r'<span class="md-ellipsis">\s*(.*?)\s*</span>', nav, re.DOTALL)
+    return [re.sub(r"\s+", " ", label) for label in labels]
+
+
+def test_the_tutorial_is_one_level_of_the_navigation(site: Path) -> None:
+    """The Tutorial section is its index page's own link, not a heading over a page of the same name."""
+    labels = _nav_labels(site)
+    assert labels.count("Tutorial") == 1
+    assert labels.index("Tutorial") + 1 == labels.index("A first agent")
+
+
+HOW_TO_GROUPS = ("Providers", "Building apps", "Durable runs", "Watching runs")
+
+
+def test_the_how_to_guides_are_grouped(site: Path) -> None:
+    """Every how-to page sits in exactly one named group of the navigation, none loose under How-to guides."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    section = config[config.index("  - How-to guides:\n") : config.index("  - Concepts:\n")]
+    loose = re.findall(r"^ {6}- how-to/", section, re.MULTILINE)
+    groups = re.findall(r"^ {6}- ([^:\n]+):\n((?: {10}- how-to/\S+\n)+)", section, re.MULTILINE)
+    placed = [page for _, pages in groups for page in re.findall(r"how-to/\S+", pages)]
+    assert loose == []
+    assert tuple(name for name, _ in groups) == HOW_TO_GROUPS
+    assert sorted(placed) == sorted(f"how-to/{page.name}" for page in (ROOT / "docs" / "how-to").glob("*.md"))
+    assert max(len(re.findall(r"how-to/", pages)) for _, pages in groups) <= 9
+    labels = _nav_labels(site)
+    assert [label for label in labels if label in HOW_TO_GROUPS] == list(HOW_TO_GROUPS)
+
+
+def test_the_decisions_page_is_called_design_notes_in_the_navigation(site: Path) -> None:
+    """The page on what the package decided on its own is listed as Design notes."""
+    html = (site / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'href="decisions/"[^>]*>\s*<span class="md-ellipsis">\s*Design notes\s*</span>', html)
+
+
+def _external(html: str) -> list[str]:
+    """Scripts and stylesheets a page loads from another host (an absolute or scheme-relative URL)."""
+    found = re.findall(r'<script\b[^>]*\bsrc="((?:[a-z]+:)?//[^"]*)"', html)
+    for tag in re.findall(r"<link\b[^>]*>", html):
+        href = re.search(r'\bhref="((?:[a-z]+:)?//[^"]*)"', tag)
+        if href and re.search(r'\brel="(?:stylesheet|preconnect|preload|modulepreload)"', tag):
+            found.append(href[1])
+    return found
+
+
+def test_no_page_loads_a_script_a_stylesheet_or_a_font_from_another_host(site: Path) -> None:
+    """The site works offline: nothing from a CDN or Google Fonts, and no Mermaid to fetch one."""
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 50
+    loaded = {p.relative_to(site).as_posix(): _external(p.read_text(encoding="utf-8")) for p in pages}
+    assert {page: hosts for page, hosts in loaded.items() if hosts} == {}
+    assert [p.relative_to(site).as_posix() for p in pages if 'class="mermaid"' in p.read_text(encoding="utf-8")] == []
+
+
+def test_the_site_serves_the_committed_drawings(site: Path) -> None:
+    """Every SVG under diagrams/ is a file of the site at the same path, byte for byte (docs/hooks/diagrams.py)."""
+    committed = sorted((ROOT / "diagrams").rglob("*.svg"))
+    assert {"agent_loop.svg", "agent_loop_compact.svg"} <= {svg.name for svg in committed}
+    for svg in committed:
+        served = site / svg.relative_to(ROOT)
+        assert served.is_file(), served
+        assert served.read_bytes() == svg.read_bytes()
+
+
+@pytest.mark.parametrize("page", ["index.html", "concepts/machine/index.html"])
+def test_the_home_and_machine_pages_show_the_compact_drawing_as_a_link_to_itself(site: Path, page: str) -> None:
+    """The drawing is an image of the compact SVG inside a link to that SVG, so a click opens it at full size."""
+    html = (site / page).read_text(encoding="utf-8")
+    shown = re.findall(r'<a class="machine-drawing" href="([^"]+)"[^>]*><img alt="[^"]+" src="([^"]+)"', html)
+    assert len(shown) == 1, shown
+    href, src = shown[0]
+    assert href == src
+    assert (site / page).parent.joinpath(src).resolve() == (site / "diagrams" / "agent_loop_compact.svg").resolve()
+
+
+def test_the_machine_page_links_the_full_drawing_and_the_run_paths(site: Path) -> None:
+    """The full drawing and each committed run path are linked from the machine page, and the links resolve."""
+    page = site / "concepts" / "machine" / "index.html"
+    links = set(re.findall(r'href="([^"]+\.svg)"', page.read_text(encoding="utf-8")))
+    targets = {(page.parent / link).resolve() for link in links}
+    wanted = [site / "diagrams" / "agent_loop.svg", *sorted((site / "diagrams" / "runs").glob("*.svg"))]
+    assert len(wanted) > 2
+    assert {w.resolve() for w in wanted} <= targets
+
+
+def test_the_machine_page_names_every_edge_by_its_edge_id() -> None:
+    """The edge list and the stepping example use edge ids, ``Source->Dest[label]``, as ``edges()`` does."""
+    text = (ROOT / "docs" / "concepts" / "machine.md").read_text(encoding="utf-8")
+    listing = text[text.index("<!-- stops:start -->") : text.index("<!-- stops:end -->")]
+    table = fsm_agent.TABLE
+    rows = [row for state in table.states for row in table.rows_from(state) if row.trigger != "finalize"]
+    items = re.findall(r"^ {2}\d+\. `([^`]+)` on `([^`]+)`", listing, re.MULTILINE)
+    assert items == [(edge_id(row), row.trigger) for row in rows]
+    assert re.findall(r"--\w+-->", text) == []  # the form `source --trigger--> dest`
+    assert "Failed(" not in listing
+    assert "Dispatch->Done[has_no_tool_calls] on dispatch" in text
+
+
+# --- the Agent reference ------------------------------------------------------------------------------------
+
+HIDDEN_AGENT_MEMBERS = ("children", "refresh_parts", "rows_for")
+"""Methods of ``Agent`` the drivers call, left out of the reference (docs/reference/api/agent.md)."""
+
+
+def _shown_default(parameter: inspect.Parameter) -> str:
+    """A default as the parameter table writes it: ``required``, a function by its dotted name, else its repr."""
+    default = parameter.default
+    if default is inspect.Parameter.empty:
+        return "required"
+    if callable(default):
+        return f"`{default.__module__}.{default.__qualname__}`"
+    return f"`{json.dumps(default)}`" if isinstance(default, str) else f"`{default!r}`"
+
+
+def _parameter_rows() -> list[list[str]]:
+    """The cells of each row of the Agent page's parameter table."""
+    text = (ROOT / "docs" / "reference" / "api" / "agent.md").read_text(encoding="utf-8")
+    table = text[text.index("| parameter | default |") :].split("\n\n")[0].splitlines()[2:]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in table]
+
+
+def test_the_agent_page_documents_every_parameter_with_its_real_default() -> None:
+    """One row per parameter of ``Agent.__init__``, in order, with the default the signature has."""
+    parameters = [p for p in inspect.signature(fsm_agent.Agent.__init__).parameters.values() if p.name != "self"]
+    rows = _parameter_rows()
+    assert [row[0] for row in rows] == [f"`{p.name}`" for p in parameters]
+    assert [row[1] for row in rows] == [_shown_default(p) for p in parameters]
+    assert all(len(row) == 4 and row[2] and row[3] for row in rows), rows
+
+
+def test_the_agent_page_shows_the_table_and_hides_the_drivers_methods(site: Path) -> None:
+    """The built page has the table, every public method of Agent but the drivers' own, and none of those."""
+    html = (site / "reference" / "api" / "agent" / "index.html").read_text(encoding="utf-8")
+    assert "<th>parameter</th>" in html
+    for name in ("strict_hooks", "max_concurrency", "tool_timeout", "clock"):
+        assert f"<td><code>{name}</code></td>" in html, name
+    shown = set(re.findall(r'id="fsm_agent\.Agent\.(\w+)"', html))
+    public = {name for name, _ in inspect.getmembers(fsm_agent.Agent) if not name.startswith("_")}
+    assert set(HIDDEN_AGENT_MEMBERS) <= public  # else the list above names what no longer exists
+    assert shown == public - set(HIDDEN_AGENT_MEMBERS)
+
+
+def test_the_agent_page_documents_how_a_run_is_driven(site: Path) -> None:
+    """AgentRun's methods come from its driver classes; the page still shows advance, finish and what a run holds."""
+    html = (site / "reference" / "api" / "agent" / "index.html").read_text(encoding="utf-8")
+    shown = set(re.findall(r'id="fsm_agent\.AgentRun\.(\w+)"', html))
+    assert {"advance", "aadvance", "finish", "afinish", "decide", "snapshot", "result", "trace", "state"} <= shown

@@ -264,9 +264,9 @@ def test_guardrail_edges_are_drawn_and_listed_from_the_agents_table() -> None:
     assert "blocked_input" in mermaid
     assert "leaked_secret" in mermaid
     stops = stops_by_state(table)
-    assert "**Failed(blocked_input)** when `start` [`mentions_password`]: the input asks for a password" in stops
+    assert "`AwaitModel->Failed[blocked_input]` on `start` if `mentions_password`: the input asks for a" in stops
     dispatch = stops.split("- **Dispatch**")[1].split("- **ExecuteTool**")[0]
-    assert dispatch.index("Failed(leaked_secret)") < dispatch.index("**Done**")
+    assert dispatch.index("`Dispatch->Failed[leaked_secret]`") < dispatch.index("`Dispatch->Done[has_no_tool_calls]`")
     reasons = reasons_table(table)
     assert "| `blocked_input` | AwaitModel (`start`) | `mentions_password` |" in reasons
     assert "| `leaked_secret` | Dispatch (`dispatch`) | `leaks_secret` |" in reasons

@@ -135,7 +135,7 @@ def test_runs_list_filters_and_pages_and_prune_forgets_finished_runs(
     main(["runs", "list", "--store", store_target, "--reason", "done", "--limit", "2", "--offset", "2"])
     assert [row[0] for row in _listed(capsys.readouterr().out)] == ["a"]
     main(["runs", "list", "--store", store_target, "--since", "1h"])
-    assert _listed(capsys.readouterr().out)[0][:2] == ("paused", "ExecuteTool (paused)")
+    assert _listed(capsys.readouterr().out)[0][:2] == ("paused", "awaiting approval")
     main(["runs", "list", "--store", store_target, "--since", "2999-01-01"])
     assert capsys.readouterr().out == ""
     assert main(["runs", "prune", "--store", store_target, "--older-than", "1d"]) == 0

@@ -159,7 +159,10 @@ def imported(target: str, on_ray: bool = False) -> Callable[[], Agent]:
         try:
             cloudpickle: Any = importlib.import_module("ray.cloudpickle")  # only a batch on Ray needs it
         except ImportError:
-            msg = "a batch on Ray needs Ray: pip install 'fsm-agent[ray]' (or run it here with --local)"
+            msg = (
+                "a batch on Ray needs Ray: install the package's ray extra (in a clone: pip install '.[ray]'), "
+                "or run it here with --local"
+            )
             raise SetupError(msg) from None
         cloudpickle.register_pickle_by_value(module)
     return make  # type: ignore[no-any-return]  # the user's function, checked by calling it once

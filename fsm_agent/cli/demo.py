@@ -1,17 +1,24 @@
-"""The demonstration ``make demo`` runs: every stop path of the seed chapter, with scripted models.
+"""The demonstration ``make demo`` runs: every way a run ends, with scripted models.
 
-Scenarios A to C reproduce the chapter's three printed lines exactly; D shows
-consecutive tool failures with the last error, E a natural finish.  Each
+Scenarios A to C are the three stops the package was first written to make
+visible (too many steps, a repeated call, a cut-off reply); D shows
+consecutive tool failures with the last error, E a natural finish.  The
+lines are in English; ``--original-text`` prints them, and has the scripted
+models speak, in the Chinese of the text the package started from, with the
+same stops and figures.  Each
 run's path is drawn into ``--out DIR``, or into a fresh temporary directory
 whose name is printed: the demo never writes into whatever directory it was
 started from.  The runs are also checkpointed into a store file (``--store``,
 else ``runs.db`` in a fresh temporary directory), and the last line printed is
-the ``ui`` command that shows them in a browser.
+the ``ui`` command that shows them in a browser, written so that it runs as
+printed in a fresh shell (no virtual environment active).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable
@@ -34,8 +41,35 @@ def _scenario(label: str, go: Callable[[], RunResult], describe: Callable[[Agent
     return result
 
 
-def scenarios(store: SqliteStore | None = None) -> list[tuple[str, RunResult]]:
-    """Run the five scenarios, print one line each, and return their results by name (checkpointed into ``store``)."""
+ENGLISH = {
+    "start": "Start.",
+    "question": "Please work out (2+3)*4.",
+    "cut_off": "First I add, which gives",
+    "first_step": "Adding first.",
+    "steps": lambda n: f"{n} step{'' if n == 1 else 's'} done",
+    "kept": lambda text: f"text kept {text!r}",
+    "failed": lambda n, error: f"{n} failures in a row, last error {error}",
+}
+"""What the demo prints and its scripted models say, by default."""
+
+ORIGINAL = {
+    "start": "开始",
+    "question": "请计算 (2+3)*4",
+    "cut_off": "我先算加法得",
+    "first_step": "先算加法。",
+    "steps": lambda n: f"已完成 {n} 步",
+    "kept": lambda text: f"保留文本 {text!r}",
+    "failed": lambda n, error: f"连续失败 {n} 次, 最后错误 {error}",
+}
+"""The same, in the Chinese of the text the package started from (``--original-text``)."""
+
+
+def scenarios(store: SqliteStore | None = None, words: dict[str, Any] = ENGLISH) -> list[tuple[str, RunResult]]:
+    """Run the five scenarios, print one line each, and return their results by name (checkpointed into ``store``).
+
+    ``words`` is the language of the prompts, the scripted replies and the
+    printed lines: ``ENGLISH`` or ``ORIGINAL``; the stops and figures are the same in both.
+    """
     registry = demo_registry()
     results: list[tuple[str, RunResult]] = []
 
@@ -52,8 +86,8 @@ def scenarios(store: SqliteStore | None = None) -> list[tuple[str, RunResult]]:
         "A_max_steps",
         _scenario(
             "A",
-            lambda: run(CounterModel(), "开始", name="A_max_steps", max_steps=3),
-            lambda exc: f"{exc.reason} | 已完成 {len(exc.result.steps)} 步",
+            lambda: run(CounterModel(), words["start"], name="A_max_steps", max_steps=3),
+            lambda exc: f"{exc.reason} | {words['steps'](len(exc.result.steps))}",
         ),
     )
     same = ToolCall(id="c1", name="echo", arguments={"text": "ping"})
@@ -61,17 +95,17 @@ def scenarios(store: SqliteStore | None = None) -> list[tuple[str, RunResult]]:
         "B_repeated_action",
         _scenario(
             "B",
-            lambda: run(LoopingModel(same), "开始", name="B_repeated_action", max_steps=8),
-            lambda exc: f"{exc.reason} | 已完成 {len(exc.result.steps)} 步",
+            lambda: run(LoopingModel(same), words["start"], name="B_repeated_action", max_steps=8),
+            lambda exc: f"{exc.reason} | {words['steps'](len(exc.result.steps))}",
         ),
     )
-    truncated = reply("我先算加法得", stop_reason="max_tokens")
+    truncated = reply(words["cut_off"], stop_reason="max_tokens")
     keep(
         "C_max_tokens",
         _scenario(
             "C",
-            lambda: run(FakeModel([truncated]), "请计算 (2+3)*4", name="C_max_tokens"),
-            lambda exc: f"{exc.reason} | 保留文本 {exc.result.final!r}",
+            lambda: run(FakeModel([truncated]), words["question"], name="C_max_tokens"),
+            lambda exc: f"{exc.reason} | {words['kept'](exc.result.final)}",
         ),
     )
     # Three different mistakes in a row: a string for a number, an unknown tool, a tool that reports an error.
@@ -86,22 +120,40 @@ def scenarios(store: SqliteStore | None = None) -> list[tuple[str, RunResult]]:
         "D_tool_failures",
         _scenario(
             "D",
-            lambda: run(stuck, "请计算 (2+3)*4", name="D_tool_failures"),
-            lambda exc: f"{exc.reason} | 连续失败 {exc.evidence['failures']} 次, 最后错误 {exc.evidence['last_error']}",
+            lambda: run(stuck, words["question"], name="D_tool_failures"),
+            lambda exc: f"{exc.reason} | {words['failed'](exc.evidence['failures'], exc.evidence['last_error'])}",
         ),
     )
     solved = FakeModel(
         [
-            tool_turn(tool_call("add", a=2, b=3), content="先算加法。"),
+            tool_turn(tool_call("add", a=2, b=3), content=words["first_step"]),
             tool_turn(tool_call("add", a=5, b=5), tool_call("add", a=10, b=10)),
             reply("(2+3)*4 = 20"),
         ]
     )
     keep(
         "E_done",
-        _scenario("E", lambda: run(solved, "请计算 (2+3)*4", name="E_done"), lambda exc: exc.reason),
+        _scenario("E", lambda: run(solved, words["question"], name="E_done"), lambda exc: exc.reason),
     )
     return results
+
+
+def command() -> str:
+    """How to start this package's command line from the current directory, in a shell with no venv active.
+
+    The ``fsm-agent`` script next to the running interpreter (``.venv/bin/fsm-agent``
+    in the clone, shown relative to the current directory when it is under it),
+    else this interpreter with ``-m fsm_agent``.
+    """
+    here = Path(sys.executable).parent
+    script = here / ("fsm-agent.exe" if os.name == "nt" else "fsm-agent")
+    chosen = script if script.is_file() else Path(sys.executable)
+    try:
+        shown = str(chosen.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(chosen.absolute())
+    shown = shlex.quote(shown)
+    return shown if chosen == script else f"{shown} -m fsm_agent"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -123,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: demo: --store: {exc}", file=sys.stderr)
         return EXIT_SETUP
     with store:
-        named = scenarios(store)
+        named = scenarios(store, ORIGINAL if args.original_text else ENGLISH)
     results = dict(named)
     # Imported here so importing the demo (tests reuse its scenarios) does not load the diagram code.
     from fsm_agent.render.dot import INSTALL_HINT, write_runs
@@ -138,7 +190,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"run paths drawn in {out}/")
         else:
             print(f"run paths written as DOT text in {out}/; {INSTALL_HINT}", file=sys.stderr)
-    print(f"see the runs in a browser: python -m fsm_agent ui --store {store_path}")
+    print(f"see the runs in a browser: {command()} ui --store {shlex.quote(str(store_path))}")
     expected = {
         "A_max_steps": "max_steps",
         "B_repeated_action": "repeated_action",
@@ -158,11 +210,13 @@ def add_command(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "demo",
         help="run the scripted demonstration of every stop path",
-        description="Run every stop path of the seed chapter with scripted models (no API key): one line each, "
+        description="Run every way a run ends with scripted models (no API key): one line each, "
         "each run's path drawn and checkpointed, then the ui command that shows them in a browser.",
     )
     where = "draw each run's path into DIR (default: a new temporary directory, named on stdout)"
     parser.add_argument("--out", type=Path, metavar="DIR", help=where)
     keep = "checkpoint the runs into this SQLite file (default: runs.db in a new temporary directory)"
     parser.add_argument("--store", type=Path, metavar="FILE", help=keep)
+    original = "print the lines, and have the scripted models speak, in the Chinese of the original text"
+    parser.add_argument("--original-text", action="store_true", help=original)
     parser.set_defaults(handler=main)

@@ -208,6 +208,9 @@ def open_store(target: str | Path) -> SqliteStore | PostgresStore:
     try:
         return persist.open_store(target)
     except StoreError as exc:
+        if "://" in str(target) and not persist.is_url(target):  # a URL of a kind no store has
+            msg = f"--store {exc.reason}"
+            raise SetupError(msg) from None
         kind = "database" if persist.is_url(target) else "SQLite database"
         # The driver may quote the URL it could not parse, password and all: shown as redacted as `where`.
         reason = exc.reason.replace(str(target), exc.where)

@@ -5,7 +5,7 @@ postgresql://...``) lists them, filtered by ``--state``, ``--reason`` and
 ``--since``, a page at a time; ``show RUN_ID`` prints a run's trace and stop
 reason (and draws its path with ``--diagram``); ``resume RUN_ID --model ...``
 continues it, with new limits (``--max-steps``...) for a run stopped on one,
-or ``--approve ID=yes|no|why`` decisions for a run paused for approval;
+or ``--approve ID`` / ``--reject ID=WHY`` decisions for a run paused for approval;
 ``prune --older-than 7d`` forgets finished runs.  A store that cannot be
 opened (no such file, a text file, a server nobody answers) is one line and
 exit 1.
@@ -83,7 +83,7 @@ def add_command(commands: Any) -> None:
         "resume",
         help="continue a stopped or paused run",
         description="Continue a stored run: with new limits after a stop on one, with --retry after a "
-        "model_error, with --approve decisions when it is paused for approval.",
+        "model_error, with --approve and --reject decisions when it is paused for approval.",
     )
     resume.add_argument("run_id")
     who = resume.add_mutually_exclusive_group(required=True)
@@ -98,7 +98,21 @@ def add_command(commands: Any) -> None:
     resume.add_argument("--max-steps", type=int, help="a new max_steps (lifts a max_steps stop)")
     resume.add_argument("--retry", action="store_true", help="call the model again after a model_error")
     resume.add_argument(
-        "--approve", action="append", default=[], metavar="ID=yes|no|WHY", help="a decision on a paused call"
+        "--approve",
+        dest="decisions",
+        action="append",
+        default=[],
+        type=_approval,
+        metavar="ID[=yes|=no[:WHY]]",
+        help="approve the paused call ID (ID or ID=yes), or reject it (ID=no, ID=no:WHY)",
+    )
+    resume.add_argument(
+        "--reject",
+        dest="decisions",
+        action="append",
+        type=_rejection,
+        metavar="ID[=WHY]",
+        help="reject the paused call ID, with the reason the model is told",
     )
     resume.add_argument("--quiet", action="store_true", help="no live status on stderr")
     for flag, keyword, kind, text in run_command.LIMIT_FLAGS:
@@ -131,14 +145,42 @@ def _moment(text: str) -> float:
         raise argparse.ArgumentTypeError(msg) from None
 
 
-def _decisions(pairs: list[str]) -> dict[str, bool | str]:
+DECISION_FORMS = "--approve ID, --approve ID=yes, --approve ID=no[:WHY] or --reject ID[=WHY]"
+"""Every way to give a decision; a text that is none of them is refused, never read as a rejection's reason."""
+
+
+def _approval(text: str) -> tuple[str, bool | str]:
+    """``--approve ID`` or ``ID=yes``: approved; ``ID=no`` or ``ID=no:WHY``: rejected, with the reason if given.
+
+    Anything else (``ID=maybe``, ``ID=y``, ``ID=true``) is a usage error:
+    read as a reason, it would reject the call the person meant to approve.
+    """
+    call_id, sep, answer = text.partition("=")
+    verdict, colon, why = answer.partition(":")
+    if call_id and (not sep or answer.lower() == "yes"):
+        return call_id, True
+    if call_id and verdict.lower() == "no" and (colon or not why):
+        return call_id, why.strip() or False
+    msg = f"not a decision: {text!r}; write {DECISION_FORMS}"
+    raise argparse.ArgumentTypeError(msg)
+
+
+def _rejection(text: str) -> tuple[str, bool | str]:
+    """``--reject ID``: rejected; ``ID=WHY``: rejected with the reason the model is told."""
+    call_id, _, why = text.partition("=")
+    if not call_id:
+        msg = f"not a decision: {text!r}; write {DECISION_FORMS}"
+        raise argparse.ArgumentTypeError(msg)
+    return call_id, why.strip() or False
+
+
+def _decisions(given: list[tuple[str, bool | str]]) -> dict[str, bool | str]:
+    """The decisions by call id; one call given two different decisions is a usage error."""
     decisions: dict[str, bool | str] = {}
-    for pair in pairs:
-        call_id, sep, answer = pair.partition("=")
-        if not sep or not call_id:
-            msg = f"--approve wants ID=yes|no|reason, got {pair!r}"
+    for call_id, decision in given:
+        if decisions.setdefault(call_id, decision) != decision:
+            msg = f"two different decisions on {call_id!r}: give one --approve or --reject per call"
             raise SetupError(msg)
-        decisions[call_id] = {"yes": True, "no": False}.get(answer.lower(), answer)
     return decisions
 
 
@@ -176,20 +218,31 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
         session=args.session,
     )
     for run in runs[: args.limit]:
-        flag = " (paused)" if run.paused else ""
         saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
         calls = run.tool_calls
         counts = f"{calls} tool call{'' if calls == 1 else 's'}\t{run.tokens} tokens"
-        print(printable(f"{run.run_id}\t{run.state}{flag}\t{run.reason or '-'}\t{counts}\t{saved}"))
+        print(
+            printable(f"{run.run_id}\t{_where(run.state, paused=run.paused)}\t{run.reason or '-'}\t{counts}\t{saved}")
+        )
     if len(runs) > args.limit:
         print(f"more runs: --offset {args.offset + args.limit}", file=sys.stderr)
     return EXIT_DONE
 
 
+def _where(state: str, *, paused: bool) -> str:
+    """A run's state as a person reads it: a paused run is waiting for a decision, its held-back calls not run.
+
+    Its stored state is ``ExecuteTool`` (the machine pauses on entering it),
+    which read as it is would say a tool is running.
+    """
+    return "awaiting approval" if paused else state
+
+
 def _show(store: AnyStore, args: argparse.Namespace) -> int:
     snapshot = store.load(args.run_id)
     result = _as_result(snapshot)
-    lines = [f"run {args.run_id}: {snapshot['state']}, reason {result.reason}"]
+    paused = bool(snapshot.get("paused"))
+    lines = [f"run {args.run_id}: {_where(snapshot['state'], paused=paused)}, reason {result.reason}"]
     for i, edge in enumerate(result.trace):
         label = edge.reason or edge.guard
         lines.append(f"  {i:3} {edge.source} -> {edge.dest}" + (f" [{label}]" if label else ""))
@@ -266,7 +319,7 @@ def _resume(store: AnyStore, args: argparse.Namespace) -> int:
             closing.callback(close)
         _check_tools(agent, snapshot, args.run_id)
         try:
-            snapshot = _decide(store, args.run_id, snapshot, _decisions(args.approve))
+            snapshot = _decide(store, args.run_id, snapshot, _decisions(args.decisions))
             run = agent.resume(
                 snapshot,
                 retry=args.retry,
@@ -280,7 +333,7 @@ def _resume(store: AnyStore, args: argparse.Namespace) -> int:
             raise SetupError(str(exc)) from None
         if run.paused:
             waiting = ", ".join(f"{c.name} ({c.id})" for c in run.awaiting())
-            text = f"still paused, waiting for decisions on: {waiting} (--approve ID=yes|no|why)"
+            text = f"still paused, waiting for decisions on: {waiting} (--approve ID or --reject ID[=WHY])"
             print(printable(text), file=sys.stderr)
             return EXIT_STOPPED
         result = drive(run, Status(sys.stderr, enabled=not args.quiet))
@@ -299,7 +352,7 @@ ACTIONS = {"list": _list, "show": _show, "resume": _resume, "prune": _prune}
 
 def main(args: argparse.Namespace) -> int:
     """Run the chosen action; 0 done, 1 for a missing or unusable store, run or flag, 2 if a resumed run stopped."""
-    if not is_url(args.store) and not Path(args.store).exists():
+    if not is_url(args.store) and "://" not in args.store and not Path(args.store).exists():
         # Opening a missing path would create an empty store: a typo would look like a store without runs.
         print(f"error: no store at {args.store}", file=sys.stderr)
         return EXIT_SETUP
@@ -308,7 +361,9 @@ def main(args: argparse.Namespace) -> int:
             return ACTIONS[args.action](store, args)
     except (KeyError, SnapshotError, SetupError) as exc:
         # Run and call ids in the message came from the model or the store: escaped like every such text.
-        print(f"error: {printable(str(exc).strip(chr(39)))}", file=sys.stderr)
+        # A KeyError's str() is its key quoted; its own text is args[0].  Other messages keep their quotes.
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"error: {printable(text)}", file=sys.stderr)
         return EXIT_SETUP
     except Exception as exc:
         if isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):

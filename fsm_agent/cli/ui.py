@@ -126,7 +126,7 @@ def _open(target: str) -> Any:
     from fsm_agent.cli.run import open_store
     from fsm_agent.persist import is_url
 
-    if not is_url(target) and not Path(target).is_file():
+    if not is_url(target) and "://" not in target and not Path(target).is_file():
         # Opening a missing file would create an empty store and show nothing, which looks like lost runs.
         msg = f"--store {target}: no such file"
         raise SetupError(msg)
@@ -165,7 +165,8 @@ def main(args: argparse.Namespace) -> int:
 
         from fsm_agent.ui.app import LOOPBACK, create_app
     except ImportError as exc:
-        print(f"error: ui: the run viewer needs {exc.name}: pip install 'fsm-agent[ui]'", file=sys.stderr)
+        hint = "install the package's ui extra (in a clone: pip install '.[ui]')"
+        print(f"error: ui: the run viewer needs {exc.name}: {hint}", file=sys.stderr)
         return EXIT_SETUP
     host: str = DEFAULT_HOST if args.host is None else args.host
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from fsm_agent.persist.sqlite import SqliteStore
 from fsm_agent.persist.store import Store, StoredRun, StoreError
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+STORE_KINDS = "a SQLite file's path or a postgresql:// (or postgres://) URL"
+"""What a store location may be, as an error about one that is neither says it."""
+_SCHEME = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 
 StoreTarget = Store | str | os.PathLike[str]
 """What a ``store=`` argument takes: a store, a SQLite file's path, or a ``postgresql://`` URL."""
@@ -44,8 +48,14 @@ def is_url(target: str | Path) -> bool:
 def open_store(target: str | Path, **options: Any) -> SqliteStore | PostgresStore:
     """A ``PostgresStore`` for a ``postgresql://`` URL, else a ``SqliteStore`` at that path; ``options`` go to it.
 
-    A location that cannot be a store is a ``StoreError`` (a ``FsmAgentError``) naming it.
+    A location that cannot be a store is a ``StoreError`` (a ``FsmAgentError``) naming it; so is a URL
+    of another kind (``mysql://``), which would otherwise be taken for a file's path.
     """
+    scheme = _SCHEME.match(target) if isinstance(target, str) else None
+    if scheme is not None and not is_url(target):
+        # Only the scheme is repeated: the rest of the URL may hold a password.
+        reason = f"{scheme['scheme']}:// is not a kind of store this package has; a store is {STORE_KINDS}"
+        raise StoreError(f"{scheme['scheme']}://...", reason)
     if is_url(target):
         return PostgresStore(str(target), **options)
     return SqliteStore(target, **options)
@@ -66,7 +76,8 @@ def store_for(target: StoreTarget | None) -> Store | None:
     if target is None or not isinstance(target, str | os.PathLike):
         return target
     where = os.fspath(target)
-    key = (os.getpid(), where if is_url(where) else os.path.abspath(where))
+    # A URL is kept as it is, so a URL of a kind no store has is refused as one, not opened as a file.
+    key = (os.getpid(), where if is_url(where) or _SCHEME.match(where) else os.path.abspath(where))
     with _opening:
         store = _opened.get(key)
         if store is None:

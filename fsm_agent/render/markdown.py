@@ -15,23 +15,27 @@ from collections.abc import Iterable, Mapping
 
 from fsm_agent.definition.table import FINALIZE, TRIGGERS, Row, Table
 from fsm_agent.render.model import LEGEND, LOOKS, first_line
+from fsm_agent.testing import edge_id
 
 BLOCKS = ("machine", "stops", "reasons")
 """The blocks rendered from a table: the drawing with its legend, every edge per state, the stop reasons."""
 
 
 def _row_text(row: Row) -> str:
+    """One row as its edge id (what ``edges()`` and the tests name it), its trigger, and when it is taken."""
+    edge = f"`{edge_id(row)}` on `{row.trigger}`"
     if row.guard is None:
-        why = TRIGGERS.get(row.trigger, row.trigger)
-        condition = f"`{row.trigger}`: {why}" if row.reason else f"`{row.trigger}`, otherwise (fallback)"
-    else:
-        condition = f"`{row.trigger}` [`{row.guard_name}`]: {first_line(row.guard.__doc__)}"
-    dest = f"**Failed({row.reason})**" if row.reason else f"**{row.dest}**"
-    return f"{dest} when {condition}"
+        return f"{edge}: {TRIGGERS.get(row.trigger, row.trigger)}" if row.reason else f"{edge}, otherwise (fallback)"
+    guard = f" if `{row.guard_name}`" if row.reason else ""  # a row without a reason is named by its guard
+    return f"{edge}{guard}: {first_line(row.guard.__doc__)}"
 
 
 def stops_by_state(table: Table) -> str:
-    """Each non-terminal state's edges in priority order (finalize edges apart), as nested Markdown lists."""
+    """Each non-terminal state's edges in priority order (finalize edges apart), as nested Markdown lists.
+
+    A row reads ``Source->Dest[label]`` on ``trigger``: the edge id of ``fsm_agent.testing.edge_id``, the
+    form ``edges(result)`` and the tests name an edge by.
+    """
     lines = []
     for state in table.states:
         rows = [r for r in table.rows_from(state) if r.trigger != FINALIZE]

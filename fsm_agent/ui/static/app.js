@@ -29,6 +29,11 @@ async function getJSON(url, options) {
   return body;
 }
 
+// "1 step", "2 steps": a count with its noun, singular for one.
+function counted(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 function age(seconds) {
   if (seconds < 60) return `${Math.max(0, Math.round(seconds))} s ago`;
   if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
@@ -397,7 +402,7 @@ async function renderRun(run) {
       ` state ${run.state}`,
       run.reason ? `, reason ${run.reason}` : "",
       // Steps are model turns, as in the counters below (max_steps); tool calls are counted on their own.
-      `, ${run.steps} steps, ${run.tool_calls} tool calls, ${run.tokens} tokens, ${run.moments.length} transitions`,
+      `, ${counted(run.steps, "step")}, ${counted(run.tool_calls, "tool call")}, ${counted(run.tokens, "token")}, ${counted(run.moments.length, "transition")}`,
     ),
     parentView(run),
   );
