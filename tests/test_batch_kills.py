@@ -109,9 +109,9 @@ def _resume(target: str, driver: str, plan: list[tuple[str, float]], log: str, s
             try:
                 run = _agent(plan, log, slow_flag).resume(store.load("cut"), store=store)
                 break
-            except RunLeasedError:
-                if time.monotonic() > deadline:
-                    raise
+            except RunLeasedError as busy:
+                if busy.run_id != "cut" or time.monotonic() > deadline:
+                    raise  # a sub-agent's run is never left to the caller: the parent takes it over itself
                 time.sleep(0.05)
         result = run.finish() if driver == "sync" else asyncio.run(run.afinish())
     Path(out).write_text(result.to_json(), encoding="utf-8")
@@ -190,3 +190,45 @@ def test_a_process_killed_mid_batch_resumes_making_only_the_call_in_flight_again
         for label, _ in plan
     )
     assert result.final == "done: " + ", ".join(answers)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_parent_resumed_while_its_childs_run_is_still_leased_waits_for_the_lease_and_takes_the_child_over(
+    store_target: str, tmp_path: Path, driver: str
+) -> None:
+    """The killed child's run still leased when its parent resumes: waited for, taken over, each call made once."""
+    import multiprocessing
+
+    plan = [("quick0", 0.05), ("sub1", 600.0)]
+    log, flag, out = tmp_path / "calls.log", tmp_path / "slow.flag", tmp_path / "result.json"
+    flag.touch()
+    process = multiprocessing.get_context("spawn").Process(
+        target=_go, args=(store_target, driver, plan, str(log), str(flag))
+    )
+    process.start()
+    try:
+        _wait_for("the child's call to start", lambda: "start sub1.work" in _lines(log))
+        _wait_for("the quick call to return", lambda: "end quick0" in _lines(log))
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(WAIT)
+    flag.unlink()
+    with open_store(store_target, lease=LEASE) as store:
+        # Someone else holds the child's run for one more lease when the parent comes back (as a killed owner's
+        # last renewal does, or a person opening it): taken once the dead owner's lease lapsed, then let lapse.
+        child_agent = Agent(_ByHistory(reply("unused"), "child"), _registry(str(log), str(flag)))
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                child_agent.resume(store.load("cut/c1"), store=store)
+                break
+            except RunLeasedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert in_child(_resume, store_target, driver, plan, str(log), str(flag), str(out)) == 0
+    result = RunResult.from_json(out.read_text(encoding="utf-8"))
+    starts = Counter(line.removeprefix("start ") for line in _lines(log) if line.startswith("start "))
+    assert dict(starts) == {"sub1.work": 2, "quick0": 1}
+    assert result.final == "done: " + ", ".join(
+        sorted([json.dumps(f"child: {json.dumps('sub1.work ok')}"), json.dumps("quick0 ok")])
+    )

@@ -154,7 +154,7 @@ def test_two_turns_of_one_stored_session_at_once_never_interleave(store_target: 
     try:
         assert held.started.wait(10)
         other_agent, other_model = _agent()
-        with pytest.raises(RunLeasedError, match="another turn of session 'busy'"):
+        with pytest.raises(RunLeasedError, match="turn 1 of session 'busy' is still being taken by "):
             Session(other_agent, store=store_target, session_id="busy").run("me too")
         assert other_model.seen == []
     finally:

@@ -16,9 +16,11 @@ with ``child_stopped``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,14 +33,16 @@ from fsm_agent.core.result import make_result
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
-from fsm_agent.errors import AgentLoopError
+from fsm_agent.errors import AgentLoopError, RunLeasedError
 from fsm_agent.observe.events import logger
 from fsm_agent.persist.journal import LINK, link_of
+from fsm_agent.persist.store import DEFAULT_LEASE
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 from fsm_agent.tools.registry import ToolRegistry, ToolResult
 from fsm_agent.tools.schema import arguments_error
 
 if TYPE_CHECKING:
+    from fsm_agent.core.cancellation import CancelToken
     from fsm_agent.drivers.agent import Agent, AgentRun
     from fsm_agent.drivers.base import RunBase
 
@@ -166,10 +170,38 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     if data is None:
         run = agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
         return run_id, run, True
-    if data.get("state") in FINISHED and not data.get("paused"):
-        return run_id, stored_result(agent, data), False
-    resumed = agent.resume(data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget)
-    return run_id, resumed, False
+    return run_id, _taken_over(agent, store, run_id, data, cancel, limits), False
+
+
+def _taken_over(
+    agent: Agent, store: Any, run_id: str, data: dict[str, Any], cancel: CancelToken | None, limits: Limits
+) -> AgentRun | RunResult:
+    """The stored child's result if it finished, else its run resumed here once nobody else holds it.
+
+    A parent resumed after its process died finds its child still leased
+    to that process for up to a lease: it waits for the lease to lapse (or
+    for a live owner to finish the child, whose result it then takes),
+    within two leases; a child some live owner keeps advancing past that
+    is a ``RunLeasedError`` naming it.  Nothing of the child runs twice.
+    """
+    patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
+    while True:
+        if data.get("state") in FINISHED and not data.get("paused"):
+            return stored_result(agent, data)
+        try:
+            return agent.resume(
+                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget
+            )
+        except RunLeasedError as busy:
+            now = time.time()
+            if busy.stale or now >= patience:
+                raise
+            time.sleep(min(max(busy.until - now, 0.0) + _SLACK, patience - now))
+        data = dict(store.load(run_id))
+
+
+_SLACK = 0.05
+"""Seconds waited past a lease's end before taking it over: the clocks of two writers are never quite equal."""
 
 
 def input_digest(text: str) -> str:
@@ -206,7 +238,8 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
     bad = _bad_input(call)
     if bad is not None:
         return bad
-    run_id, begun, new = _begin(parent, child, call)
+    # In a worker thread: it reads the store and may wait out a dead owner's lease.
+    run_id, begun, new = await asyncio.to_thread(_begin, parent, child, call)
     if isinstance(begun, RunResult):
         return _outcome(child, run_id, begun)
     if new:
