@@ -30,6 +30,7 @@ from fsm_agent import (
     ToolRegistry,
     Usage,
 )
+from fsm_agent.drivers.child import input_digest
 from fsm_agent.persist import open_store
 from fsm_agent.testing import FakeModel, ManualClock, demo_registry, edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
@@ -265,6 +266,9 @@ def test_a_finished_stored_child_is_read_back_not_run_again(tmp_path: Path, driv
     child = Agent(child_model, ToolRegistry())
     with SqliteStore(tmp_path / "runs.db") as store:
         child.run("capital of France?", store=store, run_id="trip/c1")  # the child of a parent that then died
+        data = dict(store.load("trip/c1"))  # as that parent's driver links it to the call it answers
+        data.update(parent_run_id="trip", parent_call_id="c1", input_digest=input_digest("capital of France?"))
+        store.save("trip/c1", data)
         result = finish(_parent(child, [_asks(), reply("It is Paris.")]), driver, store=store, run_id="trip")
     assert told(result) == '"Paris"'
     assert len(child_model.seen) == 1

@@ -36,7 +36,7 @@ from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.checks import NO_PARTS, PLAIN_UNUSED, Parts, parts_of, plain_parts, schemas_of, settings
-from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool
+from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, check_no_cycle
 from fsm_agent.drivers.model import Clock, Model
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
@@ -148,9 +148,14 @@ class Agent:
         """
         registry = self.registry
         if self.unused_guards is PLAIN_UNUSED:
-            self.run_parts = registry.cached("plain parts", plain_parts)
-            return self.run_parts
+            parts = registry.cached("plain parts", plain_parts)
+            if parts[1]:
+                check_no_cycle(self)
+            self.run_parts = parts
+            return parts
         children, raising, schemas = registry.cached("parts", parts_of)
+        if children:
+            check_no_cycle(self)
         dormant = self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
         self.run_parts = (registry.version, children, dormant, schemas)
         return self.run_parts

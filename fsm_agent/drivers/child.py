@@ -97,6 +97,30 @@ def children_in(registry: ToolRegistry) -> tuple[dict[str, ChildTool], bool]:
     return children, any(child.on_child_stop == "raise" for child in children.values())
 
 
+def check_no_cycle(agent: Agent) -> None:
+    """Refuse an agent that is, directly or through other agents' tools, its own sub-agent.
+
+    Each call of such an agent could start another run of it without end
+    (the process would die of a ``RecursionError``).  Checked whenever the
+    agent's tools change, before any run of it starts; a cycle closed later
+    through another agent's registry is found when that agent's tools are
+    next read, at the latest when the call that would close it starts.
+    """
+    stack: list[tuple[Agent, tuple[str, ...]]] = [(agent, ())]
+    seen: list[Agent] = []
+    while stack:
+        current, through = stack.pop()
+        for name, child in children_in(current.registry)[0].items():
+            path = (*through, name)
+            if child.agent is agent:
+                names = " -> ".join(repr(step) for step in path)
+                msg = f"the agent is its own sub-agent through {names}: each call would start it again without end"
+                raise ValueError(msg)
+            if not any(child.agent is known for known in seen):
+                seen.append(child.agent)
+                stack.append((child.agent, path))
+
+
 def answer_of(result: RunResult) -> Any:
     """A finished child's answer as the tool's JSON value: its typed output, else its final text."""
     output = result.output
@@ -117,18 +141,49 @@ def _bad_input(call: ToolCall) -> ToolResult | None:
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
 
 
-def _limits(parent: RunBase, agent: Agent) -> Limits:
-    """The child agent's limits, each cut to what the parent has left (time, tokens)."""
-    own, run = agent.limits, parent.position
+def share_of_tokens(parent: RunBase) -> int | None:
+    """The tokens of the parent's budget this sub-agent call may spend (None: the parent has no budget).
+
+    What the parent has not spent (its own calls, and children whose
+    outcomes it holds but has not recorded yet) is shared equally among the
+    turn's sub-agent calls still to finish, this one included: children run
+    in parallel draw on the parent's budget together, never each on all of
+    it.  A child stops after the model call that reaches its share, so the
+    parent's budget is passed by at most one model call per child in flight.
+    """
+    run = parent.position
+    budget = run.limits.token_budget
+    if budget is None:
+        return None
+    children = parent._children  # noqa: SLF001 - the parent's driver hands over its own run
+    held = [outcome.child for outcome in run.ran.values() if outcome.child is not None]
+    spent = run.tokens + sum(child.input_tokens + child.output_tokens for child in held)
+    to_finish = sum(1 for call in run.pending if call.name in children and call.id not in run.ran)
+    return max(budget - spent, 0) // max(to_finish, 1)
+
+
+def _limits(parent: RunBase, agent: Agent, share: int | None) -> Limits:
+    """The child agent's limits, each cut to what the parent has left (time, and its ``share`` of tokens)."""
+    own = agent.limits
     timeout, budget = own.timeout, own.token_budget
     remaining = parent._remaining()  # noqa: SLF001 - the parent's driver hands over its own run
     if remaining is not None:
         timeout = remaining if timeout is None else min(timeout, remaining)
-    if run.limits.token_budget is not None:
-        left = max(run.limits.token_budget - run.tokens, 0)
-        budget = left if budget is None else min(budget, left)
-    # A parent already out of time or tokens still asks: the child then stops at once, saying which.
+    if share is not None:
+        budget = share if budget is None else min(budget, share)
+    # A parent already out of time still asks: the child then stops at once, saying so (no tokens: not asked).
     return attrs.evolve(own, timeout=max(timeout, 1e-9) if timeout is not None else None, token_budget=budget)
+
+
+def _no_tokens(child: ChildTool, run_id: str, parent: RunBase) -> ToolResult:
+    """A sub-agent call the parent's token budget leaves nothing for: a ``token_budget`` stop, never run."""
+    run = parent.position
+    evidence = {"token_budget": run.limits.token_budget, "tokens": run.tokens, "share": 0}
+    facts = {"reason": "token_budget", "evidence": evidence}
+    message = f"sub-agent {child.name!r} not run: the parent's token budget is used up (run {run_id!r})"
+    content = json.dumps({"error": message, **facts}, ensure_ascii=False)
+    stop = facts if child.on_child_stop == "raise" else None
+    return ToolResult(content, message, child=ChildOutcome(run_id, 0, 0, stop))
 
 
 def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
@@ -144,17 +199,18 @@ def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
     return ToolResult(content, message, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop))
 
 
-def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | RunResult, bool]:
+def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:
     """The child's run and whether it is new (its store entry still to be written), or its result if it finished.
 
     A finished child is read back, never run again; one under way goes on
-    from its own last checkpoint; otherwise a new one starts.
+    from its own last checkpoint; otherwise a new one starts, unless the
+    parent's token budget leaves it nothing (then the call's outcome says so).
     """
     agent, store = child.agent, parent._store  # noqa: SLF001 - the parent's driver hands over its own run
     text = call.arguments["input"]
     link = {"parent_run_id": parent.run_id, "parent_call_id": call.id, "input_digest": input_digest(text)}
     run_id = f"{parent.run_id}/{call.id}"
-    limits = _limits(parent, agent)
+    share = share_of_tokens(parent)
     cancel = parent._cancel  # noqa: SLF001 - one token: cancelling the parent cancels the child
     data = None if store is None else _stored(store, run_id)
     if data is not None and link_of(data) != link:
@@ -167,6 +223,10 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
         data = _stored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    finished = data is not None and data.get("state") in FINISHED and not data.get("paused")
+    if share == 0 and not finished:
+        return run_id, _no_tokens(child, run_id, parent), False
+    limits = _limits(parent, agent, share)
     if data is None:
         run = agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
         return run_id, run, True
@@ -222,6 +282,8 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
     if bad is not None:
         return bad
     run_id, begun, new = _begin(parent, child, call)
+    if isinstance(begun, ToolResult):
+        return begun
     if isinstance(begun, RunResult):
         return _outcome(child, run_id, begun)
     if new:
@@ -240,6 +302,8 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         return bad
     # In a worker thread: it reads the store and may wait out a dead owner's lease.
     run_id, begun, new = await asyncio.to_thread(_begin, parent, child, call)
+    if isinstance(begun, ToolResult):
+        return begun
     if isinstance(begun, RunResult):
         return _outcome(child, run_id, begun)
     if new:
