@@ -274,6 +274,11 @@ def _snapshot() -> dict[str, Any]:
         (lambda s: {**s, "messages": s["messages"][:2]}, "1 tool calls ran but only 0 tool messages"),
         (lambda s: {**s, "state": "Dispatch"}, "the trace ends in AwaitModel but the state is Dispatch"),
         (lambda s: {k: v for k, v in s.items() if k != "counters"}, "snapshot field counters must be an object"),
+        (lambda s: {**s, "evidence": [["a", 1]]}, r"snapshot field evidence must be an object, got \[\['a', 1\]\]"),
+        (lambda s: {**s, "run_id": 7}, "snapshot field run_id must be a string or null, got 7"),
+        (lambda s: {**s, "steps": [1, 2]}, r"snapshot field steps must be a list of objects, got \[1, 2\]"),
+        (lambda s: {**s, "trace": [{"bogus": 1}]}, r"snapshot field trace\[0\] is malformed: TypeError"),
+        (lambda s: {**s, "counters": {**s["counters"], "sent": -1}}, "counters.sent must be a whole number >= 0"),
     ],
 )
 def test_corrupted_snapshots_are_rejected_naming_the_problem(corrupt: Any, message: str) -> None:

@@ -301,14 +301,18 @@ def test_keep_never_takes_back_a_run_another_owner_took_over_or_one_given_up(
 def _steal(target: str) -> None:
     """Another party takes the run over behind the owner's back: a new version under a live lease of its own."""
     text = "UPDATE {} SET owner = 'thief', lease_until = {}, seq = seq + 1 WHERE run_id = '{}'"
+    # Its write: every new version has its journal entry (a version without one is a corrupted store).
+    entry = "INSERT INTO {} (run_id, seq, entry) SELECT run_id, seq, '{{}}' FROM {} WHERE run_id = '{}'"
     if is_url(target):
         import psycopg
 
         with psycopg.connect(target, autocommit=True) as conn:
             conn.execute(text.format("fsm_agent_runs", time.time() + 600, RUN).encode())
+            conn.execute(entry.format("fsm_agent_journal", "fsm_agent_runs", RUN).encode())
     else:
         with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as db:
             db.execute(text.format("runs", time.time() + 600, RUN))
+            db.execute(entry.format("journal", "runs", RUN))
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])

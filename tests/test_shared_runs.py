@@ -455,5 +455,5 @@ def test_runs_resume_records_decisions_in_the_store_and_a_decision_holds(
     assert "already decided (rejected: private)" in capsys.readouterr().err
     with SqliteStore(db) as store:
         assert store.load(RUN)["approvals"] == {"read": "private", "mail": True}
-    assert cli([*agent, "--approve", "read=private", "--quiet"]) == 0, capsys.readouterr().err
+    assert cli([*agent, "--reject", "read=private", "--quiet"]) == 0, capsys.readouterr().err
     assert "a person rejected this call to 'read_file': private" in capsys.readouterr().out

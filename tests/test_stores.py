@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,8 +14,16 @@ import pytest
 from store_cases import LONE, Ticks, as_json, journal, tick_agent
 
 import fsm_agent
-from fsm_agent import Agent, AgentLoopError, RunExistsError, RunLeasedError, StaleRunError, ToolRegistry
-from fsm_agent.persist import PostgresStore, SqliteStore, open_store
+from fsm_agent import (
+    Agent,
+    AgentLoopError,
+    RunExistsError,
+    RunLeasedError,
+    SnapshotError,
+    StaleRunError,
+    ToolRegistry,
+)
+from fsm_agent.persist import PostgresStore, SqliteStore, is_url, open_store
 from fsm_agent.persist.store import Entry, Summary
 from fsm_agent.records import plain
 from fsm_agent.testing import ManualClock
@@ -353,3 +363,91 @@ def test_a_page_past_a_64_bit_integer_is_a_value_error_in_both_stores(opened: An
         with pytest.raises(ValueError, match=f"{next(iter(page))} must be"):
             store.list_runs(**page)
     assert store.list_runs(offset=2**63 - 1) == []
+
+
+def _delete_journal_entry(target: str, run_id: str, seq: int) -> None:
+    """Delete one journal row behind the store's back, as a hand-edited or damaged database would lose it."""
+    if is_url(target):
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("DELETE FROM fsm_agent_journal WHERE run_id = %s AND seq = %s", (run_id, seq))
+    else:
+        with contextlib.closing(sqlite3.connect(target)) as db, db:
+            db.execute("DELETE FROM journal WHERE run_id = ? AND seq = ?", (run_id, seq))
+
+
+@pytest.mark.parametrize("lost", ["first", "middle", "last"])
+def test_a_journal_missing_an_entry_is_refused_naming_the_run_and_the_version(
+    opened: Any, store_target: str, lost: str
+) -> None:
+    """A deleted journal row (a gap, or a missing entry after the base or at the end) is a SnapshotError, not a run."""
+    store = opened(every="transition")
+    tick_agent(2, approve={"tick"}).run("go", store=store, run_id="r")  # pauses before its first tick
+    seq = store.load("r")["stored_seq"]
+    gone = {"first": 2, "middle": seq // 2 + 1, "last": seq}[lost]  # version 1 is the base
+    _delete_journal_entry(store_target, "r", gone)
+    for read in (store.load, lambda run_id: store.decide(run_id, "t0", True)):
+        with pytest.raises(SnapshotError, match=rf"stored run 'r' in .* is corrupted: version {gone}: its journal"):
+            read("r")
+    assert asyncio.run(_refused(store.aload("r"))) is True
+
+
+async def _refused(reading: Any) -> bool:
+    try:
+        await reading
+    except SnapshotError:
+        return True
+    return False
+
+
+BAD_SNAPSHOTS = {
+    "steps not objects": (
+        lambda s: {**s, "steps": [1, 2]},
+        "snapshot field steps must be a list of objects, got \\[1, 2\\]",
+    ),
+    "a bogus step": (lambda s: {**s, "steps": [{"bogus": 1}]}, "snapshot field steps\\[0\\] is malformed"),
+    "a bogus message": (lambda s: {**s, "messages": [{"bogus": 1}]}, "snapshot field messages\\[0\\] is malformed"),
+    "trace not objects": (lambda s: {**s, "trace": [1, 2]}, "snapshot field trace must be a list of objects"),
+    "a bogus trace entry": (lambda s: {**s, "trace": [{"bogus": 1}]}, "snapshot field trace\\[0\\] is malformed"),
+    "state Bogus": (lambda s: {**s, "state": "Bogus"}, "snapshot state 'Bogus' is not a state"),
+    "negative tokens": (
+        lambda s: {**s, "counters": {**s["counters"], "input_tokens": -5}},
+        "counters.input_tokens must be a whole number >= 0, got -5",
+    ),
+    "evidence a list": (lambda s: {**s, "evidence": [["a", 1]]}, "snapshot field evidence must be an object"),
+    "run_id a number": (lambda s: {**s, "run_id": 7}, "snapshot field run_id must be a string or null, got 7"),
+}
+
+
+@pytest.mark.parametrize(("corrupt", "message"), BAD_SNAPSHOTS.values(), ids=BAD_SNAPSHOTS)
+def test_save_refuses_a_malformed_snapshot_naming_the_field_and_writes_nothing(
+    opened: Any, corrupt: Any, message: str
+) -> None:
+    """save and asave check a snapshot as a resume would: a bad one is a SnapshotError and the store is unchanged."""
+    store = opened()
+    tick_agent(1).run("go", store=store, run_id="good")
+    good = store.load("good")
+    bad = corrupt(good)
+    with pytest.raises(SnapshotError, match=message):
+        store.save("good", bad)
+    with pytest.raises(SnapshotError, match=message):
+        store.save("new", bad)
+    with pytest.raises(SnapshotError, match=message):
+        asyncio.run(store.asave("new", bad))
+    assert store.load("good") == good
+    assert [run.run_id for run in store.list_runs()] == ["good"]
+    assert store.save("good", good) == good["stored_seq"] + 1  # the snapshot as loaded is saved as ever
+
+
+@pytest.mark.parametrize("name", ["state", "reason", "session"])
+def test_a_nul_or_lone_surrogate_in_a_list_runs_filter_is_a_value_error_in_both_stores(opened: Any, name: str) -> None:
+    """list_runs(reason="\\x00") and the like are refused by name before any query, the same in both stores."""
+    store = opened()
+    tick_agent(1).run("go", store=store, run_id="r")
+    for value in ("\x00", "done\x00", "\ud800"):
+        with pytest.raises(ValueError, match=f"list_runs {name} .* must be text without NUL or lone surrogates"):
+            store.list_runs(**{name: value})
+        with pytest.raises(ValueError, match=f"list_runs {name} .* must be text without NUL or lone surrogates"):
+            asyncio.run(store.alist_runs(**{name: value}))
+    assert [run.run_id for run in store.list_runs(**{name: {"state": "Done", "reason": "done"}.get(name)})] == ["r"]

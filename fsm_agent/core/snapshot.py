@@ -14,7 +14,8 @@ import json
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from reprlib import repr as _shown
+from typing import Any, TypeVar
 
 import attrs
 
@@ -25,6 +26,7 @@ from fsm_agent.errors import FsmAgentError
 from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome, plain
 from fsm_agent.tools import ToolResult
 
+T = TypeVar("T")
 SNAPSHOT_FORMAT = "fsm_agent.Snapshot"
 SNAPSHOT_VERSION = 2
 
@@ -213,11 +215,56 @@ def _by_tool(counters: dict[str, Any]) -> dict[str, int]:
 
 
 def _call(data: dict[str, Any]) -> ToolCall:
-    call = ToolCall(**data)
-    if not isinstance(call.id, str) or not isinstance(call.name, str):
-        msg = f"snapshot holds a malformed tool call: {data!r}"
+    return _typed(ToolCall(**data), id=str, name=str)
+
+
+def _items(data: dict[str, Any], name: str, build: Callable[[dict[str, Any]], Any]) -> list[Any]:
+    """Each entry of the list field ``name`` built into its record; ``SnapshotError`` naming the entry at fault."""
+    if not isinstance(items := data.get(name), list) or not all(isinstance(item, dict) for item in items):
+        msg = f"snapshot field {name} must be a list of objects, got {_shown(items)}"
         raise SnapshotError(msg)
-    return call
+    built = []
+    for index, item in enumerate(items):
+        try:
+            built.append(build(item))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            msg = f"snapshot field {name}[{index}] is malformed: {type(exc).__name__}: {exc}"
+            raise SnapshotError(msg) from exc
+    return built
+
+
+def _typed(record: T, **kinds: type) -> T:
+    """``record``, once each named field holds its kind (a bool is no number); else ``TypeError`` naming the field."""
+    for name, kind in kinds.items():
+        if not isinstance(value := getattr(record, name), kind) or (kind is int and isinstance(value, bool)):
+            msg = f"{name} must be a {kind.__name__}, got {_shown(value)}"
+            raise TypeError(msg)
+    return record
+
+
+def _transition(data: dict[str, Any], states: tuple[State, ...]) -> Transition:
+    entry = _typed(Transition(**data), trigger=str)
+    if entry.source not in states or entry.dest not in states:
+        msg = f"{entry.source!r} -> {entry.dest!r} is not an edge between states of this agent's table"
+        raise ValueError(msg)
+    return entry
+
+
+_TEXTS = (  # the fields that hold a text or nothing (null, or left out)
+    *("run_id", "session_id", "parent_run_id", "parent_call_id", "input_digest"),
+    *("reason", "final", "unfinished", "finalizing", "error"),
+)
+
+
+def _check_fields(data: dict[str, Any]) -> None:
+    for name in _TEXTS:
+        if (value := data.get(name)) is not None and not isinstance(value, str):
+            msg = f"snapshot field {name} must be a string or null, got {_shown(value)}"
+            raise SnapshotError(msg)
+    for name in ("evidence", "finalize_evidence"):
+        if not isinstance(value := data.get(name), dict):
+            msg = f"snapshot field {name} must be an object, got {_shown(value)}"
+            raise SnapshotError(msg)
 
 
 def message_of(data: dict[str, Any]) -> Message:
@@ -232,7 +279,8 @@ def message_of(data: dict[str, Any]) -> Message:
 def _message(data: dict[str, Any]) -> Message:
     calls = tuple(_call(c) for c in data["tool_calls"])
     # Snapshots written before provider_data existed have no such key: nothing opaque to send back.
-    return Message(data["role"], data["content"], calls, data["tool_call_id"], data.get("provider_data"))
+    message = Message(data["role"], data["content"], calls, data["tool_call_id"], data.get("provider_data"))
+    return _typed(message, role=str, content=str, **({} if message.tool_call_id is None else {"tool_call_id": str}))
 
 
 def _response(data: dict[str, Any] | None) -> ModelResponse | None:
@@ -256,14 +304,15 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     run.input_tokens, run.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
     run.calls_by_tool = _by_tool(counters)
     run.elapsed = _seconds(counters)
-    sent = counters.get("sent", 0)  # a snapshot from before history processors has none
-    run.sent = sent if isinstance(sent, int) and not isinstance(sent, bool) and sent >= 0 else 0
+    run.sent = _count({"sent": 0, **counters}, "sent")  # a snapshot from before history processors has none
+    _check_fields(data)
+    run.state = State(state)
+    run.messages[:] = _items(data, "messages", _message)
+    run.steps[:] = _items(data, "steps", lambda s: _typed(Step(**s), index=int, kind=str, detail=str))
+    run.trace[:] = _items(data, "trace", lambda t: _transition(t, states))
+    run.pending = deque(_items(data, "pending", _call))
+    run.evidence, run.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])
     try:
-        run.state = State(state)
-        run.messages[:] = [_message(m) for m in data["messages"]]
-        run.steps[:] = [Step(**s) for s in data["steps"]]
-        run.trace[:] = [Transition(**t) for t in data["trace"]]
-        run.pending = deque(_call(c) for c in data["pending"])
         run.ran = {str(k): ToolResult(**{**v, "child": child_outcome(v.get("child"))}) for k, v in data["ran"].items()}
         run.approvals = dict(data["approvals"])
         run.to_approve = _to_approve(data, run)
@@ -277,10 +326,8 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.frozen = frozen is not None
         run.cancelled = bool(frozen and frozen["cancelled"])
         run.finalizing = data["finalizing"]
-        run.finalize_evidence = dict(data["finalize_evidence"])
         run.reason = data["reason"]
         run.final = data["final"]
-        run.evidence = dict(data["evidence"])
         run.unfinished = data["unfinished"]
     except SnapshotError:
         raise

@@ -14,7 +14,11 @@ from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
 from typing import Any, Self, TypeVar
 
+from fsm_agent.core import snapshot as snapshots
+from fsm_agent.core.snapshot import SnapshotError
+from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
+from fsm_agent.definition.table import TABLE
 from fsm_agent.persist import plans
 from fsm_agent.persist.store import (
     Entry,
@@ -22,6 +26,7 @@ from fsm_agent.persist.store import (
     check_run_id,
     cutoff,
     epoch,
+    filter_text,
     page,
     storable,
     stored_version,
@@ -86,9 +91,12 @@ class PlannedStore(ABC):
         snapshot loaded from it at its current version (``stored_seq``, which
         ``load`` sets); else ``StaleRunError`` and nothing changes.  To save
         again, set ``snapshot["stored_seq"]`` to the version returned.
-        ``RunLeasedError`` while another owner advances the run.
+        ``RunLeasedError`` while another owner advances the run.  The
+        snapshot is checked first as a resume checks it (``SnapshotError``
+        naming the field at fault, and nothing written), so every run a store
+        holds loads.
         """
-        return self._run(self._put(run_id, snapshot, None, "replace"))
+        return self._run(self._put(run_id, _checked(snapshot), None, "replace"))
 
     def _put(self, run_id: str, snapshot: dict[str, Any], owner: str | None, mode: plans.Mode) -> plans.Plan[int]:
         # A version is a version of the run it was loaded from: a snapshot saved under another id is a copy.
@@ -170,8 +178,13 @@ class PlannedStore(ABC):
         offset: int,
         session: str | None = None,
     ) -> plans.Plan[list[StoredRun]]:
-        """The ``list_runs`` plan, its page checked first, so a bad one is refused before any query."""
+        """The ``list_runs`` plan, its page and filters checked first, so a bad one is refused before any query."""
         size, skip = page(limit, offset)
+        state, reason, session = (
+            filter_text("state", state),
+            filter_text("reason", reason),
+            filter_text("session", session),
+        )
         return self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip, session)
 
     def delete(self, run_id: str) -> bool:
@@ -192,7 +205,7 @@ class PlannedStore(ABC):
 
     async def asave(self, run_id: str, snapshot: dict[str, Any]) -> int:
         """``save``, awaited."""
-        return await self._arun(self._put(run_id, snapshot, None, "replace"))
+        return await self._arun(self._put(run_id, _checked(snapshot), None, "replace"))
 
     async def aload(self, run_id: str) -> dict[str, Any]:
         """``load``, awaited."""
@@ -238,6 +251,20 @@ class PlannedStore(ABC):
     async def adelete_finished(self, older_than: float | timedelta | None = None) -> int:
         """``delete_finished``, awaited."""
         return await self._arun(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
+
+
+def _checked(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """``snapshot``, once it passed the checks a resume makes; ``SnapshotError`` naming the field if not.
+
+    A store so never holds a run that would not load: the format, every
+    field and their agreement are checked, as ``Agent.resume`` checks them.
+    """
+    if not isinstance(snapshot, dict):
+        msg = f"a snapshot to save must be a dict, got {type(snapshot).__name__}"
+        raise SnapshotError(msg)
+    data = snapshots.parse(snapshot)
+    snapshots.load(Run(snapshots.limits_of(data), [], table=TABLE), data, TABLE.states)
+    return snapshot
 
 
 def _mode(overwrite: bool) -> plans.Mode:

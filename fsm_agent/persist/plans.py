@@ -44,17 +44,29 @@ def apply(snapshot: dict[str, Any], entry: dict[str, Any]) -> None:
     snapshot.update(entry.get("set", {}))
 
 
-def rebuild(base: str, entries: Iterable[tuple[int, str]], run_id: str = "", where: str = "") -> dict[str, Any]:
+def rebuild(
+    base: str,
+    entries: Iterable[tuple[int, str]],
+    run_id: str = "",
+    where: str = "",
+    versions: tuple[int, int] | None = None,
+) -> dict[str, Any]:
     """The snapshot a base and the journal entries ``(seq, text)`` after it add up to.
 
     A row that is not what a store writes (broken JSON, the wrong shapes: a
     file edited by hand, a tampered database) is a ``SnapshotError`` naming
     the run and the part at fault, never a stray ``KeyError`` or
-    ``AttributeError`` from deep inside.
+    ``AttributeError`` from deep inside.  With ``versions``, the run's
+    ``(base_seq, seq)``, the entries must be exactly ``base_seq + 1`` to
+    ``seq``: a missing one (a deleted row) is a ``SnapshotError`` naming the
+    first version missing, instead of a run quietly rebuilt without it.
     """
     snapshot = _parsed(base, "its base snapshot", run_id, where)
     if not all(isinstance(snapshot.get(name), list) for name in GROWING):
         _corrupted(run_id, where, "its base snapshot", f"{', '.join(GROWING)} must be lists")
+    if versions is not None:
+        entries = list(entries)
+        _check_complete(entries, versions, run_id, where)
     for seq, text in entries:
         part = f"journal entry {seq}"
         entry = _parsed(text, part, run_id, where)
@@ -66,6 +78,34 @@ def rebuild(base: str, entries: Iterable[tuple[int, str]], run_id: str = "", whe
             _corrupted(run_id, where, part, f"'add' holds {', '.join(bad)}, not lists of {', '.join(GROWING)}")
         apply(snapshot, entry)
     return snapshot
+
+
+def _check_complete(entries: list[tuple[int, str]], versions: tuple[int, int], run_id: str, where: str) -> None:
+    """Refuse ``entries`` unless they are every version after the base's up to the run's, in order."""
+    base_seq, seq = (int(v) for v in versions)
+    expected = range(base_seq + 1, seq + 1)
+    found = [int(number) for number, _ in entries]
+    if found == list(expected):
+        return
+    present = set(found)
+    missing = next((v for v in expected if v not in present), None)
+    if missing is None:
+        extra = next(v for v in found if v not in expected)
+        _corrupted(run_id, where, f"journal entry {extra}", f"is past the run's version, {seq}")
+    held = ", ".join(_spans(found)) or "none"
+    why = f"its journal entry is missing (the run is at version {seq}, its base at {base_seq}; entries held: {held})"
+    _corrupted(run_id, where, f"version {missing}", why)
+
+
+def _spans(numbers: list[int]) -> list[str]:
+    """Sorted ``numbers`` as runs: ``[2, 3, 4, 7]`` is ``["2-4", "7"]``."""
+    spans: list[str] = []
+    for number in numbers:
+        if spans and int(spans[-1].rpartition("-")[2]) == number - 1:
+            spans[-1] = f"{spans[-1].partition('-')[0]}-{number}"
+        else:
+            spans.append(str(number))
+    return spans
 
 
 def _parsed(text: object, part: str, run_id: str, where: str) -> dict[str, Any]:
@@ -262,7 +302,7 @@ class Plans:
         base, base_seq, seq, holder, until = rows[0]
         if holder is not None and until is not None and until >= now:
             raise RunLeasedError(run_id, holder, until)
-        data = yield from self._rebuild(run_id, base, base_seq)
+        data = yield from self._rebuild(run_id, base, base_seq, seq)
         check_decision(run_id, data, call_id, decision)
         # The run stays listed as paused: it waits where it stopped until someone resumes it.
         changed = {"approvals": {**data["approvals"], call_id: decision}}
@@ -293,16 +333,17 @@ class Plans:
             msg = f"no run {run_id!r} in {self.where}"
             raise KeyError(msg)
         base, base_seq, seq = rows[0]
-        data = yield from self._rebuild(run_id, base, base_seq)
+        data = yield from self._rebuild(run_id, base, base_seq, seq)
         data[VERSION_KEY] = int(seq)
         return data
 
-    def _rebuild(self, run_id: str, base: str, base_seq: int) -> Plan[dict[str, Any]]:
+    def _rebuild(self, run_id: str, base: str, base_seq: int, seq: int) -> Plan[dict[str, Any]]:
+        """The run's snapshot from its base and every journal entry up to ``seq``; a missing one is refused."""
         _, entries = yield (
             self.sql("SELECT seq, entry FROM {journal} WHERE run_id = ? AND seq > ? ORDER BY seq"),
             (run_id, base_seq),
         )
-        return rebuild(base, entries, run_id, self.where)
+        return rebuild(base, entries, run_id, self.where, (base_seq, seq))
 
     def list_runs(
         self,

@@ -18,6 +18,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -28,6 +29,14 @@ from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_ev
 T = TypeVar("T")
 
 SCHEMA_VERSION = 3
+
+BUSY_TIMEOUT = 30.0
+"""Seconds a store waits for another connection's write transaction to end before "database is locked".
+
+Opening a store and each of its writes wait this long for a writer in
+another process or thread, even a stalled one (frozen, swapped out), before
+the write fails: more than two leases (``DEFAULT_LEASE``), so a writer that
+holds the file no longer than a stall the lease allows for is waited out."""
 
 _V1 = (
     "CREATE TABLE runs (run_id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT,"
@@ -72,6 +81,9 @@ class SqliteStore(PlannedStore):
     third of a lease, so a run whose owner died is free within ``lease``
     seconds, however slow its calls; see ``Agent.run(store=...)``.
     A path that SQLite cannot use as a store is a ``StoreError`` naming it.
+    Opening the store and its writes wait up to ``BUSY_TIMEOUT`` (30 s) for
+    another connection's write transaction to end; a file whose schema is
+    current opens without waiting for one.
     """
 
     def __init__(
@@ -87,17 +99,35 @@ class SqliteStore(PlannedStore):
         self._lock = threading.Lock()
         self._plans = plans.Plans("runs", "journal", placeholder="?", no_limit="-1", where=str(self.path), lease=lease)
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT)
         except sqlite3.Error as exc:
             raise self._unusable(exc) from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._wal_mode()
             # NORMAL loses nothing on a process crash in WAL mode; only a power cut could drop the last commit.
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         except sqlite3.Error as exc:
             self._db.close()
             raise self._unusable(exc) from None
+
+    def _wal_mode(self) -> None:
+        """Switch the file to WAL mode, waiting up to ``BUSY_TIMEOUT`` for a writer that holds it.
+
+        SQLite's busy timeout does not cover this switch: while another
+        connection writes to a file not yet in WAL mode, it fails at once
+        ("database is locked"), so it is tried again until the writer is done.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            else:
+                return
+            time.sleep(0.05)
 
     def _unusable(self, exc: sqlite3.Error) -> StoreError:
         return StoreError(str(self.path), str(exc))
@@ -106,8 +136,15 @@ class SqliteStore(PlannedStore):
         return f"SqliteStore({str(self.path)!r})"
 
     def _migrate(self) -> None:
-        """Bring the file's schema to ``SCHEMA_VERSION``; one transaction, so concurrent openers do it once."""
+        """Bring the file's schema to ``SCHEMA_VERSION``; one transaction, so concurrent openers do it once.
+
+        A file already at ``SCHEMA_VERSION`` is only read (its columns
+        checked), without taking the write lock another connection may hold.
+        """
         with self._lock:
+            if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                self._check_columns(_COLUMNS)
+                return
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 version = self._db.execute("PRAGMA user_version").fetchone()[0]

@@ -190,6 +190,29 @@ def check_run_id(run_id: object) -> str:
     return run_id
 
 
+def filter_text(name: str, value: str | None) -> str | None:
+    """A ``list_runs`` text filter as given: None, or text a store can compare (no NUL, no lone surrogate).
+
+    A value no store could hold is a ``ValueError`` naming the filter, the
+    same in every store (PostgreSQL cannot take a NUL in a query's text).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        msg = f"list_runs {name} must be a str or None, got {type(value).__name__}"
+        raise TypeError(msg)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        ok = False
+    else:
+        ok = "\x00" not in value
+    if not ok:
+        msg = f"list_runs {name} {value[:40]!r} must be text without NUL or lone surrogates"
+        raise ValueError(msg)
+    return value
+
+
 def check_lease(lease: float) -> float:
     """A lease length in seconds: finite and > 0."""
     if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf:
