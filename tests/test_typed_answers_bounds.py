@@ -209,3 +209,32 @@ def test_a_sync_validator_does_not_block_the_async_drivers_event_loop() -> None:
         return result
 
     assert asyncio.run(main()).output == "ok"
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_schema_pattern_that_backtracks_gives_up_and_the_answer_is_invalid(driver: str) -> None:
+    """`^(a|a)*$` against 40 a's and a '!': the match gives up after PATTERN_SECONDS; the model is asked again."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a|a)*$"}}, "required": ["s"]}
+    bad = '{"s": "' + "a" * 40 + '!"}'
+    model = FakeModel(reply(bad), reply('{"s": "aaa"}'))
+    agent = Agent(model, ToolRegistry(), output_type=schema)
+    started = time.monotonic()
+    result = finish(agent, driver)
+    assert time.monotonic() - started < 30  # measured: about PATTERN_SECONDS (2 s); re alone takes hours
+    assert result.output == {"s": "aaa"}
+    assert "it backtracks" in model.seen[1][-1].content
+    assert edges(result)[:4] == [
+        "AwaitModel->CheckTruncation",
+        "CheckTruncation->Dispatch",
+        "Dispatch->AwaitModel[output_invalid]",
+        "AwaitModel->CheckTruncation",
+    ]
+
+
+def test_a_schema_pattern_still_matches_and_refuses_as_json_schema_says() -> None:
+    """The bounded matcher searches like JSON Schema's `pattern`: anywhere in the string, unless anchored."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "b+"}}, "required": ["s"]}
+    model = FakeModel(reply('{"s": "xyz"}'), reply('{"s": "abba"}'))
+    result = Agent(model, ToolRegistry(), output_type=schema).run("go")
+    assert result.output == {"s": "abba"}
+    assert "'xyz' does not match 'b+'" in model.seen[1][-1].content

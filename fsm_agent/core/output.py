@@ -32,8 +32,8 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.core.answer_schema import bounded_patterns, references_problem
 from fsm_agent.core.ledger import MAX_NESTING, nests_deeper
-from fsm_agent.core.schema_refs import references_problem
 from fsm_agent.errors import Retry
 from fsm_agent.records import OutputSchema
 from fsm_agent.tools.calling import WORKERS, DeadlineError, settle, within_deadline
@@ -355,7 +355,9 @@ def _from_json_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], str, Call
         msg = f"output_type JSON Schema {problem}"
         raise ValueError(msg)
     # An empty registry: every reference resolves in the schema itself (checked above), and nothing is fetched.
-    validator = validator_class(frozen, registry=referencing.Registry())
+    validator = bounded_patterns(validator_class, jsonschema, _require("regex"))(
+        frozen, registry=referencing.Registry()
+    )
 
     def parse(text: str) -> Any:
         text = unfenced(text)

@@ -1,8 +1,9 @@
-"""Whether a JSON Schema's references can be checked against: each resolves in the schema, and each loop ends.
+"""An output schema that answers can be checked against in bounded time: its references, and its patterns.
 
 An agent's ``output_type`` schema is checked here once, when the agent is
 built, so that checking an answer against it can neither fetch anything nor
-recurse without end (see ``references_problem``).
+recurse without end (see ``references_problem``); its ``pattern`` keywords
+are matched by a matcher that gives up (see ``bounded_patterns``).
 """
 
 from __future__ import annotations
@@ -127,3 +128,32 @@ def _subschemas(node: dict[str, Any], keywords: Sequence[str]) -> Iterator[tuple
 
 def _joined(where: str, step: str) -> str:
     return step if where == "(the root)" else f"{where}.{step}"
+
+
+PATTERN_SECONDS = 2.0
+"""How long one ``pattern`` of an output schema may take on one string of an answer.
+
+Python's ``re`` can take exponential time on a pattern that backtracks
+(``^(a|a)*$``) and holds the interpreter while it does, so no deadline could
+cut it: patterns are matched with the ``regex`` package (in the ``output``
+extra), whose matching gives up after this long.  An answer that keeps a
+pattern busy that long is an invalid answer saying so.
+"""
+
+
+def bounded_patterns(validator_class: Any, jsonschema: ModuleType, regex: ModuleType) -> Any:
+    """``validator_class`` with its ``pattern`` keyword matched by ``regex`` within ``PATTERN_SECONDS``."""
+
+    def pattern(validator: Any, expected: str, instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+        if not validator.is_type(instance, "string"):
+            return
+        try:
+            found = regex.search(expected, instance, timeout=PATTERN_SECONDS)
+        except TimeoutError:
+            why = f"matching the pattern {expected!r} took over {PATTERN_SECONDS:g} s on this text: it backtracks"
+            yield jsonschema.ValidationError(why)
+            return
+        if found is None:
+            yield jsonschema.ValidationError(f"{instance!r} does not match {expected!r}")
+
+    return jsonschema.validators.extend(validator_class, {"pattern": pattern})
