@@ -58,8 +58,9 @@ bench: $(STAMP)  ## engine vs a plain loop; async driver; per-step cost at 64-40
 	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store lease; do \
 		$(PY) -m benchmarks.bench_$$b || status=1; done; $(PY) -m benchmarks.targets || status=1; exit $$status
 
-fuzz: $(STAMP)  ## property, differential and stateful tests with fresh random examples, 4000 each
-	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py tests/test_shared_runs_stateful.py
+fuzz: $(STAMP)  ## property, differential and stateful tests, 4000 examples each; 40 mid-batch kills per driver and store
+	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py tests/test_shared_runs_stateful.py \
+		tests/test_batch_kills.py
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
