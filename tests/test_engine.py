@@ -53,7 +53,7 @@ def test_seed_b_looping_model_stops_on_repeated_action_after_one_step() -> None:
     exc = _stop(lambda: fsm_agent.run(LoopingModel(same), demo_registry(), "开始", max_steps=8))
     assert (exc.reason, len(exc.result.steps)) == ("repeated_action", 1)
     assert exc.evidence["signature"] == {"name": "echo", "arguments": '{"text": "ping"}'}
-    assert exc.result.pending == (same,)
+    assert exc.result.pending == (ToolCall("c1-2", "echo", {"text": "ping"}),)  # the reused id made unique
     tool_messages = [m for m in exc.result.messages if m.role == "tool"]
     assert len(tool_messages) == 1
 

@@ -18,7 +18,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 from provider_rules import gemini_thought_signatures
-from provider_server import QUESTION, ProviderServer, Reply, body, stop_of
+from provider_server import QUESTION, ProviderServer, Reply, body, stop_of, streamed
 
 from fsm_agent import Agent, AgentLoopError, Message, ProviderData, ToolCall, Usage
 from fsm_agent.cli.main import main
@@ -259,6 +259,59 @@ def test_a_reply_of_only_parts_the_adapter_does_not_read_is_a_model_error_saying
         "does not read: candidates[0].content.parts[0] with inlineData, "
         "candidates[0].content.parts[1] with nothing the SDK could read"
     )
+
+
+EMPTY = "malformed provider reply: candidates[0].content is empty"
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        (body("gemini", "empty_content"), "(finishReason STOP)"),
+        (_with("answer", content=None), "(finishReason STOP)"),
+        (_with("answer", content={"role": "model", "parts": []}), "(finishReason STOP)"),
+        (_with("answer", content=None, finishReason="OTHER"), "(finishReason OTHER)"),
+        ({"candidates": [{}], "usageMetadata": {"promptTokenCount": 3}}, "(no finishReason)"),
+    ],
+    ids=["role-only", "content-null", "no-parts", "other-no-content", "empty-candidate"],
+)
+def test_a_candidate_without_content_is_a_model_error_naming_its_finish_reason(
+    server: ProviderServer, model: GeminiModel, reply: dict[str, Any], why: str
+) -> None:
+    """No content, or content without parts, is no empty answer: the run stops model_error saying so and why."""
+    server.queue(reply)
+    stop = stop_of(Agent(model, demo_registry()))
+    assert stop.reason == "model_error"
+    assert isinstance(stop.__cause__, MalformedReplyError)
+    assert stop.__cause__.field == "candidates[0].content"
+    assert str(stop.__cause__).startswith(f"{EMPTY} {why}")
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["unstreamed", "streamed"])
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_reply_without_content_stops_model_error_on_both_drivers_streamed_or_not(
+    server: ProviderServer, driver: str, streaming: bool
+) -> None:
+    """The recorded empty reply, unstreamed and as a stream, ends model_error through run and arun alike."""
+    server.queue(streamed("gemini", "stream_empty_content") if streaming else body("gemini", "empty_content"))
+    model = GeminiModel("gemini-2.5-flash", api_key=KEY, base_url=server.url, max_retries=0)
+    agent = Agent(model, demo_registry())
+    if streaming:
+        agent.on("text", lambda delta: None)  # a text listener makes the drivers stream
+
+    async def go() -> None:
+        async with model:
+            await agent.arun(QUESTION)
+
+    with pytest.raises(AgentLoopError) as info:
+        if driver == "sync":
+            with model:
+                agent.run(QUESTION)
+        else:
+            asyncio.run(go())
+    assert info.value.reason == "model_error"
+    assert str(info.value.__cause__).startswith(f"{EMPTY} (finishReason STOP)")
+    assert server.requests[0].path.endswith(":streamGenerateContent?alt=sse" if streaming else ":generateContent")
 
 
 def test_an_html_page_answered_with_200_is_a_model_error_showing_what_arrived(

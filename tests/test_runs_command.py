@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,47 @@ def test_runs_list_filters_and_pages_and_prune_forgets_finished_runs(
     assert capsys.readouterr().out == "deleted 4 finished runs\n"
     main(["runs", "list", "--store", store_target])
     assert [row[0] for row in _listed(capsys.readouterr().out)] == ["paused"]
+
+
+def _hand_written(path: Path, run_id: str, **counters: Any) -> None:
+    """Store as ``run_id`` a finished run's snapshot with ``counters`` changed, by SQL, as an older version might."""
+    with SqliteStore(path) as store:
+        Agent(FakeModel([reply("hi")]), demo_registry()).run("go", store=store, run_id="good")
+        snapshot = {k: v for k, v in store.load("good").items() if k != "stored_seq"}
+    snapshot["counters"].update(counters)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "INSERT INTO runs (run_id, snapshot, state, reason, paused, updated, steps, tokens, seq, base_seq)"
+            " VALUES (?, ?, 'Done', 'done', 0, 1.0, 1, 0, 0, 0)",
+            (run_id, json.dumps(snapshot)),
+        )
+
+
+@pytest.mark.parametrize("field", ["input_tokens", "output_tokens", "turns", "tool_calls"])
+def test_runs_show_of_a_stored_run_with_a_negative_counter_is_one_line_naming_run_and_field(
+    field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A counter below zero in a hand-written row: exit 1, one line naming the run and counters.<field>."""
+    _hand_written(tmp_path / "runs.db", "tampered", **{field: -5})
+    assert main(["runs", "show", "tampered", "--store", str(tmp_path / "runs.db")]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    (line,) = out.err.splitlines()
+    assert line.startswith("error: stored run 'tampered' is corrupted: ")
+    assert f"counters.{field} must be a whole number >= 0, got -5" in line
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--reason", "\udcff"), ("--state", "Done\x00"), ("--session", "chat\ud800")]
+)
+def test_runs_list_with_a_filter_no_store_can_compare_is_one_line_naming_the_flag(
+    flag: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A byte like 0xff in argv (a lone surrogate once decoded) or a NUL: exit 1, one line naming the flag."""
+    SqliteStore(tmp_path / "runs.db").close()
+    assert main(["runs", "list", "--store", str(tmp_path / "runs.db"), flag, value]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"error: runs list: {flag} {value!r} must be text without NUL or lone surrogates"
 
 
 @pytest.mark.parametrize("where", ["text file", "directory", "unwritable place", "unreachable server"])

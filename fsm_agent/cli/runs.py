@@ -29,8 +29,11 @@ from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, EXIT_STOPPED, SetupError
 from fsm_agent.cli import batch as batch_command
 from fsm_agent.cli import run as run_command
 from fsm_agent.cli.terminal import Status, drive, printable
+from fsm_agent.core import snapshot as snapshots
 from fsm_agent.core.approval import describe_decision
+from fsm_agent.definition.run import Run
 from fsm_agent.persist import is_url
+from fsm_agent.persist.store import filter_text
 
 AnyStore = SqliteStore | PostgresStore
 PAGE = 50
@@ -209,6 +212,13 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
     if args.limit < 1 or args.offset < 0:
         msg = "--limit must be >= 1 and --offset >= 0"
         raise SetupError(msg)
+    for name in ("state", "reason", "session"):
+        value = getattr(args, name)
+        try:
+            filter_text(name, value)
+        except ValueError:  # a NUL, or a byte argv could not decode (a lone surrogate): no store can compare it
+            msg = f"runs list: --{name} {value!r} must be text without NUL or lone surrogates"
+            raise SetupError(msg) from None
     runs = store.list_runs(
         state=args.state,
         reason=args.reason,
@@ -238,8 +248,23 @@ def _where(state: str, *, paused: bool) -> str:
     return "awaiting approval" if paused else state
 
 
+def _checked(run_id: str, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The stored snapshot once it passed the checks a resume makes; ``SnapshotError`` naming the run and the field.
+
+    A store refuses to save such a run, but one written by an older version
+    or by hand may hold it (a negative counter, a malformed step).
+    """
+    try:
+        data = snapshots.parse(snapshot)
+        snapshots.load(Run(snapshots.limits_of(data), [], table=TABLE), data, TABLE.states)
+    except SnapshotError as exc:
+        msg = f"stored run {run_id!r} is corrupted: {exc}"
+        raise SnapshotError(msg) from exc
+    return data
+
+
 def _show(store: AnyStore, args: argparse.Namespace) -> int:
-    snapshot = store.load(args.run_id)
+    snapshot = _checked(args.run_id, store.load(args.run_id))
     result = _as_result(snapshot)
     paused = bool(snapshot.get("paused"))
     lines = [f"run {args.run_id}: {_where(snapshot['state'], paused=paused)}, reason {result.reason}"]

@@ -52,8 +52,13 @@ arguments are Gemini's message, so the registry fails it and the model is
 told, and can correct it (the failure counts toward ``tool_failures``).  A
 prompt blocked before any candidate (``promptFeedback.blockReason``) is a
 ``refusal``.  Any other value is passed on, so the engine stops the run with
-``model_error`` naming it (the reply kept).
+``model_error`` naming it (the reply kept).  A candidate with no content (null,
+or no parts) is a ``MalformedReplyError`` naming its finish reason, unless the
+reason says why it is empty (a refusal, ``MAX_TOKENS``, a malformed call).
 """
+
+EMPTY_ALLOWED = ("refusal", "max_tokens")
+"""The stop reasons under which a candidate without content says what happened: refused, or cut before any text."""
 
 JSON_MIME_TYPE = "application/json"
 """The ``response_mime_type`` of JSON mode, which a response schema needs."""
@@ -229,6 +234,10 @@ def from_gemini_response(response: Any) -> ModelResponse:
     reason = reply_text(getattr(finish, "value", finish), "candidates[0].finishReason", nullable=True)
     content = getattr(candidate, "content", None)
     parts = reply_items(getattr(content, "parts", None), "candidates[0].content.parts")
+    if not parts and reason != MALFORMED_CALL and FINISH_REASONS.get(reason) not in EMPTY_ALLOWED:
+        # Read as it is, it would end the run done with an empty answer (under STOP) although none came.
+        said = f"finishReason {reason}" if reason else "no finishReason"
+        raise MalformedReplyError("candidates[0].content", f"is empty ({said}): Gemini sent no text and no tool call")
     _check_nesting(parts)
     key = _response_key(response)
     texts: list[str] = []

@@ -34,12 +34,15 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fsm_agent import TABLE, DecisionError, SnapshotError, Table
+from fsm_agent.persist.store import filter_text
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
 from fsm_agent.ui.replay import digest
 
 STATIC = Path(__file__).resolve().parent / "static"
 PAGE_SIZE = 25
 """Runs per page of the list."""
+FILTERS = ("state", "reason", "session")
+"""The list's filters, query parameters of the page and of ``/api/runs``."""
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 """The names a viewer bound to loopback answers to."""
 HEADERS = {
@@ -161,19 +164,26 @@ def create_app(
 
     async def runs(request: Request) -> Response:
         query = request.query_params
+        given = query.get("offset", "0")
         try:
-            offset = max(0, int(query.get("offset", "0")))
+            offset = max(0, int(given))
+        except ValueError:  # not a number (or more digits than Python reads)
+            offset = -1
+        if not 0 <= offset < 2**63:  # both databases take 64-bit integers
+            return _error(f"offset must be a whole number from 0 to 2**63 - 1, got {given[:40]!r}", 400)
+        filters: dict[str, str | None] = {}
+        for name in FILTERS:
+            value = query.get(name) or None
+            try:
+                filters[name] = filter_text(name, value)
+            except ValueError:  # a NUL (PostgreSQL takes none in a query): no store can compare it
+                return _error(f"filter {name} {value!r:.60} must be text without NUL or lone surrogates", 400)
+        try:
             found = await run_in_threadpool(
-                lambda: store.list_runs(
-                    state=query.get("state") or None,
-                    reason=query.get("reason") or None,
-                    session=query.get("session") or None,
-                    limit=PAGE_SIZE + 1,
-                    offset=offset,
-                )
+                lambda: store.list_runs(**filters, limit=PAGE_SIZE + 1, offset=offset),
             )
-        except ValueError as exc:  # not a number, or one no database takes (the store says which)
-            return _error(f"offset must be a whole number from 0 to 2**63 - 1 ({exc})", 400)
+        except ValueError as exc:  # whatever else a store refuses to list by, in its own words
+            return _error(f"the runs cannot be listed so: {exc}", 400)
         rows = [
             {
                 "run_id": run.run_id,
@@ -197,7 +207,11 @@ def create_app(
             return _error(f"no run {run_id!r} in this store", 404)
         except SnapshotError as exc:  # the run is there, but its stored row is not what a store writes
             return _error(str(exc), 422)
-        return JSONResponse(await run_in_threadpool(run_view, store, run_id, data, table))
+        try:
+            page = await run_in_threadpool(run_view, store, run_id, data, table)
+        except SnapshotError as exc:  # the rows add up to a snapshot that is no run's (an older version's, by hand)
+            return _error(str(exc), 422)
+        return JSONResponse(page)
 
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
@@ -275,7 +289,7 @@ def run_view(store: Runs, run_id: str, data: dict[str, Any], table: Table = TABL
     page = digest(run_id, data, table)
     children: list[dict[str, Any]] = page["children"]
     for child in children:
-        child.update(_standing(_load(store, child["run_id"])))
+        child.update(_standing(_load(store, child["run_id"]), table))
     listed = {child["run_id"] for child in children}
     for call in data.get("pending") or ():
         call_id = call.get("id") if isinstance(call, dict) else None
@@ -288,7 +302,7 @@ def run_view(store: Runs, run_id: str, data: dict[str, Any], table: Table = TABL
             call_id,
         ):
             continue
-        children.append({"run_id": candidate, "call_id": call_id, "tool": call.get("name"), **_standing(found)})
+        children.append({"run_id": candidate, "call_id": call_id, "tool": call.get("name"), **_standing(found, table)})
         listed.add(candidate)
         for moment in page["moments"]:
             if (moment["call"] or {}).get("id") == call_id and moment["child"] is None:
@@ -306,9 +320,9 @@ def _load(store: Runs, run_id: str) -> dict[str, Any] | SnapshotError | None:
         return exc
 
 
-def _standing(data: dict[str, Any] | SnapshotError | None) -> dict[str, Any]:
-    """Where a sub-agent run stands, as its parent's page shows it next to the link."""
-    if not isinstance(data, dict):
+def _standing(data: dict[str, Any] | SnapshotError | None, table: Table) -> dict[str, Any]:
+    """Where a sub-agent run stands, as its parent's page shows it next to the link (no state if it is unreadable)."""
+    if not isinstance(data, dict) or str(data.get("state")) not in {str(state) for state in table.states}:
         return {"stored": data is not None, "state": None, "reason": None, "paused": False}
     return {
         "stored": True,
@@ -340,7 +354,11 @@ async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Cal
         )
         if key != last:
             last, quiet = key, 0.0
-            page = await run_in_threadpool(run_view, store, run_id, data, table)
+            try:
+                page = await run_in_threadpool(run_view, store, run_id, data, table)
+            except SnapshotError as exc:  # the rows are there, but the snapshot they add up to is not a run's
+                yield f"event: corrupted\ndata: {json.dumps({'error': str(exc)}, ensure_ascii=False)}\n\n"
+                return
             yield f"data: {json.dumps(page, ensure_ascii=False)}\n\n"
             if str(data.get("state")) in {str(state) for state in table.terminal}:
                 yield "event: end\ndata: {}\n\n"

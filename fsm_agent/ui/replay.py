@@ -50,6 +50,25 @@ def edge_ids(table: Table, entry: Transition) -> tuple[int | None, list[str]]:
     return index, ids
 
 
+def checked(run_id: str, data: dict[str, Any], table: Table = TABLE) -> tuple[dict[str, Any], Run]:
+    """The snapshot as a resume reads it (an older version brought up to date) and the run it loads into.
+
+    ``SnapshotError`` naming the run and the field at fault for a snapshot a
+    store would refuse to save (malformed steps, messages or trace entries, a
+    state not of ``table``, a negative counter): a store written by an older
+    version or by hand may still hold one, and the page says it is corrupted
+    instead of drawing a run that is not there.
+    """
+    try:
+        parsed = snapshots.parse(data)
+        run = Run(snapshots.limits_of(parsed), [], table=table)
+        snapshots.load(run, parsed, table.states)
+    except snapshots.SnapshotError as exc:
+        msg = f"stored run {run_id!r} is corrupted: {exc}"
+        raise snapshots.SnapshotError(msg) from exc
+    return parsed, run
+
+
 def current_counters(data: dict[str, Any], table: Table) -> dict[str, Any] | None:
     """Every counter against its limit as the run stands, by loading the snapshot into a run; None if it won't load."""
     try:
@@ -209,12 +228,13 @@ def parent_of(run_id: str, data: dict[str, Any]) -> tuple[str | None, str | None
 
 
 def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str, Any]:
-    """Everything the run page shows about one stored run, as JSON-ready data."""
+    """Everything the run page shows about one stored run, as JSON-ready data; ``SnapshotError`` if it is corrupted."""
+    data, run = checked(run_id, data, table)
     state = str(data.get("state"))
     parent, parent_call = parent_of(run_id, data)
     paused = bool(data.get("paused"))
     terminal = state in {str(s) for s in table.terminal}
-    counters = current_counters(data, table)
+    counters = dict(run.counters())
     raw = data.get("counters") or {}
     return {
         "run_id": run_id,
