@@ -150,17 +150,19 @@ class OutputSchema:
 
 @attrs.frozen
 class ChildOutcome:
-    """What a sub-agent's run brought its parent's tool call: its id, the tokens it used, and a stop to pass on.
+    """What a sub-agent's run brought its parent's tool call: its id, its tokens and tool calls, a stop to pass on.
 
     ``stop`` (reason, evidence) is set when the child stopped and its tool
     says ``on_child_stop="raise"``: the parent then stops with
-    ``child_stopped``.  The tokens count against the parent's budget.
+    ``child_stopped``.  The tokens count against the parent's budget, and
+    the child's tool calls against the parent's ``max_tool_calls`` total.
     """
 
     run_id: str
     input_tokens: int = 0
     output_tokens: int = 0
     stop: dict[str, Any] | None = None
+    tool_calls: int = 0
 
 
 def child_outcome(value: ChildOutcome | dict[str, Any] | None) -> ChildOutcome | None:

@@ -98,3 +98,26 @@ def test_an_agent_that_is_its_own_sub_agent_is_refused_before_it_runs(through: i
     with pytest.raises(ValueError, match=f"its own sub-agent through {names}"):
         agent.run("go")
     assert model.seen == []
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_sub_agents_called_together_share_the_parents_tool_calls(driver: str) -> None:
+    """max_tool_calls=6, two sub-agent calls at once: each child may make (6 - 2) / 2 = 2 calls, the parent counts 6."""
+    looked: list[int] = []
+    counted = ToolRegistry()
+
+    @counted.register
+    def look(n: int) -> str:
+        """Look one thing up, counted."""
+        looked.append(n)
+        return f"found {n}"
+
+    tools = ToolRegistry()
+    tools.register(Agent(_Spender(), counted, max_steps=50).as_tool("helper", "Looks things up."))
+    calls = [tool_call("helper", id=f"c{i}", input=f"task {i}") for i in range(2)]
+    parent = Agent(FakeModel(tool_turn(*calls), reply("done")), tools, max_tool_calls=6, max_consecutive_failures=9)
+    result = _finish(parent, driver)
+    assert len(looked) == 4
+    assert result.steps[-1].counters["tool_calls"] == [6, 6]
+    told = [json.loads(m.content) for m in result.messages if m.role == "tool"]
+    assert [t["reason"] for t in told] == ["max_tool_calls", "max_tool_calls"]

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from fsm_agent.core.consistency import contradictions
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
@@ -340,7 +341,10 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     _load_compaction(run, data.get("compaction"))
     # Each answer sent back is one output_invalid edge of the trace: the count needs no field of its own.
     run.output_retries = sum(1 for entry in run.trace if entry.guard == "output_invalid")
-    _check_consistent(run)
+    problems = contradictions(run)
+    if problems:
+        msg = "snapshot contradicts itself: " + "; ".join(problems)
+        raise SnapshotError(msg)
 
 
 def _load_compaction(run: Run, data: Any) -> None:
@@ -385,40 +389,3 @@ def _to_approve(data: dict[str, Any], run: Run) -> set[str]:
         msg = f"snapshot field to_approve must be a list of call ids, got {ids!r}"
         raise SnapshotError(msg)
     return set(ids)
-
-
-def _check_consistent(run: Run) -> None:
-    """Counters must agree with the messages, steps and trace they summarise (the run's own, after ``prior``)."""
-    problems = []
-    own = run.messages[run.prior :] if run.prior else run.messages
-    executed = sum(1 for s in run.steps if s.kind == "tool_call")
-    if executed != run.tool_calls:
-        problems.append(f"tool_calls is {run.tool_calls} but {executed} tool steps are recorded")
-    if sum(run.calls_by_tool.values()) != run.tool_calls:
-        problems.append(f"calls_by_tool adds up to {sum(run.calls_by_tool.values())}, not tool_calls={run.tool_calls}")
-    if run.failures > run.tool_calls:
-        problems.append(f"failures is {run.failures} but only {run.tool_calls} tool calls ran")
-    replies = sum(1 for m in own if m.role == "assistant")
-    if replies > run.turns:
-        problems.append(f"turns is {run.turns} but {replies} assistant messages are recorded")
-    tool_messages = sum(1 for m in own if m.role == "tool")
-    if tool_messages < executed:
-        problems.append(f"{executed} tool calls ran but only {tool_messages} tool messages are recorded")
-    if run.trace and run.trace[-1].dest != run.state:
-        problems.append(f"the trace ends in {run.trace[-1].dest} but the state is {run.state}")
-    for before, after in zip(run.trace, run.trace[1:], strict=False):
-        if before.dest != after.source:
-            problems.append(f"the trace breaks between {before.dest} and {after.source}")
-            break
-    if run.state is State.ExecuteTool and not run.pending:
-        problems.append("the state is ExecuteTool but no tool call is pending")
-    pending = {call.id for call in run.pending}
-    strays = sorted(set(run.ran) - pending)
-    if strays:
-        problems.append(f"kept tool outcomes {strays} answer no pending call")
-    strays = sorted(run.to_approve - pending)
-    if strays:
-        problems.append(f"calls {strays} wait for a decision but are not pending")
-    if problems:
-        msg = "snapshot contradicts itself: " + "; ".join(problems)
-        raise SnapshotError(msg)

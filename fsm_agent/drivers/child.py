@@ -141,38 +141,58 @@ def _bad_input(call: ToolCall) -> ToolResult | None:
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
 
 
-def share_of_tokens(parent: RunBase) -> int | None:
-    """The tokens of the parent's budget this sub-agent call may spend (None: the parent has no budget).
+def shares(parent: RunBase) -> tuple[int | None, int | None]:
+    """The tokens and tool calls of the parent's limits this sub-agent call may spend (None: no such limit).
 
-    What the parent has not spent (its own calls, and children whose
-    outcomes it holds but has not recorded yet) is shared equally among the
-    turn's sub-agent calls still to finish, this one included: children run
-    in parallel draw on the parent's budget together, never each on all of
-    it.  A child stops after the model call that reaches its share, so the
-    parent's budget is passed by at most one model call per child in flight.
+    What the parent has not spent (its own calls, and the calls whose
+    outcomes it holds but has not recorded yet, a child's with all its
+    tokens and tool calls) is shared equally among the turn's sub-agent
+    calls still to finish, this one included: children run in parallel draw
+    on the parent's limits together, never each on all of them.  Each of
+    those calls is one of the parent's tool calls itself, so it is set
+    aside first.  A child stops after the model call that reaches its token
+    share, so the parent's budget is passed by at most one model call per
+    child in flight; its tool-call share it never passes.
     """
     run = parent.position
-    budget = run.limits.token_budget
-    if budget is None:
-        return None
+    budget, cap = run.limits.token_budget, run.limits.total_tool_calls
+    if budget is None and cap is None:
+        return None, None
     children = parent._children  # noqa: SLF001 - the parent's driver hands over its own run
     held = [outcome.child for outcome in run.ran.values() if outcome.child is not None]
-    spent = run.tokens + sum(child.input_tokens + child.output_tokens for child in held)
     to_finish = sum(1 for call in run.pending if call.name in children and call.id not in run.ran)
-    return max(budget - spent, 0) // max(to_finish, 1)
+    tokens = calls = None
+    if budget is not None:
+        spent = run.tokens + sum(child.input_tokens + child.output_tokens for child in held)
+        tokens = max(budget - spent, 0) // max(to_finish, 1)
+    if cap is not None:
+        made = run.tool_calls + len(run.ran) + sum(child.tool_calls for child in held)
+        calls = max(cap - made - to_finish, 0) // max(to_finish, 1)
+    return tokens, calls
 
 
-def _limits(parent: RunBase, agent: Agent, share: int | None) -> Limits:
-    """The child agent's limits, each cut to what the parent has left (time, and its ``share`` of tokens)."""
+def _limits(parent: RunBase, agent: Agent, tokens: int | None, calls: int | None) -> Limits:
+    """The child agent's limits, each cut to what the parent has left (time, and its shares of tokens and calls)."""
     own = agent.limits
-    timeout, budget = own.timeout, own.token_budget
+    timeout, budget, caps = own.timeout, own.token_budget, own.max_tool_calls
     remaining = parent._remaining()  # noqa: SLF001 - the parent's driver hands over its own run
     if remaining is not None:
         timeout = remaining if timeout is None else min(timeout, remaining)
-    if share is not None:
-        budget = share if budget is None else min(budget, share)
-    # A parent already out of time still asks: the child then stops at once, saying so (no tokens: not asked).
-    return attrs.evolve(own, timeout=max(timeout, 1e-9) if timeout is not None else None, token_budget=budget)
+    if tokens is not None:
+        budget = tokens if budget is None else min(budget, tokens)
+    if calls is not None:
+        if isinstance(caps, dict):
+            caps = {**caps, "*": min(caps.get("*", calls), calls)}
+        else:
+            caps = calls if caps is None else min(caps, calls)
+    # A parent already out of time still asks: the child then stops at once, saying so (no tokens: not asked;
+    # no tool calls left: it may still answer, and stops at its first call).
+    return attrs.evolve(
+        own,
+        timeout=max(timeout, 1e-9) if timeout is not None else None,
+        token_budget=budget,
+        max_tool_calls=caps,
+    )
 
 
 def _no_tokens(child: ChildTool, run_id: str, parent: RunBase) -> ToolResult:
@@ -186,17 +206,25 @@ def _no_tokens(child: ChildTool, run_id: str, parent: RunBase) -> ToolResult:
     return ToolResult(content, message, child=ChildOutcome(run_id, 0, 0, stop))
 
 
+def _calls_made(result: RunResult) -> int:
+    """The tool calls a child's run made (its own and its children's), as its last step counted them."""
+    used = result.steps[-1].counters.get("tool_calls", [0])[0] if result.steps else 0
+    return int(used or 0)
+
+
 def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
     usage = result.usage
+    made = _calls_made(result)
     if result.ok:
         value = answer_of(result)
         content = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        return ToolResult(content, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens))
+        return ToolResult(content, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made))
     facts = {"reason": result.reason, "evidence": result.evidence}
     message = f"sub-agent {child.name!r} stopped ({result.reason}) in run {run_id!r}"
     content = json.dumps({"error": message, **facts}, ensure_ascii=False, default=str)
     stop = facts if child.on_child_stop == "raise" else None
-    return ToolResult(content, message, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop))
+    outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made)
+    return ToolResult(content, message, child=outcome)
 
 
 def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:
@@ -210,7 +238,7 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     text = call.arguments["input"]
     link = {"parent_run_id": parent.run_id, "parent_call_id": call.id, "input_digest": input_digest(text)}
     run_id = f"{parent.run_id}/{call.id}"
-    share = share_of_tokens(parent)
+    tokens, calls = shares(parent)
     cancel = parent._cancel  # noqa: SLF001 - one token: cancelling the parent cancels the child
     data = None if store is None else _stored(store, run_id)
     if data is not None and link_of(data) != link:
@@ -224,9 +252,9 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
     finished = data is not None and data.get("state") in FINISHED and not data.get("paused")
-    if share == 0 and not finished:
+    if tokens == 0 and not finished:
         return run_id, _no_tokens(child, run_id, parent), False
-    limits = _limits(parent, agent, share)
+    limits = _limits(parent, agent, tokens, calls)
     if data is None:
         run = agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
         return run_id, run, True
