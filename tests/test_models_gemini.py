@@ -303,12 +303,12 @@ def test_a_reply_without_content_stops_model_error_on_both_drivers_streamed_or_n
         async with model:
             await agent.arun(QUESTION)
 
+    def sync() -> None:
+        with model:
+            agent.run(QUESTION)
+
     with pytest.raises(AgentLoopError) as info:
-        if driver == "sync":
-            with model:
-                agent.run(QUESTION)
-        else:
-            asyncio.run(go())
+        sync() if driver == "sync" else asyncio.run(go())
     assert info.value.reason == "model_error"
     assert str(info.value.__cause__).startswith(f"{EMPTY} (finishReason STOP)")
     assert server.requests[0].path.endswith(":streamGenerateContent?alt=sse" if streaming else ":generateContent")

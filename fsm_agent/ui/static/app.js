@@ -41,6 +41,14 @@ function age(seconds) {
   return `${Math.round(seconds / 86400)} d ago`;
 }
 
+// Bidi controls (overrides, isolates, marks) in an id or other stored text are shown as escapes, as the
+// command line shows control characters: they could reorder what is around them, or dress one id up as another.
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+function shown(text) {
+  return String(text).replace(BIDI_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 function runLink(runId) {
   return "/run?" + new URLSearchParams({ id: runId }).toString();
 }
@@ -88,19 +96,25 @@ async function listPage() {
       el(
         "td",
         {},
-        el("a", { href: runLink(run.run_id), class: "run-id", text: run.run_id }),
+        // An id is whoever stored the run's: shown in a box of its own (see app.css), cut if long, whole in its title.
+        el("a", { href: runLink(run.run_id), class: "run-id", dir: "auto", title: run.run_id, text: shown(run.run_id) }),
         // A conversation's turn links to all its turns: the session's runs, grouped.
         run.session
-          ? el("a", { href: "/?" + new URLSearchParams({ session: run.session }).toString(), class: "session badge", text: `session ${run.session}` })
+          ? el("a", {
+              href: "/?" + new URLSearchParams({ session: run.session }).toString(),
+              class: "session badge",
+              title: run.session,
+              text: `session ${shown(run.session)}`,
+            })
           : null,
       ),
       el(
         "td",
         { class: `state state-${run.state}` },
-        run.state,
+        shown(run.state),
         run.paused ? el("span", { class: "badge awaiting", text: "awaiting approval" }) : null,
       ),
-      el("td", { class: "reason", text: run.reason || "—" }),
+      el("td", { class: "reason", text: run.reason ? shown(run.reason) : "—" }),
       el("td", { class: "num", text: run.tool_calls ?? "—" }),
       el("td", { class: "num", text: run.tokens ?? "—" }),
       el("td", { class: "age", title: new Date(run.updated * 1000).toISOString(), text: age(data.now - run.updated) }),
@@ -135,7 +149,7 @@ async function listPage() {
   if (data.more) pages.append(pageLink(offset + size, "older →"));
   const empty = data.runs.length ? null : el("p", { class: "muted", id: "no-runs", text: "No runs match." });
   const title = session
-    ? el("h1", { id: "session-title" }, `Turns of session ${session} `, el("a", { href: "/", class: "muted", text: "(all runs)" }))
+    ? el("h1", { id: "session-title", title: session }, `Turns of session ${shown(session)} `, el("a", { href: "/", class: "muted", text: "(all runs)" }))
     : el("h1", { text: "Runs" });
   show(title, form, table, empty, pages);
 }
@@ -210,14 +224,14 @@ function childLink(run, childId, id) {
   return el(
     "span",
     { class: "sub-agent" },
-    el("a", { href: runLink(childId), class: "child-link", id, text: childId }),
+    el("a", { href: runLink(childId), class: "child-link", id, title: childId, text: shown(childId) }),
     standing ? el("span", { class: "muted", text: ` (${standing})` }) : null,
   );
 }
 
 function parentView(run) {
   if (!run.parent_run_id) return null;
-  const link = el("a", { href: runLink(run.parent_run_id), id: "parent-link", text: run.parent_run_id });
+  const link = el("a", { href: runLink(run.parent_run_id), id: "parent-link", title: run.parent_run_id, text: shown(run.parent_run_id) });
   const call = run.parent_call_id ? ["call ", el("code", { text: run.parent_call_id }), " in run "] : ["run "];
   return el("p", { class: "parent-run", id: "parent-run" }, "Sub-agent run of ", call, link);
 }
@@ -394,7 +408,7 @@ async function renderRun(run) {
   const header = el(
     "div",
     { class: "run-head" },
-    el("h1", {}, "Run ", el("span", { class: "run-id", id: "run-id", text: run.run_id })),
+    el("h1", {}, "Run ", el("span", { class: "run-id", id: "run-id", title: run.run_id, text: shown(run.run_id) })),
     el(
       "p",
       { class: "status", id: "status" },
@@ -425,6 +439,11 @@ function followRun(runId) {
   state.source = source;
   source.onmessage = (event) => renderRun(JSON.parse(event.data));
   source.addEventListener("end", () => source.close());
+  source.addEventListener("corrupted", (event) => {
+    // The stored run no longer adds up to a run (the server ended the stream): say why, and stop following.
+    source.close();
+    fail(new Error(JSON.parse(event.data).error));
+  });
   source.addEventListener("gone", () => {
     source.close();
     fail(new Error(`run ${runId} is no longer in the store`));
