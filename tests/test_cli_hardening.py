@@ -324,6 +324,8 @@ def test_printable_escapes_controls_but_keeps_newlines_tabs_and_unicode() -> Non
     """ESC, BEL, CR, DEL and C1 controls become visible escapes; layout characters and other scripts stay."""
     assert printable(f"a{ESCAPES}\r\x7f") == f"a{SHOWN}\\x0d\\x7f"
     assert printable("line 1\n\tline 2: 已完成 ✓") == "line 1\n\tline 2: 已完成 ✓"
+    # A right-to-left override (or any bidi control) would reorder the rest of the line: it is shown, not obeyed.
+    assert printable("run-\u202eevil\u2066x\u2069") == "run-\\u202eevil\\u2066x\\u2069"
 
 
 def test_the_final_answer_is_printed_with_escapes_visible(

@@ -11,7 +11,9 @@ _STATUS_DETAIL_CHARS = 100
 
 # C0 controls but newline and tab, DEL and C1: what a terminal may act on rather than show; and lone
 # surrogates (half an emoji), which no terminal encoding can write.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+# C0 and C1 controls, lone surrogates, and the bidi controls that would reorder the rest of a line (a run id
+# holding a right-to-left override would flip every column after it).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:
