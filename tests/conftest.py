@@ -14,6 +14,17 @@ from hypothesis_profiles import pytest_collection_modifyitems, pytest_configure 
 from pg_cluster import HOW_TO_GET, Cluster, find_bindir
 from provider_server import ProviderServer
 
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+"""A quiet headless Chromium: no sandbox (CI runs as root), no GPU, nothing fetched from the network on its own."""
+
 
 def require_program(program: str, how: str) -> str:
     """The path of a system program a test needs; a one-line skip saying how to get it, or a failure under CI.

@@ -30,19 +30,9 @@ if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing o
     pytest.importorskip("playwright.sync_api", reason="the browser tests' driver: pip install playwright")
 
 import playwright.sync_api as playwright_api
-from conftest import require_program
+from conftest import CHROMIUM_ARGS, require_program
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-"""A quiet browser: no sandbox (CI runs as root), no GPU, nothing fetched from the network on its own."""
 WAIT = 30_000
 """Milliseconds a page may take to load; one takes about 0.2 s here, and up to 2 s on a busy 2-core machine."""
 READABLE = 11.0

@@ -189,8 +189,8 @@ def test_one_session_serves_turns_on_several_event_loops() -> None:
     assert session.turns == 4
 
 
-def test_an_async_turn_waiting_for_the_lock_never_blocks_its_event_loop() -> None:
-    """While a sync turn holds the session, an awaited turn waits for it and the loop keeps running other tasks."""
+def _held() -> tuple[Session, threading.Event, threading.Thread]:
+    """A session whose sync turn "hold" is in its model call on another thread until the event is set."""
     release = threading.Event()
     started = threading.Event()
 
@@ -204,6 +204,12 @@ def test_an_async_turn_waiting_for_the_lock_never_blocks_its_event_loop() -> Non
     holder = threading.Thread(target=session.run, args=("hold",))
     holder.start()
     assert started.wait(PATIENCE)
+    return session, release, holder
+
+
+def test_an_async_turn_waiting_for_the_lock_never_blocks_its_event_loop() -> None:
+    """While a sync turn holds the session, an awaited turn waits for it and the loop keeps running other tasks."""
+    session, release, holder = _held()
 
     async def main() -> tuple[int, list[str]]:
         waiting = asyncio.create_task(session.arun("after"))
@@ -225,19 +231,7 @@ def test_an_async_turn_waiting_for_the_lock_never_blocks_its_event_loop() -> Non
 
 def test_a_cancelled_waiting_turn_leaves_the_session_free() -> None:
     """An awaited turn cancelled while it waits for the session takes no turn and holds nothing afterwards."""
-    release = threading.Event()
-    started = threading.Event()
-
-    class Slow:
-        def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-            started.set()
-            assert release.wait(PATIENCE)
-            return reply("slow")
-
-    session = Session(Agent(Slow(), demo_registry()))
-    holder = threading.Thread(target=session.run, args=("hold",))
-    holder.start()
-    assert started.wait(PATIENCE)
+    session, release, holder = _held()
 
     async def main() -> None:
         waiting = asyncio.create_task(session.arun("never"))

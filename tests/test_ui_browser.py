@@ -24,23 +24,13 @@ if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing o
     pytest.importorskip("playwright.sync_api", reason="the browser tests' driver: pip install playwright")
 
 import playwright.sync_api as playwright_api
-from conftest import require_program
+from conftest import CHROMIUM_ARGS, require_program
 from ui_runs import HOSTILE, Viewer, hostile, live, mail_registry, paused
 
 from fsm_agent import TABLE, Agent, SqliteStore
 from fsm_agent.cli.demo import scenarios
 from fsm_agent.testing import FakeModel, reply
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-"""A quiet browser: no sandbox (CI runs as root), no GPU, nothing fetched from the network on its own."""
 WAIT = 15_000
 """Milliseconds a test waits for the page before failing."""
 
