@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo test test-quick dist lint bench diagram docs docs-serve fuzz clean
+.PHONY: help install demo test test-load test-quick dist lint bench diagram docs docs-serve fuzz clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
@@ -22,6 +22,10 @@ demo: $(STAMP)  ## run the scripted demonstration of every stop path; pictures i
 
 test: $(STAMP)  ## run the whole test suite (about 6 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
 	$(PY) -m pytest -q
+
+# .ci/under-load starts the hogs, always stops them (however the suite ends), and prints how long it took.
+test-load: $(STAMP)  ## the same suite with two CPU hogs beside it, as on a busy CI machine; prints how long it took
+	.ci/under-load $(MAKE) --no-print-directory test
 
 # The groups left out are the slow ones: the wheel installed into a fresh venv (marked slow), Ray clusters,
 # the viewer in headless Chromium, and every page of the docs run in its own interpreter.
@@ -53,9 +57,9 @@ docs: $(STAMP)  ## build the documentation site into site/, failing on any warni
 docs-serve: $(STAMP)  ## serve the documentation site with live reload on http://127.0.0.1:8000/
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
-bench: $(STAMP)  ## engine vs a plain loop; async driver; per-step cost at 64-4096 turns; batches; stores; lease takeover
+bench: $(STAMP)  ## engine vs a plain loop; async driver; per-step cost at 64-4096 turns; batches; stores; lease takeover; import time
 	@# Every benchmark runs even when one misses its target; the exit status says whether any did.
-	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store lease; do \
+	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store lease import; do \
 		$(PY) -m benchmarks.bench_$$b || status=1; done; $(PY) -m benchmarks.targets || status=1; exit $$status
 
 fuzz: $(STAMP)  ## property, differential and stateful tests, 4000 examples each; 40 mid-batch kills per driver and store

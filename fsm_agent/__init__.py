@@ -4,6 +4,8 @@ Every way a run ends is a named, guarded transition into ``Done`` or
 ``Failed``; a stop reaches the caller as ``AgentLoopError(reason, result)``.
 """
 
+import typing
+
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.limits import Limits
@@ -11,7 +13,8 @@ from fsm_agent.definition.run import RunView
 from fsm_agent.definition.states import STATES, Policy, Reason, State
 from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
-from fsm_agent.drivers.agent import Agent, AgentRun
+from fsm_agent.drivers.agent import Agent
+from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.model import Model
 from fsm_agent.drivers.oneshot import arun, run
 from fsm_agent.drivers.session import Session
@@ -28,7 +31,6 @@ from fsm_agent.errors import (
     StaleRunError,
 )
 from fsm_agent.observe.events import CallEvent, JsonlLog, TextDelta, TransitionEvent
-from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
 from fsm_agent.records import (
     ChildOutcome,
     Message,
@@ -43,21 +45,41 @@ from fsm_agent.records import (
 )
 from fsm_agent.tools import Tool, ToolRegistry, ToolResult
 
+if typing.TYPE_CHECKING:
+    from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
 
-def __getattr__(name: str) -> str:
-    """``__version__``: the installed distribution's version, looked up on first use.
+_STORES = frozenset({"PostgresStore", "SqliteStore", "Store", "StoredRun"})
+"""Public names imported from ``fsm_agent.persist`` on first use (``__getattr__``)."""
 
-    Read from the package's metadata, so it is the version pip installed and
-    cannot drift from ``pyproject.toml``; looked up lazily, so ``import
-    fsm_agent`` does not load ``importlib.metadata``.
+
+def __getattr__(name: str) -> typing.Any:
+    """The stores' names and ``__version__``, imported or looked up on first use.
+
+    ``import fsm_agent`` loads neither the stores' modules (``sqlite3``, the
+    SQL plans) nor ``importlib.metadata``: most programs run agents without
+    a store, and ``make bench`` holds the import to a few times a bare
+    interpreter's start.  ``from fsm_agent import SqliteStore`` works as
+    before.  The version is read from the package's metadata, so it is the
+    version pip installed and cannot drift from ``pyproject.toml``.
     """
-    if name == "__version__":
+    if name in _STORES:
+        from fsm_agent import persist
+
+        found: typing.Any = getattr(persist, name)
+    elif name == "__version__":
         from importlib.metadata import version
 
-        found = globals()["__version__"] = version("fsm-agent")
-        return found
-    msg = f"module 'fsm_agent' has no attribute {name!r}"
-    raise AttributeError(msg)
+        found = version("fsm-agent")
+    else:
+        msg = f"module 'fsm_agent' has no attribute {name!r}"
+        raise AttributeError(msg)
+    globals()[name] = found
+    return found
+
+
+def __dir__() -> list[str]:
+    """The module's names, the stores' among them before their first use (``dir(fsm_agent)``, completion)."""
+    return sorted({*globals(), *_STORES})
 
 
 __all__ = [

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from fsm_agent import Agent, Message, ModelResponse, ToolRegistry, Usage
 from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
@@ -95,6 +96,26 @@ def scripted_agent(ledger: str, rounds: int = 3, kill: frozenset[str] = frozense
 def factory(ledger: Path, **options: object) -> functools.partial[Agent]:
     """A picklable ``make_agent`` for ``run_batch``."""
     return functools.partial(scripted_agent, str(ledger), **options)  # type: ignore[arg-type]
+
+
+class SlowToRestart:
+    """A ``make_agent`` a restarted worker takes ``delay`` s to rebuild: a restart as slow as on a busy machine.
+
+    Ray rebuilds an actor's constructor arguments in each process it starts
+    for it; once a ``work`` call has killed a worker (its marker is in the
+    ledger), rebuilding this one sleeps first.
+    """
+
+    def __init__(self, ledger: Path, delay: float, **options: Any) -> None:
+        self.ledger, self.delay, self.options = str(ledger), delay, options
+
+    def __call__(self) -> Agent:
+        return scripted_agent(self.ledger, **self.options)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if any(Path(self.ledger).glob("killed-*")):
+            time.sleep(self.delay)
 
 
 def cli_agent() -> Agent:

@@ -209,6 +209,8 @@ def test_a_parent_resumed_while_its_childs_run_is_still_leased_waits_for_the_lea
     try:
         _wait_for("the child's call to start", lambda: "start sub1.work" in _lines(log))
         _wait_for("the quick call to return", lambda: "end quick0" in _lines(log))
+        with open_store(store_target) as store:
+            _wait_for("the quick call's outcome in the store", lambda: "c0" in durable_calls(store.load("cut")))
     finally:
         os.kill(process.pid, signal.SIGKILL)
         process.join(WAIT)

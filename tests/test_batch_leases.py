@@ -116,11 +116,17 @@ def test_leased_runs_finish_once_their_leases_lapse_with_the_results_of_a_clean_
 def cancel_while_leased(where: Path, **options: object) -> None:
     """Cancel a rerun once the runs the dead driver did not hold are done, and check what became of its runs."""
     questions, held, store = _questions(12), range(4), where / "runs.db"
-    dead = crash_leaving_leases(where, store, questions, held, lease=8.0)
+    # The dead driver's leases must outlast the free runs, or a held run is taken over before the cancel.  The
+    # eight free runs took 2.6-2.9 s on Ray quiet and 10.3-12.6 s with two CPU hogs beside it on 2 cores (the
+    # actors start slowly then); 60 s is ~5x the worst, and costs nothing: the batch is cancelled once they end.
+    # The rerun is given the same lease: a lease longer than its own it takes for a live holder's (``leased``).
+    lease = 60.0
+    dead = crash_leaving_leases(where, store, questions, held, lease)
     reader = SqliteStore(store)
     before = [reader.load(derive_run_id(i, questions[i])) for i in held]
     token, results, free = CancelToken(), {}, 0
-    for item, result in iter_batch(factory(where), questions, store=store, cancel=token, max_in_flight=4, **options):  # type: ignore[arg-type]
+    batch = iter_batch(factory(where), questions, store=store, cancel=token, max_in_flight=4, lease=lease, **options)  # type: ignore[arg-type]
+    for item, result in batch:
         results[item.index] = result
         free += item.index not in held
         if free == len(questions) - len(held):

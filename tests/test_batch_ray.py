@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from batch_agents import MODEL_LOG, TOOL_LOG, counts, factory, lines, tag
+from batch_agents import MODEL_LOG, TOOL_LOG, SlowToRestart, counts, factory, lines, tag
 from pg_cluster import Cluster
 from provider_server import ProviderServer, body
 from test_batch_leases import cancel_while_leased, crash_leaving_leases
@@ -72,6 +72,31 @@ def test_runs_whose_worker_is_killed_end_as_if_uninterrupted_and_no_completed_ca
     assert set(tools.values()) == {1}
     assert len(model) == 50 * 4
     assert set(model.values()) == {1}
+
+
+# How long a killed worker takes to come back: at most 2 s on a quiet 2-core machine, 5-13 s with two CPU hogs
+# beside it (the batch's runs sent to it meanwhile are refused, each in 1-2 s).  Six seconds more than its own
+# restart: as slow as the quicker restarts under load, three refusals or more, enough to use up one retry.
+SLOW_RESTART = 6.0
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_worker_slow_to_restart_costs_the_run_it_killed_no_retry(tmp_path: Path) -> None:
+    """One worker, killed mid-run, back only seconds later: its run waits for it and ends as if uninterrupted.
+
+    A run sent to a worker still restarting is refused; counted as a death, a
+    slow restart (a busy machine) used up every retry in a few seconds.
+    """
+    questions = _questions(3)
+    doomed = frozenset({f"{tag(questions[0])}-1"})
+    results = run_batch(SlowToRestart(tmp_path, SLOW_RESTART, kill=doomed), questions, store=tmp_path / "runs.db",
+                        progress=False, lease=LEASE, max_in_flight=1, max_retries=1)  # fmt: skip
+    assert [r.evidence for r in results if not r.ok] == []
+    assert [r.final for r in results] == [f"answer to {q}" for q in questions]
+    assert len(list(tmp_path.glob("killed-*"))) == 1
+    tools = counts(tmp_path / TOOL_LOG)
+    assert len(tools) == 3 * 3
+    assert set(tools.values()) == {1}
 
 
 @pytest.mark.usefixtures("cluster")
@@ -200,15 +225,22 @@ def test_the_batch_command_starts_its_own_ray_unless_told_to_join_a_running_clus
 @pytest.mark.usefixtures("cluster")
 def test_runs_a_dead_driver_leased_wait_in_line_on_ray_not_in_a_task(tmp_path: Path) -> None:
     """Eight runs leased by a dead driver, one per task slot: the others finish first, then they; calls made once."""
-    questions = _questions(24)
-    held, lease = range(8), 6.0
+    questions, held = _questions(24), range(8)
     (tmp_path / "ref").mkdir()
+    started = time.monotonic()
     reference = run_batch(factory(tmp_path / "ref"), questions, store=tmp_path / "ref.db", progress=False)
+    # The dead leases must outlast the sixteen free runs, which take about as long as this reference batch: from
+    # the crash to the last free run, 0.9-1.4 times the reference quiet (2.7-4.1 s), 0.5-1.7 times it with two CPU
+    # hogs beside it on 2 cores (6.8-12.9 s).  Three times the reference leaves 1.8x over the worst ratio; 6 s at
+    # least, as on a quiet machine before.  The held runs wait it out, so a fixed 40 s would slow every run.  The
+    # rerun is given the same lease: a lease longer than its own it takes for a live holder's (``leased``).
+    lease = max(6.0, 3 * (time.monotonic() - started))
     earliest = time.time() + lease  # no dead lease lapses before this
     dead = crash_leaving_leases(tmp_path, tmp_path / "runs.db", questions, held, lease)
     arrived: dict[int, float] = {}
     results = {}
-    for item, result in iter_batch(factory(tmp_path), questions, store=tmp_path / "runs.db", max_in_flight=8):
+    for item, result in iter_batch(factory(tmp_path), questions, store=tmp_path / "runs.db", max_in_flight=8,
+                                   lease=lease):  # fmt: skip
         arrived[item.index] = time.time()
         results[item.index] = result
     assert [results[i] for i in range(24)] == reference

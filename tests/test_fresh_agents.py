@@ -12,8 +12,6 @@ import pytest
 
 import fsm_agent
 from fsm_agent import Agent, StopCondition, ToolRegistry
-from fsm_agent.core import walker
-from fsm_agent.definition import run as run_module
 from fsm_agent.testing import FakeModel, demo_registry, reply
 
 
@@ -29,16 +27,13 @@ class CountingRegistry(ToolRegistry):
         return super().schemas()
 
 
-def test_agents_built_with_the_same_limits_share_one_limits_object_and_one_counters_function() -> None:
-    """Equal limit keywords give the same frozen Limits, and no counters function is generated again."""
+def test_agents_built_with_the_same_limits_share_one_limits_object() -> None:
+    """Equal limit keywords give the same frozen Limits; different ones a Limits of their own."""
     first = Agent(FakeModel(), ToolRegistry(), max_steps=5, token_budget=100)
-    first_fn = run_module._counting(first.limits, first.table.meters)
     second = Agent(FakeModel(), ToolRegistry(), max_steps=5, token_budget=100)
     assert second.limits is first.limits
-    assert run_module._counting(second.limits, second.table.meters) is first_fn
     third = Agent(FakeModel(), ToolRegistry(), max_steps=6, token_budget=100)
     assert third.limits.max_steps == 6
-    assert run_module._counting(third.limits, third.table.meters) is not first_fn
 
 
 def test_a_bool_is_not_taken_for_the_integer_it_equals_by_the_shared_limits() -> None:
@@ -48,15 +43,10 @@ def test_a_bool_is_not_taken_for_the_integer_it_equals_by_the_shared_limits() ->
         Agent(FakeModel(), ToolRegistry(), max_steps=True)
 
 
-def test_a_plain_agent_finds_the_shared_walker_without_hashing_the_table(monkeypatch: Any) -> None:
-    """The built-in table's walker is looked up by identity: building it by value is not asked for again."""
-    Agent(FakeModel(), ToolRegistry())
-    asked: list[object] = []
-    real = walker._walker_by_value
-    monkeypatch.setattr(walker, "_walker_by_value", lambda table: asked.append(table) or real(table))
+def test_agents_over_one_table_share_one_walker() -> None:
+    """Every plain agent finds the built-in table's walker, built once."""
     one, two = Agent(FakeModel(), ToolRegistry()), Agent(FakeModel(), ToolRegistry())
     assert one.walker is two.walker
-    assert asked == []
 
 
 def test_agents_with_equal_stop_conditions_share_one_walker() -> None:

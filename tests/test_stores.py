@@ -1,4 +1,8 @@
-"""Every store behaves the same: each test here runs against a SQLite file and a PostgreSQL database."""
+"""Every store behaves the same: each test here runs against a SQLite file and a PostgreSQL database.
+
+The store contract itself is checked by ``fsm_agent.testing.stores.StoreConformance`` (``TestBundledStores``),
+the suite a store of anyone's runs; what is here checks the engine over the bundled stores.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,14 +25,13 @@ from fsm_agent import (
     AgentLoopError,
     RunExistsError,
     RunLeasedError,
-    SnapshotError,
-    StaleRunError,
     ToolRegistry,
 )
 from fsm_agent.persist import PostgresStore, SqliteStore, is_url, open_store
-from fsm_agent.persist.store import Entry, Summary
+from fsm_agent.persist.store import DEFAULT_LEASE, TWINS, FullStore, Traits, journaled, traits
 from fsm_agent.records import plain
 from fsm_agent.testing import ManualClock
+from fsm_agent.testing.stores import LoseEntry, MakeStore, StoreConformance
 
 Store = SqliteStore | PostgresStore
 
@@ -88,25 +93,6 @@ def test_each_checkpoint_appends_only_what_its_transition_added(opened: Any, sto
     sizes = [len(json.dumps(e)) for e in entries]
     early, late = max(sizes[4:40]), max(sizes[-40:-4])
     assert late <= early * 1.2, "an entry grew with the length of the run"
-
-
-def test_list_runs_filters_by_state_reason_and_time_and_pages(opened: Any) -> None:
-    """list_runs(state=, reason=, since=, limit=, offset=) with steps and tokens beside each run."""
-    store = opened()
-    before = time.time() - 1
-    tick_agent(2).run("go", store=store, run_id="done-1")
-    with pytest.raises(AgentLoopError):
-        tick_agent(5, max_steps=1).run("go", store=store, run_id="stopped")
-    tick_agent(2).run("go", store=store, run_id="done-2")
-    everything = store.list_runs()
-    assert [r.run_id for r in everything] == ["done-2", "stopped", "done-1"]
-    assert (everything[0].steps, everything[0].tokens) == (3, 15)
-    assert [r.run_id for r in store.list_runs(state="Failed")] == ["stopped"]
-    assert [r.run_id for r in store.list_runs(reason="done")] == ["done-2", "done-1"]
-    assert [r.run_id for r in store.list_runs(limit=1, offset=1)] == ["stopped"]
-    assert [r.run_id for r in store.list_runs(offset=2)] == ["done-1"]
-    assert len(store.list_runs(since=before)) == 3
-    assert store.list_runs(since=time.time() + 60) == []
 
 
 def test_delete_finished_keeps_running_and_paused_runs_and_honours_older_than(opened: Any) -> None:
@@ -213,16 +199,6 @@ def test_save_replaces_a_run_whole_but_not_one_being_advanced(opened: Any) -> No
     assert store.load("busy")["final"] == result.final
     store.save("fresh", store.load("busy"))
     assert {r.run_id for r in store.list_runs()} == {"busy", "fresh"}
-
-
-def test_append_refuses_an_owner_whose_run_moved_on(opened: Any) -> None:
-    """A write that does not follow the stored run's latest one is refused (no interleaved journals)."""
-    store = opened()
-    run = tick_agent(2).start("go", store=store, run_id="x")
-    owner = run._journal.owner  # type: ignore[union-attr]
-    entry = Entry("x", 7, json.dumps({"add": {}, "set": {}}), Summary("AwaitModel", None, False, 0, 0))
-    with pytest.raises(StaleRunError, match="moved on to version 1 since version 6 was read"):
-        store.append(entry, owner=owner)
 
 
 def test_lone_surrogates_are_stored_and_loaded_exactly(opened: Any) -> None:
@@ -377,77 +353,57 @@ def _delete_journal_entry(target: str, run_id: str, seq: int) -> None:
             db.execute("DELETE FROM journal WHERE run_id = ? AND seq = ?", (run_id, seq))
 
 
-@pytest.mark.parametrize("lost", ["first", "middle", "last"])
-def test_a_journal_missing_an_entry_is_refused_naming_the_run_and_the_version(
-    opened: Any, store_target: str, lost: str
-) -> None:
-    """A deleted journal row (a gap, or a missing entry after the base or at the end) is a SnapshotError, not a run."""
-    store = opened(every="transition")
-    tick_agent(2, approve={"tick"}).run("go", store=store, run_id="r")  # pauses before its first tick
-    seq = store.load("r")["stored_seq"]
-    gone = {"first": 2, "middle": seq // 2 + 1, "last": seq}[lost]  # version 1 is the base
-    _delete_journal_entry(store_target, "r", gone)
-    for read in (store.load, lambda run_id: store.decide(run_id, "t0", True)):
-        with pytest.raises(SnapshotError, match=rf"stored run 'r' in .* is corrupted: version {gone}: its journal"):
-            read("r")
-    assert asyncio.run(_refused(store.aload("r"))) is True
+class TestBundledStores(StoreConformance):
+    """The conformance suite any store runs (``fsm_agent.testing.stores``), on a SQLite file and on PostgreSQL."""
+
+    @pytest.fixture
+    def make_store(self, store_target: str, stores: list[Store]) -> MakeStore:
+        """A store on this test's SQLite file or PostgreSQL database, with the lease the check asks for."""
+
+        def make(lease: float) -> Store:
+            store = open_store(store_target, lease=lease)
+            stores.append(store)
+            return store
+
+        return make
+
+    @pytest.fixture
+    def lose_entry(self, store_target: str) -> LoseEntry:
+        """Delete a journal row with the database's own client."""
+        return lambda run_id, seq: _delete_journal_entry(store_target, run_id, seq)
 
 
-async def _refused(reading: Any) -> bool:
-    try:
-        await reading
-    except SnapshotError:
-        return True
-    return False
-
-
-BAD_SNAPSHOTS = {
-    "steps not objects": (
-        lambda s: {**s, "steps": [1, 2]},
-        "snapshot field steps must be a list of objects, got \\[1, 2\\]",
-    ),
-    "a bogus step": (lambda s: {**s, "steps": [{"bogus": 1}]}, "snapshot field steps\\[0\\] is malformed"),
-    "a bogus message": (lambda s: {**s, "messages": [{"bogus": 1}]}, "snapshot field messages\\[0\\] is malformed"),
-    "trace not objects": (lambda s: {**s, "trace": [1, 2]}, "snapshot field trace must be a list of objects"),
-    "a bogus trace entry": (lambda s: {**s, "trace": [{"bogus": 1}]}, "snapshot field trace\\[0\\] is malformed"),
-    "state Bogus": (lambda s: {**s, "state": "Bogus"}, "snapshot state 'Bogus' is not a state"),
-    "negative tokens": (
-        lambda s: {**s, "counters": {**s["counters"], "input_tokens": -5}},
-        "counters.input_tokens must be a whole number >= 0, got -5",
-    ),
-    "evidence a list": (lambda s: {**s, "evidence": [["a", 1]]}, "snapshot field evidence must be an object"),
-    "run_id a number": (lambda s: {**s, "run_id": 7}, "snapshot field run_id must be a string or null, got 7"),
-}
-
-
-@pytest.mark.parametrize(("corrupt", "message"), BAD_SNAPSHOTS.values(), ids=BAD_SNAPSHOTS)
-def test_save_refuses_a_malformed_snapshot_naming_the_field_and_writes_nothing(
-    opened: Any, corrupt: Any, message: str
-) -> None:
-    """save and asave check a snapshot as a resume would: a bad one is a SnapshotError and the store is unchanged."""
+def test_both_bundled_stores_declare_the_full_store_protocol(opened: Any) -> None:
+    """SqliteStore and PostgresStore are FullStores (checked statically in planned.py too), so the engine journals."""
     store = opened()
-    tick_agent(1).run("go", store=store, run_id="good")
-    good = store.load("good")
-    bad = corrupt(good)
-    with pytest.raises(SnapshotError, match=message):
-        store.save("good", bad)
-    with pytest.raises(SnapshotError, match=message):
-        store.save("new", bad)
-    with pytest.raises(SnapshotError, match=message):
-        asyncio.run(store.asave("new", bad))
-    assert store.load("good") == good
-    assert [run.run_id for run in store.list_runs()] == ["good"]
-    assert store.save("good", good) == good["stored_seq"] + 1  # the snapshot as loaded is saved as ever
+    assert isinstance(store, FullStore)
+    assert traits(store) == Traits(True, store.lease, "call", True, frozenset(TWINS))
 
 
-@pytest.mark.parametrize("name", ["state", "reason", "session"])
-def test_a_nul_or_lone_surrogate_in_a_list_runs_filter_is_a_value_error_in_both_stores(opened: Any, name: str) -> None:
-    """list_runs(reason="\\x00") and the like are refused by name before any query, the same in both stores."""
-    store = opened()
-    tick_agent(1).run("go", store=store, run_id="r")
-    for value in ("\x00", "done\x00", "\ud800"):
-        with pytest.raises(ValueError, match=f"list_runs {name} .* must be text without NUL or lone surrogates"):
-            store.list_runs(**{name: value})
-        with pytest.raises(ValueError, match=f"list_runs {name} .* must be text without NUL or lone surrogates"):
-            asyncio.run(store.alist_runs(**{name: value}))
-    assert [run.run_id for run in store.list_runs(**{name: {"state": "Done", "reason": "done"}.get(name)})] == ["r"]
+def test_a_store_with_only_save_and_load_is_not_journaled_and_keeps_its_defaults() -> None:
+    """traits() of a minimal store: whole snapshots, the default lease, renew for keep, no async twins."""
+
+    class Plain:
+        def wants(self, state: Any, paused: bool) -> bool:
+            return True
+
+        def save(self, run_id: str, snapshot: dict[str, Any]) -> None:
+            pass
+
+        def load(self, run_id: str) -> dict[str, Any]:
+            raise KeyError(run_id)
+
+    assert not journaled(Plain())
+    assert traits(Plain()) == Traits(False, DEFAULT_LEASE, None, False, frozenset())
+
+
+def test_only_the_conformance_suite_imports_pytest() -> None:
+    """``import fsm_agent`` and ``fsm_agent.testing`` import neither pytest nor psycopg; the suite's module does."""
+    code = (
+        "import sys, fsm_agent, fsm_agent.testing, fsm_agent.persist;"
+        "print('pytest' in sys.modules, 'psycopg' in sys.modules);"
+        "import fsm_agent.testing.stores;"
+        "print('pytest' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["False", "False", "True"]

@@ -9,7 +9,10 @@ run costs about what it costs there instead of a Ray task, a worker hop and
 a store opened per task.  The run's own durability comes from the store: a
 run whose actor died is submitted again (up to ``max_retries`` times) to
 the restarted actor, which reads the last checkpoint, so completed model and
-tool calls are not made again.  A run never sleeps on another owner's lease
+tool calls are not made again.  An actor that died takes no run until it
+answers again: a restart takes seconds on a busy machine, and a run sent to
+an actor still restarting is refused, which must not count against its
+retries.  A run never sleeps on another owner's lease
 (a dead worker's, a crashed driver's): it returns at once, and is submitted
 again once that lease has lapsed, while other runs use the slot.  ``ray`` is
 imported only here, and only when a batch asks for it.
@@ -22,6 +25,7 @@ import logging
 import math
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -56,6 +60,11 @@ _DRAIN = 10.0
 """Seconds to wait, after cancelling tasks outright, for them to end (each has its last checkpoint already)."""
 
 Finished = tuple[BatchItem, RunResult]
+
+_GONE = math.inf
+"""When to ask a dead actor again whether it is back: never, for one Ray will not restart."""
+
+_NO_WORKER = "every worker of the batch died and Ray restarted none of them"
 
 
 def connect(address: str | None) -> bool:
@@ -180,7 +189,9 @@ def iter_ray(
     with the fewest.  ``ray_options`` go to each actor's ``.options()``.  An
     actor that dies is restarted by Ray; the runs it had in flight are
     submitted again, each up to ``max_retries`` times, and resume from their
-    checkpoints (once the dead actor's leases have lapsed).
+    checkpoints (once the dead actor's leases have lapsed).  A dead actor gets
+    no run until it answers again (however long its restart takes); its
+    share waits for it or goes to the others.
     ``on_worker(item, pid)`` is told which process ran each attempt;
     ``on_status`` a line saying how many workers start.
 
@@ -210,8 +221,12 @@ def iter_ray(
             for _ in range(size)]  # fmt: skip
     load = [0] * size
     pending: dict[Any, tuple[BatchItem, int]] = {}
+    # Actors that died, by slot: when to ask next whether each is back (None: asked, no answer yet).  A run sent
+    # to an actor still restarting is refused, and would use up its retries in a few seconds.
+    down: dict[int, float | None] = {}
+    pings: dict[Any, int] = {}
     deaths: dict[int, int] = {}
-    waiting = iter(items)
+    waiting = deque(items)
     # Runs another owner holds, put back until their leases lapse: (retry at, index, item, give up).
     later: list[tuple[float, int, BatchItem, float]] = []
     # Runs whose actor died, to submit again at once.
@@ -220,12 +235,38 @@ def iter_ray(
     stopped_at, forced = 0.0, False
 
     def send(item: BatchItem, give_up: float | None) -> None:
-        slot = min(range(size), key=load.__getitem__)
+        slot = min(up(), key=load.__getitem__)
         load[slot] += 1
         pending[pool[slot].run.remote(item, give_up)] = (item, slot)
 
+    def up() -> list[int]:
+        """The slots whose actor is alive and has room for one more run."""
+        return [slot for slot in range(size) if slot not in down and load[slot] < runs]
+
+    def fell(slot: int) -> None:
+        if slot not in down:
+            down[slot] = 0.0  # ask at once
+
+    def ask() -> None:
+        now = time.monotonic()
+        for slot, at in down.items():
+            if at is not None and at <= now:
+                pings[pool[slot].ready.remote()] = slot
+                down[slot] = None
+
+    def answered(ref: Any) -> None:
+        slot = pings.pop(ref)
+        try:
+            ray.get(ref)
+        except ray.exceptions.ActorDiedError:
+            down[slot] = _GONE  # Ray will not restart it (max_restarts is -1): killed for good with ray.kill
+        except ray.exceptions.RayError:
+            down[slot] = time.monotonic() + _POLL  # still restarting: ask again
+        else:
+            del down[slot]
+
     def submit() -> None:
-        while len(pending) < max_in_flight:
+        while len(pending) < max_in_flight and up():
             if again:
                 send(again.pop(), None)
                 continue
@@ -233,16 +274,25 @@ def iter_ray(
                 _, _, due, give_up = heapq.heappop(later)  # due again: no on_start, it was counted once
                 send(due, give_up)
                 continue
-            item = next(waiting, None)
-            if item is None:
+            if not waiting:
                 return
+            item = waiting.popleft()
             if on_start is not None:
                 on_start(item)
             send(item, None)
 
+    def gone() -> bool:
+        """Whether every actor died and Ray restarts none of them: the runs still to go cannot be carried out."""
+        return all(down.get(slot) == _GONE for slot in range(size))
+
     try:
         submit()
-        while pending or later or again:
+        while pending or later or again or (waiting and not why and not gone()):
+            if not why and (again or later) and gone():
+                for item in [*again, *(entry[2] for entry in sorted(later))]:
+                    yield item, error_result(item, RuntimeError(_NO_WORKER))
+                again.clear()
+                later.clear()
             if cancel is not None and cancel.cancelled and not why:
                 why = cancel.why or "cancelled"
                 switch.cancel.remote(why)
@@ -258,19 +308,27 @@ def iter_ray(
                     yield _checkpoint(item, spec, why)
                 later.clear()
                 again.clear()
-            if pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL)
+            ask()
+            if pending or pings:
+                watched = [*pending, *pings]
+                ready, _ = ray.wait(watched, num_returns=1, timeout=_POLL)
                 if ready:
-                    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+                    ready, _ = ray.wait(watched, num_returns=len(watched), timeout=0)
             else:
                 ready = []
-                if later and not again:  # only runs waiting on another owner's lease: wait for the first to lapse
+                if later and not again and up():  # only runs waiting on another owner's lease: until the first lapses
                     time.sleep(min(_POLL, max(later[0][0] - time.time(), 0.0)))
+                else:  # runs waiting for a dead actor to come back, none being asked just now: ask again shortly
+                    time.sleep(_POLL)
             for ref in ready:
+                if ref in pings:
+                    answered(ref)
+                    continue
                 item, slot = pending.pop(ref)
                 load[slot] -= 1
                 got = _collect(ray, ref, item, spec, why, on_worker)
                 if got is None:  # its actor died: again, unless that was its last retry
+                    fell(slot)
                     deaths[item.index] = deaths.get(item.index, 0) + 1
                     if why:
                         yield _checkpoint(item, spec, why)
@@ -288,7 +346,12 @@ def iter_ray(
             if not why:
                 submit()
         for item in waiting:
-            yield item, failed_result(item, "cancelled", why=why, started=False)
+            yield (
+                item,
+                failed_result(item, "cancelled", why=why, started=False)
+                if why
+                else error_result(item, RuntimeError(_NO_WORKER)),
+            )
     finally:
         if pending:
             switch.cancel.remote("the batch was interrupted")

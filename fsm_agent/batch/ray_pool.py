@@ -91,6 +91,10 @@ class PoolWorker:
             return error_result(item, exc), os.getpid()
         return await atry_item(self.make_agent, self.store, item, self.token, give_up), os.getpid()
 
+    async def ready(self) -> int:
+        """This process's id: the pool asks a restarted actor, before it sends the actor runs again."""
+        return os.getpid()
+
     async def _listen(self) -> None:
         ray = ray_module()
         try:

@@ -13,7 +13,7 @@ retry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -22,7 +22,7 @@ from fsm_agent.core import ledger
 from fsm_agent.core.approval import ApprovalGate
 from fsm_agent.core.batch import plan_batch
 from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
-from fsm_agent.core.firing import Fire, fires_for, take
+from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
 from fsm_agent.core.output import Invalid, OutputSpec
 from fsm_agent.core.result import conclude, evidence_for
@@ -87,10 +87,8 @@ class Stepper(ApprovalGate):
     """The pure core of one run; every driver carries out its effects."""
 
     __slots__ = (
-        "_fires",
         "_messages",
         "_replied",
-        "_rows",
         "_start",
         "approve",
         "compact",
@@ -109,7 +107,6 @@ class Stepper(ApprovalGate):
         approve: Callable[[ToolCall], bool] | None = None,
         output: OutputSpec | None = None,
         compact: Callable[[list[Message]], Any] | None = None,
-        fires: Mapping[tuple[State, str], Fire] | None = None,
     ) -> None:
         self.run = run
         self.output = output
@@ -127,10 +124,6 @@ class Stepper(ApprovalGate):
         self._replied: str | None = None
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
         self._start: Row | None = None
-        # The run's rows compiled (fires_for, unless the agent found them with the rows), found again only if
-        # the rows are replaced.
-        self._rows = run.rows
-        self._fires = fires_for(run.rows) if fires is None else fires
 
     # --- what is needed -------------------------------------------------------------------------------------
 
@@ -317,52 +310,24 @@ class Stepper(ApprovalGate):
         else:
             self._replay_tool()
             trigger = TOOL_DONE
-        return self._fire(trigger)
+        return fire(self, trigger)
 
     def moves(self, *, parallel: bool = False) -> Iterator[Effect]:
         """Fire transitions until the run finishes, yielding each effect for the driver to carry out before it goes on.
 
         The loop of ``effect()``, I/O and ``step()`` a driver writes, for a run nobody pauses or watches
-        between transitions; a driver that stopped the run itself (the deadline passed) leaves the loop.  The
-        moves of a turn are looked up once (nothing in the loop can replace the run's rows), and the states
-        that never need I/O (``CheckTruncation``, and ``Dispatch`` of an untyped agent) are fired without
-        asking ``effect()``: together half the engine's own time per turn (``make bench``).  One generator
-        serves the sync driver's loop and the async one's, which cannot hand the stepper a callable to await.
+        between transitions; a driver that stopped the run itself (the deadline passed) leaves the loop.  One
+        generator serves the sync driver's loop and the async one's, which cannot hand the stepper a callable
+        to await.
         """
         run = self.run
-        rows = run.rows
-        if rows is not self._rows:
-            self._rows, self._fires = rows, fires_for(rows)
-        fires = self._fires
-        checked = fires.get((CheckTruncation, CHECK))
-        dispatched = fires.get((Dispatch, DISPATCH)) if self.output is None else None
-        ran = fires.get((ExecuteTool, TOOL_DONE))
-        effect_of, step = self.effect, self.step
-        while True:
-            state = run.state
-            if state is CheckTruncation and checked is not None:
-                checked(self, run)
-                continue
-            if state is Dispatch and dispatched is not None:
-                dispatched(self, run)
-                continue
-            if state in TERMINAL:
-                return
-            effect = effect_of(parallel=parallel)
+        while run.state not in TERMINAL:
+            effect = self.effect(parallel=parallel)
             if effect is not None:
                 yield effect
                 if type(effect) is CompactHistory:
                     continue  # the model call is asked for again (a driver may have made it already)
-            # step(), inlined for the two moves after I/O; anything else (a start row, an error) goes through it.
-            trigger = self._replied
-            if state is AwaitModel and trigger is not None and (fire := fires.get((state, trigger))) is not None:
-                self._replied = None
-                fire(self, run)
-            elif state is ExecuteTool and ran is not None:
-                self._replay_tool()
-                ran(self, run)
-            else:
-                step()
+            self.step()
 
     def _take_start(self) -> Transition:
         """The ``start`` row ``effect()`` found before the first model call."""
@@ -407,16 +372,7 @@ class Stepper(ApprovalGate):
             run.turns += 1  # the call was made, and may be billed
         self._replied = None
         run.unfinished = unfinished
-        return self._fire(trigger)
-
-    def _fire(self, trigger: str) -> Transition:
-        """Take the row ``trigger`` takes, or the finalize edge its stop's policy asks for; conclude a finished run."""
-        run = self.run
-        rows = run.rows
-        if rows is not self._rows:
-            self._rows, self._fires = rows, fires_for(rows)
-        fire = self._fires.get((run.state, trigger))
-        return take(self, None, trigger) if fire is None else fire(self, run)
+        return fire(self, trigger)
 
     def evidence(self, reason: str) -> dict[str, Any]:
         """The evidence the stop ``reason`` would have now."""

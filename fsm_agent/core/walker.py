@@ -1,14 +1,13 @@
-"""The machine of one table: ``transitions`` decides which edges exist, the row walker takes them.
+"""The machine of one table: ``transitions`` builds it and is the oracle; the interpreter takes the rows.
 
 The library builds the machine from the table through its public API
 (``Machine(states=..., transitions=[{trigger, source, dest, conditions}])``)
 and is asked, through ``get_transitions``, which edges leave each state on
-each trigger and in what order; the walker's index is built from that
-answer.  Firing then walks that index with ``first_row``, the same function
-every lookahead uses, instead of going through the library's per-trigger
-event objects, which would cost more than the rest of a step.  A
-differential test shows, for every row and generated run states, that the
-library's own ``trigger()`` takes the same edge.
+each trigger and in what order, which must be the table's.  Runs are not
+attached to it: firing walks the table's rows with ``first_row``
+(``core.firing``).  Tests ask the library's own ``trigger()`` which row each
+lookup of whole runs and generated run states would take, and hold the
+engine to it.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from typing import Any
 from transitions import Machine
 
 from fsm_agent.definition.guards import Guard
-from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import Row, Table, first_row
@@ -65,7 +63,6 @@ class Walker:
         self.machine = library_machine(table)
         self._finalize_sources: dict[frozenset[str], frozenset[State]] = {}
         self._pruned: dict[frozenset[Guard], Mapping[tuple[State, str], tuple[Row, ...]]] = {}
-        self._profiles: dict[tuple[int, bool, bool], tuple[Limits, dict[tuple[bool, Any], Any]]] = {}
         for (state, trigger), rows in table.index.items():
             edges = self.machine.get_transitions(trigger=trigger, source=str(state))
             if [t.dest for t in edges] != [str(row.dest) for row in rows]:
@@ -99,23 +96,6 @@ class Walker:
             self._pruned[dormant] = found
         return found
 
-    def fresh_rows(self, limits: Limits, strict_hooks: bool, finalize: bool) -> dict[tuple[bool, Any], Any]:
-        """The rows found for new runs of agents set up alike (``Agent.rows_for``), by cancel token and parts.
-
-        What is dormant for a new run under its agent's own limits follows from its set-up alone (the limits,
-        strict hooks, a finalize policy, a cancel token, the agent's parts), so agents set up alike share what
-        the first of their runs found: a fresh agent per request finds its rows without walking the table.
-        Kept by the identity of the limits (agents with equal limit keywords share one ``Limits``; each entry
-        holds its limits, so their id is not reused meanwhile).
-        """
-        key = (id(limits), strict_hooks, finalize)
-        found = self._profiles.get(key)
-        if found is None or found[0] is not limits:
-            if len(self._profiles) >= 256:
-                self._profiles.clear()
-            found = self._profiles[key] = (limits, {})
-        return found[1]
-
     def try_fire(self, run: Run, trigger: str) -> Transition | None:
         """Take the first row on ``trigger`` whose guard holds, if any (for guard-only triggers)."""
         row = first_row(run, trigger)
@@ -129,27 +109,7 @@ class Walker:
         return entry
 
 
-_by_identity: dict[int, tuple[Table, Walker]] = {}
-
-
-def walker_for(table: Table) -> Walker:
-    """The shared walker for ``table``, built the first time it is asked for.
-
-    Looked up by identity first: the built-in table is every plain agent's,
-    and hashing a table hashes all its rows, which cost a fresh agent (a web
-    handler's ``fsm_agent.run``) more than a whole short run.  A table built
-    again with equal rows (an agent with stop conditions) is found by value.
-    """
-    found = _by_identity.get(id(table))
-    if found is not None and found[0] is table:
-        return found[1]
-    walker = _walker_by_value(table)
-    if len(_by_identity) >= 64:
-        _by_identity.clear()
-    _by_identity[id(table)] = (table, walker)  # the entry holds the table, so its id is not reused meanwhile
-    return walker
-
-
 @functools.lru_cache(maxsize=64)
-def _walker_by_value(table: Table) -> Walker:
+def walker_for(table: Table) -> Walker:
+    """The shared walker for ``table``, built the first time it is asked for (a table keeps its hash)."""
     return Walker(table)

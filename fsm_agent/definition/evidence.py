@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 from fsm_agent.definition import guards as g
-from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run, signature
 
 
@@ -121,26 +120,6 @@ def token_budget(run: Run) -> dict[str, Any]:
 def max_steps(run: Run) -> dict[str, Any]:
     """`turns` against `limit`."""
     return {"turns": run.turns, "limit": run.limits.max_steps}
-
-
-def timeout_limit(limits: Limits) -> float | None:
-    return limits.timeout
-
-
-def steps_limit(limits: Limits) -> int:
-    return limits.max_steps
-
-
-def failures_limit(limits: Limits) -> int:
-    return limits.max_consecutive_failures
-
-
-def calls_limit(limits: Limits) -> int | None:
-    return limits.total_tool_calls
-
-
-def budget_limit(limits: Limits) -> int | None:
-    return limits.token_budget
 
 
 def child_stopped(run: Run) -> dict[str, Any]:

@@ -1,70 +1,191 @@
-"""Guards: small named predicates over a run; their names are the edge labels of the machine.
+"""Guards as declarations: each built-in guard says what it reads, and a limit's guard is data.
 
-Guards of limits that are not set return at once, so an unused stop costs
-one attribute check.  Which stop a guard belongs to, and what its evidence
-says, is declared once in ``definition.stops``.
+A guard is one of three kinds.  ``AtLimit`` is a meter compared with its
+limit (``steps >= max_steps``): no body, only the meter it reads and the
+``Limits`` field that bounds it.  ``Fact`` is a named fact of the last reply
+or outcome (``is_truncated``, ``is_cancelled``), a one-line predicate
+declared with the run attributes it reads (and the limit that bounds it, if
+one does).  Anything else, a user's ``StopCondition`` or a plain function
+put in a ``Row``, is opaque: called, never read.  The table answers, for each
+row, what it reads and which limit bounds it (``Table.reads``,
+``Table.bounds``), and which edges move a meter (``Table.increments``).
+
+Guards of limits that are not set are false at once.  Which stop a guard
+belongs to, and what its evidence says, is declared once in
+``definition.stops``; the guard's name is the label of its edges.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
-from fsm_agent.definition.run import Run, Signature, signature
+from fsm_agent.definition.run import Meter, Run, Signature, signature
 from fsm_agent.errors import ContextOverflowError
 
 Guard = Callable[[Run], bool]
 
 
+class Declared:
+    """A built-in guard: a named predicate over a run with what it reads and what bounds it declared beside it.
+
+    Called like a function (``guard(run)``); ``test`` is the predicate
+    itself, which the interpreter calls.  ``__name__`` is the edge's label
+    and ``__doc__`` the line the documentation shows.  Compared by identity,
+    as functions are.
+    """
+
+    test: Guard
+
+    def __init__(self, name: str, reads: tuple[str, ...], bound: str | None, doc: str) -> None:
+        self.__name__ = self.__qualname__ = name
+        self.reads = reads
+        """The meters and run facts it reads, by name."""
+        self.bound = bound
+        """The ``Limits`` field that bounds it, or None."""
+        self.__doc__ = doc
+
+    def __call__(self, run: Run) -> bool:
+        return self.test(run)
+
+    def __repr__(self) -> str:
+        return f"<guard {self.__name__}>"
+
+
+class AtLimit(Declared):
+    """``meter >= limit``: a counter of the run reached its ceiling (never, when that limit is not set)."""
+
+    def __init__(self, name: str, meter: Meter, doc: str, *, used: str | None = None) -> None:
+        assert meter.bound is not None  # a meter a guard compares is bounded by a Limits field
+        super().__init__(name, (meter.name,), meter.bound, doc)
+        self.meter = meter
+        self.limit = meter.limit
+        # The run attribute compared; the meter's own unless the guard reads it unrounded (``elapsed``).
+        self.used = attrgetter(used or meter.used)
+        self.test = self.holds
+
+    def holds(self, run: Run) -> bool:
+        """The meter has reached the limit, if the run has one."""
+        limit = self.limit(run.limits)
+        return limit is not None and self.used(run) >= limit
+
+
+class Fact(Declared):
+    """A named fact of the run (of its last reply or outcome), one predicate declared with what it reads."""
+
+    def __init__(self, test: Guard, reads: tuple[str, ...], bound: str | None = None) -> None:
+        super().__init__(test.__name__, reads, bound, test.__doc__ or "")
+        self.test = test
+
+
+class Lookahead(Fact):
+    """A finalize edge's guard: taken in place of the row ``trigger`` takes from the same state, after its outcome."""
+
+    def __init__(self, test: Guard, reads: tuple[str, ...], trigger: str) -> None:
+        super().__init__(test, reads)
+        self.trigger = trigger
+
+
+def fact(*reads: str, bound: str | None = None) -> Callable[[Guard], Guard]:
+    """Declare the predicate below as a ``Fact`` reading ``reads`` (bounded by the ``Limits`` field ``bound``)."""
+
+    def declare(test: Guard) -> Guard:
+        return Fact(test, reads, bound)
+
+    return declare
+
+
+def is_opaque(guard: Guard) -> bool:
+    """A guard that declares nothing (a user's ``StopCondition`` or a plain function): it is only called."""
+    return not isinstance(guard, Declared)
+
+
+# The meters: a counter of the run, the limit it is held to, and the (state, trigger) whose outcome moves it.
+MODEL_OUTCOMES = (("AwaitModel", "replied"), ("AwaitModel", "model_failed"))
+TOOL_OUTCOME = (("ExecuteTool", "tool_done"),)
+EVERY_EDGE = (("*", "*"),)
+"""The clock's: the driver writes ``elapsed`` before a transition (or after a call)."""
+STEPS = Meter(
+    "steps",
+    "turns",
+    attrgetter("max_steps"),
+    "max_steps",
+    (*MODEL_OUTCOMES, ("AwaitModel", "interrupted"), ("AwaitModel", "expired")),  # a call cut off may be billed
+)
+TOKENS = Meter(
+    "tokens",
+    "tokens",
+    attrgetter("token_budget"),
+    "token_budget",
+    (*MODEL_OUTCOMES, *TOOL_OUTCOME),  # a sub-agent's tokens are its parent's
+)
+FAILURES = Meter(
+    "failures", "failures", attrgetter("max_consecutive_failures"), "max_consecutive_failures", TOOL_OUTCOME
+)
+TOOL_CALLS = Meter("tool_calls", "tool_calls", attrgetter("total_tool_calls"), "max_tool_calls", TOOL_OUTCOME)
+SECONDS = Meter("seconds", "seconds", attrgetter("timeout"), "timeout", EVERY_EDGE)
+METERS = (SECONDS, TOOL_CALLS, FAILURES, TOKENS, STEPS)
+"""Every built-in meter, in the order ``Step.counters`` lists them."""
+
+
+@fact("last_response")
 def is_truncated(run: Run) -> bool:
     """The model's output hit its length limit (``stop_reason == "max_tokens"``), so the reply is incomplete."""
     return run.last_response is not None and run.last_response.stop_reason == "max_tokens"
 
 
+@fact("last_response")
 def is_refusal(run: Run) -> bool:
     """The provider refused or filtered the reply (``stop_reason == "refusal"``), so it is not an answer."""
     return run.last_response is not None and run.last_response.stop_reason == "refusal"
 
 
+@fact("last_response")
 def has_no_tool_calls(run: Run) -> bool:
     """The assistant message asks for no tool: its text is the final answer."""
     return run.last_response is not None and not run.last_response.message.tool_calls
 
 
+@fact("model_exception")
 def context_overflowed(run: Run) -> bool:
     """The model call failed because its input does not fit the model's context window (``ContextOverflowError``)."""
     return isinstance(run.model_exception, ContextOverflowError)
 
 
+@fact("output_problem")
 def output_rejected(run: Run) -> bool:
     """A typed agent's final answer failed its output type or a validator, and the model is not asked again."""
     return run.output_problem is not None
 
 
+@fact("finalizing")
 def asks_tools_while_finalizing(run: Run) -> bool:
     """The last call was meant to answer without tools and asked for tools anyway."""
     return run.finalizing is not None
 
 
+@fact("cancelled")
 def is_cancelled(run: Run) -> bool:
     """Another thread called ``cancel()`` on the run's ``CancelToken``."""
     return run.cancelled
 
 
+@fact("hook_error")
 def hook_raised(run: Run) -> bool:
     """A hook of a ``strict_hooks`` agent raised since the last transition."""
     return run.hook_error is not None
 
 
-def deadline_passed(run: Run) -> bool:
-    """The run has used up its ``timeout`` seconds."""
-    return run.limits.timeout is not None and run.elapsed >= run.limits.timeout
+deadline_passed = AtLimit("deadline_passed", SECONDS, "The run has used up its ``timeout`` seconds.", used="elapsed")
 
 
+@fact("condition_error")
 def condition_raised(run: Run) -> bool:
     """A ``StopCondition``'s check raised instead of answering, so the run cannot tell whether to stop."""
     return run.condition_error is not None
 
 
+@fact("pending", "last_signature")
 def repeats_last_call(run: Run) -> bool:
     """The next tool call has the same name and arguments as the call executed just before it."""
     return run.last_signature is not None and signature(run.pending[0]) == run.last_signature
@@ -85,30 +206,23 @@ def cap_reached(run: Run, name: str) -> tuple[str, int, int] | None:
     return None
 
 
+@fact("tool_calls", "calls_by_tool", "pending", bound="max_tool_calls")
 def tool_calls_exhausted(run: Run) -> bool:
     """Making the next tool call would exceed ``max_tool_calls`` (for the run or for that tool)."""
-    caps = run.limits.max_tool_calls
-    if caps is None or not run.pending:
-        return False
-    if type(caps) is not dict:
-        return cap_reached(run, run.pending[0].name) is not None
-    # cap_reached for a dict of caps, inlined (it is checked before every call): the tool's own cap, then "*".
-    name = run.pending[0].name
-    cap = caps.get(name)
-    if cap is not None and run.calls_by_tool.get(name, 0) >= cap:
-        return True
-    cap = caps.get("*")
-    return cap is not None and run.tool_calls >= cap
+    return (
+        run.limits.max_tool_calls is not None
+        and bool(run.pending)
+        and cap_reached(run, run.pending[0].name) is not None
+    )
 
 
+@fact("child_stop")
 def passes_child_stop(run: Run) -> bool:
     """The sub-agent this tool call ran stopped, and its tool passes the stop on (``on_child_stop="raise"``)."""
     return run.child_stop is not None
 
 
-def failures_exhausted(run: Run) -> bool:
-    """``max_consecutive_failures`` tool calls in a row failed."""
-    return run.failures >= run.limits.max_consecutive_failures
+failures_exhausted = AtLimit("failures_exhausted", FAILURES, "``max_consecutive_failures`` tool calls in a row failed.")
 
 
 def find_cycle(recent: Sequence[tuple[Signature, str]]) -> int:
@@ -135,25 +249,28 @@ def find_cycle(recent: Sequence[tuple[Signature, str]]) -> int:
     return 0
 
 
+@fact("recent", bound="cycle_window")
 def is_cycling(run: Run) -> bool:
     """The latest tool calls repeat a sequence of period 2 or more with identical results (see ``find_cycle``)."""
     return run.limits.cycle_window >= 4 and len(run.recent) >= 4 and find_cycle(run.recent) > 0
 
 
+@fact("pending")
 def has_pending_calls(run: Run) -> bool:
     """More tool calls of the current model turn wait to be dispatched."""
     return bool(run.pending)
 
 
-def budget_spent(run: Run) -> bool:
-    """The tokens reported so far have reached ``token_budget``, so no further model call is made."""
-    # run.tokens, spelled out: this is asked before every model call, and written in line (core.inlining).
-    return run.limits.token_budget is not None and run.input_tokens + run.output_tokens >= run.limits.token_budget
+budget_spent = AtLimit(
+    "budget_spent",
+    TOKENS,
+    "The tokens reported so far have reached ``token_budget``, so no further model call is made.",
+)
 
 
-def steps_exhausted(run: Run) -> bool:
-    """``max_steps`` model turns were taken, so the next model call must not be made."""
-    return run.turns >= run.limits.max_steps
+steps_exhausted = AtLimit(
+    "steps_exhausted", STEPS, "``max_steps`` model turns were taken, so the next model call must not be made."
+)
 
 
 def dormant_guards(

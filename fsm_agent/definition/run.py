@@ -64,68 +64,18 @@ def _signature(call: ToolCall) -> Signature:
 class Meter(NamedTuple):
     """One counter against its limit, as ``Step.counters``, the status line and the evidence show it.
 
-    ``used`` names the attribute (or property) of ``Run`` holding the count,
-    so the counters of a run are read by one generated function (``_counting``).
+    ``used`` names the attribute (or property) of ``Run`` holding the count;
+    ``limit`` reads the ceiling from the run's ``Limits`` (``None``: no limit)
+    and ``bound`` names the ``Limits`` field that sets it.  ``moved_on``: the
+    ``(state, trigger)`` pairs whose outcome moves the count (``("*", "*")``:
+    every edge), which ``Table.increments`` answers from.
     """
 
     name: str
     used: str
     limit: Callable[[Limits], int | float | None]
-
-
-_INLINE = {
-    "seconds": "int(run.elapsed * 1e6 + 0.5) / 1e6",
-    "tokens": "run.input_tokens + run.output_tokens",
-}
-"""The properties of ``Run`` that meters read, as the expressions they compute: the generated function reads the
-attributes behind them rather than calling each property on every step (``Run.seconds`` and ``Run.tokens``)."""
-
-_countings: dict[tuple[int, int], tuple[Limits, tuple[Meter, ...], Callable[[Run], Counters]]] = {}
-_generated: dict[tuple[int, tuple[int | float | None, ...]], tuple[tuple[Meter, ...], Callable[[Run], Counters]]] = {}
-
-
-def _counting(limits: Limits, meters: tuple[Meter, ...]) -> Callable[[Run], Counters]:
-    """The function reading every meter of a run under ``limits``; kept, as runs share their meters and limits.
-
-    Every tool step records the counters.  A function generated with one
-    dict entry per meter, reading the run's attributes directly (the way
-    ``attrs`` generates ``__init__``), saves about 4% of a run's time at one
-    tool turn over a loop calling one reader per meter (``make bench``).
-    Found by the identity of both objects first (an agent's runs share
-    them; each entry holds its objects, so their ids are not reused
-    meanwhile), then by the limit values: a fresh agent per request has new
-    ``Limits`` with the same values, and generating the function again cost
-    more than its whole run.
-    """
-    key = (id(limits), id(meters))
-    found = _countings.get(key)
-    if found is not None:
-        _remember(limits, meters, found[2])
-        return found[2]
-    values = tuple(meter.limit(limits) for meter in meters)
-    made = _generated.get((id(meters), values))
-    if made is None:
-        namespace: dict[str, Any] = {}
-        entries = []
-        for i, meter in enumerate(meters):
-            namespace[f"limit{i}"] = values[i]
-            entries.append(f"{meter.name!r}: [{_INLINE.get(meter.used, 'run.' + meter.used)}, limit{i}]")
-        # The text holds only repr()s of the names, identifiers (the table checked them) and its own variables.
-        exec(f"def counters(run):\n    return {{{', '.join(entries)}}}\n", namespace)
-        made = (meters, namespace["counters"])
-        if len(_generated) >= 256:
-            _generated.clear()
-        _generated[id(meters), values] = made
-    if len(_countings) >= 256:
-        _countings.clear()
-    _countings[key] = (limits, meters, made[1])
-    _remember(limits, meters, made[1])
-    return made[1]
-
-
-def _remember(limits: Limits, meters: tuple[Meter, ...], counting: Callable[[Run], Counters]) -> None:
-    global _last  # a one-entry memo of _counting, read and written whole
-    _last = (limits, meters, counting)
+    bound: str | None = None
+    moved_on: tuple[tuple[str, str], ...] = ()
 
 
 class Run:
@@ -134,7 +84,6 @@ class Run:
     # Slots: a run has more attributes than Python's shared instance dicts hold (30), and the guards
     # read them on every transition.
     __slots__ = (
-        "_counting",
         "approvals",
         "call_ids",
         "calls_by_tool",
@@ -245,7 +194,6 @@ class Run:
         self.frozen = False
         self.policies: Mapping[str, str] = policies or {}
         self.meters: tuple[Meter, ...] = table.meters
-        self._counting: tuple[Limits | None, Callable[[Run], Counters]] = (None, _no_counters)
         self.rows: Mapping[tuple[State, str], Sequence[Row]] = table.index
         self.table_stops: Mapping[str, Stop] = table.stop_for
         # The stop that a finalize call is answering for, once one was taken, and that stop's evidence.
@@ -288,22 +236,8 @@ class Run:
 
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
-        limits, (read_under, counting) = self.limits, self._counting
-        if read_under is not limits:
-            # Limits only change by resuming: the function is looked up again only then (first in the one the
-            # last lookup found, which for a run of a reused agent or a fresh one alike is this one).
-            last = _last
-            counting = last[2] if last[0] is limits and last[1] is self.meters else _counting(limits, self.meters)
-            self._counting = (limits, counting)
-        return counting(self)
-
-
-def _no_counters(run: Run) -> Counters:
-    return {}
-
-
-_last: tuple[Limits | None, tuple[Meter, ...] | None, Callable[[Run], Counters]] = (None, None, _no_counters)
-"""The last function ``_counting`` found, with its limits and meters: what a run's first ``counters()`` looks at."""
+        limits = self.limits
+        return {meter.name: [getattr(self, meter.used), meter.limit(limits)] for meter in self.meters}
 
 
 class MessagesView(Sequence[Message]):

@@ -169,23 +169,23 @@ CATALOGUE: tuple[Stop, ...] = (
          g.is_cancelled, ev.cancelled, "the run's CancelToken was cancelled, or the task driving it", resume="lift"),
     Stop("timeout", (A.START, A.MODEL_EXPIRED, A.BEFORE_TOOL, A.TOOL_EXPIRED, A.BEFORE_MODEL), g.deadline_passed,
          ev.timeout, "the run used up its timeout seconds", finalize=True, resume="lift",
-         counter=Meter("seconds", "seconds", ev.timeout_limit), limit="timeout"),
+         counter=g.SECONDS, limit="timeout"),
     Stop("repeated_action", (A.BEFORE_TOOL,), g.repeats_last_call, ev.repeated_action,
          "the next call repeats the call just made", finalize=True),
     Stop("max_tool_calls", (A.BEFORE_TOOL,), g.tool_calls_exhausted, ev.max_tool_calls,
          "the next call would exceed a tool-call cap", finalize=True, resume="lift",
-         counter=Meter("tool_calls", "tool_calls", ev.calls_limit), limit="max_tool_calls"),
+         counter=g.TOOL_CALLS, limit="max_tool_calls"),
     Stop("child_stopped", (A.AFTER_TOOL,), g.passes_child_stop, ev.child_stopped,
          "a sub-agent stopped and its tool passes the stop on"),
     Stop("tool_failures", (A.AFTER_TOOL,), g.failures_exhausted, ev.tool_failures,
          "too many tool calls failed in a row",
-         counter=Meter("failures", "failures", ev.failures_limit), limit="max_consecutive_failures"),
+         counter=g.FAILURES, limit="max_consecutive_failures"),
     Stop("cycle", (A.AFTER_TOOL,), g.is_cycling, ev.cycle, "the latest calls repeat a cycle with the same results",
          finalize=True, limit="cycle_window"),
     Stop("token_budget", (A.BEFORE_MODEL,), g.budget_spent, ev.token_budget, "the token budget is spent",
-         finalize=True, resume="lift", counter=Meter("tokens", "tokens", ev.budget_limit), limit="token_budget"),
+         finalize=True, resume="lift", counter=g.TOKENS, limit="token_budget"),
     Stop("max_steps", (A.BEFORE_MODEL,), g.steps_exhausted, ev.max_steps, "max_steps model turns were taken",
-         finalize=True, resume="lift", counter=Meter("steps", "turns", ev.steps_limit), limit="max_steps"),
+         finalize=True, resume="lift", counter=g.STEPS, limit="max_steps"),
 )  # fmt: skip
 """The built-in stops; their order is their priority wherever two are checked at the same checkpoint."""
 del A
@@ -309,21 +309,11 @@ def user_stops(stops: Iterable[Any], builtin: Collection[str]) -> tuple[StopCond
     return tuple(out)
 
 
-_default_policies: dict[int, tuple[Mapping[str, Stop], dict[str, str]]] = {}
-
-
 def check_policies(
     on_stop: Mapping[str, str] | Mapping[Reason, Policy] | None, stops: Mapping[str, Stop]
 ) -> dict[str, str]:
     """Validate ``on_stop`` against the stops: known reasons, known policies, finalize only where it applies."""
-    found = _default_policies.get(id(stops))
-    if found is None or found[0] is not stops:
-        # The stops are a table's, so their defaults are laid out once per table, not once per agent.
-        found = (stops, {stop.reason: stop.policy for stop in stops.values() if stop.policy != "raise"})
-        if len(_default_policies) >= 64:
-            _default_policies.clear()
-        _default_policies[id(stops)] = found  # the entry holds the stops, so their id is not reused meanwhile
-    policies = dict(found[1])
+    policies: dict[str, str] = {stop.reason: stop.policy for stop in stops.values() if stop.policy != "raise"}
     for reason, policy in (on_stop or {}).items():
         stop = stops.get(reason)
         if stop is None:

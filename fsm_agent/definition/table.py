@@ -15,12 +15,17 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from fsm_agent.definition.guards import (
+    EVERY_EDGE,
+    Declared,
     Guard,
+    Lookahead,
     context_overflowed,
+    fact,
     has_no_tool_calls,
     has_pending_calls,
     output_rejected,
@@ -93,10 +98,12 @@ class Row:
     reason: str | None = None
     entry: Transition = attrs.field(init=False, eq=False, repr=False)
     """The trace entry of taking this row: immutable and the same every time, so built once."""
+    test: Guard | None = attrs.field(init=False, eq=False, repr=False)  # what first_row calls: see Declared.test
 
     def __attrs_post_init__(self) -> None:
         entry = Transition(str(self.source), self.trigger, str(self.dest), self.guard_name, self.reason)
         object.__setattr__(self, "entry", entry)
+        object.__setattr__(self, "test", self.guard.test if isinstance(self.guard, Declared) else self.guard)
 
     @property
     def guard_name(self) -> str | None:
@@ -115,7 +122,7 @@ def first_row(run: Run, trigger: str) -> Row | None:
     this, so what the machine would do and what it does cannot differ.
     """
     for row in run.rows.get((run.state, trigger), ()):
-        if row.guard is None or row.guard(run):
+        if row.test is None or row.test(run):
             return row
     return None
 
@@ -168,34 +175,26 @@ def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, t
     return problems
 
 
-def _rows(rows: Iterable[Row]) -> tuple[Row, ...]:
-    return tuple(rows)
+def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(items)
 
 
-def _reasons(reasons: Iterable[str]) -> tuple[str, ...]:
-    return tuple(reasons)
-
-
-def _stops(stops: Iterable[Stop]) -> tuple[Stop, ...]:
-    return tuple(stops)
-
-
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # hashed once: the walker of a table is found by its value (core.walker)
 class Table:
     """An ordered, validated set of rows, the stop reasons they may carry and the stops behind them."""
 
-    rows: tuple[Row, ...] = attrs.field(converter=_rows)
-    reasons: tuple[str, ...] = attrs.field(converter=_reasons)
+    rows: tuple[Row, ...] = attrs.field(converter=_tuple)
+    reasons: tuple[str, ...] = attrs.field(converter=_tuple)
     initial: State = State.AwaitModel
     terminal: frozenset[State] = frozenset({State.Done, State.Failed})
-    stops: tuple[Stop, ...] = attrs.field(default=(), converter=_stops)
+    stops: tuple[Stop, ...] = attrs.field(default=(), converter=_tuple)
 
     def __attrs_post_init__(self) -> None:
         problems = _problems(self.rows, self.reasons, self.initial, self.terminal)
         problems += [
             f"stop {stop.reason}: its counter's used must name an attribute of Run, got {stop.counter.used!r}"
             for stop in self.stops
-            if stop.counter is not None and not stop.counter.used.isidentifier()  # it becomes code (run.counters)
+            if stop.counter is not None and not hasattr(Run, stop.counter.used)
         ]
         if problems:
             msg = "invalid transition table:\n  " + "\n  ".join(problems)
@@ -228,6 +227,27 @@ class Table:
         """The counters of the stops, as ``Step.counters`` lists them."""
         return tuple(stop.counter for stop in self.stops if stop.counter is not None)
 
+    def reads(self, row: Row) -> tuple[str, ...]:
+        """The meters and run facts ``row``'s guard reads, as declared: none for an unguarded or opaque row."""
+        return row.guard.reads if isinstance(row.guard, Declared) else ()
+
+    def bounds(self, row: Row) -> str | None:
+        """The ``Limits`` field that bounds ``row``'s guard (``max_steps`` for ``steps_exhausted``), if any."""
+        return row.guard.bound if isinstance(row.guard, Declared) else None
+
+    def opaque(self, row: Row) -> bool:
+        """Whether ``row``'s guard declares nothing (a user's ``StopCondition`` or a plain function): only called."""
+        return row.guard is not None and not isinstance(row.guard, Declared)
+
+    def increments(self, meter: str) -> tuple[Row, ...]:
+        """The rows taken after an outcome that moves the meter ``meter`` (all, for the clock; see ``Lookahead``)."""
+        moved_on = next((m.moved_on for m in self.meters if m.name == meter), None)
+        if moved_on is None:
+            msg = f"no meter {meter!r}; the table's meters are {', '.join(m.name for m in self.meters)}"
+            raise KeyError(msg)
+        moved = [(str(r.source), r.guard.trigger if isinstance(r.guard, Lookahead) else r.trigger) for r in self.rows]
+        return tuple(r for r, at in zip(self.rows, moved, strict=True) if moved_on == EVERY_EDGE or at in moved_on)
+
     def with_rows(self, extra: Iterable[Row], reasons: Iterable[str]) -> Table:
         """A new table with ``extra`` rows placed just before the fallback of their state and trigger."""
         rows = list(self.rows)
@@ -252,20 +272,19 @@ def _lifted(run: Run) -> bool:
     return stop is not None and stop.resume == "lift" and stop.guard is not None and not stop.guard(run)
 
 
-def _model_call_allowed(run: Run) -> bool:
-    return blocking_stop(run) is None
-
-
+@fact("pending", "reason")
 def resumes_before_tool(run: Run) -> bool:
     """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
     return bool(run.pending) and _lifted(run)
 
 
+@fact("pending", "reason")
 def resumes_before_model(run: Run) -> bool:
     """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
-    return not run.pending and _lifted(run) and _model_call_allowed(run)
+    return not run.pending and _lifted(run) and blocking_stop(run) is None
 
 
+@fact("output_problem", "finalizing", "output_retries")
 def output_invalid(run: Run) -> bool:
     """A typed agent's final answer was not accepted, a retry is left and no limit forbids the call: ask again.
 
@@ -280,10 +299,11 @@ def output_invalid(run: Run) -> bool:
         and problem[1]
         and run.finalizing is None
         and run.output_retries < run.output_retry_limit
-        and _model_call_allowed(run)
+        and blocking_stop(run) is None
     )
 
 
+@fact("policies", "model_exception", "compacted_turn")
 def compacts_history(run: Run) -> bool:
     """The context window overflowed and the agent compacts then: shorten the history and make the call again.
 
@@ -295,14 +315,15 @@ def compacts_history(run: Run) -> bool:
         run.policies.get("context_overflow") == "compact"
         and context_overflowed(run)
         and run.turns != run.compacted_turn + 1
-        and _model_call_allowed(run)
+        and blocking_stop(run) is None
     )
 
 
+@fact("reason", "retry_model")
 def retries_model_call(run: Run) -> bool:
     """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
     stop = run.table_stops.get(run.reason or "")
-    return stop is not None and stop.resume == "retry" and run.retry_model and _model_call_allowed(run)
+    return stop is not None and stop.resume == "retry" and run.retry_model and blocking_stop(run) is None
 
 
 @functools.cache
@@ -321,7 +342,7 @@ def finalize_on(reason: str, trigger: str) -> Guard:
         return row is not None and row.reason == reason
 
     guard.__name__ = guard.__qualname__ = f"finalize_on_{reason}"
-    return guard
+    return Lookahead(guard, ("finalizing", "policies"), trigger)
 
 
 def build_table(stops: Sequence[Stop]) -> Table:

@@ -1,9 +1,8 @@
-"""The agent: a model, its tools and the limits that bound every run; and ``AgentRun``, one run of it.
+r"""The agent: a model, its tools and the limits that bound every run.
 
-``AgentRun`` is both drivers over one stepper: ``advance()``/``finish()``
-call, ``aadvance()``/``afinish()`` await, and a run may switch between them
-at any transition.  ``Agent.run``, ``arun``, ``stream`` and ``astream`` are
-built on them.
+Its runs are ``AgentRun``\ s (``drivers.agent_run``: both drivers over one
+stepper); ``Agent.run``, ``arun``, ``stream``, ``astream``, ``resume`` and
+``aresume`` are built on them.
 """
 
 from __future__ import annotations
@@ -13,13 +12,10 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.firing import fires_for
 from fsm_agent.core.history import History, opening
-from fsm_agent.core.ledger import answer_unexecuted
 from fsm_agent.core.output import Validator
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.guards import Guard, dormant_guards, passes_child_stop
@@ -28,28 +24,23 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Policy, Reason, State
 from fsm_agent.definition.stops import StopCondition
 from fsm_agent.definition.table import (
-    RESUME,
+    Row,
     Table,
-    describe_resumable,
 )
 from fsm_agent.drivers import streaming
-from fsm_agent.drivers.aio import AsyncDriver
+from fsm_agent.drivers.agent_run import AgentRun as AgentRun  # also importable from here, as before
 from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.checks import NO_PARTS, PLAIN_UNUSED, Parts, parts_of, plain_parts, schemas_of, settings
 from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, check_no_cycle
 from fsm_agent.drivers.model import Clock, Model
+from fsm_agent.drivers.stored import astore_for, store_for
 from fsm_agent.drivers.streaming import StreamEvent
-from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.observe.events import Hook, HookName, Hooks, log_observers
-from fsm_agent.persist import StoreTarget, store_for
-from fsm_agent.persist.journal import link_of
-from fsm_agent.persist.store import check_run_id, session_id, stored_version
 from fsm_agent.records import Message, RunResult, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
 
-
-class AgentRun(SyncDriver, AsyncDriver):
-    """One run of an agent, driven by ``advance()``/``aadvance()`` (one transition) or ``finish()``/``afinish()``."""
+if TYPE_CHECKING:
+    from fsm_agent.persist import StoreTarget
 
 
 class Agent:
@@ -122,7 +113,7 @@ class Agent:
         self.table: Table = walker.table
         self.hooks = Hooks()
         self.run_parts: Parts = NO_PARTS
-        self._fresh_rows = walker.fresh_rows(self.limits, self.strict_hooks, "finalize" in self.on_stop.values())
+        self._fresh_rows: dict[tuple[bool, tuple[Guard, ...]], Mapping[tuple[State, str], tuple[Row, ...]]] = {}
 
     def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
@@ -160,18 +151,18 @@ class Agent:
         self.run_parts = (registry.version, children, dormant, schemas)
         return self.run_parts
 
-    def rows_for(self, run: Run, cancellable: bool, unused: tuple[Guard, ...]) -> Any:
-        """The rows ``run`` walks, and their compiled fires: the table's without those whose guards cannot hold.
+    def rows_for(
+        self, run: Run, cancellable: bool, unused: tuple[Guard, ...]
+    ) -> Mapping[tuple[State, str], tuple[Row, ...]]:
+        """The rows ``run`` walks: the table's without those whose guards cannot hold (see ``dormant_guards``).
 
-        See ``dormant_guards``.  A new run under the agent's own limits (most runs) gets those found for a run set
-        up alike before it, by this agent or another (a fresh agent per request): see ``Walker.fresh_rows``.
+        A new run under the agent's own limits (most runs) gets those found for an earlier run of this agent.
         """
         fresh = run.limits is self.limits and not run.trace and run.finalizing is None
         found = self._fresh_rows.get((cancellable, unused)) if fresh else None
         if found is None:
             dormant = dormant_guards(run, strict_hooks=self.strict_hooks, cancellable=cancellable, also=unused)
-            rows = self.walker.rows_without(dormant)
-            found = (rows, fires_for(rows))
+            found = self.walker.rows_without(dormant)
             if fresh:
                 self._fresh_rows[cancellable, unused] = found
         return found
@@ -263,14 +254,16 @@ class Agent:
             messages, prior = opening(self.system, user_input, history)
         position = Run(limits or self.limits, messages, table=self.table, policies=self.on_stop, prior=prior)
         # None: the run makes its own id when first asked for one.
-        run_id = None if run_id is None else check_run_id(run_id)
-        store = None if store is None else store_for(store)
+        if run_id is not None:
+            from fsm_agent.persist.store import check_run_id
+
+            run_id = check_run_id(run_id)
         return AgentRun(
             self,
             position,
             cancel=cancel,
             observers=observers,
-            store=store,
+            store=store_for(store),
             run_id=run_id,
             session=session,
             parent=parent,
@@ -298,63 +291,56 @@ class Agent:
         ``cancelled`` continues if the new limits (or a fresh token) lift the
         stop, and a ``model_error`` run with ``retry=True``; the trace shows
         that as a ``resume`` edge out of ``Failed``.  Anything else is a
-        ``ValueError`` saying why.
+        ``ValueError`` saying why.  With a ``store`` the run is claimed here,
+        before anything is called (see ``aresume`` to await that).
         """
-        if isinstance(source, RunResult):
-            if source.snapshot is None:
-                msg = f"a RunResult with reason {source.reason!r} has no snapshot: only stopped or paused runs resume"
-                raise ValueError(msg)
-            source = source.snapshot
-        data = snapshot.parse(source)
-        expected = stored_version(data)
-        limits = snapshot.limits_of(
-            data, max_steps=max_steps, token_budget=token_budget, timeout=timeout, max_tool_calls=max_tool_calls
+        lifted = {
+            "max_steps": max_steps,
+            "token_budget": token_budget,
+            "timeout": timeout,
+            "max_tool_calls": max_tool_calls,
+        }
+        opened = store_for(store)
+        run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
+            self, source, approvals, retry, cancel, observers, opened, lifted
         )
-        position = Run(limits, [], table=self.table, policies=self.on_stop)
-        snapshot.load(position, data, self.table.states)
-        run_id = data.get("run_id")
-        run = AgentRun(
-            self,
-            position,
-            cancel=cancel,
-            observers=observers,
-            store=store_for(store),
-            run_id=run_id if isinstance(run_id, str) and run_id else None,
-            session=session_id(data.get("session_id")),
-            parent=link_of(data),
-        )
-        run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
-        if position.state is State.Done:
-            msg = "the run finished in Done; there is nothing to resume"
-            raise ValueError(msg)
-        entry = None
-        if position.state is State.Failed:
-            position.retry_model = retry
-            run._observe()  # noqa: SLF001 - the agent builds its own runs: the resume guards read time and token
-            entry = self.walker.try_fire(position, RESUME)
-            if entry is None:
-                msg = (
-                    f"the run stopped with {position.reason!r}, which these limits do not lift "
-                    f"(counters {position.counters()}); {describe_resumable(self.table.stops)}"
-                )
-                raise ValueError(msg)
-            if entry.dest == State.AwaitModel:
-                # A retried reply's calls never ran; the next model call must see them answered.
-                answer_unexecuted(position, "the reply that asked for this call was not usable")
-            position.reason, position.evidence, position.final, position.finalizing = None, {}, "", None
-            position.model_exception = position.condition_error = None
-            position.unfinished = None
-        if approvals:
-            # Decided before the claim, so the claim stores the decisions and, with nothing left to wait
-            # for, keeps the lease: nobody can decide or resume in between, and a refused decision writes nothing.
-            run.decide(approvals)
-        # Taken over before anything is called: a run another owner is advancing is a RunLeasedError here, and
-        # one that moved on since this snapshot was read (or that the snapshot was never read from) a StaleRunError.
-        # A stopped run is claimed with its resume edge already taken, so the claim keeps the lease; claimed
-        # while still Failed it would be let go at once, and a second owner could take it in between.
         run._open_store(new=False, expected=expected)  # noqa: SLF001 - the agent opens its own runs' stores
         if entry is not None:
             run._after(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
+        return run
+
+    async def aresume(
+        self,
+        source: RunResult | dict[str, Any] | str,
+        *,
+        approvals: Mapping[str, bool | str] | None = None,
+        retry: bool = False,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        store: StoreTarget | None = None,
+        max_steps: int | None = None,
+        token_budget: int | None = None,
+        timeout: float | None = None,
+        max_tool_calls: int | Mapping[str, int] | None = None,
+    ) -> AgentRun:
+        """``resume``, awaited: with a ``store``, the claim and the resume edge's checkpoint block no event loop.
+
+        Drive the run it returns with ``afinish()`` or ``aadvance()``: the
+        store's async methods (``aclaim``, ``aappend``, ...) do every write.
+        """
+        lifted = {
+            "max_steps": max_steps,
+            "token_budget": token_budget,
+            "timeout": timeout,
+            "max_tool_calls": max_tool_calls,
+        }
+        opened = await astore_for(store)
+        run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
+            self, source, approvals, retry, cancel, observers, opened, lifted
+        )
+        await run._aopen_store(new=False, expected=expected)  # noqa: SLF001 - the agent opens its own runs' stores
+        if entry is not None:
+            await run._aafter(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
         return run
 
     def run(
@@ -397,8 +383,9 @@ class Agent:
         history: History | None = None,
     ) -> RunResult:
         """Await a run to the end, like ``run``; a turn's tool calls run concurrently, and checkpoints are awaited."""
+        opened = await astore_for(store)  # a path opened for the first time is opened in a thread
         with log_observers(log) as observers:
-            run = self._begin(user_input, cancel, observers, store, run_id, history)
+            run = self._begin(user_input, cancel, observers, opened, run_id, history)
             await run._aopen_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return await run.afinish()
 

@@ -5,11 +5,14 @@ If the task is cancelled while a call is in flight, the run is recorded as
 finished are kept) and the ``CancelledError`` propagates; if the run's
 timeout passes, the calls in flight are cancelled and the run stops on
 ``timeout``.
+
+``asyncio`` is imported by the methods that await, never by ``import
+fsm_agent``: it brings ``ssl``, sockets and subprocesses, most of the cost of
+importing the package, which a program that never awaits a run need not pay.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from typing import Any
 
@@ -39,6 +42,8 @@ class AsyncDriver(RunBase):
     async def _aadvance(self) -> Transition:
         if self._journal is None:
             return await self._amove()
+        import asyncio
+
         # The checkpoint is awaited after the transition, not written while the transition closes.
         self._deferred = True
         try:
@@ -53,6 +58,8 @@ class AsyncDriver(RunBase):
         return entry
 
     async def _amove(self) -> Transition:
+        import asyncio
+
         if self._clock_each_transition:
             self._observe()
         effect = self.stepper.effect(parallel=True)
@@ -135,6 +142,8 @@ class AsyncDriver(RunBase):
         (``make bench``).  Without a deadline or a cancel token only the
         counters read the time, told after each call as the sync driver does.
         """
+        import asyncio
+
         run = self.position
         for effect in self.stepper.moves(parallel=True):
             if isinstance(effect, CheckOutput):
@@ -177,6 +186,8 @@ class AsyncDriver(RunBase):
             elif acomplete is not None:
                 response = await acomplete(effect.messages, effect.tools, **keywords["acomplete"])
             else:
+                import asyncio
+
                 complete = self._model.complete
                 response = await asyncio.to_thread(complete, effect.messages, effect.tools, **keywords["complete"])
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
@@ -203,6 +214,8 @@ class AsyncDriver(RunBase):
             # with the transition that records it, right after).
             await self._acall_tool(batch[0])
             return
+        import asyncio
+
         limit = asyncio.Semaphore(self.agent.max_concurrency or len(batch))
         journal = self._journal
         # A batch's transitions come after its last call, so each call's outcome is written as it returns, one
@@ -233,6 +246,31 @@ class AsyncDriver(RunBase):
             # The writes of calls that finished are waited for: the stop recorded next is written after them.
             await asyncio.gather(*writes, return_exceptions=True)
             raise
+
+    async def _aopen_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
+        """``_open_store``, awaited: the store's async methods write the run and take its lease."""
+        if self._journal is not None:
+            self._observe()
+            await self._journal.aopen(self.position, self.paused, new=new, overwrite=overwrite, expected=expected)
+
+    async def _aafter(self, entry: Transition) -> Transition:
+        """``_after``, awaited: the transition's checkpoint is the async driver's write (``_asave``)."""
+        self._deferred = True
+        try:
+            self._after(entry)
+        finally:
+            self._deferred = False
+        await self._asave()
+        return entry
+
+    async def _asave(self) -> None:
+        """Checkpoint the transition just taken, awaited (the async driver's write), then close it."""
+        journal = self._journal
+        if journal is not None:
+            await journal.asave(self.position, self.paused)
+            entry, self._closing = self._closing, None
+            if entry is not None:
+                self._close(entry)
 
     def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:
         if isinstance(effect, ModelCall):

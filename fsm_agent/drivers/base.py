@@ -20,15 +20,15 @@ from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
 from fsm_agent.drivers.position import ReadThrough
+from fsm_agent.drivers.stored import journal_for
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.observe.events import CallEvent, TextDelta, TransitionEvent, logger
-from fsm_agent.persist.journal import Journal
-from fsm_agent.persist.store import Store
 from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import ToolResult
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
+    from fsm_agent.persist.store import Store
 
 Observer = Callable[[TransitionEvent], None]
 
@@ -63,9 +63,9 @@ class RunBase:
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
         parts = agent.run_parts  # (tools version, sub-agents, dormant guards, schemas): read, not called, as most runs
         _, self._children, unused, schemas = parts if parts[0] == agent.registry.version else agent.refresh_parts()
-        position.rows, fires = agent.rows_for(position, cancel is not None, unused)
+        position.rows = agent.rows_for(position, cancel is not None, unused)
         # agent.tool_schemas(), from the parts: a list of this run's own.
-        self.stepper = Stepper(position, agent.walker, list(schemas), agent.approve, agent.output, agent.compact, fires)
+        self.stepper = Stepper(position, agent.walker, list(schemas), agent.approve, agent.output, agent.compact)
         self._run_id = run_id
         self.agent = agent
         self._model = agent.model
@@ -80,7 +80,7 @@ class RunBase:
         self._wants_text = hooked and bool(hooks.get("text"))
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
-        self._journal = None if store is None else Journal(store, self.run_id, session=session, parent=parent)
+        self._journal = None if store is None else journal_for(store, self.run_id, session, parent)
         # Whether the run is told the time (and its cancel flag) before every transition, or only after each
         # call.  A deadline, a cancel token, observers and a store need the former; otherwise only the
         # counters read the time, and between two calls it moves by the engine's own microseconds.
@@ -341,27 +341,6 @@ class RunBase:
             self._emit(entry)
             self._response = self._call = self._outcome = None
             self._error = None
-
-    def _open_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
-        """Write the run to its store whole and take its lease (``RunExistsError``, ``RunLeasedError``)."""
-        if self._journal is not None:
-            self._observe()
-            self._journal.open(self.position, self.paused, new=new, overwrite=overwrite, expected=expected)
-
-    async def _aopen_store(self, *, new: bool, overwrite: bool = False) -> None:
-        """``_open_store`` of a new run, awaited."""
-        if self._journal is not None:
-            self._observe()
-            await self._journal.aopen(self.position, self.paused, new=new, overwrite=overwrite)
-
-    async def _asave(self) -> None:
-        """Checkpoint the transition just taken, awaited (the async driver's write), then close it."""
-        journal = self._journal
-        if journal is not None:
-            await journal.asave(self.position, self.paused)
-            entry, self._closing = self._closing, None
-            if entry is not None:
-                self._close(entry)
 
     def _make_result(self) -> RunResult:
         run = self.position

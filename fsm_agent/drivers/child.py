@@ -16,9 +16,7 @@ with ``child_stopped``.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import hashlib
 import json
 import time
 import uuid
@@ -33,17 +31,17 @@ from fsm_agent.core.result import make_result
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
+from fsm_agent.drivers.stored import astored, awaited, stored
 from fsm_agent.errors import AgentLoopError, RunLeasedError
 from fsm_agent.observe.events import logger
-from fsm_agent.persist.journal import LINK, link_of
-from fsm_agent.persist.store import DEFAULT_LEASE
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 from fsm_agent.tools.registry import ToolRegistry, ToolResult
 from fsm_agent.tools.schema import arguments_error
 
 if TYPE_CHECKING:
     from fsm_agent.core.cancellation import CancelToken
-    from fsm_agent.drivers.agent import Agent, AgentRun
+    from fsm_agent.drivers.agent import Agent
+    from fsm_agent.drivers.agent_run import AgentRun
     from fsm_agent.drivers.base import RunBase
 
 OnChildStop = Literal["error", "raise"]
@@ -233,32 +231,82 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     A finished child is read back, never run again; one under way goes on
     from its own last checkpoint; otherwise a new one starts, unless the
     parent's token budget leaves it nothing (then the call's outcome says so).
+    ``_abegin`` is the same, awaited.
     """
-    agent, store = child.agent, parent._store  # noqa: SLF001 - the parent's driver hands over its own run
-    text = call.arguments["input"]
-    link = {"parent_run_id": parent.run_id, "parent_call_id": call.id, "input_digest": input_digest(text)}
-    run_id = f"{parent.run_id}/{call.id}"
-    tokens, calls = shares(parent)
-    cancel = parent._cancel  # noqa: SLF001 - one token: cancelling the parent cancels the child
-    data = None if store is None else _stored(store, run_id)
+    from fsm_agent.persist.journal import link_of  # as every store module, loaded by the first call that needs it
+
+    store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
+    data = None if store is None else stored(store, run_id)
     if data is not None and link_of(data) != link:
-        # Another run's child (a provider reusing call ids across runs, a parent started again over its old id):
-        # never taken for this call's answer.  This call's child goes under an id its input names instead.
-        foreign, run_id = run_id, f"{run_id}@{link['input_digest'][:12]}"
-        logger.warning(
-            "fsm_agent: stored run %r answers another call (%s); running %r", foreign, data.get(LINK[0]), run_id
-        )
-        data = _stored(store, run_id)
+        run_id = _renamed(run_id, link, data)
+        data = stored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
-    finished = data is not None and data.get("state") in FINISHED and not data.get("paused")
-    if tokens == 0 and not finished:
+    tokens, calls = shares(parent)
+    if tokens == 0 and not _finished(data):
         return run_id, _no_tokens(child, run_id, parent), False
-    limits = _limits(parent, agent, tokens, calls)
+    limits = _limits(parent, child.agent, tokens, calls)
     if data is None:
-        run = agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
-        return run_id, run, True
-    return run_id, _taken_over(agent, store, run_id, data, cancel, limits), False
+        return run_id, _new_run(parent, child, call, run_id, link, limits), True
+    return run_id, _taken_over(child.agent, store, run_id, data, parent._cancel, limits), False  # noqa: SLF001
+
+
+async def _abegin(
+    parent: RunBase, child: ChildTool, call: ToolCall
+) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:
+    """``_begin``, awaited: the store is read (and the child claimed) through its async methods."""
+    from fsm_agent.persist.journal import link_of
+
+    store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
+    data = None if store is None else await astored(store, run_id)
+    if data is not None and link_of(data) != link:
+        run_id = _renamed(run_id, link, data)
+        data = await astored(store, run_id)
+        if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
+            run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    tokens, calls = shares(parent)
+    if tokens == 0 and not _finished(data):
+        return run_id, _no_tokens(child, run_id, parent), False
+    limits = _limits(parent, child.agent, tokens, calls)
+    if data is None:
+        return run_id, _new_run(parent, child, call, run_id, link, limits), True
+    return run_id, await _ataken_over(child.agent, store, run_id, data, parent._cancel, limits), False  # noqa: SLF001
+
+
+def _named(parent: RunBase, call: ToolCall) -> tuple[str, dict[str, str]]:
+    """The child's run id, ``<parent run id>/<call id>``, and the ``LINK`` its stored run keeps of the call."""
+    link = {
+        "parent_run_id": parent.run_id,
+        "parent_call_id": call.id,
+        "input_digest": input_digest(call.arguments["input"]),
+    }
+    return f"{parent.run_id}/{call.id}", link
+
+
+def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
+    """The id for a child whose own id holds another run's child: one its input names.
+
+    Another run's child (a provider reusing call ids across runs, a parent
+    started again over its old id) is never taken for this call's answer.
+    """
+    from fsm_agent.persist.journal import LINK
+
+    renamed = f"{run_id}@{link['input_digest'][:12]}"
+    logger.warning("fsm_agent: stored run %r answers another call (%s); running %r", run_id, data.get(LINK[0]), renamed)
+    return renamed
+
+
+def _finished(data: dict[str, Any] | None) -> bool:
+    """Whether a stored child (None: none stored) finished, so its result is read back, never run again."""
+    return data is not None and data.get("state") in FINISHED and not data.get("paused")
+
+
+def _new_run(
+    parent: RunBase, child: ChildTool, call: ToolCall, run_id: str, link: dict[str, str], limits: Limits
+) -> AgentRun:
+    """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
+    text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
+    return child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
 
 
 def _taken_over(
@@ -271,21 +319,50 @@ def _taken_over(
     for a live owner to finish the child, whose result it then takes),
     within two leases; a child some live owner keeps advancing past that
     is a ``RunLeasedError`` naming it.  Nothing of the child runs twice.
+    ``_ataken_over`` is the same, awaited.
     """
+    from fsm_agent.persist.store import DEFAULT_LEASE
+
     patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
     while True:
-        if data.get("state") in FINISHED and not data.get("paused"):
+        if _finished(data):
             return stored_result(agent, data)
         try:
             return agent.resume(
                 data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget
             )
         except RunLeasedError as busy:
-            now = time.time()
-            if busy.stale or now >= patience:
-                raise
-            time.sleep(min(max(busy.until - now, 0.0) + _SLACK, patience - now))
+            time.sleep(_lease_wait(busy, patience))
         data = dict(store.load(run_id))
+
+
+async def _ataken_over(
+    agent: Agent, store: Any, run_id: str, data: dict[str, Any], cancel: CancelToken | None, limits: Limits
+) -> AgentRun | RunResult:
+    """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
+    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
+
+    from fsm_agent.persist.store import DEFAULT_LEASE
+
+    patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
+    while True:
+        if _finished(data):
+            return stored_result(agent, data)
+        try:
+            return await agent.aresume(
+                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget
+            )
+        except RunLeasedError as busy:
+            await asyncio.sleep(_lease_wait(busy, patience))
+        data = dict(await awaited(store, "load", run_id))
+
+
+def _lease_wait(busy: RunLeasedError, patience: float) -> float:
+    """Seconds to wait for the lease ``busy`` names to lapse; ``busy`` itself if it never will within ``patience``."""
+    now = time.time()
+    if busy.stale or now >= patience:
+        raise busy
+    return min(max(busy.until - now, 0.0) + _SLACK, patience - now)
 
 
 _SLACK = 0.05
@@ -294,14 +371,9 @@ _SLACK = 0.05
 
 def input_digest(text: str) -> str:
     """The digest a sub-agent's stored run keeps of its input, so a stored answer is only taken for the same input."""
+    import hashlib  # OpenSSL's, loaded by the first sub-agent call rather than by import fsm_agent
+
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _stored(store: Any, run_id: str) -> dict[str, Any] | None:
-    try:
-        return dict(store.load(run_id))
-    except KeyError:
-        return None
 
 
 def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
@@ -328,8 +400,7 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
     bad = _bad_input(call)
     if bad is not None:
         return bad
-    # In a worker thread: it reads the store and may wait out a dead owner's lease.
-    run_id, begun, new = await asyncio.to_thread(_begin, parent, child, call)
+    run_id, begun, new = await _abegin(parent, child, call)
     if isinstance(begun, ToolResult):
         return begun
     if isinstance(begun, RunResult):

@@ -20,22 +20,25 @@ not run, so the next turn's history is one every provider accepts.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.ledger import error_text
 from fsm_agent.core.snapshot import message_of
-from fsm_agent.drivers.agent import Agent, AgentRun
+from fsm_agent.drivers.agent import Agent
+from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.base import Observer
+from fsm_agent.drivers.stored import awaited, store_for
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError, RunStateError, StaleRunError
-from fsm_agent.persist import StoreTarget, store_for
-from fsm_agent.persist.store import Store, check_run_id
 from fsm_agent.records import Message, RunResult, ToolCall
+
+if TYPE_CHECKING:
+    from fsm_agent.persist import StoreTarget
+    from fsm_agent.persist.store import Store, StoredRun
 
 _TERMINAL = ("Done", "Failed")
 _TRIES = 3
@@ -69,6 +72,8 @@ class Session:
         if not isinstance(agent, Agent):
             msg = f"agent must be an Agent, got {type(agent).__name__}"
             raise TypeError(msg)
+        from fsm_agent.persist.store import check_run_id  # as stored.store_for: import fsm_agent loads no store
+
         self.agent = agent
         self.store: Store | None = store_for(store)
         self.session_id = uuid.uuid4().hex if session_id is None else check_run_id(session_id)
@@ -136,9 +141,9 @@ class Session:
         try:
             for _ in range(_TRIES):
                 if self.store is not None:
-                    unfinished = await asyncio.to_thread(self._catch_up)
+                    unfinished = await self._acatch_up()
                     if unfinished is not None:
-                        taken = await asyncio.to_thread(self._take_over, *unfinished, cancel, observers)
+                        taken = await self._atake_over(*unfinished, cancel, observers)
                         if taken is None:
                             continue
                         await self._afinished(taken, quiet=True)
@@ -146,7 +151,7 @@ class Session:
                 try:
                     await run._aopen_store(new=True)  # noqa: SLF001 - as Agent.arun does
                 except RunExistsError:
-                    await asyncio.to_thread(self._check_ours, self._turns + 1)
+                    await self._acheck_ours(self._turns + 1)
                     continue
                 return await self._afinished(run)
             raise self._busy(self._turns + 1)
@@ -167,6 +172,24 @@ class Session:
             run = self.agent.resume(source, approvals=approvals, store=self.store, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return self._finished(run.finish)
+
+    async def aresume(self, approvals: Mapping[str, bool | str] | None = None, **options: Any) -> RunResult:
+        """``resume``, awaited: ``Agent.aresume`` and ``afinish``, the store's reads and writes awaited."""
+        await _acquire(self._lock)
+        try:
+            if self.store is not None:
+                await self._acatch_up(strict=False)
+                source: Any = await awaited(self.store, "load", self.turn_id(self._turns))
+            elif self._last is not None:
+                source = self._last
+            else:
+                msg = f"session {self.session_id!r} has no turn to resume"
+                raise RunStateError(msg)
+            run = await self.agent.aresume(source, approvals=approvals, store=self.store, **options)
+            self._turns -= 1  # the resumed turn is taken in again when it ends
+            return await self._afinished(run)
+        finally:
+            self._lock.release()
 
     # --- between turns ----------------------------------------------------------------------------------------
 
@@ -210,6 +233,21 @@ class Session:
         self._turns = n - 1  # taken in again when it ends
         return run
 
+    async def _atake_over(
+        self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer]
+    ) -> AgentRun | None:
+        """``_take_over``, awaited: the claim is ``Agent.aresume``'s."""
+        if not callable(getattr(self.store, "claim", None)):
+            raise self._busy(n)
+        try:
+            run = await self.agent.aresume(data, store=self.store, cancel=cancel, observers=observers)
+        except StaleRunError:
+            return None  # its owner wrote it meanwhile, or another object took it over first
+        except RunLeasedError as exc:
+            raise self._busy(n, exc.holder, exc.until) from None
+        self._turns = n - 1  # taken in again when it ends
+        return run
+
     def _check_ours(self, n: int) -> None:
         """Turn ``n``'s id is taken in the store: by another object's turn of this session, or a ``RunStateError``.
 
@@ -217,13 +255,26 @@ class Session:
         by another session) would refuse turn ``n`` for ever.
         """
         store: Any = self.store
-        run_id = self.turn_id(n)
         try:
-            owner = store.load(run_id).get("session_id")
+            owner = store.load(self.turn_id(n)).get("session_id")
         except KeyError:
             return  # deleted meanwhile: try again
+        self._ours(n, owner)
+
+    async def _acheck_ours(self, n: int) -> None:
+        """``_check_ours``, awaited."""
+        store: Any = self.store
+        try:
+            owner = (await awaited(store, "load", self.turn_id(n))).get("session_id")
+        except KeyError:
+            return  # deleted meanwhile: try again
+        self._ours(n, owner)
+
+    def _ours(self, n: int, owner: object) -> None:
+        """Nothing if turn ``n``'s stored run is of this session (stored by ``owner``), else a ``RunStateError``."""
         if owner == self.session_id:
             return
+        run_id = self.turn_id(n)
         whose = "it is of no session" if not owner else f"it is of session {owner!r}"
         msg = (
             f"run {run_id!r} in the store is not a turn of session {self.session_id!r} ({whose}), "
@@ -274,18 +325,33 @@ class Session:
         to be taken over or refused.
         """
         store: Any = self.store
+        last = self._last_turn(store.list_runs(session=self.session_id))
+        data = None if last is None else store.load(self.turn_id(last))
+        return self._caught_up(last, data, strict)
+
+    async def _acatch_up(self, *, strict: bool = True) -> tuple[int, dict[str, Any]] | None:
+        """``_catch_up``, awaited: the store's ``alist_runs`` and ``aload``."""
+        store: Any = self.store
+        last = self._last_turn(await awaited(store, "list_runs", session=self.session_id))
+        data = None if last is None else await awaited(store, "load", self.turn_id(last))
+        return self._caught_up(last, data, strict)
+
+    def _last_turn(self, runs: Sequence[StoredRun]) -> int | None:
+        """The number of the session's last stored turn among ``runs`` (its listing); None before its first."""
         prefix = self.turn_id(0)[:-1]
         numbers = [
-            int(tail)
-            for run in store.list_runs(session=self.session_id)
-            if run.run_id.startswith(prefix) and (tail := run.run_id[len(prefix) :]).isdigit()
+            int(tail) for run in runs if run.run_id.startswith(prefix) and (tail := run.run_id[len(prefix) :]).isdigit()
         ]
+        return max(numbers, default=None)
+
+    def _caught_up(
+        self, last: int | None, data: dict[str, Any] | None, strict: bool
+    ) -> tuple[int, dict[str, Any]] | None:
+        """``_catch_up``'s reading of the last turn ``last``, stored as ``data`` (None: no turn yet)."""
         self._paused = None
-        if not numbers:
+        if last is None or data is None:
             self._turns, self._messages = 0, []
             return None
-        last = max(numbers)
-        data = store.load(self.turn_id(last))
         self._turns = last
         messages = [message_of(m) for m in data["messages"]]
         pending = [ToolCall(**call) for call in data.get("pending") or ()]
@@ -333,6 +399,8 @@ async def _acquire(lock: threading.Lock) -> None:
     See ``_FIRST_POLL`` for why a poll and not a waiting thread.  A
     cancelled wait has taken nothing.
     """
+    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
+
     pause = _FIRST_POLL
     while not lock.acquire(blocking=False):
         await asyncio.sleep(pause)

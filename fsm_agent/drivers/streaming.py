@@ -11,7 +11,6 @@ transition at a time, with no thread and no task.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import queue
 import threading
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from fsm_agent.observe.events import TextDelta, TransitionEvent
 
 if TYPE_CHECKING:
-    from fsm_agent.drivers.agent import AgentRun
+    from fsm_agent.drivers.agent_run import AgentRun
 
 StreamEvent = TransitionEvent | TextDelta
 """What ``Agent.stream`` yields."""
@@ -89,6 +88,8 @@ async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[Stre
                 yield feed.popleft()
         await run.afinish()
         return
+    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
+
     arrived = asyncio.Event()
 
     def text(delta: TextDelta) -> None:

@@ -110,6 +110,12 @@ class SyncDriver(RunBase):
                 return expired
         return self._step()
 
+    def _open_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
+        """Write the run to its store whole and take its lease (``RunExistsError``, ``RunLeasedError``)."""
+        if self._journal is not None:
+            self._observe()
+            self._journal.open(self.position, self.paused, new=new, overwrite=overwrite, expected=expected)
+
     def _carry_out(self, effect: Effect) -> Transition | None:
         """Make the call ``effect`` asks for, or, if the deadline already passed, stop the run and return that edge."""
         run = self.position

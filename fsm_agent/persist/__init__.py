@@ -14,9 +14,18 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fsm_agent.persist.checks import check_snapshot
 from fsm_agent.persist.postgres import PostgresStore
 from fsm_agent.persist.sqlite import SqliteStore
-from fsm_agent.persist.store import Store, StoredRun, StoreError
+from fsm_agent.persist.store import (
+    AsyncStore,
+    FullStore,
+    JournaledStore,
+    Store,
+    StoredRun,
+    StoreError,
+    journaled,
+)
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 STORE_KINDS = "a SQLite file's path or a postgresql:// (or postgres://) URL"
@@ -28,13 +37,18 @@ StoreTarget = Store | str | os.PathLike[str]
 
 __all__ = [
     "POSTGRES_SCHEMES",
+    "AsyncStore",
+    "FullStore",
+    "JournaledStore",
     "PostgresStore",
     "SqliteStore",
     "Store",
     "StoreError",
     "StoreTarget",
     "StoredRun",
+    "check_snapshot",
     "is_url",
+    "journaled",
     "open_store",
     "store_for",
 ]

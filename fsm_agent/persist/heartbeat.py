@@ -16,16 +16,18 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from fsm_agent.errors import RunLeasedError
-from fsm_agent.persist.store import Store
+from fsm_agent.persist.store import FullStore, JournaledStore, Store, Traits
 
 
 class Heartbeats:
     """The lease-keeping half of a ``Journal``: renewals while a call is in flight, and refusals kept for later."""
 
     store: Store
+    journaled: JournaledStore | None
+    traits: Traits
     run_id: str
     owner: str
     full: bool
@@ -74,12 +76,19 @@ class Heartbeats:
 
     def _keep(self, seq: int) -> None:
         """Renew the lease of the run this object holds at version ``seq`` (a store without ``keep``: ``renew``)."""
-        store: Any = self.store
-        keep = getattr(store, "keep", None)
-        if keep is not None:
-            keep(self.run_id, owner=self.owner, seq=seq)
+        store = self.journaled
+        if store is None:
+            return  # a store without leases: nothing to keep (beat() starts no heartbeat for it)
+        if self.traits.keeps:
+            cast("FullStore", store).keep(self.run_id, owner=self.owner, seq=seq)
         else:
             store.renew(self.run_id, owner=self.owner, seq=seq)
+
+    async def _await(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Await the store's twin of method ``name`` if it has one (``traits.awaits``), else run it in a thread."""
+        if name in self.traits.awaits:
+            return await getattr(self.store, f"a{name}")(*args, **kwargs)
+        return await asyncio.to_thread(getattr(self.store, name), *args, **kwargs)
 
     def _kept(self) -> float:
         """A renewal succeeded: seconds until the next one is due (a third of a lease)."""
@@ -136,10 +145,8 @@ class Heartbeats:
         while True:
             await asyncio.sleep(wait)
             try:
-                if hasattr(self.store, "keep") or hasattr(self.store, "akeep"):
-                    await acall(self.store, "keep", self.run_id, owner=self.owner, seq=seq)
-                else:
-                    await acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq)
+                name = "keep" if self.traits.keeps or "keep" in self.traits.awaits else "renew"
+                await self._await(name, self.run_id, owner=self.owner, seq=seq)
             except (RunLeasedError, KeyError) as exc:
                 self._refused(exc, me)
                 return
@@ -147,14 +154,6 @@ class Heartbeats:
                 wait = self.lease / _RETRIES
             else:
                 wait = self._kept()
-
-
-async def acall(store: Store, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Await the store's ``a<name>`` if it has one, else run ``<name>`` in a worker thread."""
-    method = getattr(store, f"a{name}", None)
-    if method is not None:
-        return await method(*args, **kwargs)
-    return await asyncio.to_thread(getattr(store, name), *args, **kwargs)
 
 
 _RETRIES = 10

@@ -31,8 +31,8 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import RunExistsError, RunLeasedError
 from fsm_agent.jsontext import dumps
-from fsm_agent.persist.heartbeat import CallInFlight, Heartbeats, HeartbeatThread, acall
-from fsm_agent.persist.store import DEFAULT_LEASE, VERSION_KEY, Entry, Store, Summary, new_owner
+from fsm_agent.persist.heartbeat import CallInFlight, Heartbeats, HeartbeatThread
+from fsm_agent.persist.store import VERSION_KEY, Entry, JournaledStore, Store, Summary, new_owner, traits
 
 LINK = ("parent_run_id", "parent_call_id", "input_digest")
 """What a sub-agent's stored run says of the call it answers: the parent run, the call's id, its input's digest."""
@@ -70,10 +70,13 @@ class Journal(Heartbeats):
         if parent is not None:
             self._named.update(parent)
         self.owner = owner or new_owner()
-        # A store with only wants/save/load gets whole snapshots and no leases, as before journals existed.
-        self.full = callable(getattr(store, "append", None))
-        self.lease = float(getattr(store, "lease", DEFAULT_LEASE))
-        self.after_calls = getattr(store, "every", None) == "call"  # store.EVERY: one write as each call returns
+        # What the store offers, asked once (store.traits): a store with only wants/save/load (not a
+        # JournaledStore) gets whole snapshots and no leases, as before journals existed.
+        self.traits = traits(store)
+        self.full = self.traits.journaled
+        self.journaled: JournaledStore | None = cast("JournaledStore", store) if self.full else None
+        self.lease = self.traits.lease
+        self.after_calls = self.traits.every == "call"  # store.EVERY: one write as each call returns
         self.seq = 0
         # The last write gave the lease up (the run paused): before it goes on, it must take the run back.
         self.released = False
@@ -155,12 +158,12 @@ class Journal(Heartbeats):
         at, ``expected`` (``StaleRunError`` if the run moved on since).
         """
         whole = self._whole(run, paused)
-        store: Any = self.store
+        store = self.journaled
         released = False
-        if not self.full:
+        if store is None:
             if new and not overwrite and _exists(self.store, self.run_id):
                 raise RunExistsError(self.run_id, repr(self.store))
-            store.save(self.run_id, whole)
+            self.store.save(self.run_id, whole)
             seq = 0
         elif new:
             seq = store.create(self.run_id, whole, owner=self.owner, overwrite=overwrite)
@@ -232,23 +235,24 @@ class Journal(Heartbeats):
 
     def _write(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         self._settle()
-        store: Any = self.store
-        if isinstance(action, Entry):
+        store = self.journaled
+        if store is None:  # only whole snapshots are planned for a store that keeps no journal
+            whole = cast("dict[str, Any]", action)
+            self.store.save(self.run_id, whole)
+            self._laid(run, whole, 0)
+        elif isinstance(action, Entry):
             store.append(action, owner=self.owner)
             self._written(action.seq, action.release)
         elif action is _RENEW:
             store.renew(self.run_id, owner=self.owner, seq=self.seq)
             self._written(self.seq, wrote=False)
-        elif self.full:
+        else:
             whole = cast("dict[str, Any]", action)
             released = paused or run.state in TERMINAL
             seq = store.claim(self.run_id, _at(whole, self.seq), owner=self.owner)
             if released:
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
             self._laid(run, whole, seq, released)
-        else:
-            store.save(self.run_id, action)
-            self._laid(run, cast("dict[str, Any]", action), 0)
 
     # --- awaited ---------------------------------------------------------------------------------------------
 
@@ -261,15 +265,15 @@ class Journal(Heartbeats):
         if not self.full:
             if new and not overwrite and await asyncio.to_thread(_exists, self.store, self.run_id):
                 raise RunExistsError(self.run_id, repr(self.store))
-            await acall(self.store, "save", self.run_id, whole)
+            await self._await("save", self.run_id, whole)
             seq = 0
         elif new:
-            seq = await acall(self.store, "create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
+            seq = await self._await("create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
-            seq = await acall(self.store, "claim", self.run_id, _at(whole, expected), owner=self.owner)
+            seq = await self._await("claim", self.run_id, _at(whole, expected), owner=self.owner)
             released = paused or run.state in TERMINAL
             if released:
-                await acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
+                await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
         self._laid(run, whole, seq, released)
 
     async def asave(self, run: Run, paused: bool) -> None:
@@ -280,22 +284,23 @@ class Journal(Heartbeats):
 
     async def _awrite(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         self._settle()
-        if isinstance(action, Entry):
-            await acall(self.store, "append", action, owner=self.owner)
+        if not self.full:  # only whole snapshots are planned for a store that keeps no journal
+            whole = cast("dict[str, Any]", action)
+            await self._await("save", self.run_id, whole)
+            self._laid(run, whole, 0)
+        elif isinstance(action, Entry):
+            await self._await("append", action, owner=self.owner)
             self._written(action.seq, action.release)
         elif action is _RENEW:
-            await acall(self.store, "renew", self.run_id, owner=self.owner, seq=self.seq)
+            await self._await("renew", self.run_id, owner=self.owner, seq=self.seq)
             self._written(self.seq, wrote=False)
-        elif self.full:
+        else:
             whole = cast("dict[str, Any]", action)
             released = paused or run.state in TERMINAL
-            seq = await acall(self.store, "claim", self.run_id, _at(whole, self.seq), owner=self.owner)
+            seq = await self._await("claim", self.run_id, _at(whole, self.seq), owner=self.owner)
             if released:
-                await acall(self.store, "renew", self.run_id, owner=self.owner, seq=seq, release=True)
+                await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
             self._laid(run, whole, seq, released)
-        else:
-            await acall(self.store, "save", self.run_id, action)
-            self._laid(run, cast("dict[str, Any]", action), 0)
 
 
 def _at(whole: dict[str, Any], version: int | None) -> dict[str, Any]:

@@ -12,26 +12,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from fsm_agent.core import snapshot as snapshots
-from fsm_agent.core.snapshot import SnapshotError
-from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
-from fsm_agent.definition.table import TABLE
 from fsm_agent.persist import plans
-from fsm_agent.persist.store import (
-    Entry,
-    StoredRun,
-    check_run_id,
-    cutoff,
-    epoch,
-    filter_text,
-    page,
-    storable,
-    stored_version,
-    wants,
-)
+from fsm_agent.persist.checks import check_run_id, check_snapshot, cutoff, epoch, filter_text, page, storable
+from fsm_agent.persist.store import AsyncStore, Entry, FullStore, StoredRun, stored_version, wants
 
 T = TypeVar("T")
 
@@ -96,7 +82,7 @@ class PlannedStore(ABC):
         naming the field at fault, and nothing written), so every run a store
         holds loads.
         """
-        return self._run(self._put(run_id, _checked(snapshot), None, "replace"))
+        return self._run(self._put(run_id, check_snapshot(snapshot), None, "replace"))
 
     def _put(self, run_id: str, snapshot: dict[str, Any], owner: str | None, mode: plans.Mode) -> plans.Plan[int]:
         # A version is a version of the run it was loaded from: a snapshot saved under another id is a copy.
@@ -205,7 +191,7 @@ class PlannedStore(ABC):
 
     async def asave(self, run_id: str, snapshot: dict[str, Any]) -> int:
         """``save``, awaited."""
-        return await self._arun(self._put(run_id, _checked(snapshot), None, "replace"))
+        return await self._arun(self._put(run_id, check_snapshot(snapshot), None, "replace"))
 
     async def aload(self, run_id: str) -> dict[str, Any]:
         """``load``, awaited."""
@@ -253,19 +239,12 @@ class PlannedStore(ABC):
         return await self._arun(self._plans.delete_finished(None if older_than is None else cutoff(older_than)))
 
 
-def _checked(snapshot: dict[str, Any]) -> dict[str, Any]:
-    """``snapshot``, once it passed the checks a resume makes; ``SnapshotError`` naming the field if not.
-
-    A store so never holds a run that would not load: the format, every
-    field and their agreement are checked, as ``Agent.resume`` checks them.
-    """
-    if not isinstance(snapshot, dict):
-        msg = f"a snapshot to save must be a dict, got {type(snapshot).__name__}"
-        raise SnapshotError(msg)
-    data = snapshots.parse(snapshot)
-    snapshots.load(Run(snapshots.limits_of(data), [], table=TABLE), data, TABLE.states)
-    return snapshot
-
-
 def _mode(overwrite: bool) -> plans.Mode:
     return "overwrite" if overwrite else "create"
+
+
+if TYPE_CHECKING:
+
+    def _declared(store: PlannedStore) -> tuple[FullStore, AsyncStore]:
+        """Never called: mypy checks here that both bundled stores keep the declared contract, twins included."""
+        return store, store

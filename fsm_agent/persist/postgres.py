@@ -21,9 +21,10 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fsm_agent.persist import plans
+from fsm_agent.persist.checks import check_lease
 from fsm_agent.persist.loop_connections import LoopConnections
 from fsm_agent.persist.planned import PlannedStore
-from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, check_every, check_lease
+from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, check_every
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from fsm_agent.persist import plans
+from fsm_agent.persist.checks import check_lease
 from fsm_agent.persist.planned import PlannedStore
-from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_every, check_lease
+from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_every
 
 T = TypeVar("T")
 

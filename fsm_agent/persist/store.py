@@ -10,23 +10,40 @@ owner lives, even during a long call, so a dead owner's run is free again
 within one lease.  ``SqliteStore`` and ``PostgresStore`` implement it all; a store
 with only ``wants``/``save``/``load`` still works, saving whole snapshots
 without leases.
+
+The contract is declared, in layers (``fsm_agent.testing.stores`` checks a store against it):
+
+- ``Store``: ``wants``, ``save``, ``load``.  Enough for the engine to checkpoint whole snapshots.
+- ``JournaledStore``: a ``Store`` with ``create``, ``claim``, ``append`` and ``renew``.  The engine then
+  journals, leases and versions every write.  Checked once per run, by ``traits`` (an ``isinstance``).
+- ``FullStore``: a ``JournaledStore`` with everything else the bundled stores have and the package uses:
+  the ``lease`` and ``every`` attributes, ``keep`` (the heartbeat), ``decide``, ``list_runs``, ``delete``,
+  ``delete_finished`` (the run viewer, the ``runs`` commands, ``Session``).
+- ``AsyncStore``: the async twins (``asave``, ``aappend``, ...).  Each is optional on its own: the async
+  driver awaits a twin the store has and runs the sync method in a worker thread otherwise.
+
+What a journaled store lacks of ``FullStore`` has a default (``traits``): a lease of ``DEFAULT_LEASE``,
+a write per wanted transition, ``renew`` for ``keep``.  The checks every store makes of its arguments
+(run ids, filters, pages, snapshots) are in ``checks.py``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import socket
-import time
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.errors import FsmAgentError
+
+# The argument checks moved to checks.py; what other modules import from here stays importable.
+from fsm_agent.persist.checks import check_run_id as check_run_id
+from fsm_agent.persist.checks import filter_text as filter_text
 
 DEFAULT_LEASE = 12.0
 """Seconds a run's lease lasts unless renewed, so a run whose owner died is free again within this time.
@@ -131,7 +148,11 @@ class Entry:
 
 
 class Store(Protocol):
-    """What the engine needs of a checkpoint store (the ownership methods and async twins are optional)."""
+    """The minimal store: what the engine needs to checkpoint a run as whole snapshots (no leases, no journal).
+
+    A store that is also a ``JournaledStore`` gets a journal entry per
+    checkpoint, leases and versioned writes instead.
+    """
 
     def wants(self, state: State, paused: bool) -> bool:
         """Whether a checkpoint should be written now that the run is in ``state``."""
@@ -146,6 +167,186 @@ class Store(Protocol):
         ...
 
 
+@runtime_checkable
+class JournaledStore(Store, Protocol):
+    """A store that versions, leases and journals its runs: what the engine needs to append instead of save whole.
+
+    Every write names its owner and the version it follows, so a store
+    refuses (``StaleRunError``, ``RunLeasedError``) the write of anyone who
+    no longer holds the run.  ``load`` rebuilds the base with the journal
+    after it and carries the version as ``stored_seq``; ``save`` is a
+    compare-and-set on it.  Runtime-checkable: ``traits`` checks it once
+    when a run's journal is built, not at each write.
+    """
+
+    def create(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
+        """Store a new run leased to ``owner``, return its version; ``RunExistsError`` if the id is taken.
+
+        ``overwrite`` replaces a stored run of that id instead (unless another owner's lease on it is live).
+        """
+        ...
+
+    def claim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
+        """Take a run over from ``snapshot``, leased to ``owner``; its new version.
+
+        ``RunLeasedError`` naming the holder while another owner's lease is
+        live; ``StaleRunError`` unless the run is still at the version
+        ``snapshot["stored_seq"]`` names.
+        """
+        ...
+
+    def append(self, entry: Entry, *, owner: str) -> None:
+        """Add ``entry`` as version ``entry.seq`` if the run is ``owner``'s (or free) at ``entry.seq - 1``.
+
+        Else ``RunLeasedError`` (another owner's live lease) or
+        ``StaleRunError`` (the run moved on); ``entry.release`` gives the
+        lease up with the write.
+        """
+        ...
+
+    def renew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
+        """Extend ``owner``'s lease (``release``: give it up), checked like ``append`` at version ``seq``."""
+        ...
+
+
+@runtime_checkable
+class FullStore(JournaledStore, Protocol):
+    """Everything the package uses of a store: a ``JournaledStore`` with its settings, heartbeat, decisions and listing.
+
+    ``SqliteStore`` and ``PostgresStore`` are ``FullStore``\\ s (mypy checks
+    it, in ``planned.py``).  The run viewer needs ``load``, ``decide`` and
+    ``list_runs``; the ``runs`` commands the deletions too; a ``Session``
+    lists its turns with ``list_runs(session=...)``.  The engine itself needs
+    only a ``JournaledStore`` and falls back (see ``traits``) for ``lease``,
+    ``every`` and ``keep``.  Runtime-checkable, so a test (or a tool) can ask
+    ``isinstance(store, FullStore)``.
+    """
+
+    lease: float
+    """Seconds a run stays leased without a renewal (``DEFAULT_LEASE``)."""
+    every: str
+    """Which transitions are written as they are taken (``EVERY``)."""
+
+    def keep(self, run_id: str, *, owner: str, seq: int) -> None:
+        """Extend the lease during a call only if the run is still ``owner``'s at ``seq``: never take a run back."""
+        ...
+
+    def decide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
+        """Record a decision on a paused run's pending call in one transaction; the run as stored now.
+
+        ``DecisionError`` if the run is not paused, the call not pending,
+        already ran or already decided (the store is then unchanged);
+        ``RunLeasedError`` while someone advances the run; ``KeyError`` if
+        there is no such run.
+        """
+        ...
+
+    def list_runs(
+        self,
+        *,
+        state: str | None = None,
+        reason: str | None = None,
+        since: float | datetime | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        session: str | None = None,
+    ) -> list[StoredRun]:
+        """The stored runs, most recently saved first, filtered and paged; ``ValueError`` for a filter with a NUL."""
+        ...
+
+    def delete(self, run_id: str) -> bool:
+        """Forget one run; whether it was there."""
+        ...
+
+    def delete_finished(self, older_than: float | timedelta | None = None) -> int:
+        """Forget every finished run (last saved more than ``older_than`` ago); how many."""
+        ...
+
+
+class AsyncStore(Protocol):
+    """The async twins of a store's methods, each optional on its own: awaited by the async driver if present.
+
+    A twin the store lacks is its sync method run in a worker thread
+    (``traits``), so the event loop never waits on the store either way.
+    Not runtime-checkable: which twins a store has is read one by one.
+    """
+
+    async def asave(self, run_id: str, snapshot: dict[str, Any]) -> int | None:
+        """``save``, awaited."""
+        ...
+
+    async def aload(self, run_id: str) -> dict[str, Any]:
+        """``load``, awaited."""
+        ...
+
+    async def acreate(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
+        """``create``, awaited."""
+        ...
+
+    async def aclaim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
+        """``claim``, awaited."""
+        ...
+
+    async def aappend(self, entry: Entry, *, owner: str) -> None:
+        """``append``, awaited."""
+        ...
+
+    async def arenew(self, run_id: str, *, owner: str, seq: int, release: bool = False) -> None:
+        """``renew``, awaited."""
+        ...
+
+    async def akeep(self, run_id: str, *, owner: str, seq: int) -> None:
+        """``keep``, awaited."""
+        ...
+
+    async def adecide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
+        """``decide``, awaited."""
+        ...
+
+    async def alist_runs(self, **filters: Any) -> list[StoredRun]:
+        """``list_runs``, awaited."""
+        ...
+
+
+TWINS = ("save", "load", "create", "claim", "append", "renew", "keep")
+"""The methods the engine calls whose async twin (``a`` + name, ``AsyncStore``) the async driver awaits."""
+
+
+@attrs.frozen
+class Traits:
+    """What one store offers the engine, read once when a run's journal is built (``traits``), not at each write.
+
+    ``journaled``: a ``JournaledStore`` (else whole snapshots, no leases);
+    ``lease`` and ``every`` its settings or their defaults; ``keeps``: it has
+    ``keep`` (else the heartbeat renews with ``renew``); ``awaits``: the
+    ``TWINS`` it has an async twin of.
+    """
+
+    journaled: bool
+    lease: float
+    every: str | None
+    keeps: bool
+    awaits: frozenset[str]
+
+
+def traits(store: Store) -> Traits:
+    """The ``Traits`` of ``store``: the one place the engine asks what a store has."""
+    journaled = isinstance(store, JournaledStore)
+    awaits = frozenset(name for name in TWINS if callable(getattr(store, f"a{name}", None)))
+    return Traits(
+        journaled=journaled,
+        lease=float(getattr(store, "lease", DEFAULT_LEASE)),
+        every=getattr(store, "every", None),
+        keeps=callable(getattr(store, "keep", None)),
+        awaits=awaits,
+    )
+
+
+def journaled(store: Store) -> bool:
+    """Whether the engine journals, leases and versions ``store``'s runs (a ``JournaledStore``) or saves them whole."""
+    return isinstance(store, JournaledStore)
+
+
 VERSION_KEY = "stored_seq"
 """The key a loaded snapshot carries its stored version under; a write built on it names that version."""
 
@@ -153,72 +354,6 @@ VERSION_KEY = "stored_seq"
 def new_owner() -> str:
     """A fresh owner id naming this host and process, so a ``RunLeasedError`` tells a person where to look."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-MAX_RUN_ID_BYTES = 1024
-"""The longest run id, in UTF-8 bytes: the same bound in every store (PostgreSQL cannot index a key past 2,704)."""
-
-
-def storable(run_id: object) -> bool:
-    """Whether a store could hold a run under ``run_id`` (a lookup of any other id finds no run, in every store)."""
-    try:
-        check_run_id(run_id)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def check_run_id(run_id: object) -> str:
-    """A run id a store can key on: UTF-8 text, not empty, no NUL, ``MAX_RUN_ID_BYTES`` at most; else ``ValueError``."""
-    if not isinstance(run_id, str):
-        msg = f"run_id must be a str, got {type(run_id).__name__}"
-        raise TypeError(msg)
-    if not run_id:
-        # An empty id used to become a random one, leaving a run nobody could find again.
-        msg = "run_id must not be empty (leave it out, or None, for a fresh id)"
-        raise ValueError(msg)
-    try:
-        size = len(run_id.encode("utf-8"))
-    except UnicodeEncodeError:
-        size = -1
-    if "\x00" in run_id or size < 0:
-        msg = f"run_id {run_id!r} must be text without NUL or lone surrogates"
-        raise ValueError(msg)
-    if size > MAX_RUN_ID_BYTES:
-        msg = f"run_id must be at most {MAX_RUN_ID_BYTES} bytes of UTF-8, got {size} ({run_id[:40]!r}...)"
-        raise ValueError(msg)
-    return run_id
-
-
-def filter_text(name: str, value: str | None) -> str | None:
-    """A ``list_runs`` text filter as given: None, or text a store can compare (no NUL, no lone surrogate).
-
-    A value no store could hold is a ``ValueError`` naming the filter, the
-    same in every store (PostgreSQL cannot take a NUL in a query's text).
-    """
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        msg = f"list_runs {name} must be a str or None, got {type(value).__name__}"
-        raise TypeError(msg)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        ok = False
-    else:
-        ok = "\x00" not in value
-    if not ok:
-        msg = f"list_runs {name} {value[:40]!r} must be text without NUL or lone surrogates"
-        raise ValueError(msg)
-    return value
-
-
-def check_lease(lease: float) -> float:
-    """A lease length in seconds: finite and > 0."""
-    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf:
-        msg = f"lease must be a finite number of seconds > 0, got {lease!r}"
-        raise ValueError(msg)
-    return float(lease)
 
 
 EVERY = ("transition", "call", "turn")
@@ -265,36 +400,6 @@ def wants(every: str, state: State, paused: bool) -> bool:
     if every == "transition" or paused or state in TERMINAL:
         return True
     return every == "turn" and state is State.AwaitModel
-
-
-def epoch(moment: float | datetime | None) -> float | None:
-    """Seconds since the epoch for a ``since`` bound: a number as it is, a datetime (naive means local) converted."""
-    if moment is None or isinstance(moment, int | float):
-        return moment
-    return moment.timestamp()
-
-
-def cutoff(older_than: float | timedelta | None) -> float:
-    """The ``updated`` time before which a finished run counts as older than ``older_than`` (seconds or a timedelta)."""
-    if older_than is None:
-        return math.inf
-    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
-    if not seconds >= 0:
-        msg = f"older_than must be >= 0 seconds, got {older_than!r}"
-        raise ValueError(msg)
-    return time.time() - seconds
-
-
-def page(limit: int | None, offset: int) -> tuple[int, int]:
-    """``LIMIT``/``OFFSET`` values for ``list_runs`` (-1 means no limit to SQLite; PostgreSQL gets ``NULL``)."""
-    # Both databases take 64-bit integers: a larger page would be an OverflowError or a server error there.
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit < 2**63):
-        msg = f"limit must be None or an integer from 0 to 2**63 - 1, got {limit!r}"
-        raise ValueError(msg)
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 2**63:
-        msg = f"offset must be an integer from 0 to 2**63 - 1, got {offset!r}"
-        raise ValueError(msg)
-    return (-1 if limit is None else limit), offset
 
 
 def __getattr__(name: str) -> Any:

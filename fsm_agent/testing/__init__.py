@@ -1,7 +1,9 @@
 """Test doubles and helpers: scripted models, a demo registry, and path assertions.
 
 Shipped with the package (like ``httpx.MockTransport``) so users can test
-their own agents transition by transition without a real model.
+their own agents transition by transition without a real model.  A store's
+conformance suite, ``fsm_agent.testing.stores.StoreConformance``, lives in a
+module of its own: it imports pytest, which this module never does.
 """
 
 from __future__ import annotations

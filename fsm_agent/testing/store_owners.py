@@ -1,0 +1,236 @@
+"""The store conformance checks of who may write a run: leases, releases, decisions, listings and the race.
+
+Half of ``fsm_agent.testing.stores.StoreConformance`` (the other half,
+``store_writes``, checks what a store holds).  Each test asks for the
+``make_store`` fixture the subclass gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from functools import partial
+
+import pytest
+
+from fsm_agent import (
+    Agent,
+    AgentLoopError,
+    DecisionError,
+    RunExistsError,
+    RunLeasedError,
+)
+from fsm_agent.testing import ManualClock, demo_registry, reply, tool_call, tool_turn
+from fsm_agent.testing.store_kit import (
+    LAPSE,
+    LONG,
+    RACERS,
+    SHORT,
+    MakeStore,
+    Script,
+    adding_agent,
+    entry,
+    fresh_snapshot,
+    need,
+    race,
+)
+
+
+class OwnerChecks:
+    """Which owner a store lets write a run, and when; decisions and listings; owners racing for one run."""
+
+    # --- leases -----------------------------------------------------------------------------------------------
+
+    def test_a_live_lease_refuses_every_other_owner_naming_the_holder(self, make_store: MakeStore) -> None:
+        """While A holds the run, B's claim, append and renew are RunLeasedError with holder A; A's own go on."""
+        store = make_store(LONG)
+        base = fresh_snapshot("r")
+        v = store.create("r", base, owner="A")
+        writes: list[Callable[[], object]] = [
+            partial(store.claim, "r", store.load("r"), owner="B"),
+            partial(store.append, entry("r", v + 1, base), owner="B"),
+            partial(store.renew, "r", owner="B", seq=v),
+        ]
+        for write in writes:
+            with pytest.raises(RunLeasedError) as leased:
+                write()
+            assert (leased.value.holder, leased.value.stale) == ("A", False)
+            assert "A" in str(leased.value)
+        store.renew("r", owner="A", seq=v)
+        store.append(entry("r", v + 1, base), owner="A")
+        assert store.load("r")["stored_seq"] == v + 1
+
+    def test_a_lapsed_lease_is_taken_over_and_the_old_owner_is_then_refused(self, make_store: MakeStore) -> None:
+        """A's lease lapses unrenewed; B claims the run; A's next append, renew (and keep) are refused."""
+        store = make_store(SHORT)
+        base = fresh_snapshot("r")
+        v = store.create("r", base, owner="A")
+        time.sleep(LAPSE)
+        taken = store.claim("r", store.load("r"), owner="B")
+        assert taken == v + 1
+        with pytest.raises(RunLeasedError):
+            store.append(entry("r", v + 1, base, "A"), owner="A")
+        with pytest.raises(RunLeasedError):
+            store.renew("r", owner="A", seq=v)
+        if callable(getattr(store, "keep", None)):
+            with pytest.raises(RunLeasedError):
+                store.keep("r", owner="A", seq=v)
+        assert store.load("r")["stored_seq"] == taken
+
+    def test_keep_extends_only_the_holder_s_lease_and_never_takes_a_run_back(self, make_store: MakeStore) -> None:
+        """keep() renews A's run at A's version; it is refused at another version, to B, and once A gave it up."""
+        store = make_store(LONG)
+        need(store, "keep")
+        base = fresh_snapshot("r")
+        v = store.create("r", base, owner="A")
+        store.keep("r", owner="A", seq=v)
+        with pytest.raises(RunLeasedError):
+            store.keep("r", owner="A", seq=v + 1)
+        with pytest.raises(RunLeasedError) as leased:
+            store.keep("r", owner="B", seq=v)
+        assert leased.value.holder == "A"
+        store.renew("r", owner="A", seq=v, release=True)
+        with pytest.raises(RunLeasedError):
+            store.keep("r", owner="A", seq=v)  # renew() would take a free run back; keep() never does
+        assert store.claim("r", store.load("r"), owner="B") == v + 1
+        with pytest.raises(RunLeasedError):
+            store.keep("r", owner="A", seq=v)
+        store.keep("r", owner="B", seq=v + 1)
+
+    def test_a_release_frees_the_run_at_once(self, make_store: MakeStore) -> None:
+        """append(release=True) and renew(release=True) give the lease up: another owner claims with no wait."""
+        store = make_store(LONG)
+        base = fresh_snapshot("r")
+        v = store.create("r", base, owner="A")
+        store.append(entry("r", v + 1, base, release=True), owner="A")
+        v = store.claim("r", store.load("r"), owner="B")
+        store.renew("r", owner="B", seq=v, release=True)
+        assert store.claim("r", store.load("r"), owner="C") == v + 1
+
+    def test_a_finished_or_paused_run_is_free_for_anyone(self, make_store: MakeStore) -> None:
+        """The engine's write that finishes or pauses a run gives its lease up: another owner claims it at once."""
+        store = make_store(LONG)
+        assert adding_agent(1).run("add", store=store, run_id="done").final == "added"
+        paused = adding_agent(1, approve={"add"}).run("add", store=store, run_id="paused")
+        assert paused.reason == "paused"
+        for run_id in ("done", "paused"):
+            loaded = store.load(run_id)
+            assert store.claim(run_id, loaded, owner="B") == loaded["stored_seq"] + 1
+
+    # --- decisions --------------------------------------------------------------------------------------------
+
+    def test_decide_records_one_decision_and_refuses_what_it_must(self, make_store: MakeStore) -> None:
+        """decide() on a pending call is stored once; a repeat, an unknown call, a running or missing run is refused."""
+        store = make_store(LONG)
+        need(store, "decide")
+        agent = adding_agent(1, approve={"add"})
+        agent.run("add", store=store, run_id="paused")
+        before = store.load("paused")
+        decided = store.decide("paused", "c0", True)
+        assert (decided["approvals"], decided["stored_seq"]) == ({"c0": True}, before["stored_seq"] + 1)
+        assert store.load("paused") == decided
+        for call_id, decision in (("c0", True), ("c0", "no"), ("nope", True)):
+            with pytest.raises(DecisionError) as refused:
+                store.decide("paused", call_id, decision)
+            assert (refused.value.run_id, refused.value.call_id) == ("paused", call_id)
+        assert store.load("paused") == decided, "a refused decision changed the run"
+        assert agent.resume(store.load("paused"), store=store).finish().final == "added"
+        with pytest.raises(DecisionError, match="not paused"):
+            store.decide("paused", "c0", True)
+        with pytest.raises(KeyError):
+            store.decide("never stored", "c0", True)
+        agent.run("add", store=store, run_id="held")
+        store.claim("held", store.load("held"), owner="A")
+        with pytest.raises(RunLeasedError) as leased:
+            store.decide("held", "c0", True)
+        assert leased.value.holder == "A"
+
+    # --- listing ----------------------------------------------------------------------------------------------
+
+    def test_list_runs_filters_by_state_reason_time_and_session_and_pages(self, make_store: MakeStore) -> None:
+        """list_runs: most recently saved first, each filter, limit and offset, steps of each run."""
+        store = make_store(LONG)
+        need(store, "list_runs")
+        before = time.time() - 1
+        adding_agent(1).run("add", store=store, run_id="done-1")
+        time.sleep(0.01)
+        with pytest.raises(AgentLoopError):
+            adding_agent(3, max_steps=1).run("add", store=store, run_id="stopped")
+        time.sleep(0.01)
+        adding_agent(2).run("add", store=store, run_id="done-2")
+        everything = store.list_runs()
+        assert [r.run_id for r in everything] == ["done-2", "stopped", "done-1"]
+        stored = [store.load(run.run_id) for run in everything]
+        assert [(r.state, r.reason, r.paused, r.steps) for r in everything] == [
+            (s["state"], s["reason"], False, len(s["steps"])) for s in stored
+        ]
+        assert [r.state for r in everything] == ["Done", "Failed", "Done"]
+        assert [r.run_id for r in store.list_runs(state="Failed")] == ["stopped"]
+        assert [r.run_id for r in store.list_runs(reason="done")] == ["done-2", "done-1"]
+        assert [r.run_id for r in store.list_runs(limit=1, offset=1)] == ["stopped"]
+        assert [r.run_id for r in store.list_runs(offset=2)] == ["done-1"]
+        assert len(store.list_runs(since=before)) == 3
+        assert store.list_runs(since=time.time() + 60) == []
+        assert store.list_runs(session="no such conversation") == []
+
+    @pytest.mark.parametrize("name", ["state", "reason", "session"])
+    def test_a_nul_or_lone_surrogate_in_a_list_runs_filter_is_a_value_error(
+        self, make_store: MakeStore, name: str
+    ) -> None:
+        """list_runs(reason="\\x00") and the like are refused by name, the same in every store."""
+        store = make_store(LONG)
+        need(store, "list_runs")
+        for value in ("\x00", "done\x00", "\ud800"):
+            with pytest.raises(ValueError, match=f"list_runs {name} .* must be text without NUL or lone surrogates"):
+                store.list_runs(**{name: value})
+            if callable(getattr(store, "alist_runs", None)):
+                with pytest.raises(ValueError, match=f"list_runs {name} .* must be text"):
+                    asyncio.run(store.alist_runs(**{name: value}))
+
+    # --- the race ---------------------------------------------------------------------------------------------
+
+    def test_owners_racing_for_one_run_exactly_one_wins_each_write_and_nothing_is_lost(
+        self, make_store: MakeStore
+    ) -> None:
+        """RACERS threads create, then claim, then append the same run at once: one wins each, the rest are refused."""
+        store = make_store(LONG)
+        base = fresh_snapshot("r")
+        created = race([partial(store.create, "r", base, owner=f"o{i}") for i in range(RACERS)])
+        winners = [i for i, outcome in enumerate(created) if not isinstance(outcome, Exception)]
+        assert len(winners) == 1, created
+        assert all(isinstance(o, RunExistsError) for i, o in enumerate(created) if i != winners[0]), created
+        v = created[winners[0]]
+        store.renew("r", owner=f"o{winners[0]}", seq=v, release=True)
+
+        read = store.load("r")
+        claimed = race([partial(store.claim, "r", read, owner=f"o{i}") for i in range(RACERS)])
+        winners = [i for i, outcome in enumerate(claimed) if not isinstance(outcome, Exception)]
+        assert len(winners) == 1, claimed
+        assert all(isinstance(o, RunLeasedError) for i, o in enumerate(claimed) if i != winners[0]), claimed
+        assert claimed[winners[0]] == v + 1
+        store.renew("r", owner=f"o{winners[0]}", seq=v + 1, release=True)
+
+        appended = race([partial(store.append, entry("r", v + 2, base, i), owner=f"o{i}") for i in range(RACERS)])
+        winners = [i for i, outcome in enumerate(appended) if not isinstance(outcome, Exception)]
+        assert len(winners) == 1, appended
+        assert all(isinstance(o, RunLeasedError) for i, o in enumerate(appended) if i != winners[0]), appended
+        loaded = store.load("r")
+        assert (loaded["stored_seq"], loaded["evidence"]) == (v + 2, {"mark": winners[0]})
+
+        separate = race([partial(store.create, f"r{i}", base, owner=f"o{i}") for i in range(RACERS)])
+        assert not [o for o in separate if isinstance(o, Exception)], separate
+        assert all(store.load(f"r{i}")["stored_seq"] == separate[i] for i in range(RACERS))
+
+    def test_people_deciding_at_once_on_two_calls_both_decisions_are_kept(self, make_store: MakeStore) -> None:
+        """Two decide() calls on two pending calls of one paused run, at once: both stored, one version each."""
+        store = make_store(LONG)
+        need(store, "decide")
+        both = [tool_turn(tool_call("add", id="c0", a=1, b=1), tool_call("add", id="c1", a=2, b=1)), reply("added")]
+        agent = Agent(Script(*both), demo_registry(), clock=ManualClock(), approve={"add"})
+        agent.run("add", store=store, run_id="paused")
+        before = store.load("paused")["stored_seq"]
+        outcomes = race([partial(store.decide, "paused", call_id, True) for call_id in ("c0", "c1")])
+        assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
+        stored = store.load("paused")
+        assert (stored["approvals"], stored["stored_seq"]) == ({"c0": True, "c1": True}, before + 2)
