@@ -209,10 +209,22 @@ class Hang:
 
 
 def _expired(state: State) -> AgentRun:
-    """A run whose call is still in flight when its (0.05 s) timeout passes."""
+    """A run whose call (or, in Dispatch, a typed answer's check) is still in flight when its 0.05 s timeout passes."""
     hang = Hang()
     registry = demo_registry()
     registry.register(lambda: hang.release.wait(5), name="hang")
+    if state is State.Dispatch:
+        schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+        checking = Agent(FakeModel(reply('{"x": 1}')), registry, output_type=schema, timeout=0.05,
+                         output_validators=[lambda value: hang.release.wait(5) and value])  # fmt: skip
+        run = checking.start("q")
+        while run.state is not State.Dispatch:
+            run.advance()
+        try:
+            run.advance()
+        finally:
+            hang.release.set()
+        return run
     run = Agent(hang, registry, timeout=0.05).start("q")
     if state is State.ExecuteTool:
         run.position.state = state

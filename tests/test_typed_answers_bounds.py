@@ -168,7 +168,7 @@ def test_a_validator_returning_a_value_of_another_type_stops_the_run(
 
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_validator_that_hangs_is_cut_at_the_runs_timeout(driver: str) -> None:
-    """A validator still running at the deadline is abandoned: output_invalid, blocked by timeout, within 10 s."""
+    """Dispatch->Failed[timeout] on expired: a validator still running at the deadline is abandoned, within 10 s."""
     release = threading.Event()
 
     def hangs(value: Any) -> Any:
@@ -183,9 +183,10 @@ def test_a_validator_that_hangs_is_cut_at_the_runs_timeout(driver: str) -> None:
     finally:
         release.set()
     assert time.monotonic() - started < 10  # measured: about 0.5 s
-    assert result.reason == "output_invalid"
-    assert result.evidence["blocked_by"] == "timeout"
-    assert result.evidence["errors"] == ["the answer's check was still running when the run's timeout passed"]
+    assert result.reason == "timeout"
+    assert result.trace[-1].trigger == "expired"
+    assert edges(result)[-1] == "Dispatch->Failed[timeout]"
+    assert result.messages[-1].content == '{"x": 1, "y": 2}'  # kept, unchecked: a resume with more time checks it
 
 
 def test_a_sync_validator_does_not_block_the_async_drivers_event_loop() -> None:

@@ -55,6 +55,18 @@ TOO_LATE = "the run's timeout passed before the answer could be checked"
 """The error of an answer whose check would start after the deadline: it is not started, as a call would not be."""
 
 
+def past_deadline(value: Any) -> tuple[bool, str | None]:
+    """Whether a check's value says the run's timeout passed, and what was in flight then (the check, or nothing).
+
+    Such a check decides nothing about the answer: the run stops on
+    ``timeout`` (the ``expired`` edge out of ``Dispatch``), as a call cut at
+    the deadline does, and a resume with more time checks the answer again.
+    """
+    if isinstance(value, Invalid) and value.errors in ((OUT_OF_TIME,), (TOO_LATE,)):
+        return True, ("the answer's check" if value.errors == (OUT_OF_TIME,) else None)
+    return False, None
+
+
 @attrs.frozen
 class Invalid:
     """Why an answer was not accepted: ``errors`` shown to the model, and whether asking again may help."""
@@ -195,10 +207,9 @@ class OutputSpec:
         daemon worker and is given up when they pass: the schema's patterns
         and the validators are code an answer can keep busy.  A worker that
         is given up runs on (Python cannot stop a thread); its outcome is
-        dropped.  The answer is then ``Invalid`` (``OUT_OF_TIME``), and since
-        the run's timeout forbids another model call, the run stops on
-        ``output_invalid`` with ``blocked_by: "timeout"``.  No time left: the
-        check is not started (``TOO_LATE``), as a call would not be.
+        dropped.  The answer is then ``Invalid`` (``OUT_OF_TIME``), which the
+        driver turns into a ``timeout`` stop (``past_deadline``).  No time
+        left: the check is not started (``TOO_LATE``), as a call would not be.
         """
         if timeout is None:
             return self._check(text)

@@ -35,6 +35,8 @@ class At(StrEnum):
     MODEL_EXPIRED = "model_expired"
     AFTER_MODEL = "after_model"
     CHECK_REPLY = "check_reply"
+    CHECK_EXPIRED = "check_expired"
+    """Dispatch, when the run's timeout passed while a typed answer was being checked (or before it could be)."""
     ANSWER = "answer"
     """Dispatch, before a reply without tool calls becomes the final answer: its output check and guardrails."""
     BEFORE_TOOL = "before_tool"
@@ -46,7 +48,9 @@ class At(StrEnum):
     """ExecuteTool, once the turn's calls have all run, before the next model call."""
 
 
-UNGUARDED = frozenset({At.MODEL_FAILED, At.MODEL_INTERRUPTED, At.MODEL_EXPIRED, At.TOOL_INTERRUPTED, At.TOOL_EXPIRED})
+UNGUARDED = frozenset(
+    {At.MODEL_FAILED, At.MODEL_INTERRUPTED, At.MODEL_EXPIRED, At.CHECK_EXPIRED, At.TOOL_INTERRUPTED, At.TOOL_EXPIRED}
+)
 """Checkpoints whose trigger alone means the stop: their rows carry no guard."""
 
 USER_CHECKPOINT = {
@@ -167,7 +171,8 @@ CATALOGUE: tuple[Stop, ...] = (
          "the finalize reply asked for tools anyway", edge_only=True),
     Stop("cancelled", (A.START, A.MODEL_INTERRUPTED, A.BEFORE_TOOL, A.TOOL_INTERRUPTED, A.BEFORE_MODEL),
          g.is_cancelled, ev.cancelled, "the run's CancelToken was cancelled, or the task driving it", resume="lift"),
-    Stop("timeout", (A.START, A.MODEL_EXPIRED, A.BEFORE_TOOL, A.TOOL_EXPIRED, A.BEFORE_MODEL), g.deadline_passed,
+    Stop("timeout", (A.START, A.MODEL_EXPIRED, A.CHECK_EXPIRED, A.BEFORE_TOOL, A.TOOL_EXPIRED, A.BEFORE_MODEL),
+         g.deadline_passed,
          ev.timeout, "the run used up its timeout seconds", finalize=True, resume="lift",
          counter=g.SECONDS, limit="timeout"),
     Stop("repeated_action", (A.BEFORE_TOOL,), g.repeats_last_call, ev.repeated_action,

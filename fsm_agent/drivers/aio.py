@@ -17,6 +17,7 @@ import inspect
 from typing import Any
 
 from fsm_agent.core.history import processor_name, sendable
+from fsm_agent.core.output import past_deadline
 from fsm_agent.core.stepper import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
@@ -67,7 +68,9 @@ class AsyncDriver(RunBase):
             await self._acompact(effect)
             effect = self.stepper.effect(parallel=True)  # the call made again, or None when the compaction failed
         if isinstance(effect, CheckOutput):
-            await self._acheck(effect)
+            expired = await self._acheck(effect)
+            if expired is not None:
+                return expired
         elif isinstance(effect, ModelCall | ToolBatch):
             journal = self._journal
             if journal is not None and journal.due():
@@ -105,15 +108,19 @@ class AsyncDriver(RunBase):
             compacted = exc
         self.stepper.accept_compaction(compacted)
 
-    async def _acheck(self, effect: CheckOutput) -> None:
-        # Off the loop and within the time left (see OutputSpec.acheck): cut at the deadline, the answer is
-        # Invalid, and the timeout it passed forbids the retry (told to the run first). A cancel while the check
-        # runs leaves the answer unchecked in Dispatch (a resume checks it again) and propagates.
+    async def _acheck(self, effect: CheckOutput) -> Transition | None:
+        # Off the loop and within the time left (see OutputSpec.acheck): cut at the deadline, the run stops on
+        # timeout (that edge returned). A cancel while the check runs leaves the answer unchecked in Dispatch (a
+        # resume checks it again) and propagates.
         remaining = self._remaining()
         checked = await effect.output.acheck(effect.text, remaining)
         if remaining is not None:
             self._observe()
+        expired, in_flight = past_deadline(checked)
+        if expired:
+            return self._interrupt(EXPIRED, in_flight)
         self.stepper.accept_output(checked)
+        return None
 
     async def _acarry(self, effect: ModelCall | ToolBatch) -> None:
         if isinstance(effect, ModelCall):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from fsm_agent.core.history import processor_name, sendable
+from fsm_agent.core.output import past_deadline
 from fsm_agent.core.stepper import CheckOutput, Effect, ModelCall, ToolBatch
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
@@ -134,9 +135,12 @@ class SyncDriver(RunBase):
         elif isinstance(effect, ToolBatch):
             self._call_tool(effect)
         elif isinstance(effect, CheckOutput):
-            # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the answer is Invalid,
-            # and the timeout it passed (told to the run below) forbids the retry.
-            self.stepper.accept_output(effect.output.check(effect.text, self._remaining()))
+            # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the run stops on timeout.
+            checked = effect.output.check(effect.text, self._remaining())
+            expired, in_flight = past_deadline(checked)
+            if expired:
+                return self._interrupt(EXPIRED, in_flight)
+            self.stepper.accept_output(checked)
         else:
             try:
                 compacted = settle(effect.compact(list(effect.messages)))
