@@ -129,7 +129,9 @@ def test_a_cancelled_ray_batch_reports_every_input_and_a_rerun_finishes_it(tmp_p
     store = tmp_path / "runs.db"
     token = CancelToken()
     seen: list[RunResult] = []
-    make = factory(tmp_path, rounds=8, latency=0.2)  # a run takes longer than a task takes to hear the switch
+    # A run (8 rounds of 0.5 s) takes longer than a task takes to hear the switch: with rounds of 0.2 s (1.6 s a
+    # run) every run in flight once finished before hearing it, in a full suite beside two CPU hogs.
+    make = factory(tmp_path, rounds=8, latency=0.5)
     for _, result in iter_batch(make, _questions(8), store=store, cancel=token, max_in_flight=4, lease=LEASE):
         seen.append(result)
         if len(seen) == 2:
