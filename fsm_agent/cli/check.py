@@ -1,0 +1,99 @@
+"""``python -m fsm_agent check MODULE:FUNCTION``: prove an agent always stops, and write a test per stop path.
+
+Prints the bound, the reachable and unreachable stop reasons and the rows no
+run takes; exits 0 when every run stops, 1 with the shortest counterexample
+otherwise (or on a set-up error).  ``--write-tests DIR`` writes one pytest
+test per reachable stop path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError
+
+
+def main(args: argparse.Namespace) -> int:
+    """Check the agent the factory builds; print the proof; write the tests if asked."""
+    from fsm_agent.drivers.agent import Agent
+    from fsm_agent.proof import check
+    from fsm_agent.proof.writer import write_tests
+
+    try:
+        found = _target(args.agent)
+        proof = check(found, calls_per_reply=args.calls_per_reply)
+    except (SetupError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    print(proof.report())
+    if args.write_tests is not None:
+        if not isinstance(found, Agent):
+            print("error: --write-tests needs an agent factory, not a table", file=sys.stderr)
+            return EXIT_SETUP
+        written = write_tests(proof, found, args.agent, Path(args.write_tests))
+        print(f"wrote {written.path}: {len(written.tested)} test(s), one per reachable stop path")
+        for reason, why in written.left_out.items():
+            print(f"  not written: {reason}: {why}")
+    return EXIT_DONE if proof.ok else EXIT_SETUP
+
+
+def _target(spec: str) -> Any:
+    """The agent (or table) ``MODULE:NAME`` names: a function returning an Agent or a Table, or a Table itself."""
+    from fsm_agent.definition.table import Table
+    from fsm_agent.drivers.agent import Agent
+
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        msg = f"check wants MODULE:FUNCTION, got {spec!r}"
+        raise SetupError(msg)
+    sys.path.insert(0, os.getcwd())  # as `python -m` does: a module in the current directory is found
+    try:
+        found = getattr(importlib.import_module(module_name), name, None)
+    except ImportError as exc:
+        msg = f"check: cannot import {module_name!r}: {exc}"
+        raise SetupError(msg) from None
+    if isinstance(found, Table):
+        return found
+    if not callable(found):
+        msg = f"check: {module_name} has no function {name!r}"
+        raise SetupError(msg)
+    try:
+        built = found()
+    except Exception as exc:  # noqa: BLE001 - the user's factory failing is a set-up error, in one line
+        msg = f"cannot build the agent: {type(exc).__name__}: {exc}"
+        raise SetupError(msg) from None
+    if not isinstance(built, Agent | Table):
+        msg = f"{spec} must return an Agent or a Table, got {type(built).__name__}"
+        raise SetupError(msg)
+    return built
+
+
+def add_command(commands: Any) -> None:
+    """Register ``check`` with the top-level parser."""
+    parser = commands.add_parser(
+        "check",
+        help="prove an agent always stops, within what; write one test per stop path",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "agent",
+        metavar="MODULE:FUNCTION",
+        help="a function with no arguments returning an Agent (or a Table, or a Table itself)",
+    )
+    parser.add_argument(
+        "--calls-per-reply",
+        type=int,
+        default=None,
+        metavar="N",
+        help="take a reply to ask for at most N tool calls (for a bound in transitions without max_tool_calls)",
+    )
+    parser.add_argument(
+        "--write-tests", metavar="DIR", default=None, help="write test_stop_paths.py, one test per reachable stop path"
+    )
+    parser.set_defaults(handler=main)

@@ -1,0 +1,198 @@
+"""``check(agent)``: prove that every run of an agent stops, within what, and which stops it can reach.
+
+The questions users ask of an agent loop ("will it always stop, and within
+what?", "can this stop ever happen with my agent?") are decidable here: the
+loop is a finite table, and the checker explores it as a finite system
+(``proof.model``).  The answer is a ``Proof``: whether the properties hold,
+the bound, the reachable and unreachable stops, the rows no run can take,
+and, when termination fails, the shortest run into a loop that never ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.table import FINALIZE, RESUME, Row, Table
+from fsm_agent.proof.graph import Graph
+from fsm_agent.proof.model import Explorer, Move, Setup
+from fsm_agent.records import Transition
+
+
+@attrs.frozen
+class StopPath:
+    """The shortest run to one ending: its edges and what the model, the tools and the world did on each."""
+
+    reason: str
+    moves: tuple[Move, ...]
+
+    @property
+    def edges(self) -> tuple[Transition, ...]:
+        """The transitions taken, in order."""
+        return tuple(move.entry for move in self.moves)
+
+
+@attrs.frozen
+class Proof:
+    """What the checker proved (or refuted) of one agent's table under its limits.
+
+    ``ok``: every run reaches ``Done`` or ``Failed``.  ``bound``: the most
+    transitions any run takes (finalize included), ``None`` when replies may
+    ask for any number of tool calls and no cap bounds them (each run still
+    stops: a turn's calls are finite); ``model_calls``: the most model calls
+    any run makes.  ``reachable`` and ``unreachable``: the stop reasons some
+    run can or no run can end with (``done`` included among the first);
+    ``dead_rows``: the rows no run can take.  ``counterexample``: on failure,
+    the shortest run into a loop that can repeat forever, the loop last.
+    ``paths``: the shortest run to each reachable ending, for the test writer.
+    """
+
+    ok: bool
+    bound: int | None
+    model_calls: int | None
+    reachable: tuple[str, ...]
+    unreachable: tuple[str, ...]
+    dead_rows: tuple[Row, ...]
+    counterexample: tuple[Transition, ...] = ()
+    loop_start: int | None = None
+    """The index in ``counterexample`` where the endless loop begins."""
+    paths: Mapping[str, StopPath] = attrs.field(factory=dict, repr=False)
+    configs: int = 0
+    """How many abstract configs the checker explored."""
+    notes: tuple[str, ...] = ()
+
+    def report(self) -> str:
+        """The proof in words, as ``python -m fsm_agent check`` prints it."""
+        lines = ["every run stops: " + ("yes" if self.ok else "NO")]
+        if self.ok:
+            calls = f"{self.model_calls} model call(s)"
+            if self.bound is None:
+                lines.append(f"bound: at most {calls}; transitions: open (replies may ask for any number of calls)")
+            else:
+                lines.append(f"bound: at most {self.bound} transitions, {calls}")
+        else:
+            lines.append("counterexample (the loop repeats from the edge marked *):")
+            for n, edge in enumerate(self.counterexample):
+                mark = "*" if n == self.loop_start else " "
+                lines.append(f"  {mark} {n:>3} {_edge(edge)}")
+        lines.append("reachable: " + (", ".join(self.reachable) or "none"))
+        lines.append("unreachable: " + (", ".join(self.unreachable) or "none"))
+        if self.dead_rows:
+            lines.append("rows no run takes: " + ", ".join(str(row) for row in self.dead_rows))
+        lines.extend(f"note: {note}" for note in self.notes)
+        lines.append(f"({self.configs} abstract configs explored)")
+        return "\n".join(lines)
+
+
+def _edge(edge: Transition) -> str:
+    label = edge.reason or edge.guard
+    return f"{edge.source}->{edge.dest}" + (f"[{label}]" if label else "") + f" on {edge.trigger}"
+
+
+def check(agent_or_table: Any, *, calls_per_reply: int | None = None, **limits: Any) -> Proof:
+    """Explore every run of ``agent_or_table`` under its limits (``limits`` override them) and prove it stops.
+
+    An ``Agent`` is checked with its own table, limits, policies and parts;
+    a ``Table`` with default limits and every optional part present (a typed
+    answer, strict hooks, a sub-agent that passes its stop on), so no reason
+    is called unreachable for want of a part.  ``calls_per_reply`` caps the
+    tool calls a reply is taken to ask for (the ``max_tool_calls`` cap, when
+    the agent has one, is used if not given).
+    """
+    return prove(setup_of(agent_or_table, calls_per_reply, limits))
+
+
+def prove(setup: Setup) -> Proof:
+    """Explore every abstract run of ``setup`` and answer the checker's questions of them."""
+    graph = Graph(Explorer(setup))
+    loop = graph.endless_loop()
+    endings = graph.endings()
+    paths = {reason: StopPath(reason, tuple(graph.path_to(config))) for reason, config in endings.items()}
+    reasons = ("done", *setup.table.reasons)
+    taken = {move.row for moves in graph.moves.values() for move in moves}
+    dead = tuple(
+        row
+        for row in setup.table.rows
+        if row not in taken and row.trigger != RESUME and (row.trigger != FINALIZE or _finalizes(setup, row))
+    )
+    notes: list[str] = []
+    if loop is not None:
+        return Proof(
+            False,
+            None,
+            None,
+            tuple(r for r in reasons if r in endings),
+            tuple(r for r in reasons if r not in endings),
+            dead,
+            tuple(m.entry for m in loop),
+            graph.loop_start,
+            paths,
+            len(graph.moves),
+            tuple(notes),
+        )
+    bound, model_calls = graph.longest()
+    if bound is None:
+        notes.append(
+            "a reply may ask for any number of tool calls: "
+            "give calls_per_reply (or max_tool_calls) for a bound in transitions"
+        )
+    reachable = tuple(r for r in reasons if r in endings)
+    unreachable = tuple(r for r in reasons if r not in endings)
+    return Proof(
+        True, bound, model_calls, reachable, unreachable, dead, (), None, paths, len(graph.moves), tuple(notes)
+    )
+
+
+def _finalizes(setup: Setup, row: Row) -> bool:
+    """A finalize row counts as dead only when its stop's policy asks for finalize (else it is off by choice)."""
+    name = row.guard_name or ""
+    return any(
+        setup.policies.get(reason) == "finalize" for reason in setup.table.reasons if name.endswith("_" + reason)
+    )
+
+
+def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[str, Any]) -> Setup:
+    """What the checker reads of an ``Agent`` or a ``Table``: a clear error for anything else."""
+    if calls_per_reply is not None and (
+        isinstance(calls_per_reply, bool) or not isinstance(calls_per_reply, int) or calls_per_reply < 1
+    ):
+        msg = f"calls_per_reply must be None or an integer >= 1, got {calls_per_reply!r}"
+        raise ValueError(msg)
+    if isinstance(agent_or_table, Table):
+        base = Limits()
+        found = attrs.evolve(base, **limits) if limits else base
+        cap = calls_per_reply if calls_per_reply is not None else _cap(found)
+        return Setup(agent_or_table, found, {}, True, 1, True, True, True, cap)
+    from fsm_agent.drivers.agent import Agent  # the checker reads an agent; the drivers never read the checker
+
+    if not isinstance(agent_or_table, Agent):
+        msg = f"check takes an Agent or a Table, got {type(agent_or_table).__name__}"
+        raise TypeError(msg)
+    settings = agent_or_table.settings
+    found = attrs.evolve(settings.limits, **limits) if limits else settings.limits
+    cap = calls_per_reply if calls_per_reply is not None else _cap(found)
+    policies = dict(settings.on_stop)
+    if settings.compact is None:
+        policies.pop("context_overflow", None)
+    output = settings.output
+    child_raises = any(child.on_child_stop == "raise" for child in agent_or_table.children().values())
+    return Setup(
+        settings.table,
+        found,
+        policies,
+        output is not None,
+        0 if output is None else output.retries,
+        True,
+        settings.strict_hooks,
+        child_raises,
+        cap,
+    )
+
+
+def _cap(limits: Limits) -> int | None:
+    """A reply's calls beyond the run's cap stop it at the cap, so the cap (plus one) bounds them."""
+    total = limits.total_tool_calls
+    return None if total is None else total + 1

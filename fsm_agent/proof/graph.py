@@ -1,0 +1,171 @@
+"""The abstract system of one agent, explored whole: its configs, its moves, and the questions asked of them.
+
+Breadth first from the initial config, so the path found to any config is a
+shortest one.  Termination is a question about loops: a loop of equal
+configs is a run that can go on forever, unless every move of it makes a
+call of a turn that holds "2 or more" calls (the turn's calls are finite,
+so such a loop ends) and no move of it calls the model (a loop through a
+model call would refill them).  With no loop left, the longest path is the
+bound, in transitions and in model calls.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from fsm_agent.definition.states import TERMINAL
+from fsm_agent.proof.model import INITIAL, Config, Explorer, Move
+
+
+class Graph:
+    """Every config reachable from the start, the moves out of each, and how each was first reached."""
+
+    def __init__(self, explorer: Explorer) -> None:
+        self.explorer = explorer
+        self.moves: dict[Config, list[Move]] = {}
+        self.parent: dict[Config, tuple[Config, Move] | None] = {INITIAL: None}
+        queue = deque([INITIAL])
+        while queue:
+            config = queue.popleft()
+            out = self.moves[config] = list(explorer.moves(config))
+            for move in out:
+                if move.after not in self.parent:
+                    self.parent[move.after] = (config, move)
+                    queue.append(move.after)
+
+    def path_to(self, config: Config) -> list[Move]:
+        """The moves of a shortest run from the start to ``config``."""
+        moves: list[Move] = []
+        step = self.parent[config]
+        while step is not None:
+            before, move = step
+            moves.append(move)
+            step = self.parent[before]
+        return moves[::-1]
+
+    def endings(self) -> dict[str, Config]:
+        """Each reachable ending (``done`` or a stop reason) and its terminal config, first reached first."""
+        out: dict[str, Config] = {}
+        for config in self.parent:  # insertion order is breadth first
+            if config.state in TERMINAL and config.reason is not None:
+                out.setdefault(config.reason, config)
+        return out
+
+    # --- loops ------------------------------------------------------------------------------------------------
+
+    def components(self) -> list[list[Config]]:
+        """The strongly connected components (Tarjan's algorithm, without recursion), in reverse topological order."""
+        index: dict[Config, int] = {}
+        low: dict[Config, int] = {}
+        on_stack: set[Config] = set()
+        stack: list[Config] = []
+        found: list[list[Config]] = []
+        for root in self.moves:
+            if root in index:
+                continue
+            work = [(root, 0)]
+            while work:
+                node, i = work.pop()
+                if i == 0:
+                    index[node] = low[node] = len(index)
+                    stack.append(node)
+                    on_stack.add(node)
+                out = self.moves[node]
+                if i < len(out):
+                    work.append((node, i + 1))
+                    nxt = out[i].after
+                    if nxt not in index:
+                        work.append((nxt, 0))
+                    elif nxt in on_stack:
+                        low[node] = min(low[node], index[nxt])
+                    continue
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    found.append(component)
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+        return found
+
+    def endless_loop(self) -> list[Move] | None:
+        """A shortest run into a loop it can take forever (the loop last), or None: every run stops.
+
+        A loop is finite only if it makes a call of a turn that holds "2 or
+        more" calls and calls no model (which would refill the turn): so a loop
+        through a model call, or one with no such call, is endless.
+        """
+        depth = {config: n for n, config in enumerate(self.parent)}  # breadth first: an order by distance
+        best: list[Move] | None = None
+        for component in self.components():
+            members = set(component)
+            for config in sorted(component, key=depth.__getitem__):
+                for move in self.moves[config]:
+                    if move.after not in members or (move.shrinks and not move.model_call):
+                        continue
+                    loop = self._loop_through(config, move, members, refills=move.model_call)
+                    if loop is None:
+                        continue
+                    lasso = [*self.path_to(config), *loop]
+                    if best is None or len(lasso) < len(best):
+                        best, self.loop_start = lasso, len(lasso) - len(loop)
+        return best
+
+    loop_start = 0
+    """Where the loop of the last ``endless_loop`` answer begins."""
+
+    def _loop_through(self, start: Config, first: Move, members: set[Config], *, refills: bool) -> list[Move] | None:
+        """A shortest loop from ``start`` through ``first`` back to ``start`` inside one component.
+
+        Unless the loop calls the model (``refills``), it may not make a call
+        of a "2 or more" turn, since such a call is a step down a finite turn.
+        """
+        if first.after == start:
+            return [first]
+        back: dict[Config, tuple[Config, Move] | None] = {first.after: None}
+        queue = deque([first.after])
+        while queue:
+            config = queue.popleft()
+            for move in self.moves[config]:
+                if move.after not in members or move.after in back or (move.shrinks and not refills):
+                    continue
+                back[move.after] = (config, move)
+                if move.after == start:
+                    loop = [move]
+                    step = back[config]
+                    while step is not None:
+                        loop.append(step[1])
+                        step = back[step[0]]
+                    return [first, *loop[::-1]]
+                queue.append(move.after)
+        return None
+
+    # --- bounds -----------------------------------------------------------------------------------------------
+
+    def longest(self) -> tuple[int | None, int]:
+        """The most transitions (None if a finite loop of a turn's calls leaves it open) and model calls of any run."""
+        components = self.components()  # reverse topological: successors come first
+        where = {config: n for n, component in enumerate(components) for config in component}
+        transitions: dict[int, int | None] = {}
+        calls: dict[int, int] = {}
+        for n, component in enumerate(components):
+            looped = len(component) > 1 or any(m.after == component[0] for m in self.moves[component[0]])
+            most: int | None = 0
+            most_calls = 0
+            for config in component:
+                for move in self.moves[config]:
+                    target = where[move.after]
+                    if target == n:
+                        continue
+                    tail = transitions[target]
+                    most = None if most is None or tail is None else max(most, tail + 1)
+                    most_calls = max(most_calls, calls[target] + move.model_call)
+            transitions[n] = None if looped else most
+            calls[n] = most_calls
+        start = where[INITIAL]
+        return transitions[start], calls[start]

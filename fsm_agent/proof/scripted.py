@@ -1,0 +1,300 @@
+"""Drive one path the checker found through the real engine: a scripted model, scripted tools, a scripted world.
+
+A path is the checker's list of moves, each with what the model, the tools
+and the world did (``Move.choice``).  ``drive`` turns that into a script: the
+model's replies (a reply's calls, its stop reason, an error or an overflow),
+each tool call's outcome, the clock's jump, a pre-cancelled token, a strict
+hook that raises, and copies of the agent's stop conditions that answer yes
+exactly where the path says.  Then it runs an agent with the same table,
+limits, policies and output retries, and returns the result, so a test can
+compare the edges taken with the path.  A path that needs a world the script
+cannot make (a cancel or a deadline in the middle of a call, a sub-agent's
+stop) raises ``Unscriptable`` naming it; the test writer leaves such paths out
+and says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.definition.states import State
+from fsm_agent.definition.stops import StopCondition
+from fsm_agent.drivers.agent import Agent
+from fsm_agent.errors import AgentLoopError, ContextOverflowError, Retry
+from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall, Transition, Usage
+from fsm_agent.tools import ToolRegistry
+
+QUESTION = "Scripted question."
+
+Plan = Sequence[tuple[Transition, tuple[str, ...]]]
+"""The path: each transition with its ``Move.choice``, in order."""
+
+
+class Unscriptable(ValueError):
+    """A path needs a world the script cannot make."""
+
+
+class _Script:
+    """The model's replies, the tools' outcomes and the world's events that make a run take one path."""
+
+    def __init__(self, agent: Agent, plan: Plan) -> None:
+        self.agent = agent
+        self.replies: list[_Pending | BaseException] = []
+        self.outcomes: dict[int, bool] = {}  # call number -> it fails
+        self.args: dict[int, str] = {}  # call number -> its argument
+        self.cancelled = False
+        self.late_after_reads: int | None = None
+        self.hook_on_reply: int | None = None
+        self.says_yes: dict[str, int] = {}  # stop condition reason -> the call of its check that answers yes
+        self.raises: set[str] = set()  # stop conditions whose check raises on that call instead
+        self.answers: list[str] = []
+        self._read(plan)
+
+    def _read(self, plan: Plan) -> None:
+        asked: dict[str, int] = {}
+        executed = 0
+        queued: list[int] = []  # call numbers of the turn not yet made
+        made = 0
+        turn_calls: list[int] = []
+        sizes = _turn_sizes(plan)
+        for n, (edge, choice) in enumerate(plan):
+            self._count_checks(edge, asked)
+            words = dict(word.split(":", 1) for word in choice if ":" in word)
+            held = words.get("held")
+            kind = words.get("reply")
+            if kind is not None:
+                count = max(int(kind), sizes[len(self.replies)])
+                turn_calls = list(range(made, made + count))
+                made += count
+                queued = list(turn_calls)
+                for number in turn_calls:
+                    self.args.setdefault(number, f"call {number}")
+                self.replies.append(_Pending(turn_calls))
+            if "model" in words:
+                what = words["model"]
+                if what == "error":
+                    self.replies.append(RuntimeError("the scripted model call failed"))
+                elif what == "overflow":
+                    self.replies.append(ContextOverflowError("the scripted conversation is too long"))
+                else:
+                    raise Unscriptable(f"a model call {_said(what)} (transition {n})")
+            if words.get("stop") in ("is_truncated", "is_refusal"):
+                last = self.replies[-1]
+                assert isinstance(last, _Pending)
+                last.stop = "max_tokens" if words["stop"] == "is_truncated" else "refusal"
+            if "answer" in words:
+                if words["answer"] == "late":
+                    raise Unscriptable(f"an answer check past the deadline (transition {n})")
+                self.answers.append(words["answer"])
+            if "tool" in words:
+                if words["tool"] in ("cancelled", "late"):
+                    raise Unscriptable(f"a tool call {_said(words['tool'])} (transition {n})")
+                number = queued.pop(0)
+                self.outcomes[number] = words["tool"] == "fails"
+                executed += 1
+            self._world(n, held, words, queued, executed, asked)
+
+    def _count_checks(self, edge: Transition, asked: dict[str, int]) -> None:
+        """Count the stop conditions' checks the walk to ``edge`` asks; the one on ``edge`` answers yes."""
+        users = {stop.reason for stop in self.agent.settings.stop_conditions}
+        raising = False  # the walk took stop_condition_error: the next stop condition's check raised
+        for row in self.agent.settings.table.index.get((State(edge.source), edge.trigger), ()):
+            taken = row.entry == edge
+            if taken and row.reason == "stop_condition_error":
+                raising = True
+                continue
+            if row.reason in users:
+                asked[row.reason] = asked.get(row.reason, 0) + 1
+                if taken or raising:
+                    self.says_yes[row.reason] = asked[row.reason]
+                    if raising:
+                        self.raises.add(row.reason)
+                    return
+            if taken or row.guard is None:
+                return
+
+    def _world(
+        self, n: int, held: str | None, words: dict[str, str], queued: list[int], executed: int, asked: dict[str, int]
+    ) -> None:
+        """What the world does for the guard ``held`` at transition ``n``."""
+        del asked  # counted by _count_checks
+        if held is None:
+            return
+        if held == "is_cancelled" and words.get("at") == "start":
+            self.cancelled = True
+        elif held == "deadline_passed" and words.get("at") == "start":
+            self.late_after_reads = 1
+        elif held == "hook_raised" and "reply" in words:
+            self.hook_on_reply = len(self.replies)
+        elif held == "repeats_last_call":
+            number = queued[0]
+            self.args[number] = self.args[_last_made(self.outcomes)]
+        elif held == "is_cycling":
+            made = sorted(self.outcomes)[-4:]
+            for number, arg in zip(made, ("a", "b", "a", "b"), strict=True):
+                self.args[number] = f"cycle {arg}"
+        elif held == "budget_spent":
+            last = next(item for item in reversed(self.replies) if isinstance(item, _Pending))
+            last.tokens = self.agent.settings.limits.token_budget or 0
+        elif held not in _AUTOMATIC and held not in self._user_guards():
+            raise Unscriptable(f"the guard {held} holding (transition {n})")
+        del executed  # the counts the guards read follow from the outcomes themselves
+
+    def _user_guards(self) -> set[str]:
+        """The guards of the agent's stop conditions (and of their checks raising): ``_count_checks`` scripts them."""
+        names = {stop.guard.__name__ for stop in self.agent.settings.stop_conditions if stop.guard is not None}
+        return names | {"condition_raised"}
+
+    def model(self) -> _ScriptedModel:
+        """The model that gives the script's replies."""
+        return _ScriptedModel(self)
+
+    def reply(self, pending: _Pending) -> ModelResponse:
+        """A scripted reply: text, or the turn's calls with their scripted arguments."""
+        usage = Usage(pending.tokens, 0) if pending.tokens else None
+        if not pending.calls:
+            text = self.answers.pop(0) if self.answers else "the scripted answer"
+            return ModelResponse(Message("assistant", _ANSWER_TEXT.get(text, text)), pending.stop, usage)
+        calls = tuple(ToolCall(f"call_{n}", "act", {"what": self.args[n]}) for n in pending.calls)
+        return ModelResponse(
+            Message("assistant", "", calls), pending.stop if pending.stop != "end_turn" else "tool_use", usage
+        )
+
+
+class _Pending:
+    """A reply of the script, its stop reason and tokens settled once the rest of the path is read."""
+
+    def __init__(self, calls: list[int]) -> None:
+        self.calls = calls
+        self.stop = "end_turn"
+        self.tokens = 0
+
+
+class _ScriptedModel:
+    def __init__(self, script: _Script) -> None:
+        self.script = script
+        self.calls = 0
+
+    def complete(self, messages: Sequence[Message], tools: list[Any]) -> ModelResponse:
+        item = self.script.replies[self.calls]
+        self.calls += 1
+        if isinstance(item, BaseException):
+            raise item
+        assert isinstance(item, _Pending)
+        return self.script.reply(item)
+
+
+_ANSWER_TEXT = {"ok": "the scripted answer", "retryable": "send me back", "final": "break the check"}
+_AUTOMATIC = frozenset({
+    "has_no_tool_calls", "has_pending_calls", "is_truncated", "is_refusal", "context_overflowed",
+    "output_invalid", "output_rejected", "compacts_history", "asks_tools_while_finalizing",
+    "steps_exhausted", "failures_exhausted", "tool_calls_exhausted",
+})  # fmt: skip
+"""Guards that hold by the script's replies and outcomes alone."""
+
+
+def _turn_sizes(plan: Plan) -> list[int]:
+    """The tool calls each model call's turn makes on the path: "2 or more" calls are as many as are made."""
+    sizes: list[int] = []
+    for _, choice in plan:
+        if any(word.startswith(("reply:", "model:")) for word in choice):
+            sizes.append(0)
+        if sizes and any(word.startswith("tool:") for word in choice):
+            sizes[-1] += 1
+    return sizes
+
+
+def _said(what: str) -> str:
+    return {"cancelled": "cancelled while it ran", "late": "past the deadline while it ran"}.get(what, what)
+
+
+def _last_made(outcomes: dict[int, bool]) -> int:
+    return max(outcomes)
+
+
+def _answer_check(value: str) -> str:
+    """The scripted answers' validator: one is sent back, one breaks the check, the rest pass."""
+    if value == _ANSWER_TEXT["retryable"]:
+        raise Retry("the scripted check sends this answer back")
+    if value == _ANSWER_TEXT["final"]:
+        msg = "the scripted check broke"
+        raise RuntimeError(msg)
+    return value
+
+
+def drive(agent: Agent, plan: Plan) -> RunResult:
+    """Run ``plan`` through an agent set up as ``agent`` is, with the script's model, tools and world."""
+    script = _Script(agent, plan)
+    registry = ToolRegistry()
+    outcomes, args = script.outcomes, script.args
+    by_arg = {args[n]: n for n in sorted(outcomes)}
+
+    def act(what: str) -> str:
+        """The scripted tool: succeeds or fails as the path says."""
+        number = by_arg.get(what)
+        if number is not None and outcomes[number]:
+            msg = f"the scripted call {what!r} failed"
+            raise RuntimeError(msg)
+        return f"done: {what}"
+
+    registry.register(act)
+    reads = [0]
+    late = script.late_after_reads
+    timeout = agent.settings.limits.timeout or 0.0
+
+    def clock() -> float:
+        reads[0] += 1
+        return timeout if late is not None and reads[0] > late else 0.0
+
+    settings = agent.settings
+    stops = [_forced(stop, script) for stop in settings.stop_conditions]
+    kwargs: dict[str, Any] = {}
+    if settings.output is not None:
+        kwargs = {"output_type": str, "output_validators": [_answer_check], "output_retries": settings.output.retries}
+    scripted = Agent(
+        script.model(),
+        registry,
+        limits=settings.limits,
+        on_stop=dict(settings.on_stop),  # type: ignore[arg-type]  # the agent's own, already checked
+        strict_hooks=settings.strict_hooks,
+        clock=clock,
+        stop_conditions=stops,
+        compact=(lambda messages: messages[-1:]) if settings.compact else None,
+        **kwargs,
+    )
+    if script.hook_on_reply is not None:
+        target = script.hook_on_reply
+
+        def hook(event: Any) -> None:
+            if event.turn == target:
+                msg = "the scripted hook raised"
+                raise RuntimeError(msg)
+
+        scripted.on("after_model", hook)
+    token = CancelToken()
+    if script.cancelled:
+        token.cancel("the scripted cancel")
+    try:
+        return scripted.run(QUESTION, cancel=token)
+    except AgentLoopError as exc:
+        return exc.result
+
+
+def _forced(stop: StopCondition, script: _Script) -> StopCondition:
+    """A copy of ``stop`` whose check answers yes exactly on the calls the path says."""
+    yes = script.says_yes.get(stop.reason)
+    raises = stop.reason in script.raises
+    asked = [0]
+
+    def check(view: Any) -> bool:
+        asked[0] += 1
+        if yes is not None and asked[0] == yes and raises:
+            msg = "the scripted check raised"
+            raise RuntimeError(msg)
+        return yes is not None and asked[0] == yes
+
+    check.__name__ = stop.guard.__name__ if stop.guard is not None else stop.reason
+    at: State | str = stop.state
+    return StopCondition(stop.reason, at, check, stop.description, policy="raise")
