@@ -1,9 +1,11 @@
 """``python -m fsm_agent check MODULE:FUNCTION``: prove an agent always stops, and write a test per stop path.
 
 Prints the bound, the reachable and unreachable stop reasons and the rows no
-run takes; exits 0 when every run stops, 1 with the shortest counterexample
-otherwise (or on a set-up error).  ``--write-tests DIR`` writes one pytest
-test per reachable stop path.
+run takes; then drives each stop path through the engine whole, cut after
+every transition and resumed, and with every call held for a decision.
+Exits 0 when every run stops and no call ran twice, went missing or ran
+before its decision; 1 with the counterexample or the fault otherwise (or on
+a set-up error).  ``--write-tests DIR`` writes those runs as pytest tests.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ def main(args: argparse.Namespace) -> int:
     """Check the agent the factory builds; print the proof; write the tests if asked."""
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.proof import check
-    from fsm_agent.proof.writer import write_tests
+    from fsm_agent.proof.driving import exercise
+    from fsm_agent.proof.writer import plans, write_tests
 
     try:
         found = _target(args.agent)
@@ -31,15 +34,25 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP
     print(proof.report())
-    if args.write_tests is not None:
-        if not isinstance(found, Agent):
+    if not isinstance(found, Agent):
+        if args.write_tests is not None:
             print("error: --write-tests needs an agent factory, not a table", file=sys.stderr)
             return EXIT_SETUP
-        written = write_tests(proof, found, args.agent, Path(args.write_tests))
-        print(f"wrote {written.path}: {len(written.tested)} test(s), one per reachable stop path")
+        return EXIT_DONE if proof.ok else EXIT_SETUP
+    exercised = exercise(found, *plans(proof))
+    print(
+        f"driven through the engine: {len(exercised.taken)} stop path(s) as proven, cut and resumed at "
+        f"{exercised.cuts} transition(s), every call held for a decision: "
+        + ("each call ran once, none before its decision" if exercised.ok else "FAULTS")
+    )
+    for reason, why in (exercised.crash_faults | exercised.gate_faults).items():
+        print(f"  fault: {reason}: {why}")
+    if args.write_tests is not None:
+        written = write_tests(proof, found, args.agent, Path(args.write_tests), exercised)
+        print(f"wrote {written.path}: the {len(written.tested)} stop path(s) the engine takes, three tests each")
         for reason, why in written.left_out.items():
             print(f"  not written: {reason}: {why}")
-    return EXIT_DONE if proof.ok else EXIT_SETUP
+    return EXIT_DONE if proof.ok and exercised.ok else EXIT_SETUP
 
 
 def _target(spec: str) -> Any:

@@ -18,13 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.definition.states import State
 from fsm_agent.definition.stops import StopCondition
 from fsm_agent.drivers.agent import Agent
-from fsm_agent.errors import AgentLoopError, ContextOverflowError, Retry
-from fsm_agent.records import Message, ModelResponse, RunResult, ToolCall, Transition, Usage
-from fsm_agent.tools import ToolRegistry
+from fsm_agent.errors import ContextOverflowError, Retry
+from fsm_agent.records import Message, ModelResponse, ToolCall, Transition, Usage
 
 QUESTION = "Scripted question."
 
@@ -36,7 +34,7 @@ class Unscriptable(ValueError):
     """A path needs a world the script cannot make."""
 
 
-class _Script:
+class Script:
     """The model's replies, the tools' outcomes and the world's events that make a run take one path."""
 
     def __init__(self, agent: Agent, plan: Plan) -> None:
@@ -50,6 +48,7 @@ class _Script:
         self.says_yes: dict[str, int] = {}  # stop condition reason -> the call of its check that answers yes
         self.raises: set[str] = set()  # stop conditions whose check raises on that call instead
         self.answers: list[str] = []
+        self.asked: dict[str, int] = {}  # stop condition reason -> its checks asked so far, across agents
         self._read(plan)
 
     def _read(self, plan: Plan) -> None:
@@ -147,9 +146,9 @@ class _Script:
         names = {stop.guard.__name__ for stop in self.agent.settings.stop_conditions if stop.guard is not None}
         return names | {"condition_raised"}
 
-    def model(self) -> _ScriptedModel:
-        """The model that gives the script's replies."""
-        return _ScriptedModel(self)
+    def model(self, made: int = 0) -> ScriptedModel:
+        """The model that gives the script's replies, from reply ``made`` on (a resumed run's calls go on)."""
+        return ScriptedModel(self, made)
 
     def reply(self, pending: _Pending) -> ModelResponse:
         """A scripted reply: text, or the turn's calls with their scripted arguments."""
@@ -172,12 +171,15 @@ class _Pending:
         self.tokens = 0
 
 
-class _ScriptedModel:
-    def __init__(self, script: _Script) -> None:
+class ScriptedModel:
+    """Gives the script's replies in order, raising its errors."""
+
+    def __init__(self, script: Script, made: int) -> None:
         self.script = script
-        self.calls = 0
+        self.calls = made
 
     def complete(self, messages: Sequence[Message], tools: list[Any]) -> ModelResponse:
+        """The next scripted reply."""
         item = self.script.replies[self.calls]
         self.calls += 1
         if isinstance(item, BaseException):
@@ -214,7 +216,7 @@ def _last_made(outcomes: dict[int, bool]) -> int:
     return max(outcomes)
 
 
-def _answer_check(value: str) -> str:
+def answer_check(value: str) -> str:
     """The scripted answers' validator: one is sent back, one breaks the check, the rest pass."""
     if value == _ANSWER_TEXT["retryable"]:
         raise Retry("the scripted check sends this answer back")
@@ -224,76 +226,20 @@ def _answer_check(value: str) -> str:
     return value
 
 
-def drive(agent: Agent, plan: Plan) -> RunResult:
-    """Run ``plan`` through an agent set up as ``agent`` is, with the script's model, tools and world."""
-    script = _Script(agent, plan)
-    registry = ToolRegistry()
-    outcomes, args = script.outcomes, script.args
-    by_arg = {args[n]: n for n in sorted(outcomes)}
+def forced(stop: StopCondition, script: Script) -> StopCondition:
+    """A copy of ``stop`` whose check answers yes (or raises) exactly on the call of it the path says.
 
-    def act(what: str) -> str:
-        """The scripted tool: succeeds or fails as the path says."""
-        number = by_arg.get(what)
-        if number is not None and outcomes[number]:
-            msg = f"the scripted call {what!r} failed"
-            raise RuntimeError(msg)
-        return f"done: {what}"
-
-    registry.register(act)
-    reads = [0]
-    late = script.late_after_reads
-    timeout = agent.settings.limits.timeout or 0.0
-
-    def clock() -> float:
-        reads[0] += 1
-        return timeout if late is not None and reads[0] > late else 0.0
-
-    settings = agent.settings
-    stops = [_forced(stop, script) for stop in settings.stop_conditions]
-    kwargs: dict[str, Any] = {}
-    if settings.output is not None:
-        kwargs = {"output_type": str, "output_validators": [_answer_check], "output_retries": settings.output.retries}
-    scripted = Agent(
-        script.model(),
-        registry,
-        limits=settings.limits,
-        on_stop=dict(settings.on_stop),  # type: ignore[arg-type]  # the agent's own, already checked
-        strict_hooks=settings.strict_hooks,
-        clock=clock,
-        stop_conditions=stops,
-        compact=(lambda messages: messages[-1:]) if settings.compact else None,
-        **kwargs,
-    )
-    if script.hook_on_reply is not None:
-        target = script.hook_on_reply
-
-        def hook(event: Any) -> None:
-            if event.turn == target:
-                msg = "the scripted hook raised"
-                raise RuntimeError(msg)
-
-        scripted.on("after_model", hook)
-    token = CancelToken()
-    if script.cancelled:
-        token.cancel("the scripted cancel")
-    try:
-        return scripted.run(QUESTION, cancel=token)
-    except AgentLoopError as exc:
-        return exc.result
-
-
-def _forced(stop: StopCondition, script: _Script) -> StopCondition:
-    """A copy of ``stop`` whose check answers yes exactly on the calls the path says."""
+    The count is the script's, so an agent that resumes the run goes on counting where the cut one stopped.
+    """
     yes = script.says_yes.get(stop.reason)
     raises = stop.reason in script.raises
-    asked = [0]
 
     def check(view: Any) -> bool:
-        asked[0] += 1
-        if yes is not None and asked[0] == yes and raises:
+        script.asked[stop.reason] = asked = script.asked.get(stop.reason, 0) + 1
+        if yes is not None and asked == yes and raises:
             msg = "the scripted check raised"
             raise RuntimeError(msg)
-        return yes is not None and asked[0] == yes
+        return yes is not None and asked == yes
 
     check.__name__ = stop.guard.__name__ if stop.guard is not None else stop.reason
     at: State | str = stop.state

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fsm_agent.proof import check
-from fsm_agent.proof.scripted import Unscriptable, drive
+from fsm_agent.proof.driving import drive
+from fsm_agent.proof.scripted import Unscriptable
 from fsm_agent.proof.writer import write_tests
 from fsm_agent.testing import edge_id, edges
 
@@ -80,6 +81,7 @@ def test_the_written_tests_pass_as_written_one_per_reachable_stop_path(agents: P
     """--write-tests: one test per reachable ending, each passing when pytest runs the file."""
     written = _command(agents, "my_agents:every_part", "--write-tests", "generated")
     assert written.returncode == 0, written.stderr
+    assert "each call ran once, none before its decision" in written.stdout
     source = (agents / "generated" / "test_stop_paths.py").read_text(encoding="utf-8")
     sys.path.insert(0, str(agents))
     try:
@@ -89,8 +91,10 @@ def test_the_written_tests_pass_as_written_one_per_reachable_stop_path(agents: P
     finally:
         sys.path.remove(str(agents))
         sys.modules.pop("my_agents", None)
+    assert source.count("\ndef test_the_shortest_run_to_") == len(proof.reachable)  # every ending can be scripted
+    long_paths = sum(len(path.moves) > 1 for path in proof.paths.values())
+    assert source.count("_cut_after_any_transition_and_resumed_runs_each_call_once()") == long_paths
     tests = source.count("\ndef test_")
-    assert tests == len(proof.reachable)  # every ending of this agent can be scripted
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated/test_stop_paths.py"],
         cwd=agents,
