@@ -34,6 +34,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP
     print(proof.report())
+    if args.draw is not None and not proof.ok:
+        print(f"wrote {_draw(found, proof, Path(args.draw))}: the counterexample drawn on the machine")
     if not isinstance(found, Agent):
         if args.write_tests is not None:
             print("error: --write-tests needs an agent factory, not a table", file=sys.stderr)
@@ -53,6 +55,17 @@ def main(args: argparse.Namespace) -> int:
         for reason, why in written.left_out.items():
             print(f"  not written: {reason}: {why}")
     return EXIT_DONE if proof.ok and exercised.ok else EXIT_SETUP
+
+
+def _draw(found: Any, proof: Any, path: Path) -> Path:
+    """The counterexample drawn over the machine as a run's path (the loop's edges counted as often as taken)."""
+    from fsm_agent.definition.table import Table
+    from fsm_agent.records import RunResult
+    from fsm_agent.render.dot import to_dot, write_picture
+
+    table = found if isinstance(found, Table) else found.settings.table
+    endless = RunResult((), (), "", "endless_loop", proof.counterexample)
+    return write_picture(to_dot(table, endless), path)
 
 
 def _target(spec: str) -> Any:
@@ -105,6 +118,9 @@ def add_command(commands: Any) -> None:
         default=None,
         metavar="N",
         help="take a reply to ask for at most N tool calls (for a bound in transitions without max_tool_calls)",
+    )
+    parser.add_argument(
+        "--draw", metavar="FILE", default=None, help="when a run can go on forever, draw its loop on the machine"
     )
     parser.add_argument(
         "--write-tests", metavar="DIR", default=None, help="write test_stop_paths.py, one test per reachable stop path"

@@ -64,10 +64,13 @@ def test_check_prints_the_bound_and_exits_0_when_every_run_stops(agents: Path) -
 
 def test_check_exits_1_with_the_counterexample_of_a_loop_that_never_ends(agents: Path) -> None:
     """A table with an unbounded user row: exit 1, the loop printed edge by edge."""
-    refuted = _command(agents, "my_agents:LOOPING")
+    refuted = _command(agents, "my_agents:LOOPING", "--draw", "loop.svg")
     assert refuted.returncode == 1
     assert "every run stops: NO" in refuted.stdout
     assert "Dispatch->AwaitModel[another_look] on dispatch" in refuted.stdout
+    drawing = (agents / "loop.svg").read_text(encoding="utf-8")
+    assert drawing.startswith("<?xml")
+    assert "another_look" in drawing
 
 
 def test_check_names_a_factory_it_cannot_load_in_one_line(agents: Path) -> None:
