@@ -29,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         found = _target(args.agent)
-        proof = check(found, calls_per_reply=args.calls_per_reply)
+        proof = check(found, calls_per_reply=args.calls_per_reply, every=args.every)
     except (SetupError, ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP
@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
         if args.write_tests is not None:
             print("error: --write-tests needs an agent factory, not a table", file=sys.stderr)
             return EXIT_SETUP
-        return EXIT_DONE if proof.ok else EXIT_SETUP
+        return EXIT_DONE if proof.ok and proof.crash_safe else EXIT_SETUP
     exercised = exercise(found, *plans(proof))
     print(
         f"driven through the engine: {len(exercised.taken)} stop path(s) as proven, cut and resumed at "
@@ -54,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote {written.path}: the {len(written.tested)} stop path(s) the engine takes, three tests each")
         for reason, why in written.left_out.items():
             print(f"  not written: {reason}: {why}")
-    return EXIT_DONE if proof.ok and exercised.ok else EXIT_SETUP
+    return EXIT_DONE if proof.ok and proof.crash_safe and exercised.ok else EXIT_SETUP
 
 
 def _draw(found: Any, proof: Any, path: Path) -> Path:
@@ -118,6 +118,12 @@ def add_command(commands: Any) -> None:
         default=None,
         metavar="N",
         help="take a reply to ask for at most N tool calls (for a bound in transitions without max_tool_calls)",
+    )
+    parser.add_argument(
+        "--every",
+        choices=("transition", "call", "turn"),
+        default="call",
+        help="judge crash safety under this store setting (when the run is written)",
     )
     parser.add_argument(
         "--draw", metavar="FILE", default=None, help="when a run can go on forever, draw its loop on the machine"

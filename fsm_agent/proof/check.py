@@ -17,6 +17,7 @@ import attrs
 
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.table import FINALIZE, RESUME, Row, Table
+from fsm_agent.persist.store import check_every
 from fsm_agent.proof.graph import Graph
 from fsm_agent.proof.model import Explorer, Move, Setup
 from fsm_agent.records import Transition
@@ -59,6 +60,12 @@ class Proof:
     counterexample: tuple[Transition, ...] = ()
     loop_start: int | None = None
     """The index in ``counterexample`` where the endless loop begins."""
+    crash_safe: bool = True
+    """A process killed anywhere runs again at most the call in flight: no tool call's outcome is still unwritten
+    when the next call begins, under the store's ``every`` (see ``persist.store.EVERY``)."""
+    crash_counterexample: tuple[Transition, ...] = ()
+    """On ``crash_safe`` false: the shortest run to a call that begins while an earlier call's outcome is unwritten."""
+    every: str = "call"
     paths: Mapping[str, StopPath] = attrs.field(factory=dict, repr=False)
     configs: int = 0
     """How many abstract configs the checker explored."""
@@ -78,6 +85,11 @@ class Proof:
             for n, edge in enumerate(self.counterexample):
                 mark = "*" if n == self.loop_start else " "
                 lines.append(f"  {mark} {n:>3} {_edge(edge)}")
+        if self.crash_safe:
+            lines.append(f"crash safe (every={self.every!r}): a crash runs again at most the call in flight")
+        else:
+            lines.append(f"crash safe (every={self.every!r}): NO, a completed call may run again after a crash:")
+            lines.extend(f"    {n:>3} {_edge(edge)}" for n, edge in enumerate(self.crash_counterexample))
         lines.append("reachable: " + (", ".join(self.reachable) or "none"))
         lines.append("unreachable: " + (", ".join(self.unreachable) or "none"))
         if self.dead_rows:
@@ -92,7 +104,7 @@ def _edge(edge: Transition) -> str:
     return f"{edge.source}->{edge.dest}" + (f"[{label}]" if label else "") + f" on {edge.trigger}"
 
 
-def check(agent_or_table: Any, *, calls_per_reply: int | None = None, **limits: Any) -> Proof:
+def check(agent_or_table: Any, *, calls_per_reply: int | None = None, every: str = "call", **limits: Any) -> Proof:
     """Explore every run of ``agent_or_table`` under its limits (``limits`` override them) and prove it stops.
 
     An ``Agent`` is checked with its own table, limits, policies and parts;
@@ -100,9 +112,10 @@ def check(agent_or_table: Any, *, calls_per_reply: int | None = None, **limits: 
     answer, strict hooks, a sub-agent that passes its stop on), so no reason
     is called unreachable for want of a part.  ``calls_per_reply`` caps the
     tool calls a reply is taken to ask for (the ``max_tool_calls`` cap, when
-    the agent has one, is used if not given).
+    the agent has one, is used if not given).  ``every`` is the store's
+    checkpoint setting the crash safety is judged under.
     """
-    return prove(setup_of(agent_or_table, calls_per_reply, limits))
+    return prove(attrs.evolve(setup_of(agent_or_table, calls_per_reply, limits), every=check_every(every)))
 
 
 def prove(setup: Setup) -> Proof:
@@ -110,39 +123,35 @@ def prove(setup: Setup) -> Proof:
     graph = Graph(Explorer(setup))
     loop = graph.endless_loop()
     endings = graph.endings()
-    paths = {reason: StopPath(reason, tuple(graph.path_to(config))) for reason, config in endings.items()}
     reasons = ("done", *setup.table.reasons)
     taken = {move.row for moves in graph.moves.values() for move in moves}
-    dead = tuple(
-        row
-        for row in setup.table.rows
-        if row not in taken and row.trigger != RESUME and (row.trigger != FINALIZE or _finalizes(setup, row))
-    )
-    notes: list[str] = []
-    if loop is not None:
-        return Proof(
-            False,
-            None,
-            None,
-            tuple(r for r in reasons if r in endings),
-            tuple(r for r in reasons if r not in endings),
-            dead,
-            tuple(m.entry for m in loop),
-            graph.loop_start,
-            paths,
-            len(graph.moves),
-            tuple(notes),
-        )
-    bound, model_calls = graph.longest()
-    if bound is None:
+    bound, model_calls = graph.longest() if loop is None else (None, None)
+    notes = []
+    if loop is None and bound is None:
         notes.append(
             "a reply may ask for any number of tool calls: "
             "give calls_per_reply (or max_tool_calls) for a bound in transitions"
         )
-    reachable = tuple(r for r in reasons if r in endings)
-    unreachable = tuple(r for r in reasons if r not in endings)
+    window = graph.crash_window(setup.every)
     return Proof(
-        True, bound, model_calls, reachable, unreachable, dead, (), None, paths, len(graph.moves), tuple(notes)
+        ok=loop is None,
+        bound=bound,
+        model_calls=model_calls,
+        reachable=tuple(r for r in reasons if r in endings),
+        unreachable=tuple(r for r in reasons if r not in endings),
+        dead_rows=tuple(
+            row
+            for row in setup.table.rows
+            if row not in taken and row.trigger != RESUME and (row.trigger != FINALIZE or _finalizes(setup, row))
+        ),
+        counterexample=() if loop is None else tuple(m.entry for m in loop),
+        loop_start=None if loop is None else graph.loop_start,
+        crash_safe=window is None,
+        crash_counterexample=() if window is None else tuple(m.entry for m in window),
+        every=setup.every,
+        paths={reason: StopPath(reason, tuple(graph.path_to(config))) for reason, config in endings.items()},
+        configs=len(graph.moves),
+        notes=tuple(notes),
     )
 
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from fsm_agent.definition.states import TERMINAL
+from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.persist.store import wants
 from fsm_agent.proof.model import INITIAL, Config, Explorer, Move
+
+CALLING = frozenset({str(State.AwaitModel), str(State.ExecuteTool)})
+"""The states whose outcome transitions a store with ``every="call"`` writes as they are taken."""
 
 
 class Graph:
@@ -143,6 +147,36 @@ class Graph:
                         step = back[step[0]]
                     return [first, *loop[::-1]]
                 queue.append(move.after)
+        return None
+
+    # --- crashes ----------------------------------------------------------------------------------------------
+
+    def crash_window(self, every: str) -> list[Move] | None:
+        """The shortest run to a call that begins while an earlier tool call's outcome is not yet written, or None.
+
+        The writes are the store's own rule (``persist.store.wants``, and with
+        ``every="call"`` each transition that records a call's outcome), so a
+        crash in such a window would run a completed call again.
+        """
+        start = (INITIAL, False)
+        back: dict[tuple[Config, bool], tuple[tuple[Config, bool], Move] | None] = {start: None}
+        queue = deque([start])
+        while queue:
+            here = queue.popleft()
+            config, unwritten = here
+            for move in self.moves[config]:
+                if unwritten and (move.tool_call or move.model_call):
+                    path = [move]
+                    step = back[here]
+                    while step is not None:
+                        path.append(step[1])
+                        step = back[step[0]]
+                    return path[::-1]
+                written = wants(every, move.after.state, False) or (every == "call" and move.entry.source in CALLING)
+                after = (move.after, (unwritten or move.tool_call) and not written)
+                if after not in back:
+                    back[after] = (here, move)
+                    queue.append(after)
         return None
 
     # --- bounds -----------------------------------------------------------------------------------------------

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
 import pytest
 
-from fsm_agent import TABLE, Agent, AgentLoopError, StopCondition
+from fsm_agent import TABLE, Agent, AgentLoopError, SqliteStore, StopCondition, ToolRegistry
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import Row
 from fsm_agent.proof import check
-from fsm_agent.records import ModelResponse
-from fsm_agent.testing import FakeModel, demo_registry, edge_id, tool_call, tool_turn
+from fsm_agent.records import Message, ModelResponse
+from fsm_agent.testing import FakeModel, demo_registry, edge_id, reply, tool_call, tool_turn
 
 
 def another_look(run: object) -> bool:
@@ -125,3 +129,44 @@ def test_check_refuses_what_it_cannot_read() -> None:
         check("not an agent")
     with pytest.raises(ValueError, match="calls_per_reply"):
         check(TABLE, calls_per_reply=0)
+
+
+@pytest.mark.parametrize(("every", "again"), [("call", 1), ("transition", 1), ("turn", 2)])
+def test_the_crash_check_matches_what_a_store_really_keeps(tmp_path: Path, every: str, again: int) -> None:
+    """every='turn' is refuted (a finished call runs again after a crash); the store shows it; 'call' is safe."""
+    proof = check(TABLE, every=every, calls_per_reply=2)
+    assert proof.crash_safe is (again == 1)
+    runs: Counter[str] = Counter()
+
+    def act(what: str, call_id: str) -> str:
+        """Counts each run of a call."""
+        runs[call_id] += 1
+        return what
+
+    registry = ToolRegistry()
+    registry.register(act)
+
+    class Model:
+        """Asks for both calls, and answers once it has their results (so a resumed run goes on where it was)."""
+
+        def complete(self, messages: Sequence[Message], tools: object) -> ModelResponse:
+            """The calls, or the answer."""
+            if messages[-1].role == "tool":
+                return reply("both done")
+            return tool_turn(tool_call("act", id="a", what="one"), tool_call("act", id="b", what="two"))
+
+    def agent() -> Agent:
+        return Agent(Model(), registry)
+
+    with SqliteStore(tmp_path / "runs.db", every=every) as store:
+        run = agent().start("q", store=store, run_id="r")
+        while not runs:  # up to the first call's outcome: replied, check, dispatch, then the call
+            run.advance()
+        stored = store.load("r")  # the process dies here, as the second call begins
+    result = agent().resume(stored).finish()
+    assert result.final == "both done"
+    assert runs == {"a": again, "b": 1}
+    if again > 1:  # the counterexample: the first call's outcome, unwritten, and the second call
+        shown = [edge_id(edge) for edge in proof.crash_counterexample]
+        assert shown[-3:-1] == ["ExecuteTool->Dispatch[has_pending_calls]", "Dispatch->ExecuteTool"]
+        assert proof.crash_counterexample[-1].source == "ExecuteTool"
