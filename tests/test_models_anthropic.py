@@ -17,7 +17,6 @@ from provider_server import FAST, QUESTION, ProviderServer, Reply, body, stop_of
 from fsm_agent import Agent, Message, ToolCall, ToolRegistry, Usage
 from fsm_agent.models import AnthropicModel, MalformedReplyError
 from fsm_agent.models.anthropic_messages import (
-    STOP_REASONS,
     from_anthropic_message,
     to_anthropic_messages,
     to_anthropic_tools,
@@ -169,10 +168,10 @@ def test_a_refusal_stops_with_refusal_and_shows_the_explanation(
 
 def test_the_mapping_only_produces_stop_reasons_the_engine_understands() -> None:
     """Every mapped value is in the engine's vocabulary, so no provider signal ends up as an accidental error."""
-    assert set(STOP_REASONS.values()) <= set(ENGINE_STOP_REASONS)
+    assert set(AnthropicModel.finish_reasons.values()) <= set(ENGINE_STOP_REASONS)
 
 
-@pytest.mark.parametrize(("provider_reason", "stop_reason"), sorted(STOP_REASONS.items()))
+@pytest.mark.parametrize(("provider_reason", "stop_reason"), sorted(AnthropicModel.finish_reasons.items()))
 def test_every_stop_reason_maps_onto_the_engine_vocabulary(
     provider_server: ProviderServer, model: AnthropicModel, provider_reason: str, stop_reason: str
 ) -> None:

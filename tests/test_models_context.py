@@ -166,10 +166,9 @@ BY_NAME = {p.name: p for p in PROVIDERS}
 def _raised(model: ProviderModel, call: str) -> BaseException:
     """What one model call of this kind raises (the test fails if it returns); the model is closed afterwards."""
     messages, tools, texts = [Message("user", QUESTION)], demo_registry().schemas(), list[str]()
-    adapter: Any = model  # every adapter here streams; ProviderModel itself does not declare it
     sync: dict[str, Callable[[], Any]] = {
         "complete": lambda: model.complete(messages, tools),
-        "complete_stream": lambda: adapter.complete_stream(messages, tools, texts.append),
+        "complete_stream": lambda: model.complete_stream(messages, tools, texts.append),
     }
     if call in sync:
         with model, pytest.raises(Exception) as info:  # noqa: PT011 - which exception is what the tests check
@@ -177,7 +176,7 @@ def _raised(model: ProviderModel, call: str) -> BaseException:
         return info.value
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "acomplete": lambda: model.acomplete(messages, tools),
-        "acomplete_stream": lambda: adapter.acomplete_stream(messages, tools, texts.append),
+        "acomplete_stream": lambda: model.acomplete_stream(messages, tools, texts.append),
     }
 
     async def go() -> BaseException:

@@ -24,7 +24,7 @@ from fsm_agent import Agent, AgentLoopError, Message, ProviderData, ToolCall, Us
 from fsm_agent.cli.main import main
 from fsm_agent.core.ledger import MAX_NESTING
 from fsm_agent.models import GeminiModel, MalformedReplyError
-from fsm_agent.models.gemini_wire import DERIVED_ID_PREFIX, FINISH_REASONS, to_gemini_contents
+from fsm_agent.models.gemini_wire import DERIVED_ID_PREFIX, to_gemini_contents
 from fsm_agent.models.redaction import REDACTED
 from fsm_agent.records import STOP_REASONS as ENGINE_STOP_REASONS
 from fsm_agent.testing import demo_registry
@@ -159,7 +159,7 @@ def test_a_resume_from_a_snapshot_between_turns_sends_the_signature_back_byte_fo
     assert base64.urlsafe_b64decode(sent) == base64.b64decode(served)
 
 
-@pytest.mark.parametrize(("finish", "stop_reason"), sorted(FINISH_REASONS.items()))
+@pytest.mark.parametrize(("finish", "stop_reason"), sorted(GeminiModel.finish_reasons.items()))
 def test_every_finish_reason_maps_onto_the_engine_vocabulary(
     server: ProviderServer, model: GeminiModel, finish: str, stop_reason: str
 ) -> None:

@@ -16,7 +16,7 @@ from provider_server import FAST, QUESTION, ProviderServer, Reply, body, stop_of
 
 from fsm_agent import Agent, Message, ToolCall, Usage
 from fsm_agent.models import MalformedReplyError, OpenAIChatModel
-from fsm_agent.models.openai_chat import FINISH_REASONS, from_openai_completion, to_openai_messages, to_openai_tools
+from fsm_agent.models.openai_chat import from_openai_completion, to_openai_messages, to_openai_tools
 from fsm_agent.records import STOP_REASONS as ENGINE_STOP_REASONS
 from fsm_agent.testing import TOOL_THEN_ANSWER, assert_path, demo_registry
 
@@ -183,10 +183,10 @@ def test_a_refusal_message_stops_with_refusal_and_shows_the_refusal_text(
 
 def test_the_mapping_only_produces_stop_reasons_the_engine_understands() -> None:
     """Every mapped value is in the engine's vocabulary, so no provider signal ends up as an accidental error."""
-    assert set(FINISH_REASONS.values()) <= set(ENGINE_STOP_REASONS)
+    assert set(OpenAIChatModel.finish_reasons.values()) <= set(ENGINE_STOP_REASONS)
 
 
-@pytest.mark.parametrize(("finish_reason", "stop_reason"), sorted(FINISH_REASONS.items()))
+@pytest.mark.parametrize(("finish_reason", "stop_reason"), sorted(OpenAIChatModel.finish_reasons.items()))
 def test_every_finish_reason_maps_onto_the_engine_vocabulary(
     provider_server: ProviderServer, model: OpenAIChatModel, finish_reason: str, stop_reason: str
 ) -> None:

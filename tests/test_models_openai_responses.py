@@ -16,7 +16,7 @@ from provider_server import FAST, QUESTION, ProviderServer, Reply, body, stop_of
 from fsm_agent import Agent, Message, ProviderData, ToolCall, Usage
 from fsm_agent.cli.main import main
 from fsm_agent.models import MalformedReplyError, OpenAIResponsesModel
-from fsm_agent.models.openai_responses import INCOMPLETE_REASONS, to_responses_input
+from fsm_agent.models.openai_responses import to_responses_input
 from fsm_agent.records import STOP_REASONS as ENGINE_STOP_REASONS
 from fsm_agent.testing import demo_registry
 
@@ -163,7 +163,7 @@ def test_every_status_maps_onto_the_engine_vocabulary(
 
 def test_the_mapping_only_produces_stop_reasons_the_engine_understands() -> None:
     """Every mapped value is in the engine's vocabulary."""
-    assert set(INCOMPLETE_REASONS.values()) <= set(ENGINE_STOP_REASONS)
+    assert set(OpenAIResponsesModel.finish_reasons.values()) <= set(ENGINE_STOP_REASONS)
 
 
 def test_truncated_output_stops_the_run_with_max_tokens_and_keeps_the_partial_text(

@@ -3,9 +3,10 @@
 System messages go into the ``system`` parameter, tool calls and results
 become ``tool_use`` / ``tool_result`` content blocks (a failed result carries
 ``is_error``), and consecutive tool results share one user turn, as the API
-expects.  The mapping of ``stop_reason`` onto the engine's is the table
-``STOP_REASONS``.  Retries of transient errors (429, 529 overloaded, 5xx,
-connection errors) are the SDK's own, bounded by ``max_retries``.  A typed
+expects.  The provider's facts (how ``stop_reason`` maps onto the engine's,
+which 400 is a context overflow, ...) sit at the top of
+:class:`AnthropicModel`.  Retries of transient errors (429, 529 overloaded,
+5xx, connection errors) are the SDK's own, bounded by ``max_retries``.  A typed
 agent's answer schema is asked for with structured outputs (JSON outputs,
 ``output_config.format``), the schema adapted to Claude's rules by
 :func:`to_claude_schema`.
@@ -14,13 +15,12 @@ agent's answer schema is asked for with structured outputs (JSON outputs,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
-from fsm_agent.errors import ContextOverflowError
 from fsm_agent.models.anthropic_schema import to_anthropic_output
-from fsm_agent.models.provider import ProviderModel, check_params, output_clash, overflow_in, require_sdk
+from fsm_agent.models.provider import ProviderModel, StreamReader
 from fsm_agent.models.replies import (
     ProviderResponse,
     check_body,
@@ -39,33 +39,6 @@ if TYPE_CHECKING:
     from anthropic.types import Message as AnthropicMessage
 
 DEFAULT_MAX_TOKENS = 4096
-
-STOP_REASONS: dict[str, str] = {
-    "end_turn": "end_turn",
-    "tool_use": "tool_use",
-    "stop_sequence": "stop_sequence",
-    "max_tokens": "max_tokens",
-    "model_context_window_exceeded": "max_tokens",
-    # A server tool's loop (web search, code execution) paused mid-turn: the reply is unfinished.
-    "pause_turn": "max_tokens",
-    "refusal": "refusal",
-}
-"""Anthropic ``stop_reason`` -> engine ``stop_reason``.
-
-``pause_turn`` maps to ``max_tokens``: it means the turn is incomplete (a
-server-side tool loop hit its iteration limit) and must not be taken for an
-answer, so the run stops at ``CheckTruncation`` with the partial text kept.
-Resuming it would need the server-tool blocks sent back verbatim, which this
-adapter does not keep; it offers only the registry's client tools, so a
-pause can only come from server tools added through ``params``.  Any other
-value is passed on unchanged, so the engine stops the run with ``model_error``
-naming it (the reply kept).
-"""
-
-_RESERVED = ("model", "messages", "tools", "system", "max_tokens")
-# The 400s of an input too long for the window: "prompt is too long: 208310 tokens > 200000 maximum", and
-# "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, ..." (no room left for max_tokens).
-_TOO_LONG = r"^(?:prompt is too long|input length and \S+ exceed context limit): (\d+)(?: tokens)? (?:\+ \d+ )?> (\d+)"
 
 PROVIDER = "anthropic"
 """``ProviderData.provider`` of the replies this adapter keeps thinking blocks for."""
@@ -181,7 +154,7 @@ def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:
     # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
     raw = getattr(message, "stop_reason", None)
     reason = reply_text(raw, "stop_reason", nullable=True)
-    stop_reason = STOP_REASONS.get(reason, str(raw))
+    stop_reason = AnthropicModel.finish_reasons.get(reason, str(raw))
     text = "".join(texts)
     details = getattr(message, "stop_details", None)
     if stop_reason == "refusal" and not text and details is not None:
@@ -223,9 +196,39 @@ class AnthropicModel(ProviderModel):
     :mod:`fsm_agent.models.redaction` and :mod:`fsm_agent.models.replies`.
     """
 
+    sdk_package = "anthropic"
+    sdk_extra = "anthropic"
+    credentials: ClassVar[Mapping[str, str]] = {"api_key": "ANTHROPIC_API_KEY", "auth_token": "ANTHROPIC_AUTH_TOKEN"}
+    base_url_variable = "ANTHROPIC_BASE_URL"
+    reserved_params = ("model", "messages", "tools", "system", "max_tokens")
+    output_field = "output_config.format"
+    finish_reasons: ClassVar[Mapping[str, str]] = {
+        "end_turn": "end_turn",
+        "tool_use": "tool_use",
+        "stop_sequence": "stop_sequence",
+        "max_tokens": "max_tokens",
+        "model_context_window_exceeded": "max_tokens",
+        # A server tool's loop (web search, code execution) paused mid-turn: the reply is unfinished.
+        "pause_turn": "max_tokens",
+        "refusal": "refusal",
+    }
+    """Anthropic ``stop_reason`` -> engine ``stop_reason``.
+
+    ``pause_turn`` maps to ``max_tokens``: it means the turn is incomplete (a
+    server-side tool loop hit its iteration limit) and must not be taken for an
+    answer, so the run stops at ``CheckTruncation`` with the partial text kept.
+    Resuming it would need the server-tool blocks sent back verbatim, which this
+    adapter does not keep; it offers only the registry's client tools, so a
+    pause can only come from server tools added through ``params``.  A refusal
+    without text gets the provider's explanation (``stop_details``) as its text.
+    """
+    # The 400s of an input too long for the window: "prompt is too long: 208310 tokens > 200000 maximum", and
+    # "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, ..." (no room left for max_tokens).
+    overflow_pattern = (
+        r"^(?:prompt is too long|input length and \S+ exceed context limit): (\d+)(?: tokens)? (?:\+ \d+ )?> (\d+)"
+    )
+
     client: anthropic.Anthropic
-    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "ANTHROPIC_API_KEY", "auth_token": "ANTHROPIC_AUTH_TOKEN"}
-    _BASE_URL_VARIABLE = "ANTHROPIC_BASE_URL"
 
     def __init__(
         self,
@@ -240,8 +243,7 @@ class AnthropicModel(ProviderModel):
         timeout: float | None = None,
         **params: Any,
     ) -> None:
-        sdk = require_sdk("anthropic")
-        check_params(params, _RESERVED, "AnthropicModel")
+        sdk = self._load_sdk(params)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             msg = f"max_tokens must be an integer >= 1, got {max_tokens!r}"
             raise ValueError(msg)
@@ -266,7 +268,7 @@ class AnthropicModel(ProviderModel):
         if output is not None:
             config = request.get("output_config") or {}
             if not isinstance(config, dict) or config.get("format") is not None:
-                raise output_clash("AnthropicModel", ["output_config.format"], output, "output_config.format")
+                raise self._output_clash(output)
             # A new dict: the params' own output_config is sent again, unchanged, by the next untyped call.
             request["output_config"] = {**config, "format": to_anthropic_output(output)}
         return wire_safe(request)
@@ -275,63 +277,28 @@ class AnthropicModel(ProviderModel):
         """The engine's view of one Messages API ``Message``."""
         return from_anthropic_message(response)
 
-    def _send(self, request: dict[str, Any]) -> Any:
-        return self.client.messages.create(**request)
+    def _send(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.messages.create(**request)
 
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.messages.create(**request)
 
-    # --- streaming: the same request and reply, the text handed on as it arrives --------------------------
+    # Streamed through the SDK's messages.stream, which adds the events up to the final Message itself.
+    def _open_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.messages.stream(**request)
 
-    def complete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete`` over the SDK's ``messages.stream``: ``on_text`` gets each piece of text as it arrives.
+    async def _aopen_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.messages.stream(**request)
 
-        The SDK accumulates the events into the final ``Message`` and ``parse``
-        reads it as it reads an unstreamed one, so a cut, refused or
-        tool-calling reply means the same.
-        """
+    def _stream_reader(self) -> StreamReader:
+        return _MessageEvents()
 
-        def work() -> ModelResponse:
-            with self.client.messages.stream(**self.build_request(messages, tools, output)) as stream:
-                for text in stream.text_stream:
-                    if text:
-                        on_text(text)
-                return self.parse(stream.get_final_message())
-
-        return self._guarded(work)
-
-    async def acomplete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete_stream`` over the SDK's async client, for the async driver."""
-
-        async def work(client: Any) -> ModelResponse:
-            async with client.messages.stream(**self.build_request(messages, tools, output)) as stream:
-                async for text in stream.text_stream:
-                    if text:
-                        on_text(text)
-                return self.parse(await stream.get_final_message())
-
-        return await self._aguarded(work)
-
-    def _context_overflow(self, exc: Exception) -> ContextOverflowError | None:
-        """A 400 ``invalid_request_error`` saying the input exceeds the window (a reply cut at it is no error)."""
+    def _invalid_request(self, exc: Exception) -> Any:
+        """The message of a 400 ``invalid_request_error`` (a reply cut at the window is no error)."""
         body = exc.body if isinstance(exc, self._sdk.BadRequestError) else None
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict) and error.get("type") == "invalid_request_error":
-            return overflow_in(error.get("message"), _TOO_LONG)
+            return error.get("message")
         return None
 
     def _new_client(self, options: dict[str, Any]) -> Any:
@@ -347,3 +314,15 @@ class AnthropicModel(ProviderModel):
             timeout=client.timeout,
             default_headers=self._headers or None,
         )
+
+
+class _MessageEvents(StreamReader):
+    """The events of the SDK's ``MessageStream``: text deltas handed on, the final ``Message`` the stream's own."""
+
+    def read(self, event: Any) -> Iterable[Any]:
+        if event.type == "content_block_delta" and event.delta.type == "text_delta":
+            return (event.delta.text,)
+        return ()
+
+    def response(self, stream: Any) -> Any:
+        return stream.current_message_snapshot

@@ -10,8 +10,10 @@ thought parts keeps its parts as they arrived (``ProviderData``) and they go
 back verbatim.  Gemini may omit call ids: the adapter then derives one from
 the response id and the call's position (stable for the same reply, unique
 in a run) and never sends it, since the API pairs such calls and responses
-by name and order.  The wire format both ways, and the finish-reason mapping
-``FINISH_REASONS``, are in :mod:`fsm_agent.models.gemini_wire`.  The
+by name and order.  The provider's facts (the finish-reason mapping
+``finish_reasons``, which 400 is a context overflow, ...) sit at the top of
+:class:`GeminiModel`; the wire format both ways is in
+:mod:`fsm_agent.models.gemini_wire`.  The
 SDK retries 408, 429 and 5xx answers and connection errors, ``max_retries``
 times (default 2); it ignores ``Retry-After``, so on a client the adapter
 builds, each retry waits as long as the server asked (up to two minutes;
@@ -24,25 +26,26 @@ typed agent's answer schema is asked for natively: JSON mode
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema
-from fsm_agent.errors import ContextOverflowError
 from fsm_agent.models.gemini_wire import (
     JSON_MIME_TYPE,
     OUTPUT_FIELDS,
+    answer_texts,
     assembled,
     from_gemini_response,
-    hand_on,
     to_gemini_contents,
     to_gemini_output,
     to_gemini_tools,
 )
-from fsm_agent.models.provider import ProviderModel, check_params, output_clash, overflow_in, require_sdk
+from fsm_agent.models.provider import ProviderModel, StreamReader
 from fsm_agent.models.redaction import clean_key, redacted
 from fsm_agent.models.replies import not_json, wire_safe
 from fsm_agent.models.retry_after import MAX_RETRY_AFTER, server_delay
@@ -50,10 +53,6 @@ from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
     from google import genai
-
-_RESERVED = ("model", "contents", "system_instruction", "tools")
-_INPUT_TOO_LONG = r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)"
-_DEFAULT_URL = "https://generativelanguage.googleapis.com/"
 
 
 class GeminiModel(ProviderModel):
@@ -83,10 +82,39 @@ class GeminiModel(ProviderModel):
     adapters (:mod:`fsm_agent.models.redaction`).
     """
 
+    sdk_package = "google.genai"
+    sdk_extra = "gemini"
+    credentials: ClassVar[Mapping[str, str]] = {"api_key": "GOOGLE_API_KEY"}
+    second_key_variable = "GEMINI_API_KEY"
+    """Where the key is read from when ``GOOGLE_API_KEY`` is not set, as the SDK reads it."""
+    base_url_variable = "GOOGLE_GEMINI_BASE_URL"
+    default_url = "https://generativelanguage.googleapis.com/"
+    reserved_params = ("model", "contents", "system_instruction", "tools")
+    output_field = " and ".join(OUTPUT_FIELDS)
+    finish_reasons: ClassVar[Mapping[str, str]] = {
+        "STOP": "end_turn",
+        "MAX_TOKENS": "max_tokens",
+        "SAFETY": "refusal",
+        "RECITATION": "refusal",
+        "BLOCKLIST": "refusal",
+        "PROHIBITED_CONTENT": "refusal",
+        "SPII": "refusal",
+    }
+    """Gemini ``finishReason`` -> engine ``stop_reason``.
+
+    ``STOP`` with function calls is ``tool_use``.  ``MALFORMED_FUNCTION_CALL``
+    is not a stop: the call Gemini could not produce becomes a tool call whose
+    arguments are Gemini's message, so the registry fails it and the model is
+    told, and can correct it (the failure counts toward ``tool_failures``).  A
+    prompt blocked before any candidate (``promptFeedback.blockReason``) is a
+    ``refusal``.  A candidate with no content (null, or no parts) is a
+    ``MalformedReplyError`` naming its finish reason, unless the reason says
+    why it is empty (a refusal, ``MAX_TOKENS``, a malformed call).
+    """
+    # A 400 INVALID_ARGUMENT: "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576)."
+    overflow_pattern = r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)"
+
     client: genai.Client
-    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "GOOGLE_API_KEY"}
-    _BASE_URL_VARIABLE = "GOOGLE_GEMINI_BASE_URL"
-    _SECOND_KEY_VARIABLE = "GEMINI_API_KEY"
 
     def __init__(
         self,
@@ -99,8 +127,7 @@ class GeminiModel(ProviderModel):
         timeout: float | None = None,
         **params: Any,
     ) -> None:
-        sdk = require_sdk("google.genai", "gemini")
-        check_params(params, _RESERVED, "GeminiModel")
+        sdk = self._load_sdk(params)
         # A misspelt config field is refused here, not at the first model call.
         sdk.types.GenerateContentConfig(**params)
         super().__init__(
@@ -111,7 +138,7 @@ class GeminiModel(ProviderModel):
 
     def _client_options(self, given: dict[str, Any]) -> dict[str, Any]:
         options = super()._client_options(given)
-        second = self._SECOND_KEY_VARIABLE
+        second = self.second_key_variable
         if "api_key" not in options and os.environ.get(second):
             options["api_key"] = clean_key(os.environ[second], second)
         return options
@@ -135,7 +162,7 @@ class GeminiModel(ProviderModel):
     # The SDK's client (and its aio side) exposes neither its key nor its URL publicly.
     def _client_url(self, client: Any) -> str:
         url = client._api_client._http_options.base_url  # noqa: SLF001 - no public accessor
-        return str(url or _DEFAULT_URL)
+        return str(url or self.default_url)
 
     def _client_credential(self, client: Any, name: str) -> Any:
         return getattr(client._api_client, name, None)  # noqa: SLF001 - no public accessor
@@ -147,16 +174,11 @@ class GeminiModel(ProviderModel):
     async def _apause(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
-    def _context_overflow(self, exc: Exception) -> ContextOverflowError | None:
-        """Gemini's context-length error: a 400 ``INVALID_ARGUMENT`` (the SDK's ``ClientError``) saying so.
-
-        Its message is "The input token count (N) exceeds the maximum number
-        of tokens allowed (M)."; N is ``tokens``, M ``limit``.  Other 400s
-        (a bad schema, a missing signature) stay as they are.
-        """
+    def _invalid_request(self, exc: Exception) -> Any:
+        """The message of a 400 ``INVALID_ARGUMENT`` (the SDK's ``ClientError``); other 400s do not overflow."""
         if not isinstance(exc, self._sdk.errors.ClientError) or exc.code != 400 or exc.status != "INVALID_ARGUMENT":
             return None
-        return overflow_in(exc.message, _INPUT_TOO_LONG)
+        return exc.message
 
     def _cleaned(self, exc: Exception) -> Exception:
         if isinstance(exc, json.JSONDecodeError):
@@ -197,69 +219,49 @@ class GeminiModel(ProviderModel):
         if self.params.get("response_mime_type") == JSON_MIME_TYPE:
             clash.remove("response_mime_type")  # the same JSON mode the schema needs
         if clash:
-            raise output_clash("GeminiModel", clash, output, " and ".join(OUTPUT_FIELDS))
+            raise self._output_clash(output, clash)
         return to_gemini_output(output)
 
     def parse(self, response: Any) -> ModelResponse:
         """The engine's view of one ``GenerateContentResponse``."""
-        return from_gemini_response(response)
+        return from_gemini_response(response, self.finish_reasons)
 
-    def _send(self, request: dict[str, Any]) -> Any:
-        return self.client.models.generate_content(**request)
+    def _send(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.models.generate_content(**request)
 
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.models.generate_content(**request)
 
-    # --- streaming: the same request, the text handed on as it arrives ------------------------------------
+    # Streamed as chunks, which are put back together (gemini_wire.assembled) and read as an unstreamed reply.
+    def _open_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return contextlib.nullcontext(client.models.generate_content_stream(**request))
 
-    def complete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete`` over ``generate_content_stream``: ``on_text`` gets each piece of answer text as it arrives.
+    async def _aopen_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return contextlib.nullcontext(await client.models.generate_content_stream(**request))
 
-        The chunks are put back together (:func:`assembled`) and read as an
-        unstreamed reply, so signatures, finish reason and usage mean the same.
-        """
-
-        def work() -> ModelResponse:
-            chunks = []
-            for chunk in self.client.models.generate_content_stream(**self.build_request(messages, tools, output)):
-                hand_on(chunk, on_text)
-                chunks.append(chunk)
-            return self.parse(assembled(self._sdk.types, chunks))
-
-        return self._guarded(work)
-
-    async def acomplete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete_stream`` over the client's ``aio`` side, for the async driver."""
-
-        async def work(client: Any) -> ModelResponse:
-            chunks = []
-            request = self.build_request(messages, tools, output)
-            async for chunk in await client.models.generate_content_stream(**request):
-                hand_on(chunk, on_text)
-                chunks.append(chunk)
-            return self.parse(assembled(self._sdk.types, chunks))
-
-        return await self._aguarded(work)
+    def _stream_reader(self) -> StreamReader:
+        return _Chunks(self._sdk)
 
     async def aclose(self) -> None:
         """Close the client's async side and the client itself, if this adapter built it."""
         if self._owns_client:
             await self.client.aio.aclose()
         self.close()
+
+
+class _Chunks(StreamReader):
+    """Gemini's streamed chunks, kept to be put back together; their answer text handed on, thoughts not."""
+
+    def __init__(self, sdk: ModuleType) -> None:
+        self._types = sdk.types
+        self._chunks: list[Any] = []
+
+    def read(self, event: Any) -> Iterable[Any]:
+        self._chunks.append(event)
+        return answer_texts(event)
+
+    def response(self, stream: Any) -> Any:
+        return assembled(self._types, self._chunks)
 
 
 def _asked(state: Any) -> float | None:

@@ -1,10 +1,10 @@
 """Gemini's wire format both ways, for the Gemini adapter: contents and parts out, responses (and streams) in.
 
 Pure functions over plain data and the SDK's response objects, so the
-adapter (:mod:`fsm_agent.models.gemini`) holds only the client's lifecycle.
+adapter (:mod:`fsm_agent.models.gemini`) holds only its facts and the client.
 The rules they follow are the adapter's: parts with thought signatures go
 back verbatim, derived call ids are never sent, results pair with calls by
-name and order, and ``FINISH_REASONS`` maps the stop signals.  A typed
+name and order, and the adapter's ``finish_reasons`` map the stop signals.  A typed
 agent's answer schema becomes JSON mode with a JSON Schema
 (:func:`to_gemini_output`).
 """
@@ -15,7 +15,7 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
@@ -34,28 +34,6 @@ from fsm_agent.tools import JSONSchema
 
 PROVIDER = "gemini"
 """``ProviderData.provider`` of the replies whose parts this adapter sends back verbatim."""
-
-FINISH_REASONS: dict[str, str] = {
-    "STOP": "end_turn",
-    "MAX_TOKENS": "max_tokens",
-    "SAFETY": "refusal",
-    "RECITATION": "refusal",
-    "BLOCKLIST": "refusal",
-    "PROHIBITED_CONTENT": "refusal",
-    "SPII": "refusal",
-}
-"""Gemini ``finishReason`` -> engine ``stop_reason``.
-
-``STOP`` with function calls is ``tool_use``.  ``MALFORMED_FUNCTION_CALL``
-is not a stop: the call Gemini could not produce becomes a tool call whose
-arguments are Gemini's message, so the registry fails it and the model is
-told, and can correct it (the failure counts toward ``tool_failures``).  A
-prompt blocked before any candidate (``promptFeedback.blockReason``) is a
-``refusal``.  Any other value is passed on, so the engine stops the run with
-``model_error`` naming it (the reply kept).  A candidate with no content (null,
-or no parts) is a ``MalformedReplyError`` naming its finish reason, unless the
-reason says why it is empty (a refusal, ``MAX_TOKENS``, a malformed call).
-"""
 
 EMPTY_ALLOWED = ("refusal", "max_tokens")
 """The stop reasons under which a candidate without content says what happened: refused, or cut before any text."""
@@ -219,11 +197,13 @@ def _blocked(response: Any) -> ModelResponse:
     return ProviderResponse(Message("assistant", text), "refusal", usage, finish_reason=blocked)
 
 
-def from_gemini_response(response: Any) -> ModelResponse:
+def from_gemini_response(response: Any, finish_reasons: Mapping[str, str]) -> ModelResponse:
     """The engine's view of a ``GenerateContentResponse`` (its first candidate); ``MalformedReplyError`` if junk.
 
-    Text parts are the answer and thought parts its readable ``thinking``;
-    ``functionCall`` parts are tool calls.  Parts with a thought signature,
+    ``finish_reasons`` maps its finish reason (the adapter's, see
+    :attr:`~fsm_agent.models.GeminiModel.finish_reasons`).  Text parts are
+    the answer and thought parts its readable ``thinking``; ``functionCall``
+    parts are tool calls.  Parts with a thought signature,
     or thought parts, make the reply keep all its parts as ``provider_data``.
     """
     candidates = reply_items(getattr(response, "candidates", None), "candidates")
@@ -234,7 +214,7 @@ def from_gemini_response(response: Any) -> ModelResponse:
     reason = reply_text(getattr(finish, "value", finish), "candidates[0].finishReason", nullable=True)
     content = getattr(candidate, "content", None)
     parts = reply_items(getattr(content, "parts", None), "candidates[0].content.parts")
-    if not parts and reason != MALFORMED_CALL and FINISH_REASONS.get(reason) not in EMPTY_ALLOWED:
+    if not parts and reason != MALFORMED_CALL and finish_reasons.get(reason) not in EMPTY_ALLOWED:
         # Read as it is, it would end the run done with an empty answer (under STOP) although none came.
         said = f"finishReason {reason}" if reason else "no finishReason"
         raise MalformedReplyError("candidates[0].content", f"is empty ({said}): Gemini sent no text and no tool call")
@@ -256,7 +236,7 @@ def from_gemini_response(response: Any) -> ModelResponse:
             call_id = _call_id(getattr(call, "id", None), key, len(calls), f"{field}.functionCall.id")
             args = getattr(call, "args", None)
             calls.append(decoded_input(call_id, name, {} if args is None else args))
-    stop_reason = FINISH_REASONS.get(reason, reason or "no finish reason")
+    stop_reason = finish_reasons.get(reason, reason or "no finish reason")
     if reason == MALFORMED_CALL:
         message = reply_text(getattr(candidate, "finish_message", None), "candidates[0].finishMessage", nullable=True)
         named = _CALLED.search(message)
@@ -303,13 +283,14 @@ def _unread(part: Any, field: str) -> list[str]:
     return [] if marked else [f"{field} with nothing the SDK could read"]
 
 
-def hand_on(chunk: Any, on_text: Callable[[str], None]) -> None:
-    """Pass a streamed chunk's answer text on; thought parts are thinking, not answer, so they are not passed on."""
+def answer_texts(chunk: Any) -> list[Any]:
+    """A streamed chunk's pieces of answer text; thought parts are thinking, not answer, so they are left out."""
+    texts = []
     for candidate in (getattr(chunk, "candidates", None) or [])[:1]:
         for part in getattr(getattr(candidate, "content", None), "parts", None) or []:
-            text = getattr(part, "text", None)
-            if isinstance(text, str) and text and not getattr(part, "thought", None):
-                on_text(text)
+            if not getattr(part, "thought", None):
+                texts.append(getattr(part, "text", None))
+    return texts
 
 
 def _last(values: Sequence[Any]) -> Any:

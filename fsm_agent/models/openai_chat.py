@@ -3,7 +3,8 @@
 Messages and tool schemas are converted to the Chat Completions wire format
 and each response back to a :class:`~fsm_agent.records.ModelResponse`.  The
 mapping of ``finish_reason`` onto the engine's ``stop_reason`` is the table
-``FINISH_REASONS``, so the README, the tests and the adapter read one table.
+``OpenAIChatModel.finish_reasons``, at the top of the class with the
+provider's other facts, so the README, the tests and the adapter read one table.
 Retries of transient errors (429, 5xx, connection errors) are the SDK's own,
 with its exponential backoff, bounded by ``max_retries``.  A typed agent's
 answer schema is asked for with Structured Outputs, ``response_format``
@@ -12,12 +13,12 @@ of type ``json_schema`` (:func:`to_openai_response_format`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ToolCall, Usage
 from fsm_agent.models.openai_client import OpenAIClientModel
-from fsm_agent.models.provider import output_clash
+from fsm_agent.models.provider import StreamReader
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,
@@ -33,24 +34,6 @@ from fsm_agent.tools import JSONSchema
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion
-
-FINISH_REASONS: dict[str, str] = {
-    "stop": "end_turn",
-    "tool_calls": "tool_use",
-    # The deprecated predecessor of tool_calls; never requested here, but older servers may still send it.
-    "function_call": "tool_use",
-    "length": "max_tokens",
-    "content_filter": "refusal",
-}
-"""OpenAI ``finish_reason`` -> engine ``stop_reason``.
-
-Two refinements apply on top: ``stop`` with tool calls in the message becomes
-``tool_use`` (some compatible servers report ``stop`` there), and a message
-whose ``refusal`` field is set is a ``refusal`` whatever the finish reason.
-Any other finish reason is passed on unchanged, so the engine stops the run
-with ``model_error`` naming it (the reply kept) instead of taking an unknown
-signal for an answer.
-"""
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -141,7 +124,7 @@ def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
     finish_reason = getattr(choice, "finish_reason", None)
     # An unknown value goes through unchanged: the engine stops on it with model_error and keeps the reply.
     reason = reply_text(finish_reason, "choices[0].finish_reason", nullable=True)
-    stop_reason = FINISH_REASONS.get(reason, str(finish_reason))
+    stop_reason = OpenAIChatModel.finish_reasons.get(reason, str(finish_reason))
     field = "choices[0].message"
     raw_calls = reply_items(getattr(message, "tool_calls", None), f"{field}.tool_calls")
     calls = tuple(_tool_call(call, f"{field}.tool_calls[{i}]") for i, call in enumerate(raw_calls))
@@ -154,18 +137,6 @@ def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
         stop_reason = "tool_use"
     usage = _usage(getattr(completion, "usage", None))
     return ProviderResponse(Message("assistant", text, calls), stop_reason, usage, finish_reason=reason or None)
-
-
-def _stream_state() -> Any:
-    from openai.lib.streaming.chat import ChatCompletionStreamState  # imported here: the SDK is optional
-
-    return ChatCompletionStreamState()
-
-
-def _hand_on(events: Any, on_text: Callable[[str], None]) -> None:
-    for event in events:
-        if event.type == "content.delta" and event.delta:
-            on_text(event.delta)
 
 
 class OpenAIChatModel(OpenAIClientModel):
@@ -186,7 +157,22 @@ class OpenAIChatModel(OpenAIClientModel):
     :mod:`fsm_agent.models.redaction` and :mod:`fsm_agent.models.replies`.
     """
 
-    _RESERVED = ("model", "messages", "tools")
+    reserved_params = ("model", "messages", "tools")
+    output_field = "response_format"
+    finish_reasons: ClassVar[Mapping[str, str]] = {
+        "stop": "end_turn",
+        "tool_calls": "tool_use",
+        # The deprecated predecessor of tool_calls; never requested here, but older servers may still send it.
+        "function_call": "tool_use",
+        "length": "max_tokens",
+        "content_filter": "refusal",
+    }
+    """OpenAI ``finish_reason`` -> engine ``stop_reason``.
+
+    Two refinements apply on top: ``stop`` with tool calls in the message becomes
+    ``tool_use`` (some compatible servers report ``stop`` there), and a message
+    whose ``refusal`` field is set is a ``refusal`` whatever the finish reason.
+    """
 
     def build_request(
         self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
@@ -199,7 +185,7 @@ class OpenAIChatModel(OpenAIClientModel):
         request.update(self.params)
         if output is not None:
             if "response_format" in self.params:
-                raise output_clash(type(self).__name__, ["response_format"], output, "response_format")
+                raise self._output_clash(output)
             request["response_format"] = to_openai_response_format(output)
         return wire_safe(request)
 
@@ -207,63 +193,41 @@ class OpenAIChatModel(OpenAIClientModel):
         """The engine's view of one ``ChatCompletion``."""
         return from_openai_completion(response)
 
-    def _send(self, request: dict[str, Any]) -> Any:
-        return self.client.chat.completions.create(**request)
+    def _send(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.chat.completions.create(**request)
 
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.chat.completions.create(**request)
 
-    # --- streaming: the same request and reply, the text handed on as it arrives --------------------------
+    # Streamed as chunks, which the SDK's own accumulator adds up to the whole completion.
+    def _open_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.chat.completions.create(**_streamed(request))
 
-    def complete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete`` over a streamed response: ``on_text`` gets each piece of the reply's text as it arrives.
+    async def _aopen_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return await client.chat.completions.create(**_streamed(request))
 
-        The SDK's own accumulator (``ChatCompletionStreamState``) rebuilds the
-        whole completion from the chunks and ``parse`` reads it as it reads an
-        unstreamed one, so a cut, refused or tool-calling reply means the same.
-        """
+    def _stream_reader(self) -> StreamReader:
+        return _Chunks()
 
-        def work() -> ModelResponse:
-            state = _stream_state()
-            with self.client.chat.completions.create(**self._stream_request(messages, tools, output)) as chunks:
-                for chunk in chunks:
-                    _hand_on(state.handle_chunk(chunk), on_text)
-            return self.parse(state.current_completion_snapshot)
 
-        return self._guarded(work)
+def _streamed(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` streamed, with the usage in the stream unless the params ask otherwise.
 
-    async def acomplete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete_stream`` over the SDK's async client, for the async driver."""
+    Without it a streamed reply carries no usage, and ``token_budget`` would count it as zero.
+    """
+    return {"stream_options": {"include_usage": True}, **request, "stream": True}
 
-        async def work(client: Any) -> ModelResponse:
-            state = _stream_state()
-            request = self._stream_request(messages, tools, output)
-            async with await client.chat.completions.create(**request) as chunks:
-                async for chunk in chunks:
-                    _hand_on(state.handle_chunk(chunk), on_text)
-            return self.parse(state.current_completion_snapshot)
 
-        return await self._aguarded(work)
+class _Chunks(StreamReader):
+    """Chat Completions chunks, added up by the SDK's ``ChatCompletionStreamState``; content deltas handed on."""
 
-    def _stream_request(
-        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None
-    ) -> dict[str, Any]:
-        request = self.build_request(messages, tools, output)
-        request["stream"] = True
-        # Without it a streamed reply carries no usage, and token_budget would count it as zero.
-        request.setdefault("stream_options", {"include_usage": True})
-        return request
+    def __init__(self) -> None:
+        from openai.lib.streaming.chat import ChatCompletionStreamState  # imported here: the SDK is optional
+
+        self._state = ChatCompletionStreamState()
+
+    def read(self, event: Any) -> Iterable[Any]:
+        return [each.delta for each in self._state.handle_chunk(event) if each.type == "content.delta"]
+
+    def response(self, stream: Any) -> Any:
+        return self._state.current_completion_snapshot

@@ -13,10 +13,11 @@ OpenAI-compatible servers word it (vLLM, llama.cpp's server).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent.errors import ContextOverflowError
-from fsm_agent.models.provider import ProviderModel, check_params, require_sdk
+from fsm_agent.models.provider import ProviderModel
 
 if TYPE_CHECKING:
     import openai
@@ -98,14 +99,18 @@ class OpenAIClientModel(ProviderModel):
     as configured and never closed here; ``async_client`` likewise, else
     ``acomplete`` builds one with the sync client's settings.  ``params`` go
     into every request unchanged, except the keys the adapter sets itself
-    (``_RESERVED``).  Without the ``openai`` package this raises
+    (``reserved_params``).  Without the ``openai`` package this raises
     ``ImportError`` saying how to install it.
     """
 
+    sdk_package = "openai"
+    sdk_extra = "openai"
+    credentials: ClassVar[Mapping[str, str]] = {"api_key": "OPENAI_API_KEY"}
+    base_url_variable = "OPENAI_BASE_URL"
+    # The context-length error is told by its code (CONTEXT_LENGTH_EXCEEDED), or by a compatible server's wording,
+    # not by one pattern: see _context_overflow.
+
     client: openai.OpenAI
-    _CREDENTIALS: ClassVar[dict[str, str]] = {"api_key": "OPENAI_API_KEY"}
-    _BASE_URL_VARIABLE = "OPENAI_BASE_URL"
-    _RESERVED: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -119,8 +124,7 @@ class OpenAIClientModel(ProviderModel):
         timeout: float | None = None,
         **params: Any,
     ) -> None:
-        sdk = require_sdk("openai")
-        check_params(params, self._RESERVED, type(self).__name__)
+        sdk = self._load_sdk(params)
         super().__init__(
             sdk, client, async_client, api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )

@@ -11,7 +11,7 @@ back verbatim.  Requests default to ``store=False``: the run's snapshot holds
 the whole conversation, so nothing has to be kept at OpenAI, and the
 reasoning then travels encrypted (``include=["reasoning.encrypted_content"]``
 is added).  The mapping of ``status`` onto the engine's ``stop_reason`` is
-``INCOMPLETE_REASONS`` plus the rules in :func:`from_response`.  Retries of
+``OpenAIResponsesModel.finish_reasons`` plus the rules in :func:`from_response`.  Retries of
 transient errors are the SDK's own, bounded by ``max_retries``.  A typed
 agent's answer schema is asked for with Structured Outputs, a ``json_schema``
 format in the ``text`` parameter (:func:`to_responses_format`).  The
@@ -24,12 +24,12 @@ a 400, an ``error`` event in a stream, or a ``failed`` response whose
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
 from fsm_agent.models.openai_client import OpenAIClientModel, context_overflow
-from fsm_agent.models.provider import output_clash
+from fsm_agent.models.provider import StreamReader
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,
@@ -44,21 +44,8 @@ from fsm_agent.models.replies import (
 )
 from fsm_agent.tools import JSONSchema
 
-if TYPE_CHECKING:
-    pass
-
 PROVIDER = "openai-responses"
 """``ProviderData.provider`` of the replies whose output items this adapter sends back verbatim."""
-
-INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
-"""``incomplete_details.reason`` of a response with ``status == "incomplete"`` -> engine ``stop_reason``.
-
-A ``completed`` response is ``end_turn``, or ``tool_use`` when it holds
-function calls; a ``refusal`` content part makes it ``refusal`` whatever the
-status.  Any other status (``failed``, ``cancelled``, ``in_progress``, ...)
-or incomplete reason is passed on, so the engine stops the run with
-``model_error`` naming it (the reply kept) instead of taking it for an answer.
-"""
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
@@ -146,7 +133,8 @@ def _stop_reason(response: Any, has_calls: bool) -> tuple[str, str | None]:
     if status == "incomplete":
         details = getattr(response, "incomplete_details", None)
         reason = reply_text(getattr(details, "reason", None), "incomplete_details.reason", nullable=True)
-        return INCOMPLETE_REASONS.get(reason, f"incomplete: {reason or 'no reason given'}"), reason or status
+        stop_reason = OpenAIResponsesModel.finish_reasons.get(reason, f"incomplete: {reason or 'no reason given'}")
+        return stop_reason, reason or status
     return status or "no status", status or None
 
 
@@ -223,36 +211,6 @@ def from_response(response: Any) -> ModelResponse:
     return ProviderResponse(reply, stop_reason, usage, finish_reason=finish_reason)
 
 
-_FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
-
-
-def _streamed(event: Any, on_text: Callable[[str], None]) -> Any:
-    """Hand a text delta on; the whole response if ``event`` is the stream's last, else ``None``.
-
-    An ``error`` event with the context-length code raises ``ContextOverflowError``
-    (its documented shape is flat: ``{"type": "error", "code": ..., "message": ...}``;
-    one that nests an ``error`` object the SDK raises itself, as ``APIError``).
-    """
-    kind = getattr(event, "type", None)
-    if kind == "error":
-        overflow = context_overflow(getattr(event, "code", None), getattr(event, "message", None))
-        if overflow is not None:
-            raise overflow
-    elif kind == "response.output_text.delta":
-        delta = getattr(event, "delta", None)
-        if isinstance(delta, str) and delta:
-            on_text(delta)
-    elif kind in _FINAL_EVENTS:
-        return event.response
-    return None
-
-
-def _finished(final: Any) -> Any:
-    if final is None:
-        raise MalformedReplyError("stream", f"ended without any of {', '.join(_FINAL_EVENTS)}")
-    return final
-
-
 class OpenAIResponsesModel(OpenAIClientModel):
     """A :class:`~fsm_agent.Model` over the official ``openai`` SDK's Responses API.
 
@@ -272,7 +230,16 @@ class OpenAIResponsesModel(OpenAIClientModel):
     ``ImportError`` saying how to install it.
     """
 
-    _RESERVED = ("model", "input", "tools", "instructions")
+    reserved_params = ("model", "input", "tools", "instructions")
+    output_field = "text.format"
+    finish_reasons: ClassVar[Mapping[str, str]] = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
+    """``incomplete_details.reason`` of a response with ``status == "incomplete"`` -> engine ``stop_reason``.
+
+    A ``completed`` response is ``end_turn``, or ``tool_use`` when it holds
+    function calls; a ``refusal`` content part makes it ``refusal`` whatever the
+    status.  Any other status (``failed``, ``cancelled``, ``in_progress``, ...)
+    or incomplete reason is passed on, as ``incomplete: <reason>`` for the latter.
+    """
 
     @staticmethod
     def _request_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -297,7 +264,7 @@ class OpenAIResponsesModel(OpenAIClientModel):
         if output is not None:
             text = request.get("text") or {}
             if not isinstance(text, dict) or "format" in text:
-                raise output_clash(type(self).__name__, ["text.format"], output, "text.format")
+                raise self._output_clash(output)
             # A new dict: the params' own text dict is sent again, unchanged, by the next untyped call.
             request["text"] = {**text, "format": to_responses_format(output)}
         return wire_safe(request)
@@ -306,54 +273,51 @@ class OpenAIResponsesModel(OpenAIClientModel):
         """The engine's view of one Responses API ``Response``."""
         return from_response(response)
 
-    def _send(self, request: dict[str, Any]) -> Any:
-        return self.client.responses.create(**request)
+    def _send(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.responses.create(**request)
 
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.responses.create(**request)
 
-    # --- streaming: the same request, the text handed on as it arrives ------------------------------------
+    # Streamed as events, the last of which (completed, incomplete or failed) carries the whole response.
+    def _open_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.responses.create(**request, stream=True)
 
-    def complete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete`` over a streamed response: ``on_text`` gets each piece of the reply's text as it arrives.
+    async def _aopen_stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return await client.responses.create(**request, stream=True)
 
-        The stream's last event (completed, incomplete or failed) carries the
-        whole response, reasoning items included, and ``parse`` reads it as
-        it reads an unstreamed one, so a cut or refused reply means the same.
+    def _stream_reader(self) -> StreamReader:
+        return _ResponseEvents()
+
+
+_FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+class _ResponseEvents(StreamReader):
+    """Responses API stream events: text deltas handed on, the whole response (reasoning items too) from the last."""
+
+    def __init__(self) -> None:
+        self._final: Any = None
+
+    def read(self, event: Any) -> Iterable[Any]:
+        """A text delta's text; an ``error`` event with the context-length code raises ``ContextOverflowError``.
+
+        That event's documented shape is flat (``{"type": "error", "code": ...,
+        "message": ...}``); one that nests an ``error`` object the SDK raises
+        itself, as ``APIError``.
         """
+        kind = getattr(event, "type", None)
+        if kind == "error":
+            overflow = context_overflow(getattr(event, "code", None), getattr(event, "message", None))
+            if overflow is not None:
+                raise overflow
+        elif kind == "response.output_text.delta":
+            return (getattr(event, "delta", None),)
+        elif kind in _FINAL_EVENTS:
+            self._final = event.response
+        return ()
 
-        def work() -> ModelResponse:
-            final = None
-            with self.client.responses.create(**self.build_request(messages, tools, output), stream=True) as events:
-                for event in events:
-                    final = _streamed(event, on_text) or final
-            return self.parse(_finished(final))
-
-        return self._guarded(work)
-
-    async def acomplete_stream(
-        self,
-        messages: Sequence[Message],
-        tools: list[JSONSchema],
-        on_text: Callable[[str], None],
-        *,
-        output: OutputSchema | None = None,
-    ) -> ModelResponse:
-        """``complete_stream`` over the SDK's async client, for the async driver."""
-
-        async def work(client: Any) -> ModelResponse:
-            final = None
-            request = self.build_request(messages, tools, output)
-            async with await client.responses.create(**request, stream=True) as events:
-                async for event in events:
-                    final = _streamed(event, on_text) or final
-            return self.parse(_finished(final))
-
-        return await self._aguarded(work)
+    def response(self, stream: Any) -> Any:
+        if self._final is None:
+            raise MalformedReplyError("stream", f"ended without any of {', '.join(_FINAL_EVENTS)}")
+        return self._final

@@ -1,22 +1,21 @@
-"""What every provider adapter shares: the lazy SDK import, the client lifecycle and its errors, cleaned.
+"""The adapters' base: each provider's facts declared, its client's lifecycle, the calls and their errors, written once.
 
-The SDKs are imported only when an adapter is built, so ``import
-fsm_agent.models`` works without them.  The checks at the adapters'
-boundary live beside this module: ``replies`` (what a well-formed reply
-holds) and ``redaction`` (credentials kept out of everything that leaves an
-adapter).
+An adapter is one class.  At its top, its provider's facts, as the class
+attributes :class:`ProviderModel` declares (``finish_reasons``,
+``overflow_pattern``, ``reserved_params``, the SDK and its extra, ...);
+below them, its wire mapping: ``build_request`` and ``parse``, how its
+stream opens and how a :class:`StreamReader` reads its events.  Everything
+else is here: the SDK imported only when an adapter is built (so ``import
+fsm_agent.models`` works without them), the client built from settings or
+passed in, the four calls, sync and async twins differing only by
+``await``, and what leaves them.  The checks at the adapters' boundary live
+beside this module: ``replies`` (what a well-formed reply holds) and
+``redaction`` (credentials kept out of everything that leaves an adapter).
 
-A typed agent passes its answer's schema as ``output=``
-(:class:`~fsm_agent.records.OutputSchema`) to every call; each adapter's
-``build_request`` asks its provider for that schema natively (its docstring
-names the request field), and ``output_clash`` is the one error for params
-that already set that field.
-
-A provider's context-length error (the conversation no longer fits the
-model's window) leaves an adapter as :class:`~fsm_agent.ContextOverflowError`,
-the SDK's error its ``__cause__``: each adapter's ``_context_overflow`` says
-which answers those are, and ``_failure`` (which every call goes through)
-raises it, cleaned of secrets like any other error.
+A typed agent's answer schema (``output=``) is asked for natively through
+the adapter's ``output_field``; a provider's context-length error leaves a
+call as :class:`~fsm_agent.ContextOverflowError`, the SDK's error its
+``__cause__``, cleaned of secrets like any other error.
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import ModuleType, TracebackType
 from typing import Any, ClassVar, Self
 
@@ -43,31 +43,45 @@ from fsm_agent.models.redaction import (
 from fsm_agent.tools import JSONSchema
 
 
-def require_sdk(package: str, extra: str | None = None) -> ModuleType:
-    """Import a provider SDK, or raise ``ImportError`` with the install hint for the extra (default: ``package``)."""
-    try:
-        return importlib.import_module(package)
-    except ImportError as exc:
-        hint = f"pip install 'fsm-agent[{extra or package}]'"
-        msg = f"the {package!r} package is not installed; install it with: {hint}"
-        raise ImportError(msg, name=package) from exc
-
-
 class ProviderModel:
-    """Lifecycle and error handling shared by the adapters; subclasses convert requests and responses.
+    """What every adapter shares: its provider's facts read, the client's lifecycle, the four calls and their errors.
 
     The adapter closes only the clients it built; a client passed in belongs
-    to the caller.  The async client is built on first use of ``acomplete``,
+    to the caller.  The async client is built on first use of an async call,
     so a synchronous user never opens one.  Without ``client``, one is built
     from the settings given, each credential and the base URL falling back
     to the SDK's environment variables; a client passed in is used as it is,
     after checking that its credentials can go into a header.
     """
 
-    model: str
-    _CREDENTIALS: ClassVar[dict[str, str]]
+    # --- the provider's facts: each adapter declares these at the top of its class ----------------------------
+    sdk_package: ClassVar[str]
+    """The SDK's import name (``"openai"``, ``"google.genai"``), imported when the adapter is built."""
+    sdk_extra: ClassVar[str]
+    """The ``fsm-agent[...]`` extra that installs the SDK, named in the ``ImportError`` when it is missing."""
+    credentials: ClassVar[Mapping[str, str]]
     """Each credential the SDK client takes, with the environment variable it falls back to."""
-    _BASE_URL_VARIABLE: ClassVar[str]
+    base_url_variable: ClassVar[str]
+    """The environment variable the SDK reads the base URL from."""
+    reserved_params: ClassVar[tuple[str, ...]]
+    """The request keys the adapter fills from the conversation and tools; refused in ``params`` at construction."""
+    output_field: ClassVar[str]
+    """The request field a typed agent's answer schema is asked for through (named when ``params`` already set it)."""
+    finish_reasons: ClassVar[Mapping[str, str]]
+    """The provider's finish signal -> the engine's ``stop_reason``.
+
+    Any other signal is passed on unchanged, so the engine stops the run with
+    ``model_error`` naming it (the reply kept) instead of taking an unknown
+    signal for an answer; the adapter's own docstring says which refinements
+    apply on top (tool calls under a plain stop, a refusal field).
+    """
+    overflow_pattern: ClassVar[str | None] = None
+    """Finds the context-length error in an invalid-request message: group 1 the input's tokens, group 2 the window.
+
+    ``None`` where the adapter tells that error by other means (OpenAI's, by its error code).
+    """
+
+    model: str
 
     def __init__(
         self,
@@ -99,13 +113,33 @@ class ProviderModel:
         self.base_url = redact_url(self._client_url(client))
         """The URL requests go to, with a password in it shown as ``[redacted]``: for naming it in messages."""
 
+    @classmethod
+    def _load_sdk(cls, params: dict[str, Any]) -> ModuleType:
+        """The SDK (an ``ImportError`` with the install command without it), and ``params`` without reserved keys.
+
+        An adapter's first step when built, so a mistake is refused at
+        construction rather than mid-run.
+        """
+        try:
+            sdk = importlib.import_module(cls.sdk_package)
+        except ImportError as exc:
+            hint = f"pip install 'fsm-agent[{cls.sdk_extra}]'"
+            msg = f"the {cls.sdk_package!r} package is not installed; install it with: {hint}"
+            raise ImportError(msg, name=cls.sdk_package) from exc
+        clash = sorted(set(params) & set(cls.reserved_params))
+        if clash:
+            names = ", ".join(clash)
+            msg = f"{cls.__name__} sets {names} itself from the conversation and tools; do not pass them as params"
+            raise TypeError(msg)
+        return sdk
+
     def _client_options(self, given: dict[str, Any]) -> dict[str, Any]:
         options = dict(given)
-        for name, variable in self._CREDENTIALS.items():
+        for name, variable in self.credentials.items():
             value = options.get(name, os.environ.get(variable) or None)
             if value is not None:
                 options[name] = clean_key(value, name if name in given else variable)
-        url = options.get("base_url", os.environ.get(self._BASE_URL_VARIABLE) or None)
+        url = options.get("base_url", os.environ.get(self.base_url_variable) or None)
         if url is not None:
             options["base_url"], authorization, self._redactions = split_userinfo(str(url))
             if authorization is not None:
@@ -115,7 +149,7 @@ class ProviderModel:
         return options
 
     def _check_credentials(self, client: Any) -> None:
-        for name in self._CREDENTIALS:
+        for name in self.credentials:
             value = self._client_credential(client, name)
             if value is not None and clean_key(value, f"the client's {name}") != value:
                 msg = f"the client's {name} has whitespace around it (a newline read from a file?); strip it first"
@@ -131,7 +165,7 @@ class ProviderModel:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
 
-    # What each adapter supplies: the conversion both ways, the SDK clients and the SDK call itself.
+    # --- what each adapter supplies: the wire mapping both ways, the SDK's clients and its calls -------------
     def build_request(
         self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
     ) -> dict[str, Any]:
@@ -139,13 +173,27 @@ class ProviderModel:
         raise NotImplementedError
 
     def parse(self, response: Any) -> ModelResponse:
-        """The engine's view of one SDK response."""
+        """The engine's view of one SDK response, streamed or not."""
         raise NotImplementedError
 
-    def _send(self, request: dict[str, Any]) -> Any:
+    def _send(self, client: Any, request: dict[str, Any]) -> Any:
         raise NotImplementedError
 
     async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _open_stream(self, client: Any, request: dict[str, Any]) -> AbstractContextManager[Iterable[Any]]:
+        """The SDK's stream of events for ``request``, to be read inside a ``with`` block."""
+        raise NotImplementedError
+
+    async def _aopen_stream(
+        self, client: Any, request: dict[str, Any]
+    ) -> AbstractAsyncContextManager[AsyncIterable[Any]]:
+        """``_open_stream`` on the async client, to be read inside an ``async with`` block."""
+        raise NotImplementedError
+
+    def _stream_reader(self) -> StreamReader:
+        """A new reader for one call's stream events (see :class:`StreamReader`)."""
         raise NotImplementedError
 
     def _new_client(self, options: dict[str, Any]) -> Any:
@@ -154,13 +202,112 @@ class ProviderModel:
     def _new_async_client(self) -> Any:
         raise NotImplementedError
 
+    def _invalid_request(self, exc: Exception) -> Any:
+        """The message of ``exc`` if it is the provider's answer to an invalid request, for ``overflow_pattern``."""
+        return None
+
+    # --- the calls: the engine's Model protocol, sync and async alike -------------------------------------------
+    def complete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], *, output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """Send the conversation and return the model's next message (the engine's ``Model`` protocol).
+
+        ``output`` (a typed agent's answer schema; ``None``: a plain-text
+        answer) is asked for natively, as ``build_request`` says.
+        """
+
+        def call() -> ModelResponse:
+            return self.parse(self._send(self.client, self.build_request(messages, tools, output)))
+
+        return self._guarded(call)
+
+    async def acomplete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], *, output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """``complete`` over the SDK's async client, for the async driver."""
+
+        async def call(client: Any) -> ModelResponse:
+            return self.parse(await self._asend(client, self.build_request(messages, tools, output)))
+
+        return await self._aguarded(call)
+
+    def complete_stream(
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
+    ) -> ModelResponse:
+        """``complete`` over a streamed response: ``on_text`` gets each piece of the reply's text as it arrives.
+
+        The adapter's reader adds the events up to the whole response, which
+        ``parse`` reads as it reads an unstreamed one, so a cut, refused or
+        tool-calling reply means the same.
+        """
+
+        def call() -> ModelResponse:
+            reader = self._stream_reader()
+            with self._open_stream(self.client, self.build_request(messages, tools, output)) as events:
+                for event in events:
+                    _hand_on(reader.read(event), on_text)
+                response = reader.response(events)
+            return self.parse(response)
+
+        return self._guarded(call)
+
+    async def acomplete_stream(
+        self,
+        messages: Sequence[Message],
+        tools: list[JSONSchema],
+        on_text: Callable[[str], None],
+        *,
+        output: OutputSchema | None = None,
+    ) -> ModelResponse:
+        """``complete_stream`` over the SDK's async client, for the async driver."""
+
+        async def call(client: Any) -> ModelResponse:
+            reader = self._stream_reader()
+            async with await self._aopen_stream(client, self.build_request(messages, tools, output)) as events:
+                async for event in events:
+                    _hand_on(reader.read(event), on_text)
+                response = reader.response(events)
+            return self.parse(response)
+
+        return await self._aguarded(call)
+
+    def _guarded(self, call: Callable[[], ModelResponse]) -> ModelResponse:
+        """``call()``, whatever leaves it cleaned by ``_failure``."""
+        try:
+            return call()
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        # Raised outside the except block, so the stand-in has no __context__ holding the secret.
+        raise failure
+
+    async def _aguarded(self, call: Callable[[Any], Awaitable[ModelResponse]]) -> ModelResponse:
+        """``await call(async_client)``, cleaned as ``_guarded`` cleans it; the async client is built on first use."""
+        try:
+            if self._async_client is None:
+                self._async_client = self._new_async_client()
+                self._owns_async_client = True
+            return await call(self._async_client)
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is exc:
+                raise
+        raise failure
+
+    # --- errors: what leaves a call -----------------------------------------------------------------------------
     def _secrets(self) -> list[Redaction]:
         """Every credential the clients hold, as it may appear in text; only these are redacted from errors."""
         redactions = list(self._redactions)
         for client in (self.client, self._async_client):
             if client is None:
                 continue
-            for name in self._CREDENTIALS:
+            for name in self.credentials:
                 value = self._client_credential(client, name)
                 if isinstance(value, str) and long_enough(value.strip()):
                     redactions.append((value.strip(), REDACTED))
@@ -170,11 +317,17 @@ class ProviderModel:
     def _context_overflow(self, exc: Exception) -> ContextOverflowError | None:
         """``exc`` as a ``ContextOverflowError`` if it is the provider's context-length error, else ``None``.
 
-        Each adapter recognises its own provider's answer (its SDK's error
-        class plus the documented code or message); the ``__cause__`` and the
-        redaction are ``_failure``'s.
+        Here: an invalid-request message (``_invalid_request``) that
+        ``overflow_pattern`` finds; an adapter that tells the error otherwise
+        overrides this.  The ``__cause__`` and the redaction are ``_failure``'s.
         """
-        return None
+        if self.overflow_pattern is None:
+            return None
+        message = self._invalid_request(exc)
+        found = re.search(self.overflow_pattern, message) if isinstance(message, str) else None
+        if found is None:
+            return None
+        return ContextOverflowError(message, tokens=int(found[1]), limit=int(found[2]))
 
     def _failure(self, exc: Exception) -> Exception:
         """What leaves the adapter for ``exc``, secrets redacted: a context overflow as such, else ``_cleaned``."""
@@ -199,64 +352,23 @@ class ProviderModel:
             exc.args = (text,)
         return failure
 
-    def complete(
-        self, messages: Sequence[Message], tools: list[JSONSchema], *, output: OutputSchema | None = None
-    ) -> ModelResponse:
-        """Send the conversation and return the model's next message (the engine's ``Model`` protocol).
+    def _output_clash(self, output: OutputSchema, params: Sequence[str] = ()) -> ValueError:
+        """The error for ``params`` (default: ``output_field`` itself) that already set the field ``output`` needs.
 
-        ``output`` (a typed agent's answer schema; ``None``: a plain-text
-        answer) is asked for natively, as ``build_request`` says.
+        Raised when a call is built, not at construction: the same adapter
+        serves untyped agents, to which those params go as they are.
         """
-        try:
-            return self.parse(self._send(self.build_request(messages, tools, output)))
-        except Exception as exc:
-            failure = self._failure(exc)
-            if failure is exc:
-                raise
-        # Raised outside the except block, so the stand-in has no __context__ holding the secret.
-        raise failure
+        names = ", ".join(params or [self.output_field])
+        msg = (
+            f"{type(self).__name__} params set {names}, and the agent's output type {output.name!r} asks for its "
+            f"answer through {self.output_field}: remove {names} from the model's params, or the output_type from "
+            "the agent"
+        )
+        return ValueError(msg)
 
-    async def acomplete(
-        self, messages: Sequence[Message], tools: list[JSONSchema], *, output: OutputSchema | None = None
-    ) -> ModelResponse:
-        """``complete`` over the SDK's async client, for the async driver."""
-        try:
-            request = self.build_request(messages, tools, output)
-            if self._async_client is None:
-                self._async_client = self._new_async_client()
-                self._owns_async_client = True
-            return self.parse(await self._asend(self._async_client, request))
-        except Exception as exc:
-            failure = self._failure(exc)
-            if failure is exc:
-                raise
-        raise failure
-
-    def _guarded(self, work: Callable[[], ModelResponse]) -> ModelResponse:
-        """``work()``, with whatever leaves it cleaned as ``complete`` cleans it (for the streaming calls)."""
-        try:
-            return work()
-        except Exception as exc:
-            failure = self._failure(exc)
-            if failure is exc:
-                raise
-        raise failure
-
-    async def _aguarded(self, work: Callable[[Any], Awaitable[ModelResponse]]) -> ModelResponse:
-        """``await work(async_client)``, cleaned as ``acomplete`` cleans it; the async client is built on first use."""
-        try:
-            if self._async_client is None:
-                self._async_client = self._new_async_client()
-                self._owns_async_client = True
-            return await work(self._async_client)
-        except Exception as exc:
-            failure = self._failure(exc)
-            if failure is exc:
-                raise
-        raise failure
-
+    # --- closing ------------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the sync client if this adapter built it (use ``aclose`` once ``acomplete`` was used)."""
+        """Close the sync client if this adapter built it (use ``aclose`` once an async call was made)."""
         if self._owns_client:
             self.client.close()
 
@@ -283,35 +395,23 @@ class ProviderModel:
         await self.aclose()
 
 
-def overflow_in(message: Any, pattern: str) -> ContextOverflowError | None:
-    """``message`` as a ``ContextOverflowError`` if ``pattern`` finds it there; its two groups are tokens, then limit.
+class StreamReader:
+    """How one call's stream events read: the answer text each carries, and the whole response they add up to.
 
-    For the providers whose context-length error is known by its message
-    (the input's length and the window in it), not by a code of its own.
+    Each adapter's reader knows only its wire events; one is made per call,
+    so it may keep what the events add up to (or let the SDK's stream keep it).
     """
-    found = re.search(pattern, message) if isinstance(message, str) else None
-    if found is None:
-        return None
-    return ContextOverflowError(message, tokens=int(found[1]), limit=int(found[2]))
+
+    def read(self, event: Any) -> Iterable[Any]:
+        """Take ``event`` in; the pieces of answer text it carries, to be handed on (empty ones are skipped)."""
+        raise NotImplementedError
+
+    def response(self, stream: Any) -> Any:
+        """The whole response the events added up to, once ``stream`` (the opened stream) is read to its end."""
+        raise NotImplementedError
 
 
-def check_params(params: dict[str, Any], reserved: Sequence[str], adapter: str) -> None:
-    """Refuse extra request parameters that the adapter fills itself, at construction rather than mid-run."""
-    clash = sorted(set(params) & set(reserved))
-    if clash:
-        msg = f"{adapter} sets {', '.join(clash)} itself from the conversation and tools; do not pass them as params"
-        raise TypeError(msg)
-
-
-def output_clash(adapter: str, params: Sequence[str], output: OutputSchema, field: str) -> ValueError:
-    """The error for ``params`` that set the request ``field`` through which ``output`` is asked for.
-
-    Raised when a call is built, not at construction: the same adapter
-    serves untyped agents, to which those params go as they are.
-    """
-    names = ", ".join(params)
-    msg = (
-        f"{adapter} params set {names}, and the agent's output type {output.name!r} asks for its answer "
-        f"through {field}: remove {names} from the model's params, or the output_type from the agent"
-    )
-    return ValueError(msg)
+def _hand_on(pieces: Iterable[Any], on_text: Callable[[str], None]) -> None:
+    for piece in pieces:
+        if isinstance(piece, str) and piece:
+            on_text(piece)
