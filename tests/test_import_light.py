@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -11,17 +12,43 @@ import fsm_agent
 import fsm_agent.persist
 
 STORE_MODULES = ("fsm_agent.persist", "sqlite3", "psycopg", "hashlib")
+ASYNC_MODULES = ("asyncio", "concurrent.futures", "ssl", "socket")
+"""What ``asyncio`` brings: most of the cost of the import, for programs that never await."""
 
 
-def _loaded_after(code: str) -> list[str]:
-    """The modules of ``STORE_MODULES`` a fresh interpreter has loaded after running ``code``."""
-    probe = f"{code}\nimport sys\nprint(sorted(m for m in sys.modules if m.startswith({STORE_MODULES!r})))"
-    return eval(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)  # type: ignore[no-any-return]
+def _loaded_after(code: str, modules: tuple[str, ...] = STORE_MODULES) -> list[str]:
+    """The modules of ``modules`` (and their submodules) a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith({modules!r}))))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    loaded: list[str] = json.loads(out)
+    return loaded
 
 
 def test_importing_the_package_loads_no_store_module() -> None:
     """Neither the stores (``sqlite3``, the SQL plans) nor ``hashlib`` are loaded by ``import fsm_agent``."""
     assert _loaded_after("import fsm_agent") == []
+
+
+def test_importing_the_package_loads_no_asyncio() -> None:
+    """``import fsm_agent`` loads neither ``asyncio`` nor what it brings (``ssl``, sockets, ``concurrent.futures``)."""
+    assert _loaded_after("import fsm_agent", ASYNC_MODULES) == []
+
+
+def test_a_sync_run_whose_tools_fail_or_have_a_deadline_loads_no_asyncio() -> None:
+    """The sync driver, a tool that raises and one under ``tool_timeout`` never import ``asyncio``."""
+    code = (
+        "from fsm_agent import Agent, ToolRegistry\n"
+        "from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn\n"
+        "tools = ToolRegistry()\n"
+        "def boom() -> int:\n"
+        "    raise ValueError('no')\n"
+        "tools.register(boom)\n"
+        "for timeout in (None, 5.0):\n"
+        "    model = FakeModel(tool_turn(tool_call('boom')), reply('done'))\n"
+        "    result = Agent(model, tools, tool_timeout=timeout).run('go')\n"
+        "    assert 'raised ValueError: no' in result.messages[2].content, result.messages\n"
+    )
+    assert _loaded_after(code, ASYNC_MODULES) == []
 
 
 def test_a_run_without_a_store_loads_no_store_module_on_either_driver() -> None:

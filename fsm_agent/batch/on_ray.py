@@ -390,7 +390,5 @@ def _checkpoint(item: BatchItem, spec: str, why: str) -> Finished:
     except KeyError:
         return item, failed_result(item, "cancelled", why=why, started=False)
     finally:
-        close = getattr(store, "close", None)
-        if close is not None:
-            close()
+        store.close()
     return item, stored_result(data, "cancelled", why=why, state=data["state"])

@@ -12,9 +12,8 @@ from typing import Any
 
 from fsm_agent import persist
 from fsm_agent.batch.items import BatchItem
-from fsm_agent.batch.worker import AgentFactory, Later, atry_item, error_result, is_sqlite
+from fsm_agent.batch.worker import AgentFactory, Later, Opened, atry_item, error_result, is_sqlite
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.persist.store import Store
 from fsm_agent.records import RunResult
 
 _LISTEN = 1.0
@@ -45,7 +44,7 @@ class Switch:
         return self.why
 
 
-def pool_store(spec: str, lease: float, runs: int) -> Store:
+def pool_store(spec: str, lease: float, runs: int) -> Opened:
     """The store one actor opens, once: for PostgreSQL a pool of at most ``runs`` connections (``max_size``).
 
     An actor's runs share it.  PostgreSQL's ``max_size`` bounds each of the
@@ -77,7 +76,7 @@ class PoolWorker:
         # an object Ray cannot rebuild for a restart (ray-project/ray#53727), and it warns of it for each actor.
         self.switch = switch
         self.token = CancelToken()
-        self.store: Store | None = None
+        self.store: Opened | None = None
         self.listener: asyncio.Task[None] | None = None
 
     async def run(self, item: BatchItem, give_up: float | None = None) -> tuple[RunResult | Later, int]:
@@ -116,9 +115,5 @@ class PoolWorker:
             self.listener.cancel()
         store, self.store = self.store, None
         if store is not None:
-            aclose = getattr(store, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            close = getattr(store, "close", None)
-            if close is not None:
-                await asyncio.to_thread(close)
+            await store.aclose()
+            await asyncio.to_thread(store.close)

@@ -16,8 +16,9 @@ from typing import IO, Any, Literal
 from fsm_agent.batch.items import BatchItem, batch_items
 from fsm_agent.batch.local import DEFAULT_IN_FLIGHT, iter_local
 from fsm_agent.batch.progress import Bar, Tally
-from fsm_agent.batch.worker import DEFAULT_LEASE, AgentFactory, StoreSpec, absolute, open_store
+from fsm_agent.batch.worker import DEFAULT_LEASE, AgentFactory, Opened, StoreSpec, absolute, open_store
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.persist import SqliteStore
 from fsm_agent.persist.store import Store
 from fsm_agent.records import RunResult
 
@@ -83,14 +84,15 @@ def _iter(
     if not items:
         return  # nothing to run: no store to open, no Ray instance to start
     if executor == "local":
-        opened = isinstance(store, str | os.PathLike)
-        local_store: Store = open_store(store, lease) if isinstance(store, str | os.PathLike) else store
+        limit = max_in_flight or DEFAULT_IN_FLIGHT
+        if not isinstance(store, str | os.PathLike):
+            yield from iter_local(make_agent, store, items, max_in_flight=limit, cancel=cancel, on_start=on_start)
+            return
+        opened = open_store(store, lease)
         try:
-            limit = max_in_flight or DEFAULT_IN_FLIGHT
-            yield from iter_local(make_agent, local_store, items, max_in_flight=limit, cancel=cancel, on_start=on_start)
+            yield from iter_local(make_agent, opened, items, max_in_flight=limit, cancel=cancel, on_start=on_start)
         finally:
-            if opened:
-                _close(local_store)
+            _close(opened)
         return
     from fsm_agent.batch import on_ray  # Ray is imported only by a batch on Ray
 
@@ -233,19 +235,19 @@ def _is_store(store: object) -> bool:
 
 
 def _spec_for_workers(store: StoreSpec | Store) -> str:
-    """What Ray workers open: a path or URL, given or read off a store object (its ``url``, else its ``path``)."""
+    """What Ray workers open: a path or URL as given, or a ``SqliteStore``'s ``path``.
+
+    Each worker opens the store again (``open_store``), so a store object
+    works only if it is a kind a path names: any other has no path to give.
+    """
     if not _is_store(store):
         return absolute(store)  # type: ignore[arg-type]  # _is_store said it is a path or URL
-    for name in ("url", "path"):
-        where = getattr(store, name, None)
-        if isinstance(where, str | os.PathLike):
-            return absolute(where)
+    if isinstance(store, SqliteStore):
+        return absolute(store.path)
     msg = f"executor='ray' needs the store's path or URL, which each worker opens; {type(store).__name__} has neither"
     raise TypeError(msg)
 
 
-def _close(store: Store) -> None:
-    close = getattr(store, "close", None)
-    if close is not None:
-        with contextlib.suppress(Exception):
-            close()
+def _close(store: Opened) -> None:
+    with contextlib.suppress(Exception):
+        store.close()

@@ -26,7 +26,7 @@ from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent, AgentRun
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError
 from fsm_agent.persist.store import DEFAULT_LEASE as STORE_LEASE
-from fsm_agent.persist.store import Store
+from fsm_agent.persist.store import Store, traits
 from fsm_agent.records import Message, RunResult
 
 AgentFactory = Callable[[], Agent]
@@ -34,6 +34,9 @@ AgentFactory = Callable[[], Agent]
 
 StoreSpec = str | os.PathLike[str]
 """Where a worker finds the store: a SQLite file path, or a URL ``fsm_agent.persist.open_store`` understands."""
+
+Opened = persist.SqliteStore | persist.PostgresStore
+"""A store a batch opened from a ``StoreSpec``, and so closes itself (``close``, and ``aclose`` on a loop)."""
 
 ERROR = "error"
 """The reason of a result whose run could not be carried out at all (the factory or the store raised)."""
@@ -55,7 +58,7 @@ RESUMABLE = frozenset({"cancelled"})
 """Stops a batch resumes by itself: a cancelled batch (Ctrl-C, ``cancel``) continues where it was cut off."""
 
 
-def open_store(spec: StoreSpec, lease: float = DEFAULT_LEASE) -> Store:
+def open_store(spec: StoreSpec, lease: float = DEFAULT_LEASE) -> Opened:
     """The store at ``spec`` (``fsm_agent.persist.open_store``: a PostgreSQL URL, else a SQLite file)."""
     return persist.open_store(os.fspath(spec), lease=lease)
 
@@ -71,10 +74,10 @@ def absolute(spec: StoreSpec) -> str:
     return text if "://" in text else str(Path(text).resolve())
 
 
-_stores: dict[tuple[str, float], Store] = {}
+_stores: dict[tuple[str, float], Opened] = {}
 
 
-def store_at(spec: str, lease: float) -> Store:
+def store_at(spec: str, lease: float) -> Opened:
     """The store at ``spec``, opened once per worker process and kept for the next task the process runs."""
     store = _stores.get((spec, lease))
     if store is None:
@@ -257,9 +260,9 @@ async def arun_item(
 
 
 def _deadline(store: Store, give_up: float | None) -> float:
-    """When to stop waiting for a run's holder: ``give_up`` if given, else now plus the store's lease."""
-    return give_up if give_up is not None else time.time() + _lease(store) + _MARGIN
+    """When to stop waiting for a run's holder: ``give_up`` if given, else now plus the store's lease.
 
-
-def _lease(store: Store) -> float:
-    return float(getattr(store, "lease", 0.0))
+    The lease the engine leases with (``traits``): the store's own, or
+    ``DEFAULT_LEASE`` for a store that declares none.
+    """
+    return give_up if give_up is not None else time.time() + traits(store).lease + _MARGIN

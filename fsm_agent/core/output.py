@@ -19,7 +19,6 @@ Nothing here calls a model: the drivers run ``check``/``acheck``.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib
 import inspect
@@ -36,7 +35,7 @@ from fsm_agent.core.answer_schema import bounded_patterns, references_problem
 from fsm_agent.core.ledger import MAX_NESTING, nests_deeper
 from fsm_agent.errors import Retry
 from fsm_agent.records import OutputSchema
-from fsm_agent.tools.calling import WORKERS, DeadlineError, settle, within_deadline
+from fsm_agent.tools.calling import DeadlineError, in_daemon_worker, settle, within_deadline
 
 Validator = Callable[[Any], Any]
 """``fn(output) -> output`` (or an awaitable of it); raises ``fsm_agent.Retry`` to send the model back."""
@@ -247,14 +246,16 @@ class OutputSpec:
         ``asyncio.timeout``, so one given up at the deadline never holds up
         ``asyncio.run``'s exit, which waits for the loop's own threads.
         """
+        import asyncio  # here, not at the top: import fsm_agent loads no asyncio
+
         if timeout is None:
-            return await self._acheck(text, _in_thread)
+            return await self._acheck(text, asyncio.to_thread)
         if timeout <= 0:
             return Invalid((TOO_LATE,))
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
-                return await self._acheck(text, _in_daemon_thread)
+                return await self._acheck(text, in_daemon_worker)
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -300,14 +301,6 @@ class OutputSpec:
         shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
         error = f"output validator {_name(validator)} returned {type(value).__name__} {shown}"
         return Invalid((f"{error}, expected a {kind.__name__}",), retryable=False)
-
-
-def _in_thread(function: Callable[[Any], Any], argument: Any) -> Awaitable[Any]:
-    return asyncio.to_thread(function, argument)
-
-
-def _in_daemon_thread(function: Callable[[Any], Any], argument: Any) -> Awaitable[Any]:
-    return asyncio.wrap_future(WORKERS.submit(lambda: function(argument)))
 
 
 def _name(validator: Validator) -> str:

@@ -3,22 +3,25 @@
 Nothing here classifies an outcome: values and exceptions are handed back as
 they are, for the registry to turn into a ``ToolResult``.  The arguments a
 tool receives are its own copy (``own_arguments``), so a tool that changes
-them cannot change the ``ToolCall`` kept in the run's history.
+them cannot change the ``ToolCall`` kept in the run's history.  ``asyncio``
+and ``concurrent.futures`` are imported by the functions that use them, so
+``import fsm_agent`` loads neither.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import copy
 import inspect
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Future
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fsm_agent.tools.schema import ToolFunction
+
+if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 
@@ -77,6 +80,9 @@ def settle(value: Any) -> Any:
     """``value``, or if it is awaitable, what it gives once run to completion from sync code."""
     if not inspect.isawaitable(value):
         return value
+    import asyncio
+    import concurrent.futures
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -109,6 +115,8 @@ class _DaemonWorkers:
 
     def submit(self, work: Callable[[], T]) -> Future[T]:
         """Run ``work()`` on an idle worker; its outcome arrives in the future (which the event loop can await)."""
+        from concurrent.futures import Future
+
         future: Future[T] = Future()
 
         def report() -> None:
@@ -136,13 +144,15 @@ WORKERS = _DaemonWorkers()
 """The process's reusable daemon workers, for calls that may be abandoned at a deadline."""
 
 
-def in_daemon_thread(function: ToolFunction, arguments: dict[str, Any]) -> asyncio.Future[Any]:
-    """Run a sync tool on a daemon worker, so one abandoned at its deadline never holds up the event loop's exit.
+def in_daemon_worker(function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``function(*args)`` on a daemon worker, to await: one abandoned at its deadline never holds up the loop's exit.
 
     (``asyncio.to_thread`` uses the loop's executor, whose threads
     ``asyncio.run`` waits for when it closes.)
     """
-    return asyncio.wrap_future(WORKERS.submit(lambda: call_in_thread(function, arguments)))
+    import asyncio
+
+    return asyncio.wrap_future(WORKERS.submit(lambda: function(*args)))
 
 
 class Handoff(Generic[T]):
@@ -214,5 +224,7 @@ def started(function: ToolFunction, arguments: dict[str, Any], timeout: float | 
     if inspect.iscoroutinefunction(function):
         return function(**arguments)  # type: ignore[no-any-return]
     if timeout is None:
+        import asyncio
+
         return asyncio.to_thread(call_in_thread, function, arguments)
-    return in_daemon_thread(function, arguments)
+    return in_daemon_worker(call_in_thread, function, arguments)

@@ -18,7 +18,6 @@ a marker saying how much, so one tool cannot flood the conversation.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -113,12 +112,26 @@ _ANY_OBJECT: JSONSchema = {"properties": {}, "required": [], "additionalProperti
 """What the registry itself checks of arguments to a tool whose schema was given: a JSON object, nothing more."""
 
 
-_TOOL_FAULTS = (Exception, asyncio.CancelledError, GeneratorExit)
-"""What a tool raising counts as its own failure; ``aexecute`` first tells a real cancellation apart."""
+def _tool_fault(exc: BaseException) -> bool:
+    """True when a tool raising ``exc`` has failed on its own: ``Exception``, ``GeneratorExit``, ``CancelledError``.
+
+    ``asyncio`` is imported only for an exception that is neither of the first
+    two (a ``CancelledError`` exists only once asyncio is loaded), so neither
+    ``import fsm_agent`` nor a sync tool that fails loads it.  ``aexecute``
+    first tells a real cancellation apart; ``KeyboardInterrupt`` and
+    ``SystemExit`` are not faults.
+    """
+    if isinstance(exc, (Exception, GeneratorExit)):
+        return True
+    import asyncio
+
+    return isinstance(exc, asyncio.CancelledError)
 
 
 def _cancelled_from_outside() -> bool:
     """True when someone asked to cancel the current task (``cancelling()``), not just a tool raising it."""
+    import asyncio
+
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
 
@@ -314,8 +327,10 @@ class ToolRegistry:
                 value = call_with_deadline(function, arguments, timeout, call.name)
         except DeadlineError:
             return self._capped(_error(f"tool {call.name!r} timed out after {timeout:g} s"))
-        except _TOOL_FAULTS as exc:  # a tool's exception is data for the model, not a crash
-            return self._capped(_raised(call, exc))
+        except BaseException as exc:
+            if not _tool_fault(exc):
+                raise
+            return self._capped(_raised(call, exc))  # a tool's exception is data for the model, not a crash
         return self._capped(_encoded(call, value))
 
     async def aexecute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
@@ -327,6 +342,8 @@ class ToolRegistry:
         (``asyncio.current_task().cancelling()`` is not 0); raised by the
         tool on its own, it is an error result.
         """
+        import asyncio
+
         prepared = self._prepare(call)
         if isinstance(prepared, ToolResult):
             return prepared
@@ -346,7 +363,7 @@ class ToolRegistry:
             if _cancelled_from_outside():
                 raise
             return self._capped(_raised(call, exc))
-        except _TOOL_FAULTS as exc:  # a tool's exception is data for the model, not a crash
+        except (Exception, GeneratorExit) as exc:  # noqa: BLE001 - a tool's exception is data for the model, not a crash
             return self._capped(_raised(call, exc))
         return self._capped(_encoded(call, value))
 
