@@ -47,13 +47,16 @@ from fsm_agent.tools import Tool, ToolRegistry, ToolResult
 
 if typing.TYPE_CHECKING:
     from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
+    from fsm_agent.proof import Proof, check
 
 _STORES = frozenset({"PostgresStore", "SqliteStore", "Store", "StoredRun"})
 """Public names imported from ``fsm_agent.persist`` on first use (``__getattr__``)."""
+_PROOFS = frozenset({"Proof", "check"})
+"""Public names imported from ``fsm_agent.proof`` on first use: the checker reads agents, runs never need it."""
 
 
 def __getattr__(name: str) -> typing.Any:
-    """The stores' names and ``__version__``, imported or looked up on first use.
+    """The stores' names, the checker's and ``__version__``, imported or looked up on first use.
 
     ``import fsm_agent`` loads neither the stores' modules (``sqlite3``, the
     SQL plans) nor ``importlib.metadata``: most programs run agents without
@@ -66,6 +69,10 @@ def __getattr__(name: str) -> typing.Any:
         from fsm_agent import persist
 
         found: typing.Any = getattr(persist, name)
+    elif name in _PROOFS:
+        from fsm_agent import proof
+
+        found = getattr(proof, name)
     elif name == "__version__":
         from importlib.metadata import version
 
@@ -79,7 +86,7 @@ def __getattr__(name: str) -> typing.Any:
 
 def __dir__() -> list[str]:
     """The module's names, the stores' among them before their first use (``dir(fsm_agent)``, completion)."""
-    return sorted({*globals(), *_STORES})
+    return sorted({*globals(), *_STORES, *_PROOFS})
 
 
 __all__ = [
@@ -103,6 +110,7 @@ __all__ = [
     "OutputSchema",
     "Policy",
     "PostgresStore",
+    "Proof",
     "ProviderData",
     "Reason",
     "Retry",
@@ -132,5 +140,6 @@ __all__ = [
     "TransitionEvent",
     "Usage",
     "arun",
+    "check",
     "run",
 ]

@@ -1,11 +1,11 @@
-"""``python -m fsm_agent check MODULE:FUNCTION``: prove an agent always stops, and write a test per stop path.
+"""python -m fsm_agent check MODULE:FUNCTION: prove an agent always stops, and write a test per stop path.
 
 Prints the bound, the reachable and unreachable stop reasons and the rows no
 run takes; then drives each stop path through the engine whole, cut after
 every transition and resumed, and with every call held for a decision.
 Exits 0 when every run stops and no call ran twice, went missing or ran
 before its decision; 1 with the counterexample or the fault otherwise (or on
-a set-up error).  ``--write-tests DIR`` writes those runs as pytest tests.
+a set-up error).  --write-tests DIR writes those runs as pytest tests.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError
 
 def main(args: argparse.Namespace) -> int:
     """Check the agent the factory builds; print the proof; write the tests if asked."""
+    from fsm_agent.cli.stop_tests import plans, write_tests
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.proof import check
     from fsm_agent.proof.driving import exercise
-    from fsm_agent.proof.writer import plans, write_tests
 
     try:
         found = _target(args.agent)
@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
             print("error: --write-tests needs an agent factory, not a table", file=sys.stderr)
             return EXIT_SETUP
         return EXIT_DONE if proof.ok and proof.crash_safe else EXIT_SETUP
-    exercised = exercise(found, *plans(proof))
+    exercised = exercise(found, plans(proof))
     print(
         f"driven through the engine: {len(exercised.taken)} stop path(s) as proven, cut and resumed at "
         f"{exercised.cuts} transition(s), every call held for a decision: "

@@ -84,12 +84,12 @@ class Proof:
             lines.append("counterexample (the loop repeats from the edge marked *):")
             for n, edge in enumerate(self.counterexample):
                 mark = "*" if n == self.loop_start else " "
-                lines.append(f"  {mark} {n:>3} {_edge(edge)}")
+                lines.append(f"  {mark} {n:>3} {edge_text(edge)}")
         if self.crash_safe:
             lines.append(f"crash safe (every={self.every!r}): a crash runs again at most the call in flight")
         else:
             lines.append(f"crash safe (every={self.every!r}): NO, a completed call may run again after a crash:")
-            lines.extend(f"    {n:>3} {_edge(edge)}" for n, edge in enumerate(self.crash_counterexample))
+            lines.extend(f"    {n:>3} {edge_text(edge)}" for n, edge in enumerate(self.crash_counterexample))
         lines.append("reachable: " + (", ".join(self.reachable) or "none"))
         lines.append("unreachable: " + (", ".join(self.unreachable) or "none"))
         if self.dead_rows:
@@ -99,7 +99,8 @@ class Proof:
         return "\n".join(lines)
 
 
-def _edge(edge: Transition) -> str:
+def edge_text(edge: Transition) -> str:
+    """An edge as the report prints it: ``Source->Dest[label] on trigger``."""
     label = edge.reason or edge.guard
     return f"{edge.source}->{edge.dest}" + (f"[{label}]" if label else "") + f" on {edge.trigger}"
 

@@ -21,9 +21,9 @@ import attrs
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.errors import AgentLoopError
+from fsm_agent.proof.check import edge_text
 from fsm_agent.proof.scripted import QUESTION, Plan, Script, Unscriptable, answer_check, forced
 from fsm_agent.records import RunResult
-from fsm_agent.testing import edges
 from fsm_agent.tools import ToolRegistry
 
 
@@ -176,7 +176,7 @@ class Exercised:
         return not self.crash_faults and not self.gate_faults
 
 
-def exercise(agent: Agent, paths: dict[str, Plan], expected: dict[str, list[str]]) -> Exercised:
+def exercise(agent: Agent, paths: dict[str, Plan]) -> Exercised:
     """Drive each path whole, cut after every transition and resumed, and with every call gated."""
     taken: list[str] = []
     left_out: dict[str, str] = {}
@@ -184,24 +184,25 @@ def exercise(agent: Agent, paths: dict[str, Plan], expected: dict[str, list[str]
     gate: dict[str, str] = {}
     cuts = 0
     for reason, plan in paths.items():
+        expected = [edge for edge, _ in plan]
         try:
             whole = drive(agent, plan)
         except Unscriptable as exc:
             left_out[reason] = f"needs {exc}"
             continue
-        if edges(whole) != expected[reason]:
-            left_out[reason] = "the engine took another path: " + ", ".join(edges(whole))
+        if list(whole.trace) != expected:
+            left_out[reason] = "the engine took another path: " + ", ".join(map(edge_text, whole.trace))
             continue
         taken.append(reason)
         for cut in range(1, len(plan)):
             cuts += 1
             driven = drive_cut(agent, plan, cut)
             twice = sorted(call for call, n in driven.runs.items() if n != 1)
-            if edges(driven.result) != expected[reason] or twice:
+            if list(driven.result.trace) != expected or twice:
                 crash[reason] = f"cut after transition {cut}: " + (f"ran again: {twice}" if twice else "another path")
                 break
         gated = drive_gated(agent, plan)
-        if gated.before_decision or edges(gated.result) != expected[reason]:
+        if gated.before_decision or list(gated.result.trace) != expected:
             early = list(gated.before_decision)
             gate[reason] = f"ran before a decision: {early}" if early else "another path"
     return Exercised(tuple(taken), left_out, cuts, crash, gate)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from fsm_agent.cli.stop_tests import write_tests
 from fsm_agent.proof import check
 from fsm_agent.proof.driving import drive
 from fsm_agent.proof.scripted import Unscriptable
-from fsm_agent.proof.writer import write_tests
 from fsm_agent.testing import edge_id, edges
 
 AGENTS = textwrap.dedent(

@@ -28,11 +28,9 @@ class Written:
     left_out: dict[str, str]
 
 
-def plans(proof: Proof) -> tuple[dict[str, Plan], dict[str, list[str]]]:
-    """Each stop path as a plan ``drive`` takes, and the edge ids it must take, by reason."""
-    found: dict[str, Plan] = {reason: [(m.entry, m.choice) for m in path.moves] for reason, path in proof.paths.items()}
-    expected = {reason: [edge_id(edge) for edge in path.edges] for reason, path in proof.paths.items()}
-    return found, expected
+def plans(proof: Proof) -> dict[str, Plan]:
+    """Each stop path as a plan ``drive`` takes, by reason."""
+    return {reason: [(m.entry, m.choice) for m in path.moves] for reason, path in proof.paths.items()}
 
 
 def write_tests(
@@ -46,13 +44,13 @@ def write_tests(
     runs before it).  A path with a fault of either kind is left out, named.
     """
     module, _, function = target.partition(":")
-    found, expected = plans(proof)
-    exercised = exercised or exercise(agent, found, expected)
+    found = plans(proof)
+    exercised = exercised or exercise(agent, found)
     left_out = dict(exercised.left_out)
     left_out |= {reason: f"crash fault: {why}" for reason, why in exercised.crash_faults.items()}
     left_out |= {reason: f"approval fault: {why}" for reason, why in exercised.gate_faults.items()}
     tested = tuple(reason for reason in exercised.taken if reason not in left_out)
-    tests = [_tests(reason, found[reason], expected[reason], function) for reason in tested]
+    tests = [_tests(reason, found[reason], function) for reason in tested]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "test_stop_paths.py"
     path.write_text(_header(target, module, function, left_out) + "\n\n".join(tests), encoding="utf-8")
@@ -88,7 +86,8 @@ def _transition(edge: Transition) -> str:
     return f"Transition({edge.source!r}, {edge.trigger!r}, {edge.dest!r}, {edge.guard!r}, {edge.reason!r})"
 
 
-def _tests(reason: str, plan: Plan, expected: list[str], function: str) -> str:
+def _tests(reason: str, plan: Plan, function: str) -> str:
+    expected = [edge_id(edge) for edge, _ in plan]
     name = "".join(ch if ch.isalnum() else "_" for ch in reason)
     big = name.upper()
     steps = "\n".join(f"    ({_transition(edge)}, {choice!r})," for edge, choice in plan)
