@@ -20,8 +20,9 @@ install: $(STAMP)  ## create .venv with the package (editable) and every extra; 
 demo: $(STAMP)  ## run the scripted demonstration of every stop path; pictures in diagrams/runs/
 	$(PY) -m fsm_agent demo --out diagrams/runs
 
+# The suite's stop-path coverage goes to build/ (ignored by git); `make docs` shows it on docs/how-to/stop-coverage.md.
 test: $(STAMP)  ## run the whole test suite (about 6 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --fsm-coverage=build/fsm-coverage/report.json
 
 # .ci/under-load starts the hogs, always stops them (however the suite ends), and prints how long it took.
 test-load: $(STAMP)  ## the same suite with two CPU hogs beside it, as on a busy CI machine; prints how long it took
@@ -42,11 +43,12 @@ dist: $(STAMP)  ## build the sdist and the wheel into dist/ (install one: pip in
 	$(PY) -m build --outdir dist .
 
 lint: $(STAMP)  ## ruff and mypy --strict on the package
-	$(PY) -m ruff check fsm_agent tests benchmarks
-	$(PY) -m ruff format --check fsm_agent
+	$(PY) -m ruff check fsm_agent tests benchmarks _fsm_agent_pytest.py
+	$(PY) -m ruff format --check fsm_agent _fsm_agent_pytest.py
 	$(PY) -m mypy
 
-diagram: $(STAMP)  ## draw the machine: diagrams/agent_loop.*, and the rendered blocks of README.md and docs/
+diagram: $(STAMP)  ## prove the table stops, draw the machine: diagrams/agent_loop.*, the rendered blocks of README.md and docs/
+	$(PY) -m fsm_agent check fsm_agent:TABLE
 	$(PY) -m fsm_agent diagram --update-readme README.md --update-docs docs
 
 # Never --quiet: it drops warnings before --strict counts them.  NO_MKDOCS_2_WARNING silences Material's

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_diagram import extended_table, needs_dot, scenario_max_tokens
+from test_diagram import needs_dot, scenario_max_tokens
 
 import fsm_agent.cli.demo
 import fsm_agent.cli.diagram
-from fsm_agent import TABLE, Agent, SqliteStore
+from fsm_agent import TABLE, Agent, SqliteStore, State, StopCondition
 from fsm_agent.__main__ import main as cli
 from fsm_agent.cli.diagram import load_table
 from fsm_agent.render.dot import to_dot, write_runs
@@ -102,13 +102,15 @@ def test_cli_reports_an_unwritable_path(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_cli_draws_another_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--table module:attribute draws that Table, or the .table of an Agent."""
-    agent = Agent(CounterModel(), demo_registry())
-    agent.table = extended_table()
+    stop = StopCondition("user_abort", State.AwaitModel, lambda view: False)
+    agent = Agent(CounterModel(), demo_registry(), stop_conditions=[stop])
+    assert agent.table != TABLE
     monkeypatch.setattr(fsm_agent.cli.diagram, "SOME_AGENT", agent, raising=False)
     assert load_table("fsm_agent.cli.diagram:SOME_AGENT") is agent.table
     out = tmp_path / "x.dot"
     assert cli(["diagram", "--table", "fsm_agent.cli.diagram:SOME_AGENT", "--out", str(out)]) == 0
-    assert out.read_text(encoding="utf-8") == to_dot(extended_table())
+    assert out.read_text(encoding="utf-8") == to_dot(agent.table)
+    assert "user_abort" in out.read_text(encoding="utf-8")
     assert cli(["diagram", "--table", "fsm_agent.definition.table:Row", "--out", str(out)]) == 1
     assert cli(["diagram", "--table", "fsm_agent.definition.table", "--out", str(out)]) == 1
 

@@ -158,8 +158,9 @@ def _write(table: Table, fmt: str | None, out: str | None, result: RunResult | N
     return EXIT_DONE
 
 
-ALL_BLOCKS = (*BLOCKS, "cli")
-"""Every block ``--update-readme`` and ``--update-docs`` fill: the table's, and ``cli``, the command-line reference."""
+ALL_BLOCKS = (*BLOCKS, "cli", "proof")
+"""Every block ``--update-readme`` and ``--update-docs`` fill: the table's, ``cli`` (the command-line reference)
+and ``proof`` (what ``check`` proves of an agent with the default settings)."""
 
 
 def pages_to_update(files: list[Path], directories: list[Path]) -> list[Path]:
@@ -187,7 +188,12 @@ def filled_pages(table: Table, pages: list[Path]) -> dict[Path, str]:
     The README and the docs show the compact picture, which stays legible at
     page width; the ``.mmd`` file is whole.
     """
-    blocks = render_blocks(table, to_mermaid(table, compact=True)) | {"cli": cli_reference()}
+    from fsm_agent.proof.report import proof_block  # the checker reads an agent; only this command needs it
+
+    blocks = render_blocks(table, to_mermaid(table, compact=True)) | {
+        "cli": cli_reference(),
+        "proof": proof_block(table),
+    }
     changed: dict[Path, str] = {}
     for page in pages:
         text = page.read_text(encoding="utf-8")

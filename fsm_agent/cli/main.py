@@ -45,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Sub-parsers are built with the parent's class, so every command's usage errors exit 1 too.
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Imported here so `python -m fsm_agent --help` does not need optional extras.
-    from fsm_agent.cli import batch, demo, diagram, run, runs, ui
+    from fsm_agent.cli import batch, check, demo, diagram, run, runs, ui
 
     batch.add_command(commands)
+    check.add_command(commands)
     demo.add_command(commands)
     diagram.add_command(commands)
     run.add_command(commands)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Literal
 
 import graphviz  # type: ignore[import-untyped]  # graphviz ships no type information
 
@@ -28,6 +29,7 @@ from fsm_agent.render.model import (
     Edge,
     EdgeKind,
     count_label,
+    coverage_edges,
     diagram_edges,
     drawing_order,
     spine,
@@ -61,6 +63,12 @@ FANNED = frozenset({"failure", "finalize"})
 
 PREFIX: dict[EdgeKind, str] = {"failure": "stops", "finalize": "finalize"}
 
+Look = Literal["plain", "run", "coverage"]
+"""What a drawing shows over the machine: nothing, one run's path, or a test session's counts per row."""
+
+NEVER_TAKEN = {"color": FAILURE_COLOR, "fontcolor": FAILURE_COLOR, "style": "dashed", "penwidth": "1.5"}
+"""How a coverage drawing marks a row no run took; its label counts 0 and its tooltip says so."""
+
 
 def fans_by_source(edges: tuple[Edge, ...]) -> dict[tuple[State, EdgeKind], tuple[Edge, ...]]:
     """The stop and finalize edges grouped by the state they leave, in the order the layout meets them."""
@@ -86,7 +94,9 @@ def _lines(lines: Iterable[str]) -> str:
     return "\\n".join(_text(line) for line in lines)
 
 
-def to_dot(table: Table, result: RunResult | None = None, *, compact: bool = False) -> str:
+def to_dot(
+    table: Table, result: RunResult | None = None, *, compact: bool = False, taken: Mapping[int, int] | None = None
+) -> str:
     """The machine as Graphviz DOT text; with ``result``, its path drawn over it.
 
     Left to right, the happy loop first and thickest, on one line; the
@@ -100,16 +110,23 @@ def to_dot(table: Table, result: RunResult | None = None, *, compact: bool = Fal
     ``trigger [guard]`` and what it means.  ``compact`` folds each state's
     stops, and its finalize edges, into one labelled edge for small pages.
     With a run, the edges it took are blue with their counts, its final edge
-    bold in its own colour, the rest faded.  Same input, same bytes.
+    bold in its own colour, the rest faded.  With ``taken`` (row index to how
+    often the runs of a test session took it) instead, taken edges are solid
+    blue with their counts and never-taken ones dashed red, counted 0.  Same
+    input, same bytes.
     """
-    edges = diagram_edges(table, result)
+    if result is not None and taken is not None:
+        msg = "to_dot draws one run's path (result) or a session's counts (taken), not both"
+        raise ValueError(msg)
+    look: Look = "run" if result is not None else "plain" if taken is None else "coverage"
+    edges = diagram_edges(table, result) if taken is None else coverage_edges(table, taken)
     graph = graphviz.Digraph(
-        NAME if result is None else f"{NAME}_run",
+        {"plain": NAME, "run": f"{NAME}_run", "coverage": f"{NAME}_coverage"}[look],
         graph_attr={"rankdir": "LR", "fontname": FONT, "nodesep": "0.2", "ranksep": "0.45"},
         node_attr={"fontname": FONT, "fontsize": "14"},
         edge_attr={"fontname": FONT, "fontsize": "12", "arrowsize": "0.8"},
     )
-    graph.attr(label=_legend(result), labelloc="t" if result is not None else "b", labeljust="l")
+    graph.attr(label=_legend(result, edges, look), labelloc="b" if look == "plain" else "t", labeljust="l")
     fans = fans_by_source(edges)
     # Graphviz orders each rank by when it first meets a node: Failed and the stop junctions first puts
     # every stop above the loop, and the loop's way back and the finalize edges below it, so no red trunk
@@ -117,14 +134,14 @@ def to_dot(table: Table, result: RunResult | None = None, *, compact: bool = Fal
     _nodes(graph, table, edges, result, first=True)
     for (source, kind), fan in fans.items():
         if kind == "failure" and not compact:
-            _junction(graph, source, kind, fan, result)
+            _junction(graph, source, kind, fan, look)
     _nodes(graph, table, edges, result, first=False)
     graph.edge("__start__", str(table.initial), weight=str(SPINE_WEIGHT), penwidth="3")
     steps = set(itertools.pairwise(spine(table)))
     for edge in drawing_order(edges):
         if edge.kind in FANNED:
             continue
-        attributes = _edge(edge, result)
+        attributes = _edge(edge, look)
         if (edge.row.source, edge.row.dest) in steps:
             attributes["weight"] = str(SPINE_WEIGHT)
         graph.edge(str(edge.row.source), str(edge.row.dest), **attributes)
@@ -132,20 +149,20 @@ def to_dot(table: Table, result: RunResult | None = None, *, compact: bool = Fal
         trunk = _trunk(source, kind)
         dest = str(fan[0].row.dest)
         if compact:
-            graph.edge(str(source), dest, **_folded(trunk, fan, result))
+            graph.edge(str(source), dest, **_folded(trunk, fan, look))
             continue
         attributes = {"id": trunk, "tooltip": _lines(edge.tooltip for edge in fan)}
-        attributes.update(_style(kind, sum(e.count for e in fan), any(e.final for e in fan), result))
+        attributes.update(_style(kind, sum(e.count for e in fan), any(e.final for e in fan), look))
         if kind == "failure":
             for edge in fan:
-                graph.edge(str(source), trunk, arrowhead="none", **_edge(edge, result))
+                graph.edge(str(source), trunk, arrowhead="none", **_edge(edge, look))
             graph.edge(trunk, dest, **attributes)
             continue
         # A finalize fan runs back to the model under the loop: declared forwards and drawn reversed,
         # its junction is ranked between the model and the state, not beyond every other node.
-        _junction(graph, source, kind, fan, result)
+        _junction(graph, source, kind, fan, look)
         for edge in fan:
-            graph.edge(trunk, str(source), dir="back", arrowtail="none", **_edge(edge, result))
+            graph.edge(trunk, str(source), dir="back", arrowtail="none", **_edge(edge, look))
         graph.edge(dest, trunk, dir="back", label="finalize", **attributes)
     text: str = graph.source
     return text
@@ -156,11 +173,9 @@ def _trunk(source: State, kind: EdgeKind) -> str:
     return f"{PREFIX[kind]}_{source}"
 
 
-def _junction(
-    graph: graphviz.Digraph, source: State, kind: EdgeKind, fan: tuple[Edge, ...], result: RunResult | None
-) -> None:
+def _junction(graph: graphviz.Digraph, source: State, kind: EdgeKind, fan: tuple[Edge, ...], look: Look) -> None:
     taken = any(edge.count for edge in fan)
-    color = KIND_COLOR[kind] if result is None or taken else FADED_COLOR
+    color = KIND_COLOR[kind] if look == "plain" or taken else FADED_COLOR if look == "run" else FAILURE_COLOR
     what = "stops" if kind == "failure" else "finalize edges"
     tip = _text(f"the {what} of {source}: {', '.join(edge.label for edge in fan)}")
     graph.node(_trunk(source, kind), label="", shape="point", width="0.1", color=color, tooltip=tip)
@@ -195,46 +210,60 @@ def _nodes(
         graph.node(str(state), **attributes)
 
 
-def _style(kind: EdgeKind, count: int, final: bool, result: RunResult | None) -> dict[str, str]:
-    """Colour, width and dashes of an edge of ``kind``; with a run: final (bold), taken (blue) or faded."""
+def _style(kind: EdgeKind, count: int, final: bool, look: Look) -> dict[str, str]:
+    """Colour, width and dashes of an edge of ``kind``, plain or as ``look`` shows it.
+
+    Over a run: final (bold), taken (blue) or faded; over a session's counts:
+    taken (solid blue) or never taken (dashed red).
+    """
     attributes = {"color": KIND_COLOR[kind], "fontcolor": KIND_COLOR[kind], **STYLE[kind]}
-    if result is None:
+    if look == "plain":
         return attributes
     if final:
         attributes.update(penwidth="4", style="bold")
     elif count:
         attributes.update(color=TAKEN_COLOR, fontcolor=TAKEN_COLOR, penwidth="2.5")
-    else:
+        if look == "coverage":
+            attributes["style"] = "solid"
+    elif look == "run":
         attributes.update(color=FADED_COLOR, fontcolor=FADED_COLOR, penwidth="1")
+    else:
+        attributes.update(NEVER_TAKEN)
     return attributes
 
 
-def _edge(edge: Edge, result: RunResult | None) -> dict[str, str]:
-    attributes = {"id": edge.id, "tooltip": _text(edge.tooltip)}
-    attributes.update(_style(edge.kind, edge.count, edge.final, result))
-    if edge.kind == "loop" and edge.row.guard is not None and result is None:
+def _edge(edge: Edge, look: Look) -> dict[str, str]:
+    never = look == "coverage" and not edge.count
+    attributes = {"id": edge.id, "tooltip": _text(f"never taken: {edge.tooltip}" if never else edge.tooltip)}
+    attributes.update(_style(edge.kind, edge.count, edge.final, look))
+    if edge.kind == "loop" and edge.row.guard is not None and look == "plain":
         attributes["penwidth"] = GUARDED_LOOP_WIDTH
-    label = edge.label if not edge.count else f"{edge.label} {count_label(edge.count)}"
-    attributes["label"] = _text(label)
+    counted = edge.count or never
+    attributes["label"] = _text(f"{edge.label} {count_label(edge.count)}" if counted else edge.label)
     return attributes
 
 
-def _folded(trunk: str, fan: tuple[Edge, ...], result: RunResult | None) -> dict[str, str]:
+def _folded(trunk: str, fan: tuple[Edge, ...], look: Look) -> dict[str, str]:
     """One edge standing for a fan: its reasons one to a line, its tooltips joined, its counts summed."""
     names = list(dict.fromkeys(edge.row.reason or edge.label for edge in fan))
     counts = {name: sum(e.count for e in fan if (e.row.reason or e.label) == name) for name in names}
-    words = [name + (f" {count_label(counts[name])}" if counts[name] else "") for name in names]
+    shown = {name for name in names if counts[name] or look == "coverage"}
+    words = [name + (f" {count_label(counts[name])}" if name in shown else "") for name in names]
     # One reason a line: a tall label costs a page less than a wide one, which widens its whole rank.
     lines = ["finalize:", *words] if fan[0].kind == "finalize" else words
     attributes = {"id": trunk, "tooltip": _lines(edge.tooltip for edge in fan), "label": _lines(lines)}
-    attributes.update(_style(fan[0].kind, sum(counts.values()), any(edge.final for edge in fan), result))
+    attributes.update(_style(fan[0].kind, sum(counts.values()), any(edge.final for edge in fan), look))
     return attributes
 
 
-def _legend(result: RunResult | None) -> str:
-    """An HTML-like label: the run's ending (for a run), then one sample line per kind of edge and its meaning."""
+def _legend(result: RunResult | None, edges: tuple[Edge, ...], look: Look) -> str:
+    """An HTML-like label: the run's ending or the session's count, then one sample line per kind of edge."""
     rows = []
-    if result is not None:
+    if look == "coverage":
+        taken = sum(1 for edge in edges if edge.count)
+        rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT"><B>{taken}/{len(edges)} rows taken by the session</B></TD></TR>')
+        entries = [(TAKEN_COLOR, "solid", "2", "taken, ×count"), (FAILURE_COLOR, "dashed", "1.5", "never taken, ×0")]
+    elif result is not None:
         ending = "Done" if result.ok else f"Failed({_html(result.reason)})"
         rows.append(
             f'<TR><TD COLSPAN="2" ALIGN="LEFT"><B>run ended in {ending} after {len(result.trace)} '

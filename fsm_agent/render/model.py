@@ -9,6 +9,7 @@ drawing language; the palette is shared so every picture uses the same hues.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Literal
 
 import attrs
@@ -201,6 +202,14 @@ def diagram_edges(table: Table, result: RunResult | None = None) -> tuple[Edge, 
         )
         for index, row in enumerate(table.rows)
     )
+
+
+def coverage_edges(table: Table, taken: Mapping[int, int]) -> tuple[Edge, ...]:
+    """Every row of ``table`` as an :class:`Edge` counted by ``taken`` (row index to count): a test session's coverage.
+
+    Unlike one run's path, many runs' counts have no final edge.
+    """
+    return tuple(attrs.evolve(edge, count=taken.get(edge.index, 0)) for edge in diagram_edges(table))
 
 
 def drawing_order(edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
