@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 import fsm_agent
@@ -27,17 +28,22 @@ class CountingRegistry(ToolRegistry):
         return super().schemas()
 
 
-def test_agents_built_with_the_same_limits_share_one_limits_object() -> None:
-    """Equal limit keywords give the same frozen Limits; different ones a Limits of their own."""
+def test_each_agent_holds_its_settings_in_one_frozen_record() -> None:
+    """Equal keywords give equal settings records; the agent's limits are the record's, and neither can be set."""
     first = Agent(FakeModel(), ToolRegistry(), max_steps=5, token_budget=100)
     second = Agent(FakeModel(), ToolRegistry(), max_steps=5, token_budget=100)
-    assert second.limits is first.limits
+    assert second.limits == first.limits
+    assert first.limits is first.settings.limits
+    with pytest.raises(AttributeError):
+        first.limits = second.limits  # type: ignore[misc]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        first.settings.limits = second.limits  # type: ignore[misc]
     third = Agent(FakeModel(), ToolRegistry(), max_steps=6, token_budget=100)
     assert third.limits.max_steps == 6
 
 
-def test_a_bool_is_not_taken_for_the_integer_it_equals_by_the_shared_limits() -> None:
-    """max_steps=True is refused even after max_steps=1 was built and kept."""
+def test_a_bool_is_not_taken_for_the_integer_it_equals() -> None:
+    """max_steps=True is refused even after an agent with max_steps=1 was built."""
     Agent(FakeModel(), ToolRegistry(), max_steps=1)
     with pytest.raises(ValueError, match="max_steps must be an integer"):
         Agent(FakeModel(), ToolRegistry(), max_steps=True)
@@ -46,7 +52,7 @@ def test_a_bool_is_not_taken_for_the_integer_it_equals_by_the_shared_limits() ->
 def test_agents_over_one_table_share_one_walker() -> None:
     """Every plain agent finds the built-in table's walker, built once."""
     one, two = Agent(FakeModel(), ToolRegistry()), Agent(FakeModel(), ToolRegistry())
-    assert one.walker is two.walker
+    assert one.settings.walker is two.settings.walker
 
 
 def test_agents_with_equal_stop_conditions_share_one_walker() -> None:
@@ -57,8 +63,8 @@ def test_agents_with_equal_stop_conditions_share_one_walker() -> None:
 
     stop = StopCondition("never", "Dispatch", never)
     assert (
-        Agent(FakeModel(), ToolRegistry(), stop_conditions=[stop]).walker
-        is Agent(FakeModel(), ToolRegistry(), stop_conditions=[stop]).walker
+        Agent(FakeModel(), ToolRegistry(), stop_conditions=[stop]).settings.walker
+        is Agent(FakeModel(), ToolRegistry(), stop_conditions=[stop]).settings.walker
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fsm_agent.core import ledger
+from fsm_agent.core.coverage_watch import WATCHERS, notify
 from fsm_agent.core.result import conclude
 from fsm_agent.definition.states import TERMINAL, AwaitModel
 from fsm_agent.definition.stops import ConditionError
@@ -62,6 +63,8 @@ def take(stepper: Stepper, row: Row | None, trigger: str) -> Transition:
     entry = row.entry
     dest = run.state = row.dest
     run.trace.append(entry)
+    if WATCHERS:
+        notify(entry)
     if dest in TERMINAL:
         run.frozen = False
         conclude(run)

@@ -13,7 +13,7 @@ retry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -25,8 +25,9 @@ from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
 from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
 from fsm_agent.core.output import Invalid, OutputSpec
+from fsm_agent.core.outside import OutsideEvents
 from fsm_agent.core.result import conclude, evidence_for
-from fsm_agent.core.walker import Walker
+from fsm_agent.core.settings import AgentSettings
 from fsm_agent.definition.run import MessagesView, Run
 from fsm_agent.definition.states import TERMINAL, AwaitModel, CheckTruncation, Dispatch, ExecuteTool, State
 from fsm_agent.definition.stops import ConditionError
@@ -83,7 +84,7 @@ _START = (AwaitModel, START)
 _NOWHERE: frozenset[State] = frozenset()
 
 
-class Stepper(ApprovalGate):
+class Stepper(ApprovalGate, OutsideEvents):
     """The pure core of one run; every driver carries out its effects."""
 
     __slots__ = (
@@ -102,22 +103,25 @@ class Stepper(ApprovalGate):
     def __init__(
         self,
         run: Run,
-        walker: Walker,
+        settings: AgentSettings,
         schemas: list[JSONSchema],
-        approve: Callable[[ToolCall], bool] | None = None,
-        output: OutputSpec | None = None,
-        compact: Callable[[list[Message]], Any] | None = None,
+        rows: Mapping[tuple[State, str], Sequence[Row]],
     ) -> None:
+        """The stepper of ``run`` under its agent's ``settings``: ``schemas`` are the tools the model is offered.
+
+        ``rows`` are those the run walks: its table's without the rows that cannot fire for it (``Agent.rows_for``).
+        """
         self.run = run
-        self.output = output
-        self.compact = compact
+        run.rows = rows
+        # The settings a step reads, held as the stepper's own attributes: they are read on every turn.
+        self.walker, self.approve = settings.walker, settings.approve
+        output = self.output = settings.output
+        self.compact = settings.compact
         if output is not None:
             run.output_retry_limit = output.retries
-        self.walker = walker
         self.schemas = schemas
-        self.approve = approve
         # Finalize is tried only where a stop with that policy is checked, so other runs pay nothing for it.
-        self.finalize_from = walker.finalize_sources(run.policies) if run.policies else _NOWHERE
+        self.finalize_from = settings.walker.finalize_sources(run.policies) if run.policies else _NOWHERE
         # A live view, so one serves every model call of the run.
         self._messages = MessagesView(run.messages)
         # The trigger a model outcome implies, from accept_* until step() fires it.

@@ -14,23 +14,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transitions import Machine
-
+from fsm_agent.core.coverage_watch import WATCHERS, notify
 from fsm_agent.definition.guards import Guard
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import Row, Table, first_row
 from fsm_agent.records import Transition
 
+if TYPE_CHECKING:
+    from transitions import Machine
+
 
 def library_machine(table: Table, on_taken: Callable[[int, Any], None] | None = None) -> Machine:
     """The table as a plain ``transitions.Machine``; ``on_taken(row_index, run)`` is told which row fired.
 
     Guards are the rows' conditions and receive the run as the trigger's
-    argument: ``model.trigger(name, run)``.
+    argument: ``model.trigger(name, run)``.  ``transitions`` is imported here,
+    when the first agent builds its walker, not by ``import fsm_agent``.
     """
+    from transitions import Machine
+
     transitions = []
     for index, row in enumerate(table.rows):
         spec: dict[str, Any] = {
@@ -106,6 +111,8 @@ class Walker:
         entry = row.entry
         run.state = row.dest
         run.trace.append(entry)
+        if WATCHERS:
+            notify(entry)
         return entry
 
 

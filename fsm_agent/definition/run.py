@@ -1,10 +1,11 @@
 """The one mutable object of a run: its position and the counters the guards read.
 
 A plain class compared by identity, one per run, so nothing about a run lives
-on the agent or the machine.  It knows no clock, thread or event loop: the
-driver writes the two facts from outside (``elapsed`` seconds and whether the
-run was ``cancelled``) before each transition, and everything else changes
-only through the stepper.
+on the agent or the machine.  It knows no clock, thread or event loop, and
+only the core changes it: the stepper and its helpers (``fsm_agent.core``).
+A driver hands the stepper what it saw from outside (the ``elapsed`` seconds,
+a cancel, a failed hook) as events (``core.outside``), never writing a field
+itself; ``tests/test_one_writer.py`` holds the package to that.
 """
 
 from __future__ import annotations
@@ -27,30 +28,12 @@ Signature = tuple[str, str]
 Counters = dict[str, list[int | float | None]]
 
 
-_memo: tuple[ToolCall | None, Signature] = (None, ("", ""))
-
-
-def signature(call: ToolCall) -> Signature:
-    """Identify a tool call by name and canonical arguments, so key order does not matter.
-
-    The same call is asked about twice in a row (``Dispatch``'s repeat guard,
-    then the bookkeeping once it ran), so the last answer is kept; the pair is
-    read and written whole, which keeps it right across threads.
-    """
-    global _memo  # a one-entry memo of a pure function
-    memo = _memo
-    if memo[0] is call:
-        return memo[1]
-    found = _signature(call)
-    _memo = (call, found)
-    return found
-
-
 # Built once: json.dumps with options builds a new encoder per call, which costs more than the encoding.
 _canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
 
 
-def _signature(call: ToolCall) -> Signature:
+def signature(call: ToolCall) -> Signature:
+    """Identify a tool call by name and canonical arguments, so key order does not matter."""
     if call.raw_arguments is not None:
         return call.name, "raw:" + call.raw_arguments
     try:
@@ -187,7 +170,7 @@ class Run:
         self.unfinished: str | None = None
         self.input_tokens = 0
         self.output_tokens = 0
-        # Written by the driver before each transition or after each call; a replayed parallel batch keeps its plan's.
+        # Told by the driver before each transition or after each call; a replayed parallel batch keeps its plan's.
         self.elapsed = 0.0
         self.cancelled = False
         self.cancel_why = ""

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.history import History, opening
-from fsm_agent.core.output import Validator
-from fsm_agent.core.walker import Walker
+from fsm_agent.core.output import OutputSpec, Validator
+from fsm_agent.core.settings import AgentSettings
 from fsm_agent.definition.guards import Guard, dormant_guards, passes_child_stop
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -30,9 +30,10 @@ from fsm_agent.definition.table import (
 from fsm_agent.drivers import streaming
 from fsm_agent.drivers.agent_run import AgentRun as AgentRun  # also importable from here, as before
 from fsm_agent.drivers.base import Observer
-from fsm_agent.drivers.checks import NO_PARTS, PLAIN_UNUSED, Parts, parts_of, plain_parts, schemas_of, settings
+from fsm_agent.drivers.checks import NO_PARTS, PLAIN_UNUSED, Parts, agent_settings, parts_of, plain_parts, schemas_of
 from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, check_no_cycle
 from fsm_agent.drivers.model import Clock, Model
+from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import astore_for, store_for
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.observe.events import Hook, HookName, Hooks, log_observers
@@ -68,6 +69,11 @@ class Agent:
     "compact"}``, ``compact(messages)`` makes a shorter history instead (the
     edge ``AwaitModel->AwaitModel[compacts_history]``) and the call is made
     once more.
+
+    What the agent derives from these arguments is one frozen record,
+    ``agent.settings`` (an ``AgentSettings``), handed whole to each run;
+    ``limits``, ``table``, ``on_stop``, ``stop_conditions`` and ``output``
+    read it.
     """
 
     def __init__(
@@ -96,24 +102,26 @@ class Agent:
         history_processors: Iterable[Callable[[list[Message]], Any]] = (),
         compact: Callable[[list[Message]], Any] | None = None,
     ) -> None:
-        self.tool_timeout = tool_timeout
-        given = (max_steps, max_consecutive_failures, timeout, token_budget, max_tool_calls, cycle_window)
-        # unused_guards: those of parts this agent does not have, which its runs' rows leave out.
-        (self.output, self.model_keywords, self.approve, self.limits, self.stop_conditions, walker, self.on_stop,
-         self.history_processors, self.compact, self.unused_guards) = settings(
-            model, registry, system, clock, max_concurrency, tool_timeout, output_type, output_validators,
-            output_retries, approve, limits, given, stop_conditions, on_stop, history_processors, compact)  # fmt: skip
+        self.settings: AgentSettings = agent_settings(
+            model=model, registry=registry, system=system, clock=clock, strict_hooks=strict_hooks,
+            max_concurrency=max_concurrency, tool_timeout=tool_timeout, limits=limits, max_steps=max_steps,
+            max_consecutive_failures=max_consecutive_failures, timeout=timeout, token_budget=token_budget,
+            max_tool_calls=max_tool_calls, cycle_window=cycle_window, output_type=output_type,
+            output_validators=output_validators, output_retries=output_retries, approve=approve,
+            stop_conditions=stop_conditions, on_stop=on_stop, history_processors=history_processors, compact=compact,
+        )  # fmt: skip
         self.model = model
         self.registry = registry
-        self.system, self.clock = system, clock
-        self.strict_hooks = bool(strict_hooks)
-        self.max_concurrency = max_concurrency
-        # The shared walker's own table, so the rows a run walks are the very rows the walker knows.
-        self.walker: Walker = walker
-        self.table: Table = walker.table
         self.hooks = Hooks()
         self.run_parts: Parts = NO_PARTS
         self._fresh_rows: dict[tuple[bool, tuple[Guard, ...]], Mapping[tuple[State, str], tuple[Row, ...]]] = {}
+
+    # The settings users read on the agent itself, as before: fields of the frozen record, never set here.
+    limits = ReadThrough[Limits]("settings")
+    table = ReadThrough[Table]("settings")
+    on_stop = ReadThrough[Mapping[str, str]]("settings")
+    stop_conditions = ReadThrough[tuple[StopCondition, ...]]("settings")
+    output = ReadThrough[OutputSpec | None]("settings")
 
     def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
@@ -138,7 +146,8 @@ class Agent:
         the registry: a fresh agent per request finds them.
         """
         registry = self.registry
-        if self.unused_guards is PLAIN_UNUSED:
+        unused = self.settings.unused_guards
+        if unused is PLAIN_UNUSED:
             parts = registry.cached("plain parts", plain_parts)
             if parts[1]:
                 check_no_cycle(self)
@@ -147,7 +156,7 @@ class Agent:
         children, raising, schemas = registry.cached("parts", parts_of)
         if children:
             check_no_cycle(self)
-        dormant = self.unused_guards if raising else (*self.unused_guards, passes_child_stop)
+        dormant = unused if raising else (*unused, passes_child_stop)
         self.run_parts = (registry.version, children, dormant, schemas)
         return self.run_parts
 
@@ -158,11 +167,11 @@ class Agent:
 
         A new run under the agent's own limits (most runs) gets those found for an earlier run of this agent.
         """
-        fresh = run.limits is self.limits and not run.trace and run.finalizing is None
+        fresh = run.limits is self.settings.limits and not run.trace and run.finalizing is None
         found = self._fresh_rows.get((cancellable, unused)) if fresh else None
         if found is None:
-            dormant = dormant_guards(run, strict_hooks=self.strict_hooks, cancellable=cancellable, also=unused)
-            found = self.walker.rows_without(dormant)
+            dormant = dormant_guards(run, strict_hooks=self.settings.strict_hooks, cancellable=cancellable, also=unused)
+            found = self.settings.walker.rows_without(dormant)
             if fresh:
                 self._fresh_rows[cancellable, unused] = found
         return found
@@ -248,11 +257,13 @@ class Agent:
         if cancel is not None and not isinstance(cancel, CancelToken):
             msg = f"cancel must be a CancelToken, got {type(cancel).__name__}"
             raise TypeError(msg)
-        if history is None and not self.system:  # opening(), for most runs: the input alone
+        settings = self.settings
+        if history is None and not settings.system:  # opening(), for most runs: the input alone
             messages, prior = [Message("user", user_input)], 0
         else:  # checked before anything is written or called
-            messages, prior = opening(self.system, user_input, history)
-        position = Run(limits or self.limits, messages, table=self.table, policies=self.on_stop, prior=prior)
+            messages, prior = opening(settings.system, user_input, history)
+        limits = limits or settings.limits
+        position = Run(limits, messages, table=settings.table, policies=settings.on_stop, prior=prior)
         # None: the run makes its own id when first asked for one.
         if run_id is not None:
             from fsm_agent.persist.store import check_run_id

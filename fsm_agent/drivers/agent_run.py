@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.ledger import answer_unexecuted
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
-from fsm_agent.definition.table import RESUME, describe_resumable
+from fsm_agent.definition.table import describe_resumable
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.sync import SyncDriver
@@ -79,21 +78,14 @@ class AgentRun(SyncDriver, AsyncDriver):
             raise ValueError(msg)
         entry = None
         if position.state is State.Failed:
-            position.retry_model = retry
             run._observe()
-            entry = agent.walker.try_fire(position, RESUME)
+            entry = run.stepper.resume(retry)
             if entry is None:
                 msg = (
                     f"the run stopped with {position.reason!r}, which these limits do not lift "
                     f"(counters {position.counters()}); {describe_resumable(agent.table.stops)}"
                 )
                 raise ValueError(msg)
-            if entry.dest == State.AwaitModel:
-                # A retried reply's calls never ran; the next model call must see them answered.
-                answer_unexecuted(position, "the reply that asked for this call was not usable")
-            position.reason, position.evidence, position.final, position.finalizing = None, {}, "", None
-            position.model_exception = position.condition_error = None
-            position.unfinished = None
         if approvals:
             # Decided before the claim, so the claim stores the decisions and, with nothing left to wait
             # for, keeps the lease: nobody can decide or resume in between, and a refused decision writes nothing.

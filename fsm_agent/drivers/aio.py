@@ -151,7 +151,6 @@ class AsyncDriver(RunBase):
         """
         import asyncio
 
-        run = self.position
         for effect in self.stepper.moves(parallel=True):
             if isinstance(effect, CheckOutput):
                 await self._acheck(effect)
@@ -165,8 +164,7 @@ class AsyncDriver(RunBase):
             except asyncio.CancelledError:
                 self._interrupt(INTERRUPTED, self._aunfinished(effect))
                 raise
-            if not run.frozen:  # _observe, without the cancel token this run does not have
-                run.elapsed = self._clock() - self._started
+            self._observe()
         if self._result is None:
             self._result = self._make_result()
         return self._outcome_of_run()
@@ -174,20 +172,20 @@ class AsyncDriver(RunBase):
     async def _acall_model(self, effect: ModelCall) -> None:
         if self._observed:
             self._before_model()
-        if self.agent.history_processors:
+        if self._settings.history_processors:
             try:
                 messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-                for processor in self.agent.history_processors:
+                for processor in self._settings.history_processors:
                     messages = sendable(await _awaited(processor(messages)), processor_name(processor))
             except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
                 self._model_failed(exc)
                 return
-            self.position.sent = len(messages)
+            self.stepper.will_send(len(messages))
             effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         try:
             acomplete = getattr(self._model, "acomplete", None)
             astream = self._streaming("acomplete_stream") if self._wants_text else None
-            keywords = self.agent.model_keywords or _PLAIN
+            keywords = self._settings.model_keywords or _PLAIN
             if astream is not None:
                 response = await astream(effect.messages, effect.tools, self._text, **keywords["acomplete_stream"])
             elif acomplete is not None:
@@ -208,10 +206,10 @@ class AsyncDriver(RunBase):
         child = self._children.get(call.name) if self._children else None
         if child is not None:
             outcome = await arun_child(self, child, call)
-        elif self._tool_timeout is None:
+        elif self._settings.tool_timeout is None:
             outcome = await self._registry.aexecute(call)
         else:
-            outcome = await self._registry.aexecute(call, timeout=self._tool_timeout)
+            outcome = await self._registry.aexecute(call, timeout=self._settings.tool_timeout)
         # Kept the moment it exists: whatever happens to the rest of the batch, this call never runs again.
         self.stepper.accept_tool(call, outcome)
 
@@ -223,7 +221,7 @@ class AsyncDriver(RunBase):
             return
         import asyncio
 
-        limit = asyncio.Semaphore(self.agent.max_concurrency or len(batch))
+        limit = asyncio.Semaphore(self._settings.max_concurrency or len(batch))
         journal = self._journal
         # A batch's transitions come after its last call, so each call's outcome is written as it returns, one
         # write at a time; a write runs to its end even if the batch is cut meanwhile (the run's next write

@@ -63,14 +63,14 @@ class RunBase:
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
         parts = agent.run_parts  # (tools version, sub-agents, dormant guards, schemas): read, not called, as most runs
         _, self._children, unused, schemas = parts if parts[0] == agent.registry.version else agent.refresh_parts()
-        position.rows = agent.rows_for(position, cancel is not None, unused)
+        rows = agent.rows_for(position, cancel is not None, unused)
         # agent.tool_schemas(), from the parts: a list of this run's own.
-        self.stepper = Stepper(position, agent.walker, list(schemas), agent.approve, agent.output, agent.compact)
+        settings = self._settings = agent.settings
+        self.stepper = Stepper(position, settings, list(schemas), rows)
         self._run_id = run_id
         self.agent = agent
         self._model = agent.model
         self._registry = agent.registry
-        self._tool_timeout = agent.tool_timeout
         hooks = self._hooks = agent.hooks
         self._observers = tuple(observers)
         # Building events costs time, so a run nobody watches builds none.
@@ -90,7 +90,7 @@ class RunBase:
         # Nothing happens around this run's transitions but the clock, so sync finish() takes them in one loop.
         self._unwatched = not self._observed and store is None
         self._cancel = cancel
-        self._clock = agent.clock
+        self._clock = settings.clock
         self._started = self._clock() - position.elapsed
         self._result: RunResult | None = None
 
@@ -199,14 +199,12 @@ class RunBase:
             raise RunStateError(msg)
 
     def _observe(self) -> None:
-        """Tell the run the time and whether it was cancelled; a planned batch keeps what it was planned with."""
-        run = self.position
-        if run.frozen:
-            return
-        run.elapsed = self._clock() - self._started
+        """Tell the stepper the time and whether the run was cancelled (a planned batch keeps what it planned with)."""
+        stepper = self.stepper
+        stepper.tell_time(self._clock() - self._started)
         token = self._cancel
         if token is not None and token.cancelled:
-            run.cancelled, run.cancel_why = True, token.why
+            stepper.cancel(token.why)
 
     def _remaining(self) -> float | None:
         """Seconds left before the run's timeout; None without one, and for the finalize call.
@@ -395,10 +393,9 @@ class RunBase:
         self._hook_failed(self._hooks.call(event.kind, event), False)
 
     def _hook_failed(self, exc: BaseException | None, terminal: bool) -> None:
-        run = self.position
-        if exc is None or not self.agent.strict_hooks or run.hook_error is not None:
+        if exc is None or not self._settings.strict_hooks or self.position.hook_error is not None:
             return
         if terminal:
             logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")
             return
-        run.hook_error = exc
+        self.stepper.hook_failed(exc)

@@ -1,108 +1,106 @@
-"""The checks of an ``Agent``'s arguments and what it derives from them: each mistake an error when it is built."""
+"""The checks of an ``Agent``'s arguments and the settings record built from them: each mistake an error at once."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.history import history_settings
-from fsm_agent.core.output import OutputSpec, accepts_output, output_spec
-from fsm_agent.core.walker import Walker, walker_for
+from fsm_agent.core.output import OutputSpec, Validator, accepts_output, output_spec
+from fsm_agent.core.settings import AgentSettings
+from fsm_agent.core.walker import walker_for
 from fsm_agent.definition.guards import Guard, passes_child_stop
 from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.states import Policy, Reason
 from fsm_agent.definition.stops import StopCondition, check_policies, user_stops
 from fsm_agent.definition.table import BUILTIN_REASONS, COMPACTING_GUARDS, TABLE, TYPED_GUARDS
 from fsm_agent.drivers.child import ChildTool, children_in
+from fsm_agent.drivers.model import Clock, Model
 from fsm_agent.records import Message, ToolCall
 from fsm_agent.tools import JSONSchema, ToolRegistry
 
-LIMIT_KEYWORDS = ("max_steps", "max_consecutive_failures", "timeout", "token_budget", "max_tool_calls", "cycle_window")
-"""The ``Agent`` keywords of the limits, in the order ``limits_of`` is given their values."""
-
-_LIMITS: dict[tuple[Any, ...], tuple[tuple[Any, ...], Limits]] = {}
-"""Limits by their keyword values (and the values they were built from): frozen, so agents built with the same
-keywords (one per request) share one."""
-
-
-def limits_of(limits: Any, given: tuple[Any, ...]) -> Limits:
-    """The agent's limits: ``limits=Limits(...)`` or the limit keywords (``given``, as ``LIMIT_KEYWORDS``), not both."""
-    if limits is None:
-        try:
-            found = _LIMITS.get(given)
-        except TypeError:  # a per-tool max_tool_calls dict: built each time
-            return Limits(**dict(zip(LIMIT_KEYWORDS, given, strict=True)))
-        if found is not None:
-            held = found[0]
-            # Equal is not the same (True == 1, 5.0 == 5): the very objects (small ints, the keywords' defaults)
-            # are, and are quick to tell; else the types must be the same.  Building the key of types every
-            # time cost a tenth of a fresh agent (``make bench``).
-            same = given[0] is held[0] and given[1] is held[1] and given[2] is held[2] and given[3] is held[3]
-            if (same and given[4] is held[4] and given[5] is held[5]) or [*map(type, given)] == [*map(type, held)]:
-                return found[1]
-        if len(_LIMITS) >= 256:
-            _LIMITS.clear()
-        built = Limits(**dict(zip(LIMIT_KEYWORDS, given, strict=True)))  # Limits validates each value and names it
-        _LIMITS[given] = (given, built)
-        return built
-    if not isinstance(limits, Limits):
-        msg = f"limits must be a Limits, got {type(limits).__name__}"
-        raise TypeError(msg)
-    keywords = dict(zip(LIMIT_KEYWORDS, given, strict=True))
-    also = [name for name, value in keywords.items() if value != getattr(Limits(), name)]
-    if also:
-        msg = f"give limits=Limits(...) or the limit keywords, not both (also given: {', '.join(also)})"
-        raise ValueError(msg)
-    return limits
-
-
-Settings = tuple[
-    OutputSpec | None,
-    dict[str, dict[str, Any]] | None,
-    Callable[[ToolCall], bool] | None,
-    Limits,
-    tuple[StopCondition, ...],
-    Walker,
-    dict[str, str],
-    tuple[Callable[[list[Message]], Any], ...],
-    Callable[[list[Message]], Any] | None,
-    tuple[Guard, ...],
-]
-_PLAIN_POLICIES = check_policies(None, TABLE.stop_for)
+_DEFAULT_LIMITS = Limits()
+"""What the limit keywords default to: any other value beside ``limits=Limits(...)`` is a mistake."""
 PLAIN_UNUSED = (*TYPED_GUARDS, *COMPACTING_GUARDS)
 """The unused guards of an agent without a typed answer or compaction (most): one tuple for all of them."""
-_NONE: tuple[()] = ()
-_plain: list[Walker] = []  # the built-in table's walker, found once: walker_for(TABLE), without its call
 
 
-def settings(
-    model: Any,
-    registry: Any,
-    system: Any,
-    clock: Any,
-    max_concurrency: Any,
-    tool_timeout: Any,
+def agent_settings(
+    *,
+    model: Model,
+    registry: ToolRegistry,
+    system: str,
+    clock: Clock,
+    strict_hooks: bool,
+    max_concurrency: int | None,
+    tool_timeout: float | None,
+    limits: Limits | None,
+    max_steps: int,
+    max_consecutive_failures: int,
+    timeout: float | None,
+    token_budget: int | None,
+    max_tool_calls: int | Mapping[str, int] | None,
+    cycle_window: int,
     output_type: Any,
-    validators: Any,
-    retries: Any,
-    approve: Any,
-    limits: Any,
-    given: tuple[Any, ...],
-    stop_conditions: Any,
-    on_stop: Any,
-    processors: Any,
-    compact: Any,
-) -> Settings:
-    """What an agent derives from its arguments, each checked, in this order.
+    output_validators: Iterable[Validator],
+    output_retries: int,
+    approve: Collection[str] | Callable[[ToolCall], bool] | None,
+    stop_conditions: Iterable[StopCondition],
+    on_stop: Mapping[Reason, Policy] | None,
+    history_processors: Iterable[Callable[[list[Message]], Any]],
+    compact: Callable[[list[Message]], Any] | None,
+) -> AgentSettings:
+    """An agent's settings from its arguments (``Agent``'s keywords), each checked, in this order.
 
     First its parts (the model, the tools, the system prompt, the clock, the concurrency and tool-timeout
     settings); then, derived, the typed answer and the keywords it asks the model for, the approval rule, the
     limits, the stop conditions, the walker of the table they make, the stop policies, the history settings, and
-    the guards of what the agent lacks.  One function, and for an agent that sets none of the latter but limits
-    (most, a fresh one per request among them) the defaults without a call per check: those calls were a fifth
-    of a fresh agent's cost (``make bench``).
+    the guards of what the agent lacks.  The values are typed as ``Agent`` takes them; an application may still
+    pass anything, so each is checked here, where a mistake is an error before any run starts.
     """
+    check_parts(model, registry, system, clock, max_concurrency, tool_timeout)
+    output = output_spec(output_type, output_validators, output_retries)
+    keywords = model_keywords(model, output)
+    rule = approval_rule(approve)
+    given = {
+        "max_steps": max_steps,
+        "max_consecutive_failures": max_consecutive_failures,
+        "timeout": timeout,
+        "token_budget": token_budget,
+        "max_tool_calls": max_tool_calls,
+        "cycle_window": cycle_window,
+    }
+    checked_limits = limits_of(limits, given)
+    stops = user_stops(stop_conditions, BUILTIN_REASONS)
+    walker = walker_for(TABLE.with_stops(stops))
+    policies = check_policies(on_stop, walker.table.stop_for)
+    processors, compact = history_settings(history_processors, compact, policies)
+    unused = (*(() if output else TYPED_GUARDS), *(() if compact else COMPACTING_GUARDS))
+    return AgentSettings(
+        system=system,
+        clock=clock,
+        limits=checked_limits,
+        walker=walker,
+        on_stop=MappingProxyType(policies),
+        stop_conditions=stops,
+        output=output,
+        model_keywords=keywords,
+        approve=rule,
+        history_processors=processors,
+        compact=compact,
+        # One tuple for all plain agents, so their parts are found in the registry (see ``plain_parts``).
+        unused_guards=PLAIN_UNUSED if unused == PLAIN_UNUSED else unused,
+        tool_timeout=tool_timeout,
+        max_concurrency=max_concurrency,
+        strict_hooks=bool(strict_hooks),
+    )
+
+
+def check_parts(model: Any, registry: Any, system: Any, clock: Any, max_concurrency: Any, tool_timeout: Any) -> None:
+    """Check an agent's parts and plain settings: the types a caller may still get wrong, whatever the hints say."""
     if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
         msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
         raise TypeError(msg)
@@ -125,31 +123,20 @@ def settings(
     ):
         msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
         raise ValueError(msg)
-    if (  # the keywords' defaults; () is one object, so any other value takes the checks below
-        output_type is None
-        and approve is None
-        and on_stop is None
-        and compact is None
-        and validators is _NONE
-        and stop_conditions is _NONE
-        and processors is _NONE
-        and type(retries) is int
-        and retries >= 0
-    ):
-        if not _plain:
-            _plain.append(walker_for(TABLE))
-        return None, None, None, limits_of(limits, given), (), _plain[0], dict(_PLAIN_POLICIES), (), None, PLAIN_UNUSED
-    output = output_spec(output_type, validators, retries)
-    keywords = None if output is None else model_keywords(model, output)
-    rule = None if approve is None else approval_rule(approve)
-    limits = limits_of(limits, given)
-    stops = user_stops(stop_conditions, BUILTIN_REASONS)
-    walker = walker_for(TABLE.with_stops(stops))
-    policies = check_policies(on_stop, walker.table.stop_for)
-    processors, compact = history_settings(processors, compact, policies)
-    unused = (*(() if output else TYPED_GUARDS), *(() if compact else COMPACTING_GUARDS))
-    unused = PLAIN_UNUSED if unused == PLAIN_UNUSED else unused  # one tuple for all plain agents (their parts)
-    return output, keywords, rule, limits, stops, walker, policies, processors, compact, unused
+
+
+def limits_of(limits: Limits | None, keywords: Mapping[str, Any]) -> Limits:
+    """The agent's limits: ``limits=Limits(...)`` or the limit keywords (``Limits`` checks each one), not both."""
+    if limits is None:
+        return Limits(**keywords)
+    if not isinstance(limits, Limits):
+        msg = f"limits must be a Limits, got {type(limits).__name__}"
+        raise TypeError(msg)
+    also = [name for name, value in keywords.items() if value != getattr(_DEFAULT_LIMITS, name)]
+    if also:
+        msg = f"give limits=Limits(...) or the limit keywords, not both (also given: {', '.join(also)})"
+        raise ValueError(msg)
+    return limits
 
 
 def model_keywords(model: Any, output: OutputSpec | None) -> dict[str, dict[str, Any]] | None:

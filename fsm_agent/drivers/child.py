@@ -418,7 +418,8 @@ def stored_result(agent: Agent, data: dict[str, Any]) -> RunResult:
     """The result a finished stored run had, read back from its snapshot under ``agent``'s table."""
     position = Run(snapshot.limits_of(data), [], table=agent.table, policies=agent.on_stop)
     snapshot.load(position, data, agent.table.states)
+    result = make_result(position, position.reason or "unknown", position.evidence, tuple(position.pending), None)
     if agent.output is not None and position.state is Done:
         checked = agent.output.check(position.final)
-        position.output = None if isinstance(checked, Invalid) else checked
-    return make_result(position, position.reason or "unknown", position.evidence, tuple(position.pending), None)
+        result = attrs.evolve(result, output=None if isinstance(checked, Invalid) else checked)
+    return result

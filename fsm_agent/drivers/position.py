@@ -1,4 +1,7 @@
-"""Read-through attributes: a run handle shows its position's counters under the same names (``run.turns``)."""
+"""Read-through attributes: a run handle shows its position's counters under the same names (``run.turns``).
+
+An agent shows its settings record's fields the same way (``agent.limits``).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +12,20 @@ T = TypeVar("T")
 
 
 class ReadThrough(Generic[T]):
-    """A read-only attribute of a run handle that reads the same name on the handle's ``position`` (a ``Run``).
+    """A read-only attribute that reads the same name on the object's ``holder``: a run handle's ``position``.
 
     Declared name by name on the handle (``turns = ReadThrough[int]()``)
     rather than by a ``__getattr__``, which would slow down every attribute
-    read of the driver's own hot loop and leave the type checker blind.
+    read of the driver's own hot loop and leave the type checker blind; an
+    agent's read its ``settings`` (``limits = ReadThrough[Limits]("settings")``).
     """
 
+    def __init__(self, holder: str = "position") -> None:
+        self._holder = holder
+
     def __set_name__(self, owner: type, name: str) -> None:
-        self._get = operator.attrgetter(f"position.{name}")
+        self._name = name
+        self._get = operator.attrgetter(f"{self._holder}.{name}")
 
     @overload
     def __get__(self, handle: None, owner: type) -> ReadThrough[T]: ...
@@ -29,3 +37,7 @@ class ReadThrough(Generic[T]):
         if handle is None:
             return self
         return self._get(handle)  # type: ignore[no-any-return]  # the Run attribute of the declared type
+
+    def __set__(self, handle: Any, value: object) -> None:
+        msg = f"{self._name} is read-only: it is read from {self._holder}.{self._name}"
+        raise AttributeError(msg)

@@ -222,7 +222,9 @@ class Session:
         without leases cannot tell a dead owner from a live one: there the
         turn is always refused.
         """
-        if not callable(getattr(self.store, "claim", None)):
+        from fsm_agent.persist.store import JournaledStore  # as stored.store_for: import fsm_agent loads no store
+
+        if not isinstance(self.store, JournaledStore):
             raise self._busy(n)
         try:
             run = self.agent.resume(data, store=self.store, cancel=cancel, observers=observers)
@@ -237,7 +239,9 @@ class Session:
         self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer]
     ) -> AgentRun | None:
         """``_take_over``, awaited: the claim is ``Agent.aresume``'s."""
-        if not callable(getattr(self.store, "claim", None)):
+        from fsm_agent.persist.store import JournaledStore
+
+        if not isinstance(self.store, JournaledStore):
             raise self._busy(n)
         try:
             run = await self.agent.aresume(data, store=self.store, cancel=cancel, observers=observers)

@@ -149,11 +149,7 @@ class SyncDriver(RunBase):
             self.stepper.accept_compaction(compacted)
             follow = self.stepper.effect()  # the call made again, or None when the compaction failed
             return None if follow is None else self._carry_out(follow)
-        if not run.frozen:  # _observe, inlined: this is after every call of a run
-            run.elapsed = self._clock() - self._started
-            token = self._cancel
-            if token is not None and token.cancelled:
-                run.cancelled, run.cancel_why = True, token.why
+        self._observe()  # after every call of a run
         return None
 
     def _bounded(self, work: Callable[[], T], expired: Callable[[Transition], T]) -> T:
@@ -208,15 +204,15 @@ class SyncDriver(RunBase):
     def _call_model(self, effect: ModelCall) -> None:
         if self._observed:
             self._before_model()
-        if self.agent.history_processors:
+        if self._settings.history_processors:
             try:
                 messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-                for processor in self.agent.history_processors:
+                for processor in self._settings.history_processors:
                     messages = sendable(settle(processor(messages)), processor_name(processor))
             except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
                 self._model_failed(exc)
                 return
-            self.position.sent = len(messages)
+            self.stepper.will_send(len(messages))
             effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         # Without a store or a deadline (so unclocked) there is nothing to let go of or take back: most runs
         # skip both calls.
@@ -224,9 +220,8 @@ class SyncDriver(RunBase):
         mutex = self._let_go(effect) if held else None
         try:
             stream = self._streaming("complete_stream") if self._wants_text else None
-            keywords = (
-                self.agent.model_keywords
-            )  # None unless the answer is typed: a call with **{} costs 5% of a short run
+            # None unless the answer is typed: a call with **{} costs 5% of a short run
+            keywords = self._settings.model_keywords
             if stream is None:
                 if keywords is None:
                     response = self._model.complete(effect.messages, effect.tools)
@@ -261,11 +256,11 @@ class SyncDriver(RunBase):
             child = self._children.get(call.name) if self._children else None
             if child is not None:
                 outcome = run_child(self, child, call)
-            elif self._tool_timeout is None:
+            elif self._settings.tool_timeout is None:
                 # Called as execute(call), so registries that wrap it keep working.
                 outcome = self._registry.execute(call)
             else:
-                outcome = self._registry.execute(call, timeout=self._tool_timeout)
+                outcome = self._registry.execute(call, timeout=self._settings.tool_timeout)
         finally:
             if held:
                 self._take_back(mutex)

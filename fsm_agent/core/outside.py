@@ -1,0 +1,69 @@
+"""What a driver tells the stepper from outside the machine: the time, a cancel, a failed hook, a resume.
+
+The stepper is the one writer of a run (as h11's ``_state.py`` is of a
+connection): a driver reads a clock, a cancel token and its hooks, and hands
+what it saw to the stepper as an event here; it never sets a field of the
+run itself.  A planned parallel batch freezes the run's clock and cancel
+flag, so the replay of its calls takes the edges the plan assumed: while it
+is frozen the time and a cancel are not taken in.
+"""
+
+from __future__ import annotations
+
+from fsm_agent.core.ledger import answer_unexecuted
+from fsm_agent.core.walker import Walker
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import AwaitModel, Failed
+from fsm_agent.definition.table import RESUME
+from fsm_agent.records import Transition
+
+
+class OutsideEvents:
+    """The stepper's half that takes in what the driver observed; each method is one event."""
+
+    __slots__ = ()
+    run: Run
+    walker: Walker
+
+    def tell_time(self, elapsed: float) -> None:
+        """The run has been going ``elapsed`` seconds by the driver's clock: the guards of a deadline read it."""
+        run = self.run
+        if not run.frozen:
+            run.elapsed = elapsed
+
+    def cancel(self, why: str) -> None:
+        """The run's cancel token was set (``why``): the next transition stops the run with ``cancelled``."""
+        run = self.run
+        if not run.frozen:
+            run.cancelled, run.cancel_why = True, why
+
+    def hook_failed(self, error: BaseException) -> None:
+        """A strict hook raised: the first such error is kept, and the next transition stops on ``hook_error``."""
+        run = self.run
+        if run.hook_error is None:
+            run.hook_error = error
+
+    def will_send(self, count: int) -> None:
+        """The model call of this turn is sent ``count`` messages (history processors changed them), as steps say."""
+        self.run.sent = count
+
+    def resume(self, retry: bool) -> Transition | None:
+        """Take the ``resume`` edge out of ``Failed`` if the run's limits now lift its stop; None if they do not.
+
+        ``retry`` lets a ``model_error`` run call the model again.  On the
+        edge, the stop's facts are cleared, and a reply whose calls never ran
+        has them answered, so the next model call sees every call answered.
+        """
+        run = self.run
+        if run.state is not Failed:
+            return None
+        run.retry_model = retry
+        entry = self.walker.try_fire(run, RESUME)
+        if entry is None:
+            return None
+        if entry.dest == AwaitModel:
+            answer_unexecuted(run, "the reply that asked for this call was not usable")
+        run.reason, run.evidence, run.final, run.finalizing = None, {}, "", None
+        run.model_exception = run.condition_error = None
+        run.unfinished = None
+        return entry
