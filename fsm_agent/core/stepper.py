@@ -28,6 +28,7 @@ from fsm_agent.core.output import Invalid, OutputSpec
 from fsm_agent.core.outside import OutsideEvents
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.settings import AgentSettings
+from fsm_agent.definition.guards import HOLDS
 from fsm_agent.definition.run import MessagesView, Run
 from fsm_agent.definition.states import TERMINAL, AwaitModel, CheckTruncation, Dispatch, ExecuteTool, State
 from fsm_agent.definition.stops import ConditionError
@@ -138,11 +139,10 @@ class Stepper(ApprovalGate, OutsideEvents):
 
     @property
     def paused(self) -> bool:
-        """True while the next tool call waits for a person's decision."""
+        """True while the next tool call waits for a person's decision (the hold ``HOLDS`` declares for the state)."""
         run = self.run
-        if not run.to_approve or run.state is not ExecuteTool or not run.pending:
-            return False
-        return self.needs_decision(run.pending[0])
+        hold = HOLDS.get(run.state) if run.to_approve else None
+        return hold is not None and hold(run)
 
     @property
     def gated(self) -> bool:

@@ -17,10 +17,11 @@ belongs to, and what its evidence says, is declared once in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 
 from fsm_agent.definition.run import Meter, Run, Signature, signature
+from fsm_agent.definition.states import State
 from fsm_agent.errors import ContextOverflowError
 
 Guard = Callable[[Run], bool]
@@ -259,6 +260,23 @@ def is_cycling(run: Run) -> bool:
 def has_pending_calls(run: Run) -> bool:
     """More tool calls of the current model turn wait to be dispatched."""
     return bool(run.pending)
+
+
+@fact("to_approve", "approvals", "pending")
+def awaits_decision(run: Run) -> bool:
+    """The turn's next call needs a person's approval and has no decision yet: the run waits instead of making it."""
+    if not run.to_approve or not run.pending:
+        return False
+    call = run.pending[0]
+    return call.id in run.to_approve and call.id not in run.approvals
+
+
+HOLDS: Mapping[State, Guard] = {State.ExecuteTool: awaits_decision}
+"""Where a run waits for a person instead of making its next call, and the fact that holds it there.
+
+No row: a held run takes no edge, it pauses.  The stepper reads this to
+pause, and the checker to prove that no gated call runs undecided.
+"""
 
 
 budget_spent = AtLimit(

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.definition.guards import HOLDS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.table import FINALIZE, RESUME, Row, Table
 from fsm_agent.persist.store import check_every
@@ -63,6 +64,10 @@ class Proof:
     crash_safe: bool = True
     """A process killed anywhere runs again at most the call in flight: no tool call's outcome is still unwritten
     when the next call begins, under the store's ``every`` (see ``persist.store.EVERY``)."""
+    approval_safe: bool = True
+    """No tool call the approval rule holds back is made before a person's decision (vacuous without ``approve=``)."""
+    approval_counterexample: tuple[Transition, ...] = ()
+    """On ``approval_safe`` false: the shortest run to a call made while it waits for a decision."""
     crash_counterexample: tuple[Transition, ...] = ()
     """On ``crash_safe`` false: the shortest run to a call that begins while an earlier call's outcome is unwritten."""
     every: str = "call"
@@ -85,6 +90,9 @@ class Proof:
             for n, edge in enumerate(self.counterexample):
                 mark = "*" if n == self.loop_start else " "
                 lines.append(f"  {mark} {n:>3} {edge_text(edge)}")
+        if not self.approval_safe:
+            lines.append("approval safe: NO, a held call may run before its decision:")
+            lines.extend(f"    {n:>3} {edge_text(edge)}" for n, edge in enumerate(self.approval_counterexample))
         if self.crash_safe:
             lines.append(f"crash safe (every={self.every!r}): a crash runs again at most the call in flight")
         else:
@@ -134,6 +142,7 @@ def prove(setup: Setup) -> Proof:
             "give calls_per_reply (or max_tool_calls) for a bound in transitions"
         )
     window = graph.crash_window(setup.every)
+    gap = graph.approval_gap(HOLDS) if setup.gated else None
     return Proof(
         ok=loop is None,
         bound=bound,
@@ -147,6 +156,8 @@ def prove(setup: Setup) -> Proof:
         ),
         counterexample=() if loop is None else tuple(m.entry for m in loop),
         loop_start=None if loop is None else graph.loop_start,
+        approval_safe=gap is None,
+        approval_counterexample=() if gap is None else tuple(m.entry for m in gap),
         crash_safe=window is None,
         crash_counterexample=() if window is None else tuple(m.entry for m in window),
         every=setup.every,
@@ -175,7 +186,16 @@ def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[s
         base = Limits()
         found = attrs.evolve(base, **limits) if limits else base
         cap = calls_per_reply if calls_per_reply is not None else _cap(found)
-        return Setup(agent_or_table, found, {}, True, 1, True, True, True, cap)
+        return Setup(
+            agent_or_table,
+            found,
+            typed=True,
+            output_retries=1,
+            strict_hooks=True,
+            child_raises=True,
+            gated=True,
+            calls_per_reply=cap,
+        )
     from fsm_agent.drivers.agent import Agent  # the checker reads an agent; the drivers never read the checker
 
     if not isinstance(agent_or_table, Agent):
@@ -193,12 +213,12 @@ def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[s
         settings.table,
         found,
         policies,
-        output is not None,
-        0 if output is None else output.retries,
-        True,
-        settings.strict_hooks,
-        child_raises,
-        cap,
+        typed=output is not None,
+        output_retries=0 if output is None else output.retries,
+        strict_hooks=settings.strict_hooks,
+        child_raises=child_raises,
+        gated=settings.approve is not None,
+        calls_per_reply=cap,
     )
 
 

@@ -12,7 +12,9 @@ bound, in transitions and in model calls.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
+from fsm_agent.definition.guards import Guard
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.persist.store import wants
 from fsm_agent.proof.model import INITIAL, Config, Explorer, Move
@@ -176,6 +178,53 @@ class Graph:
                 after = (move.after, (unwritten or move.tool_call) and not written)
                 if after not in back:
                     back[after] = (here, move)
+                    queue.append(after)
+        return None
+
+    # --- approvals --------------------------------------------------------------------------------------------
+
+    def approval_gap(self, holds: Mapping[State, Guard]) -> list[Move] | None:
+        """The shortest run to a tool call made while it waits for a person's decision, or None.
+
+        After a reply, and after each call, the turn's next call may be one
+        the approval rule holds back.  A run whose next call is held waits in
+        a state where ``holds`` (``definition.guards.HOLDS``, which the
+        stepper reads to pause) declares a fact that is true then; a decision
+        lets it go on.  A tool call made from a state without such a hold,
+        or whose hold may be false while the call is undecided, is the gap.
+        """
+        explorer = self.explorer
+        start = (INITIAL, False)
+        back: dict[tuple[Config, bool], tuple[tuple[Config, bool], Move | None] | None] = {start: None}
+        queue = deque([start])
+        while queue:
+            here = queue.popleft()
+            config, undecided = here
+            successors: list[tuple[tuple[Config, bool], Move | None]] = []
+            if undecided:
+                hold = holds.get(config.state)
+                truth = explorer.truth(hold, config, {"undecided": True}) if hold is not None else frozenset({False})
+                if True in truth:
+                    successors.append(((config, False), None))  # it waits; a decision lets it go on
+            for move in self.moves[config]:
+                if move.tool_call and undecided and (not successors or False in truth):
+                    path = [move]
+                    step = back[here]
+                    while step is not None:
+                        if step[1] is not None:
+                            path.append(step[1])
+                        step = back[step[0]]
+                    return path[::-1]
+                if undecided and move.tool_call:
+                    continue  # made only once decided
+                waiting = move.after.pending > 0 and not move.after.finalizing
+                if waiting and (move.model_call or move.tool_call):  # a new next call: held back or not
+                    successors.extend(((move.after, held), move) for held in (False, True))
+                else:
+                    successors.append(((move.after, undecided and waiting), move))
+            for after, by in successors:
+                if after not in back:
+                    back[after] = (here, by)
                     queue.append(after)
         return None
 

@@ -65,6 +65,8 @@ class Setup:
     strict_hooks: bool = False
     child_raises: bool = False
     """A sub-agent tool passes its stop on (``on_child_stop="raise"``)."""
+    gated: bool = False
+    """An ``approve=`` rule may hold a tool call for a person's decision."""
     calls_per_reply: int | None = None
     """At most this many tool calls in one reply; None: any number (the bound in transitions is then open)."""
     every: str = "call"
@@ -175,6 +177,8 @@ class Explorer:
             if s.policies.get("context_overflow") != "compact" or not world.get("overflow") or c.compacted:
                 return NO
             return NO if c.turns >= limits.max_steps else self._steps_left()
+        if name == "awaits_decision":
+            return YES if world.get("undecided") else NO
         if name == "asks_tools_while_finalizing":
             return YES if c.finalizing else NO
         if name == "is_cancelled":

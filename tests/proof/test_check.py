@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from fsm_agent import TABLE, Agent, AgentLoopError, SqliteStore, StopCondition, ToolRegistry
+from fsm_agent.definition.guards import HOLDS
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import Row
 from fsm_agent.proof import check
@@ -170,3 +172,32 @@ def test_the_crash_check_matches_what_a_store_really_keeps(tmp_path: Path, every
         shown = [edge_id(edge) for edge in proof.crash_counterexample]
         assert shown[-3:-1] == ["ExecuteTool->Dispatch[has_pending_calls]", "Dispatch->ExecuteTool"]
         assert proof.crash_counterexample[-1].source == "ExecuteTool"
+
+
+def test_approval_safety_is_proven_from_the_hold_the_stepper_reads() -> None:
+    """With the declared hold a held call never runs undecided; without it, the checker and the engine both show it."""
+    runs: Counter[str] = Counter()
+
+    def act(what: str) -> str:
+        """Counts its runs."""
+        runs[what] += 1
+        return what
+
+    registry = ToolRegistry()
+    registry.register(act)
+
+    def agent() -> Agent:
+        return Agent(FakeModel(tool_turn(tool_call("act", what="send")), reply("sent")), registry, approve={"act"})
+
+    proof = check(agent(), calls_per_reply=2)
+    assert proof.approval_safe
+    assert agent().run("q").reason == "paused"
+    assert runs == {}
+    with mock.patch.dict(HOLDS, {}, clear=True):
+        refuted = check(agent(), calls_per_reply=2)
+        assert not refuted.approval_safe
+        assert refuted.approval_counterexample[-1].source == "ExecuteTool"  # the call made undecided
+        assert "approval safe: NO" in refuted.report()
+        assert agent().run("q").final == "sent"  # the engine reads the same hold: without it the call runs
+    assert runs == {"send": 1}
+    assert check(Agent(FakeModel(), demo_registry())).approval_safe  # nothing is held back without approve=
