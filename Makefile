@@ -28,15 +28,10 @@ test: $(STAMP)  ## run the whole test suite (about 6 minutes on 2 cores: Postgre
 test-load: $(STAMP)  ## the same suite with two CPU hogs beside it, as on a busy CI machine; prints how long it took
 	.ci/under-load $(MAKE) --no-print-directory test
 
-# The groups left out are the slow ones: the wheel installed into a fresh venv (marked slow), Ray clusters,
-# the viewer in headless Chromium, and every page of the docs run in its own interpreter.
-QUICK_SKIPS := --ignore=tests/test_batch_ray.py --ignore=tests/test_batch_ray_pool.py \
-	--ignore=tests/test_ui_browser.py --ignore=tests/test_ui_browser_children.py \
-	--ignore=tests/test_ui_browser_counts.py --ignore=tests/test_docs_examples.py \
-	--ignore=tests/test_docs_site_browser.py
-
-test-quick: $(STAMP)  ## the suite without the slow groups (install, Ray, browser, docs pages): for while you work
-	$(PY) -m pytest -q -m "not slow" $(QUICK_SKIPS)
+# Left out: every test marked `system` (it starts PostgreSQL, headless Chromium, Ray or a process: the command line,
+# mkdocs, node, a wheel build, a child it kills) and every one marked `slow` (see docs/contributing/testing.md).
+test-quick: $(STAMP)  ## the suite without the tests that start a real component or are slow: for while you work
+	$(PY) -m pytest -q -m "not system and not slow"
 
 dist: $(STAMP)  ## build the sdist and the wheel into dist/ (install one: pip install --find-links dist fsm-agent)
 	rm -rf dist
@@ -65,8 +60,8 @@ bench: $(STAMP)  ## engine vs a plain loop; async driver; per-step cost at 64-40
 		$(PY) -m benchmarks.bench_$$b || status=1; done; $(PY) -m benchmarks.targets || status=1; exit $$status
 
 fuzz: $(STAMP)  ## property, differential and stateful tests, 4000 examples each; 40 mid-batch kills per driver and store
-	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/test_properties.py tests/test_differential.py tests/test_stateful.py tests/test_shared_runs_stateful.py \
-		tests/test_batch_kills.py
+	FSM_AGENT_HYPOTHESIS=fuzz $(PY) -m pytest -q tests/core/test_properties.py tests/core/test_differential.py \
+		tests/core/test_stateful.py tests/persist/test_shared_runs_stateful.py tests/batch/test_batch_kills.py
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -22,7 +22,7 @@ from fsm_agent.tools import JSONSchema
 from fsm_agent.tools.calling import within_deadline
 
 TARGET_RATIO = 3.0
-"""Default limits, a reused agent and a fresh agent per run alike, against the plain loop: the bound (the aim is 2.5)."""
+"""Default limits, a reused agent and a fresh agent per run alike, against the plain loop: the bound (aim: 2.5)."""
 TARGET_FRESH = 1.3
 """A fresh agent per run (``fsm_agent.run``) against a reused one."""
 TARGET_RATIO_DEADLINE = 2.0

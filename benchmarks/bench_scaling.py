@@ -9,7 +9,7 @@ limit set and the cycle guard on, the most guard work a step can do.
 Time is the median of interleaved rounds without tracing; memory is measured
 in separate runs under ``tracemalloc`` (which slows everything down): the
 bytes a finished run keeps per step, and the peak per step while it runs.
-``tests/test_properties.py`` checks the same property by counting executed
+``tests/core/test_properties.py`` checks the same property by counting executed
 lines rather than timing, so CI never depends on a machine's speed.
 """
 

@@ -13,7 +13,7 @@ transactions of one run of 7 model calls and 6 tool calls for each
 within calls + 2 (recorded with ``benchmarks.targets.record``).
 
 PostgreSQL runs on ``$FSM_AGENT_PG_DSN`` if set, else on a throwaway cluster
-started here (``tests/pg_cluster.py``: Debian's ``postgresql`` package); the
+started here (``tests/support/pg_cluster.py``: Debian's ``postgresql`` package); the
 PostgreSQL figures are skipped, with one line saying so, when neither exists.
 """
 
@@ -148,7 +148,7 @@ def transactions_per_run(make_store: Callable[[str], Any]) -> dict[str, int]:
 
     Each plan is one transaction on both stores (SQLite: ``BEGIN`` ...
     ``COMMIT``; PostgreSQL: a transaction, or one fenced statement in
-    autocommit), reads included; ``tests/test_store_transactions.py`` checks
+    autocommit), reads included; ``tests/persist/test_store_transactions.py`` checks
     the same figure against the databases' own commit counters.
     """
     counts = {}
@@ -186,7 +186,7 @@ def postgres() -> Iterator[str | None]:
         yield dsn
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    pg_cluster = importlib.import_module("pg_cluster")  # tests/pg_cluster.py, shared with the tests
+    pg_cluster = importlib.import_module("pg_cluster")  # tests/support/pg_cluster.py, shared with the tests
 
     bindir = pg_cluster.find_bindir()
     if bindir is None:

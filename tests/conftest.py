@@ -2,43 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis_profiles import pytest_collection_modifyitems, pytest_configure  # noqa: F401 - hooks: fuzz progress
-from pg_cluster import HOW_TO_GET, Cluster, find_bindir
-from provider_server import ProviderServer
+from support.pg_cluster import HOW_TO_GET, Cluster, find_bindir
+from support.programs import require_program
+from support.provider_server import ProviderServer
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-"""A quiet headless Chromium: no sandbox (CI runs as root), no GPU, nothing fetched from the network on its own."""
-
-
-def require_program(program: str, how: str) -> str:
-    """The path of a system program a test needs; a one-line skip saying how to get it, or a failure under CI.
-
-    ``.ci/run`` installs every system component and sets ``FSM_AGENT_CI=1``, so
-    CI never skips these tests; a developer machine without one skips them.
-    """
-    path = shutil.which(program)
-    if path is not None:
-        return path
-    message = f"{program} is not installed: {how}"
-    if os.environ.get("FSM_AGENT_CI") == "1":
-        pytest.fail(message + " (CI must not skip this)")
-    pytest.skip(message)
+pytest_plugins = ["support.hypothesis_profiles", "support.markers"]
+"""Hooks: fuzz progress under ``make fuzz``; the ``system`` marker on every test that starts a real component."""
 
 
 @pytest.fixture
@@ -84,7 +59,7 @@ def postgres_cluster() -> Iterator[Cluster]:
         cluster.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where a store test keeps its runs: a fresh SQLite file, then a fresh PostgreSQL database (same tests)."""
     if request.param == "sqlite":

@@ -6,7 +6,7 @@ into one edge) and the demo's run paths under ``diagrams/runs/``.  They are
 served from the site itself, at the same paths as in the repository, so a
 page links them as ``../diagrams/agent_loop.svg`` and the strict build checks
 each link.  The tests check the committed drawings against a fresh render
-(``tests/test_diagram*.py``), so copying them needs no Graphviz here.  Like
+(``tests/render/test_diagram*.py``), so copying them needs no Graphviz here.  Like
 the changelog's include, the folder is found from the directory the build
 runs in, the clone.
 """

@@ -6,7 +6,8 @@ postgresql://...``) lists them, filtered by ``--state``, ``--reason`` and
 reason (and draws its path with ``--diagram``); ``resume RUN_ID --model ...``
 continues it, with new limits (``--max-steps``...) for a run stopped on one,
 or ``--approve ID`` / ``--reject ID=WHY`` decisions for a run paused for approval;
-``prune --older-than 7d`` forgets finished runs.  A store that cannot be
+``prune --older-than 7d`` forgets finished runs; ``export RUN_ID --out
+FILE.json`` writes a run as a recording to replay in tests.  A store that cannot be
 opened (no such file, a text file, a server nobody answers) is one line and
 exit 1.
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent import TABLE, Agent, PostgresStore, RunLeasedError, RunResult, SnapshotError, SqliteStore
-from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, EXIT_STOPPED, SetupError
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, EXIT_STOPPED, SetupError, runs_export
 from fsm_agent.cli import batch as batch_command
 from fsm_agent.cli import run as run_command
 from fsm_agent.cli.terminal import Status, drive, printable
@@ -42,11 +43,11 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def add_command(commands: Any) -> None:
-    """Register ``python -m fsm_agent runs list|show|resume|prune``."""
+    """Register ``python -m fsm_agent runs list|show|resume|prune|export``."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "runs",
-        help="list, show, resume or prune checkpointed runs",
-        description="List, show, resume and prune the runs checkpointed in a store: a SQLite file or a "
+        help="list, show, resume, prune or export checkpointed runs",
+        description="List, show, resume, prune and export the runs checkpointed in a store: a SQLite file or a "
         "postgresql:// database (--store, after the action).",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -121,7 +122,8 @@ def add_command(commands: Any) -> None:
     for flag, keyword, kind, text in run_command.LIMIT_FLAGS:
         if keyword != "cycle_window":
             resume.add_argument(flag, dest=keyword, type=kind, default=None, help=f"a new limit: {text}")
-    for sub in (listing, show, resume, prune):
+    exporting = runs_export.add_parser(actions)
+    for sub in (listing, show, resume, prune, exporting):
         sub.add_argument("--store", required=True, metavar="FILE|URL", help="a SQLite file or a postgresql:// URL")
     parser.set_defaults(handler=main)
 
@@ -372,7 +374,7 @@ def _prune(store: AnyStore, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-ACTIONS = {"list": _list, "show": _show, "resume": _resume, "prune": _prune}
+ACTIONS = {"list": _list, "show": _show, "resume": _resume, "prune": _prune, "export": runs_export.main}
 
 
 def main(args: argparse.Namespace) -> int:

@@ -43,10 +43,6 @@ class OutsideEvents:
         if run.hook_error is None:
             run.hook_error = error
 
-    def will_send(self, count: int) -> None:
-        """The model call of this turn is sent ``count`` messages (history processors changed them), as steps say."""
-        self.run.sent = count
-
     def resume(self, retry: bool) -> Transition | None:
         """Take the ``resume`` edge out of ``Failed`` if the run's limits now lift its stop; None if they do not.
 

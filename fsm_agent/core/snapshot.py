@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import attrs
 
 from fsm_agent.core.consistency import contradictions
+from fsm_agent.core.exchanges import exchange_of
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
@@ -36,8 +37,12 @@ class SnapshotError(FsmAgentError, ValueError):
     """A snapshot that cannot be resumed: wrong version, broken JSON, unknown state, bad or contradictory fields."""
 
 
-GROWING = ("messages", "steps", "trace")
-"""The snapshot's lists that only ever grow while a run goes on: a store's journal keeps just their new items."""
+GROWING = ("messages", "steps", "trace", "io")
+"""The snapshot's lists that only ever grow while a run goes on: a store's journal keeps just their new items.
+
+``io`` (what each call was sent and gave back, ``core.exchanges``) came later within version 2: a snapshot
+without it loads with none.
+"""
 
 
 def dump(run: Run, **extra: Any) -> dict[str, Any]:
@@ -47,15 +52,16 @@ def dump(run: Run, **extra: Any) -> dict[str, Any]:
     here and not in ``dump_small``: it never changes, so the whole snapshot
     a store starts from keeps it and no checkpoint needs to repeat it.
     """
-    return {**dump_small(run, **extra), "prior": run.prior, **dump_growth(run, (0, 0, 0))}
+    return {**dump_small(run, **extra), "prior": run.prior, **dump_growth(run, (0, 0, 0, 0))}
 
 
-def dump_growth(run: Run, since: tuple[int, int, int]) -> dict[str, list[dict[str, Any]]]:
+def dump_growth(run: Run, since: tuple[int, ...]) -> dict[str, list[dict[str, Any]]]:
     """The items each ``GROWING`` list gained after its first ``since`` items (what one checkpoint appends)."""
     return {
         "messages": [plain(m) for m in run.messages[since[0] :]],
         "steps": [plain(s) for s in run.steps[since[1] :]],
         "trace": [plain(t) for t in run.trace[since[2] :]],
+        "io": [plain(x) for x in run.io[since[3] :]],
     }
 
 
@@ -311,6 +317,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     run.messages[:] = _items(data, "messages", _message)
     run.steps[:] = _items(data, "steps", lambda s: _typed(Step(**s), index=int, kind=str, detail=str))
     run.trace[:] = _items(data, "trace", lambda t: _transition(t, states))
+    run.io[:] = _items({"io": [], **data}, "io", exchange_of)
     run.pending = deque(_items(data, "pending", _call))
     run.evidence, run.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])
     try:

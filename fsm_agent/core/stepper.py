@@ -21,6 +21,7 @@ import attrs
 from fsm_agent.core import ledger
 from fsm_agent.core.approval import ApprovalGate
 from fsm_agent.core.batch import plan_batch
+from fsm_agent.core.exchanges import ExchangeLog
 from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
 from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
@@ -85,7 +86,7 @@ _START = (AwaitModel, START)
 _NOWHERE: frozenset[State] = frozenset()
 
 
-class Stepper(ApprovalGate, OutsideEvents):
+class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     """The pure core of one run; every driver carries out its effects."""
 
     __slots__ = (
@@ -129,6 +130,7 @@ class Stepper(ApprovalGate, OutsideEvents):
         self._replied: str | None = None
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
         self._start: Row | None = None
+        ExchangeLog.__init__(self)
 
     # --- what is needed -------------------------------------------------------------------------------------
 
@@ -192,7 +194,7 @@ class Stepper(ApprovalGate, OutsideEvents):
         if run.compacting:
             assert self.compact is not None  # only an agent with compact= takes the compaction edge
             return CompactHistory(messages, self.compact)
-        run.sent = len(messages)
+        self.will_send(messages)
         return ModelCall(messages, tools, run.turns + 1)
 
     def accept_compaction(self, result: object) -> None:
@@ -248,9 +250,11 @@ class Stepper(ApprovalGate, OutsideEvents):
         run.turns += 1
         problem = ledger.malformed(response)
         if problem is not None:
+            self._log_model(None, f"TypeError: {problem}")
             run.model_exception, self._replied = TypeError(problem), MODEL_FAILED
             return
         assert isinstance(response, ModelResponse)  # malformed() checked it; this tells the type checker
+        self._log_model(response, None)
         problem = ledger.record_reply(run, response)
         if problem is not None:
             # The reply is kept (messages, pending calls), but it cannot be acted on.
@@ -264,6 +268,7 @@ class Stepper(ApprovalGate, OutsideEvents):
         """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``."""
         self._expect(AwaitModel)
         self.run.turns += 1
+        self._log_model(None, f"{type(error).__name__}: {error}")
         self.run.model_exception = error
         self._replied = MODEL_FAILED
 
@@ -286,6 +291,7 @@ class Stepper(ApprovalGate, OutsideEvents):
             msg = f"no pending tool call has id {call.id!r}"
             raise RunStateError(msg)
         self.run.ran[call.id] = outcome
+        self._log_tool(call, outcome)
 
     def _expect(self, state: State) -> None:
         if self.run.state is not state or self._replied is not None:

@@ -5,7 +5,7 @@ on the agent or the machine.  It knows no clock, thread or event loop, and
 only the core changes it: the stepper and its helpers (``fsm_agent.core``).
 A driver hands the stepper what it saw from outside (the ``elapsed`` seconds,
 a cancel, a failed hook) as events (``core.outside``), never writing a field
-itself; ``tests/test_one_writer.py`` holds the package to that.
+itself; ``tests/core/test_one_writer.py`` holds the package to that.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class Run:
         "frozen",
         "hook_error",
         "input_tokens",
+        "io",
         "last_error",
         "last_response",
         "last_signature",
@@ -138,6 +139,8 @@ class Run:
         self.prior = prior
         self.steps: list[Step] = []
         self.trace: list[Transition] = []
+        # What each model and tool call was sent and gave back (core.exchanges): a stored run's recording.
+        self.io: list[Any] = []
         # Model calls made so far; the current turn's index is turns - 1.
         self.turns = 0
         self.failures = 0

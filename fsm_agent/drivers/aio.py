@@ -180,7 +180,7 @@ class AsyncDriver(RunBase):
             except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
                 self._model_failed(exc)
                 return
-            self.stepper.will_send(len(messages))
+            self.stepper.will_send(messages)
             effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         try:
             acomplete = getattr(self._model, "acomplete", None)

@@ -212,7 +212,7 @@ class SyncDriver(RunBase):
             except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
                 self._model_failed(exc)
                 return
-            self.stepper.will_send(len(messages))
+            self.stepper.will_send(messages)
             effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         # Without a store or a deadline (so unclocked) there is nothing to let go of or take back: most runs
         # skip both calls.

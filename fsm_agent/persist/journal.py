@@ -80,10 +80,10 @@ class Journal(Heartbeats):
         self.seq = 0
         # The last write gave the lease up (the run paused): before it goes on, it must take the run back.
         self.released = False
-        self._marks = (0, 0, 0)
-        self._tails: tuple[object, ...] = (None, None, None)
+        self._marks: tuple[int, ...] = (0, 0, 0, 0)
+        self._tails: tuple[object, ...] = (None, None, None, None)
         self._small: dict[str, Any] = {}
-        self._next: tuple[tuple[int, int, int], tuple[object, ...], dict[str, Any]] | None = None
+        self._next: tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]] | None = None
         self._renew_at = math.inf
         self._early: set[str] = set()  # calls of a parallel batch whose outcome was written before they were recorded
         self._memo: dict[int, Any] = {}  # plain forms of records that outlive a transition (see dump_small)
@@ -105,9 +105,9 @@ class Journal(Heartbeats):
         self._written(seq, released)
 
     @staticmethod
-    def _position(run: Run, small: dict[str, Any]) -> tuple[tuple[int, int, int], tuple[object, ...], dict[str, Any]]:
-        lists = (run.messages, run.steps, run.trace)
-        marks = (len(lists[0]), len(lists[1]), len(lists[2]))
+    def _position(run: Run, small: dict[str, Any]) -> tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]]:
+        lists = (run.messages, run.steps, run.trace, run.io)
+        marks = tuple(len(items) for items in lists)
         kept = {**small, **{k: copy.deepcopy(small[k]) for k in _BY_REFERENCE if small.get(k)}}
         return marks, tuple(items[-1] if items else None for items in lists), kept
 
@@ -137,7 +137,7 @@ class Journal(Heartbeats):
             return self._whole(run, paused) if force or self.store.wants(run.state, paused) else None
         if not (force or release or self.store.wants(run.state, paused)):
             return _RENEW if time.monotonic() >= self._renew_at else None
-        lists: tuple[Sequence[object], ...] = (run.messages, run.steps, run.trace)
+        lists: tuple[Sequence[object], ...] = (run.messages, run.steps, run.trace, run.io)
         for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
             if len(items) < mark or (mark and items[mark - 1] is not tail):
                 return self._whole(run, paused)  # history was rewritten, not extended: write it whole

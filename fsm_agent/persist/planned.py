@@ -93,6 +93,12 @@ class PlannedStore(ABC):
         """The run's latest snapshot: its base with the journal after it; ``KeyError`` naming the id if absent."""
         return self._run(self._plans.load(self._found(run_id)), write=False)
 
+    def export(self, run_id: str) -> dict[str, Any]:
+        """The run as a recording to replay in tests (``fsm_agent.persist.recording``); ``KeyError`` if absent."""
+        from fsm_agent.persist.recording import export
+
+        return export(self, run_id)
+
     def _found(self, run_id: str) -> str:
         """``run_id``, or ``KeyError`` at once for an id no store could hold (NUL, too long): no run, in every store."""
         if not storable(run_id):
@@ -196,6 +202,12 @@ class PlannedStore(ABC):
     async def aload(self, run_id: str) -> dict[str, Any]:
         """``load``, awaited."""
         return await self._arun(self._plans.load(self._found(run_id)), write=False)
+
+    async def aexport(self, run_id: str) -> dict[str, Any]:
+        """``export``, awaited."""
+        from fsm_agent.persist.recording import aexport
+
+        return await aexport(self, run_id)
 
     async def acreate(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:
         """``create``, awaited."""

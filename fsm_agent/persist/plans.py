@@ -62,8 +62,9 @@ def rebuild(
     first version missing, instead of a run quietly rebuilt without it.
     """
     snapshot = _parsed(base, "its base snapshot", run_id, where)
-    if not all(isinstance(snapshot.get(name), list) for name in GROWING):
-        _corrupted(run_id, where, "its base snapshot", f"{', '.join(GROWING)} must be lists")
+    snapshot.setdefault("io", [])  # stored before calls were kept (snapshot.GROWING)
+    if bad := [name for name in GROWING if not isinstance(snapshot.get(name), list)]:
+        _corrupted(run_id, where, "its base snapshot", f"{', '.join(bad)} must be lists")
     if versions is not None:
         entries = list(entries)
         _check_complete(entries, versions, run_id, where)

@@ -53,6 +53,7 @@ def agents(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.subprocess
 def test_check_prints_the_bound_and_exits_0_when_every_run_stops(agents: Path) -> None:
     """The plain agent: every run stops, within 8 model calls; the reasons it can and cannot reach."""
     done = _command(agents, "my_agents:plain", "--calls-per-reply", "2")
@@ -62,6 +63,7 @@ def test_check_prints_the_bound_and_exits_0_when_every_run_stops(agents: Path) -
     assert "unreachable: hook_error, output_invalid" in done.stdout
 
 
+@pytest.mark.subprocess
 def test_check_exits_1_with_the_counterexample_of_a_loop_that_never_ends(agents: Path) -> None:
     """A table with an unbounded user row: exit 1, the loop printed edge by edge."""
     refuted = _command(agents, "my_agents:LOOPING", "--draw", "loop.svg")
@@ -73,6 +75,7 @@ def test_check_exits_1_with_the_counterexample_of_a_loop_that_never_ends(agents:
     assert "another_look" in drawing
 
 
+@pytest.mark.subprocess
 def test_check_names_a_factory_it_cannot_load_in_one_line(agents: Path) -> None:
     """A missing module or function: exit 1 and one line on stderr."""
     missing = _command(agents, "my_agents:nobody")
@@ -80,6 +83,7 @@ def test_check_names_a_factory_it_cannot_load_in_one_line(agents: Path) -> None:
     assert missing.stderr.strip() == "error: check: my_agents has no function 'nobody'"
 
 
+@pytest.mark.subprocess
 def test_the_written_tests_pass_as_written_one_per_reachable_stop_path(agents: Path) -> None:
     """--write-tests: one test per reachable ending, each passing when pytest runs the file."""
     written = _command(agents, "my_agents:every_part", "--write-tests", "generated")

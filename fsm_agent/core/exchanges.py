@@ -1,0 +1,121 @@
+"""What each call of a run was sent and gave back, kept in the run so a stored run can be exported as a recording.
+
+The request of a model call cannot be rebuilt from the stored run alone:
+history processors and a compaction change the messages sent, and the tool
+schemas and the output schema belong to the agent, not to the run.  So the
+stepper keeps one record per call as its outcome comes in (``run.io``, a
+growing list of the snapshot), small where it can be: the messages as a count
+of the run's leading messages when those were sent unchanged (the messages
+themselves only when they were changed), and the tools and output schema
+only when they differ from the previous call's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from fsm_agent.core.output import OutputSpec
+from fsm_agent.definition.run import Run
+from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, Usage, child_outcome
+from fsm_agent.tools import JSONSchema, ToolResult
+
+
+@attrs.frozen
+class ModelExchange:
+    """One model call: what it was sent and its reply (or why it gave none).
+
+    ``messages`` is a count of the run's leading messages when those were
+    sent as they are, else the messages sent.  ``offered`` says whether
+    ``tools`` and ``output`` are given here; when false they are the previous
+    model call's.
+    """
+
+    turn: int
+    messages: int | tuple[Message, ...]
+    offered: bool = False
+    tools: list[JSONSchema] | None = None
+    output: OutputSchema | None = None
+    reply: ModelResponse | None = None
+    error: str | None = None
+
+
+@attrs.frozen
+class ToolExchange:
+    """One tool call's outcome, by the call's id (its arguments are in the reply that asked for it)."""
+
+    id: str
+    name: str
+    result: ToolResult
+
+
+Exchange = ModelExchange | ToolExchange
+
+
+class ExchangeLog:
+    """The stepper's half that keeps ``run.io``; the driver tells it what a model call was sent (``will_send``)."""
+
+    # What the model call in flight is sent when it is not the run's messages, and the tools and output schema
+    # the last kept call was offered.
+    __slots__ = ("_offered", "_sent")
+    run: Run
+    schemas: list[JSONSchema]
+    output: OutputSpec | None
+
+    def __init__(self) -> None:
+        self._sent: Sequence[Message] | None = None
+        self._offered: tuple[list[JSONSchema], OutputSchema | None] | None = None
+
+    def will_send(self, messages: Sequence[Message]) -> None:
+        """The model call of this turn is sent ``messages`` (history processors changed them), as steps say."""
+        self.run.sent = len(messages)
+        self._sent = messages
+
+    def _log_model(self, reply: ModelResponse | None, error: str | None) -> None:
+        """Keep the model call just answered (``run.turns`` already counts it) before its reply changes the run."""
+        run = self.run
+        sent = self._sent
+        self._sent = None
+        tools = [] if run.finalizing is not None else self.schemas
+        output = None if self.output is None else self.output.request
+        offered = self._offered is None or self._offered[1] != output or self._offered[0] != tools
+        if offered:
+            self._offered = (tools, output)
+        messages: int | tuple[Message, ...] = len(run.messages) if sent is None else tuple(sent)
+        record = ModelExchange(run.turns, messages, offered, tools if offered else None, output, reply, error)
+        run.io.append(record)
+
+    def _log_tool(self, call: ToolCall, outcome: ToolResult) -> None:
+        self.run.io.append(ToolExchange(call.id, call.name, outcome))
+
+
+def exchange_of(data: dict[str, Any]) -> Exchange:
+    """A stored exchange (its plain form) as its record; ``KeyError``/``TypeError``/``ValueError`` if malformed."""
+    if "result" in data:
+        result = data["result"]
+        outcome = ToolResult(**{**result, "child": child_outcome(result.get("child"))})
+        return ToolExchange(str(data["id"]), str(data["name"]), outcome)
+    messages = data["messages"]
+    if not isinstance(messages, int):
+        messages = tuple(message_from(m) for m in messages)
+    output = None if data["output"] is None else OutputSchema(**data["output"])
+    reply = None if data["reply"] is None else response_from(data["reply"])
+    tools = data["tools"]
+    if tools is not None and not isinstance(tools, list):
+        msg = f"tools must be a list of schemas, got {type(tools).__name__}"
+        raise TypeError(msg)
+    return ModelExchange(int(data["turn"]), messages, bool(data["offered"]), tools, output, reply, data["error"])
+
+
+def message_from(data: dict[str, Any]) -> Message:
+    """A message from its plain form."""
+    calls = tuple(ToolCall(**c) for c in data["tool_calls"])
+    return Message(data["role"], data["content"], calls, data["tool_call_id"], data.get("provider_data"))
+
+
+def response_from(data: dict[str, Any]) -> ModelResponse:
+    """A model reply from its plain form."""
+    usage = None if data["usage"] is None else Usage(**data["usage"])
+    return ModelResponse(message_from(data["message"]), data["stop_reason"], usage)

@@ -1,0 +1,164 @@
+"""The doubles a replay runs with: a model that answers from a recording, and tools that return its results.
+
+``RecordedModel`` compares each request with the recorded one by its
+canonical JSON and answers with the recorded reply while they match; the
+first that differs is kept (``departure``) for the divergence's diff, and
+is answered by the live model if there is one, else refused (the run stops
+with ``model_error`` there).  ``RecordedTools`` returns each call's
+recorded result by call id and is the agent's own registry in all else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from fsm_agent.core.exchanges import response_from
+from fsm_agent.errors import ContextOverflowError
+from fsm_agent.persist.recording import canonical
+from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, child_outcome, plain
+from fsm_agent.tools import JSONSchema, ToolResult
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.model import Model
+
+
+class _Departed(RuntimeError):
+    """Raised by a ``RecordedModel`` for a request the recording does not hold: the run stops with model_error."""
+
+
+class RecordedModelError(RuntimeError):
+    """A model call the recording says raised (its text ``Type: message``), raised again: ``model_error`` again."""
+
+
+def _recorded_error(text: str) -> Exception:
+    """The recorded error raised again: a context overflow as one (its run compacts or stops on it), else as text."""
+    kind, _, message = text.partition(": ")
+    if kind == "ContextOverflowError":
+        return ContextOverflowError(message)
+    return RecordedModelError(text)
+
+
+@attrs.define
+class Departure:
+    """The first model request that was not the recorded one: its index, the recorded request (None: past the end)."""
+
+    call: int
+    expected: dict[str, Any] | None
+    actual: dict[str, Any]
+
+
+class RecordedModel:
+    """Answers each model call with the recorded reply while the request matches the recorded one.
+
+    The first request that differs is kept as ``departure``; it and every
+    later call go to the ``live`` model if there is one, else are refused.
+    A recorded error is raised again (a context overflow as one).
+    """
+
+    def __init__(self, recording: dict[str, Any], output: OutputSchema | None, live: Model | None = None) -> None:
+        self.recorded: list[dict[str, Any]] = recording["model_calls"]
+        self.output = None if output is None else plain(output)
+        self.live = live
+        self.index = 0
+        self.departure: Departure | None = None
+
+    def _answer(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse | None:
+        """The recorded reply if the request matches (a recorded error is raised again), else None."""
+        index = self.index
+        self.index += 1
+        request = {"messages": [plain(m) for m in messages], "tools": tools, "output": self.output}
+        actual = json.loads(canonical(request))
+        if self.departure is None and index < len(self.recorded):
+            recorded = self.recorded[index]
+            if canonical(recorded["request"]) == canonical(actual):
+                if recorded["reply"] is None:
+                    raise _recorded_error(recorded["error"] or "the recorded model call gave no reply")
+                return response_from(recorded["reply"])
+            expected: dict[str, Any] | None = recorded["request"]
+        else:
+            expected = None
+        if self.departure is None:
+            self.departure = Departure(index, expected, actual)
+        if self.live is None:
+            held = len(self.recorded)
+            msg = f"model call {index + 1} is not the recorded one (the recording holds {held} call(s))"
+            raise _Departed(msg)
+        return None
+
+    def _live_keywords(self, output: OutputSchema | None) -> dict[str, Any]:
+        return {} if output is None else {"output": output}
+
+    def complete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """The recorded reply; past a divergence, the live model's."""
+        answer = self._answer(messages, tools)
+        if answer is not None:
+            return answer
+        assert self.live is not None  # _answer raised otherwise
+        live: Any = self.live
+        return live.complete(messages, tools, **self._live_keywords(output))  # type: ignore[no-any-return]
+
+    async def acomplete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """``complete``, with a live model's ``acomplete`` awaited when it has one."""
+        answer = self._answer(messages, tools)
+        if answer is not None:
+            return answer
+        live: Any = self.live
+        if hasattr(live, "acomplete"):
+            return await live.acomplete(messages, tools, **self._live_keywords(output))  # type: ignore[no-any-return]
+        return live.complete(messages, tools, **self._live_keywords(output))  # type: ignore[no-any-return]
+
+
+class RecordedTools:
+    """A registry whose calls return the recorded results by call id; all else is the agent's own registry's.
+
+    A call the recording lacks goes to the agent's registry when ``live``
+    (past a divergence), else fails with an error saying so.
+    """
+
+    def __init__(self, registry: Any, recording: dict[str, Any], live: bool) -> None:
+        self.registry = registry
+        self.results = {c["id"]: c for c in recording["tool_calls"]}
+        self.live = live
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.registry, name)
+
+    def _recorded(self, call: ToolCall) -> ToolResult | None:
+        kept = self.results.get(call.id)
+        if kept is None or kept["name"] != call.name:
+            return None
+        result = kept["result"]
+        return ToolResult(**{**result, "child": child_outcome(result.get("child"))})
+
+    def execute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
+        """The recorded result of ``call``."""
+        found = self._recorded(call)
+        if found is not None:
+            return found
+        if self.live:
+            return self.registry.execute(call) if timeout is None else self.registry.execute(call, timeout=timeout)  # type: ignore[no-any-return]
+        return _unrecorded(call)
+
+    async def aexecute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:
+        """``execute``, awaited."""
+        found = self._recorded(call)
+        if found is not None:
+            return found
+        if self.live:
+            if timeout is None:
+                return await self.registry.aexecute(call)  # type: ignore[no-any-return]
+            return await self.registry.aexecute(call, timeout=timeout)  # type: ignore[no-any-return]
+        return _unrecorded(call)
+
+
+def _unrecorded(call: ToolCall) -> ToolResult:
+    why = f"tool call {call.id!r} ({call.name}) is not in the recording"
+    return ToolResult(why, why)

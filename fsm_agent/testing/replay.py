@@ -1,0 +1,237 @@
+"""Replay a recorded run against an agent: a model that answers from the recording, tools that return its results.
+
+``replay(agent, recording)`` starts the recorded question on a copy of the
+agent whose model is a ``RecordedModel`` and whose tools are the recorded
+results (a sub-agent's call too: its recorded outcome comes back, its run is
+not made again).  Each model request is compared with the recorded one by
+its canonical JSON; a request that differs is answered by nobody, so the run
+stops there with ``model_error``.  Then the trace is compared transition by
+transition, and the first that differs raises ``ReplayDivergence``, with
+the two requests' diff when a request differed and the two limits' when
+they differ.  With ``strict=False`` the run goes on past a divergence with a
+live ``model=`` (and the live tools for calls the recording lacks), and
+the new recording is returned instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from fsm_agent.core.exchanges import message_from
+from fsm_agent.errors import AgentLoopError, FsmAgentError
+from fsm_agent.persist.recording import read_recording, recording_of
+from fsm_agent.records import RunResult, Transition
+from fsm_agent.testing.recorded import Departure, RecordedModel, RecordedTools
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import Agent
+    from fsm_agent.drivers.agent_run import AgentRun
+    from fsm_agent.drivers.model import Model
+
+Recording = dict[str, Any] | str | Path
+"""A recording as its dict, its JSON text, or the ``Path`` of its file."""
+
+
+class ReplayDivergence(FsmAgentError, AssertionError):
+    """A replayed run departed from its recording at transition ``index``: ``expected`` was recorded, ``actual`` taken.
+
+    Either is None where that run had no transition left.  ``diff`` is a
+    unified diff of the recorded and the replayed model request when one
+    differed (the prompt, a tool schema, the output schema, a history
+    processor's work), else of the two runs' limits when those differ, else
+    empty.  An ``AssertionError``, so pytest reports it as a failed test.
+    """
+
+    def __init__(self, index: int, expected: Transition | None, actual: Transition | None, diff: str = "") -> None:
+        super().__init__(index, expected, actual, diff)
+        self.index = index
+        self.expected = expected
+        self.actual = actual
+        self.diff = diff
+
+    def __str__(self) -> str:
+        text = f"the replay departed from the recording at transition {self.index}:\n"
+        text += f"  recorded {_edge(self.expected)}\n  replayed {_edge(self.actual)}"
+        return text + (f"\n{self.diff}" if self.diff else "")
+
+
+def _edge(entry: Transition | None) -> str:
+    if entry is None:
+        return "(no transition)"
+    label = entry.reason or entry.guard
+    return f"{entry.source}->{entry.dest}" + (f"[{label}]" if label else "")
+
+
+@overload
+def replay(
+    agent: Agent,
+    recording: Recording,
+    *,
+    strict: Literal[True] = True,
+    model: Model | None = None,
+    tools: Literal["recorded", "live"] = "recorded",
+) -> RunResult: ...
+@overload
+def replay(
+    agent: Agent,
+    recording: Recording,
+    *,
+    strict: Literal[False],
+    model: Model,
+    tools: Literal["recorded", "live"] = "recorded",
+) -> dict[str, Any]: ...
+def replay(
+    agent: Agent,
+    recording: Recording,
+    *,
+    strict: bool = True,
+    model: Model | None = None,
+    tools: Literal["recorded", "live"] = "recorded",
+) -> RunResult | dict[str, Any]:
+    """Run ``agent`` on the recorded question with the recorded replies and tool results; see the module.
+
+    Returns the run's result (a stopped run's too: a recorded stop is
+    replayed as one), or raises ``ReplayDivergence`` at the first transition
+    that departs from the recording.  ``tools="live"`` calls the agent's
+    tools (and sub-agents) instead of returning the recorded results.  With
+    ``strict=False``, model calls past a divergence go to ``model`` and the
+    new recording is returned.
+    """
+    data, handle, player = _prepare(agent, recording, strict, model, tools)
+    try:
+        result = handle.finish()
+    except AgentLoopError as stop:
+        result = stop.result
+    return _judged(data, handle, result, player, strict)
+
+
+@overload
+async def areplay(
+    agent: Agent,
+    recording: Recording,
+    *,
+    strict: Literal[True] = True,
+    model: Model | None = None,
+    tools: Literal["recorded", "live"] = "recorded",
+) -> RunResult: ...
+@overload
+async def areplay(
+    agent: Agent,
+    recording: Recording,
+    *,
+    strict: Literal[False],
+    model: Model,
+    tools: Literal["recorded", "live"] = "recorded",
+) -> dict[str, Any]: ...
+async def areplay(
+    agent: Agent,
+    recording: Recording,
+    *,
+    strict: bool = True,
+    model: Model | None = None,
+    tools: Literal["recorded", "live"] = "recorded",
+) -> RunResult | dict[str, Any]:
+    """``replay`` on the async driver."""
+    data, handle, player = _prepare(agent, recording, strict, model, tools)
+    try:
+        result = await handle.afinish()
+    except AgentLoopError as stop:
+        result = stop.result
+    return _judged(data, handle, result, player, strict)
+
+
+def _prepare(
+    agent: Agent, recording: Recording, strict: bool, model: Model | None, tools: str
+) -> tuple[dict[str, Any], AgentRun, RecordedModel]:
+    """The recording read, and the recorded run started again on a copy of ``agent`` that answers from it."""
+    if not strict and model is None:
+        msg = "replay(strict=False) needs model=, the live model that answers past a divergence"
+        raise TypeError(msg)
+    if tools not in ("recorded", "live"):
+        msg = f"replay's tools= is 'recorded' or 'live', got {tools!r}"
+        raise ValueError(msg)
+    data = read_recording(recording)
+    output = None if agent.output is None else agent.output.request
+    player = RecordedModel(data, output, None if strict else model)
+    double = copy.copy(agent)
+    double.model = player
+    if tools == "recorded":
+        parts = agent.run_parts if agent.run_parts[0] == agent.registry.version else agent.refresh_parts()
+        double.registry = RecordedTools(agent.registry, data, live=not strict)  # type: ignore[assignment]
+        double.run_parts = (parts[0], {}, parts[2], parts[3])  # a sub-agent's call returns its recorded outcome
+    messages, prior = data["messages"], data["prior"]
+    history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
+    return data, double.start(messages[prior]["content"], history=history or None), player
+
+
+def _judged(
+    data: dict[str, Any], handle: AgentRun, result: RunResult, player: RecordedModel, strict: bool
+) -> RunResult | dict[str, Any]:
+    """``result`` if the run took the recorded transitions, the new recording if not ``strict``, else the divergence."""
+    expected = [Transition(**t) for t in data["trace"]]
+    actual = list(result.trace)
+    index = next((i for i, (e, a) in enumerate(zip(expected, actual, strict=False)) if e != a), None)
+    if index is None and len(expected) != len(actual):
+        index = min(len(expected), len(actual))
+    snapshot = handle.snapshot()
+    if not strict:
+        ids = {item["id"] for item in snapshot["io"] if "result" in item}
+        children = {call: kept for call, kept in (data.get("children") or {}).items() if call in ids}
+        return recording_of(snapshot, children)
+    if index is None:
+        return result
+    diff = _request_diff(player.departure) or _diff(data["limits"], snapshot["limits"], "limits")
+    at = expected[index] if index < len(expected) else None
+    raise ReplayDivergence(index, at, actual[index] if index < len(actual) else None, diff)
+
+
+def _request_diff(departure: Departure | None) -> str:
+    if departure is None:
+        return ""
+    if departure.expected is None:
+        return f"model call {departure.call + 1} is past the recording's model calls"
+    return _diff(departure.expected, departure.actual, f"request of model call {departure.call + 1}")
+
+
+def _diff(expected: Any, actual: Any, what: str) -> str:
+    """A unified diff of two JSON values as indented text ("" when equal)."""
+    lines = difflib.unified_diff(_lines(expected), _lines(actual), f"recorded {what}", f"replayed {what}", lineterm="")
+    return "\n".join(lines)
+
+
+def _lines(value: Any) -> list[str]:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+class RecordingFile:
+    """What the ``fsm_recording`` pytest fixture gives a test: the recording at ``path``, to replay an agent against.
+
+    ``fsm_recording(agent)`` replays it (keywords as ``replay``'s) and
+    returns the run's result; ``await fsm_recording.areplay(agent)`` on the
+    async driver; ``data`` is the recording itself, read when first asked.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._data: dict[str, Any] | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The recording, read from ``path`` once (a missing file is a ``FileNotFoundError`` naming it)."""
+        if self._data is None:
+            if not self.path.is_file():
+                msg = f"no recording at {self.path}: export one with `python -m fsm_agent runs export RUN --out ...`"
+                raise FileNotFoundError(msg)
+            self._data = read_recording(self.path)
+        return self._data
+
+    def __call__(self, agent: Agent, **keywords: Any) -> Any:
+        return replay(agent, self.data, **keywords)
+
+    async def areplay(self, agent: Agent, **keywords: Any) -> Any:
+        """``areplay(agent, recording)``, awaited."""
+        return await areplay(agent, self.data, **keywords)

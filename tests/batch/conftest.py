@@ -1,0 +1,1 @@
+"""Fixtures only the batch tests use (the shared ones are in tests/conftest.py)."""
