@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 from fsm_agent.core import ledger
 from fsm_agent.core.coverage_watch import WATCHERS, notify
 from fsm_agent.core.result import conclude
+from fsm_agent.definition.derived import compacts_history, output_invalid
 from fsm_agent.definition.states import TERMINAL, AwaitModel
 from fsm_agent.definition.stops import ConditionError
-from fsm_agent.definition.table import FINALIZE, Row, compacts_history, first_row, output_invalid
+from fsm_agent.definition.table import FINALIZE, Row, first_row
 from fsm_agent.records import Message, Step, Transition
 
 if TYPE_CHECKING:

@@ -212,7 +212,9 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
     # A sub-agent's tokens are the parent's too: its budget sees them from the next check on.
     run.input_tokens += child.input_tokens
     run.output_tokens += child.output_tokens
-    run.tool_calls += child.tool_calls  # and its tool calls the parent's (its max_tool_calls total: see drivers/child)
+    run.tool_calls += (
+        child.tool_calls
+    )  # and its tool calls the parent's (its max_tool_calls total: see drivers/child_runs)
     run.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
     run.steps.append(
         Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.sent, child.run_id)

@@ -19,13 +19,18 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.definition.derived import (
+    compacts_history,
+    output_invalid,
+    resumes_before_model,
+    resumes_before_tool,
+    retries_model_call,
+)
 from fsm_agent.definition.guards import (
     EVERY_EDGE,
     Declared,
     Guard,
     Lookahead,
-    context_overflowed,
-    fact,
     has_no_tool_calls,
     has_pending_calls,
     output_rejected,
@@ -39,7 +44,6 @@ from fsm_agent.definition.stops import (
     At,
     Stop,
     StopCondition,
-    blocking_stop,
 )
 from fsm_agent.errors import DefinitionError
 from fsm_agent.records import Transition
@@ -266,65 +270,6 @@ class Table:
 
 
 # --- the edges derived from the catalogue -------------------------------------------------------------------
-
-
-def _lifted(run: Run) -> bool:
-    stop = run.table_stops.get(run.reason or "")
-    return stop is not None and stop.resume == "lift" and stop.guard is not None and not stop.guard(run)
-
-
-@fact("pending", "reason")
-def resumes_before_tool(run: Run) -> bool:
-    """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
-    return bool(run.pending) and _lifted(run)
-
-
-@fact("pending", "reason")
-def resumes_before_model(run: Run) -> bool:
-    """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
-    return not run.pending and _lifted(run) and blocking_stop(run) is None
-
-
-@fact("output_problem", "finalizing", "output_retries")
-def output_invalid(run: Run) -> bool:
-    """A typed agent's final answer was not accepted, a retry is left and no limit forbids the call: ask again.
-
-    The errors go to the model as the next message.  A broken validator, a
-    finalize answer (the run has to stop) or a stop that holds before the
-    model call (``max_steps``, ``token_budget``, ``timeout``, ``cancelled``)
-    leave the next row, ``Failed[output_invalid]``, to take the answer.
-    """
-    problem = run.output_problem
-    return (
-        problem is not None
-        and problem[1]
-        and run.finalizing is None
-        and run.output_retries < run.output_retry_limit
-        and blocking_stop(run) is None
-    )
-
-
-@fact("policies", "model_exception", "compacted_turn")
-def compacts_history(run: Run) -> bool:
-    """The context window overflowed and the agent compacts then: shorten the history and make the call again.
-
-    Once per overflow: when the call made right after a compaction overflows
-    too, or a limit forbids another call, the next row stops the run with
-    ``context_overflow``.
-    """
-    return (
-        run.policies.get("context_overflow") == "compact"
-        and context_overflowed(run)
-        and run.turns != run.compacted_turn + 1
-        and blocking_stop(run) is None
-    )
-
-
-@fact("reason", "retry_model")
-def retries_model_call(run: Run) -> bool:
-    """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
-    stop = run.table_stops.get(run.reason or "")
-    return stop is not None and stop.resume == "retry" and run.retry_model and blocking_stop(run) is None
 
 
 @functools.cache

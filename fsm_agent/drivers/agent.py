@@ -127,7 +127,7 @@ class Agent:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
 
         The model fills one argument, ``input``; the child run is bounded by
-        its parent and stored beside it (see ``fsm_agent.drivers.child``).  A
+        its parent and stored beside it (see ``fsm_agent.drivers.child_runs``).  A
         child that stops is a tool error, or with ``on_child_stop="raise"``
         stops the parent with ``child_stopped``.
         """

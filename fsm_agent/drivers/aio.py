@@ -21,7 +21,7 @@ from fsm_agent.core.output import past_deadline
 from fsm_agent.core.stepper import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
-from fsm_agent.drivers.child import arun_child
+from fsm_agent.drivers.child_runs import arun_child
 from fsm_agent.records import RunResult, ToolCall, Transition
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}

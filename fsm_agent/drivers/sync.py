@@ -20,7 +20,7 @@ from fsm_agent.core.stepper import CheckOutput, Effect, ModelCall, ToolBatch
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
-from fsm_agent.drivers.child import run_child
+from fsm_agent.drivers.child_runs import run_child
 from fsm_agent.records import RunResult, Transition
 from fsm_agent.tools.calling import Handoff, settle
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, ModelResponse, RunResult, Session, SqliteStore, ToolRegistry
-from fsm_agent.drivers import child, stored
-from fsm_agent.drivers.child import input_digest
+from fsm_agent.drivers import child_runs, stored
+from fsm_agent.drivers.child_runs import input_digest
 from fsm_agent.persist.store import JournaledStore, traits
 from fsm_agent.testing import FakeModel, demo_registry, edges, reply, tool_call, tool_turn
 
@@ -259,8 +259,8 @@ def test_a_store_given_as_a_path_is_opened_off_the_loop(tmp_path: Path) -> None:
 # --- one shape, two drivers ------------------------------------------------------------------------------------
 
 TWINS = [
-    (child._begin, child._abegin),
-    (child._taken_over, child._ataken_over),
+    (child_runs._begin, child_runs._abegin),
+    (child_runs._taken_over, child_runs._ataken_over),
     (Agent.resume, Agent.aresume),
     (Session._catch_up, Session._acatch_up),
     (Session._take_over, Session._atake_over),

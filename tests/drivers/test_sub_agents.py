@@ -30,7 +30,7 @@ from fsm_agent import (
     ToolRegistry,
     Usage,
 )
-from fsm_agent.drivers.child import input_digest
+from fsm_agent.drivers.child_runs import input_digest
 from fsm_agent.persist import open_store
 from fsm_agent.testing import FakeModel, ManualClock, demo_registry, edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema

@@ -1,0 +1,333 @@
+"""A sub-agent call's run: found in the store by its link and read back or taken over, or started, and carried out.
+
+The child's run id is ``<parent run id>/<call id>``; with a store the child is
+stored there, linked to its parent (``parent_run_id``, ``parent_call_id``, the
+digest of its input), so resuming a parent after a crash finds the child: a
+finished one is read back, never run again, and an unfinished one goes on
+from its own last checkpoint (waiting out a dead owner's lease).  The
+parent's remaining deadline and token budget, shared among the sub-agent
+calls of its turn, become the child's limits.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from fsm_agent.core import snapshot
+from fsm_agent.core.output import Invalid
+from fsm_agent.core.result import make_result
+from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import Done
+from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
+from fsm_agent.drivers.stored import astored, awaited, stored
+from fsm_agent.errors import AgentLoopError, RunLeasedError
+from fsm_agent.observe.events import logger
+from fsm_agent.records import ChildOutcome, RunResult, ToolCall
+from fsm_agent.tools.registry import ToolResult
+from fsm_agent.tools.schema import arguments_error
+
+if TYPE_CHECKING:
+    from fsm_agent.core.cancellation import CancelToken
+    from fsm_agent.drivers.agent import Agent
+    from fsm_agent.drivers.agent_run import AgentRun
+    from fsm_agent.drivers.base import RunBase
+
+
+def _bad_input(call: ToolCall) -> ToolResult | None:
+    problem = arguments_error(call.arguments, PARAMETERS) if call.raw_arguments is None else "not valid JSON"
+    if problem is None:
+        return None
+    message = f"bad arguments for tool {call.name!r}: {problem}"
+    return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
+
+
+def shares(parent: RunBase) -> tuple[int | None, int | None]:
+    """The tokens and tool calls of the parent's limits this sub-agent call may spend (None: no such limit).
+
+    What the parent has not spent (its own calls, and the calls whose
+    outcomes it holds but has not recorded yet, a child's with all its
+    tokens and tool calls) is shared equally among the turn's sub-agent
+    calls still to finish, this one included: children run in parallel draw
+    on the parent's limits together, never each on all of them.  Each of
+    those calls is one of the parent's tool calls itself, so it is set
+    aside first.  A child stops after the model call that reaches its token
+    share, so the parent's budget is passed by at most one model call per
+    child in flight; its tool-call share it never passes.
+    """
+    run = parent.position
+    budget, cap = run.limits.token_budget, run.limits.total_tool_calls
+    if budget is None and cap is None:
+        return None, None
+    children = parent._children  # noqa: SLF001 - the parent's driver hands over its own run
+    held = [outcome.child for outcome in run.ran.values() if outcome.child is not None]
+    to_finish = sum(1 for call in run.pending if call.name in children and call.id not in run.ran)
+    tokens = calls = None
+    if budget is not None:
+        spent = run.tokens + sum(child.input_tokens + child.output_tokens for child in held)
+        tokens = max(budget - spent, 0) // max(to_finish, 1)
+    if cap is not None:
+        made = run.tool_calls + len(run.ran) + sum(child.tool_calls for child in held)
+        calls = max(cap - made - to_finish, 0) // max(to_finish, 1)
+    return tokens, calls
+
+
+def _limits(parent: RunBase, agent: Agent, tokens: int | None, calls: int | None) -> Limits:
+    """The child agent's limits, each cut to what the parent has left (time, and its shares of tokens and calls)."""
+    own = agent.limits
+    timeout, budget, caps = own.timeout, own.token_budget, own.max_tool_calls
+    remaining = parent._remaining()  # noqa: SLF001 - the parent's driver hands over its own run
+    if remaining is not None:
+        timeout = remaining if timeout is None else min(timeout, remaining)
+    if tokens is not None:
+        budget = tokens if budget is None else min(budget, tokens)
+    if calls is not None:
+        if isinstance(caps, dict):
+            caps = {**caps, "*": min(caps.get("*", calls), calls)}
+        else:
+            caps = calls if caps is None else min(caps, calls)
+    # A parent already out of time still asks: the child then stops at once, saying so (no tokens: not asked;
+    # no tool calls left: it may still answer, and stops at its first call).
+    return attrs.evolve(
+        own,
+        timeout=max(timeout, 1e-9) if timeout is not None else None,
+        token_budget=budget,
+        max_tool_calls=caps,
+    )
+
+
+def _no_tokens(child: ChildTool, run_id: str, parent: RunBase) -> ToolResult:
+    """A sub-agent call the parent's token budget leaves nothing for: a ``token_budget`` stop, never run."""
+    run = parent.position
+    evidence = {"token_budget": run.limits.token_budget, "tokens": run.tokens, "share": 0}
+    facts = {"reason": "token_budget", "evidence": evidence}
+    message = f"sub-agent {child.name!r} not run: the parent's token budget is used up (run {run_id!r})"
+    content = json.dumps({"error": message, **facts}, ensure_ascii=False)
+    stop = facts if child.on_child_stop == "raise" else None
+    return ToolResult(content, message, child=ChildOutcome(run_id, 0, 0, stop))
+
+
+def _calls_made(result: RunResult) -> int:
+    """The tool calls a child's run made (its own and its children's), as its last step counted them."""
+    used = result.steps[-1].counters.get("tool_calls", [0])[0] if result.steps else 0
+    return int(used or 0)
+
+
+def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
+    usage = result.usage
+    made = _calls_made(result)
+    if result.ok:
+        value = answer_of(result)
+        content = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return ToolResult(content, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made))
+    facts = {"reason": result.reason, "evidence": result.evidence}
+    message = f"sub-agent {child.name!r} stopped ({result.reason}) in run {run_id!r}"
+    content = json.dumps({"error": message, **facts}, ensure_ascii=False, default=str)
+    stop = facts if child.on_child_stop == "raise" else None
+    outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made)
+    return ToolResult(content, message, child=outcome)
+
+
+def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:
+    """The child's run and whether it is new (its store entry still to be written), or its result if it finished.
+
+    A finished child is read back, never run again; one under way goes on
+    from its own last checkpoint; otherwise a new one starts, unless the
+    parent's token budget leaves it nothing (then the call's outcome says so).
+    ``_abegin`` is the same, awaited.
+    """
+    from fsm_agent.persist.journal import link_of  # as every store module, loaded by the first call that needs it
+
+    store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
+    data = None if store is None else stored(store, run_id)
+    if data is not None and link_of(data) != link:
+        run_id = _renamed(run_id, link, data)
+        data = stored(store, run_id)
+        if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
+            run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    tokens, calls = shares(parent)
+    if tokens == 0 and not _finished(data):
+        return run_id, _no_tokens(child, run_id, parent), False
+    limits = _limits(parent, child.agent, tokens, calls)
+    if data is None:
+        return run_id, _new_run(parent, child, call, run_id, link, limits), True
+    return run_id, _taken_over(child.agent, store, run_id, data, parent._cancel, limits), False  # noqa: SLF001
+
+
+async def _abegin(
+    parent: RunBase, child: ChildTool, call: ToolCall
+) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:
+    """``_begin``, awaited: the store is read (and the child claimed) through its async methods."""
+    from fsm_agent.persist.journal import link_of
+
+    store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
+    data = None if store is None else await astored(store, run_id)
+    if data is not None and link_of(data) != link:
+        run_id = _renamed(run_id, link, data)
+        data = await astored(store, run_id)
+        if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
+            run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    tokens, calls = shares(parent)
+    if tokens == 0 and not _finished(data):
+        return run_id, _no_tokens(child, run_id, parent), False
+    limits = _limits(parent, child.agent, tokens, calls)
+    if data is None:
+        return run_id, _new_run(parent, child, call, run_id, link, limits), True
+    return run_id, await _ataken_over(child.agent, store, run_id, data, parent._cancel, limits), False  # noqa: SLF001
+
+
+def _named(parent: RunBase, call: ToolCall) -> tuple[str, dict[str, str]]:
+    """The child's run id, ``<parent run id>/<call id>``, and the ``LINK`` its stored run keeps of the call."""
+    link = {
+        "parent_run_id": parent.run_id,
+        "parent_call_id": call.id,
+        "input_digest": input_digest(call.arguments["input"]),
+    }
+    return f"{parent.run_id}/{call.id}", link
+
+
+def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
+    """The id for a child whose own id holds another run's child: one its input names.
+
+    Another run's child (a provider reusing call ids across runs, a parent
+    started again over its old id) is never taken for this call's answer.
+    """
+    from fsm_agent.persist.journal import LINK
+
+    renamed = f"{run_id}@{link['input_digest'][:12]}"
+    logger.warning("fsm_agent: stored run %r answers another call (%s); running %r", run_id, data.get(LINK[0]), renamed)
+    return renamed
+
+
+def _finished(data: dict[str, Any] | None) -> bool:
+    """Whether a stored child (None: none stored) finished, so its result is read back, never run again."""
+    return data is not None and data.get("state") in FINISHED and not data.get("paused")
+
+
+def _new_run(
+    parent: RunBase, child: ChildTool, call: ToolCall, run_id: str, link: dict[str, str], limits: Limits
+) -> AgentRun:
+    """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
+    text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
+    return child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
+
+
+def _taken_over(
+    agent: Agent, store: Any, run_id: str, data: dict[str, Any], cancel: CancelToken | None, limits: Limits
+) -> AgentRun | RunResult:
+    """The stored child's result if it finished, else its run resumed here once nobody else holds it.
+
+    A parent resumed after its process died finds its child still leased
+    to that process for up to a lease: it waits for the lease to lapse (or
+    for a live owner to finish the child, whose result it then takes),
+    within two leases; a child some live owner keeps advancing past that
+    is a ``RunLeasedError`` naming it.  Nothing of the child runs twice.
+    ``_ataken_over`` is the same, awaited.
+    """
+    from fsm_agent.persist.store import DEFAULT_LEASE
+
+    patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
+    while True:
+        if _finished(data):
+            return stored_result(agent, data)
+        try:
+            return agent.resume(
+                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget
+            )
+        except RunLeasedError as busy:
+            time.sleep(_lease_wait(busy, patience))
+        data = dict(store.load(run_id))
+
+
+async def _ataken_over(
+    agent: Agent, store: Any, run_id: str, data: dict[str, Any], cancel: CancelToken | None, limits: Limits
+) -> AgentRun | RunResult:
+    """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
+    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
+
+    from fsm_agent.persist.store import DEFAULT_LEASE
+
+    patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
+    while True:
+        if _finished(data):
+            return stored_result(agent, data)
+        try:
+            return await agent.aresume(
+                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget
+            )
+        except RunLeasedError as busy:
+            await asyncio.sleep(_lease_wait(busy, patience))
+        data = dict(await awaited(store, "load", run_id))
+
+
+def _lease_wait(busy: RunLeasedError, patience: float) -> float:
+    """Seconds to wait for the lease ``busy`` names to lapse; ``busy`` itself if it never will within ``patience``."""
+    now = time.time()
+    if busy.stale or now >= patience:
+        raise busy
+    return min(max(busy.until - now, 0.0) + _SLACK, patience - now)
+
+
+_SLACK = 0.05
+"""Seconds waited past a lease's end before taking it over: the clocks of two writers are never quite equal."""
+
+
+def input_digest(text: str) -> str:
+    """The digest a sub-agent's stored run keeps of its input, so a stored answer is only taken for the same input."""
+    import hashlib  # OpenSSL's, loaded by the first sub-agent call rather than by import fsm_agent
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
+    """Carry out a parent's call of a sub-agent on the sync driver."""
+    bad = _bad_input(call)
+    if bad is not None:
+        return bad
+    run_id, begun, new = _begin(parent, child, call)
+    if isinstance(begun, ToolResult):
+        return begun
+    if isinstance(begun, RunResult):
+        return _outcome(child, run_id, begun)
+    if new:
+        begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
+    try:
+        result = begun.finish()
+    except AgentLoopError as stop:
+        result = stop.result
+    return _outcome(child, run_id, result)
+
+
+async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
+    """Carry out a parent's call of a sub-agent on the async driver (a cancel of the parent cancels the child)."""
+    bad = _bad_input(call)
+    if bad is not None:
+        return bad
+    run_id, begun, new = await _abegin(parent, child, call)
+    if isinstance(begun, ToolResult):
+        return begun
+    if isinstance(begun, RunResult):
+        return _outcome(child, run_id, begun)
+    if new:
+        await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
+    try:
+        result = await begun.afinish()
+    except AgentLoopError as stop:
+        result = stop.result
+    return _outcome(child, run_id, result)
+
+
+def stored_result(agent: Agent, data: dict[str, Any]) -> RunResult:
+    """The result a finished stored run had, read back from its snapshot under ``agent``'s table."""
+    position = Run(snapshot.limits_of(data), [], table=agent.table, policies=agent.on_stop)
+    snapshot.load(position, data, agent.table.states)
+    result = make_result(position, position.reason or "unknown", position.evidence, tuple(position.pending), None)
+    if agent.output is not None and position.state is Done:
+        checked = agent.output.check(position.final)
+        result = attrs.evolve(result, output=None if isinstance(checked, Invalid) else checked)
+    return result
