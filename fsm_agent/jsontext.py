@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -27,3 +28,39 @@ def dumps(value: Any, **options: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, **options)
     # Surrogates can only occur inside JSON strings, where an escape means the same code point.
     return text if text.isascii() else _SURROGATE.sub(_escape, text)
+
+
+def versioned(
+    source: dict[str, Any] | str,
+    what: str,
+    kind: tuple[str, int],
+    migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]],
+    error: type[Exception],
+) -> dict[str, Any]:
+    """A versioned JSON document (a dict or its text) of ``kind`` (format, version), older versions migrated up.
+
+    Snapshots and recordings alike: the wrong format or an unknown version is
+    ``error`` naming what this version reads; a migration that fails is too.
+    """
+    if isinstance(source, str):
+        try:
+            source = json.loads(source)
+        except ValueError as exc:
+            msg = f"{what} is not valid JSON: {exc}"
+            raise error(msg) from exc
+    if not isinstance(source, dict):
+        msg = f"{what} must be a JSON object, got {type(source).__name__}"
+        raise error(msg)
+    form, current = kind
+    version = source.get("version")
+    if source.get("format") != form or not (version == current or version in migrations):
+        readable = ", ".join(str(v) for v in (*migrations, current))
+        msg = f"unsupported {what} {(source.get('format'), version)}; this version reads {form!r} versions {readable}"
+        raise error(msg)
+    try:
+        while source["version"] != current:
+            source = migrations[source["version"]](source)
+    except (KeyError, TypeError, ValueError) as exc:
+        msg = f"{what} version {version} could not be migrated: {type(exc).__name__}: {exc}"
+        raise error(msg) from exc
+    return source

@@ -10,7 +10,6 @@ Version 1 snapshots (before tool outcomes were kept by call id) are migrated.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.errors import FsmAgentError
+from fsm_agent.jsontext import versioned
 from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome, plain
 from fsm_agent.tools import ToolResult
 
@@ -155,28 +155,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _migrate
 
 def parse(snapshot: dict[str, Any] | str) -> dict[str, Any]:
     """Accept a snapshot dict or its JSON text; check the format and bring an older version up to date."""
-    if isinstance(snapshot, str):
-        try:
-            snapshot = json.loads(snapshot)
-        except ValueError as exc:
-            msg = f"snapshot is not valid JSON: {exc}"
-            raise SnapshotError(msg) from exc
-    if not isinstance(snapshot, dict):
-        msg = f"snapshot must be a JSON object, got {type(snapshot).__name__}"
-        raise SnapshotError(msg)
-    version = snapshot.get("version")
-    if snapshot.get("format") != SNAPSHOT_FORMAT or not (version == SNAPSHOT_VERSION or version in MIGRATIONS):
-        found = (snapshot.get("format"), version)
-        readable = ", ".join(str(v) for v in (*MIGRATIONS, SNAPSHOT_VERSION))
-        msg = f"unsupported snapshot {found}; this version reads {SNAPSHOT_FORMAT!r} versions {readable}"
-        raise SnapshotError(msg)
-    try:
-        while snapshot["version"] != SNAPSHOT_VERSION:
-            snapshot = MIGRATIONS[snapshot["version"]](snapshot)
-    except (KeyError, TypeError, ValueError) as exc:
-        msg = f"snapshot version {version} could not be migrated: {type(exc).__name__}: {exc}"
-        raise SnapshotError(msg) from exc
-    return snapshot
+    return versioned(snapshot, "snapshot", (SNAPSHOT_FORMAT, SNAPSHOT_VERSION), MIGRATIONS, SnapshotError)
 
 
 def limits_of(data: dict[str, Any], **overrides: Any) -> Limits:

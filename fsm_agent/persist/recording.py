@@ -15,13 +15,13 @@ Readers accept every earlier version: ``MIGRATIONS`` brings each up to date.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.jsontext import dumps as json_text
+from fsm_agent.jsontext import versioned
 
 if TYPE_CHECKING:
     from fsm_agent.persist.store import AsyncStore, Store
@@ -121,23 +121,7 @@ def read_recording(source: dict[str, Any] | str | Path) -> dict[str, Any]:
     """A recording from its dict, its JSON text or a file's ``Path``, brought up to this version; ``RecordingError``."""
     if isinstance(source, Path):
         source = source.read_text(encoding="utf-8")
-    if isinstance(source, str):
-        try:
-            source = json.loads(source)
-        except ValueError as exc:
-            msg = f"recording is not valid JSON: {exc}"
-            raise RecordingError(msg) from exc
-    if not isinstance(source, dict):
-        msg = f"a recording must be a JSON object, got {type(source).__name__}"
-        raise RecordingError(msg)
-    version = source.get("version")
-    if source.get("format") != RECORDING_FORMAT or not (version == RECORDING_VERSION or version in MIGRATIONS):
-        found = (source.get("format"), version)
-        readable = ", ".join(str(v) for v in (*MIGRATIONS, RECORDING_VERSION))
-        msg = f"unsupported recording {found}; this version reads {RECORDING_FORMAT!r} versions {readable}"
-        raise RecordingError(msg)
-    while source["version"] != RECORDING_VERSION:
-        source = MIGRATIONS[source["version"]](source)
+    source = versioned(source, "recording", (RECORDING_FORMAT, RECORDING_VERSION), MIGRATIONS, RecordingError)
     missing = [k for k in ("messages", "trace", "limits", "model_calls", "tool_calls", "prior") if k not in source]
     if missing:
         msg = f"recording lacks {', '.join(missing)}"
