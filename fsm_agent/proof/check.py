@@ -101,7 +101,7 @@ class Proof:
         lines.append("reachable: " + (", ".join(self.reachable) or "none"))
         lines.append("unreachable: " + (", ".join(self.unreachable) or "none"))
         if self.dead_rows:
-            lines.append("rows no run takes: " + ", ".join(str(row) for row in self.dead_rows))
+            lines.append("rows no run takes: " + ", ".join(f"{row} on {row.trigger}" for row in self.dead_rows))
         lines.extend(f"note: {note}" for note in self.notes)
         lines.append(f"({self.configs} abstract configs explored)")
         return "\n".join(lines)
