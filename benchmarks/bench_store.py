@@ -186,7 +186,7 @@ def postgres() -> Iterator[str | None]:
         yield dsn
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    pg_cluster = importlib.import_module("pg_cluster")  # tests/support/pg_cluster.py, shared with the tests
+    pg_cluster = importlib.import_module("support.pg_cluster")  # tests/support/pg_cluster.py, shared with the tests
 
     bindir = pg_cluster.find_bindir()
     if bindir is None:
