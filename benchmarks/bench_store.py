@@ -200,8 +200,50 @@ def postgres() -> Iterator[str | None]:
         cluster.stop()
 
 
+class _Both:
+    """``Script``'s replies for both drivers: the async one awaits the same reply."""
+
+    def __init__(self, k: int) -> None:
+        self.script = Script(k)
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        return self.script.complete(messages, tools)
+
+    async def acomplete(self, messages: Any, tools: Any) -> Any:
+        return self.script.complete(messages, tools)
+
+
+def async_against_sync(folder: str, runs: int = 300, k: int = 8, in_flight: int = 100) -> float:
+    """Runs per second of ``in_flight`` concurrent async runs on one SQLite store, over sequential sync runs."""
+    tools = demo_registry()
+    with SqliteStore(Path(folder, "sequential.db")) as store:
+        started = time.perf_counter()
+        for i in range(runs):
+            Agent(_Both(k), tools, max_steps=k + 1).run("go", store=store, run_id=f"s{i}")
+        sequential = runs / (time.perf_counter() - started)
+
+    async def concurrent(store: SqliteStore) -> None:
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one(i: int) -> None:
+            async with slots:
+                await Agent(_Both(k), tools, max_steps=k + 1).arun("go", store=store, run_id=f"a{i}")
+
+        await asyncio.gather(*(one(i) for i in range(runs)))
+
+    with SqliteStore(Path(folder, "concurrent.db")) as store:
+        started = time.perf_counter()
+        asyncio.run(concurrent(store))
+        together = runs / (time.perf_counter() - started)
+    print(
+        f"SqliteStore, {k} tool turns: {runs} sequential sync runs {sequential:.0f} runs/s, "
+        f"{in_flight} async runs in flight {together:.0f} runs/s"
+    )
+    return together / sequential
+
+
 def main() -> None:
-    """Print the scaling tables for both stores and the concurrency figure."""
+    """Print the scaling tables for both stores and the concurrency figures."""
     print(f"Python {sys.version.split()[0]}; scaling with every='transition' (a checkpoint after every transition),")
     print("the concurrent runs with the default every='call' (a checkpoint per call)")
     with tempfile.TemporaryDirectory() as folder:
@@ -209,6 +251,8 @@ def main() -> None:
         excess = report_transactions("SqliteStore", lambda every: SqliteStore(Path(folder, f"tx-{every}.db"), every))
         each = "transition"
         report_scaling("SqliteStore", lambda: SqliteStore(Path(folder, f"bench{next(files)}.db"), each), rounds=5)
+        ratio = async_against_sync(folder)
+    record("SQLite: concurrent async runs / sequential sync runs (runs/s)", ratio, 1.0, "x", higher_is_better=True)
     with postgres() as dsn:
         if dsn is not None:
             excess = max(excess, report_transactions("PostgresStore", lambda every: PostgresStore(dsn, every)))
