@@ -35,7 +35,7 @@ from fsm_agent.definition.guards import (
     has_pending_calls,
     output_rejected,
 )
-from fsm_agent.definition.run import Meter, Run
+from fsm_agent.definition.run import Meter, Run, has_path
 from fsm_agent.definition.states import STATES, State
 from fsm_agent.definition.stops import (
     CATALOGUE,
@@ -126,7 +126,7 @@ def first_row(run: Run, trigger: str) -> Row | None:
     Firing a trigger and looking ahead (finalize, batch planning) both call
     this, so what the machine would do and what it does cannot differ.
     """
-    for row in run.rows.get((run.state, trigger), ()):
+    for row in run.rows.get((run.at.state, trigger), ()):
         if row.test is None or row.test(run):
             return row
     return None
@@ -199,7 +199,7 @@ class Table:
         problems += [
             f"stop {stop.reason}: its counter's used must name an attribute of Run, got {stop.counter.used!r}"
             for stop in self.stops
-            if stop.counter is not None and not hasattr(Run, stop.counter.used)
+            if stop.counter is not None and not has_path(stop.counter.used)
         ]
         if problems:
             msg = "invalid transition table:\n  " + "\n  ".join(problems)
@@ -282,7 +282,7 @@ def finalize_on(reason: str, trigger: str) -> Guard:
     """
 
     def guard(run: Run) -> bool:
-        if run.finalizing is not None or run.policies.get(reason) != "finalize":
+        if run.at.finalizing is not None or run.policies.get(reason) != "finalize":
             return False
         row = first_row(run, trigger)
         return row is not None and row.reason == reason
