@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from fsm_agent.definition.limits import Limits
@@ -27,6 +26,8 @@ if TYPE_CHECKING:
 
 Signature = tuple[str, str]
 Counters = dict[str, list[int | float | None]]
+Reader = tuple[str, Callable[[Any], int | float | None], Callable[[Limits], int | float | None]]
+"""A meter as ``Run.counters`` reads it: its name, the reader of its count from a run, and its limit."""
 
 
 # Built once: json.dumps with options builds a new encoder per call, which costs more than the encoding.
@@ -255,6 +256,7 @@ class Run:
         "meters",
         "output_retry_limit",
         "policies",
+        "readers",
         "rows",
         "table_stops",
         "talk",
@@ -277,6 +279,7 @@ class Run:
         self.faults = Faults()
         self.policies: Mapping[str, str] = policies or {}
         self.meters: tuple[Meter, ...] = table.meters
+        self.readers: tuple[Reader, ...] = table.readers
         self.rows: Mapping[tuple[State, str], Sequence[Row]] = table.index
         self.table_stops: Mapping[str, Stop] = table.stop_for
         self.output_retry_limit = 0
@@ -284,7 +287,7 @@ class Run:
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
         limits = self.limits
-        return {meter.name: [attrgetter(meter.used)(self), meter.limit(limits)] for meter in self.meters}
+        return {name: [read(self), limit(limits)] for name, read, limit in self.readers}
 
 
 class MessagesView(Sequence[Message]):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -35,7 +36,7 @@ from fsm_agent.definition.guards import (
     has_pending_calls,
     output_rejected,
 )
-from fsm_agent.definition.run import Meter, Run, has_path
+from fsm_agent.definition.run import Meter, Reader, Run, has_path
 from fsm_agent.definition.states import STATES, State
 from fsm_agent.definition.stops import (
     CATALOGUE,
@@ -231,6 +232,11 @@ class Table:
     def meters(self) -> tuple[Meter, ...]:
         """The counters of the stops, as ``Step.counters`` lists them."""
         return tuple(stop.counter for stop in self.stops if stop.counter is not None)
+
+    @functools.cached_property
+    def readers(self) -> tuple[Reader, ...]:
+        """Each meter's name, its count's reader (of its dotted path, built once per table) and its limit."""
+        return tuple((meter.name, attrgetter(meter.used), meter.limit) for meter in self.meters)
 
     def reads(self, row: Row) -> tuple[str, ...]:
         """The meters and run facts ``row``'s guard reads, as declared: none for an unguarded or opaque row."""
