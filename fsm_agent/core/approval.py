@@ -83,28 +83,28 @@ class ApprovalGate:
         approve, run = self.approve, self.run
         if approve is None:
             return
-        for call in run.pending:
-            if call.id not in run.ran and call.id not in run.approvals and approve(call):
-                run.to_approve.add(call.id)
+        for call in run.calls.pending:
+            if call.id not in run.calls.ran and call.id not in run.calls.approvals and approve(call):
+                run.calls.to_approve.add(call.id)
 
     def needs_decision(self, call: ToolCall) -> bool:
         """Whether ``call`` waits for a person: it needs approval and has no decision yet."""
-        return call.id in self.run.to_approve and call.id not in self.run.approvals
+        return call.id in self.run.calls.to_approve and call.id not in self.run.calls.approvals
 
     def _cleared(self, call: ToolCall) -> bool:
         """A call may run: it needs no approval, or a person approved it."""
-        decision = self.run.approvals.get(call.id)
+        decision = self.run.calls.approvals.get(call.id)
         return decision is True or (decision is None and not self.needs_decision(call))
 
     def outcome_of(self, call: ToolCall) -> ToolResult | None:
         """The outcome the next ``step()`` will record for ``call``: a rejection, or the kept result, or None."""
-        decision = self.run.approvals.get(call.id, True)
+        decision = self.run.calls.approvals.get(call.id, True)
         if decision is not True:
             return self._rejection_result(call, decision)
-        return self.run.ran.get(call.id)
+        return self.run.calls.ran.get(call.id)
 
     def _rejected(self, call: ToolCall) -> bool:
-        decision = self.run.approvals.get(call.id, True)
+        decision = self.run.calls.approvals.get(call.id, True)
         return decision is not True
 
     @staticmethod
@@ -115,7 +115,7 @@ class ApprovalGate:
 
     def awaiting(self) -> list[ToolCall]:
         """The tool calls of this turn that need approval and have no decision yet."""
-        return [call for call in self.run.pending if self.needs_decision(call)]
+        return [call for call in self.run.calls.pending if self.needs_decision(call)]
 
     def decide(self, approvals: Mapping[str, bool | str]) -> None:
         """Record decisions on pending calls: ``True`` runs it, ``False`` or a reason text rejects it."""
@@ -123,16 +123,16 @@ class ApprovalGate:
             if not isinstance(decision, bool | str):
                 msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
                 raise TypeError(msg)
-            if not any(call.id == call_id for call in self.run.pending):
-                known = ", ".join(call.id for call in self.run.pending) or "none"
+            if not any(call.id == call_id for call in self.run.calls.pending):
+                known = ", ".join(call.id for call in self.run.calls.pending) or "none"
                 msg = f"no pending tool call has id {call_id!r} (pending: {known})"
                 raise ValueError(msg)
-            if call_id in self.run.ran:
+            if call_id in self.run.calls.ran:
                 msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
                 raise ValueError(msg)
-            given = self.run.approvals.get(call_id, decision)
+            given = self.run.calls.approvals.get(call_id, decision)
             if given != decision:
                 # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
                 msg = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
                 raise ValueError(msg)
-        self.run.approvals.update(approvals)
+        self.run.calls.approvals.update(approvals)

@@ -26,18 +26,20 @@ from fsm_agent.records import ToolCall
 
 def plan_batch(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
     """The calls of this turn, from the current one on, that may run now; ``cleared`` says a person allowed one."""
-    calls = list(run.pending)
+    calls = list(run.calls.pending)
     if len(calls) == 1:
         return calls
     probe = copy.copy(run)
-    # count_call writes only these two; the Dispatch walk reads but never writes the rest.
-    probe.calls_by_tool = dict(run.calls_by_tool)
-    probe.state = Dispatch
+    # count_call and the probe write only the records copied here (and calls_by_tool in them); the Dispatch walk
+    # reads but never writes the rest.
+    probe.at, probe.counts, probe.calls = copy.copy(run.at), copy.copy(run.counts), copy.copy(run.calls)
+    probe.counts.calls_by_tool = dict(run.counts.calls_by_tool)
+    probe.at.state = Dispatch
     planned = calls[:1]
     ids = {calls[0].id}
     for i in range(1, len(calls)):
         count_call(probe, calls[i - 1])
-        probe.pending = deque(calls[i:])
+        probe.calls.pending = deque(calls[i:])
         try:
             row = first_row(probe, DISPATCH)
         except ConditionError:

@@ -70,7 +70,7 @@ class ExchangeLog:
 
     def will_send(self, messages: Sequence[Message]) -> None:
         """The model call of this turn is sent ``messages`` (history processors changed them), as steps say."""
-        self.run.sent = len(messages)
+        self.run.talk.sent = len(messages)
         self._sent = messages
 
     def _log_model(self, reply: ModelResponse | None, error: str | None) -> None:
@@ -78,17 +78,17 @@ class ExchangeLog:
         run = self.run
         sent = self._sent
         self._sent = None
-        tools = [] if run.finalizing is not None else self.schemas
+        tools = [] if run.at.finalizing is not None else self.schemas
         output = None if self.output is None else self.output.request
         offered = self._offered is None or self._offered[1] != output or self._offered[0] != tools
         if offered:
             self._offered = (tools, output)
-        messages: int | tuple[Message, ...] = len(run.messages) if sent is None else tuple(sent)
-        record = ModelExchange(run.turns, messages, offered, tools if offered else None, output, reply, error)
-        run.io.append(record)
+        messages: int | tuple[Message, ...] = len(run.talk.messages) if sent is None else tuple(sent)
+        record = ModelExchange(run.counts.turns, messages, offered, tools if offered else None, output, reply, error)
+        run.talk.io.append(record)
 
     def _log_tool(self, call: ToolCall, outcome: ToolResult) -> None:
-        self.run.io.append(ToolExchange(call.id, call.name, outcome))
+        self.run.talk.io.append(ToolExchange(call.id, call.name, outcome))
 
 
 def exchange_of(data: dict[str, Any]) -> Exchange:

@@ -37,7 +37,7 @@ def fire(stepper: Stepper, trigger: str) -> Transition:
     try:
         row = first_row(run, trigger)
     except ConditionError as exc:
-        run.condition_error, run.condition_name = exc.error, exc.name
+        run.faults.condition_error, run.faults.condition_name = exc.error, exc.name
         row = first_row(run, trigger)
     return take(stepper, row, trigger)
 
@@ -48,48 +48,48 @@ def take(stepper: Stepper, row: Row | None, trigger: str) -> Transition:
     if row is None:
         # Unreachable for a validated table (every trigger ends in a fallback) except for guard-only
         # triggers, which are only fired after checking one of their rows applies.
-        msg = f"no row fired for trigger {trigger!r} in state {run.state}"
+        msg = f"no row fired for trigger {trigger!r} in state {run.at.state}"
         raise AssertionError(msg)
     reason = row.reason
     if (
         reason is not None
-        and run.finalizing is None
-        and run.state in stepper.finalize_from
+        and run.at.finalizing is None
+        and run.at.state in stepper.finalize_from
         and run.policies.get(reason) == "finalize"
     ):
         finalize = _finalize(stepper, reason)
         if finalize is not None:
-            run.frozen = False  # the finalize edge leads back to AwaitModel, where a planned batch ends
+            run.at.frozen = False  # the finalize edge leads back to AwaitModel, where a planned batch ends
             return finalize
     entry = row.entry
-    dest = run.state = row.dest
-    run.trace.append(entry)
+    dest = run.at.state = row.dest
+    run.at.trace.append(entry)
     if WATCHERS:
         notify(entry)
     if dest in TERMINAL:
-        run.frozen = False
+        run.at.frozen = False
         conclude(run)
     elif dest is AwaitModel:
-        run.frozen = False
+        run.at.frozen = False
         if row.guard is output_invalid:
             _ask_again(stepper)
         elif row.guard is compacts_history:
-            run.compacting = True
-            if run.context_head is None:
-                run.context_head, run.context_start = [], 0
+            run.talk.compacting = True
+            if run.talk.context_head is None:
+                run.talk.context_head, run.talk.context_start = [], 0
     return entry
 
 
 def _ask_again(stepper: Stepper) -> None:
     """Send a typed agent's answer back: record the failed check as a step, and tell the model the errors."""
     run, output = stepper.run, stepper.output
-    assert run.output_problem is not None  # the output_invalid guard held
+    assert run.talk.output_problem is not None  # the output_invalid guard held
     assert output is not None
-    errors = run.output_problem[0]
-    run.output_retries += 1
-    run.steps.append(Step(run.turns - 1, "output_invalid", "; ".join(errors), run.counters()))
-    run.messages.append(Message("user", output.retry_text(errors)))
-    run.output_checked, run.output_problem, run.output = False, None, None
+    errors = run.talk.output_problem[0]
+    run.counts.output_retries += 1
+    run.talk.steps.append(Step(run.counts.turns - 1, "output_invalid", "; ".join(errors), run.counters()))
+    run.talk.messages.append(Message("user", output.retry_text(errors)))
+    run.talk.output_checked, run.talk.output_problem, run.talk.output = False, None, None
 
 
 def _finalize(stepper: Stepper, reason: str) -> Transition | None:
@@ -98,7 +98,7 @@ def _finalize(stepper: Stepper, reason: str) -> Transition | None:
     evidence = stepper.evidence(reason)
     entry = stepper.walker.try_fire(run, FINALIZE)
     if entry is not None:
-        run.finalizing, run.finalize_evidence = reason, evidence
+        run.at.finalizing, run.at.finalize_evidence = reason, evidence
         ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
-        run.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
+        run.talk.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
     return entry

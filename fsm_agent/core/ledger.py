@@ -146,9 +146,9 @@ def unique_calls(run: Run, response: ModelResponse) -> ModelResponse:
     (``n`` from 2), in the message the model is sent back too, so each tool
     message still answers its own call.
     """
-    taken = run.call_ids
+    taken = run.calls.call_ids
     if taken is None:
-        taken = run.call_ids = {c.id for m in run.messages if m.role == "assistant" for c in m.tool_calls}
+        taken = run.calls.call_ids = {c.id for m in run.talk.messages if m.role == "assistant" for c in m.tool_calls}
     calls = response.message.tool_calls
     renamed = []
     for call in calls:
@@ -168,74 +168,76 @@ def record_reply(run: Run, response: ModelResponse) -> str | None:
     if response.message.tool_calls:
         response = unique_calls(run, response)
     message = response.message
-    run.messages.append(message)
+    run.talk.messages.append(message)
     if message.tool_calls:
-        run.pending.extend(message.tool_calls)
+        run.calls.pending.extend(message.tool_calls)
     usage = response.usage
     if usage is not None:
         problem = usage_problem(usage)
         if problem is not None:
             return problem
-        run.input_tokens += usage.input_tokens
-        run.output_tokens += usage.output_tokens
+        run.counts.input_tokens += usage.input_tokens
+        run.counts.output_tokens += usage.output_tokens
     if response.stop_reason not in STOP_REASONS:
         # The reply, its calls (pending) and its tokens are kept, but an unknown signal is not guessed at.
         return f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
-    run.last_response = response
+    run.talk.last_response = response
     return None
 
 
 def count_call(run: Run, call: ToolCall) -> None:
     """What executing ``call`` changes that the next ``Dispatch`` reads: the call counts and the last signature."""
-    run.tool_calls += 1
-    run.calls_by_tool[call.name] = run.calls_by_tool.get(call.name, 0) + 1
-    run.last_signature = signature(call)
+    run.counts.tool_calls += 1
+    run.counts.calls_by_tool[call.name] = run.counts.calls_by_tool.get(call.name, 0) + 1
+    run.counts.last_signature = signature(call)
 
 
 def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
     """Append a call's tool message and step and update every counter the guards read."""
-    run.messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+    run.talk.messages.append(Message("tool", outcome.content, tool_call_id=call.id))
     count_call(run, call)
     if outcome.error is None:
-        run.failures = 0
+        run.counts.failures = 0
     else:
-        run.failures += 1
-        run.last_error = outcome.error
+        run.counts.failures += 1
+        run.talk.last_error = outcome.error
     if run.limits.cycle_window:
-        run.recent.append((run.last_signature, outcome.content))  # type: ignore[arg-type]  # count_call set it
+        run.counts.recent.append((run.counts.last_signature, outcome.content))  # type: ignore[arg-type]  # count_call set it
     arguments = _arguments_text(call.arguments)
     detail = f"{call.name}({arguments}) -> {outcome.content}"
     child = outcome.child
     if child is None:
-        run.steps.append(Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.sent))
+        run.talk.steps.append(
+            Step(run.counts.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.talk.sent)
+        )
         return
     # A sub-agent's tokens are the parent's too: its budget sees them from the next check on.
-    run.input_tokens += child.input_tokens
-    run.output_tokens += child.output_tokens
-    run.tool_calls += (
+    run.counts.input_tokens += child.input_tokens
+    run.counts.output_tokens += child.output_tokens
+    run.counts.tool_calls += (
         child.tool_calls
     )  # and its tool calls the parent's (its max_tool_calls total: see drivers/child_runs)
-    run.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
-    run.steps.append(
-        Step(run.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.sent, child.run_id)
+    run.calls.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
+    run.talk.steps.append(
+        Step(run.counts.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.talk.sent, child.run_id)
     )
 
 
 def answer_unexecuted(run: Run, why: str) -> None:
     """Give every pending call a tool message saying it did not run: providers reject unanswered calls."""
-    run.to_approve.clear()  # a call answered as not run waits for nobody
-    while run.pending:
-        call = run.pending.popleft()
-        run.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
+    run.calls.to_approve.clear()  # a call answered as not run waits for nobody
+    while run.calls.pending:
+        call = run.calls.pending.popleft()
+        run.talk.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
 
 
 def record_leftovers(run: Run) -> list[str]:
     """Calls of a parallel batch that ran although the run stopped before their turn: kept, in the order asked."""
     ids = []
-    while run.pending and run.pending[0].id in run.ran:
-        call = run.pending.popleft()
-        run.to_approve.discard(call.id)
-        record_tool(run, call, run.ran.pop(call.id))
+    while run.calls.pending and run.calls.pending[0].id in run.calls.ran:
+        call = run.calls.pending.popleft()
+        run.calls.to_approve.discard(call.id)
+        record_tool(run, call, run.calls.ran.pop(call.id))
         ids.append(call.id)
     return ids
 

@@ -28,20 +28,20 @@ class OutsideEvents:
     def tell_time(self, elapsed: float) -> None:
         """The run has been going ``elapsed`` seconds by the driver's clock: the guards of a deadline read it."""
         run = self.run
-        if not run.frozen:
-            run.elapsed = elapsed
+        if not run.at.frozen:
+            run.counts.elapsed = elapsed
 
     def cancel(self, why: str) -> None:
         """The run's cancel token was set (``why``): the next transition stops the run with ``cancelled``."""
         run = self.run
-        if not run.frozen:
-            run.cancelled, run.cancel_why = True, why
+        if not run.at.frozen:
+            run.counts.cancelled, run.counts.cancel_why = True, why
 
     def hook_failed(self, error: BaseException) -> None:
         """A strict hook raised: the first such error is kept, and the next transition stops on ``hook_error``."""
         run = self.run
-        if run.hook_error is None:
-            run.hook_error = error
+        if run.faults.hook_error is None:
+            run.faults.hook_error = error
 
     def resume(self, retry: bool) -> Transition | None:
         """Take the ``resume`` edge out of ``Failed`` if the run's limits now lift its stop; None if they do not.
@@ -51,15 +51,15 @@ class OutsideEvents:
         has them answered, so the next model call sees every call answered.
         """
         run = self.run
-        if run.state is not Failed:
+        if run.at.state is not Failed:
             return None
-        run.retry_model = retry
+        run.at.retry_model = retry
         entry = self.walker.try_fire(run, RESUME)
         if entry is None:
             return None
         if entry.dest == AwaitModel:
             answer_unexecuted(run, "the reply that asked for this call was not usable")
-        run.reason, run.evidence, run.final, run.finalizing = None, {}, "", None
-        run.model_exception = run.condition_error = None
-        run.unfinished = None
+        run.at.reason, run.at.evidence, run.at.final, run.at.finalizing = None, {}, "", None
+        run.faults.model_exception = run.faults.condition_error = None
+        run.at.unfinished = None
         return entry

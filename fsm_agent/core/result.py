@@ -19,35 +19,35 @@ def evidence_for(run: Run, reason: str) -> dict[str, Any]:
     """The JSON-serialisable evidence of a stop: the step, the reason's own facts, the counters."""
     stop = run.table_stops.get(reason)
     facts = stop.evidence(run) if stop is not None else {}
-    return {"step": max(run.turns - 1, 0), **facts, "counters": run.counters()}
+    return {"step": max(run.counts.turns - 1, 0), **facts, "counters": run.counters()}
 
 
 def conclude(run: Run) -> None:
     """Set the reason, evidence and final text of a run that just entered ``Done`` or ``Failed``."""
-    if run.state is Done:
-        run.final = run.last_response.message.content if run.last_response is not None else ""
-        run.steps.append(Step(run.turns - 1, "final", run.final, run.counters(), 0, run.sent))
-        if run.finalizing is None:
-            run.reason = "done"
+    if run.at.state is Done:
+        run.at.final = run.talk.last_response.message.content if run.talk.last_response is not None else ""
+        run.talk.steps.append(Step(run.counts.turns - 1, "final", run.at.final, run.counters(), 0, run.talk.sent))
+        if run.at.finalizing is None:
+            run.at.reason = "done"
         else:
-            run.reason = run.finalizing
-            run.evidence = {**run.finalize_evidence, "finalize": {"outcome": "answered"}}
+            run.at.reason = run.at.finalizing
+            run.at.evidence = {**run.at.finalize_evidence, "finalize": {"outcome": "answered"}}
         return
-    edge_reason = run.trace[-1].reason or "unknown"
+    edge_reason = run.at.trace[-1].reason or "unknown"
     evidence = evidence_for(run, edge_reason)
     also_ran = record_leftovers(run)
     if also_ran:
         evidence["also_ran"] = also_ran
     stop = run.table_stops.get(edge_reason)
-    if run.last_response is not None and ((stop is not None and stop.keeps_text) or run.finalizing is not None):
-        run.final = run.last_response.message.content
-    if run.finalizing is None:
-        run.reason, run.evidence = edge_reason, evidence
+    if run.talk.last_response is not None and ((stop is not None and stop.keeps_text) or run.at.finalizing is not None):
+        run.at.final = run.talk.last_response.message.content
+    if run.at.finalizing is None:
+        run.at.reason, run.at.evidence = edge_reason, evidence
     else:
         # The stop that forced the finalize stands; the evidence says why the finalize failed.
         evidence.pop("counters", None)
-        run.reason = run.finalizing
-        run.evidence = {**run.finalize_evidence, "finalize": {"outcome": edge_reason, **evidence}}
+        run.at.reason = run.at.finalizing
+        run.at.evidence = {**run.at.finalize_evidence, "finalize": {"outcome": edge_reason, **evidence}}
 
 
 def make_result(
@@ -55,8 +55,18 @@ def make_result(
 ) -> RunResult:
     """The run as a frozen result; a stopped or paused run carries its ``snapshot``, enough to continue it."""
     # By position, in RunResult's field order: matching eleven keywords was a quarter of building it.
-    output = run.output if run.state is Done else None
-    usage = Usage(run.input_tokens, run.output_tokens)
+    output = run.talk.output if run.at.state is Done else None
+    usage = Usage(run.counts.input_tokens, run.counts.output_tokens)
     return RunResult(
-        run.messages, run.steps, run.final, reason, run.trace, evidence, usage, pending, snapshot, run.prior, output
+        run.talk.messages,
+        run.talk.steps,
+        run.at.final,
+        reason,
+        run.at.trace,
+        evidence,
+        usage,
+        pending,
+        snapshot,
+        run.talk.prior,
+        output,
     )

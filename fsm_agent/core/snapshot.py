@@ -52,16 +52,16 @@ def dump(run: Run, **extra: Any) -> dict[str, Any]:
     here and not in ``dump_small``: it never changes, so the whole snapshot
     a store starts from keeps it and no checkpoint needs to repeat it.
     """
-    return {**dump_small(run, **extra), "prior": run.prior, **dump_growth(run, (0, 0, 0, 0))}
+    return {**dump_small(run, **extra), "prior": run.talk.prior, **dump_growth(run, (0, 0, 0, 0))}
 
 
 def dump_growth(run: Run, since: tuple[int, ...]) -> dict[str, list[dict[str, Any]]]:
     """The items each ``GROWING`` list gained after its first ``since`` items (what one checkpoint appends)."""
     return {
-        "messages": [plain(m) for m in run.messages[since[0] :]],
-        "steps": [plain(s) for s in run.steps[since[1] :]],
-        "trace": [plain(t) for t in run.trace[since[2] :]],
-        "io": [plain(x) for x in run.io[since[3] :]],
+        "messages": [plain(m) for m in run.talk.messages[since[0] :]],
+        "steps": [plain(s) for s in run.talk.steps[since[1] :]],
+        "trace": [plain(t) for t in run.at.trace[since[2] :]],
+        "io": [plain(x) for x in run.talk.io[since[3] :]],
     }
 
 
@@ -78,48 +78,50 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
         "format": SNAPSHOT_FORMAT,
         "version": SNAPSHOT_VERSION,
         **extra,
-        "state": str(run.state),
-        "pending": [record(c) for c in run.pending],
-        "ran": {call_id: plain(outcome) for call_id, outcome in run.ran.items()},
-        "approvals": dict(run.approvals),
-        "to_approve": [call.id for call in run.pending if call.id in run.to_approve] if run.to_approve else [],
-        "last_response": None if run.last_response is None else record(run.last_response),
+        "state": str(run.at.state),
+        "pending": [record(c) for c in run.calls.pending],
+        "ran": {call_id: plain(outcome) for call_id, outcome in run.calls.ran.items()},
+        "approvals": dict(run.calls.approvals),
+        "to_approve": [call.id for call in run.calls.pending if call.id in run.calls.to_approve]
+        if run.calls.to_approve
+        else [],
+        "last_response": None if run.talk.last_response is None else record(run.talk.last_response),
         "counters": {
-            "turns": run.turns,
-            "failures": run.failures,
-            "tool_calls": run.tool_calls,
-            "calls_by_tool": dict(run.calls_by_tool),
-            "last_signature": None if run.last_signature is None else list(run.last_signature),
-            "last_error": run.last_error,
-            "recent": [[name, arguments, result] for (name, arguments), result in run.recent],
-            "input_tokens": run.input_tokens,
-            "output_tokens": run.output_tokens,
-            "elapsed": run.elapsed,
-            "sent": run.sent,
+            "turns": run.counts.turns,
+            "failures": run.counts.failures,
+            "tool_calls": run.counts.tool_calls,
+            "calls_by_tool": dict(run.counts.calls_by_tool),
+            "last_signature": None if run.counts.last_signature is None else list(run.counts.last_signature),
+            "last_error": run.talk.last_error,
+            "recent": [[name, arguments, result] for (name, arguments), result in run.counts.recent],
+            "input_tokens": run.counts.input_tokens,
+            "output_tokens": run.counts.output_tokens,
+            "elapsed": run.counts.elapsed,
+            "sent": run.talk.sent,
         },
-        "frozen": {"cancelled": run.cancelled} if run.frozen else None,
+        "frozen": {"cancelled": run.counts.cancelled} if run.at.frozen else None,
         "limits": record(run.limits),
-        "finalizing": run.finalizing,
-        "finalize_evidence": run.finalize_evidence,
-        "reason": run.reason,
-        "final": run.final,
-        "evidence": run.evidence,
-        "unfinished": run.unfinished,
-        "error": _error_text(run.model_exception or run.condition_error),
+        "finalizing": run.at.finalizing,
+        "finalize_evidence": run.at.finalize_evidence,
+        "reason": run.at.reason,
+        "final": run.at.final,
+        "evidence": run.at.evidence,
+        "unfinished": run.at.unfinished,
+        "error": _error_text(run.faults.model_exception or run.faults.condition_error),
         "compaction": _compaction(run),
     }
 
 
 def _compaction(run: Run) -> dict[str, Any] | None:
     """A compacted history (what the model is sent before the run's messages from ``start`` on), or None."""
-    if run.context_head is None:
+    if run.talk.context_head is None:
         return None
     return {
-        "head": [plain(message) for message in run.context_head],
-        "start": run.context_start,
-        "turn": run.compacted_turn,
-        "due": run.compacting,
-        "error": run.compact_error,
+        "head": [plain(message) for message in run.talk.context_head],
+        "start": run.talk.context_start,
+        "turn": run.counts.compacted_turn,
+        "due": run.talk.compacting,
+        "error": run.talk.compact_error,
     }
 
 
@@ -286,47 +288,51 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     if not isinstance(counters, dict):
         msg = f"snapshot field counters must be an object, got {type(counters).__name__}"
         raise SnapshotError(msg)
-    run.turns, run.failures, run.tool_calls = (_count(counters, n) for n in ("turns", "failures", "tool_calls"))
-    run.input_tokens, run.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
-    run.calls_by_tool = _by_tool(counters)
-    run.elapsed = _seconds(counters)
-    run.sent = _count({"sent": 0, **counters}, "sent")  # a snapshot from before history processors has none
+    run.counts.turns, run.counts.failures, run.counts.tool_calls = (
+        _count(counters, n) for n in ("turns", "failures", "tool_calls")
+    )
+    run.counts.input_tokens, run.counts.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
+    run.counts.calls_by_tool = _by_tool(counters)
+    run.counts.elapsed = _seconds(counters)
+    run.talk.sent = _count({"sent": 0, **counters}, "sent")  # a snapshot from before history processors has none
     _check_fields(data)
-    run.state = State(state)
-    run.messages[:] = _items(data, "messages", _message)
-    run.steps[:] = _items(data, "steps", lambda s: _typed(Step(**s), index=int, kind=str, detail=str))
-    run.trace[:] = _items(data, "trace", lambda t: _transition(t, states))
-    run.io[:] = _items({"io": [], **data}, "io", exchange_of)
-    run.pending = deque(_items(data, "pending", _call))
-    run.evidence, run.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])
+    run.at.state = State(state)
+    run.talk.messages[:] = _items(data, "messages", _message)
+    run.talk.steps[:] = _items(data, "steps", lambda s: _typed(Step(**s), index=int, kind=str, detail=str))
+    run.at.trace[:] = _items(data, "trace", lambda t: _transition(t, states))
+    run.talk.io[:] = _items({"io": [], **data}, "io", exchange_of)
+    run.calls.pending = deque(_items(data, "pending", _call))
+    run.at.evidence, run.at.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])
     try:
-        run.ran = {str(k): ToolResult(**{**v, "child": child_outcome(v.get("child"))}) for k, v in data["ran"].items()}
-        run.approvals = dict(data["approvals"])
-        run.to_approve = _to_approve(data, run)
-        run.last_response = _response(data["last_response"])
+        run.calls.ran = {
+            str(k): ToolResult(**{**v, "child": child_outcome(v.get("child"))}) for k, v in data["ran"].items()
+        }
+        run.calls.approvals = dict(data["approvals"])
+        run.calls.to_approve = _to_approve(data, run)
+        run.talk.last_response = _response(data["last_response"])
         signature = counters["last_signature"]
-        run.last_signature = None if signature is None else (str(signature[0]), str(signature[1]))
-        run.last_error = counters["last_error"]
-        run.recent.clear()
-        run.recent.extend(((str(n), str(a)), str(r)) for n, a, r in counters["recent"])
+        run.counts.last_signature = None if signature is None else (str(signature[0]), str(signature[1]))
+        run.talk.last_error = counters["last_error"]
+        run.counts.recent.clear()
+        run.counts.recent.extend(((str(n), str(a)), str(r)) for n, a, r in counters["recent"])
         frozen = data["frozen"]
-        run.frozen = frozen is not None
-        run.cancelled = bool(frozen and frozen["cancelled"])
-        run.finalizing = data["finalizing"]
-        run.reason = data["reason"]
-        run.final = data["final"]
-        run.unfinished = data["unfinished"]
+        run.at.frozen = frozen is not None
+        run.counts.cancelled = bool(frozen and frozen["cancelled"])
+        run.at.finalizing = data["finalizing"]
+        run.at.reason = data["reason"]
+        run.at.final = data["final"]
+        run.at.unfinished = data["unfinished"]
     except SnapshotError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         msg = f"snapshot is malformed: {type(exc).__name__}: {exc}"
         raise SnapshotError(msg) from exc
     if data.get("error") is not None:
-        run.model_exception = RuntimeError(data["error"])
-    run.prior = _prior(data, len(run.messages))
+        run.faults.model_exception = RuntimeError(data["error"])
+    run.talk.prior = _prior(data, len(run.talk.messages))
     _load_compaction(run, data.get("compaction"))
     # Each answer sent back is one output_invalid edge of the trace: the count needs no field of its own.
-    run.output_retries = sum(1 for entry in run.trace if entry.guard == "output_invalid")
+    run.counts.output_retries = sum(1 for entry in run.at.trace if entry.guard == "output_invalid")
     problems = contradictions(run)
     if problems:
         msg = "snapshot contradicts itself: " + "; ".join(problems)
@@ -343,11 +349,11 @@ def _load_compaction(run: Run, data: Any) -> None:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         msg = f"snapshot field compaction is malformed: {type(exc).__name__}: {exc}"
         raise SnapshotError(msg) from exc
-    if not (isinstance(start, int) and 0 <= start <= len(run.messages) and isinstance(turn, int)):
+    if not (isinstance(start, int) and 0 <= start <= len(run.talk.messages) and isinstance(turn, int)):
         msg = f"snapshot field compaction has start {start!r} and turn {turn!r}, outside the run's messages and turns"
         raise SnapshotError(msg)
-    run.context_head, run.context_start, run.compacted_turn = head, start, turn
-    run.compacting, run.compact_error = bool(due), str(error)
+    run.talk.context_head, run.talk.context_start, run.counts.compacted_turn = head, start, turn
+    run.talk.compacting, run.talk.compact_error = bool(due), str(error)
 
 
 def _prior(data: dict[str, Any], messages: int) -> int:
@@ -369,7 +375,9 @@ def _to_approve(data: dict[str, Any], run: Run) -> set[str]:
     if "to_approve" not in data:
         if not data.get("paused"):
             return set()
-        return {call.id for call in run.pending if call.id not in run.approvals and call.id not in run.ran}
+        return {
+            call.id for call in run.calls.pending if call.id not in run.calls.approvals and call.id not in run.calls.ran
+        }
     ids = data["to_approve"]
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         msg = f"snapshot field to_approve must be a list of call ids, got {ids!r}"

@@ -125,7 +125,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         # Finalize is tried only where a stop with that policy is checked, so other runs pay nothing for it.
         self.finalize_from = settings.walker.finalize_sources(run.policies) if run.policies else _NOWHERE
         # A live view, so one serves every model call of the run.
-        self._messages = MessagesView(run.messages)
+        self._messages = MessagesView(run.talk.messages)
         # The trigger a model outcome implies, from accept_* until step() fires it.
         self._replied: str | None = None
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
@@ -137,19 +137,19 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     @property
     def done(self) -> bool:
         """True once the run is in ``Done`` or ``Failed``."""
-        return self.run.state in TERMINAL
+        return self.run.at.state in TERMINAL
 
     @property
     def paused(self) -> bool:
         """True while the next tool call waits for a person's decision (the hold ``HOLDS`` declares for the state)."""
         run = self.run
-        hold = HOLDS.get(run.state) if run.to_approve else None
+        hold = HOLDS.get(run.at.state) if run.calls.to_approve else None
         return hold is not None and hold(run)
 
     @property
     def gated(self) -> bool:
         """Whether this run can pause: its agent asks for approvals, or it holds calls that wait for one."""
-        return self.approve is not None or bool(self.run.to_approve)
+        return self.approve is not None or bool(self.run.calls.to_approve)
 
     def effect(self, *, parallel: bool = False) -> Effect | None:
         """The I/O the next transition needs, or None (none needed, or the run is finished or paused).
@@ -160,66 +160,72 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         edges the plan assumed.
         """
         run = self.run
-        state = run.state
+        state = run.at.state
         if state is AwaitModel:
             if self._replied is not None:
                 return None
             # Most runs have no start rows at all (no deadline, cancel token or input guardrail): none to look at.
-            if run.turns == 0 and run.rows.get(_START) and self._start_row() is not None:
+            if run.counts.turns == 0 and run.rows.get(_START) and self._start_row() is not None:
                 return None
-            tools = [] if run.finalizing is not None else self.schemas
-            if run.context_head is None:
-                return ModelCall(self._messages, tools, run.turns + 1)
+            tools = [] if run.at.finalizing is not None else self.schemas
+            if run.talk.context_head is None:
+                return ModelCall(self._messages, tools, run.counts.turns + 1)
             return self._compacted_call(tools)
         if state is Dispatch:
             return None if self.output is None else self._answer_check()
-        if state is not ExecuteTool or (run.to_approve and self.paused):
+        if state is not ExecuteTool or (run.calls.to_approve and self.paused):
             return None
-        call = run.pending[0]
-        approvals = run.approvals  # _rejected, inlined: only a run with decisions can hold a rejection
-        if call.id in run.ran or (approvals and approvals.get(call.id, True) is not True):
+        call = run.calls.pending[0]
+        approvals = run.calls.approvals  # _rejected, inlined: only a run with decisions can hold a rejection
+        if call.id in run.calls.ran or (approvals and approvals.get(call.id, True) is not True):
             return None
         if not parallel:
             return ToolBatch((call,))
         batch = plan_batch(run, self._cleared)
-        batch = [c for c in batch if c.id not in run.ran]
+        batch = [c for c in batch if c.id not in run.calls.ran]
         if len(batch) > 1:
-            run.frozen = True
+            run.at.frozen = True
         return ToolBatch(tuple(batch))
 
     def _compacted_call(self, tools: list[JSONSchema]) -> ModelCall | CompactHistory:
         """The model call of a run whose history was compacted (or the compaction, while it is due)."""
         run = self.run
-        messages = tuple(run.context_head or ()) + tuple(run.messages[run.context_start :])
-        if run.compacting:
+        messages = tuple(run.talk.context_head or ()) + tuple(run.talk.messages[run.talk.context_start :])
+        if run.talk.compacting:
             assert self.compact is not None  # only an agent with compact= takes the compaction edge
             return CompactHistory(messages, self.compact)
         self.will_send(messages)
-        return ModelCall(messages, tools, run.turns + 1)
+        return ModelCall(messages, tools, run.counts.turns + 1)
 
     def accept_compaction(self, result: object) -> None:
         """The history was compacted to ``result`` (or compacting raised it): the call is made again, or stops."""
         run = self.run
-        if run.state is not AwaitModel or not run.compacting:
-            msg = f"the run is in {run.state} and waits for no compaction"
+        if run.at.state is not AwaitModel or not run.talk.compacting:
+            msg = f"the run is in {run.at.state} and waits for no compaction"
             raise RunStateError(msg)
-        run.compacting = False
+        run.talk.compacting = False
         problem = compaction_problem(result)
         if problem is not None:
             # The overflow stands and is not compacted again: the next step stops the run with context_overflow.
-            run.compact_error, run.compacted_turn = problem, run.turns - 1
+            run.talk.compact_error, run.counts.compacted_turn = problem, run.counts.turns - 1
             self._replied = MODEL_FAILED
             return
         assert isinstance(result, list)  # compaction_problem checked it
-        before = len(run.context_head or ()) + len(run.messages) - run.context_start
-        run.context_head, run.context_start, run.compacted_turn = list(result), len(run.messages), run.turns
-        run.steps.append(Step(run.turns - 1, "compaction", f"{before} messages -> {len(result)}", run.counters()))
+        before = len(run.talk.context_head or ()) + len(run.talk.messages) - run.talk.context_start
+        run.talk.context_head, run.talk.context_start, run.counts.compacted_turn = (
+            list(result),
+            len(run.talk.messages),
+            run.counts.turns,
+        )
+        run.talk.steps.append(
+            Step(run.counts.turns - 1, "compaction", f"{before} messages -> {len(result)}", run.counters())
+        )
 
     def _answer_check(self) -> CheckOutput | None:
         """The check a typed agent's final answer needs, once per answer; None for a reply with tool calls."""
         run, output = self.run, self.output
-        answer = run.last_response
-        if output is None or run.output_checked or answer is None or answer.message.tool_calls:
+        answer = run.talk.last_response
+        if output is None or run.talk.output_checked or answer is None or answer.message.tool_calls:
             return None
         return CheckOutput(answer.message.content, output)
 
@@ -235,7 +241,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             try:
                 row = first_row(run, START)
             except ConditionError as exc:
-                run.condition_error, run.condition_name = exc.error, exc.name
+                run.faults.condition_error, run.faults.condition_name = exc.error, exc.name
                 row = first_row(run, START)
             self._start = row
         return row
@@ -245,57 +251,57 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     def accept_reply(self, response: object) -> None:
         """The model replied: count the turn and keep the reply; ``step()`` then moves on (or stops)."""
         run = self.run
-        if run.state is not AwaitModel or self._replied is not None:
+        if run.at.state is not AwaitModel or self._replied is not None:
             self._expect(AwaitModel)
-        run.turns += 1
+        run.counts.turns += 1
         problem = ledger.malformed(response)
         if problem is not None:
             self._log_model(None, f"TypeError: {problem}")
-            run.model_exception, self._replied = TypeError(problem), MODEL_FAILED
+            run.faults.model_exception, self._replied = TypeError(problem), MODEL_FAILED
             return
         assert isinstance(response, ModelResponse)  # malformed() checked it; this tells the type checker
         self._log_model(response, None)
         problem = ledger.record_reply(run, response)
         if problem is not None:
             # The reply is kept (messages, pending calls), but it cannot be acted on.
-            run.model_exception, self._replied = ValueError(problem), MODEL_FAILED
+            run.faults.model_exception, self._replied = ValueError(problem), MODEL_FAILED
             return
-        if self.approve is not None and run.pending:
+        if self.approve is not None and run.calls.pending:
             self.gate()
         self._replied = REPLIED
 
     def accept_model_error(self, error: BaseException) -> None:
         """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``."""
         self._expect(AwaitModel)
-        self.run.turns += 1
+        self.run.counts.turns += 1
         self._log_model(None, f"{type(error).__name__}: {error}")
-        self.run.model_exception = error
+        self.run.faults.model_exception = error
         self._replied = MODEL_FAILED
 
     def accept_output(self, value: object) -> None:
         """The answer was checked: its value, or an ``Invalid`` saying why not; ``step()`` then takes the edge."""
         run = self.run
-        if run.state is not Dispatch or self.output is None or run.output_checked:
-            msg = f"the run is in {run.state} and waits for no output check"
+        if run.at.state is not Dispatch or self.output is None or run.talk.output_checked:
+            msg = f"the run is in {run.at.state} and waits for no output check"
             raise RunStateError(msg)
-        run.output_checked = True
+        run.talk.output_checked = True
         if isinstance(value, Invalid):
-            run.output_problem = (value.errors, value.retryable)
+            run.talk.output_problem = (value.errors, value.retryable)
         else:
-            run.output = value
+            run.talk.output = value
 
     def accept_tool(self, call: ToolCall, outcome: ToolResult) -> None:
         """A tool call finished: keep its outcome by call id until the machine replays it."""
-        pending = self.run.pending
+        pending = self.run.calls.pending
         if not (pending and pending[0].id == call.id) and not any(waiting.id == call.id for waiting in pending):
             msg = f"no pending tool call has id {call.id!r}"
             raise RunStateError(msg)
-        self.run.ran[call.id] = outcome
+        self.run.calls.ran[call.id] = outcome
         self._log_tool(call, outcome)
 
     def _expect(self, state: State) -> None:
-        if self.run.state is not state or self._replied is not None:
-            msg = f"the run is in {self.run.state}; this outcome belongs to {state}"
+        if self.run.at.state is not state or self._replied is not None:
+            msg = f"the run is in {self.run.at.state}; this outcome belongs to {state}"
             raise RunStateError(msg)
 
     # --- transitions ----------------------------------------------------------------------------------------
@@ -303,7 +309,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     def step(self) -> Transition:
         """Fire exactly one transition that needs no further I/O, and return the edge taken."""
         run = self.run
-        state = run.state
+        state = run.at.state
         # The states in the order a turn meets them most: a terminal run is caught after the three cheap checks.
         if state is CheckTruncation:
             trigger = CHECK
@@ -315,7 +321,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
                 return self._take_start()
             trigger, self._replied = replied, None
         elif state in TERMINAL:
-            msg = f"the run already finished in {state} (reason {run.reason!r}); start a new run"
+            msg = f"the run already finished in {state} (reason {run.at.reason!r}); start a new run"
             raise RunStateError(msg)
         else:
             self._replay_tool()
@@ -331,7 +337,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         to await.
         """
         run = self.run
-        while run.state not in TERMINAL:
+        while run.at.state not in TERMINAL:
             effect = self.effect(parallel=parallel)
             if effect is not None:
                 yield effect
@@ -342,7 +348,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     def _take_start(self) -> Transition:
         """The ``start`` row ``effect()`` found before the first model call."""
         run = self.run
-        row = self._start_row() if run.turns == 0 else None
+        row = self._start_row() if run.counts.turns == 0 else None
         if row is None:
             msg = "the run needs a model call first: carry out effect() and accept its outcome"
             raise RunStateError(msg)
@@ -356,19 +362,19 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     def _replay_tool(self) -> None:
         """Record the outcome of the call about to leave ``ExecuteTool``: its result, or its rejection."""
         run = self.run
-        call = run.pending[0]
-        approvals = run.approvals  # only a run with decisions can hold a rejection: the others skip asking
+        call = run.calls.pending[0]
+        approvals = run.calls.approvals  # only a run with decisions can hold a rejection: the others skip asking
         decision = approvals.get(call.id, True) if approvals else True
-        outcome = run.ran.pop(call.id, None) if decision is True else self._rejection_result(call, decision)
+        outcome = run.calls.ran.pop(call.id, None) if decision is True else self._rejection_result(call, decision)
         if outcome is None:  # nothing was changed, so the decision given for the call is kept
             reason = "waits for a person's decision" if self.paused else "has not run yet"
             msg = f"tool call {call.name} ({call.id}) {reason}: carry out effect() and accept its outcome"
             raise RunStateError(msg)
         if approvals:
             approvals.pop(call.id, None)
-        if run.to_approve:
-            run.to_approve.discard(call.id)
-        run.pending.popleft()
+        if run.calls.to_approve:
+            run.calls.to_approve.discard(call.id)
+        run.calls.pending.popleft()
         ledger.record_tool(run, call, outcome)
 
     def interrupt(self, trigger: str, unfinished: str | None) -> Transition:
@@ -378,10 +384,10 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         time was up before the call could start, so none was made.
         """
         run = self.run
-        if run.state is AwaitModel and self._replied is None and unfinished is not None:
-            run.turns += 1  # the call was made, and may be billed
+        if run.at.state is AwaitModel and self._replied is None and unfinished is not None:
+            run.counts.turns += 1  # the call was made, and may be billed
         self._replied = None
-        run.unfinished = unfinished
+        run.at.unfinished = unfinished
         return fire(self, trigger)
 
     def evidence(self, reason: str) -> dict[str, Any]:

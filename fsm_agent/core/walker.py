@@ -109,8 +109,8 @@ class Walker:
     def take(self, run: Run, row: Row) -> Transition:
         """Move ``run`` along ``row`` (found by ``first_row``) and record the edge in its trace."""
         entry = row.entry
-        run.state = row.dest
-        run.trace.append(entry)
+        run.at.state = row.dest
+        run.at.trace.append(entry)
         if WATCHERS:
             notify(entry)
         return entry

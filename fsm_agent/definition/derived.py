@@ -16,20 +16,20 @@ from fsm_agent.definition.stops import blocking_stop
 
 
 def _lifted(run: Run) -> bool:
-    stop = run.table_stops.get(run.reason or "")
+    stop = run.table_stops.get(run.at.reason or "")
     return stop is not None and stop.resume == "lift" and stop.guard is not None and not stop.guard(run)
 
 
 @fact("pending", "reason")
 def resumes_before_tool(run: Run) -> bool:
     """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
-    return bool(run.pending) and _lifted(run)
+    return bool(run.calls.pending) and _lifted(run)
 
 
 @fact("pending", "reason")
 def resumes_before_model(run: Run) -> bool:
     """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
-    return not run.pending and _lifted(run) and blocking_stop(run) is None
+    return not run.calls.pending and _lifted(run) and blocking_stop(run) is None
 
 
 @fact("output_problem", "finalizing", "output_retries")
@@ -41,12 +41,12 @@ def output_invalid(run: Run) -> bool:
     model call (``max_steps``, ``token_budget``, ``timeout``, ``cancelled``)
     leave the next row, ``Failed[output_invalid]``, to take the answer.
     """
-    problem = run.output_problem
+    problem = run.talk.output_problem
     return (
         problem is not None
         and problem[1]
-        and run.finalizing is None
-        and run.output_retries < run.output_retry_limit
+        and run.at.finalizing is None
+        and run.counts.output_retries < run.output_retry_limit
         and blocking_stop(run) is None
     )
 
@@ -62,7 +62,7 @@ def compacts_history(run: Run) -> bool:
     return (
         run.policies.get("context_overflow") == "compact"
         and context_overflowed(run)
-        and run.turns != run.compacted_turn + 1
+        and run.counts.turns != run.counts.compacted_turn + 1
         and blocking_stop(run) is None
     )
 
@@ -70,5 +70,5 @@ def compacts_history(run: Run) -> bool:
 @fact("reason", "retry_model")
 def retries_model_call(run: Run) -> bool:
     """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
-    stop = run.table_stops.get(run.reason or "")
-    return stop is not None and stop.resume == "retry" and run.retry_model and blocking_stop(run) is None
+    stop = run.table_stops.get(run.at.reason or "")
+    return stop is not None and stop.resume == "retry" and run.at.retry_model and blocking_stop(run) is None

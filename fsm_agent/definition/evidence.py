@@ -15,41 +15,41 @@ from fsm_agent.definition.run import Run, signature
 
 
 def reply_of(run: Run) -> Any:
-    return run.last_response.message if run.last_response is not None else None
+    return run.talk.last_response.message if run.talk.last_response is not None else None
 
 
 def model_error(run: Run) -> dict[str, Any]:
     """`error`, `type`: the exception the model call raised (or why its reply was unusable)."""
-    exc = run.model_exception
+    exc = run.faults.model_exception
     return {"error": str(exc), "type": type(exc).__name__}
 
 
 def cancelled(run: Run) -> dict[str, Any]:
     """`why` (the text given to `cancel()`), `state` the run was leaving, `unfinished` call if one was cut off."""
-    out: dict[str, Any] = {"why": run.cancel_why or "the task running the run was cancelled"}
-    out["state"] = str(run.trace[-1].source)
-    if run.unfinished is not None:
-        out["unfinished"] = run.unfinished
+    out: dict[str, Any] = {"why": run.counts.cancel_why or "the task running the run was cancelled"}
+    out["state"] = str(run.at.trace[-1].source)
+    if run.at.unfinished is not None:
+        out["unfinished"] = run.at.unfinished
     return out
 
 
 def timeout(run: Run) -> dict[str, Any]:
     """`elapsed` against `timeout`, in seconds, and the `unfinished` call the deadline cut off, if any."""
-    out: dict[str, Any] = {"elapsed": run.seconds, "timeout": run.limits.timeout}
-    if run.unfinished is not None:
-        out["unfinished"] = run.unfinished
+    out: dict[str, Any] = {"elapsed": run.counts.seconds, "timeout": run.limits.timeout}
+    if run.at.unfinished is not None:
+        out["unfinished"] = run.at.unfinished
     return out
 
 
 def hook_error(run: Run) -> dict[str, Any]:
     """`error`, `type`: the hook's exception (also the `AgentLoopError`'s `__cause__`)."""
-    return {"error": str(run.hook_error), "type": type(run.hook_error).__name__}
+    return {"error": str(run.faults.hook_error), "type": type(run.faults.hook_error).__name__}
 
 
 def condition_error(run: Run) -> dict[str, Any]:
     """`condition`, `error`, `type`: which check raised and what (also the `AgentLoopError`'s `__cause__`)."""
-    exc = run.condition_error
-    return {"condition": run.condition_name, "error": str(exc), "type": type(exc).__name__}
+    exc = run.faults.condition_error
+    return {"condition": run.faults.condition_name, "error": str(exc), "type": type(exc).__name__}
 
 
 def max_tokens(run: Run) -> dict[str, Any]:
@@ -70,26 +70,30 @@ def refusal(run: Run) -> dict[str, Any]:
 
 def finalize_failed(run: Run) -> dict[str, Any]:
     """`tool_calls`: the tools the finalize reply asked for anyway."""
-    return {"tool_calls": [call.name for call in run.pending]}
+    return {"tool_calls": [call.name for call in run.calls.pending]}
 
 
 def repeated_action(run: Run) -> dict[str, Any]:
     """`signature` (`name`, canonical `arguments`) and `tool_call_id` of the call not made."""
-    call = run.pending[0]
+    call = run.calls.pending[0]
     name, arguments = signature(call)
     return {"signature": {"name": name, "arguments": arguments}, "tool_call_id": call.id}
 
 
 def max_tool_calls(run: Run) -> dict[str, Any]:
     """`tool`, `scope` (the tool's own cap or `*`), `used` against `limit`."""
-    name = run.pending[0].name
-    scope, used, cap = g.cap_reached(run, name) or ("*", run.tool_calls, 0)
+    name = run.calls.pending[0].name
+    scope, used, cap = g.cap_reached(run, name) or ("*", run.counts.tool_calls, 0)
     return {"tool": name, "scope": scope, "used": used, "limit": cap}
 
 
 def tool_failures(run: Run) -> dict[str, Any]:
     """`failures` against `limit`, and `last_error`."""
-    return {"failures": run.failures, "limit": run.limits.max_consecutive_failures, "last_error": run.last_error}
+    return {
+        "failures": run.counts.failures,
+        "limit": run.limits.max_consecutive_failures,
+        "last_error": run.talk.last_error,
+    }
 
 
 def _decoded(name: str, arguments: str) -> dict[str, Any]:
@@ -102,26 +106,26 @@ def _decoded(name: str, arguments: str) -> dict[str, Any]:
 
 def cycle(run: Run) -> dict[str, Any]:
     """`period`, `calls` (one period of the cycle, name and arguments) and `window`."""
-    period = g.find_cycle(run.recent)
-    calls = [_decoded(*sig) for sig, _ in list(run.recent)[-period:]]
+    period = g.find_cycle(run.counts.recent)
+    calls = [_decoded(*sig) for sig, _ in list(run.counts.recent)[-period:]]
     return {"period": period, "calls": calls, "window": run.limits.cycle_window}
 
 
 def token_budget(run: Run) -> dict[str, Any]:
     """`tokens` against `budget`, split into `input_tokens` and `output_tokens`."""
     return {
-        "tokens": run.tokens,
+        "tokens": run.counts.tokens,
         "budget": run.limits.token_budget,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
+        "input_tokens": run.counts.input_tokens,
+        "output_tokens": run.counts.output_tokens,
     }
 
 
 def max_steps(run: Run) -> dict[str, Any]:
     """`turns` against `limit`."""
-    return {"turns": run.turns, "limit": run.limits.max_steps}
+    return {"turns": run.counts.turns, "limit": run.limits.max_steps}
 
 
 def child_stopped(run: Run) -> dict[str, Any]:
     """`child_run_id`, and the child's `reason` and `evidence`."""
-    return dict(run.child_stop or {})
+    return dict(run.calls.child_stop or {})

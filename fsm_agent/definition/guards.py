@@ -108,23 +108,23 @@ EVERY_EDGE = (("*", "*"),)
 """The clock's: the driver writes ``elapsed`` before a transition (or after a call)."""
 STEPS = Meter(
     "steps",
-    "turns",
+    "counts.turns",
     attrgetter("max_steps"),
     "max_steps",
     (*MODEL_OUTCOMES, ("AwaitModel", "interrupted"), ("AwaitModel", "expired")),  # a call cut off may be billed
 )
 TOKENS = Meter(
     "tokens",
-    "tokens",
+    "counts.tokens",
     attrgetter("token_budget"),
     "token_budget",
     (*MODEL_OUTCOMES, *TOOL_OUTCOME),  # a sub-agent's tokens are its parent's
 )
 FAILURES = Meter(
-    "failures", "failures", attrgetter("max_consecutive_failures"), "max_consecutive_failures", TOOL_OUTCOME
+    "failures", "counts.failures", attrgetter("max_consecutive_failures"), "max_consecutive_failures", TOOL_OUTCOME
 )
-TOOL_CALLS = Meter("tool_calls", "tool_calls", attrgetter("total_tool_calls"), "max_tool_calls", TOOL_OUTCOME)
-SECONDS = Meter("seconds", "seconds", attrgetter("timeout"), "timeout", EVERY_EDGE)
+TOOL_CALLS = Meter("tool_calls", "counts.tool_calls", attrgetter("total_tool_calls"), "max_tool_calls", TOOL_OUTCOME)
+SECONDS = Meter("seconds", "counts.seconds", attrgetter("timeout"), "timeout", EVERY_EDGE)
 METERS = (SECONDS, TOOL_CALLS, FAILURES, TOKENS, STEPS)
 """Every built-in meter, in the order ``Step.counters`` lists them."""
 
@@ -132,64 +132,66 @@ METERS = (SECONDS, TOOL_CALLS, FAILURES, TOKENS, STEPS)
 @fact("last_response")
 def is_truncated(run: Run) -> bool:
     """The model's output hit its length limit (``stop_reason == "max_tokens"``), so the reply is incomplete."""
-    return run.last_response is not None and run.last_response.stop_reason == "max_tokens"
+    return run.talk.last_response is not None and run.talk.last_response.stop_reason == "max_tokens"
 
 
 @fact("last_response")
 def is_refusal(run: Run) -> bool:
     """The provider refused or filtered the reply (``stop_reason == "refusal"``), so it is not an answer."""
-    return run.last_response is not None and run.last_response.stop_reason == "refusal"
+    return run.talk.last_response is not None and run.talk.last_response.stop_reason == "refusal"
 
 
 @fact("last_response")
 def has_no_tool_calls(run: Run) -> bool:
     """The assistant message asks for no tool: its text is the final answer."""
-    return run.last_response is not None and not run.last_response.message.tool_calls
+    return run.talk.last_response is not None and not run.talk.last_response.message.tool_calls
 
 
 @fact("model_exception")
 def context_overflowed(run: Run) -> bool:
     """The model call failed because its input does not fit the model's context window (``ContextOverflowError``)."""
-    return isinstance(run.model_exception, ContextOverflowError)
+    return isinstance(run.faults.model_exception, ContextOverflowError)
 
 
 @fact("output_problem")
 def output_rejected(run: Run) -> bool:
     """A typed agent's final answer failed its output type or a validator, and the model is not asked again."""
-    return run.output_problem is not None
+    return run.talk.output_problem is not None
 
 
 @fact("finalizing")
 def asks_tools_while_finalizing(run: Run) -> bool:
     """The last call was meant to answer without tools and asked for tools anyway."""
-    return run.finalizing is not None
+    return run.at.finalizing is not None
 
 
 @fact("cancelled")
 def is_cancelled(run: Run) -> bool:
     """Another thread called ``cancel()`` on the run's ``CancelToken``."""
-    return run.cancelled
+    return run.counts.cancelled
 
 
 @fact("hook_error")
 def hook_raised(run: Run) -> bool:
     """A hook of a ``strict_hooks`` agent raised since the last transition."""
-    return run.hook_error is not None
+    return run.faults.hook_error is not None
 
 
-deadline_passed = AtLimit("deadline_passed", SECONDS, "The run has used up its ``timeout`` seconds.", used="elapsed")
+deadline_passed = AtLimit(
+    "deadline_passed", SECONDS, "The run has used up its ``timeout`` seconds.", used="counts.elapsed"
+)
 
 
 @fact("condition_error")
 def condition_raised(run: Run) -> bool:
     """A ``StopCondition``'s check raised instead of answering, so the run cannot tell whether to stop."""
-    return run.condition_error is not None
+    return run.faults.condition_error is not None
 
 
 @fact("pending", "last_signature")
 def repeats_last_call(run: Run) -> bool:
     """The next tool call has the same name and arguments as the call executed just before it."""
-    return run.last_signature is not None and signature(run.pending[0]) == run.last_signature
+    return run.counts.last_signature is not None and signature(run.calls.pending[0]) == run.counts.last_signature
 
 
 def cap_reached(run: Run, name: str) -> tuple[str, int, int] | None:
@@ -198,12 +200,12 @@ def cap_reached(run: Run, name: str) -> tuple[str, int, int] | None:
     if caps is None:
         return None
     if isinstance(caps, int):
-        return ("*", run.tool_calls, caps) if run.tool_calls >= caps else None
-    used = run.calls_by_tool.get(name, 0)
+        return ("*", run.counts.tool_calls, caps) if run.counts.tool_calls >= caps else None
+    used = run.counts.calls_by_tool.get(name, 0)
     if name in caps and used >= caps[name]:
         return name, used, caps[name]
-    if "*" in caps and run.tool_calls >= caps["*"]:
-        return "*", run.tool_calls, caps["*"]
+    if "*" in caps and run.counts.tool_calls >= caps["*"]:
+        return "*", run.counts.tool_calls, caps["*"]
     return None
 
 
@@ -212,15 +214,15 @@ def tool_calls_exhausted(run: Run) -> bool:
     """Making the next tool call would exceed ``max_tool_calls`` (for the run or for that tool)."""
     return (
         run.limits.max_tool_calls is not None
-        and bool(run.pending)
-        and cap_reached(run, run.pending[0].name) is not None
+        and bool(run.calls.pending)
+        and cap_reached(run, run.calls.pending[0].name) is not None
     )
 
 
 @fact("child_stop")
 def passes_child_stop(run: Run) -> bool:
     """The sub-agent this tool call ran stopped, and its tool passes the stop on (``on_child_stop="raise"``)."""
-    return run.child_stop is not None
+    return run.calls.child_stop is not None
 
 
 failures_exhausted = AtLimit("failures_exhausted", FAILURES, "``max_consecutive_failures`` tool calls in a row failed.")
@@ -253,22 +255,22 @@ def find_cycle(recent: Sequence[tuple[Signature, str]]) -> int:
 @fact("recent", bound="cycle_window")
 def is_cycling(run: Run) -> bool:
     """The latest tool calls repeat a sequence of period 2 or more with identical results (see ``find_cycle``)."""
-    return run.limits.cycle_window >= 4 and len(run.recent) >= 4 and find_cycle(run.recent) > 0
+    return run.limits.cycle_window >= 4 and len(run.counts.recent) >= 4 and find_cycle(run.counts.recent) > 0
 
 
 @fact("pending")
 def has_pending_calls(run: Run) -> bool:
     """More tool calls of the current model turn wait to be dispatched."""
-    return bool(run.pending)
+    return bool(run.calls.pending)
 
 
 @fact("to_approve", "approvals", "pending")
 def awaits_decision(run: Run) -> bool:
     """The turn's next call needs a person's approval and has no decision yet: the run waits instead of making it."""
-    if not run.to_approve or not run.pending:
+    if not run.calls.to_approve or not run.calls.pending:
         return False
-    call = run.pending[0]
-    return call.id in run.to_approve and call.id not in run.approvals
+    call = run.calls.pending[0]
+    return call.id in run.calls.to_approve and call.id not in run.calls.approvals
 
 
 HOLDS: Mapping[State, Guard] = {State.ExecuteTool: awaits_decision}
@@ -304,9 +306,9 @@ def dormant_guards(
     """
     limits = run.limits
     dormant: list[Guard] = []
-    if not strict_hooks and run.hook_error is None:
+    if not strict_hooks and run.faults.hook_error is None:
         dormant.append(hook_raised)
-    if not cancellable and not run.cancelled:
+    if not cancellable and not run.counts.cancelled:
         dormant.append(is_cancelled)
     if limits.timeout is None:
         dormant.append(deadline_passed)
@@ -316,7 +318,7 @@ def dormant_guards(
         dormant.append(is_cycling)
     if limits.token_budget is None:
         dormant.append(budget_spent)
-    if run.finalizing is None and "finalize" not in run.policies.values():
+    if run.at.finalizing is None and "finalize" not in run.policies.values():
         dormant.append(asks_tools_while_finalizing)
     dormant.extend(also)  # guards of parts this module does not know of (the output check, in the table)
     return frozenset(dormant)

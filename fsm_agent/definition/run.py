@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 Signature = tuple[str, str]
 Counters = dict[str, list[int | float | None]]
+Reader = tuple[str, Callable[[Any], int | float | None], Callable[[Limits], int | float | None]]
+"""A meter as ``Run.counters`` reads it: its name, the reader of its count from a run, and its limit."""
 
 
 # Built once: json.dumps with options builds a new encoder per call, which costs more than the encoding.
@@ -47,7 +49,7 @@ def signature(call: ToolCall) -> Signature:
 class Meter(NamedTuple):
     """One counter against its limit, as ``Step.counters``, the status line and the evidence show it.
 
-    ``used`` names the attribute (or property) of ``Run`` holding the count;
+    ``used`` names the attribute of ``Run`` holding the count, by dotted path (``"counts.turns"``);
     ``limit`` reads the ceiling from the run's ``Limits`` (``None``: no limit)
     and ``bound`` names the ``Limits`` field that sets it.  ``moved_on``: the
     ``(state, trigger)`` pairs whose outcome moves the count (``("*", "*")``:
@@ -61,154 +63,76 @@ class Meter(NamedTuple):
     moved_on: tuple[tuple[str, str], ...] = ()
 
 
-class Run:
-    """Position and counters of one run; the guards are predicates over it."""
+class Place:
+    """Where a run is: its state, the transitions that led there, and how and why it stopped."""
 
-    # Slots: a run has more attributes than Python's shared instance dicts hold (30), and the guards
-    # read them on every transition.
     __slots__ = (
-        "approvals",
-        "call_ids",
-        "calls_by_tool",
-        "cancel_why",
-        "cancelled",
-        "child_stop",
-        "compact_error",
-        "compacted_turn",
-        "compacting",
-        "condition_error",
-        "condition_name",
-        "context_head",
-        "context_start",
-        "elapsed",
         "evidence",
-        "failures",
         "final",
         "finalize_evidence",
         "finalizing",
         "frozen",
-        "hook_error",
-        "input_tokens",
-        "io",
-        "last_error",
-        "last_response",
-        "last_signature",
-        "limits",
-        "messages",
-        "meters",
-        "model_exception",
-        "output",
-        "output_checked",
-        "output_problem",
-        "output_retries",
-        "output_retry_limit",
-        "output_tokens",
-        "pending",
-        "policies",
-        "prior",
-        "ran",
         "reason",
-        "recent",
         "retry_model",
-        "rows",
-        "sent",
         "state",
-        "steps",
-        "table_stops",
-        "to_approve",
-        "tool_calls",
         "trace",
-        "turns",
         "unfinished",
     )
 
-    def __init__(
-        self,
-        limits: Limits,
-        messages: list[Message],
-        *,
-        table: Table,
-        policies: Mapping[str, str] | None = None,
-        prior: int = 0,
-    ) -> None:
+    def __init__(self) -> None:
         self.state: State = AwaitModel
-        self.limits = limits
-        self.messages = messages
-        # Leading messages that came before this run (the system prompt and a continued conversation's history):
-        # the counters, the viewer and the telemetry read only the messages after them.
-        self.prior = prior
-        self.steps: list[Step] = []
         self.trace: list[Transition] = []
-        # What each model and tool call was sent and gave back (core.exchanges): a stored run's recording.
-        self.io: list[Any] = []
+        self.frozen = False
+        # The stop that a finalize call is answering for, once one was taken, and that stop's evidence.
+        self.finalizing: str | None = None
+        self.finalize_evidence: dict[str, Any] = {}
+        # Set by resume(retry=True): a model_error run may call the model again.
+        self.retry_model = False
+        # The call that was still running when the deadline passed or the task was cancelled.
+        self.unfinished: str | None = None
+        self.final = ""
+        self.reason: str | None = None
+        self.evidence: dict[str, Any] = {}
+
+
+class Counts:
+    """What a run has used so far: turns, calls, failures, tokens, seconds, and the cycle guard's memory."""
+
+    __slots__ = (
+        "calls_by_tool",
+        "cancel_why",
+        "cancelled",
+        "compacted_turn",
+        "elapsed",
+        "failures",
+        "input_tokens",
+        "last_signature",
+        "output_retries",
+        "output_tokens",
+        "recent",
+        "tool_calls",
+        "turns",
+    )
+
+    def __init__(self, cycle_window: int) -> None:
         # Model calls made so far; the current turn's index is turns - 1.
         self.turns = 0
         self.failures = 0
         self.tool_calls = 0
         self.calls_by_tool: dict[str, int] = {}
-        # Every tool call id the conversation holds, so a reply reusing one gets a fresh one (None: not gathered
-        # yet; gathered from the messages at the first reply with calls, so a loaded or continued run needs none).
-        self.call_ids: set[str] | None = None
         self.last_signature: Signature | None = None
-        self.last_error: str | None = None
-        self.last_response: ModelResponse | None = None
-        # Tool calls of the current turn not executed yet; in ExecuteTool, pending[0] is the call about to run.
-        self.pending: deque[ToolCall] = deque()
-        # Outcomes of calls that ran (a parallel batch) but are not replayed through the machine yet, by call id.
-        self.ran: dict[str, ToolResult] = {}
-        # Decisions on calls that need approval, by call id: True runs it, False or a reason text rejects it.
-        self.approvals: dict[str, bool | str] = {}
-        # Pending calls that wait for a person's decision, fixed when the reply arrived: the run keeps them, so
-        # whichever agent, driver or process resumes it, an undecided call never runs (an agent's approve= only adds).
-        self.to_approve: set[str] = set()
         # (signature, result) of the latest executed calls, for the cycle guard; bounded by cycle_window, given by
         # position: deque(maxlen=) costs twice as much (a dict for the keyword), on every run.
-        self.recent: deque[tuple[Signature, str]] = deque((), limits.cycle_window or 1)  # noqa: RUF037
-        # What a failed model call raised (model_error), a strict hook raised (hook_error), a user check raised.
-        self.model_exception: BaseException | None = None
-        self.hook_error: BaseException | None = None
-        self.condition_error: BaseException | None = None
-        self.condition_name = ""
-        # The call that was still running when the deadline passed or the task was cancelled.
-        self.unfinished: str | None = None
+        self.recent: deque[tuple[Signature, str]] = deque((), cycle_window)  # noqa: RUF037
         self.input_tokens = 0
         self.output_tokens = 0
         # Told by the driver before each transition or after each call; a replayed parallel batch keeps its plan's.
         self.elapsed = 0.0
         self.cancelled = False
         self.cancel_why = ""
-        self.frozen = False
-        self.policies: Mapping[str, str] = policies or {}
-        self.meters: tuple[Meter, ...] = table.meters
-        self.rows: Mapping[tuple[State, str], Sequence[Row]] = table.index
-        self.table_stops: Mapping[str, Stop] = table.stop_for
-        # The stop that a finalize call is answering for, once one was taken, and that stop's evidence.
-        self.finalizing: str | None = None
-        self.finalize_evidence: dict[str, Any] = {}
-        # Set by resume(retry=True): a model_error run may call the model again.
-        self.retry_model = False
-        # A typed agent's check of the latest answer: done or not, its value, or why it is not accepted
-        # (and whether asking again may help); retries taken so far against the agent's output_retries.
-        # A compacted history: the model is sent context_head, then the messages from context_start on, while
-        # messages keeps everything; compacted_turn is the turn that overflowed (-1: none), compacting says the
-        # compaction is due, compact_error why it failed.  sent: how many messages the model call of the current
-        # turn was sent, when compaction or history processors changed them (0: the whole conversation).
-        # A sub-agent's stop that its tool passes on (on_child_stop="raise"), until child_stopped takes it.
-        self.child_stop: dict[str, Any] | None = None
-        self.context_head: list[Message] | None = None
-        self.context_start = 0
-        self.compacted_turn = -1
-        self.compacting = False
-        self.compact_error = ""
-        self.sent = 0
-        self.output_checked = False
-        self.output: Any = None
-        self.output_problem: tuple[tuple[str, ...], bool] | None = None
+        # Output retries taken so far against the agent's output_retries; the turn that overflowed (-1: none).
         self.output_retries = 0
-        self.output_retry_limit = 0
-        self.final = ""
-        self.reason: str | None = None
-        self.evidence: dict[str, Any] = {}
+        self.compacted_turn = -1
 
     @property
     def tokens(self) -> int:
@@ -220,10 +144,150 @@ class Run:
         """``elapsed`` to the microsecond, as the counters show it (arithmetic: ``round`` is far slower)."""
         return int(self.elapsed * 1e6 + 0.5) / 1e6
 
+
+class Talk:
+    """The conversation: messages, steps, the latest reply, what the model was sent, and a typed answer's check."""
+
+    __slots__ = (
+        "compact_error",
+        "compacting",
+        "context_head",
+        "context_start",
+        "io",
+        "last_error",
+        "last_response",
+        "messages",
+        "output",
+        "output_checked",
+        "output_problem",
+        "prior",
+        "sent",
+        "steps",
+    )
+
+    def __init__(self, messages: list[Message], prior: int) -> None:
+        self.messages = messages
+        # Leading messages that came before this run (the system prompt and a continued conversation's history):
+        # the counters, the viewer and the telemetry read only the messages after them.
+        self.prior = prior
+        self.steps: list[Step] = []
+        # What each model and tool call was sent and gave back (core.exchanges): a stored run's recording.
+        self.io: list[Any] = []
+        self.last_error: str | None = None
+        self.last_response: ModelResponse | None = None
+        # A compacted history: the model is sent context_head, then the messages from context_start on, while
+        # messages keeps everything; compacting says the compaction is due, compact_error why it failed.  sent:
+        # how many messages the model call of the current turn was sent, when compaction or history processors
+        # changed them (0: the whole conversation).
+        self.context_head: list[Message] | None = None
+        self.context_start = 0
+        self.compacting = False
+        self.compact_error = ""
+        self.sent = 0
+        # A typed agent's check of the latest answer: done or not, its value, or why it is not accepted
+        # (and whether asking again may help).
+        self.output_checked = False
+        self.output: Any = None
+        self.output_problem: tuple[tuple[str, ...], bool] | None = None
+
+
+class Calls:
+    """The tool calls of the current turn: not run yet, run but not replayed, and their approvals."""
+
+    __slots__ = ("approvals", "call_ids", "child_stop", "pending", "ran", "to_approve")
+
+    def __init__(self) -> None:
+        # Tool calls of the current turn not executed yet; in ExecuteTool, pending[0] is the call about to run.
+        self.pending: deque[ToolCall] = deque()
+        # Outcomes of calls that ran (a parallel batch) but are not replayed through the machine yet, by call id.
+        self.ran: dict[str, ToolResult] = {}
+        # Decisions on calls that need approval, by call id: True runs it, False or a reason text rejects it.
+        self.approvals: dict[str, bool | str] = {}
+        # Pending calls that wait for a person's decision, fixed when the reply arrived: the run keeps them, so
+        # whichever agent, driver or process resumes it, an undecided call never runs (an agent's approve= only adds).
+        self.to_approve: set[str] = set()
+        # Every tool call id the conversation holds, so a reply reusing one gets a fresh one (None: not gathered
+        # yet; gathered from the messages at the first reply with calls, so a loaded or continued run needs none).
+        self.call_ids: set[str] | None = None
+        # A sub-agent's stop that its tool passes on (on_child_stop="raise"), until child_stopped takes it.
+        self.child_stop: dict[str, Any] | None = None
+
+
+class Faults:
+    """What raised: a failed model call (model_error), a strict hook (hook_error), a user's check."""
+
+    __slots__ = ("condition_error", "condition_name", "hook_error", "model_exception")
+
+    def __init__(self) -> None:
+        self.model_exception: BaseException | None = None
+        self.hook_error: BaseException | None = None
+        self.condition_error: BaseException | None = None
+        self.condition_name = ""
+
+
+RECORDS: Mapping[str, type] = {"at": Place, "counts": Counts, "talk": Talk, "calls": Calls, "faults": Faults}
+"""The records a run is split into, by the attribute of ``Run`` that holds each."""
+
+
+def has_path(path: str) -> bool:
+    """``path`` names an attribute of a run: of ``Run`` or, dotted (``"counts.turns"``), of one of its records."""
+    record, dot, name = path.partition(".")
+    if not dot:
+        return hasattr(Run, path)
+    return record in RECORDS and "." not in name and hasattr(RECORDS[record], name)
+
+
+class Run:
+    """One run, split into records by what they hold; the guards are predicates over it.
+
+    ``at`` (where it is), ``counts`` (what it used), ``talk`` (the
+    conversation), ``calls`` (the current turn's tool calls) and ``faults``
+    (what raised); the run's settings stay on it.  Read by dotted path
+    (``run.counts.turns``): a forwarding property would cost four times a slot
+    read, on every transition.
+    """
+
+    __slots__ = (
+        "at",
+        "calls",
+        "counts",
+        "faults",
+        "limits",
+        "meters",
+        "output_retry_limit",
+        "policies",
+        "readers",
+        "rows",
+        "table_stops",
+        "talk",
+    )
+
+    def __init__(
+        self,
+        limits: Limits,
+        messages: list[Message],
+        *,
+        table: Table,
+        policies: Mapping[str, str] | None = None,
+        prior: int = 0,
+    ) -> None:
+        self.limits = limits
+        self.at = Place()
+        self.counts = Counts(limits.cycle_window or 1)
+        self.talk = Talk(messages, prior)
+        self.calls = Calls()
+        self.faults = Faults()
+        self.policies: Mapping[str, str] = policies or {}
+        self.meters: tuple[Meter, ...] = table.meters
+        self.readers: tuple[Reader, ...] = table.readers
+        self.rows: Mapping[tuple[State, str], Sequence[Row]] = table.index
+        self.table_stops: Mapping[str, Stop] = table.stop_for
+        self.output_retry_limit = 0
+
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
         limits = self.limits
-        return {meter.name: [getattr(self, meter.used), meter.limit(limits)] for meter in self.meters}
+        return {name: [read(self), limit(limits)] for name, read, limit in self.readers}
 
 
 class MessagesView(Sequence[Message]):
@@ -266,32 +330,32 @@ class RunView:
     @property
     def state(self) -> State:
         """The state the run is leaving."""
-        return self._run.state
+        return self._run.at.state
 
     @property
     def messages(self) -> Sequence[Message]:
         """The conversation so far (a live, read-only view)."""
-        return MessagesView(self._run.messages)
+        return MessagesView(self._run.talk.messages)
 
     @property
     def steps(self) -> tuple[Step, ...]:
         """The steps taken so far."""
-        return tuple(self._run.steps)
+        return tuple(self._run.talk.steps)
 
     @property
     def last_response(self) -> ModelResponse | None:
         """The model's latest response."""
-        return self._run.last_response
+        return self._run.talk.last_response
 
     @property
     def pending(self) -> tuple[ToolCall, ...]:
         """Tool calls of the current turn not executed yet (the next one first)."""
-        return tuple(self._run.pending)
+        return tuple(self._run.calls.pending)
 
     @property
     def output(self) -> Any:
         """A typed agent's validated answer (at an ``"answer"`` guardrail); ``None`` before or without one."""
-        return self._run.output
+        return self._run.talk.output
 
     @property
     def counters(self) -> Counters:

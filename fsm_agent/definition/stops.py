@@ -120,35 +120,35 @@ def blocking_stop(run: Run) -> str | None:
 
 def _output_invalid(run: Run) -> dict[str, Any]:
     """`errors`, `answer` (also `result.final`), `retries` against `limit`; why no retry: `blocked_by`, `retryable`."""
-    errors, retryable = run.output_problem or ((), False)
+    errors, retryable = run.talk.output_problem or ((), False)
     message = ev.reply_of(run)
     out: dict[str, Any] = {
         "errors": list(errors),
         "answer": message.content if message else "",
-        "retries": run.output_retries,
+        "retries": run.counts.output_retries,
         "limit": run.output_retry_limit,
     }
     if not retryable:
         out["retryable"] = False
-    elif run.finalizing is not None:
-        out["blocked_by"] = run.finalizing
-    elif run.output_retries < run.output_retry_limit:
+    elif run.at.finalizing is not None:
+        out["blocked_by"] = run.at.finalizing
+    elif run.counts.output_retries < run.output_retry_limit:
         out["blocked_by"] = blocking_stop(run)
     return out
 
 
 def _context_overflow(run: Run) -> dict[str, Any]:
     """`error`, `tokens` against the window's `limit` (null if not said), `compacted`; `blocked_by`, `compact_error`."""
-    exc = run.model_exception
+    exc = run.faults.model_exception
     out: dict[str, Any] = {
         "error": str(exc),
         "tokens": getattr(exc, "tokens", None),
         "limit": getattr(exc, "limit", None),
-        "compacted": run.context_head is not None and not run.compact_error,
+        "compacted": run.talk.context_head is not None and not run.talk.compact_error,
     }
-    if run.compact_error:
-        out["compact_error"] = run.compact_error
-    elif run.policies.get("context_overflow") == "compact" and run.turns != run.compacted_turn + 1:
+    if run.talk.compact_error:
+        out["compact_error"] = run.talk.compact_error
+    elif run.policies.get("context_overflow") == "compact" and run.counts.turns != run.counts.compacted_turn + 1:
         out["blocked_by"] = blocking_stop(run)
     return out
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -35,7 +36,7 @@ from fsm_agent.definition.guards import (
     has_pending_calls,
     output_rejected,
 )
-from fsm_agent.definition.run import Meter, Run
+from fsm_agent.definition.run import Meter, Reader, Run, has_path
 from fsm_agent.definition.states import STATES, State
 from fsm_agent.definition.stops import (
     CATALOGUE,
@@ -126,7 +127,7 @@ def first_row(run: Run, trigger: str) -> Row | None:
     Firing a trigger and looking ahead (finalize, batch planning) both call
     this, so what the machine would do and what it does cannot differ.
     """
-    for row in run.rows.get((run.state, trigger), ()):
+    for row in run.rows.get((run.at.state, trigger), ()):
         if row.test is None or row.test(run):
             return row
     return None
@@ -199,7 +200,7 @@ class Table:
         problems += [
             f"stop {stop.reason}: its counter's used must name an attribute of Run, got {stop.counter.used!r}"
             for stop in self.stops
-            if stop.counter is not None and not hasattr(Run, stop.counter.used)
+            if stop.counter is not None and not has_path(stop.counter.used)
         ]
         if problems:
             msg = "invalid transition table:\n  " + "\n  ".join(problems)
@@ -231,6 +232,11 @@ class Table:
     def meters(self) -> tuple[Meter, ...]:
         """The counters of the stops, as ``Step.counters`` lists them."""
         return tuple(stop.counter for stop in self.stops if stop.counter is not None)
+
+    @functools.cached_property
+    def readers(self) -> tuple[Reader, ...]:
+        """Each meter's name, its count's reader (of its dotted path, built once per table) and its limit."""
+        return tuple((meter.name, attrgetter(meter.used), meter.limit) for meter in self.meters)
 
     def reads(self, row: Row) -> tuple[str, ...]:
         """The meters and run facts ``row``'s guard reads, as declared: none for an unguarded or opaque row."""
@@ -282,7 +288,7 @@ def finalize_on(reason: str, trigger: str) -> Guard:
     """
 
     def guard(run: Run) -> bool:
-        if run.finalizing is not None or run.policies.get(reason) != "finalize":
+        if run.at.finalizing is not None or run.policies.get(reason) != "finalize":
             return False
         row = first_row(run, trigger)
         return row is not None and row.reason == reason

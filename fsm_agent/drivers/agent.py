@@ -167,7 +167,7 @@ class Agent:
 
         A new run under the agent's own limits (most runs) gets those found for an earlier run of this agent.
         """
-        fresh = run.limits is self.settings.limits and not run.trace and run.finalizing is None
+        fresh = run.limits is self.settings.limits and not run.at.trace and run.at.finalizing is None
         found = self._fresh_rows.get((cancellable, unused)) if fresh else None
         if found is None:
             dormant = dormant_guards(run, strict_hooks=self.settings.strict_hooks, cancellable=cancellable, also=unused)

@@ -73,16 +73,16 @@ class AgentRun(SyncDriver, AsyncDriver):
             parent=link_of(data),
         )
         run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
-        if position.state is State.Done:
+        if position.at.state is State.Done:
             msg = "the run finished in Done; there is nothing to resume"
             raise ValueError(msg)
         entry = None
-        if position.state is State.Failed:
+        if position.at.state is State.Failed:
             run._observe()
             entry = run.stepper.resume(retry)
             if entry is None:
                 msg = (
-                    f"the run stopped with {position.reason!r}, which these limits do not lift "
+                    f"the run stopped with {position.at.reason!r}, which these limits do not lift "
                     f"(counters {position.counters()}); {describe_resumable(agent.table.stops)}"
                 )
                 raise ValueError(msg)

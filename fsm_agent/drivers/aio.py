@@ -280,5 +280,5 @@ class AsyncDriver(RunBase):
     def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:
         if isinstance(effect, ModelCall):
             return f"model call of turn {effect.turn}"
-        waiting = [call.id for call in effect.calls if call.id not in self.position.ran]
+        waiting = [call.id for call in effect.calls if call.id not in self.position.calls.ran]
         return ", ".join(waiting) or None

@@ -91,7 +91,7 @@ class RunBase:
         self._unwatched = not self._observed and store is None
         self._cancel = cancel
         self._clock = settings.clock
-        self._started = self._clock() - position.elapsed
+        self._started = self._clock() - position.counts.elapsed
         self._result: RunResult | None = None
 
     # --- reading the run --------------------------------------------------------------------------------------
@@ -107,12 +107,12 @@ class RunBase:
     @property
     def state(self) -> State:
         """The state the run is in."""
-        return self.position.state
+        return self.position.at.state
 
     @property
     def done(self) -> bool:
         """True once the run is in ``Done`` or ``Failed``."""
-        return self.position.state in TERMINAL
+        return self.position.at.state in TERMINAL
 
     @property
     def paused(self) -> bool:
@@ -122,40 +122,40 @@ class RunBase:
     @property
     def messages(self) -> list[Message]:
         """The conversation so far."""
-        return self.position.messages
+        return self.position.talk.messages
 
     @property
     def steps(self) -> list[Step]:
         """The steps taken so far."""
-        return self.position.steps
+        return self.position.talk.steps
 
     @property
     def trace(self) -> list[Transition]:
         """The edges taken so far."""
-        return self.position.trace
+        return self.position.at.trace
 
     @property
     def pending(self) -> Sequence[ToolCall]:
         """Tool calls of the current turn not executed yet (the next one first)."""
-        return tuple(self.position.pending)
+        return tuple(self.position.calls.pending)
 
     @property
     def reason(self) -> str | None:
         """The stop reason (``"done"`` after a natural finish), once the run is over."""
-        return self.position.reason
+        return self.position.at.reason
 
     # The run's counters read through the handle (``run.turns``).  Named one by one rather than by a
     # ``__getattr__``, which would slow down every attribute read of the driver's own hot loop.
     limits = ReadThrough[Limits]()
-    turns = ReadThrough[int]()
-    tool_calls = ReadThrough[int]()
-    failures = ReadThrough[int]()
-    tokens = ReadThrough[int]()
-    input_tokens = ReadThrough[int]()
-    output_tokens = ReadThrough[int]()
-    elapsed = ReadThrough[float]()
-    finalizing = ReadThrough["str | None"]()
-    recent = ReadThrough[Sequence[tuple[tuple[str, str], str]]]()
+    turns = ReadThrough[int](record="counts")
+    tool_calls = ReadThrough[int](record="counts")
+    failures = ReadThrough[int](record="counts")
+    tokens = ReadThrough[int](record="counts")
+    input_tokens = ReadThrough[int](record="counts")
+    output_tokens = ReadThrough[int](record="counts")
+    elapsed = ReadThrough[float](record="counts")
+    finalizing = ReadThrough["str | None"](record="at")
+    recent = ReadThrough[Sequence[tuple[tuple[str, str], str]]](record="counts")
 
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]``."""
@@ -191,7 +191,7 @@ class RunBase:
     def _check_live(self) -> None:
         if self.done:
             run = self.position
-            msg = f"the run already finished in {run.state} (reason {run.reason!r}); start a new run"
+            msg = f"the run already finished in {run.at.state} (reason {run.at.reason!r}); start a new run"
             raise RunStateError(msg)
         if self.paused:
             waiting = ", ".join(f"{c.name} ({c.id})" for c in self.awaiting())
@@ -214,7 +214,7 @@ class RunBase:
         """
         run = self.position
         timeout = run.limits.timeout
-        if timeout is None or run.finalizing is not None:
+        if timeout is None or run.at.finalizing is not None:
             return None
         return max(timeout - (self._clock() - self._started), 0.0)
 
@@ -228,11 +228,11 @@ class RunBase:
         run = self.position
         timeout = run.limits.timeout
         # _remaining() <= 0, read as the deadline guard reads it, without its call and max() before every call.
-        return timeout is not None and run.finalizing is None and self._clock() - self._started >= timeout
+        return timeout is not None and run.at.finalizing is None and self._clock() - self._started >= timeout
 
     def _before_model(self) -> None:
         """The ``before_model`` event (only for an observed run)."""
-        self._call_hooks(CallEvent("before_model", self.position.turns + 1, self.counters(), run_id=self.run_id))
+        self._call_hooks(CallEvent("before_model", self.position.counts.turns + 1, self.counters(), run_id=self.run_id))
 
     def on_text(self, observer: Callable[[TextDelta], object]) -> None:
         """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.
@@ -252,7 +252,7 @@ class RunBase:
         """Hand a piece of the reply's text, as it streams in, to the ``text`` hooks and the text observers."""
         if not piece:
             return
-        delta = TextDelta(piece, self.position.turns + 1, self.run_id)
+        delta = TextDelta(piece, self.position.counts.turns + 1, self.run_id)
         if self._hooks:
             self._hook_failed(self._hooks.call("text", delta), False)
         for observer in self._text_observers:
@@ -262,10 +262,10 @@ class RunBase:
         self.stepper.accept_reply(response)
         if self._observed:
             run = self.position
-            if run.model_exception is not None:
-                self._error = f"{type(run.model_exception).__name__}: {run.model_exception}"
+            if run.faults.model_exception is not None:
+                self._error = f"{type(run.faults.model_exception).__name__}: {run.faults.model_exception}"
             else:
-                self._response = run.last_response
+                self._response = run.talk.last_response
             self._after_model()
 
     def _model_failed(self, error: Exception) -> None:
@@ -275,7 +275,7 @@ class RunBase:
             self._after_model()
 
     def _after_model(self) -> None:
-        turn, counters = self.position.turns, self.counters()
+        turn, counters = self.position.counts.turns, self.counters()
         if self._error is not None:
             self._call_hooks(CallEvent("after_model", turn, counters, error=self._error, run_id=self.run_id))
         else:
@@ -283,28 +283,30 @@ class RunBase:
 
     def _before_tool(self, call: ToolCall) -> None:
         """The ``before_tool`` event (only for an observed run)."""
-        event = CallEvent("before_tool", self.position.turns, self.counters(), tool_call=call, run_id=self.run_id)
+        event = CallEvent(
+            "before_tool", self.position.counts.turns, self.counters(), tool_call=call, run_id=self.run_id
+        )
         self._call_hooks(event)
 
     def _step(self) -> Transition:
         """Fire the next transition (the effect, if any, was carried out and the run told the time) and close it."""
-        if self._observed and self.position.state is ExecuteTool:
+        if self._observed and self.position.at.state is ExecuteTool:
             self._tool_done_event()
         return self._after(self.stepper.step())
 
     def _tool_done_event(self) -> None:
         """The ``after_tool`` event of the call the next transition records (a rejected one included)."""
         run = self.position
-        call = run.pending[0]
+        call = run.calls.pending[0]
         outcome = self.stepper.outcome_of(call)
         if outcome is None:
             return
-        if call.id not in run.ran:
+        if call.id not in run.calls.ran:
             self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
         self._call, self._outcome = call, outcome
         event = CallEvent(
             "after_tool",
-            run.turns,
+            run.counts.turns,
             self.counters(),
             tool_call=call,
             tool_result=outcome.content,
@@ -333,7 +335,7 @@ class RunBase:
         return entry
 
     def _close(self, entry: Transition) -> None:
-        if self.position.state in TERMINAL:
+        if self.position.at.state in TERMINAL:
             self._result = self._make_result()
         if self._observed:
             self._emit(entry)
@@ -342,13 +344,17 @@ class RunBase:
 
     def _make_result(self) -> RunResult:
         run = self.position
-        data = None if run.state is Done else self.snapshot()
-        return make_result(run, run.reason or "unknown", run.evidence, tuple(run.pending), data)
+        data = None if run.at.state is Done else self.snapshot()
+        return make_result(run, run.at.reason or "unknown", run.at.evidence, tuple(run.calls.pending), data)
 
     def _paused_result(self) -> RunResult:
         waiting = self.awaiting()
         run = self.position
-        evidence = {"step": max(run.turns - 1, 0), "awaiting": [c.id for c in waiting], "counters": self.counters()}
+        evidence = {
+            "step": max(run.counts.turns - 1, 0),
+            "awaiting": [c.id for c in waiting],
+            "counters": self.counters(),
+        }
         return make_result(run, "paused", evidence, tuple(waiting), self.snapshot())
 
     def _outcome_of_run(self) -> RunResult:
@@ -356,19 +362,19 @@ class RunBase:
         if result is None:
             result = self.result  # which says why there is none
         run = self.position
-        if run.state is Failed and run.policies.get(result.reason, "raise") != "return":
-            cause = run.model_exception or run.hook_error or run.condition_error
+        if run.at.state is Failed and run.policies.get(result.reason, "raise") != "return":
+            cause = run.faults.model_exception or run.faults.hook_error or run.faults.condition_error
             raise AgentLoopError(result.reason, result) from cause
         return result
 
     def _emit(self, last: Transition) -> None:
         run = self.position
         call = self._call
-        if call is None and last.dest == ExecuteTool and run.pending:
-            call = run.pending[0]
+        if call is None and last.dest == ExecuteTool and run.calls.pending:
+            call = run.calls.pending[0]
         terminal = self.done
         event = TransitionEvent(
-            seq=len(run.trace) - 1,
+            seq=len(run.at.trace) - 1,
             source=last.source,
             trigger=last.trigger,
             dest=last.dest,
@@ -380,11 +386,11 @@ class RunBase:
             tool_call=call,
             tool_result=None if self._outcome is None else self._outcome.content,
             tool_error=None if self._outcome is None else self._outcome.error,
-            evidence=run.evidence if run.state is Failed else None,
+            evidence=run.at.evidence if run.at.state is Failed else None,
             result=self._result if terminal else None,
             run_id=self.run_id,
         )
-        raised = self._hooks.announce(event, run.state is Failed) if self._hooks else None
+        raised = self._hooks.announce(event, run.at.state is Failed) if self._hooks else None
         for observer in self._observers:
             observer(event)
         self._hook_failed(raised, terminal)
@@ -393,7 +399,7 @@ class RunBase:
         self._hook_failed(self._hooks.call(event.kind, event), False)
 
     def _hook_failed(self, exc: BaseException | None, terminal: bool) -> None:
-        if exc is None or not self._settings.strict_hooks or self.position.hook_error is not None:
+        if exc is None or not self._settings.strict_hooks or self.position.faults.hook_error is not None:
             return
         if terminal:
             logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")

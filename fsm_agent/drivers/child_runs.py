@@ -65,14 +65,14 @@ def shares(parent: RunBase) -> tuple[int | None, int | None]:
     if budget is None and cap is None:
         return None, None
     children = parent._children  # noqa: SLF001 - the parent's driver hands over its own run
-    held = [outcome.child for outcome in run.ran.values() if outcome.child is not None]
-    to_finish = sum(1 for call in run.pending if call.name in children and call.id not in run.ran)
+    held = [outcome.child for outcome in run.calls.ran.values() if outcome.child is not None]
+    to_finish = sum(1 for call in run.calls.pending if call.name in children and call.id not in run.calls.ran)
     tokens = calls = None
     if budget is not None:
-        spent = run.tokens + sum(child.input_tokens + child.output_tokens for child in held)
+        spent = run.counts.tokens + sum(child.input_tokens + child.output_tokens for child in held)
         tokens = max(budget - spent, 0) // max(to_finish, 1)
     if cap is not None:
-        made = run.tool_calls + len(run.ran) + sum(child.tool_calls for child in held)
+        made = run.counts.tool_calls + len(run.calls.ran) + sum(child.tool_calls for child in held)
         calls = max(cap - made - to_finish, 0) // max(to_finish, 1)
     return tokens, calls
 
@@ -104,7 +104,7 @@ def _limits(parent: RunBase, agent: Agent, tokens: int | None, calls: int | None
 def _no_tokens(child: ChildTool, run_id: str, parent: RunBase) -> ToolResult:
     """A sub-agent call the parent's token budget leaves nothing for: a ``token_budget`` stop, never run."""
     run = parent.position
-    evidence = {"token_budget": run.limits.token_budget, "tokens": run.tokens, "share": 0}
+    evidence = {"token_budget": run.limits.token_budget, "tokens": run.counts.tokens, "share": 0}
     facts = {"reason": "token_budget", "evidence": evidence}
     message = f"sub-agent {child.name!r} not run: the parent's token budget is used up (run {run_id!r})"
     content = json.dumps({"error": message, **facts}, ensure_ascii=False)
@@ -326,8 +326,10 @@ def stored_result(agent: Agent, data: dict[str, Any]) -> RunResult:
     """The result a finished stored run had, read back from its snapshot under ``agent``'s table."""
     position = Run(snapshot.limits_of(data), [], table=agent.table, policies=agent.on_stop)
     snapshot.load(position, data, agent.table.states)
-    result = make_result(position, position.reason or "unknown", position.evidence, tuple(position.pending), None)
-    if agent.output is not None and position.state is Done:
-        checked = agent.output.check(position.final)
+    result = make_result(
+        position, position.at.reason or "unknown", position.at.evidence, tuple(position.calls.pending), None
+    )
+    if agent.output is not None and position.at.state is Done:
+        checked = agent.output.check(position.at.final)
         result = attrs.evolve(result, output=None if isinstance(checked, Invalid) else checked)
     return result

@@ -18,10 +18,12 @@ class ReadThrough(Generic[T]):
     rather than by a ``__getattr__``, which would slow down every attribute
     read of the driver's own hot loop and leave the type checker blind; an
     agent's read its ``settings`` (``limits = ReadThrough[Limits]("settings")``).
+    ``record`` names the part of the holder the name lives in, when it is not
+    the holder itself (a run's counters live in ``position.counts``).
     """
 
-    def __init__(self, holder: str = "position") -> None:
-        self._holder = holder
+    def __init__(self, holder: str = "position", record: str = "") -> None:
+        self._holder = f"{holder}.{record}" if record else holder
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._name = name

@@ -54,7 +54,7 @@ class SyncDriver(RunBase):
             return self._outcome_of_run()
         stepper = self.stepper
         # stepper.gated, read without its property: a run's one read of it costs as much as a transition's guard.
-        gated = stepper.approve is not None or bool(self.position.to_approve)
+        gated = stepper.approve is not None or bool(self.position.calls.to_approve)
         work = self._finish_unwatched if self._unwatched and not gated else self._finish
         if not self._clock_each_transition:
             return work()  # no deadline either, so no worker
@@ -88,7 +88,7 @@ class SyncDriver(RunBase):
                 if carry_out(move) is not None:
                     break  # as below
         else:
-            while run.state not in TERMINAL:
+            while run.at.state not in TERMINAL:
                 observe()
                 effect = effect_of()
                 if effect is not None and carry_out(effect) is not None:
@@ -125,7 +125,7 @@ class SyncDriver(RunBase):
             timeout = run.limits.timeout
             if (
                 timeout is not None
-                and run.finalizing is None
+                and run.at.finalizing is None
                 and self._clock() - self._started >= timeout
                 and not isinstance(effect, CheckOutput)
             ):

@@ -106,7 +106,7 @@ class Journal(Heartbeats):
 
     @staticmethod
     def _position(run: Run, small: dict[str, Any]) -> tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]]:
-        lists = (run.messages, run.steps, run.trace, run.io)
+        lists = (run.talk.messages, run.talk.steps, run.at.trace, run.talk.io)
         marks = tuple(len(items) for items in lists)
         kept = {**small, **{k: copy.deepcopy(small[k]) for k in _BY_REFERENCE if small.get(k)}}
         return marks, tuple(items[-1] if items else None for items in lists), kept
@@ -132,12 +132,12 @@ class Journal(Heartbeats):
 
     def _plan(self, run: Run, paused: bool, *, force: bool = False) -> Entry | dict[str, Any] | object | None:
         """The entry to append now, a whole snapshot, a lease renewal, or nothing (``force``: a versioned write)."""
-        release = paused or run.state in TERMINAL
+        release = paused or run.at.state in TERMINAL
         if not self.full:
-            return self._whole(run, paused) if force or self.store.wants(run.state, paused) else None
-        if not (force or release or self.store.wants(run.state, paused)):
+            return self._whole(run, paused) if force or self.store.wants(run.at.state, paused) else None
+        if not (force or release or self.store.wants(run.at.state, paused)):
             return _RENEW if time.monotonic() >= self._renew_at else None
-        lists: tuple[Sequence[object], ...] = (run.messages, run.steps, run.trace, run.io)
+        lists: tuple[Sequence[object], ...] = (run.talk.messages, run.talk.steps, run.at.trace, run.talk.io)
         for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
             if len(items) < mark or (mark and items[mark - 1] is not tail):
                 return self._whole(run, paused)  # history was rewritten, not extended: write it whole
@@ -145,8 +145,10 @@ class Journal(Heartbeats):
         changed = {k: v for k, v in small.items() if self._small.get(k, _MISSING) != v}
         growth = {k: v for k, v in snapshot.dump_growth(run, self._marks).items() if v}
         self._next = self._position(run, small)
-        tokens = run.input_tokens + run.output_tokens
-        summary = Summary(str(run.state), run.reason, paused, len(run.steps), tokens, self._named.get("session_id"))
+        tokens = run.counts.input_tokens + run.counts.output_tokens
+        summary = Summary(
+            str(run.at.state), run.at.reason, paused, len(run.talk.steps), tokens, self._named.get("session_id")
+        )
         return Entry(self.run_id, self.seq + 1, dumps({"add": growth, "set": changed}), summary, release)
 
     # --- called ----------------------------------------------------------------------------------------------
@@ -169,7 +171,7 @@ class Journal(Heartbeats):
             seq = store.create(self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
             seq = store.claim(self.run_id, _at(whole, expected), owner=self.owner)
-            released = paused or run.state in TERMINAL
+            released = paused or run.at.state in TERMINAL
             if released:
                 # Nothing runs until a decision or a resume edge: leave the run free (the next write re-takes it).
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
@@ -211,11 +213,11 @@ class Journal(Heartbeats):
         asked.  The calls still in flight keep the lease (a new heartbeat, at
         the version just written).
         """
-        self._early.intersection_update(call.id for call in run.pending)  # earlier batches' calls are recorded
-        if not (self.after_calls or self.store.wants(run.state, False)) or self._early.issuperset(run.ran):
+        self._early.intersection_update(call.id for call in run.calls.pending)  # earlier batches' calls are recorded
+        if not (self.after_calls or self.store.wants(run.at.state, False)) or self._early.issuperset(run.calls.ran):
             return  # not wanted, or already written with a sibling's
         await self._awrite(self._plan(run, False, force=True), run, False)
-        self._early.update(run.ran)
+        self._early.update(run.calls.ran)
         self.abeat()
 
     def _called(self, run: Run) -> bool:
@@ -224,10 +226,10 @@ class Journal(Heartbeats):
         It left a calling state, and (for a tool call) the outcome it
         recorded was not already written while its batch was in flight.
         """
-        if not self.after_calls or run.trace[-1].source not in _CALLING:
+        if not self.after_calls or run.at.trace[-1].source not in _CALLING:
             return False
-        if self._early and run.trace[-1].source == State.ExecuteTool and run.messages:
-            answered = run.messages[-1].tool_call_id
+        if self._early and run.at.trace[-1].source == State.ExecuteTool and run.talk.messages:
+            answered = run.talk.messages[-1].tool_call_id
             if answered in self._early:
                 self._early.discard(answered)
                 return False
@@ -248,7 +250,7 @@ class Journal(Heartbeats):
             self._written(self.seq, wrote=False)
         else:
             whole = cast("dict[str, Any]", action)
-            released = paused or run.state in TERMINAL
+            released = paused or run.at.state in TERMINAL
             seq = store.claim(self.run_id, _at(whole, self.seq), owner=self.owner)
             if released:
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
@@ -271,7 +273,7 @@ class Journal(Heartbeats):
             seq = await self._await("create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
             seq = await self._await("claim", self.run_id, _at(whole, expected), owner=self.owner)
-            released = paused or run.state in TERMINAL
+            released = paused or run.at.state in TERMINAL
             if released:
                 await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
         self._laid(run, whole, seq, released)
@@ -296,7 +298,7 @@ class Journal(Heartbeats):
             self._written(self.seq, wrote=False)
         else:
             whole = cast("dict[str, Any]", action)
-            released = paused or run.state in TERMINAL
+            released = paused or run.at.state in TERMINAL
             seq = await self._await("claim", self.run_id, _at(whole, self.seq), owner=self.owner)
             if released:
                 await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)

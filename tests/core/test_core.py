@@ -188,7 +188,7 @@ def test_a_step_refused_before_an_approved_call_ran_keeps_the_decision() -> None
     run.decide({"a": True})
     with pytest.raises(RunStateError, match=r"tool call charge \(a\) has not run yet"):
         run.stepper.step()
-    assert (run.paused, run.position.approvals) == (False, {"a": True})
+    assert (run.paused, run.position.calls.approvals) == (False, {"a": True})
     assert run.finish().final == "ok"
     assert counter == Counter({"a": 1})
 
@@ -223,12 +223,12 @@ def test_state_to_failed_stop_condition_error(state: str, driver: str) -> None:
 
 def _too_chatty(run: Run) -> bool:
     """The model has written more than 5 characters in one reply."""
-    return run.last_response is not None and len(run.last_response.message.content) > 5
+    return run.talk.last_response is not None and len(run.talk.last_response.message.content) > 5
 
 
 def _chatty_evidence(run: Run) -> dict[str, Any]:
     """`chars`: how long the reply was."""
-    return {"chars": len(run.last_response.message.content) if run.last_response else 0}
+    return {"chars": len(run.talk.last_response.message.content) if run.talk.last_response else 0}
 
 
 def test_adding_a_stop_to_the_catalogue_alone_puts_it_in_the_table_diagram_readme_and_resume_rules() -> None:
@@ -242,8 +242,8 @@ def test_adding_a_stop_to_the_catalogue_alone_puts_it_in_the_table_diagram_readm
         reasons_table(table)
     )
     run = Run(Agent(ByHistory([]), ToolRegistry()).limits, [], table=table)
-    run.state, run.reason = State.Failed, "chatty"
-    run.last_response = reply("short")
+    run.at.state, run.at.reason = State.Failed, "chatty"
+    run.talk.last_response = reply("short")
     assert [r.guard_name for r in table.rows_from(State.Failed, "resume") if r.guard and r.guard(run)] == [
         "resumes_before_model"
     ]
@@ -256,16 +256,16 @@ def _no_limit(limits: object) -> None:
 def test_a_stop_s_counter_in_the_catalogue_alone_appears_in_every_step_s_counters() -> None:
     """A meter declared on a new Stop is read into Step.counters by the generated function, after the built-ins."""
     watched = Stop("chatty", (At.CHECK_REPLY,), _too_chatty, _chatty_evidence, "the reply is too long",
-                   counter=Meter("answers", "turns", _no_limit))  # fmt: skip
+                   counter=Meter("answers", "counts.turns", _no_limit))  # fmt: skip
     table = build_table((*CATALOGUE, watched))
     run = Run(Agent(ByHistory([]), ToolRegistry()).limits, [], table=table)
-    run.turns, run.elapsed = 3, 1.23456789
+    run.counts.turns, run.counts.elapsed = 3, 1.23456789
     counters = run.counters()
     assert list(counters)[-1] == "answers"
     assert counters["answers"] == [3, None]
     assert counters["steps"] == [3, 8]
     assert counters["seconds"][0] == 1.234568  # to the microsecond, as round() would give
-    run.turns = 4
+    run.counts.turns = 4
     assert run.counters()["answers"] == [4, None]  # read afresh on every call, not kept
 
 
@@ -320,10 +320,16 @@ def test_the_library_trigger_takes_the_same_row_as_the_walker(
     machine = library_machine(agent.table, on_taken=lambda index, run: taken.append(index))
     for (state, trigger), _rows in agent.table.index.items():
         run = Run(agent.limits, [Message("user", "q")], table=agent.table, policies=agent.on_stop)
-        run.state, run.turns, run.failures, run.cancelled, run.elapsed = state, turns, failures, cancelled, elapsed
+        run.at.state, run.counts.turns, run.counts.failures, run.counts.cancelled, run.counts.elapsed = (
+            state,
+            turns,
+            failures,
+            cancelled,
+            elapsed,
+        )
         calls = [ToolCall(f"c{i}", "echo", {"text": str(i)}) for i in range(pending)]
-        run.pending.extend(calls)
-        run.last_response = ModelResponse(Message("assistant", "x", tuple(calls)), text)
+        run.calls.pending.extend(calls)
+        run.talk.last_response = ModelResponse(Message("assistant", "x", tuple(calls)), text)
         probe = Probe()
         machine.add_model(probe, initial=str(state))
         taken.clear()
@@ -378,13 +384,19 @@ def test_a_run_s_pruned_rows_take_the_same_edge_as_the_whole_table(
         run = handle.position
         assert run.rows is not agent.table.index
         handle._observe()  # the clock and cancel token, as the driver tells them
-        run.state, run.turns, run.failures, run.input_tokens, run.elapsed = state, turns, failures, tokens, elapsed
+        run.at.state, run.counts.turns, run.counts.failures, run.counts.input_tokens, run.counts.elapsed = (
+            state,
+            turns,
+            failures,
+            tokens,
+            elapsed,
+        )
         calls = [ToolCall(f"c{i}", "echo", {"text": "same" if same_call else str(i)}) for i in range(pending)]
-        run.pending.extend(calls)
-        run.last_signature = None if not calls else signature(calls[0]) if same_call else None
-        run.last_response = ModelResponse(Message("assistant", "x", tuple(calls)), text)
+        run.calls.pending.extend(calls)
+        run.counts.last_signature = None if not calls else signature(calls[0]) if same_call else None
+        run.talk.last_response = ModelResponse(Message("assistant", "x", tuple(calls)), text)
         for call in calls:
-            run.recent.append((signature(call), '"same"'))
+            run.counts.recent.append((signature(call), '"same"'))
         pruned = first_row(run, trigger)
         run.rows = agent.table.index
         whole = first_row(run, trigger)

@@ -3,7 +3,8 @@
 The test reads the package's source with ``ast`` (the package itself never
 reads its own).  A ``Run`` is found the ways the package names one: a
 parameter annotated ``Run``, ``Run(...)`` itself, a handle's ``.position``,
-a stepper's ``.run``, and any local name bound to one of those.  A write is
+a stepper's ``.run``, one of a run's records (``run.counts``), and any local
+name bound to one of those.  A write is
 an assignment (plain, augmented, annotated, or ``del``) to an attribute of a
 run or to an item of one, a mutating method called on one of its attributes
 (``run.steps.append(...)``), or ``setattr`` on it.
@@ -25,6 +26,9 @@ MUTATORS = frozenset(
 )
 """Methods that change the container they are called on (lists, deques, dicts, sets)."""
 
+RECORDS = frozenset({"at", "counts", "talk", "calls", "faults"})
+"""The attributes of a ``Run`` that hold its records (``run.counts.turns``): writing to one writes to the run."""
+
 
 def _names_run(annotation: ast.expr | None) -> bool:
     if annotation is None:
@@ -34,13 +38,18 @@ def _names_run(annotation: ast.expr | None) -> bool:
 
 
 def _is_run(node: ast.expr, bound: set[str]) -> bool:
-    """Whether ``node`` is a ``Run``: a bound name, ``Run(...)``, ``x.position`` or ``<stepper>.run``."""
+    """Whether ``node`` is a ``Run`` or part of one: a bound name, ``Run(...)``, ``x.position``, ``<stepper>.run``.
+
+    A record of a run (``run.counts``) is part of it.
+    """
     if isinstance(node, ast.Name):
         return node.id in bound
     if isinstance(node, ast.Call):
         return isinstance(node.func, ast.Name) and node.func.id == "Run"
     if isinstance(node, ast.Attribute):
         if node.attr == "position":
+            return True
+        if node.attr in RECORDS and _is_run(node.value, bound):
             return True
         if node.attr == "run":
             owner = node.value
@@ -126,14 +135,16 @@ def test_no_module_outside_the_core_writes_to_a_run() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "def f(run: Run) -> None:\n    run.turns = 1",
-        "def f(run: 'Run') -> None:\n    run.turns += 1",
-        "def f(self) -> None:\n    run = self.position\n    run.elapsed = 2.0",
-        "def f(self) -> None:\n    self.position.cancelled, self.position.cancel_why = True, 'x'",
-        "def f(self) -> None:\n    self.stepper.run.steps.append(1)",
-        "def f(self) -> None:\n    position = Run(limits, [])\n    position.approvals['c1'] = True",
-        "def f(self) -> None:\n    kept = other = self.position\n    del other.evidence['x']",
-        "def f(self) -> None:\n    run, n = self.position, 1\n    setattr(run, 'reason', 'x')",
+        "def f(run: Run) -> None:\n    run.counts.turns = 1",
+        "def f(run: 'Run') -> None:\n    run.counts.turns += 1",
+        "def f(run: Run) -> None:\n    run.limits = None",
+        "def f(self) -> None:\n    run = self.position\n    run.counts.elapsed = 2.0",
+        "def f(self) -> None:\n    counts = self.position.counts\n    counts.elapsed = 2.0",
+        "def f(self) -> None:\n    self.position.counts.cancelled, self.position.counts.cancel_why = True, 'x'",
+        "def f(self) -> None:\n    self.stepper.run.talk.steps.append(1)",
+        "def f(self) -> None:\n    position = Run(limits, [])\n    position.calls.approvals['c1'] = True",
+        "def f(self) -> None:\n    kept = other = self.position\n    del other.at.evidence['x']",
+        "def f(self) -> None:\n    run, n = self.position, 1\n    setattr(run.at, 'reason', 'x')",
     ],
 )
 def test_the_check_sees_each_kind_of_write(source: str) -> None:
@@ -145,9 +156,10 @@ def test_the_check_lets_reads_and_other_objects_be() -> None:
     """Reading a run, and writing to objects that are not runs, is no finding."""
     source = (
         "def f(self, run: Run) -> None:\n"
-        "    total = run.turns + len(run.steps)\n"
-        "    self.state = run.state\n"
+        "    total = run.counts.turns + len(run.talk.steps)\n"
+        "    self.state = run.at.state\n"
         "    self.steps.append(total)\n"
+        "    self.counts.turns = total\n"
         "    self.stepper.tell_time(2.0)\n"
     )
     assert run_writes(source) == []

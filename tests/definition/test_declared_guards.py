@@ -75,7 +75,7 @@ def test_a_limit_guard_holds_exactly_when_its_meter_reached_the_limit(turns: int
     """steps_exhausted(run) is turns >= max_steps, for any counts."""
     (row,) = [row for row in TABLE.rows if row.reason == "max_steps"]
     run = Run(Limits(max_steps=limit), [], table=TABLE)
-    run.turns = turns
+    run.counts.turns = turns
     assert row.guard is not None
     assert row.guard(run) is (turns >= limit)
 
@@ -84,7 +84,7 @@ def test_a_limit_guard_without_its_limit_never_holds() -> None:
     """budget_spent is false for a run without token_budget, however many tokens it used."""
     (row,) = [row for row in TABLE.rows if row.reason == "token_budget"]
     run = Run(Limits(), [], table=TABLE)
-    run.input_tokens = 10**9
+    run.counts.input_tokens = 10**9
     assert row.guard is not None
     assert not row.guard(run)
 
@@ -189,7 +189,7 @@ class LibraryOracle:
 
     def row(self, run: Run, trigger: str) -> Row | None:
         probe = Probe()
-        self.machine.add_model(probe, initial=str(run.state))
+        self.machine.add_model(probe, initial=str(run.at.state))
         self.taken.clear()
         try:
             moved = probe.trigger(trigger, run)  # type: ignore[attr-defined]  # set by the library
@@ -207,7 +207,7 @@ def oracle(monkeypatch: pytest.MonkeyPatch) -> LibraryOracle:
     def checked(run: Run, trigger: str) -> Row | None:
         expected = oracle.row(run, trigger)
         row = real(run, trigger)
-        assert row is expected, f"{run.state} on {trigger}: the engine took {row}, the library {expected}"
+        assert row is expected, f"{run.at.state} on {trigger}: the engine took {row}, the library {expected}"
         if row is not None:
             oracle.seen.append(edge_id(row))
         return row

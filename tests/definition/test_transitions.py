@@ -11,7 +11,7 @@ import pytest
 from support.scenarios import OVERFLOW, POINT, keep_last, with_failing_child
 
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, RunResult, State
-from fsm_agent.definition.run import signature
+from fsm_agent.definition.run import RECORDS, signature
 from fsm_agent.definition.table import EXPIRED, FINALIZE, INTERRUPTED, RESUME, START
 from fsm_agent.drivers.agent import AgentRun
 from fsm_agent.testing import (
@@ -50,12 +50,13 @@ def _at(state: State, options: dict[str, Any], responses: tuple[object, ...] = (
     agent = Agent(FakeModel(list(responses)), registry, max_steps=3, clock=clock, **options)
     run = agent.start("question", cancel=counters.pop("cancel", None))
     position = run.position
-    position.state = state
-    position.pending.extend(counters.pop("pending", ()))
-    position.recent.extend(counters.pop("recent", ()))
+    position.at.state = state
+    position.calls.pending.extend(counters.pop("pending", ()))
+    position.counts.recent.extend(counters.pop("recent", ()))
     clock.advance(counters.pop("seconds", 0.0))
     for name, value in counters.items():
-        setattr(position, name, value)
+        record = next((key for key, kind in RECORDS.items() if hasattr(kind, name)), "")
+        setattr(getattr(position, record) if record else position, name, value)
     return run
 
 
@@ -80,9 +81,9 @@ def _child_stops(options: dict[str, Any]) -> AgentRun:
     """A run about to call a sub-agent that stops and passes the stop on."""
     agent = Agent(FakeModel([]), with_failing_child(demo_registry()), **options)
     run = agent.start("question")
-    run.position.state = State.ExecuteTool
-    run.position.turns = 1
-    run.position.pending.append(tool_call("research", id="r1", input="why?"))
+    run.position.at.state = State.ExecuteTool
+    run.position.counts.turns = 1
+    run.position.calls.pending.append(tool_call("research", id="r1", input="why?"))
     return run
 
 
@@ -191,9 +192,9 @@ def _interrupted(state: State) -> tuple[AgentRun, Stuck]:
     registry.register(stuck.tool, name="stuck")
     run = Agent(stuck, registry).start("q")
     if state is State.ExecuteTool:
-        run.position.state = state
-        run.position.turns = 1
-        run.position.pending.append(tool_call("stuck", id="s1"))
+        run.position.at.state = state
+        run.position.counts.turns = 1
+        run.position.calls.pending.append(tool_call("stuck", id="s1"))
     return run, stuck
 
 
@@ -227,9 +228,9 @@ def _expired(state: State) -> AgentRun:
         return run
     run = Agent(hang, registry, timeout=0.05).start("q")
     if state is State.ExecuteTool:
-        run.position.state = state
-        run.position.turns = 1
-        run.position.pending.append(tool_call("hang", id="h1"))
+        run.position.at.state = state
+        run.position.counts.turns = 1
+        run.position.calls.pending.append(tool_call("hang", id="h1"))
     try:
         run.advance()
     finally:
@@ -350,7 +351,7 @@ def test_pending_calls_outrank_end_of_turn_stops() -> None:
     """The calls of the last allowed turn all run before max_steps, budget, timeout or cancel stop the run."""
     late = tool_call("pass_time", id="p9", seconds=9)  # the deadline passes during this call
     run = _execute({"timeout": 1, "token_budget": 5}, turns=3, pending=[late, ECHO2], cancel=_cancelled())
-    run.position.input_tokens = 10
+    run.position.counts.input_tokens = 10
     assert edge_id(run.advance()) == "ExecuteTool->Dispatch[has_pending_calls]"
 
 
@@ -367,14 +368,14 @@ def test_end_of_turn_priority_is_cancelled_timeout_budget_steps() -> None:
             pending=[ECHO if "timeout" in lifted else late],
             cancel=None if "cancelled" in lifted else _cancelled(),
         )
-        run.position.input_tokens = 0 if "token_budget" in lifted else 10
+        run.position.counts.input_tokens = 0 if "token_budget" in lifted else 10
         assert edge_id(run.advance()) == f"ExecuteTool->Failed[{reason}]"
 
 
 def test_dispatch_priority_is_cancelled_timeout_repeat_cap() -> None:
     """Before a tool call, cancel outranks timeout outranks repeated_action outranks max_tool_calls."""
     run = _dispatch({"timeout": 1, "max_tool_calls": 1}, cancel=_cancelled(), seconds=2, last_signature=signature(ECHO))
-    run.position.tool_calls = 1
+    run.position.counts.tool_calls = 1
     assert edge_id(run.advance()) == "Dispatch->Failed[cancelled]"
     run = _dispatch({"timeout": 1, "max_tool_calls": 1}, seconds=2, last_signature=signature(ECHO), tool_calls=1)
     assert edge_id(run.advance()) == "Dispatch->Failed[timeout]"
