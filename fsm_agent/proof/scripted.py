@@ -53,7 +53,6 @@ class Script:
 
     def _read(self, plan: Plan) -> None:
         asked: dict[str, int] = {}
-        executed = 0
         queued: list[int] = []  # call numbers of the turn not yet made
         made = 0
         turn_calls: list[int] = []
@@ -92,8 +91,7 @@ class Script:
                     raise Unscriptable(f"a tool call {_said(words['tool'])} (transition {n})")
                 number = queued.pop(0)
                 self.outcomes[number] = words["tool"] == "fails"
-                executed += 1
-            self._world(n, held, words, queued, executed, asked)
+            self._world(n, held, words, queued)
 
     def _count_checks(self, edge: Transition, asked: dict[str, int]) -> None:
         """Count the stop conditions' checks the walk to ``edge`` asks; the one on ``edge`` answers yes."""
@@ -114,11 +112,8 @@ class Script:
             if taken or row.guard is None:
                 return
 
-    def _world(
-        self, n: int, held: str | None, words: dict[str, str], queued: list[int], executed: int, asked: dict[str, int]
-    ) -> None:
+    def _world(self, n: int, held: str | None, words: dict[str, str], queued: list[int]) -> None:
         """What the world does for the guard ``held`` at transition ``n``."""
-        del asked  # counted by _count_checks
         if held is None:
             return
         if held == "is_cancelled" and words.get("at") == "start":
@@ -129,7 +124,7 @@ class Script:
             self.hook_on_reply = len(self.replies)
         elif held == "repeats_last_call":
             number = queued[0]
-            self.args[number] = self.args[_last_made(self.outcomes)]
+            self.args[number] = self.args[max(self.outcomes)]  # the call made last
         elif held == "is_cycling":
             made = sorted(self.outcomes)[-4:]
             for number, arg in zip(made, ("a", "b", "a", "b"), strict=True):
@@ -139,7 +134,6 @@ class Script:
             last.tokens = self.agent.settings.limits.token_budget or 0
         elif held not in _AUTOMATIC and held not in self._user_guards():
             raise Unscriptable(f"the guard {held} holding (transition {n})")
-        del executed  # the counts the guards read follow from the outcomes themselves
 
     def _user_guards(self) -> set[str]:
         """The guards of the agent's stop conditions (and of their checks raising): ``_count_checks`` scripts them."""
@@ -210,10 +204,6 @@ def _turn_sizes(plan: Plan) -> list[int]:
 
 def _said(what: str) -> str:
     return {"cancelled": "cancelled while it ran", "late": "past the deadline while it ran"}.get(what, what)
-
-
-def _last_made(outcomes: dict[int, bool]) -> int:
-    return max(outcomes)
 
 
 def answer_check(value: str) -> str:
