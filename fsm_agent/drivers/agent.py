@@ -16,35 +16,34 @@ from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.history import History, opening
-from fsm_agent.core.output import OutputSpec, Validator
+from fsm_agent.core.output import Validator
 from fsm_agent.core.settings import AgentSettings
-from fsm_agent.definition.guards import Guard, dormant_guards, passes_child_stop
+from fsm_agent.definition.guards import Guard
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Policy, Reason, State
 from fsm_agent.definition.stops import StopCondition
 from fsm_agent.definition.table import (
     Row,
-    Table,
 )
 from fsm_agent.drivers import streaming
+from fsm_agent.drivers.agent_parts import AgentParts
 from fsm_agent.drivers.agent_run import AgentRun as AgentRun  # also importable from here, as before
 from fsm_agent.drivers.base import Observer
-from fsm_agent.drivers.checks import NO_PARTS, PLAIN_UNUSED, Parts, agent_settings, parts_of, plain_parts, schemas_of
-from fsm_agent.drivers.child import ChildTool, OnChildStop, as_tool, check_no_cycle
+from fsm_agent.drivers.checks import NO_PARTS, Parts, agent_settings
+from fsm_agent.drivers.child import OnChildStop, as_tool
 from fsm_agent.drivers.model import Clock, Model
-from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import astore_for, store_for
 from fsm_agent.drivers.streaming import StreamEvent
-from fsm_agent.observe.events import Hook, HookName, Hooks, log_observers
+from fsm_agent.observe.events import Hooks, log_observers
 from fsm_agent.records import Message, RunResult, ToolCall
-from fsm_agent.tools import JSONSchema, ToolRegistry
+from fsm_agent.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from fsm_agent.persist import StoreTarget
 
 
-class Agent:
+class Agent(AgentParts):
     """A model, its tools and the limits that bound every run; serves any number of runs.
 
     An agent holds no per-run state, so one agent can run many conversations,
@@ -116,13 +115,6 @@ class Agent:
         self.run_parts: Parts = NO_PARTS
         self._fresh_rows: dict[tuple[bool, tuple[Guard, ...]], Mapping[tuple[State, str], tuple[Row, ...]]] = {}
 
-    # The settings users read on the agent itself, as before: fields of the frozen record, never set here.
-    limits = ReadThrough[Limits]("settings")
-    table = ReadThrough[Table]("settings")
-    on_stop = ReadThrough[Mapping[str, str]]("settings")
-    stop_conditions = ReadThrough[tuple[StopCondition, ...]]("settings")
-    output = ReadThrough[OutputSpec | None]("settings")
-
     def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
 
@@ -132,80 +124,6 @@ class Agent:
         stops the parent with ``child_stopped``.
         """
         return as_tool(self, name, description, on_child_stop)
-
-    def children(self) -> Mapping[str, ChildTool]:
-        """The registry's sub-agent tools by name."""
-        parts = self.run_parts
-        return (parts if parts[0] == self.registry.version else self.refresh_parts())[1]
-
-    def refresh_parts(self) -> Parts:
-        """``run_parts`` again after the tools changed: their version, sub-agents, dormant guards and schemas.
-
-        The guards are those of parts the agent lacks; the schemas ``tool_schemas``'s, each run's copied from them.
-        Those of an agent without a typed answer or compaction (most) are the same for all such agents, so kept in
-        the registry: a fresh agent per request finds them.
-        """
-        registry = self.registry
-        unused = self.settings.unused_guards
-        if unused is PLAIN_UNUSED:
-            parts = registry.cached("plain parts", plain_parts)
-            if parts[1]:
-                check_no_cycle(self)
-            self.run_parts = parts
-            return parts
-        children, raising, schemas = registry.cached("parts", parts_of)
-        if children:
-            check_no_cycle(self)
-        dormant = unused if raising else (*unused, passes_child_stop)
-        self.run_parts = (registry.version, children, dormant, schemas)
-        return self.run_parts
-
-    def rows_for(
-        self, run: Run, cancellable: bool, unused: tuple[Guard, ...]
-    ) -> Mapping[tuple[State, str], tuple[Row, ...]]:
-        """The rows ``run`` walks: the table's without those whose guards cannot hold (see ``dormant_guards``).
-
-        A new run under the agent's own limits (most runs) gets those found for an earlier run of this agent.
-        """
-        fresh = run.limits is self.settings.limits and not run.at.trace and run.at.finalizing is None
-        found = self._fresh_rows.get((cancellable, unused)) if fresh else None
-        if found is None:
-            dormant = dormant_guards(run, strict_hooks=self.settings.strict_hooks, cancellable=cancellable, also=unused)
-            found = self.settings.walker.rows_without(dormant)
-            if fresh:
-                self._fresh_rows[cancellable, unused] = found
-        return found
-
-    def tool_schemas(self) -> list[JSONSchema]:
-        """The schemas of the registry's tools as the model is offered them: a list of this run's own.
-
-        Building them costs as much as a transition and every run offers the
-        same tools, so they are kept in the registry until its tools change,
-        for every agent over it (a fresh agent per request included).
-        """
-        cached = getattr(self.registry, "cached", None)
-        if cached is None:  # a registry of another kind: ask it every time
-            return self.registry.schemas()
-        return list(cached("schemas", schemas_of))
-
-    def on(self, name: HookName, hook: Hook | None = None) -> Any:
-        """Register an observer: ``agent.on("transition", fn)`` or ``@agent.on("enter:ExecuteTool")``.
-
-        Names: ``transition`` and ``failed`` (a ``TransitionEvent``), ``enter:<State>``
-        and ``leave:<State>`` (the same event), ``before_model``, ``after_model``,
-        ``before_tool`` and ``after_tool`` (a ``CallEvent``), ``text`` (a
-        ``TextDelta`` of a streaming model's reply as it arrives).  For one
-        transition the order is leave, enter, transition, failed.
-        """
-        if hook is None:
-
-            def register(fn: Hook) -> Hook:
-                self.hooks.add(name, fn)
-                return fn
-
-            return register
-        self.hooks.add(name, hook)
-        return hook
 
     def start(
         self,

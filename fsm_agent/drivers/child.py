@@ -24,6 +24,7 @@ from fsm_agent.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
+    from fsm_agent.drivers.agent_parts import AgentParts
 
 OnChildStop = Literal["error", "raise"]
 PARAMETERS = {
@@ -76,7 +77,7 @@ def children_in(registry: ToolRegistry) -> tuple[dict[str, ChildTool], bool]:
     return children, any(child.on_child_stop == "raise" for child in children.values())
 
 
-def check_no_cycle(agent: Agent) -> None:
+def check_no_cycle(agent: AgentParts) -> None:
     """Refuse an agent that is, directly or through other agents' tools, its own sub-agent.
 
     Each call of such an agent could start another run of it without end
@@ -85,8 +86,8 @@ def check_no_cycle(agent: Agent) -> None:
     through another agent's registry is found when that agent's tools are
     next read, at the latest when the call that would close it starts.
     """
-    stack: list[tuple[Agent, tuple[str, ...]]] = [(agent, ())]
-    seen: list[Agent] = []
+    stack: list[tuple[AgentParts, tuple[str, ...]]] = [(agent, ())]
+    seen: list[AgentParts] = []
     while stack:
         current, through = stack.pop()
         for name, child in children_in(current.registry)[0].items():
