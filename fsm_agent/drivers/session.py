@@ -21,24 +21,22 @@ not run, so the next turn's history is one every provider accepts.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.ledger import error_text
-from fsm_agent.core.snapshot import message_of
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.base import Observer
+from fsm_agent.drivers.session_turns import StoredTurns, closed, paused_message
 from fsm_agent.drivers.stored import awaited, store_for
-from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError, RunStateError, StaleRunError
-from fsm_agent.records import Message, RunResult, ToolCall
+from fsm_agent.errors import AgentLoopError, RunExistsError, RunStateError
+from fsm_agent.records import Message, RunResult
 
 if TYPE_CHECKING:
     from fsm_agent.persist import StoreTarget
-    from fsm_agent.persist.store import Store, StoredRun
+    from fsm_agent.persist.store import Store
 
 _TERMINAL = ("Done", "Failed")
 _TRIES = 3
@@ -54,7 +52,7 @@ for nobody.  A poll holds no thread, and a cancelled one holds nothing.
 """
 
 
-class Session:
+class Session(StoredTurns):
     """One conversation with ``agent``: ``run(text)`` / ``await arun(text)`` take a turn; ``messages`` is all of it.
 
     ``session_id`` names it (a fresh id by default); with a ``store`` (a
@@ -96,10 +94,6 @@ class Session:
     def turns(self) -> int:
         """How many turns the conversation has taken."""
         return self._turns
-
-    def turn_id(self, n: int) -> str:
-        """The run id of turn ``n`` (from 1) in a store."""
-        return f"{self.session_id}/{n}"
 
     # --- taking a turn ----------------------------------------------------------------------------------------
 
@@ -203,89 +197,6 @@ class Session:
         # A session starts its turns as the agent starts its runs, with the conversation as history.
         return self.agent._begin(text, cancel, observers, self.store, run_id, self._messages, session)  # noqa: SLF001
 
-    def _busy(self, n: int, holder: str | None = None, until: float | None = None) -> RunLeasedError:
-        """Turn ``n`` is being taken elsewhere: its conversation is not one to build on yet."""
-        if until is None:
-            until = time.time() + float(getattr(self.store, "lease", 0.0))
-        return _TurnLeasedError(self.turn_id(n), holder or "another owner", until)
-
-    def _take_over(
-        self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer]
-    ) -> AgentRun | None:
-        """Turn ``n``, unfinished in the store, claimed to be finished here: its owner died and its lease lapsed.
-
-        It is resumed from its last checkpoint like any ``Agent.resume``, so
-        no completed call is made again (only the call in flight when its
-        owner died, whose outcome was never stored).  While its owner's lease
-        is live it is a ``RunLeasedError`` naming that owner; None if the
-        turn moved on since ``data`` was read (read it again).  A store
-        without leases cannot tell a dead owner from a live one: there the
-        turn is always refused.
-        """
-        from fsm_agent.persist.store import JournaledStore  # as stored.store_for: import fsm_agent loads no store
-
-        if not isinstance(self.store, JournaledStore):
-            raise self._busy(n)
-        try:
-            run = self.agent.resume(data, store=self.store, cancel=cancel, observers=observers)
-        except StaleRunError:
-            return None  # its owner wrote it meanwhile, or another object took it over first
-        except RunLeasedError as exc:
-            raise self._busy(n, exc.holder, exc.until) from None
-        self._turns = n - 1  # taken in again when it ends
-        return run
-
-    async def _atake_over(
-        self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer]
-    ) -> AgentRun | None:
-        """``_take_over``, awaited: the claim is ``Agent.aresume``'s."""
-        from fsm_agent.persist.store import JournaledStore
-
-        if not isinstance(self.store, JournaledStore):
-            raise self._busy(n)
-        try:
-            run = await self.agent.aresume(data, store=self.store, cancel=cancel, observers=observers)
-        except StaleRunError:
-            return None  # its owner wrote it meanwhile, or another object took it over first
-        except RunLeasedError as exc:
-            raise self._busy(n, exc.holder, exc.until) from None
-        self._turns = n - 1  # taken in again when it ends
-        return run
-
-    def _check_ours(self, n: int) -> None:
-        """Turn ``n``'s id is taken in the store: by another object's turn of this session, or a ``RunStateError``.
-
-        A run there that is no turn of this session (stored without one, or
-        by another session) would refuse turn ``n`` for ever.
-        """
-        store: Any = self.store
-        try:
-            owner = store.load(self.turn_id(n)).get("session_id")
-        except KeyError:
-            return  # deleted meanwhile: try again
-        self._ours(n, owner)
-
-    async def _acheck_ours(self, n: int) -> None:
-        """``_check_ours``, awaited."""
-        store: Any = self.store
-        try:
-            owner = (await awaited(store, "load", self.turn_id(n))).get("session_id")
-        except KeyError:
-            return  # deleted meanwhile: try again
-        self._ours(n, owner)
-
-    def _ours(self, n: int, owner: object) -> None:
-        """Nothing if turn ``n``'s stored run is of this session (stored by ``owner``), else a ``RunStateError``."""
-        if owner == self.session_id:
-            return
-        run_id = self.turn_id(n)
-        whose = "it is of no session" if not owner else f"it is of session {owner!r}"
-        msg = (
-            f"run {run_id!r} in the store is not a turn of session {self.session_id!r} ({whose}), "
-            f"so turn {n} cannot be stored under its id: delete or rename that run, or use another session_id"
-        )
-        raise RunStateError(msg)
-
     def _finished(self, finish: Any, *, quiet: bool = False) -> RunResult:
         """The result of ``finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over)."""
         try:
@@ -316,85 +227,10 @@ class Session:
         self._turns += 1
         self._paused = None
         if result.reason == "paused":
-            self._paused = _paused_message(self.session_id, self._turns, [(c.name, c.id) for c in result.pending])
+            self._paused = paused_message(self.session_id, self._turns, [(c.name, c.id) for c in result.pending])
             self._messages = [m for m in result.messages if m.role != "system"]
             return
-        self._messages = _closed(result.messages, result.reason)
-
-    def _catch_up(self, *, strict: bool = True) -> tuple[int, dict[str, Any]] | None:
-        """Read the conversation from the store: the turns any process took, the last one whole.
-
-        ``strict``: a last turn that is paused is refused, as the base of a
-        new turn, and one still going is returned (its number and snapshot),
-        to be taken over or refused.
-        """
-        store: Any = self.store
-        last = self._last_turn(store.list_runs(session=self.session_id))
-        data = None if last is None else store.load(self.turn_id(last))
-        return self._caught_up(last, data, strict)
-
-    async def _acatch_up(self, *, strict: bool = True) -> tuple[int, dict[str, Any]] | None:
-        """``_catch_up``, awaited: the store's ``alist_runs`` and ``aload``."""
-        store: Any = self.store
-        last = self._last_turn(await awaited(store, "list_runs", session=self.session_id))
-        data = None if last is None else await awaited(store, "load", self.turn_id(last))
-        return self._caught_up(last, data, strict)
-
-    def _last_turn(self, runs: Sequence[StoredRun]) -> int | None:
-        """The number of the session's last stored turn among ``runs`` (its listing); None before its first."""
-        prefix = self.turn_id(0)[:-1]
-        numbers = [
-            int(tail) for run in runs if run.run_id.startswith(prefix) and (tail := run.run_id[len(prefix) :]).isdigit()
-        ]
-        return max(numbers, default=None)
-
-    def _caught_up(
-        self, last: int | None, data: dict[str, Any] | None, strict: bool
-    ) -> tuple[int, dict[str, Any]] | None:
-        """``_catch_up``'s reading of the last turn ``last``, stored as ``data`` (None: no turn yet)."""
-        self._paused = None
-        if last is None or data is None:
-            self._turns, self._messages = 0, []
-            return None
-        self._turns = last
-        messages = [message_of(m) for m in data["messages"]]
-        pending = [ToolCall(**call) for call in data.get("pending") or ()]
-        if data.get("paused"):
-            self._paused = _paused_message(self.session_id, last, [(c.name, c.id) for c in pending])
-            self._messages = [m for m in messages if m.role != "system"]
-            if strict:
-                raise RunStateError(self._paused)
-            return None
-        self._messages = _closed(messages, data.get("reason") or "stopped")
-        if data["state"] not in _TERMINAL and strict:
-            return last, data
-        return None
-
-
-def _paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:
-    calls = ", ".join(f"{name} ({call_id})" for name, call_id in waiting)
-    return f"turn {n} of session {session!r} is paused for a decision on {calls}: resume it (Session.resume) first"
-
-
-def _closed(messages: Sequence[Message], reason: str) -> list[Message]:
-    """A turn's messages without the system prompt, each call it asked for and never made answered as not run.
-
-    Those are the calls of its last assistant message that no tool message
-    after it answers.  Call ids are the model's and may repeat across turns
-    (many providers count from ``call_0`` in every request), so an answer
-    earlier in the conversation never stands for one of them.
-    """
-    kept = [m for m in messages if m.role != "system"]
-    asked = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].role == "assistant"), None)
-    if asked is None:
-        return kept
-    answered = {m.tool_call_id for m in kept[asked + 1 :] if m.role == "tool"}
-    why = error_text(f"not executed: the turn stopped ({reason}) before this call")
-    for call in kept[asked].tool_calls:
-        if call.id not in answered:
-            answered.add(call.id)
-            kept.append(Message("tool", why, tool_call_id=call.id))
-    return kept
+        self._messages = closed(result.messages, result.reason)
 
 
 async def _acquire(lock: threading.Lock) -> None:
@@ -409,16 +245,3 @@ async def _acquire(lock: threading.Lock) -> None:
     while not lock.acquire(blocking=False):
         await asyncio.sleep(pause)
         pause = min(pause * 2, _LAST_POLL)
-
-
-class _TurnLeasedError(RunLeasedError):
-    """A ``RunLeasedError`` for a session's turn that another owner holds, saying what to do about it."""
-
-    def __str__(self) -> str:
-        session, _, n = self.run_id.rpartition("/")
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.until))
-        return (
-            f"turn {n} of session {session!r} is still being taken by {self.holder} (run {self.run_id!r},"
-            f" lease until {when}): wait for it and retry this turn; if its owner is gone, the first turn"
-            " asked for after the lease lapses finishes it first, and so does Session.resume()"
-        )
