@@ -12,7 +12,7 @@ help:  ## list the targets
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fsm_agent needs Python 3.11+, found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic,gemini,postgres,mcp,otel,output,ui,ray,docs]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,openai,anthropic,gemini,postgres,mcp,otel,output,prices,ui,agui,ray,docs]'
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv with the package (editable) and every extra; the command is .venv/bin/fsm-agent

@@ -7,6 +7,7 @@ Every way a run ends is a named, guarded transition into ``Done`` or
 import typing
 
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.pricing import Price
 from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import RunView
@@ -15,6 +16,7 @@ from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.drivers.fork import ForkEdit
 from fsm_agent.drivers.model import Model
 from fsm_agent.drivers.oneshot import arun, run
 from fsm_agent.drivers.session import Session
@@ -23,6 +25,7 @@ from fsm_agent.errors import (
     ContextOverflowError,
     DecisionError,
     DefinitionError,
+    ForkError,
     FsmAgentError,
     Retry,
     RunExistsError,
@@ -43,7 +46,7 @@ from fsm_agent.records import (
     Transition,
     Usage,
 )
-from fsm_agent.tools import Tool, ToolRegistry, ToolResult
+from fsm_agent.tools import RunContext, Tool, ToolRegistry, ToolResult, run_context
 
 if typing.TYPE_CHECKING:
     from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
@@ -63,7 +66,7 @@ def __getattr__(name: str) -> typing.Any:
     a store, and ``make bench`` holds the import to a few times a bare
     interpreter's start.  ``from fsm_agent import SqliteStore`` works as
     before.  The version is read from the package's metadata, so it is the
-    version pip installed and cannot drift from ``pyproject.toml``.
+    version pip installed and cannot drift from ``pyproject.toml`` (see ``_version``).
     """
     if name in _STORES:
         from fsm_agent import persist
@@ -74,14 +77,29 @@ def __getattr__(name: str) -> typing.Any:
 
         found = getattr(proof, name)
     elif name == "__version__":
-        from importlib.metadata import version
-
-        found = version("fsm-agent")
+        found = _version()
     else:
         msg = f"module 'fsm_agent' has no attribute {name!r}"
         raise AttributeError(msg)
     globals()[name] = found
     return found
+
+
+def _version() -> str:
+    """The installed distribution's version; for a source tree never installed, its ``pyproject.toml``'s."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fsm-agent")
+    except PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "0+unknown"  # neither installed nor beside its pyproject.toml: a copy of the package alone
 
 
 def __dir__() -> list[str]:
@@ -101,6 +119,8 @@ __all__ = [
     "ContextOverflowError",
     "DecisionError",
     "DefinitionError",
+    "ForkEdit",
+    "ForkError",
     "FsmAgentError",
     "JsonlLog",
     "Limits",
@@ -110,11 +130,13 @@ __all__ = [
     "OutputSchema",
     "Policy",
     "PostgresStore",
+    "Price",
     "Proof",
     "ProviderData",
     "Reason",
     "Retry",
     "Row",
+    "RunContext",
     "RunExistsError",
     "RunLeasedError",
     "RunResult",
@@ -142,4 +164,5 @@ __all__ = [
     "arun",
     "check",
     "run",
+    "run_context",
 ]

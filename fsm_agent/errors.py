@@ -7,6 +7,7 @@
     ├── RunLeasedError (also RuntimeError)  another owner is advancing that stored run
     │   └── StaleRunError                   the stored run moved on since it was read: load it again
     ├── DecisionError (also ValueError)     a decision on a stored run's call that cannot be taken
+    ├── ForkError (also ValueError)         a fork that cannot be taken: where, and why
     ├── Retry                               raised by an output validator: ask the model again, saying why
     ├── ContextOverflowError                a model call's input is longer than the model's context window
     └── AgentLoopError (also RuntimeError)  a run stopped; carries reason + result
@@ -31,6 +32,10 @@ class FsmAgentError(Exception):
 
 class DefinitionError(FsmAgentError, ValueError):
     """The transition table breaks a rule; the message names the offending states."""
+
+
+class ForkError(FsmAgentError, ValueError):
+    """A fork that cannot be taken (``Agent.fork``): ``at`` outside the source, or the source not rebuilt up to it."""
 
 
 class RunStateError(FsmAgentError, RuntimeError):

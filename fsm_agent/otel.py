@@ -17,13 +17,15 @@ or ``STOP``; the model's ``stop_reason`` for other models),
 ``gen_ai.usage.input_tokens``/``output_tokens`` (per call, and the run's
 totals on the run span), ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
 ``gen_ai.tool.type``, ``gen_ai.conversation.id`` (the run id) and
-``error.type``.  What only this engine has goes under ``fsm_agent.*``: every
-transition is an event on the run span (``source``, ``trigger``, ``dest``,
-and ``guard``/``reason`` when the edge has them), and the run span ends with
+``error.type``.  What only this engine has goes under ``fsm_agent.*``: a
+priced call's US dollars (``fsm_agent.usage.cost``), every transition as an
+event on the run span (``source``, ``trigger``, ``dest``, and
+``guard``/``reason`` when the edge has them), and the run span ends with
 ``fsm_agent.stop_reason``, ``fsm_agent.final_state`` and each counter against
-its limit (``fsm_agent.counters.<name>``, ``fsm_agent.limits.<name>``).  A
-stop sets the run span's status to error, with the reason as description and
-``error.type``; a failed model or tool call does the same to its own span.
+its limit (``fsm_agent.counters.<name>``, ``fsm_agent.limits.<name>``; the
+cost only when every call was priced).  A stop sets the run span's status to
+error, with the reason as description and ``error.type``; a failed model or
+tool call does the same to its own span.
 
 Sub-agents (``Agent.as_tool``) are traced as part of their parent's run:
 ``instrument(parent)`` also instruments every sub-agent in its registry
@@ -291,7 +293,7 @@ class Instrumentation:
         span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
         for name, (used, limit) in event.counters.items():
-            if used is not None:
+            if used is not None and (name != "cost" or result.usage.cost is not None):  # cost: all priced, or none
                 span.set_attribute(f"fsm_agent.counters.{name}", used)
             if limit is not None:
                 span.set_attribute(f"fsm_agent.limits.{name}", limit)
@@ -334,6 +336,8 @@ class Instrumentation:
             if response.usage is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
                 span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+                if response.usage.cost is not None:
+                    span.set_attribute("fsm_agent.usage.cost", response.usage.cost)
             if self.capture_content:
                 span.set_attribute("gen_ai.output.messages", _reply_message(response))
         span.end()

@@ -93,17 +93,44 @@ class Message:
     provider_data: ProviderData | None = attrs.field(default=None, converter=_provider_data)
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Usage:
-    """Tokens one model call consumed; a response without usage counts as zero."""
+    """Tokens one model call consumed, and what they cost; a response without usage counts as zero tokens.
+
+    ``input_tokens`` counts every input token, the cached ones included:
+    ``cache_read_tokens`` were read from the provider's prompt cache and
+    ``cache_write_tokens`` written to it, both part of ``input_tokens``.
+    ``output_tokens`` counts every output token, ``reasoning_tokens`` (the
+    model's hidden thinking) included.  ``cost`` is in US dollars: a model's
+    own figure, or the agent's price for the call (``Agent(prices=...)``, else
+    the ``genai-prices`` package); ``None`` where the price is unknown, never a
+    guess (a call without usage, counted as zero tokens, costs nothing at a
+    known price).  A run's usage (``RunResult.usage``) totals the tokens and
+    the cost of its calls and of its sub-agents' runs, its cost ``None`` if any
+    of them was unpriced.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: float | None = None
 
     @property
     def total(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+    def __repr__(self) -> str:
+        # The token counts always, the breakdowns where not zero and the cost where known: most calls have neither.
+        shown = [f"input_tokens={self.input_tokens!r}", f"output_tokens={self.output_tokens!r}"]
+        for name in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+            if getattr(self, name):
+                shown.append(f"{name}={getattr(self, name)!r}")
+        if self.cost is not None:
+            shown.append(f"cost={self.cost!r}")
+        return f"Usage({', '.join(shown)})"
 
 
 STOP_REASONS = ("end_turn", "tool_use", "stop_sequence", "max_tokens", "refusal")
@@ -154,8 +181,9 @@ class ChildOutcome:
 
     ``stop`` (reason, evidence) is set when the child stopped and its tool
     says ``on_child_stop="raise"``: the parent then stops with
-    ``child_stopped``.  The tokens count against the parent's budget, and
-    the child's tool calls against the parent's ``max_tool_calls`` total.
+    ``child_stopped``.  The tokens and the ``cost`` (US dollars, ``None`` if
+    unknown) count against the parent's budgets, and the child's tool calls
+    against the parent's ``max_tool_calls`` total.
     """
 
     run_id: str
@@ -163,6 +191,7 @@ class ChildOutcome:
     output_tokens: int = 0
     stop: dict[str, Any] | None = None
     tool_calls: int = 0
+    cost: float | None = 0.0
 
 
 def child_outcome(value: ChildOutcome | dict[str, Any] | None) -> ChildOutcome | None:
@@ -191,6 +220,9 @@ class Step:
     them (0: the whole conversation)."""
     child: str | None = None
     """The id of the sub-agent run this tool call was (``Agent.as_tool``), or None."""
+    reused_from: str | None = None
+    """On a fork (``Agent.fork``): the source run's call (``run_id/call_id``) whose recorded result this call took
+    instead of being made again; None for a call that was made."""
 
 
 @attrs.frozen

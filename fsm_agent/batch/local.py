@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from fsm_agent.batch.items import BatchItem
-from fsm_agent.batch.worker import AgentFactory, Later, atry_item, failed_result
+from fsm_agent.batch.worker import AgentFactory, DepsFactory, Later, atry_item, failed_result
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.persist.store import Store
 from fsm_agent.records import RunResult
@@ -49,11 +49,13 @@ def iter_local(
     max_in_flight: int,
     cancel: CancelToken | None,
     on_start: Callable[[BatchItem], None] | None = None,
+    make_deps: DepsFactory | None = None,
 ) -> Iterator[Finished]:
     """Yield ``(item, result)`` as runs finish; after ``cancel``, runs not yet begun end ``cancelled`` unstarted.
 
     ``on_start`` (if given) is called, in the loop's thread, as each run
     begins, so a progress display can count the runs in flight.
+    ``make_deps(item)`` gives each run its deps, in this process.
     """
     done: queue.Queue[Finished | BaseException] = queue.Queue()
     loop = asyncio.new_event_loop()
@@ -90,7 +92,7 @@ def iter_local(
                 on_start(item)
             busy += 1
             try:
-                outcome = await atry_item(make_agent, store, item, stop, give_up)
+                outcome = await atry_item(make_agent, store, item, stop, give_up, make_deps)
             finally:
                 busy -= 1
             if isinstance(outcome, Later):

@@ -33,6 +33,7 @@ from fsm_agent.batch.items import BatchItem
 from fsm_agent.batch.ray_pool import PoolWorker, Switch, ray_module
 from fsm_agent.batch.worker import (
     AgentFactory,
+    DepsFactory,
     Later,
     error_result,
     failed_result,
@@ -181,6 +182,7 @@ def iter_ray(
     on_worker: Callable[[BatchItem, int], None] | None = None,
     actors: int | None = None,
     on_status: Callable[[str], None] | None = None,
+    make_deps: DepsFactory | None = None,
 ) -> Iterator[Finished]:
     """Yield ``(item, result)`` as runs finish, keeping at most ``max_in_flight`` runs submitted to the pool.
 
@@ -193,7 +195,8 @@ def iter_ray(
     no run until it answers again (however long its restart takes); its
     share waits for it or goes to the others.
     ``on_worker(item, pid)`` is told which process ran each attempt;
-    ``on_status`` a line saying how many workers start.
+    ``on_status`` a line saying how many workers start.  ``make_deps`` is
+    shipped to each actor, which calls it for each of its runs.
 
     On ``cancel`` (or leaving the loop, or Ctrl-C), no new run is submitted
     and each run in flight is told to stop at its next check; one still
@@ -217,7 +220,7 @@ def iter_ray(
         )
     name = f"fsm_agent-switch-{uuid.uuid4().hex}"  # the pool's actors find it by name (see PoolWorker)
     switch = _remote("switch", Switch).options(num_cpus=0, name=name).remote()
-    pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, name)
+    pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, name, make_deps)
             for _ in range(size)]  # fmt: skip
     load = [0] * size
     pending: dict[Any, tuple[BatchItem, int]] = {}

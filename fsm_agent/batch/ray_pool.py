@@ -12,7 +12,7 @@ from typing import Any
 
 from fsm_agent import persist
 from fsm_agent.batch.items import BatchItem
-from fsm_agent.batch.worker import AgentFactory, Later, Opened, atry_item, error_result, is_sqlite
+from fsm_agent.batch.worker import AgentFactory, DepsFactory, Later, Opened, atry_item, error_result, is_sqlite
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.records import RunResult
 
@@ -67,8 +67,17 @@ class PoolWorker:
     lease given up, so the next pass over the batch resumes it at once.
     """
 
-    def __init__(self, make_agent: AgentFactory, spec: str, lease: float, runs: int, switch: str) -> None:
+    def __init__(
+        self,
+        make_agent: AgentFactory,
+        spec: str,
+        lease: float,
+        runs: int,
+        switch: str,
+        make_deps: DepsFactory | None = None,
+    ) -> None:
         self.make_agent = make_agent
+        self.make_deps = make_deps  # called here for each run: deps are built where they are used, never pickled
         self.spec = spec
         self.lease = lease
         self.runs = runs
@@ -88,7 +97,8 @@ class PoolWorker:
                 self.store = pool_store(self.spec, self.lease, self.runs)
         except Exception as exc:  # noqa: BLE001 - a store this worker cannot open is this run's result, not a crash
             return error_result(item, exc), os.getpid()
-        return await atry_item(self.make_agent, self.store, item, self.token, give_up), os.getpid()
+        outcome = await atry_item(self.make_agent, self.store, item, self.token, give_up, self.make_deps)
+        return outcome, os.getpid()
 
     async def ready(self) -> int:
         """This process's id: the pool asks a restarted actor, before it sends the actor runs again."""

@@ -16,7 +16,7 @@ from typing import IO, Any, Literal
 from fsm_agent.batch.items import BatchItem, batch_items
 from fsm_agent.batch.local import DEFAULT_IN_FLIGHT, iter_local
 from fsm_agent.batch.progress import Bar, Tally
-from fsm_agent.batch.worker import DEFAULT_LEASE, AgentFactory, Opened, StoreSpec, absolute, open_store
+from fsm_agent.batch.worker import DEFAULT_LEASE, AgentFactory, DepsFactory, Opened, StoreSpec, absolute, open_store
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.persist import SqliteStore
 from fsm_agent.persist.store import Store
@@ -40,6 +40,8 @@ def iter_batch(
     lease: float = DEFAULT_LEASE,
     on_start: Callable[[BatchItem], None] | None = None,
     on_status: Callable[[str], None] | None = None,
+    deps: Any = None,
+    make_deps: DepsFactory | None = None,
 ) -> Generator[Finished, None, None]:
     """Yield ``(item, result)`` for every input as its run ends, in the order they end (see ``run_batch``).
 
@@ -51,6 +53,7 @@ def iter_batch(
     (starting or joining Ray, starting its workers), before the first run.
     """
     items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
+    deps_for = _deps_for(deps, make_deps, executor)
     return _iter(
         make_agent,
         items,
@@ -64,6 +67,7 @@ def iter_batch(
         lease,
         on_start,
         on_status,
+        deps_for,
     )
 
 
@@ -80,17 +84,22 @@ def _iter(
     lease: float,
     on_start: Callable[[BatchItem], None] | None,
     on_status: Callable[[str], None] | None = None,
+    make_deps: DepsFactory | None = None,
 ) -> Generator[Finished, None, None]:
     if not items:
         return  # nothing to run: no store to open, no Ray instance to start
     if executor == "local":
         limit = max_in_flight or DEFAULT_IN_FLIGHT
         if not isinstance(store, str | os.PathLike):
-            yield from iter_local(make_agent, store, items, max_in_flight=limit, cancel=cancel, on_start=on_start)
+            yield from iter_local(
+                make_agent, store, items, max_in_flight=limit, cancel=cancel, on_start=on_start, make_deps=make_deps
+            )
             return
         opened = open_store(store, lease)
         try:
-            yield from iter_local(make_agent, opened, items, max_in_flight=limit, cancel=cancel, on_start=on_start)
+            yield from iter_local(
+                make_agent, opened, items, max_in_flight=limit, cancel=cancel, on_start=on_start, make_deps=make_deps
+            )
         finally:
             _close(opened)
         return
@@ -119,6 +128,7 @@ def _iter(
             lease=lease,
             on_start=on_start,
             on_status=on_status,
+            make_deps=make_deps,
         )
     finally:
         if started:
@@ -138,6 +148,8 @@ def run_batch(
     cancel: CancelToken | None = None,
     ray_options: Mapping[str, Any] | None = None,
     lease: float = DEFAULT_LEASE,
+    deps: Any = None,
+    make_deps: DepsFactory | None = None,
 ) -> list[RunResult]:
     """Run every input to its end and return one ``RunResult`` per input, in input order.
 
@@ -170,8 +182,16 @@ def run_batch(
     A run another owner holds (a dead worker's, a crashed driver's) waits
     in line, not in a slot: it is tried again once that lease lapses,
     while the other runs go on.
+
+    The runs' tools get deps (``RunContext.deps``): ``deps=`` one object
+    shared by every run (``executor="local"`` only: Ray workers are other
+    processes), or ``make_deps=`` a function of the ``BatchItem`` called for
+    each run where it executes; on Ray each worker calls it, so it must
+    pickle but the deps it returns need not.  A run resumed by a later pass
+    is given its deps again the same way.
     """
     items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
+    deps_for = _deps_for(deps, make_deps, executor)
     results: dict[int, RunResult] = {}
     tally = Tally(len(items))
     bar = None if progress is False else Bar(tally, None if progress is True else progress)
@@ -189,6 +209,7 @@ def run_batch(
             lease,
             tally.start,
             None if bar is None else bar.say,
+            deps_for,
         )
         for item, result in finished:
             results[item.index] = result
@@ -228,6 +249,25 @@ def _check(
         msg = f"cancel must be a CancelToken, got {type(cancel).__name__}"
         raise TypeError(msg)
     return batch_items(inputs)
+
+
+def _deps_for(deps: Any, make_deps: DepsFactory | None, executor: str) -> DepsFactory | None:
+    """Each run's deps as one function of its item: ``make_deps``, or one returning the shared ``deps``."""
+    if make_deps is not None and not callable(make_deps):
+        msg = f"make_deps must be a function of a BatchItem returning the run's deps, got {type(make_deps).__name__}"
+        raise TypeError(msg)
+    if deps is None:
+        return make_deps
+    if make_deps is not None:
+        msg = "give deps= (one object for every run) or make_deps= (one per run), not both"
+        raise ValueError(msg)
+    if executor == "ray":
+        msg = (
+            "deps= is one object in this process, which Ray workers cannot share: pass make_deps=, "
+            "a function of the BatchItem each worker calls to build its runs' deps"
+        )
+        raise TypeError(msg)
+    return lambda _: deps
 
 
 def _is_store(store: object) -> bool:

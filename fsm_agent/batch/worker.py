@@ -32,6 +32,9 @@ from fsm_agent.records import Message, RunResult
 AgentFactory = Callable[[], Agent]
 """What ``run_batch`` takes instead of an agent: called in each worker, because SDK clients do not pickle."""
 
+DepsFactory = Callable[[BatchItem], Any]
+"""``run_batch(make_deps=...)``: each run's deps from its item, made where the run executes (deps need not pickle)."""
+
 StoreSpec = str | os.PathLike[str]
 """Where a worker finds the store: a SQLite file path, or a URL ``fsm_agent.persist.open_store`` understands."""
 
@@ -121,22 +124,25 @@ def error_result(item: BatchItem, exc: BaseException) -> RunResult:
     return failed_result(item, reason, type=type(exc).__name__, error=str(exc), run_id=item.run_id)
 
 
-def prepare(agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None = None) -> AgentRun | RunResult:
+def prepare(
+    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None = None, deps: Any = None
+) -> AgentRun | RunResult:
     """The run to drive for ``item``, or its result if the store says it is over (no model call then).
 
     A run paused for a person's decision is returned as paused: a batch
-    cannot decide for them (``runs resume --approve`` can).
+    cannot decide for them (``runs resume --approve`` can).  ``deps`` go to
+    the run, started or resumed (a snapshot holds none).
     """
     try:
         data = store.load(item.run_id)
     except KeyError:
-        return agent.start(item.input, store=store, run_id=item.run_id, cancel=cancel)
+        return agent.start(item.input, store=store, run_id=item.run_id, cancel=cancel, deps=deps)
     if data.get("paused") or data["state"] == "Done":
         return stored_result(data)
     if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
         return stored_result(data)
     try:
-        return agent.resume(data, store=store, cancel=cancel)
+        return agent.resume(data, store=store, cancel=cancel, deps=deps)
     except ValueError:
         # Limits that do not lift the stop: the stored run stands as it ended.
         return stored_result(data)
@@ -187,12 +193,12 @@ def _wait_for(exc: RunLeasedError | RunExistsError, give_up: float) -> float:
 
 
 def _plan(
-    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, give_up: float
+    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, give_up: float, deps: Any
 ) -> AgentRun | RunResult | Later:
     """``prepare``, read again at once after a race; ``Later`` if another owner's lease on the run is live."""
     while True:
         try:
-            return prepare(agent, store, item, cancel)
+            return prepare(agent, store, item, cancel, deps)
         except (RunLeasedError, RunExistsError) as exc:
             wait = _wait_for(exc, give_up)
             if wait > 0:
@@ -205,15 +211,18 @@ def try_item(
     item: BatchItem,
     cancel: CancelToken | None = None,
     give_up: float | None = None,
+    make_deps: DepsFactory | None = None,
 ) -> RunResult | Later:
     """One attempt at a run with the sync driver: its result, or ``Later`` if it is leased elsewhere (no waiting).
 
     ``give_up`` is the first attempt's ``Later.give_up`` (``None`` on the
-    first attempt: now plus the store's lease).
+    first attempt: now plus the store's lease).  ``make_deps(item)`` gives
+    the run its deps; what it raises is the run's ``error`` result.
     """
     try:
         agent = make_agent()
-        plan = _plan(agent, store, item, cancel, _deadline(store, give_up))
+        deps = None if make_deps is None else make_deps(item)
+        plan = _plan(agent, store, item, cancel, _deadline(store, give_up), deps)
         return plan if isinstance(plan, RunResult | Later) else _outcome(plan)
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
         return error_result(item, exc)
@@ -225,21 +234,29 @@ async def atry_item(
     item: BatchItem,
     cancel: CancelToken | None = None,
     give_up: float | None = None,
+    make_deps: DepsFactory | None = None,
 ) -> RunResult | Later:
     """One attempt at a run with the async driver (see ``try_item``); cancelling the task checkpoints the run."""
     try:
         agent = make_agent()
-        plan = _plan(agent, store, item, cancel, _deadline(store, give_up))
+        deps = None if make_deps is None else make_deps(item)
+        plan = _plan(agent, store, item, cancel, _deadline(store, give_up), deps)
         return plan if isinstance(plan, RunResult | Later) else await _aoutcome(plan)
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
         return error_result(item, exc)
 
 
-def run_item(make_agent: AgentFactory, store: Store, item: BatchItem, cancel: CancelToken | None = None) -> RunResult:
+def run_item(
+    make_agent: AgentFactory,
+    store: Store,
+    item: BatchItem,
+    cancel: CancelToken | None = None,
+    make_deps: DepsFactory | None = None,
+) -> RunResult:
     """Carry out one run with the sync driver, waiting here for another owner's lease; every end is a result."""
     give_up: float | None = None
     while True:
-        got = try_item(make_agent, store, item, cancel, give_up)
+        got = try_item(make_agent, store, item, cancel, give_up, make_deps)
         if not isinstance(got, Later):
             return got
         give_up = got.give_up
@@ -247,12 +264,16 @@ def run_item(make_agent: AgentFactory, store: Store, item: BatchItem, cancel: Ca
 
 
 async def arun_item(
-    make_agent: AgentFactory, store: Store, item: BatchItem, cancel: CancelToken | None = None
+    make_agent: AgentFactory,
+    store: Store,
+    item: BatchItem,
+    cancel: CancelToken | None = None,
+    make_deps: DepsFactory | None = None,
 ) -> RunResult:
     """Carry out one run with the async driver, waiting here for another owner's lease; every end is a result."""
     give_up: float | None = None
     while True:
-        got = await atry_item(make_agent, store, item, cancel, give_up)
+        got = await atry_item(make_agent, store, item, cancel, give_up, make_deps)
         if not isinstance(got, Later):
             return got
         give_up = got.give_up

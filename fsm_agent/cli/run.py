@@ -1,15 +1,15 @@
 """The ``run`` command: ask a real model a question with the built-in tools, and watch the machine decide.
 
-``python -m fsm_agent run "question" --model openai:gpt-4o-mini`` drives the
-run one transition at a time (``AgentRun.advance``), so the current state
-and the counters can be shown while the model or a tool is working.  The
-answer goes to stdout (exit 0); a stop goes to stderr as its reason and
-evidence (exit 2).  Anything that prevents the run from starting or
-reaching its model (no API key, no SDK, a bad flag value, an unreachable
-server, a store file that is not SQLite) is one line on stderr naming what is
-at fault, and exit 1, never a traceback.  Text that came from the model is
-printed with its control characters escaped, so a reply cannot drive the
-terminal.
+``python -m fsm_agent run "question" --model openai:gpt-4o-mini`` (or
+``--agent MODULE:FUNCTION``, your own agent) drives the run one transition
+at a time (``AgentRun.advance``), so the current state and the counters
+can be shown while the model or a tool is working.  The answer goes to
+stdout (exit 0); a stop goes to stderr as its reason and evidence (exit 2).
+Anything that prevents the run from starting or reaching its model (no API
+key, no SDK, a bad flag value, an unreachable server, a store file that is
+not SQLite) is one line on stderr naming what is at fault, and exit 1, never
+a traceback.  Text that came from the model is printed with its control
+characters escaped, so a reply cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from fsm_agent import (
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described
 from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable
 from fsm_agent.jsontext import dumps
-from fsm_agent.models import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
+from fsm_agent.models.named import model_named
 from fsm_agent.models.provider import ProviderModel
 from fsm_agent.persist import StoreError
 from fsm_agent.tools.builtin import builtin_registry
@@ -53,14 +53,6 @@ PROVIDERS = {
 
 SECOND_KEY_VARIABLES = {"gemini": "GEMINI_API_KEY"}
 """Where the key is looked for next, as the SDK does (google-genai reads ``GEMINI_API_KEY`` too)."""
-
-ADAPTERS: dict[str, type[ProviderModel]] = {
-    "openai": OpenAIChatModel,
-    "openai-responses": OpenAIResponsesModel,
-    "anthropic": AnthropicModel,
-    "gemini": GeminiModel,
-}
-"""Provider prefix of ``--model`` -> the adapter that talks to it."""
 
 # Local OpenAI-compatible servers ignore the key, but the SDK refuses to start without one.
 PLACEHOLDER_KEY = "no-key-needed"
@@ -94,7 +86,14 @@ def add_command(commands: Any) -> None:
         description=described(__doc__),
     )
     parser.add_argument("question", help="what to ask the model")
-    add_model_arguments(parser)
+    who = parser.add_mutually_exclusive_group(required=True)
+    add_model_arguments(parser, model_in=who)
+    who.add_argument(
+        "--agent",
+        metavar="MODULE:FUNCTION",
+        help="your own agent (its model, tools, prompt and limits): a function with no arguments returning an "
+        "Agent; instead of --model, which runs the built-in tools",
+    )
     parser.add_argument("--system", default=DEFAULT_SYSTEM, help="the system prompt")
     parser.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")
     parser.add_argument("--max-steps", type=int, default=8, help="model turns before the run stops (default 8)")
@@ -173,9 +172,8 @@ def build_model(spec: str, base_url: str | None, api_key_env: str | None, max_re
             msg = f"no API key: set {variable}" + ("" if api_key_env else " (or name another variable: --api-key-env)")
             raise SetupError(msg)
         api_key = PLACEHOLDER_KEY
-    adapter: Any = ADAPTERS[provider]  # each takes these four settings; ProviderModel's own __init__ does not
     try:
-        return adapter(name, api_key=api_key, base_url=base_url, max_retries=max_retries)  # type: ignore[no-any-return]
+        return model_named(spec, api_key=api_key, base_url=base_url, max_retries=max_retries)
     except ImportError as exc:
         raise SetupError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - an SDK refusing its settings is a setup error, shown in one line
@@ -259,6 +257,34 @@ def agent_for(args: argparse.Namespace, model: ProviderModel) -> Agent:
         raise SetupError(str(exc)) from None
 
 
+_BUILT_IN_FLAGS = (
+    ("--system", "system", DEFAULT_SYSTEM),
+    ("--files", "files", None),
+    ("--max-steps", "max_steps", 8),
+    ("--max-consecutive-failures", "max_consecutive_failures", 3),
+    *((flag, keyword, None) for flag, keyword, _, _ in LIMIT_FLAGS),
+    ("--base-url", "base_url", None),
+    ("--api-key-env", "api_key_env", None),
+    ("--max-retries", "max_retries", 2),
+)
+"""The flags that set up the ``--model`` agent (flag, attribute, default), which an ``--agent`` sets up itself."""
+
+
+def own_agent(args: argparse.Namespace) -> Agent:
+    """The agent ``--agent MODULE:FUNCTION`` builds (as ``batch`` and ``runs resume`` do); ``SetupError`` if it cannot.
+
+    A flag that only sets up the ``--model`` agent is refused rather than
+    silently ignored: the user's agent brings its own model, tools and limits.
+    """
+    given = [flag for flag, keyword, default in _BUILT_IN_FLAGS if getattr(args, keyword, default) != default]
+    if given:
+        msg = f"--agent brings its own model, prompt, tools and limits: drop {', '.join(given)}"
+        raise SetupError(msg)
+    from fsm_agent.cli import batch as batch_command  # which imports this module: loaded by --agent alone
+
+    return batch_command.built(batch_command.imported(args.agent))
+
+
 def report(
     result: RunResult, out: IO[str], err: IO[str], server: str = "the model server", *, shown: bool = False
 ) -> int:
@@ -287,9 +313,15 @@ def main(args: argparse.Namespace) -> int:
     """Run the question to the end; the exit code says how it ended (0 answer, 1 set-up, 2 stopped, 130 Ctrl-C)."""
     out, err = sys.stdout, sys.stderr
     try:
-        model = build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
-        with contextlib.closing(model):
-            agent = agent_for(args, model)
+        if args.agent is not None:
+            agent = own_agent(args)
+            model: Any = agent.model
+        else:
+            model = build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
+        closing = contextlib.closing(model) if callable(getattr(model, "close", None)) else contextlib.nullcontext()
+        with closing:
+            if args.agent is None:
+                agent = agent_for(args, model)
             store = None if args.store is None else open_store(args.store)
             try:
                 try:

@@ -1,4 +1,4 @@
-"""The ``runs`` command: list, show, resume and prune the runs checkpointed in a store, a file or a database.
+"""The ``runs`` command: list, show, resume, prune, export and fork the runs checkpointed in a store.
 
 ``python -m fsm_agent runs list --store runs.db`` (or ``--store
 postgresql://...``) lists them, filtered by ``--state``, ``--reason`` and
@@ -7,9 +7,10 @@ reason (and draws its path with ``--diagram``); ``resume RUN_ID --model ...``
 continues it, with new limits (``--max-steps``...) for a run stopped on one,
 or ``--approve ID`` / ``--reject ID=WHY`` decisions for a run paused for approval;
 ``prune --older-than 7d`` forgets finished runs; ``export RUN_ID --out
-FILE.json`` writes a run as a recording to replay in tests.  A store that cannot be
-opened (no such file, a text file, a server nobody answers) is one line and
-exit 1.
+FILE.json`` writes a run as a recording to replay in tests; ``fork RUN_ID
+--at N`` runs it again from one of its transitions, as a new run.  A store
+that cannot be opened (no such file, a text file, a server nobody answers)
+is one line and exit 1.
 """
 
 from __future__ import annotations
@@ -26,15 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent import TABLE, Agent, PostgresStore, RunLeasedError, RunResult, SnapshotError, SqliteStore
-from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, EXIT_STOPPED, SetupError, runs_export
-from fsm_agent.cli import batch as batch_command
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError, runs_agent, runs_export, runs_fork
 from fsm_agent.cli import run as run_command
-from fsm_agent.cli.terminal import Status, drive, printable
+from fsm_agent.cli.terminal import printable
 from fsm_agent.core import snapshot as snapshots
 from fsm_agent.core.approval import describe_decision
 from fsm_agent.definition.run import Run
 from fsm_agent.persist import is_url
-from fsm_agent.persist.store import filter_text
+from fsm_agent.persist.store import filter_text, fork_origin
 
 AnyStore = SqliteStore | PostgresStore
 PAGE = 50
@@ -43,11 +43,11 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def add_command(commands: Any) -> None:
-    """Register ``python -m fsm_agent runs list|show|resume|prune|export``."""
+    """Register ``python -m fsm_agent runs list|show|resume|prune|export|fork``."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "runs",
-        help="list, show, resume, prune or export checkpointed runs",
-        description="List, show, resume, prune and export the runs checkpointed in a store: a SQLite file or a "
+        help="list, show, resume, prune, export or fork checkpointed runs",
+        description="List, show, resume, prune, export and fork the runs checkpointed in a store: a SQLite file or a "
         "postgresql:// database (--store, after the action).",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -90,15 +90,7 @@ def add_command(commands: Any) -> None:
         "model_error, with --approve and --reject decisions when it is paused for approval.",
     )
     resume.add_argument("run_id")
-    who = resume.add_mutually_exclusive_group(required=True)
-    run_command.add_model_arguments(resume, model_in=who)
-    who.add_argument(
-        "--agent",
-        metavar="MODULE:FUNCTION",
-        help="your own agent (its model and tools): a function with no arguments returning an Agent; "
-        "instead of --model, which resumes with the built-in tools",
-    )
-    resume.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")
+    runs_agent.add_agent_arguments(resume)
     resume.add_argument("--max-steps", type=int, help="a new max_steps (lifts a max_steps stop)")
     resume.add_argument("--retry", action="store_true", help="call the model again after a model_error")
     resume.add_argument(
@@ -123,7 +115,8 @@ def add_command(commands: Any) -> None:
         if keyword != "cycle_window":
             resume.add_argument(flag, dest=keyword, type=kind, default=None, help=f"a new limit: {text}")
     exporting = runs_export.add_parser(actions)
-    for sub in (listing, show, resume, prune, exporting):
+    forking = runs_fork.add_parser(actions)
+    for sub in (listing, show, resume, prune, exporting, forking):
         sub.add_argument("--store", required=True, metavar="FILE|URL", help="a SQLite file or a postgresql:// URL")
     parser.set_defaults(handler=main)
 
@@ -233,12 +226,17 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
         saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
         calls = run.tool_calls
         counts = f"{calls} tool call{'' if calls == 1 else 's'}\t{run.tokens} tokens"
-        print(
-            printable(f"{run.run_id}\t{_where(run.state, paused=run.paused)}\t{run.reason or '-'}\t{counts}\t{saved}")
-        )
+        line = f"{run.run_id}\t{_where(run.state, paused=run.paused)}\t{run.reason or '-'}\t{counts}\t{saved}"
+        print(printable(line + ("" if run.forked_from is None else f"\t{_origin(run.forked_from)}")))
     if len(runs) > args.limit:
         print(f"more runs: --offset {args.offset + args.limit}", file=sys.stderr)
     return EXIT_DONE
+
+
+def _origin(forked_from: tuple[str, int]) -> str:
+    """Where a fork came from, as ``runs list`` and ``runs show`` print it."""
+    source, at = forked_from
+    return f"forked from {source} at {at}"
 
 
 def _where(state: str, *, paused: bool) -> str:
@@ -270,6 +268,8 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
     result = _as_result(snapshot)
     paused = bool(snapshot.get("paused"))
     lines = [f"run {args.run_id}: {_where(snapshot['state'], paused=paused)}, reason {result.reason}"]
+    if (origin := fork_origin(snapshot.get("forked_from"))) is not None:
+        lines.append(_origin(origin))
     for i, edge in enumerate(result.trace):
         label = edge.reason or edge.guard
         lines.append(f"  {i:3} {edge.source} -> {edge.dest}" + (f" [{label}]" if label else ""))
@@ -293,21 +293,6 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
     if args.diagram is not None:
         print(run_command.write_diagram(TABLE, result, args.diagram), file=sys.stderr)
     return EXIT_DONE
-
-
-def _agent(args: argparse.Namespace) -> Agent:
-    """The agent ``--agent`` builds, or the ``--model`` agent with the built-in tools (argparse allows one)."""
-    if args.agent is not None:
-        return batch_command.built(batch_command.imported(args.agent))
-    args.system = run_command.DEFAULT_SYSTEM
-    args.max_consecutive_failures = 3
-    model = run_command.build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
-    args.max_steps = 8
-    try:
-        return run_command.agent_for(args, model)
-    except SetupError:
-        model.close()
-        raise
 
 
 def _check_tools(agent: Agent, snapshot: dict[str, Any], run_id: str) -> None:
@@ -338,12 +323,8 @@ def _decide(store: AnyStore, run_id: str, snapshot: dict[str, Any], given: dict[
 def _resume(store: AnyStore, args: argparse.Namespace) -> int:
     snapshot = store.load(args.run_id)
     new_steps = args.max_steps
-    agent = _agent(args)
-    model = agent.model
-    with contextlib.ExitStack() as closing:
-        close = getattr(model, "close", None)
-        if callable(close):  # every adapter has one; a user's model may not
-            closing.callback(close)
+    agent = runs_agent.agent_of(args)
+    with runs_agent.closing_model(agent):
         _check_tools(agent, snapshot, args.run_id)
         try:
             snapshot = _decide(store, args.run_id, snapshot, _decisions(args.decisions))
@@ -358,14 +339,7 @@ def _resume(store: AnyStore, args: argparse.Namespace) -> int:
             )
         except (ValueError, TypeError, RunLeasedError) as exc:  # DecisionError is a ValueError
             raise SetupError(str(exc)) from None
-        if run.paused:
-            waiting = ", ".join(f"{c.name} ({c.id})" for c in run.awaiting())
-            text = f"still paused, waiting for decisions on: {waiting} (--approve ID or --reject ID[=WHY])"
-            print(printable(text), file=sys.stderr)
-            return EXIT_STOPPED
-        result = drive(run, Status(sys.stderr, enabled=not args.quiet))
-    server = f"the model server at {run_command.endpoint(model, args.base_url)}"
-    return run_command.report(result, sys.stdout, sys.stderr, server)
+        return runs_agent.finish(run, agent, args)
 
 
 def _prune(store: AnyStore, args: argparse.Namespace) -> int:
@@ -374,7 +348,14 @@ def _prune(store: AnyStore, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-ACTIONS = {"list": _list, "show": _show, "resume": _resume, "prune": _prune, "export": runs_export.main}
+ACTIONS = {
+    "list": _list,
+    "show": _show,
+    "resume": _resume,
+    "prune": _prune,
+    "export": runs_export.main,
+    "fork": runs_fork.main,
+}
 
 
 def main(args: argparse.Namespace) -> int:

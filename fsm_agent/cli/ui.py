@@ -6,9 +6,11 @@ anywhere else, and then only with the names it answers to given as
 ``--allowed-host``: a request naming any other host is refused, so a web page
 cannot reach the viewer through DNS rebinding.  It is read-only unless
 started with ``--allow-decisions``, which lets a person approve or reject
-the calls of a paused run.  A store that cannot be opened, a missing store
-file, a missing ``ui`` extra, or ``--host`` without ``--allowed-host`` is
-one line and exit 1.
+the calls of a paused run; with ``--agent MODULE:FUNCTION`` a person can
+re-run a run from any of its transitions (a fork, with that agent).  A
+store that cannot be opened, a missing store file, a missing ``ui`` extra,
+an ``--agent`` that cannot be built, or ``--host`` without
+``--allowed-host`` is one line and exit 1.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ def add_command(commands: Any) -> None:
         "--allow-decisions",
         action="store_true",
         help="let the page approve or reject the pending calls of paused runs (default: read-only)",
+    )
+    parser.add_argument(
+        "--agent",
+        metavar="MODULE:FUNCTION",
+        help="your agent (a function with no arguments returning an Agent): lets the page re-run a run from any "
+        "of its transitions with it, and a run saved as a test import it",
     )
     parser.add_argument(
         "--table",
@@ -158,6 +166,13 @@ def _table(spec: str) -> Any:
         raise SetupError(msg) from None
 
 
+def _agent(spec: str) -> Any:
+    """The agent ``--agent MODULE:FUNCTION`` builds; ``SetupError`` in one line if it cannot be had."""
+    from fsm_agent.cli.batch import built, imported
+
+    return built(imported(spec))
+
+
 def main(args: argparse.Namespace) -> int:
     """Serve the viewer until Ctrl-C; exit 0, or 1 for a set-up error."""
     try:
@@ -172,6 +187,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         hosts = _hosts(host, args.allowed_hosts)
         table = _table(args.table)
+        agent = None if args.agent is None else _agent(args.agent)
         store = _open(args.store)
     except SetupError as exc:
         print(f"error: ui: {exc}", file=sys.stderr)
@@ -188,6 +204,8 @@ def main(args: argparse.Namespace) -> int:
         allow_decisions=args.allow_decisions,
         hosts=hosts,
         store_name=args.store if not args.store.startswith("postgres") else "PostgreSQL",
+        agent=agent,
+        agent_spec=args.agent,
     )
     mode = "decisions allowed" if args.allow_decisions else "read-only"
     if not is_loopback(host):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 
 import attrs
 
@@ -127,13 +128,40 @@ def usage_problem(usage: object) -> str | None:
         return None
     if not isinstance(usage, Usage):
         return f"ModelResponse.usage is a {type(usage).__name__}, expected Usage or None"
-    for name in ("input_tokens", "output_tokens"):
+    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
         value = getattr(usage, name)
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
         if not ok:
             shown = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
             return f"ModelResponse.usage.{name} must be a whole number from 0 to 2**53 - 1, got {shown}"
+    cost = usage.cost
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf):
+        return f"ModelResponse.usage.cost must be None or a finite number of US dollars >= 0, got {cost!r}"
     return None
+
+
+Pricer = Callable[[Usage], float | None]
+"""An agent's pricing of a call's usage (``core.pricing``): US dollars, or None where the price is unknown."""
+NO_USAGE = Usage()
+
+
+def count_unmetered(run: Run, price: Pricer | None) -> None:
+    """Count a call that reported no usage (it raised, or its reply had none): zero tokens at the agent's price.
+
+    As ``token_budget`` counts it as zero tokens, it costs nothing where the
+    price is known; where it is not, it is one more unpriced call.
+    """
+    count_cost(run, None if price is None else price(NO_USAGE))
+
+
+def count_cost(run: Run, cost: float | None) -> None:
+    """Add one call's US dollars to the run's (``None``: its price is unknown, so it is counted as unpriced)."""
+    if cost is None:
+        run.counts.unpriced += 1
+    else:
+        # Rounded to a millionth of a cent, so sums of binary fractions read as the amounts they are.
+        run.counts.cost = round(run.counts.cost + cost, 12)
+        run.counts.priced += 1
 
 
 def unique_calls(run: Run, response: ModelResponse) -> ModelResponse:
@@ -163,8 +191,12 @@ def unique_calls(run: Run, response: ModelResponse) -> ModelResponse:
     return attrs.evolve(response, message=attrs.evolve(response.message, tool_calls=tuple(renamed)))
 
 
-def record_reply(run: Run, response: ModelResponse) -> str | None:
-    """Keep a reply (message, its calls, its tokens); return why it is unusable, if it is."""
+def record_reply(run: Run, response: ModelResponse, price: Pricer | None = None) -> str | None:
+    """Keep a reply (message, its calls, its tokens, its cost); return why it is unusable, if it is.
+
+    The cost is the model's own ``usage.cost`` if it gave one, else ``price``'s
+    figure for the usage (the agent's pricing), kept on the reply's usage.
+    """
     if response.message.tool_calls:
         response = unique_calls(run, response)
     message = response.message
@@ -172,12 +204,21 @@ def record_reply(run: Run, response: ModelResponse) -> str | None:
     if message.tool_calls:
         run.calls.pending.extend(message.tool_calls)
     usage = response.usage
-    if usage is not None:
+    if usage is None:
+        count_unmetered(run, price)
+    else:
         problem = usage_problem(usage)
         if problem is not None:
+            count_cost(run, None)
             return problem
         run.counts.input_tokens += usage.input_tokens
         run.counts.output_tokens += usage.output_tokens
+        cost = usage.cost
+        if cost is None and price is not None:
+            cost = price(usage)
+            if cost is not None:
+                response = attrs.evolve(response, usage=attrs.evolve(usage, cost=cost))
+        count_cost(run, cost)
     if response.stop_reason not in STOP_REASONS:
         # The reply, its calls (pending) and its tokens are kept, but an unknown signal is not guessed at.
         return f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
@@ -208,19 +249,52 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
     child = outcome.child
     if child is None:
         run.talk.steps.append(
-            Step(run.counts.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.talk.sent)
+            Step(
+                run.counts.turns - 1,
+                "tool_call",
+                detail,
+                run.counters(),
+                outcome.truncated,
+                run.talk.sent,
+                reused_from=outcome.reused_from,
+            )
         )
         return
     # A sub-agent's tokens are the parent's too: its budget sees them from the next check on.
     run.counts.input_tokens += child.input_tokens
     run.counts.output_tokens += child.output_tokens
+    count_cost(run, child.cost)
     run.counts.tool_calls += (
         child.tool_calls
     )  # and its tool calls the parent's (its max_tool_calls total: see drivers/child_runs)
     run.calls.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
     run.talk.steps.append(
-        Step(run.counts.turns - 1, "tool_call", detail, run.counters(), outcome.truncated, run.talk.sent, child.run_id)
+        Step(
+            run.counts.turns - 1,
+            "tool_call",
+            detail,
+            run.counters(),
+            outcome.truncated,
+            run.talk.sent,
+            child.run_id,
+            reused_from=outcome.reused_from,
+        )
     )
+
+
+def take_carried(run: Run, call: ToolCall) -> ToolResult | None:
+    """The first of a fork's carried outcomes (``Calls.carried``) for ``call``'s tool and arguments, taken, or None."""
+    arguments = canonical_arguments(call.arguments)
+    for i, (name, kept, outcome) in enumerate(run.calls.carried):
+        if name == call.name and kept == arguments:
+            del run.calls.carried[i]
+            return outcome
+    return None
+
+
+def canonical_arguments(arguments: object) -> str:
+    """A call's arguments as canonical JSON text (sorted keys, no spaces): equal arguments, equal texts."""
+    return json.dumps(arguments, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=repr)
 
 
 def answer_unexecuted(run: Run, why: str) -> None:

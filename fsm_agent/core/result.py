@@ -56,7 +56,8 @@ def make_result(
     """The run as a frozen result; a stopped or paused run carries its ``snapshot``, enough to continue it."""
     # By position, in RunResult's field order: matching eleven keywords was a quarter of building it.
     output = run.talk.output if run.at.state is Done else None
-    usage = Usage(run.counts.input_tokens, run.counts.output_tokens)
+    counts = run.counts
+    usage = Usage(counts.input_tokens, counts.output_tokens, cost=None if counts.unpriced else counts.cost)
     return RunResult(
         run.talk.messages,
         run.talk.steps,

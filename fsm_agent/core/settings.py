@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core.output import OutputSpec
+from fsm_agent.core.pricing import NO_PRICING, Pricing
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.guards import Guard
 from fsm_agent.definition.limits import Limits
@@ -34,7 +35,7 @@ class AgentSettings:
     typed answer's spec and ``model_keywords`` what each model method is called
     with besides messages and tools (None: nothing); ``unused_guards`` the guards
     of parts the agent lacks (a typed answer, compaction), which its runs' rows
-    leave out.
+    leave out; ``pricing`` what its model's calls cost (``core.pricing``).
     """
 
     system: str
@@ -52,6 +53,7 @@ class AgentSettings:
     tool_timeout: float | None
     max_concurrency: int | None
     strict_hooks: bool
+    pricing: Pricing = NO_PRICING
 
     @property
     def table(self) -> Table:

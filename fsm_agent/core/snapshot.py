@@ -82,6 +82,7 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
         "pending": [record(c) for c in run.calls.pending],
         "ran": {call_id: plain(outcome) for call_id, outcome in run.calls.ran.items()},
         "approvals": dict(run.calls.approvals),
+        "carried": [[name, arguments, plain(result)] for name, arguments, result in run.calls.carried],
         "to_approve": [call.id for call in run.calls.pending if call.id in run.calls.to_approve]
         if run.calls.to_approve
         else [],
@@ -96,6 +97,9 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
             "recent": [[name, arguments, result] for (name, arguments), result in run.counts.recent],
             "input_tokens": run.counts.input_tokens,
             "output_tokens": run.counts.output_tokens,
+            "cost": run.counts.cost,
+            "priced": run.counts.priced,
+            "unpriced": run.counts.unpriced,
             "elapsed": run.counts.elapsed,
             "sent": run.talk.sent,
         },
@@ -166,6 +170,7 @@ def limits_of(data: dict[str, Any], **overrides: Any) -> Limits:
     if not isinstance(stored, dict):
         msg = f"snapshot field limits must be an object, got {type(stored).__name__}"
         raise SnapshotError(msg)
+    stored = {"cost_budget": None, **stored}  # a snapshot from before cost_budget had none: no such limit then
     missing = [field.name for field in attrs.fields(Limits) if field.name not in stored]
     if missing:
         # A missing limit must not silently become "no limit".
@@ -184,6 +189,14 @@ def _count(counters: dict[str, Any], name: str) -> int:
         msg = f"snapshot field counters.{name} must be a whole number >= 0, got {value!r}"
         raise SnapshotError(msg)
     return value
+
+
+def _dollars(counters: dict[str, Any]) -> float:
+    value = counters.get("cost")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        msg = f"snapshot field counters.cost must be a finite number of US dollars >= 0, got {value!r}"
+        raise SnapshotError(msg)
+    return float(value)
 
 
 def _seconds(counters: dict[str, Any]) -> float:
@@ -292,6 +305,10 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         _count(counters, n) for n in ("turns", "failures", "tool_calls")
     )
     run.counts.input_tokens, run.counts.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
+    # A snapshot from before runs were priced has none of these: nothing priced, nothing known unpriced.
+    priced = {"cost": 0.0, "priced": 0, "unpriced": 0, **counters}
+    run.counts.cost = _dollars(priced)
+    run.counts.priced, run.counts.unpriced = (_count(priced, n) for n in ("priced", "unpriced"))
     run.counts.calls_by_tool = _by_tool(counters)
     run.counts.elapsed = _seconds(counters)
     run.talk.sent = _count({"sent": 0, **counters}, "sent")  # a snapshot from before history processors has none
@@ -304,10 +321,9 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     run.calls.pending = deque(_items(data, "pending", _call))
     run.at.evidence, run.at.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])
     try:
-        run.calls.ran = {
-            str(k): ToolResult(**{**v, "child": child_outcome(v.get("child"))}) for k, v in data["ran"].items()
-        }
+        run.calls.ran = {str(k): _result(v) for k, v in data["ran"].items()}
         run.calls.approvals = dict(data["approvals"])
+        run.calls.carried = [(str(n), str(a), _result(r)) for n, a, r in data.get("carried") or ()]  # a fork's only
         run.calls.to_approve = _to_approve(data, run)
         run.talk.last_response = _response(data["last_response"])
         signature = counters["last_signature"]
@@ -337,6 +353,23 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     if problems:
         msg = "snapshot contradicts itself: " + "; ".join(problems)
         raise SnapshotError(msg)
+
+
+def forked_from_of(data: dict[str, Any]) -> tuple[str | None, int] | None:
+    """A fork's ``forked_from`` (its source run's id, or None, and the transition index); None for other runs."""
+    found = data.get("forked_from")
+    if found is None:
+        return None
+    if not (isinstance(found, list | tuple) and len(found) == 2 and isinstance(found[1], int)):
+        msg = f"snapshot field forked_from must be [source run id, transition index], got {found!r}"
+        raise SnapshotError(msg)
+    source, at = found
+    return (source if isinstance(source, str) else None), at
+
+
+def _result(data: dict[str, Any]) -> ToolResult:
+    """A kept tool outcome from its plain form (a sub-agent's outcome with it)."""
+    return ToolResult(**{**data, "child": child_outcome(data.get("child"))})
 
 
 def _load_compaction(run: Run, data: Any) -> None:

@@ -97,6 +97,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         "compact",
         "finalize_from",
         "output",
+        "price",
         "run",
         "schemas",
         "walker",
@@ -119,6 +120,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self.walker, self.approve = settings.walker, settings.approve
         output = self.output = settings.output
         self.compact = settings.compact
+        self.price = settings.pricing
         if output is not None:
             run.output_retry_limit = output.retries
         self.schemas = schemas
@@ -179,13 +181,30 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         approvals = run.calls.approvals  # _rejected, inlined: only a run with decisions can hold a rejection
         if call.id in run.calls.ran or (approvals and approvals.get(call.id, True) is not True):
             return None
+        if run.calls.carried and self._carry(call):
+            return None  # the source run's outcome of the same call is taken: nothing to do but replay it
         if not parallel:
             return ToolBatch((call,))
         batch = plan_batch(run, self._cleared)
-        batch = [c for c in batch if c.id not in run.calls.ran]
+        batch = [c for c in batch if c.id not in run.calls.ran and not (run.calls.carried and self._carry(c))]
         if len(batch) > 1:
             run.at.frozen = True
         return ToolBatch(tuple(batch))
+
+    def _carry(self, call: ToolCall) -> bool:
+        """On a fork: take the source run's outcome of a call with ``call``'s tool and arguments, if one is left.
+
+        The call was made on the source's branch after the fork point, so it is
+        not made again: its outcome is kept like one that just ran, marked with
+        where it came from (``reused_from``), and each carried outcome serves once.
+        """
+        run = self.run
+        outcome = ledger.take_carried(run, call)
+        if outcome is None:
+            return False
+        run.calls.ran[call.id] = outcome
+        self._log_tool(call, outcome)
+        return True
 
     def _compacted_call(self, tools: list[JSONSchema]) -> ModelCall | CompactHistory:
         """The model call of a run whose history was compacted (or the compaction, while it is due)."""
@@ -257,11 +276,12 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         problem = ledger.malformed(response)
         if problem is not None:
             self._log_model(None, f"TypeError: {problem}")
+            ledger.count_unmetered(run, self.price)
             run.faults.model_exception, self._replied = TypeError(problem), MODEL_FAILED
             return
         assert isinstance(response, ModelResponse)  # malformed() checked it; this tells the type checker
         self._log_model(response, None)
-        problem = ledger.record_reply(run, response)
+        problem = ledger.record_reply(run, response, self.price)
         if problem is not None:
             # The reply is kept (messages, pending calls), but it cannot be acted on.
             run.faults.model_exception, self._replied = ValueError(problem), MODEL_FAILED
@@ -274,6 +294,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``."""
         self._expect(AwaitModel)
         self.run.counts.turns += 1
+        ledger.count_unmetered(self.run, self.price)
         self._log_model(None, f"{type(error).__name__}: {error}")
         self.run.faults.model_exception = error
         self._replied = MODEL_FAILED

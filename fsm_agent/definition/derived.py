@@ -38,7 +38,7 @@ def output_invalid(run: Run) -> bool:
 
     The errors go to the model as the next message.  A broken validator, a
     finalize answer (the run has to stop) or a stop that holds before the
-    model call (``max_steps``, ``token_budget``, ``timeout``, ``cancelled``)
+    model call (``max_steps``, ``token_budget``, ``cost_budget``, ``timeout``, ``cancelled``)
     leave the next row, ``Failed[output_invalid]``, to take the answer.
     """
     problem = run.talk.output_problem

@@ -121,6 +121,16 @@ def token_budget(run: Run) -> dict[str, Any]:
     }
 
 
+def cost_budget(run: Run) -> dict[str, Any]:
+    """`cost` against `budget`, in US dollars; `priced_calls`, and `unpriced_calls` (their cost unknown)."""
+    return {
+        "cost": run.counts.cost,
+        "budget": run.limits.cost_budget,
+        "priced_calls": run.counts.priced,
+        "unpriced_calls": run.counts.unpriced,
+    }
+
+
 def max_steps(run: Run) -> dict[str, Any]:
     """`turns` against `limit`."""
     return {"turns": run.counts.turns, "limit": run.limits.max_steps}

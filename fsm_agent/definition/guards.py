@@ -120,12 +120,19 @@ TOKENS = Meter(
     "token_budget",
     (*MODEL_OUTCOMES, *TOOL_OUTCOME),  # a sub-agent's tokens are its parent's
 )
+COST = Meter(
+    "cost",
+    "counts.cost",
+    attrgetter("cost_budget"),
+    "cost_budget",
+    (*MODEL_OUTCOMES, *TOOL_OUTCOME),  # a sub-agent's cost is its parent's
+)
 FAILURES = Meter(
     "failures", "counts.failures", attrgetter("max_consecutive_failures"), "max_consecutive_failures", TOOL_OUTCOME
 )
 TOOL_CALLS = Meter("tool_calls", "counts.tool_calls", attrgetter("total_tool_calls"), "max_tool_calls", TOOL_OUTCOME)
 SECONDS = Meter("seconds", "counts.seconds", attrgetter("timeout"), "timeout", EVERY_EDGE)
-METERS = (SECONDS, TOOL_CALLS, FAILURES, TOKENS, STEPS)
+METERS = (SECONDS, TOOL_CALLS, FAILURES, TOKENS, COST, STEPS)
 """Every built-in meter, in the order ``Step.counters`` lists them."""
 
 
@@ -288,6 +295,13 @@ budget_spent = AtLimit(
 )
 
 
+cost_spent = AtLimit(
+    "cost_spent",
+    COST,
+    "The US dollars the model calls cost so far have reached ``cost_budget``, so no further model call is made.",
+)
+
+
 steps_exhausted = AtLimit(
     "steps_exhausted", STEPS, "``max_steps`` model turns were taken, so the next model call must not be made."
 )
@@ -318,6 +332,8 @@ def dormant_guards(
         dormant.append(is_cycling)
     if limits.token_budget is None:
         dormant.append(budget_spent)
+    if limits.cost_budget is None:
+        dormant.append(cost_spent)
     if run.at.finalizing is None and "finalize" not in run.policies.values():
         dormant.append(asks_tools_while_finalizing)
     dormant.extend(also)  # guards of parts this module does not know of (the output check, in the table)

@@ -28,6 +28,32 @@ def _timeout(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> No
         raise ValueError(msg)
 
 
+def as_dollars(value: Any) -> float | None:
+    """A finite amount >= 0 of US dollars as a float, from an int, a float or a ``Decimal``; None if it is not one.
+
+    A ``Decimal`` is told by its ``__float__`` rather than by type, so
+    ``import fsm_agent`` need not load the ``decimal`` module.
+    """
+    if isinstance(value, bool | str | bytes) or not hasattr(type(value), "__float__"):
+        return None
+    try:
+        amount = float(value)
+    except (OverflowError, ValueError):  # an int past a float's range; a Decimal signalling NaN
+        return None
+    return amount if math.isfinite(amount) and amount >= 0 else None
+
+
+def _dollars(value: Any) -> float | None:
+    """``cost_budget`` as float US dollars: a finite amount > 0, or None."""
+    if value is None:
+        return None
+    amount = as_dollars(value)
+    if not amount:
+        msg = f"cost_budget must be a finite number of US dollars > 0, got {value!r}"
+        raise ValueError(msg)
+    return amount
+
+
 def _cap(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         msg = f"{name} must be an integer >= 0, got {value!r}"
@@ -69,7 +95,9 @@ class Limits:
     model (responses without usage count as zero); ``max_tool_calls`` caps
     executed tool calls, as an int for the whole run or a dict per tool name
     with ``"*"`` for the total; ``cycle_window`` is how many recent tool calls
-    the cycle guard looks back over (0 turns it off).
+    the cycle guard looks back over (0 turns it off); ``cost_budget`` caps
+    the US dollars the model calls cost (``Usage.cost``, a sub-agent's
+    included), for an agent that can price its model (``Agent(prices=...)``).
     """
 
     max_steps: int = attrs.field(default=8, validator=_positive_int)
@@ -78,6 +106,7 @@ class Limits:
     token_budget: int | None = attrs.field(default=None, validator=_optional_positive_int)
     max_tool_calls: int | dict[str, int] | None = attrs.field(default=None, converter=_caps, validator=_tool_caps)
     cycle_window: int = attrs.field(default=6, validator=_cycle_window)
+    cost_budget: float | None = attrs.field(default=None, converter=_dollars)
 
     @property
     def total_tool_calls(self) -> int | None:

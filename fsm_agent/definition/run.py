@@ -96,22 +96,25 @@ class Place:
 
 
 class Counts:
-    """What a run has used so far: turns, calls, failures, tokens, seconds, and the cycle guard's memory."""
+    """What a run has used so far: turns, calls, failures, tokens, dollars, seconds, and the cycle guard's memory."""
 
     __slots__ = (
         "calls_by_tool",
         "cancel_why",
         "cancelled",
         "compacted_turn",
+        "cost",
         "elapsed",
         "failures",
         "input_tokens",
         "last_signature",
         "output_retries",
         "output_tokens",
+        "priced",
         "recent",
         "tool_calls",
         "turns",
+        "unpriced",
     )
 
     def __init__(self, cycle_window: int) -> None:
@@ -126,6 +129,10 @@ class Counts:
         self.recent: deque[tuple[Signature, str]] = deque((), cycle_window)  # noqa: RUF037
         self.input_tokens = 0
         self.output_tokens = 0
+        # US dollars of the calls priced (a sub-agent's run is one call here), and the calls whose price is unknown.
+        self.cost = 0.0
+        self.priced = 0
+        self.unpriced = 0
         # Told by the driver before each transition or after each call; a replayed parallel batch keeps its plan's.
         self.elapsed = 0.0
         self.cancelled = False
@@ -192,9 +199,9 @@ class Talk:
 
 
 class Calls:
-    """The tool calls of the current turn: not run yet, run but not replayed, and their approvals."""
+    """The tool calls of the current turn: not run yet, run but not replayed, their approvals; a fork's carried ones."""
 
-    __slots__ = ("approvals", "call_ids", "child_stop", "pending", "ran", "to_approve")
+    __slots__ = ("approvals", "call_ids", "carried", "child_stop", "pending", "ran", "to_approve")
 
     def __init__(self) -> None:
         # Tool calls of the current turn not executed yet; in ExecuteTool, pending[0] is the call about to run.
@@ -211,6 +218,9 @@ class Calls:
         self.call_ids: set[str] | None = None
         # A sub-agent's stop that its tool passes on (on_child_stop="raise"), until child_stopped takes it.
         self.child_stop: dict[str, Any] | None = None
+        # On a fork: the outcomes of calls the source run completed after the fork point, as (tool name, arguments
+        # as canonical JSON, result); a call of the fork asking the same takes one instead of being made again.
+        self.carried: list[tuple[str, str, ToolResult]] = []
 
 
 class Faults:

@@ -48,6 +48,7 @@ Reason = Literal[
     "tool_failures",
     "cycle",
     "token_budget",
+    "cost_budget",
     "max_steps",
     "stop_condition_error",
 ]

@@ -189,6 +189,8 @@ CATALOGUE: tuple[Stop, ...] = (
          finalize=True, limit="cycle_window"),
     Stop("token_budget", (A.BEFORE_MODEL,), g.budget_spent, ev.token_budget, "the token budget is spent",
          finalize=True, resume="lift", counter=g.TOKENS, limit="token_budget"),
+    Stop("cost_budget", (A.BEFORE_MODEL,), g.cost_spent, ev.cost_budget, "the cost budget (US dollars) is spent",
+         finalize=True, resume="lift", counter=g.COST, limit="cost_budget"),
     Stop("max_steps", (A.BEFORE_MODEL,), g.steps_exhausted, ev.max_steps, "max_steps model turns were taken",
          finalize=True, resume="lift", counter=g.STEPS, limit="max_steps"),
 )  # fmt: skip

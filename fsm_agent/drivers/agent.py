@@ -1,8 +1,9 @@
 r"""The agent: a model, its tools and the limits that bound every run.
 
 Its runs are ``AgentRun``\ s (``drivers.agent_run``: both drivers over one
-stepper); ``Agent.run``, ``arun``, ``stream``, ``astream``, ``resume`` and
-``aresume`` are built on them.
+stepper); ``Agent.start``, ``run``, ``arun``, ``stream`` and ``astream``
+begin new ones here, and ``resume`` and ``fork`` (``drivers.agent_again``)
+runs that begin where another was.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.history import History, opening
 from fsm_agent.core.output import Validator
+from fsm_agent.core.pricing import Price
 from fsm_agent.core.settings import AgentSettings
 from fsm_agent.definition.guards import Guard
 from fsm_agent.definition.limits import Limits
@@ -27,10 +29,10 @@ from fsm_agent.definition.table import (
     Row,
 )
 from fsm_agent.drivers import streaming
-from fsm_agent.drivers.agent_parts import AgentParts
+from fsm_agent.drivers.agent_again import RunsAgain
 from fsm_agent.drivers.agent_run import AgentRun as AgentRun  # also importable from here, as before
 from fsm_agent.drivers.base import Observer
-from fsm_agent.drivers.checks import NO_PARTS, Parts, agent_settings
+from fsm_agent.drivers.checks import NO_PARTS, Parts, agent_settings, model_of, registry_of
 from fsm_agent.drivers.child import OnChildStop, as_tool
 from fsm_agent.drivers.model import Clock, Model
 from fsm_agent.drivers.stored import astore_for, store_for
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from fsm_agent.persist import StoreTarget
 
 
-class Agent(AgentParts):
+class Agent(RunsAgain):
     """A model, its tools and the limits that bound every run; serves any number of runs.
 
     An agent holds no per-run state, so one agent can run many conversations,
@@ -69,6 +71,9 @@ class Agent(AgentParts):
     edge ``AwaitModel->AwaitModel[compacts_history]``) and the call is made
     once more.
 
+    ``prices`` (a ``Price``, or model names to ``Price``; else ``genai-prices``)
+    prices each model call in US dollars; ``cost_budget`` needs a known price.
+
     What the agent derives from these arguments is one frozen record,
     ``agent.settings`` (an ``AgentSettings``), handed whole to each run;
     ``limits``, ``table``, ``on_stop``, ``stop_conditions`` and ``output``
@@ -77,8 +82,8 @@ class Agent(AgentParts):
 
     def __init__(
         self,
-        model: Model,
-        registry: ToolRegistry,
+        model: Model | str,
+        registry: ToolRegistry | Iterable[Callable[..., Any]],
         system: str = "",
         max_steps: int = 8,
         max_consecutive_failures: int = 3,
@@ -100,7 +105,10 @@ class Agent(AgentParts):
         output_validators: Iterable[Validator] = (),
         history_processors: Iterable[Callable[[list[Message]], Any]] = (),
         compact: Callable[[list[Message]], Any] | None = None,
+        cost_budget: float | None = None,
+        prices: Price | Mapping[str, Price] | None = None,
     ) -> None:
+        model, registry = model_of(model), registry_of(registry)
         self.settings: AgentSettings = agent_settings(
             model=model, registry=registry, system=system, clock=clock, strict_hooks=strict_hooks,
             max_concurrency=max_concurrency, tool_timeout=tool_timeout, limits=limits, max_steps=max_steps,
@@ -108,6 +116,7 @@ class Agent(AgentParts):
             max_tool_calls=max_tool_calls, cycle_window=cycle_window, output_type=output_type,
             output_validators=output_validators, output_retries=output_retries, approve=approve,
             stop_conditions=stop_conditions, on_stop=on_stop, history_processors=history_processors, compact=compact,
+            cost_budget=cost_budget, prices=prices,
         )  # fmt: skip
         self.model = model
         self.registry = registry
@@ -115,15 +124,17 @@ class Agent(AgentParts):
         self.run_parts: Parts = NO_PARTS
         self._fresh_rows: dict[tuple[bool, tuple[Guard, ...]], Mapping[tuple[State, str], tuple[Row, ...]]] = {}
 
-    def as_tool(self, name: str, description: str, *, on_child_stop: OnChildStop = "error") -> Callable[[str], Any]:
+    def as_tool(
+        self, name: str, description: str, *, on_child_stop: OnChildStop = "error", deps: Any = None
+    ) -> Callable[[str], Any]:
         """This agent as a tool for another agent: ``registry.register(agent.as_tool("research", "..."))``.
 
         The model fills one argument, ``input``; the child run is bounded by
         its parent and stored beside it (see ``fsm_agent.drivers.child_runs``).  A
         child that stops is a tool error, or with ``on_child_stop="raise"``
-        stops the parent with ``child_stopped``.
+        stops the parent with ``child_stopped``.  Its runs get the parent run's ``deps``, or ``deps`` if given.
         """
-        return as_tool(self, name, description, on_child_stop)
+        return as_tool(self, name, description, on_child_stop, deps)
 
     def start(
         self,
@@ -135,6 +146,7 @@ class Agent(AgentParts):
         run_id: str | None = None,
         overwrite: bool = False,
         history: History | None = None,
+        deps: Any = None,
     ) -> AgentRun:
         """Begin a run in ``AwaitModel`` without calling anything yet; drive it with ``advance()`` or ``aadvance()``.
 
@@ -145,8 +157,9 @@ class Agent(AgentParts):
         (and a ``RunLeasedError`` if another owner is advancing that run); an
         empty id is a ``ValueError``.  ``history`` (an earlier ``RunResult`` or
         messages) continues that conversation; see ``fsm_agent.core.history``.
+        ``deps`` (a database, a client, ...) reach its code as ``RunContext.deps``, never stored or sent.
         """
-        run = self._begin(user_input, cancel, observers, store, run_id, history)
+        run = self._begin(user_input, cancel, observers, store, run_id, history, deps=deps)
         run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
         return run
 
@@ -162,6 +175,7 @@ class Agent(AgentParts):
         *,
         limits: Limits | None = None,
         parent: Mapping[str, str] | None = None,
+        deps: Any = None,
     ) -> AgentRun:
         """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that).
 
@@ -196,81 +210,8 @@ class Agent(AgentParts):
             run_id=run_id,
             session=session,
             parent=parent,
+            deps=deps,
         )
-
-    def resume(
-        self,
-        source: RunResult | dict[str, Any] | str,
-        *,
-        approvals: Mapping[str, bool | str] | None = None,
-        retry: bool = False,
-        cancel: CancelToken | None = None,
-        observers: Sequence[Observer] = (),
-        store: StoreTarget | None = None,
-        max_steps: int | None = None,
-        token_budget: int | None = None,
-        timeout: float | None = None,
-        max_tool_calls: int | Mapping[str, int] | None = None,
-    ) -> AgentRun:
-        """Continue a run from a snapshot (dict or JSON text) or from a stopped or paused ``RunResult``.
-
-        The run comes back exactly where it was, with its own limits unless
-        new ones are given; no callbacks are re-fired.  A run that stopped on
-        ``max_steps``, ``token_budget``, ``timeout``, ``max_tool_calls`` or
-        ``cancelled`` continues if the new limits (or a fresh token) lift the
-        stop, and a ``model_error`` run with ``retry=True``; the trace shows
-        that as a ``resume`` edge out of ``Failed``.  Anything else is a
-        ``ValueError`` saying why.  With a ``store`` the run is claimed here,
-        before anything is called (see ``aresume`` to await that).
-        """
-        lifted = {
-            "max_steps": max_steps,
-            "token_budget": token_budget,
-            "timeout": timeout,
-            "max_tool_calls": max_tool_calls,
-        }
-        opened = store_for(store)
-        run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
-            self, source, approvals, retry, cancel, observers, opened, lifted
-        )
-        run._open_store(new=False, expected=expected)  # noqa: SLF001 - the agent opens its own runs' stores
-        if entry is not None:
-            run._after(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
-        return run
-
-    async def aresume(
-        self,
-        source: RunResult | dict[str, Any] | str,
-        *,
-        approvals: Mapping[str, bool | str] | None = None,
-        retry: bool = False,
-        cancel: CancelToken | None = None,
-        observers: Sequence[Observer] = (),
-        store: StoreTarget | None = None,
-        max_steps: int | None = None,
-        token_budget: int | None = None,
-        timeout: float | None = None,
-        max_tool_calls: int | Mapping[str, int] | None = None,
-    ) -> AgentRun:
-        """``resume``, awaited: with a ``store``, the claim and the resume edge's checkpoint block no event loop.
-
-        Drive the run it returns with ``afinish()`` or ``aadvance()``: the
-        store's async methods (``aclaim``, ``aappend``, ...) do every write.
-        """
-        lifted = {
-            "max_steps": max_steps,
-            "token_budget": token_budget,
-            "timeout": timeout,
-            "max_tool_calls": max_tool_calls,
-        }
-        opened = await astore_for(store)
-        run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
-            self, source, approvals, retry, cancel, observers, opened, lifted
-        )
-        await run._aopen_store(new=False, expected=expected)  # noqa: SLF001 - the agent opens its own runs' stores
-        if entry is not None:
-            await run._aafter(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
-        return run
 
     def run(
         self,
@@ -282,21 +223,23 @@ class Agent(AgentParts):
         run_id: str | None = None,
         overwrite: bool = False,
         history: History | None = None,
+        deps: Any = None,
     ) -> RunResult:
         """Run to the end: the result on ``Done``; on a stop, what its ``on_stop`` policy says.
 
         ``log`` appends every transition to a JSON Lines file (see ``JsonlLog``);
-        ``store`` checkpoints the run (see ``start`` for ``run_id`` and
-        ``overwrite``, and ``history`` to continue a conversation).  A run paused
+        ``store`` checkpoints the run (see ``start`` for ``run_id``, ``overwrite``,
+        ``deps``, and ``history`` to continue a conversation).  A run paused
         for approval returns a result with ``reason == "paused"`` and a snapshot.
         """
         if log is None:  # no log to close: skip the context manager, which costs as much as a transition
-            run = self._begin(user_input, cancel, (), store, run_id, history)  # start(), without its keywords
+            # start(), without its keywords
+            run = self._begin(user_input, cancel, (), store, run_id, history, deps=deps)
             if store is not None:  # only a stored run has a store to open
                 run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return run.finish()
         with log_observers(log) as observers:
-            run = self._begin(user_input, cancel, observers, store, run_id, history)
+            run = self._begin(user_input, cancel, observers, store, run_id, history, deps=deps)
             run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return run.finish()
 
@@ -310,16 +253,17 @@ class Agent(AgentParts):
         run_id: str | None = None,
         overwrite: bool = False,
         history: History | None = None,
+        deps: Any = None,
     ) -> RunResult:
         """Await a run to the end, like ``run``; a turn's tool calls run concurrently, and checkpoints are awaited."""
         opened = await astore_for(store)  # a path opened for the first time is opened in a thread
         with log_observers(log) as observers:
-            run = self._begin(user_input, cancel, observers, opened, run_id, history)
+            run = self._begin(user_input, cancel, observers, opened, run_id, history, deps=deps)
             await run._aopen_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
             return await run.afinish()
 
     def stream(
-        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None
+        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None, deps: Any = None
     ) -> Iterator[StreamEvent]:
         """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it.
 
@@ -328,13 +272,14 @@ class Agent(AgentParts):
         transition that takes the reply in.
         """
         feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
-        yield from streaming.events(self.start(user_input, cancel=cancel, observers=[feed.put], history=history), feed)
+        run = self.start(user_input, cancel=cancel, observers=[feed.put], history=history, deps=deps)
+        yield from streaming.events(run, feed)
 
     async def astream(
-        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None
+        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None, deps: Any = None
     ) -> AsyncIterator[StreamEvent]:
         """The async twin of ``stream`` (a model streams through ``acomplete_stream``)."""
         feed: deque[StreamEvent] = deque()
-        run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history)
+        run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history, deps=deps)
         async for event in streaming.aevents(run, feed):
             yield event

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.snapshot import forked_from_of
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import describe_resumable
@@ -41,13 +42,15 @@ class AgentRun(SyncDriver, AsyncDriver):
         observers: Sequence[Observer],
         store: Store | None,
         lifted: Mapping[str, Any],
+        deps: Any = None,
     ) -> tuple[Self, int | None, Transition | None]:
         """A run of ``agent`` back from its snapshot (``Agent.resume``), the version to claim it at, and its edge.
 
         ``lifted`` holds the new limits (None: the run's own).  Nothing is
         written yet: the caller claims the run at ``expected`` (the version
         its snapshot was read at), then closes the resume edge (None for a
-        run that was paused, not stopped).
+        run that was paused, not stopped).  ``deps`` are the new owner's: a
+        snapshot never holds them.
         """
         from fsm_agent.persist.journal import link_of  # see stored: import fsm_agent loads no store module
         from fsm_agent.persist.store import session_id, stored_version
@@ -71,6 +74,8 @@ class AgentRun(SyncDriver, AsyncDriver):
             run_id=run_id if isinstance(run_id, str) and run_id else None,
             session=session_id(data.get("session_id")),
             parent=link_of(data),
+            forked_from=forked_from_of(data),
+            deps=deps,
         )
         run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         if position.at.state is State.Done:

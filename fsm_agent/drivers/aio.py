@@ -23,6 +23,7 @@ from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
 from fsm_agent.records import RunResult, ToolCall, Transition
+from fsm_agent.tools.context import adriving
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
 """An untyped agent's model calls: nothing besides messages and tools."""
@@ -35,6 +36,7 @@ async def _awaited(value: Any) -> Any:
 class AsyncDriver(RunBase):
     """``aadvance()`` and ``afinish()``: the same steps as the sync driver, awaited."""
 
+    @adriving  # the run is run_context()'s in this task and the tasks of its parallel calls
     async def aadvance(self) -> Transition:
         """Like ``advance()``, awaiting the model and tools; the calls of one batch run concurrently."""
         self._check_live()
@@ -128,6 +130,7 @@ class AsyncDriver(RunBase):
         else:
             await self._run_batch(effect.calls)
 
+    @adriving
     async def afinish(self) -> RunResult:
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
         stepper = self.stepper

@@ -23,8 +23,8 @@ from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.observe.events import CallEvent, TextDelta, TransitionEvent, logger
-from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition
-from fsm_agent.tools import ToolResult
+from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.tools import RunContext, ToolResult
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
@@ -46,6 +46,9 @@ class RunBase:
     _error: str | None = None
     _call: ToolCall | None = None
     _outcome: ToolResult | None = None
+    forked_from: tuple[str | None, int] | None = None
+    """A fork's source run and the transition it was taken after (``Agent.fork``); None for any other run."""
+    _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
 
     def __init__(
         self,
@@ -58,8 +61,12 @@ class RunBase:
         run_id: str | None,
         session: str | None = None,
         parent: Mapping[str, str] | None = None,
+        deps: Any = None,
+        forked_from: tuple[str | None, int] | None = None,
     ) -> None:
         self.position = position
+        if deps is not None:
+            self._deps = deps
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
         parts = agent.run_parts  # (tools version, sub-agents, dormant guards, schemas): read, not called, as most runs
         _, self._children, unused, schemas = parts if parts[0] == agent.registry.version else agent.refresh_parts()
@@ -80,7 +87,9 @@ class RunBase:
         self._wants_text = hooked and bool(hooks.get("text"))
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
-        self._journal = None if store is None else journal_for(store, self.run_id, session, parent)
+        self._journal = None if store is None else journal_for(store, self.run_id, session, parent, forked_from)
+        if forked_from is not None:  # most runs are no fork: the class's None serves them
+            self.forked_from = forked_from
         # Whether the run is told the time (and its cancel flag) before every transition, or only after each
         # call.  A deadline, a cancel token, observers and a store need the former; otherwise only the
         # counters read the time, and between two calls it moves by the engine's own microseconds.
@@ -161,6 +170,13 @@ class RunBase:
         """Every counter against its limit, ``[used, limit]``."""
         return self.position.counters()
 
+    def run_context(self, call: ToolCall | None = None) -> RunContext[Any]:
+        """What this run's code is told of it (``RunContext``): its deps, id, usage so far, and ``call`` if given."""
+        counts = self.position.counts
+        usage = Usage(counts.input_tokens, counts.output_tokens, cost=None if counts.unpriced else counts.cost)
+        call_id, name = (None, None) if call is None else (call.id, call.name)
+        return RunContext(self._deps, self.run_id, call_id, usage, name, counts.turns)
+
     @property
     def result(self) -> RunResult:
         """The run's result; only available once the run is in ``Done`` or ``Failed``."""
@@ -184,6 +200,8 @@ class RunBase:
         self._observe()
         # With a store, the version it matches (a resume there checks nobody wrote since) and its session.
         extra = {} if self._journal is None else self._journal.stamp()
+        if self.forked_from is not None:
+            extra["forked_from"] = list(self.forked_from)
         return snapshot.dump(self.position, run_id=self.run_id, paused=self.paused, **extra)
 
     # --- around each effect and transition ---------------------------------------------------------------

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.history import history_settings
 from fsm_agent.core.output import OutputSpec, Validator, accepts_output, output_spec
+from fsm_agent.core.pricing import Price, Pricing, pricing_of, unknown_price
 from fsm_agent.core.settings import AgentSettings
 from fsm_agent.core.walker import walker_for
 from fsm_agent.definition.guards import Guard, passes_child_stop
@@ -44,6 +46,8 @@ def agent_settings(
     token_budget: int | None,
     max_tool_calls: int | Mapping[str, int] | None,
     cycle_window: int,
+    cost_budget: float | None,
+    prices: Price | Mapping[str, Price] | None,
     output_type: Any,
     output_validators: Iterable[Validator],
     output_retries: int,
@@ -57,8 +61,9 @@ def agent_settings(
 
     First its parts (the model, the tools, the system prompt, the clock, the concurrency and tool-timeout
     settings); then, derived, the typed answer and the keywords it asks the model for, the approval rule, the
-    limits, the stop conditions, the walker of the table they make, the stop policies, the history settings, and
-    the guards of what the agent lacks.  The values are typed as ``Agent`` takes them; an application may still
+    limits, the pricing of its model (and its sub-agents', under a ``cost_budget``), the stop conditions, the
+    walker of the table they make, the stop policies, the history settings, and the guards of what the agent
+    lacks.  The values are typed as ``Agent`` takes them; an application may still
     pass anything, so each is checked here, where a mistake is an error before any run starts.
     """
     check_parts(model, registry, system, clock, max_concurrency, tool_timeout)
@@ -72,8 +77,10 @@ def agent_settings(
         "token_budget": token_budget,
         "max_tool_calls": max_tool_calls,
         "cycle_window": cycle_window,
+        "cost_budget": cost_budget,
     }
     checked_limits = limits_of(limits, given)
+    pricing = checked_pricing(model, registry, prices, checked_limits)
     stops = user_stops(stop_conditions, BUILTIN_REASONS)
     walker = walker_for(TABLE.with_stops(stops))
     policies = check_policies(on_stop, walker.table.stop_for)
@@ -96,13 +103,15 @@ def agent_settings(
         tool_timeout=tool_timeout,
         max_concurrency=max_concurrency,
         strict_hooks=bool(strict_hooks),
+        pricing=pricing,
     )
 
 
 def check_parts(model: Any, registry: Any, system: Any, clock: Any, max_concurrency: Any, tool_timeout: Any) -> None:
     """Check an agent's parts and plain settings: the types a caller may still get wrong, whatever the hints say."""
     if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
-        msg = f"model must have a complete(messages, tools) method, got {type(model).__name__}"
+        kind = type(model).__name__
+        msg = f"model must have a complete(messages, tools) method or be a 'provider:name' string, got {kind}"
         raise TypeError(msg)
     if not isinstance(registry, ToolRegistry):
         msg = f"registry must be a ToolRegistry, got {type(registry).__name__}"
@@ -123,6 +132,60 @@ def check_parts(model: Any, registry: Any, system: Any, clock: Any, max_concurre
     ):
         msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
         raise ValueError(msg)
+
+
+def checked_pricing(
+    model: Model, registry: ToolRegistry, prices: Price | Mapping[str, Price] | None, limits: Limits
+) -> Pricing:
+    """The pricing of the agent's model; with a ``cost_budget``, a ``ValueError`` for a model or sub-agent unpriced.
+
+    A budget over an unknown price would count that call as free: refused
+    here, naming the model, rather than found out as a run overspends.
+    """
+    pricing = pricing_of(model, prices)
+    if limits.cost_budget is None:
+        return pricing
+    if not pricing.known:
+        raise ValueError(unknown_price(model, pricing))
+    for child in registry.cached("children", children_in)[0].values():
+        child_pricing = child.agent.settings.pricing
+        if not child_pricing.known:
+            msg = f"sub-agent {child.name!r}: {unknown_price(child.agent.model, child_pricing)}"
+            raise ValueError(msg)
+    return pricing
+
+
+def model_of(model: Any) -> Model:
+    """The agent's model: one given as is, or the adapter a string names (``"openai:gpt-4o-mini"``, as ``--model``).
+
+    ``fsm_agent.models`` is imported only for a string: ``import fsm_agent`` loads no adapter.
+    """
+    if not isinstance(model, str):
+        return cast(Model, model)  # check_parts says what is wrong with anything else
+    # models/ is built on the public API, below drivers/ in the architecture's order: loaded by name, as a
+    # plug-in is, so the dependency points one way (docs/concepts/architecture.md).
+    named = importlib.import_module("fsm_agent.models.named")
+    return cast(Model, named.model_named(model))
+
+
+def registry_of(tools: Any) -> ToolRegistry:
+    """The agent's tools: a ``ToolRegistry`` as is, or one built from a list of plain functions.
+
+    An item that is not callable is a ``TypeError`` naming it, before any
+    run; a function the registry cannot describe is its ``TypeError``.
+    """
+    if isinstance(tools, ToolRegistry):
+        return tools
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
+        msg = f"registry must be a ToolRegistry or a list of functions, got {type(tools).__name__}"
+        raise TypeError(msg)
+    registry = ToolRegistry()
+    for index, function in enumerate(tools):
+        if not callable(function):
+            msg = f"tools must be functions; item {index} is {type(function).__name__} {function!r}, not callable"
+            raise TypeError(msg)
+        registry.register(function)
+    return registry
 
 
 def limits_of(limits: Limits | None, keywords: Mapping[str, Any]) -> Limits:

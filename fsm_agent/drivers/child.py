@@ -6,7 +6,8 @@ child is bounded by what the parent's run already knows, never by globals:
 the parent's remaining deadline and token budget become the child's limits
 (each no larger than the child agent's own), the parent's cancel token is the
 child's, and the child's tokens count against the parent
-(``drivers.child_runs`` runs the call).  A child that stops is a tool error
+(``drivers.child_runs`` runs the call).  The child's tools get the parent
+run's ``deps`` unless the tool was given its own.  A child that stops is a tool error
 carrying its reason and evidence, or, with ``on_child_stop="raise"``, stops
 the parent with ``child_stopped``.
 """
@@ -43,9 +44,13 @@ class ChildTool:
     agent: Agent
     name: str
     on_child_stop: OnChildStop = "error"
+    deps: Any = attrs.field(default=None, eq=False, repr=False)
+    """The child runs' own deps (``as_tool(..., deps=...)``); None: the parent run's."""
 
 
-def as_tool(agent: Agent, name: str, description: str, on_child_stop: OnChildStop) -> Callable[[str], Any]:
+def as_tool(
+    agent: Agent, name: str, description: str, on_child_stop: OnChildStop, deps: Any = None
+) -> Callable[[str], Any]:
     """A function to register: called by a parent's run it runs ``agent`` as a child; called directly, plainly."""
     if on_child_stop not in ("error", "raise"):
         msg = f"on_child_stop must be 'error' or 'raise', got {on_child_stop!r}"
@@ -53,10 +58,10 @@ def as_tool(agent: Agent, name: str, description: str, on_child_stop: OnChildSto
     if not isinstance(description, str) or not description.strip():
         msg = "as_tool needs a description: it is all the parent's model knows of what the agent does"
         raise ValueError(msg)
-    child = ChildTool(agent, name, on_child_stop)
+    child = ChildTool(agent, name, on_child_stop, deps)
 
     def tool(input: str) -> Any:  # noqa: A002 - the argument the model fills is called input
-        return answer_of(agent.run(input))
+        return answer_of(agent.run(input, deps=deps))
 
     tool.__name__ = tool.__qualname__ = name
     tool.__doc__ = description

@@ -6,7 +6,9 @@ digest of its input), so resuming a parent after a crash finds the child: a
 finished one is read back, never run again, and an unfinished one goes on
 from its own last checkpoint (waiting out a dead owner's lease).  The
 parent's remaining deadline and token budget, shared among the sub-agent
-calls of its turn, become the child's limits.
+calls of its turn, become the child's limits; its deps, unless the tool
+has its own, become the child's deps (never stored: a child taken over is
+given them again).
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from fsm_agent.tools.registry import ToolResult
 from fsm_agent.tools.schema import arguments_error
 
 if TYPE_CHECKING:
-    from fsm_agent.core.cancellation import CancelToken
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.drivers.agent_run import AgentRun
     from fsm_agent.drivers.base import RunBase
@@ -124,12 +125,13 @@ def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
     if result.ok:
         value = answer_of(result)
         content = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        return ToolResult(content, child=ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made))
+        outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made, usage.cost)
+        return ToolResult(content, child=outcome)
     facts = {"reason": result.reason, "evidence": result.evidence}
     message = f"sub-agent {child.name!r} stopped ({result.reason}) in run {run_id!r}"
     content = json.dumps({"error": message, **facts}, ensure_ascii=False, default=str)
     stop = facts if child.on_child_stop == "raise" else None
-    outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made)
+    outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made, usage.cost)
     return ToolResult(content, message, child=outcome)
 
 
@@ -156,7 +158,7 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     limits = _limits(parent, child.agent, tokens, calls)
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
-    return run_id, _taken_over(child.agent, store, run_id, data, parent._cancel, limits), False  # noqa: SLF001
+    return run_id, _taken_over(child, store, run_id, data, parent, limits), False
 
 
 async def _abegin(
@@ -178,7 +180,7 @@ async def _abegin(
     limits = _limits(parent, child.agent, tokens, calls)
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
-    return run_id, await _ataken_over(child.agent, store, run_id, data, parent._cancel, limits), False  # noqa: SLF001
+    return run_id, await _ataken_over(child, store, run_id, data, parent, limits), False
 
 
 def _named(parent: RunBase, call: ToolCall) -> tuple[str, dict[str, str]]:
@@ -214,11 +216,17 @@ def _new_run(
 ) -> AgentRun:
     """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
     text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
-    return child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link)  # noqa: SLF001
+    deps = _deps(parent, child)
+    return child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps)  # noqa: SLF001
+
+
+def _deps(parent: RunBase, child: ChildTool) -> Any:
+    """The child run's deps: the sub-agent tool's own if it was given some, else the parent run's."""
+    return child.deps if child.deps is not None else parent._deps  # noqa: SLF001 - the parent's driver hands over its run
 
 
 def _taken_over(
-    agent: Agent, store: Any, run_id: str, data: dict[str, Any], cancel: CancelToken | None, limits: Limits
+    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits
 ) -> AgentRun | RunResult:
     """The stored child's result if it finished, else its run resumed here once nobody else holds it.
 
@@ -231,13 +239,14 @@ def _taken_over(
     """
     from fsm_agent.persist.store import DEFAULT_LEASE
 
+    agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
     while True:
         if _finished(data):
             return stored_result(agent, data)
         try:
             return agent.resume(
-                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget
+                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget, deps=deps
             )
         except RunLeasedError as busy:
             time.sleep(_lease_wait(busy, patience))
@@ -245,20 +254,21 @@ def _taken_over(
 
 
 async def _ataken_over(
-    agent: Agent, store: Any, run_id: str, data: dict[str, Any], cancel: CancelToken | None, limits: Limits
+    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits
 ) -> AgentRun | RunResult:
     """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
     from fsm_agent.persist.store import DEFAULT_LEASE
 
+    agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
     while True:
         if _finished(data):
             return stored_result(agent, data)
         try:
             return await agent.aresume(
-                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget
+                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget, deps=deps
             )
         except RunLeasedError as busy:
             await asyncio.sleep(_lease_wait(busy, patience))

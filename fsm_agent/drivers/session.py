@@ -16,6 +16,12 @@ its lease lapsed mid-turn) is finished by the next turn asked for, once its
 lease lapses, as ``Agent.resume`` would: no completed call is made again.  A
 stopped turn keeps its messages, and the calls it never made are answered as
 not run, so the next turn's history is one every provider accepts.
+
+``deps`` (the application's objects for the tools, see ``tools.context``)
+are given to the session, ``Session(agent, deps=...)``, for every turn it
+takes, or to one turn, ``run(text, deps=...)``, which then uses them instead.
+Like the conversation's owner, they belong to this object, never to the
+store: a new ``Session`` over the same conversation is given them again.
 """
 
 from __future__ import annotations
@@ -63,16 +69,20 @@ class Session(StoredTurns):
     approval is decided and continued with ``resume`` before the next one.
     Turns are taken one at a time, from any thread or event loop; with a
     store, a turn whose owner died is finished by the next one once its
-    lease lapses, and refused (``RunLeasedError``) until then.
+    lease lapses, and refused (``RunLeasedError``) until then.  ``deps``
+    reach every turn's tools (a turn's own ``deps=`` instead, if given).
     """
 
-    def __init__(self, agent: Agent, store: StoreTarget | None = None, session_id: str | None = None) -> None:
+    def __init__(
+        self, agent: Agent, store: StoreTarget | None = None, session_id: str | None = None, *, deps: Any = None
+    ) -> None:
         if not isinstance(agent, Agent):
             msg = f"agent must be an Agent, got {type(agent).__name__}"
             raise TypeError(msg)
         from fsm_agent.persist.store import check_run_id  # as stored.store_for: import fsm_agent loads no store
 
         self.agent = agent
+        self.deps = deps
         self.store: Store | None = store_for(store)
         self.session_id = uuid.uuid4().hex if session_id is None else check_run_id(session_id)
         self._messages: list[Message] = []
@@ -97,24 +107,28 @@ class Session(StoredTurns):
 
     # --- taking a turn ----------------------------------------------------------------------------------------
 
-    def run(self, text: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = ()) -> RunResult:
+    def run(
+        self, text: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = (), deps: Any = None
+    ) -> RunResult:
         """Take a turn: one run of the agent on ``text`` after the conversation so far.
 
         With a store, a last turn whose owner died is finished first, once
         its lease lapsed (with this turn's ``cancel`` and ``observers``), so
         this turn is built on it whole; while that lease is live, this is a
-        ``RunLeasedError`` saying to wait and retry.
+        ``RunLeasedError`` saying to wait and retry.  ``deps``: this turn's,
+        instead of the session's.
         """
+        deps = self.deps if deps is None else deps
         with self._lock:
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = self._catch_up()
                     if unfinished is not None:
-                        taken = self._take_over(*unfinished, cancel, observers)
+                        taken = self._take_over(*unfinished, cancel, observers, deps)
                         if taken is None:
                             continue
                         self._finished(taken.finish, quiet=True)
-                run = self._next(text, cancel, observers)
+                run = self._next(text, cancel, observers, deps)
                 try:
                     run._open_store(new=True)  # noqa: SLF001 - as Agent.start does
                 except RunExistsError:
@@ -124,24 +138,25 @@ class Session(StoredTurns):
             raise self._busy(self._turns + 1)
 
     async def arun(
-        self, text: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = ()
+        self, text: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = (), deps: Any = None
     ) -> RunResult:
         """``run``, awaited: the async driver, its checkpoints and the store's reads awaited too.
 
         The session's lock is waited for without blocking the event loop, so
         one ``Session`` serves turns from threads and from any number of loops.
         """
+        deps = self.deps if deps is None else deps
         await _acquire(self._lock)
         try:
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = await self._acatch_up()
                     if unfinished is not None:
-                        taken = await self._atake_over(*unfinished, cancel, observers)
+                        taken = await self._atake_over(*unfinished, cancel, observers, deps)
                         if taken is None:
                             continue
                         await self._afinished(taken, quiet=True)
-                run = self._next(text, cancel, observers)
+                run = self._next(text, cancel, observers, deps)
                 try:
                     await run._aopen_store(new=True)  # noqa: SLF001 - as Agent.arun does
                 except RunExistsError:
@@ -152,8 +167,14 @@ class Session(StoredTurns):
         finally:
             self._lock.release()
 
-    def resume(self, approvals: Mapping[str, bool | str] | None = None, **options: Any) -> RunResult:
-        """Continue the last turn (paused for approval, or stopped on a limit new ones lift), like ``Agent.resume``."""
+    def resume(
+        self, approvals: Mapping[str, bool | str] | None = None, *, deps: Any = None, **options: Any
+    ) -> RunResult:
+        """Continue the last turn (paused for approval, or stopped on a limit new ones lift), like ``Agent.resume``.
+
+        ``deps``: the turn's, instead of the session's.
+        """
+        deps = self.deps if deps is None else deps
         with self._lock:
             if self.store is not None:
                 self._catch_up(strict=False)
@@ -163,12 +184,15 @@ class Session(StoredTurns):
             else:
                 msg = f"session {self.session_id!r} has no turn to resume"
                 raise RunStateError(msg)
-            run = self.agent.resume(source, approvals=approvals, store=self.store, **options)
+            run = self.agent.resume(source, approvals=approvals, store=self.store, deps=deps, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return self._finished(run.finish)
 
-    async def aresume(self, approvals: Mapping[str, bool | str] | None = None, **options: Any) -> RunResult:
+    async def aresume(
+        self, approvals: Mapping[str, bool | str] | None = None, *, deps: Any = None, **options: Any
+    ) -> RunResult:
         """``resume``, awaited: ``Agent.aresume`` and ``afinish``, the store's reads and writes awaited."""
+        deps = self.deps if deps is None else deps
         await _acquire(self._lock)
         try:
             if self.store is not None:
@@ -179,7 +203,7 @@ class Session(StoredTurns):
             else:
                 msg = f"session {self.session_id!r} has no turn to resume"
                 raise RunStateError(msg)
-            run = await self.agent.aresume(source, approvals=approvals, store=self.store, **options)
+            run = await self.agent.aresume(source, approvals=approvals, store=self.store, deps=deps, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return await self._afinished(run)
         finally:
@@ -187,7 +211,7 @@ class Session(StoredTurns):
 
     # --- between turns ----------------------------------------------------------------------------------------
 
-    def _next(self, text: str, cancel: CancelToken | None, observers: Sequence[Observer]) -> AgentRun:
+    def _next(self, text: str, cancel: CancelToken | None, observers: Sequence[Observer], deps: Any) -> AgentRun:
         """The next turn's run, built on the conversation so far; not stored or driven yet."""
         if self._paused is not None:
             raise RunStateError(self._paused)
@@ -195,7 +219,8 @@ class Session(StoredTurns):
         run_id = self.turn_id(self._turns + 1) if stored else None
         session = self.session_id if stored else None
         # A session starts its turns as the agent starts its runs, with the conversation as history.
-        return self.agent._begin(text, cancel, observers, self.store, run_id, self._messages, session)  # noqa: SLF001
+        messages = self._messages
+        return self.agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps)  # noqa: SLF001
 
     def _finished(self, finish: Any, *, quiet: bool = False) -> RunResult:
         """The result of ``finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over)."""

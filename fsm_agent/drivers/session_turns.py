@@ -49,7 +49,7 @@ class StoredTurns:
         return _TurnLeasedError(self.turn_id(n), holder or "another owner", until)
 
     def _take_over(
-        self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer]
+        self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer], deps: Any
     ) -> AgentRun | None:
         """Turn ``n``, unfinished in the store, claimed to be finished here: its owner died and its lease lapsed.
 
@@ -59,14 +59,14 @@ class StoredTurns:
         is live it is a ``RunLeasedError`` naming that owner; None if the
         turn moved on since ``data`` was read (read it again).  A store
         without leases cannot tell a dead owner from a live one: there the
-        turn is always refused.
+        turn is always refused.  ``deps`` are the turn's new owner's.
         """
         from fsm_agent.persist.store import JournaledStore  # as stored.store_for: import fsm_agent loads no store
 
         if not isinstance(self.store, JournaledStore):
             raise self._busy(n)
         try:
-            run = self.agent.resume(data, store=self.store, cancel=cancel, observers=observers)
+            run = self.agent.resume(data, store=self.store, cancel=cancel, observers=observers, deps=deps)
         except StaleRunError:
             return None  # its owner wrote it meanwhile, or another object took it over first
         except RunLeasedError as exc:
@@ -75,7 +75,7 @@ class StoredTurns:
         return run
 
     async def _atake_over(
-        self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer]
+        self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer], deps: Any
     ) -> AgentRun | None:
         """``_take_over``, awaited: the claim is ``Agent.aresume``'s."""
         from fsm_agent.persist.store import JournaledStore
@@ -83,7 +83,7 @@ class StoredTurns:
         if not isinstance(self.store, JournaledStore):
             raise self._busy(n)
         try:
-            run = await self.agent.aresume(data, store=self.store, cancel=cancel, observers=observers)
+            run = await self.agent.aresume(data, store=self.store, cancel=cancel, observers=observers, deps=deps)
         except StaleRunError:
             return None  # its owner wrote it meanwhile, or another object took it over first
         except RunLeasedError as exc:

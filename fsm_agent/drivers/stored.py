@@ -37,11 +37,17 @@ async def astore_for(target: StoreTarget | None) -> Store | None:
     return await asyncio.to_thread(store_for, target)
 
 
-def journal_for(store: Store, run_id: str, session: str | None, parent: Mapping[str, str] | None) -> Journal:
+def journal_for(
+    store: Store,
+    run_id: str,
+    session: str | None,
+    parent: Mapping[str, str] | None,
+    forked_from: tuple[str | None, int] | None = None,
+) -> Journal:
     """The journal through which a run owns and writes its stored run."""
     from fsm_agent.persist.journal import Journal
 
-    return Journal(store, run_id, session=session, parent=parent)
+    return Journal(store, run_id, session=session, parent=parent, forked_from=forked_from)
 
 
 async def awaited(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -23,6 +23,7 @@ from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import run_child
 from fsm_agent.records import RunResult, Transition
 from fsm_agent.tools.calling import Handoff, settle
+from fsm_agent.tools.context import driving
 
 T = TypeVar("T")
 
@@ -40,11 +41,13 @@ class SyncDriver(RunBase):
     _in_flight: ModelCall | ToolBatch | None = None
     _abandoned = False
 
+    @driving  # the run is run_context()'s while it is driven, here and on a worker
     def advance(self) -> Transition:
         """Do this state's I/O, if any, fire exactly one transition and return the edge taken."""
         self._check_live()
         return self._bounded(self._advance, lambda entry: entry)
 
+    @driving
     def finish(self) -> RunResult:
         """Advance to the end; return the result, or apply the stop's policy (raise ``AgentLoopError`` by default).
 

@@ -115,9 +115,10 @@ def _usage(usage: Any) -> Usage | None:
     if usage is None:
         return None
     # Cached prompt tokens are billed and processed like input, and OpenAI's prompt_tokens counts them too.
-    cached = ("cache_creation_input_tokens", "cache_read_input_tokens")
-    input_tokens = token_count(usage, "input_tokens") + sum(token_count(usage, n, optional=True) for n in cached)
-    return Usage(input_tokens, token_count(usage, "output_tokens"))
+    written = token_count(usage, "cache_creation_input_tokens", optional=True)
+    read = token_count(usage, "cache_read_input_tokens", optional=True)
+    input_tokens = token_count(usage, "input_tokens") + written + read
+    return Usage(input_tokens, token_count(usage, "output_tokens"), cache_read_tokens=read, cache_write_tokens=written)
 
 
 def from_anthropic_message(message: AnthropicMessage) -> ModelResponse:

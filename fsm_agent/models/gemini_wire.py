@@ -164,10 +164,11 @@ def _usage(usage: Any) -> Usage | None:
     input_tokens = token_count(usage, "prompt_token_count") + token_count(
         usage, "tool_use_prompt_token_count", optional=True
     )
-    output_tokens = token_count(usage, "candidates_token_count", optional=True) + token_count(
-        usage, "thoughts_token_count", optional=True
-    )
-    return Usage(input_tokens, output_tokens)
+    thoughts = token_count(usage, "thoughts_token_count", optional=True)
+    output_tokens = token_count(usage, "candidates_token_count", optional=True) + thoughts
+    # The prompt count includes the tokens read from a cached content.
+    cached = token_count(usage, "cached_content_token_count", optional=True)
+    return Usage(input_tokens, output_tokens, cache_read_tokens=cached, reasoning_tokens=thoughts)
 
 
 def _call_id(given: Any, key: str, index: int, field: str) -> str:

@@ -24,6 +24,7 @@ from fsm_agent.models.replies import (
     ProviderResponse,
     check_body,
     decode_arguments,
+    detail_count,
     encode_arguments,
     reply_items,
     reply_text,
@@ -107,7 +108,13 @@ def _usage(usage: Any) -> Usage | None:
     # No usage at all is allowed (compatible servers omit it); one that is there must be whole.
     if usage is None:
         return None
-    return Usage(token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens"))
+    # prompt_tokens counts the cached ones and completion_tokens the reasoning ones (the details break them down).
+    return Usage(
+        token_count(usage, "prompt_tokens"),
+        token_count(usage, "completion_tokens"),
+        cache_read_tokens=detail_count(usage, "prompt_tokens_details", "cached_tokens"),
+        reasoning_tokens=detail_count(usage, "completion_tokens_details", "reasoning_tokens"),
+    )
 
 
 def from_openai_completion(completion: ChatCompletion) -> ModelResponse:

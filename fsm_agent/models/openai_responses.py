@@ -36,6 +36,7 @@ from fsm_agent.models.replies import (
     check_body,
     check_read,
     decode_arguments,
+    detail_count,
     encode_arguments,
     reply_items,
     reply_text,
@@ -122,7 +123,12 @@ def _usage(usage: Any) -> Usage | None:
     # output_tokens already includes the reasoning tokens (output_tokens_details is a breakdown of it).
     if usage is None:
         return None
-    return Usage(token_count(usage, "input_tokens"), token_count(usage, "output_tokens"))
+    return Usage(
+        token_count(usage, "input_tokens"),
+        token_count(usage, "output_tokens"),
+        cache_read_tokens=detail_count(usage, "input_tokens_details", "cached_tokens"),
+        reasoning_tokens=detail_count(usage, "output_tokens_details", "reasoning_tokens"),
+    )
 
 
 def _stop_reason(response: Any, has_calls: bool) -> tuple[str, str | None]:

@@ -124,6 +124,17 @@ def token_count(usage: Any, name: str, *, optional: bool = False) -> int:
     return value
 
 
+def detail_count(usage: Any, details: str, name: str) -> int:
+    """``usage.<details>.<name>``, a breakdown count a provider may leave out (0), or ``MalformedReplyError``."""
+    part = getattr(usage, details, None)
+    if part is None:
+        return 0
+    try:
+        return token_count(part, name, optional=True)
+    except MalformedReplyError as exc:
+        raise MalformedReplyError(f"usage.{details}.{name}", exc.problem) from None
+
+
 def decode_arguments(call_id: str, name: str, raw: str | None) -> ToolCall:
     """Build a ``ToolCall`` from the model's argument text; text that is not a JSON object is kept raw.
 

@@ -61,14 +61,19 @@ class Journal(Heartbeats):
         owner: str | None = None,
         session: str | None = None,
         parent: Mapping[str, str] | None = None,
+        forked_from: tuple[str | None, int] | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
         # Written with the run, so the store lists it among its conversation's turns, and a sub-agent's run
         # names the run whose tool call it is.
-        self._named = {"run_id": run_id} if session is None else {"run_id": run_id, "session_id": session}
+        self._named: dict[str, Any] = (
+            {"run_id": run_id} if session is None else {"run_id": run_id, "session_id": session}
+        )
         if parent is not None:
             self._named.update(parent)
+        if forked_from is not None:  # a fork names its source run and the transition it was taken after
+            self._named["forked_from"] = list(forked_from)
         self.owner = owner or new_owner()
         # What the store offers, asked once (store.traits): a store with only wants/save/load (not a
         # JournaledStore) gets whole snapshots and no leases, as before journals existed.
@@ -125,7 +130,7 @@ class Journal(Heartbeats):
     def stamp(self) -> dict[str, Any]:
         """What this run's snapshots carry beside its position: the stored version last written, and its session."""
         stamp: dict[str, Any] = {VERSION_KEY: self.seq} if self.full and self.seq else {}
-        for name in ("session_id", *LINK):
+        for name in ("session_id", *LINK, "forked_from"):
             if name in self._named:
                 stamp[name] = self._named[name]
         return stamp
@@ -167,13 +172,15 @@ class Journal(Heartbeats):
                 raise RunExistsError(self.run_id, repr(self.store))
             self.store.save(self.run_id, whole)
             seq = 0
-        elif new:
-            seq = store.create(self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
-            seq = store.claim(self.run_id, _at(whole, expected), owner=self.owner)
+            if new:
+                seq = store.create(self.run_id, whole, owner=self.owner, overwrite=overwrite)
+            else:
+                seq = store.claim(self.run_id, _at(whole, expected), owner=self.owner)
+            # A run stored paused (a fork taken at a pause, too) or finished: nothing runs until a decision or a
+            # resume edge, so the run is left free (the next write re-takes it).
             released = paused or run.at.state in TERMINAL
             if released:
-                # Nothing runs until a decision or a resume edge: leave the run free (the next write re-takes it).
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
         self._laid(run, whole, seq, released)
 
@@ -269,10 +276,11 @@ class Journal(Heartbeats):
                 raise RunExistsError(self.run_id, repr(self.store))
             await self._await("save", self.run_id, whole)
             seq = 0
-        elif new:
-            seq = await self._await("create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
         else:
-            seq = await self._await("claim", self.run_id, _at(whole, expected), owner=self.owner)
+            if new:
+                seq = await self._await("create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
+            else:
+                seq = await self._await("claim", self.run_id, _at(whole, expected), owner=self.owner)
             released = paused or run.at.state in TERMINAL
             if released:
                 await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)

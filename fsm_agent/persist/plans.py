@@ -166,10 +166,10 @@ class Plans:
         insert = (
             self.sql(
                 "INSERT INTO {runs} (run_id, state, reason, paused, updated, steps, tokens, seq, base_seq, owner,"
-                " lease_until, snapshot, session) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?)"
-                " ON CONFLICT (run_id) DO NOTHING"
+                " lease_until, snapshot, session, forked_from, forked_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
             ),
-            (run_id, *_columns(summary, now), held, until, text, summary.session),
+            (run_id, *_columns(summary, now), held, until, text, summary.session, *_origin(summary)),
         )
         if mode in ("create", "overwrite"):
             count, _ = yield insert
@@ -194,9 +194,10 @@ class Plans:
         yield (
             self.sql(
                 "UPDATE {runs} SET state = ?, reason = ?, paused = ?, updated = ?, steps = ?, tokens = ?, seq = ?,"
-                " base_seq = ?, owner = ?, lease_until = ?, snapshot = ?, session = ? WHERE run_id = ?"
+                " base_seq = ?, owner = ?, lease_until = ?, snapshot = ?, session = ?, forked_from = ?, forked_at = ?"
+                " WHERE run_id = ?"
             ),
-            (*_columns(summary, now), seq, seq, held, until, text, summary.session, run_id),
+            (*_columns(summary, now), seq, seq, held, until, text, summary.session, *_origin(summary), run_id),
         )
         yield self.sql("DELETE FROM {journal} WHERE run_id = ?"), (run_id,)
         return seq
@@ -358,13 +359,16 @@ class Plans:
         """The runs matching every filter given, most recently saved first, one page of them."""
         where, params = _filters(state=state, reason=reason, since=since, session=session)
         text = (
-            "SELECT run_id, state, reason, paused, updated, steps, tokens, session FROM {runs}"
+            "SELECT run_id, state, reason, paused, updated, steps, tokens, session, forked_from, forked_at FROM {runs}"
             + where
             + f" ORDER BY updated DESC, run_id LIMIT {'?' if limit is not None else self._no_limit} OFFSET ?"
         )
         params += (*(() if limit is None else (limit,)), offset)
         _, rows = yield self.sql(text), params
-        return [StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c) for r, s, why, p, u, n, t, c in rows]
+        return [
+            StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c, None if f is None else (f, int(a)))
+            for r, s, why, p, u, n, t, c, f, a in rows
+        ]
 
     def delete(self, run_id: str) -> Plan[bool]:
         """Forget one run and its journal; whether it was there."""
@@ -392,6 +396,11 @@ def _lease_seq(run_id: str, row: tuple[Any, ...], owner: str | None, now: float)
 
 def _columns(summary: Summary, now: float) -> tuple[Any, ...]:
     return (summary.state, summary.reason, summary.paused, now, summary.steps, summary.tokens)
+
+
+def _origin(summary: Summary) -> tuple[str | None, int | None]:
+    """The ``forked_from`` and ``forked_at`` columns: the run a fork was made from and the transition, or NULLs."""
+    return summary.forked_from or (None, None)
 
 
 def _filters(**given: Any) -> tuple[str, tuple[Any, ...]]:

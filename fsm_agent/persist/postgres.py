@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE fsm_agent_runs (run_id text PRIMARY KEY, state text NOT NULL, reason text,"
@@ -45,6 +45,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE fsm_agent_runs ADD COLUMN session text",
         "CREATE INDEX fsm_agent_runs_by_session ON fsm_agent_runs (session, updated)",
+    ),
+    3: (
+        "ALTER TABLE fsm_agent_runs ADD COLUMN forked_from text",
+        "ALTER TABLE fsm_agent_runs ADD COLUMN forked_at bigint",
     ),
 }
 """Each schema version's statements; a store brings the database up to ``SCHEMA_VERSION`` on first use."""

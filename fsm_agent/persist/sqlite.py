@@ -29,7 +29,7 @@ from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_ev
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 BUSY_TIMEOUT = 30.0
 """Seconds a store waits for another connection's write transaction to end before "database is locked".
@@ -58,9 +58,13 @@ _V3 = (
     "ALTER TABLE runs ADD COLUMN session TEXT",
     "CREATE INDEX runs_by_session ON runs (session, updated)",
 )
+_V4 = (
+    "ALTER TABLE runs ADD COLUMN forked_from TEXT",
+    "ALTER TABLE runs ADD COLUMN forked_at INTEGER",
+)
 _COLUMNS = {
     *("run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"),
-    "session",
+    *("session", "forked_from", "forked_at"),
 }
 
 
@@ -160,8 +164,13 @@ class SqliteStore(PlannedStore):
                 if version < 2:
                     self._upgrade_to_v2()
                 if version < 3:
-                    self._check_columns(_COLUMNS - {"session"})  # another program's table is refused, not altered
+                    # Another program's table is refused, not altered.
+                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at"})
                     for statement in _V3:  # a run stored before sessions is no session's turn: NULL is right
+                        self._db.execute(statement)
+                if version < 4:
+                    self._check_columns(_COLUMNS - {"forked_from", "forked_at"})
+                    for statement in _V4:  # a run stored before forks is no fork: NULL is right, no snapshot read
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self._check_columns(_COLUMNS)

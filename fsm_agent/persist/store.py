@@ -76,7 +76,7 @@ class StoreError(FsmAgentError, RuntimeError):
 
 @attrs.frozen
 class StoredRun:
-    """One run as a store lists it: where it stands, why it stopped, how far it got, when it was last saved."""
+    """One run as a store lists it: where it stands, why it stopped, how far it got, its last save, its fork origin."""
 
     run_id: str
     state: str
@@ -86,6 +86,7 @@ class StoredRun:
     steps: int = 0
     tokens: int = 0
     session: str | None = None
+    forked_from: tuple[str, int] | None = None
 
     @property
     def tool_calls(self) -> int:
@@ -107,6 +108,7 @@ class Summary:
     steps: int
     tokens: int
     session: str | None = None
+    forked_from: tuple[str, int] | None = None
 
     @classmethod
     def of(cls, snapshot: dict[str, Any]) -> Summary:
@@ -116,7 +118,8 @@ class Summary:
         paused = bool(snapshot.get("paused"))
         session = snapshot.get("session_id")
         steps = len(snapshot["steps"])
-        return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session))
+        origin = fork_origin(snapshot.get("forked_from"))
+        return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session), origin)
 
 
 def stored_version(snapshot: dict[str, Any]) -> int | None:
@@ -131,6 +134,14 @@ def stored_version(snapshot: dict[str, Any]) -> int | None:
 def session_id(value: object) -> str | None:
     """A snapshot's ``session_id`` as a store keeps it: text, or None for a run that is no conversation's turn."""
     return value if isinstance(value, str) and value else None
+
+
+def fork_origin(value: object) -> tuple[str, int] | None:
+    """A snapshot's ``forked_from``, ``[source run id, transition]``, as a store keeps it; None for anything else."""
+    match value:
+        case [str(source), int(at)] if source and not isinstance(at, bool) and at >= 0:
+            return source, at
+    return None
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.pricing import Price
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.errors import AgentLoopError
 from fsm_agent.proof.check import edge_text
@@ -89,6 +90,7 @@ class Scripted:
             stop_conditions=[forced(stop, self.script) for stop in settings.stop_conditions],
             compact=(lambda messages: messages[-1:]) if settings.compact else None,
             approve=(lambda call: True) if self.gated else None,
+            prices=Price(input_per_mtok=0, output_per_mtok=0),  # the script's replies say what they cost
             **kwargs,
         )
         target = self.script.hook_on_reply

@@ -11,7 +11,7 @@ finite, so a run that could go on forever shows as a loop of equal configs.
 Each guard is read from its declaration (``definition.guards``): a limit's
 guard compares its meter with the limit where the checker counts that meter
 (turns, tool calls, failures) and may be either where it does not (tokens,
-seconds); a named fact is true, false or either according to the config and
+dollars, seconds); a named fact is true, false or either according to the config and
 the outcome chosen; a guard that declares nothing (a user's stop condition
 or a plain function in a row) may be true or false at every check.  That is
 an over-approximation: every concrete run is one of the abstract runs, so a
@@ -128,7 +128,12 @@ class Explorer:
         self.index = setup.table.index
         limits = setup.limits
         self.cycle_on = limits.cycle_window >= 4
-        self.blockers = bool(limits.timeout is not None or limits.token_budget is not None or setup.cancellable)
+        self.blockers = bool(
+            limits.timeout is not None
+            or limits.token_budget is not None
+            or limits.cost_budget is not None
+            or setup.cancellable
+        )
         """Stops other than ``max_steps`` that may forbid a model call (``blocking_stop``): unknown here."""
 
     # --- guards -----------------------------------------------------------------------------------------------
@@ -148,7 +153,7 @@ class Explorer:
         if limit is None:
             return NO
         counted = {"steps": c.turns, "failures": c.fails, "tool_calls": c.calls}.get(guard.meter.name)
-        if counted is None:  # tokens and seconds: not counted here, either may hold
+        if counted is None:  # tokens, dollars and seconds: not counted here, either may hold
             return MAYBE
         return YES if counted >= limit else NO
 

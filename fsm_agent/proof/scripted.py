@@ -132,6 +132,9 @@ class Script:
         elif held == "budget_spent":
             last = next(item for item in reversed(self.replies) if isinstance(item, _Pending))
             last.tokens = self.agent.settings.limits.token_budget or 0
+        elif held == "cost_spent":
+            last = next(item for item in reversed(self.replies) if isinstance(item, _Pending))
+            last.cost = self.agent.settings.limits.cost_budget or 0.0
         elif held not in _AUTOMATIC and held not in self._user_guards():
             raise Unscriptable(f"the guard {held} holding (transition {n})")
 
@@ -146,7 +149,7 @@ class Script:
 
     def reply(self, pending: _Pending) -> ModelResponse:
         """A scripted reply: text, or the turn's calls with their scripted arguments."""
-        usage = Usage(pending.tokens, 0) if pending.tokens else None
+        usage = Usage(pending.tokens, 0, cost=pending.cost) if pending.tokens or pending.cost else None
         if not pending.calls:
             text = self.answers.pop(0) if self.answers else "the scripted answer"
             return ModelResponse(Message("assistant", _ANSWER_TEXT.get(text, text)), pending.stop, usage)
@@ -157,12 +160,13 @@ class Script:
 
 
 class _Pending:
-    """A reply of the script, its stop reason and tokens settled once the rest of the path is read."""
+    """A reply of the script, its stop reason, tokens and cost settled once the rest of the path is read."""
 
     def __init__(self, calls: list[int]) -> None:
         self.calls = calls
         self.stop = "end_turn"
         self.tokens = 0
+        self.cost = 0.0
 
 
 class ScriptedModel:

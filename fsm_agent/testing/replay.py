@@ -10,7 +10,9 @@ transition, and the first that differs raises ``ReplayDivergence``, with
 the two requests' diff when a request differed and the two limits' when
 they differ.  With ``strict=False`` the run goes on past a divergence with a
 live ``model=`` (and the live tools for calls the recording lacks), and
-the new recording is returned instead.
+the new recording is returned instead.  A run that paused for a person's
+decision is decided as the recorded run was (approved where the call's
+result was recorded, else rejected with the recorded reason).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from fsm_agent.core.exchanges import message_from
+from fsm_agent.drivers.rebuild import decisions
 from fsm_agent.errors import AgentLoopError, FsmAgentError
 from fsm_agent.persist.recording import read_recording, recording_of
 from fsm_agent.records import RunResult, Transition
@@ -104,6 +107,8 @@ def replay(
     data, handle, player = _prepare(agent, recording, strict, model, tools)
     try:
         result = handle.finish()
+        while result.reason == "paused" and _decided(handle, data):
+            result = handle.finish()
     except AgentLoopError as stop:
         result = stop.result
     return _judged(data, handle, result, player, strict)
@@ -139,9 +144,19 @@ async def areplay(
     data, handle, player = _prepare(agent, recording, strict, model, tools)
     try:
         result = await handle.afinish()
+        while result.reason == "paused" and _decided(handle, data):
+            result = await handle.afinish()
     except AgentLoopError as stop:
         result = stop.result
     return _judged(data, handle, result, player, strict)
+
+
+def _decided(handle: AgentRun, data: dict[str, Any]) -> bool:
+    """Decide the calls the replay paused on as the recorded run's person did; False where it was left paused."""
+    if len(handle.trace) >= len(data["trace"]):
+        return False  # the recorded run ended paused here: so does the replay
+    handle.decide(decisions(handle, data))
+    return True
 
 
 def _prepare(

@@ -174,6 +174,19 @@ class OwnerChecks:
         assert store.list_runs(since=time.time() + 60) == []
         assert store.list_runs(session="no such conversation") == []
 
+    def test_list_runs_names_the_run_and_transition_a_fork_was_made_from(self, make_store: MakeStore) -> None:
+        """A run whose snapshot says ``forked_from: [source, at]`` lists it, after appends and a save too."""
+        store = make_store(LONG)
+        need(store, "list_runs")
+        store.create("source", fresh_snapshot("source"), owner="A")
+        fork = {**fresh_snapshot("fork"), "forked_from": ["source", 3]}
+        seq = store.create("fork", fork, owner="A")
+        store.append(entry("fork", seq + 1, fork, release=True), owner="A")
+        listed = {run.run_id: run.forked_from for run in store.list_runs()}
+        assert listed == {"source": None, "fork": ("source", 3)}
+        store.save("fork", {**store.load("fork"), "forked_from": ["source", 4]})
+        assert [run.forked_from for run in store.list_runs() if run.run_id == "fork"] == [("source", 4)]
+
     @pytest.mark.parametrize("name", ["state", "reason", "session"])
     def test_a_nul_or_lone_surrogate_in_a_list_runs_filter_is_a_value_error(
         self, make_store: MakeStore, name: str

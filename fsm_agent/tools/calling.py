@@ -10,6 +10,7 @@ and ``concurrent.futures`` are imported by the functions that use them, so
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import inspect
 import queue
@@ -105,13 +106,19 @@ class _DaemonWorkers:
         self._idle: queue.SimpleQueue[queue.SimpleQueue[Callable[[], None]]] = queue.SimpleQueue()
 
     def start(self, work: Callable[[], None]) -> None:
-        """Run ``work()`` on an idle worker (a new one if none is idle); ``work`` reports its own outcome."""
+        """Run ``work()`` on an idle worker (a new one if none is idle); ``work`` reports its own outcome.
+
+        ``work`` runs in a copy of the caller's ``contextvars`` context, as
+        ``asyncio.to_thread`` does: a tool or an output check on a worker
+        still finds its run (``run_context()``).
+        """
+        context = contextvars.copy_context()
         try:
             inbox = self._idle.get_nowait()
         except queue.Empty:
             inbox = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), name="fsm_agent worker", daemon=True).start()
-        inbox.put(work)
+        inbox.put(lambda: context.run(work))
 
     def submit(self, work: Callable[[], T]) -> Future[T]:
         """Run ``work()`` on an idle worker; its outcome arrives in the future (which the event loop can await)."""

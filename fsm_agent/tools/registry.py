@@ -28,6 +28,9 @@ import attrs
 
 from fsm_agent.records import ChildOutcome, ToolCall
 from fsm_agent.tools.calling import DeadlineError, ToolExit, call_sync, call_with_deadline, own_arguments, started
+from fsm_agent.tools.caps import DEFAULT_MAX_OUTPUT_CHARS, clip
+from fsm_agent.tools.caps import max_output_chars as max_output_chars_of
+from fsm_agent.tools.context import context_for, context_parameter
 from fsm_agent.tools.schema import (
     CALL_ID,
     JSONSchema,
@@ -51,6 +54,8 @@ class ToolResult:
     """Characters cut from ``content`` by the registry's ``max_output_chars`` (0: the output is whole)."""
     child: ChildOutcome | None = None
     """The sub-agent run the call was (``Agent.as_tool``), or None for any other tool."""
+    reused_from: str | None = None
+    """On a fork: the source run's call (``run_id/call_id``) this result was recorded for, not made again."""
 
     @property
     def ok(self) -> bool:
@@ -74,6 +79,8 @@ class Tool:
     The schema's owner validates the rest; the registry's checker knows only
     the subset of JSON Schema it emits itself, and would misjudge the others.
     """
+    takes_context: str | None = None
+    """The function's parameter annotated ``RunContext[T]``: the registry passes it the run's context there."""
 
     @property
     def schema(self) -> JSONSchema:
@@ -83,25 +90,6 @@ class Tool:
 
 def _error(message: str) -> ToolResult:
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
-
-
-DEFAULT_MAX_OUTPUT_CHARS = 100_000
-"""The default cap on one tool's output: about 25k tokens, far above a useful answer, far below a flood."""
-
-
-def _clip(text: str, cap: int) -> tuple[str, int]:
-    """``text`` cut to ``cap`` characters plus a marker saying how many were cut, and that number."""
-    cut = len(text) - cap
-    if cut <= 0:
-        return text, 0
-    return f"{text[:cap]}\n[truncated: {cut} of {len(text)} characters cut, max_output_chars={cap}]", cut
-
-
-def _max_output_chars(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        msg = f"max_output_chars must be an integer >= 1, or None for no cap, got {value!r}"
-        raise ValueError(msg)
-    return value
 
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -179,13 +167,15 @@ class ToolRegistry:
     parameter named ``call_id`` receives the ``ToolCall.id`` there, to make
     its effect idempotent (a call in flight when a process dies may run
     again on resume); ``call_id`` is not in the schema the model sees, and
-    arguments that carry one are an error result.
+    arguments that carry one are an error result.  A parameter annotated
+    ``RunContext[T]`` (any name) gets the run's context the same way
+    (``tools.context``): the application's ``deps``, the run id, usage, the call.
     """
 
     def __init__(self, *, max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS, source: str = "local tools") -> None:
         self._tools: dict[str, Tool] = {}
         self._sources: dict[str, str] = {}
-        self.max_output_chars = _max_output_chars(max_output_chars)
+        self.max_output_chars = max_output_chars_of(max_output_chars)
         self.source = source
         """Where this registry's own tools come from, named when a merge (``include``) finds a clash."""
         self.version = 0
@@ -236,7 +226,8 @@ class ToolRegistry:
         self._check_free(tool_name, self.source)
         doc = description if description is not None else (inspect.getdoc(function) or "")
         if parameters is None:
-            tool = Tool(tool_name, doc, function, parameters_schema(function, tool_name), accepts_call_id(function))
+            schema, context = parameters_schema(function, tool_name), context_parameter(function)
+            tool = Tool(tool_name, doc, function, schema, accepts_call_id(function), takes_context=context)
         else:
             tool = Tool(tool_name, doc, function, dict(parameters), schema_given=True)
         self._tools[tool_name] = tool
@@ -383,14 +374,18 @@ class ToolRegistry:
             if CALL_ID in arguments:
                 return _error(f"bad arguments for tool {call.name!r}: {CALL_ID} is filled by the registry, not passed")
             arguments[CALL_ID] = call.id
+        if tool.takes_context is not None:
+            if tool.takes_context in arguments:
+                return _error(f"bad arguments for tool {call.name!r}: {tool.takes_context} is the run's context")
+            arguments[tool.takes_context] = context_for(call)
         return tool.function, arguments
 
     def _capped(self, outcome: ToolResult) -> ToolResult:
         cap = self.max_output_chars
         if cap is None or len(outcome.content) <= cap:
             return outcome
-        content, cut = _clip(outcome.content, cap)
-        error = None if outcome.error is None else _clip(outcome.error, cap)[0]
+        content, cut = clip(outcome.content, cap)
+        error = None if outcome.error is None else clip(outcome.error, cap)[0]
         return ToolResult(content, error, cut)
 
     def call(self, call: ToolCall) -> str:

@@ -7,7 +7,8 @@ and no coercion: a bool is not an integer, an integer is a number, ``1.0`` is
 not an integer.
 
 A parameter named ``call_id`` is not offered to the model: the registry fills
-it with the ``ToolCall``'s id (see ``accepts_call_id``).
+it with the ``ToolCall``'s id (see ``accepts_call_id``); nor is one annotated
+``RunContext[T]``, which it fills with the run's context (``tools.context``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import types
 import typing
 from collections.abc import Callable
 from typing import Any
+
+from fsm_agent.tools.context import context_parameter
 
 JSONSchema = dict[str, Any]
 ToolFunction = Callable[..., Any]
@@ -65,8 +68,9 @@ def _type_schema(hint: Any, where: str) -> JSONSchema:
 
 
 def parameters_schema(function: ToolFunction, name: str) -> JSONSchema:
-    """The JSON Schema of ``function``'s parameters, ``call_id`` left out; unsupported hints raise ``TypeError``."""
+    """``function``'s parameters as JSON Schema, ``call_id`` and a ``RunContext`` left out; bad hints: ``TypeError``."""
     hints = typing.get_type_hints(function)
+    context = context_parameter(function)
     properties: dict[str, JSONSchema] = {}
     required: list[str] = []
     extra_allowed = False
@@ -74,6 +78,8 @@ def parameters_schema(function: ToolFunction, name: str) -> JSONSchema:
         where = f"tool {name!r}, parameter {param.name!r}"
         if param.name == CALL_ID and param.kind in _BY_KEYWORD:
             continue  # filled by the registry with the ToolCall's id
+        if param.name == context:
+            continue  # filled by the registry with the run's context
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             extra_allowed = True
             continue

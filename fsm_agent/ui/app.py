@@ -3,6 +3,8 @@
 Read-only unless built with ``allow_decisions``: then, and only then, a
 paused run's pending calls can be approved or rejected, which records the
 decision in the store (``store.decide``, one checked write) for whoever resumes the run.
+Built with an agent, it can also re-run a run from one of its transitions
+(a fork, stored beside its source and run with that agent: ``forks.py``).
 Every model- or tool-produced string leaves here as JSON and is put on the
 page as text; the page runs only its own script (a strict
 ``Content-Security-Policy``); a request whose ``Host`` is not one the viewer
@@ -22,7 +24,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from starlette.applications import Starlette
@@ -36,7 +38,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fsm_agent import TABLE, DecisionError, SnapshotError, Table
 from fsm_agent.persist.store import filter_text
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
+from fsm_agent.ui.forks import NO_AGENT, fork_routes, refused_post
 from fsm_agent.ui.replay import digest
+
+if TYPE_CHECKING:
+    from fsm_agent import Agent
 
 STATIC = Path(__file__).resolve().parent / "static"
 PAGE_SIZE = 25
@@ -127,17 +133,22 @@ def create_app(
     hosts: Sequence[str] | None = LOOPBACK,
     store_name: str = "",
     poll: float = 0.5,
+    agent: Agent | None = None,
+    agent_spec: str | None = None,
 ) -> ASGIApp:
-    """The viewer over ``store``: pages ``/`` (the runs) and ``/run?id=`` (one run), the API under ``/api``.
+    """The viewer over ``store``: pages ``/`` (the runs), ``/run?id=`` (one run), ``/compare``; the API under ``/api``.
 
     ``table`` is the machine the runs are drawn over; ``hosts`` the names
     the viewer answers to (None: any, which only a read-only viewer may do:
     a decision's Origin check means something only while ``Host`` is checked);
-    ``poll`` how often (seconds) a followed run is read again.
+    ``poll`` how often (seconds) a followed run is read again.  With
+    ``agent``, a run can be re-run from any of its transitions (``forks.py``);
+    ``agent_spec``, its ``MODULE:FUNCTION``, is what a run saved as a test imports.
     """
-    if allow_decisions and hosts is None:
-        # A DNS-rebound page is its own origin on any Host: with every Host answered, it could decide.
-        msg = "allow_decisions needs the host names the viewer answers to (hosts), not None (any host)"
+    if (allow_decisions or agent is not None) and hosts is None:
+        # A DNS-rebound page is its own origin on any Host: with every Host answered, it could decide or re-run.
+        given = "allow_decisions" if allow_decisions else "agent"
+        msg = f"{given} needs the host names the viewer answers to (hosts), not None (any host)"
         raise ValueError(msg)
     drawing: list[bytes] = []
 
@@ -152,6 +163,8 @@ def create_app(
                 "states": [str(state) for state in table.states],
                 "reasons": ["done", *table.reasons],
                 "page_size": PAGE_SIZE,
+                "can_fork": agent is not None,
+                "fork_refusal": None if agent is not None else NO_AGENT,
             }
         )
 
@@ -194,6 +207,7 @@ def create_app(
                 "tool_calls": getattr(run, "tool_calls", None),
                 "session": getattr(run, "session", None),
                 "tokens": getattr(run, "tokens", None),
+                "forked_from": getattr(run, "forked_from", None),
             }
             for run in found[:PAGE_SIZE]
         ]
@@ -224,11 +238,9 @@ def create_app(
     async def decide(request: Request) -> Response:
         if not allow_decisions:
             return _error("this viewer is read-only: start it with --allow-decisions to approve or reject calls", 403)
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _error("a decision must be sent as application/json", 415)
-        origin = request.headers.get("origin")
-        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            return _error(f"a decision from origin {origin!r} is refused", 403)
+        refusal = refused_post(request, "a decision")
+        if refusal is not None:
+            return refusal
         run_id = request.query_params.get("id", "")
         try:
             body = await request.json()
@@ -250,12 +262,14 @@ def create_app(
     routes = [
         Route("/", page),
         Route("/run", page),
+        Route("/compare", page),
         Route("/api/config", config),
         Route("/api/machine.svg", machine),
         Route("/api/runs", runs),
         Route("/api/run", one_run),
         Route("/api/events", events),
         Route("/api/decide", decide, methods=["POST"]),
+        *fork_routes(store, table, agent, agent_spec),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Guard(Starlette(routes=routes), hosts)

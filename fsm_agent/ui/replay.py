@@ -22,6 +22,7 @@ from typing import Any
 from fsm_agent import TABLE, State, Table, Transition
 from fsm_agent.core import snapshot as snapshots
 from fsm_agent.definition.run import Run
+from fsm_agent.persist.store import fork_origin
 from fsm_agent.render.model import diagram_edges, row_index
 
 MODEL_EDGES = frozenset({"replied"})
@@ -250,6 +251,8 @@ def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str,
         "approvals": data.get("approvals") or {},
         "counters": counters,
         "tokens": int(raw.get("input_tokens", 0)) + int(raw.get("output_tokens", 0)),
+        # US dollars, None where a call was unpriced (or the run was stored before runs were priced).
+        "cost": None if raw.get("unpriced", 1) else raw.get("cost"),
         # A step is a model turn, as max_steps counts them; the snapshot's Step records are calls and the answer.
         "steps": int(raw.get("turns", 0)),
         "tool_calls": int(raw.get("tool_calls", 0)),
@@ -258,4 +261,6 @@ def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str,
         "parent_run_id": parent,
         "parent_call_id": parent_call,
         "children": sub_agent_runs(run_id, data),
+        # A fork names the run and the transition it was forked at (Agent.fork); the page links to it.
+        "forked_from": fork_origin(data.get("forked_from")),
     }

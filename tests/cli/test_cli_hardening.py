@@ -139,7 +139,7 @@ def _parsers() -> list[argparse.ArgumentParser]:
 def test_no_help_shows_docstring_markup() -> None:
     """No --help, of the program, a command or a subcommand, shows double backticks from a docstring."""
     shown = {parser.prog: parser.format_help() for parser in _parsers()}
-    assert len(shown) == 13  # the program, seven commands, five `runs` actions
+    assert len(shown) == 14  # the program, seven commands, six `runs` actions
     assert [prog for prog, text in shown.items() if "``" in text] == []
 
 

@@ -203,7 +203,7 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
     Unreachable here by design: ``hook_error`` rows (generated agents have no
     hooks), the output check's rows (nor an ``output_type``: test_typed_answers.py), the
     context overflow's (their models fail with ConnectionError: test_long_runs.py), the
-    child stop's (no sub-agents: test_sub_agents.py),
+    child stop's (no sub-agents: test_sub_agents.py), the cost budget's (nothing is priced: test_cost_budget.py),
     ``interrupted`` rows (only the async driver is interrupted) and
     ``resume`` rows (``Agent.resume`` takes them; ``test_stateful.py`` does),
     ``expired`` rows (a call still in flight at the deadline: real time, in
@@ -226,6 +226,8 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
         "context_overflowed",
         "compacts_history",
         "passes_child_stop",
+        "cost_spent",
+        "finalize_on_cost_budget",
     }
     reachable = [row for row in TABLE.rows if row.guard_name not in unused and row.trigger not in elsewhere]
     assert [edge_id(row) for row in reachable if as_row(row) not in taken] == []

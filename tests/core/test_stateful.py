@@ -42,7 +42,7 @@ from support.scenarios import (
 from fsm_agent import AgentLoopError, CancelToken, RunStateError, State
 from fsm_agent.drivers.agent import AgentRun
 
-RESUMABLE = ("max_steps", "token_budget", "timeout", "max_tool_calls", "cancelled", "model_error")
+RESUMABLE = ("max_steps", "token_budget", "cost_budget", "timeout", "max_tool_calls", "cancelled", "model_error")
 """Stops Agent.resume may continue (model_error only with retry=True); others must be refused."""
 
 

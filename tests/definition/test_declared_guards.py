@@ -29,6 +29,7 @@ from fsm_agent.testing import FakeModel, demo_registry, edge_id, reply, tool_cal
 BOUNDED = {
     "max_steps": (("steps",), "max_steps"),
     "token_budget": (("tokens",), "token_budget"),
+    "cost_budget": (("cost",), "cost_budget"),
     "tool_failures": (("failures",), "max_consecutive_failures"),
     "timeout": (("seconds",), "timeout"),
     "max_tool_calls": (("tool_calls", "calls_by_tool", "pending"), "max_tool_calls"),

@@ -17,6 +17,7 @@ from fsm_agent import (
     AgentLoopError,
     CancelToken,
     ModelResponse,
+    Price,
     RunResult,
     StopCondition,
     ToolRegistry,
@@ -430,7 +431,7 @@ def test_invalid_new_limits_are_rejected_at_construction(options: dict[str, Any]
 
 
 def test_steps_record_counters_against_limits() -> None:
-    """Every step carries [used, limit] for steps, failures, tool_calls, tokens and seconds (None = no limit)."""
+    """Every step carries [used, limit] for steps, failures, tool_calls, tokens, cost and seconds (None = no limit)."""
     clock = ManualClock()
     script = FakeModel([tool_turn(tool_call("slow", n=1), usage=Usage(90, 10)), reply("ok", usage=Usage(5, 5))])
     result = fsm_agent.run(script, _slow_registry(clock, 2.5), "q", token_budget=1000, clock=clock, timeout=60)
@@ -439,6 +440,7 @@ def test_steps_record_counters_against_limits() -> None:
         "failures": [0, 3],
         "tool_calls": [1, None],
         "tokens": [100, 1000],
+        "cost": [0.0, None],
         "seconds": [2.5, 60],
     }
     assert result.steps[1].counters["tokens"] == [110, 1000]
@@ -460,6 +462,7 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
     """Across the seed scenarios and the stops above, every non-embedding edge of the table is taken."""
     clock = ManualClock()
     finalize = dict.fromkeys(("cycle", "timeout", "token_budget", "max_tool_calls", "max_steps"), "finalize")
+    dollars = {"cost_budget": 0.01, "prices": Price(input_per_mtok=1000, output_per_mtok=1000)}  # 10 tokens: a cent
     token = CancelToken()
     token.cancel()
     registry = _slow_registry(clock, 5)
@@ -510,6 +513,15 @@ def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
             registry,
             token_budget=10,
             on_stop=finalize,
+        ).run("q"),
+        lambda: Agent(FakeModel([tool_turn(tool_call("echo", text="1"), usage=Usage(5, 5))]), registry, **dollars).run(
+            "q"
+        ),
+        lambda: Agent(
+            FakeModel([tool_turn(tool_call("echo", text="1"), usage=Usage(5, 5)), reply("x")]),
+            registry,
+            on_stop={"cost_budget": "finalize"},
+            **dollars,
         ).run("q"),
         lambda: Agent(
             FakeModel([tool_turn(tool_call("echo", text="1"), tool_call("echo", text="2"))]), registry, max_tool_calls=1

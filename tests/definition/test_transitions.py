@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support.scenarios import OVERFLOW, POINT, keep_last, with_failing_child
 
-from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Row, RunResult, State
+from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Price, Row, RunResult, State
 from fsm_agent.definition.run import RECORDS, signature
 from fsm_agent.definition.table import EXPIRED, FINALIZE, INTERRUPTED, RESUME, START
 from fsm_agent.drivers.agent import AgentRun
@@ -140,6 +140,10 @@ STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
     "ExecuteTool->Failed[token_budget]": (
         lambda o: _execute(o, input_tokens=60, output_tokens=40),
         {"token_budget": 100},
+    ),
+    "ExecuteTool->Failed[cost_budget]": (
+        lambda o: _execute(o, cost=0.5, priced=1),
+        {"cost_budget": 0.5, "prices": Price(input_per_mtok=1, output_per_mtok=1)},
     ),
     "ExecuteTool->Failed[max_steps]": (lambda o: _execute(o, turns=3), {}),
 }

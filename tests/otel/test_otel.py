@@ -14,7 +14,7 @@ import pytest
 from support.scenarios import OVERFLOW, POINT, with_failing_child
 from support.sdk import skip_unless_installed
 
-from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult, ToolRegistry, Usage
+from fsm_agent import Agent, AgentLoopError, CancelToken, Price, RunResult, ToolRegistry, Usage
 from fsm_agent.definition.stops import CATALOGUE
 from fsm_agent.testing import (
     CounterModel,
@@ -286,6 +286,10 @@ SCENARIOS: dict[str, tuple[Scenario, str]] = {
     "tool_failures": (_scripted([tool_turn(tool_call("fail", reason=str(i))) for i in range(3)]), "tool_failures"),
     "cycle": (_scripted(_echo_turn("a", "b", "a", "b")), "cycle"),
     "token_budget": (_scripted(_echo_turn("a", usage=Usage(5, 5)), token_budget=10), "token_budget"),
+    "cost_budget": (
+        _scripted(_echo_turn("a", usage=Usage(5, 5)), cost_budget=0.01, prices=Price(1000, 1000)),
+        "cost_budget",
+    ),
     "max_steps": (lambda c: (Agent(CounterModel(), demo_registry(), max_steps=2), None), "max_steps"),
 }
 
@@ -320,6 +324,29 @@ def test_a_stop_ends_the_run_span_in_error_with_its_reason(traced: Traced, reaso
     reasons = [(e.attributes or {}).get("reason") for e in run.events]
     assert reason in reasons
     assert len(run.events) == len(result.trace)
+
+
+def test_a_priced_call_and_its_run_carry_their_cost_in_dollars(traced: Traced) -> None:
+    """Each chat span has its call's cost; the run span the run's, beside its budget; unpriced, no cost at all."""
+    from fsm_agent.otel import instrument
+
+    exporter, provider = traced
+    script = (_echo_turn("a", usage=Usage(5, 5)), reply("done", usage=Usage(20, 10)))
+    agent = Agent(FakeModel(*script), demo_registry(), cost_budget=1, prices=Price(1000, 1000))
+    instrument(agent, provider)
+    agent.run("go")
+    spans = by_name(exporter.get_finished_spans())
+    assert [(span.attributes or {})["fsm_agent.usage.cost"] for span in spans["chat"]] == [0.01, 0.03]
+    (run,) = spans["invoke_agent"]
+    assert run.attributes is not None
+    assert (run.attributes["fsm_agent.counters.cost"], run.attributes["fsm_agent.limits.cost"]) == (0.04, 1.0)
+    exporter.clear()
+    unpriced = Agent(FakeModel(*script), demo_registry())
+    instrument(unpriced, provider)
+    unpriced.run("go")
+    spans = by_name(exporter.get_finished_spans())
+    assert all("fsm_agent.usage.cost" not in (span.attributes or {}) for span in spans["chat"])
+    assert "fsm_agent.counters.cost" not in (spans["invoke_agent"][0].attributes or {})
 
 
 def test_failed_model_and_tool_calls_mark_their_own_spans(traced: Traced) -> None:

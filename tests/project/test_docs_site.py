@@ -173,7 +173,7 @@ def test_the_tutorial_is_one_level_of_the_navigation(site: Path) -> None:
     assert labels.index("Tutorial") + 1 == labels.index("A first agent")
 
 
-HOW_TO_GROUPS = ("Providers", "Building apps", "Durable runs", "Watching runs")
+HOW_TO_GROUPS = ("Providers", "Building agents", "Embedding in apps", "Durable runs", "Watching runs")
 
 
 @pytest.mark.subprocess

@@ -231,3 +231,29 @@ def test_live_tools_are_called_while_the_model_answers_from_the_recording(tmp_pa
     agent, model, child_model = parent_agent([], list(CHILD_SCRIPT), tools)
     assert replay(agent, recording, tools="live").final == "3"
     assert (len(model.seen), len(child_model.seen), tools.calls) == (0, 2, 2)  # the sub-agent ran, live
+
+
+def test_a_run_paused_and_decided_replays_with_the_recorded_decisions(store_target: str) -> None:
+    """A run paused twice (one call approved, one rejected) replays to the same trace with no call made."""
+    tools = Counted()
+    script = [
+        tool_turn(tool_call("add", id="a1", a=1, b=2)),
+        tool_turn(tool_call("add", id="a2", a=5, b=5)),
+        reply("3, and I was not allowed 5+5"),
+    ]
+    agent = Agent(FakeModel(script), tools.registry(), approve={"add"})
+    with open_store(store_target) as store:
+        result = agent.run("add", store=store, run_id="p1")
+        result = agent.resume(result, approvals={"a1": True}, store=store).finish()
+        result = agent.resume(result, approvals={"a2": "too big"}, store=store).finish()
+        recording = store.export("p1")
+    assert result.reason == "done"
+    assert tools.calls == 1
+    unused = FakeModel([])
+    replayed = replay(Agent(unused, tools.registry(), approve={"add"}), recording)
+    assert replayed.trace == result.trace
+    assert [m.content for m in replayed.messages] == [m.content for m in result.messages]
+    again = asyncio.run(areplay(Agent(unused, tools.registry(), approve={"add"}), recording))
+    assert again.trace == result.trace
+    assert tools.calls == 1
+    assert unused.seen == []

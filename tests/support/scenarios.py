@@ -543,6 +543,7 @@ def cases(draw: st.DrawFn) -> Case:
 LIFTABLE = {
     "max_steps": "steps_exhausted",
     "token_budget": "budget_spent",
+    "cost_budget": "cost_spent",
     "timeout": "deadline_passed",
     "max_tool_calls": "tool_calls_exhausted",
     "cancelled": "is_cancelled",
@@ -585,6 +586,8 @@ class Shadow:
         self.executed: list[tuple[ToolCall, ToolResult]] = []
         self.streak = 0
         self.tokens = 0
+        # The cases give no prices: a reply's own usage.cost is all that is priced.
+        self.cost = 0.0
         self.finalizing: str | None = None
         # The stop a resume continues from, and whether it retries the model.
         self.stopped: str | None = None
@@ -620,6 +623,7 @@ class Shadow:
             "is_cycling": lambda: limits.cycle_window >= 4 and cycle_period(self.window()) > 0,
             "has_pending_calls": lambda: bool(pending),
             "budget_spent": lambda: limits.token_budget is not None and self.tokens >= limits.token_budget,
+            "cost_spent": lambda: limits.cost_budget is not None and self.cost >= limits.cost_budget,
             "steps_exhausted": lambda: self.model_calls >= limits.max_steps,
             "no_boom": lambda: bool(pending) and pending[0].name == "boom",
             "gave_up": lambda: last is not None and "give up" in last.message.content,
@@ -636,7 +640,8 @@ class Shadow:
     def model_call_allowed(self) -> bool:
         """No stop checked before a model call holds (several can hold at once; a stop records only the first)."""
         return not any(
-            self.guard(name) for name in ("is_cancelled", "deadline_passed", "budget_spent", "steps_exhausted")
+            self.guard(name)
+            for name in ("is_cancelled", "deadline_passed", "budget_spent", "cost_spent", "steps_exhausted")
         )
 
     def lifted(self) -> bool:
@@ -710,6 +715,7 @@ class Shadow:
                 return MODEL_FAILED
             if outcome.usage is not None:
                 self.tokens += outcome.usage.total
+                self.cost += outcome.usage.cost or 0.0
             if outcome.stop_reason not in STOP_REASONS:
                 return MODEL_FAILED
             self.last = outcome
@@ -893,7 +899,9 @@ def _usage(model: ScriptedModel) -> Usage:
     """Tokens of every usable reply, whatever its stop_reason."""
     counted = [o for o in model.outcomes if isinstance(o, ModelResponse) and well_formed(o) and countable(o.usage)]
     return Usage(
-        sum(r.usage.input_tokens for r in counted if r.usage), sum(r.usage.output_tokens for r in counted if r.usage)
+        sum(r.usage.input_tokens for r in counted if r.usage),
+        sum(r.usage.output_tokens for r in counted if r.usage),
+        cost=None if model.outcomes else 0.0,  # the cases give no prices: a run that made a call has no known cost
     )
 
 
@@ -981,6 +989,8 @@ def _check_evidence(setup: Setup, result: RunResult, limits: Limits, evidence: d
         assert evidence["turns"] == evidence["limit"] == limits.max_steps
     elif reason == "token_budget":
         assert evidence["tokens"] >= evidence["budget"] == limits.token_budget
+    elif reason == "cost_budget":
+        assert evidence["cost"] >= evidence["budget"] == limits.cost_budget
     elif reason == "max_tool_calls":
         assert evidence["used"] >= evidence["limit"]
         used = [c for c, _ in executed if evidence["scope"] in ("*", c.name)]

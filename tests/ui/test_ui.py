@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from support.ui_runs import HOSTILE, all_runs, finished, mail_registry, paused, stopped
 
 import fsm_agent.ui.app
-from fsm_agent import TABLE, Agent, SqliteStore, StopCondition
+from fsm_agent import TABLE, Agent, Price, SqliteStore, StopCondition, Usage
 from fsm_agent.__main__ import main as cli
 from fsm_agent.cli import SetupError
 from fsm_agent.cli.ui import answered_hosts, bind, is_loopback
@@ -68,6 +68,7 @@ def test_list_gives_state_reason_tool_calls_tokens_and_time_latest_first(store: 
         "tool_calls": 3,
         "tokens": 0,
         "session": None,
+        "forked_from": None,
     }
     assert runs["paused"]["paused"] is True
     assert body["more"] is False
@@ -150,6 +151,21 @@ def test_steps_count_model_turns_and_tool_calls_are_counted_apart(tmp_path: Path
     assert (run["counters"]["steps"][0], run["counters"]["tool_calls"][0]) == (2, 2)
     notes = [m["counted_from"] for m in run["moments"] if m["trigger"] == "tool_done"]
     assert notes == ["after tool call 1", "after tool call 2"]
+
+
+def test_the_run_shows_its_cost_and_each_tool_edge_the_dollars_spent_by_then(tmp_path: Path) -> None:
+    """A priced run: its cost in the run's data, and the cost counter after each call; unpriced, no cost."""
+    script = [tool_turn(tool_call("add", a=1, b=2), usage=Usage(6, 4)), reply("3", usage=Usage(20, 10))]
+    with SqliteStore(tmp_path / "runs.db") as runs:
+        Agent(FakeModel(script), demo_registry(), prices=Price(1000, 1000)).run("sum", store=runs, run_id="priced")
+        Agent(FakeModel(script), demo_registry()).run("sum", store=runs, run_id="unpriced")
+        viewer = client(runs)
+        priced = viewer.get("/api/run", params={"id": "priced"}).json()
+        unpriced = viewer.get("/api/run", params={"id": "unpriced"}).json()
+    assert priced["cost"] == pytest.approx(0.04)
+    ran = next(m for m in priced["moments"] if m["trigger"] == "tool_done")
+    assert ran["counters"]["cost"] == [pytest.approx(0.01), None]
+    assert unpriced["cost"] is None
 
 
 def test_every_message_belongs_to_exactly_one_transition(store: SqliteStore) -> None:

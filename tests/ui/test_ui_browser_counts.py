@@ -18,7 +18,7 @@ if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing o
 
 from support.ui_runs import WAIT, Viewer
 
-from fsm_agent import Agent, SqliteStore
+from fsm_agent import Agent, Price, SqliteStore, Usage
 from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 
 pytestmark = pytest.mark.browser
@@ -41,6 +41,26 @@ def test_the_list_and_the_run_header_count_tool_calls_and_model_turns_apart(page
             page.wait_for_selector("#status", timeout=WAIT)
             status = page.text_content("#status") or ""
             assert ", 2 steps, 2 tool calls, " in status
+        finally:
+            viewer.close()
+
+
+def test_a_priced_run_shows_its_cost_in_the_header_and_its_budget_in_the_counters(page: Any, tmp_path: Path) -> None:
+    """Stopped on cost_budget: the header says what it cost, the stop's counters show the dollars hitting the budget."""
+    turns = [tool_turn(tool_call("add", id=f"c{n}", a=n, b=1), usage=Usage(6, 4)) for n in range(3)]
+    model = FakeModel([*turns, reply("never")])
+    agent = Agent(model, demo_registry(), cost_budget=0.02, prices=Price(1000, 1000), on_stop={"cost_budget": "return"})
+    with SqliteStore(tmp_path / "runs.db") as store:
+        agent.run("sums", store=store, run_id="priced")
+        viewer = Viewer(store)
+        try:
+            page.goto(viewer.url + "run?id=priced")
+            page.wait_for_selector("#counters", timeout=WAIT)
+            assert ", $0.02" in (page.text_content("#status") or "")
+            row = "#counters tr[data-counter='cost']"
+            cells = page.eval_on_selector_all(f"{row} td", "cells => cells.map(c => c.textContent.trim())")
+            assert cells[:2] == ["$0.02", "of $0.02"]
+            assert "hit" in (page.get_attribute(row, "class") or "")
         finally:
             viewer.close()
 

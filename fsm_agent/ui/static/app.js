@@ -107,6 +107,7 @@ async function listPage() {
               text: `session ${shown(run.session)}`,
             })
           : null,
+        forkBadge(run),
       ),
       el(
         "td",
@@ -177,6 +178,9 @@ function bar(share) {
   return el("span", { class: "bar" }, fill);
 }
 
+// US dollars, to the millionth: a call's cost is often a fraction of a cent.
+const dollars = (amount) => `$${+Number(amount).toFixed(6)}`;
+
 function counterTable(counters, note) {
   if (!counters) return el("p", { class: "muted", text: "No counters recorded yet at this transition." });
   const rows = Object.entries(counters).map(([name, pair]) => {
@@ -187,8 +191,8 @@ function counterTable(counters, note) {
       "tr",
       { class: hit ? "hit" : "", "data-counter": name },
       el("th", { text: name }),
-      el("td", { class: "num", text: typeof used === "number" ? +used.toFixed(3) : used }),
-      el("td", { class: "num", text: limit === null || limit === undefined ? "no limit" : `of ${limit}` }),
+      el("td", { class: "num", text: name === "cost" ? dollars(used) : typeof used === "number" ? +used.toFixed(3) : used }),
+      el("td", { class: "num", text: limit === null || limit === undefined ? "no limit" : `of ${name === "cost" ? dollars(limit) : limit}` }),
       el("td", {}, limit ? bar(share) : null),
     );
   });
@@ -374,7 +378,7 @@ function timelineView(run) {
       el("span", { class: "label", text: moment.label }),
       moment.child ? el("span", { class: "badge sub-agent", text: "sub-agent" }) : null,
     );
-    return el("li", {}, button);
+    return el("li", {}, button, rerunButton(run, moment));
   });
   return el("ol", { class: "timeline", id: "timeline" }, items);
 }
@@ -417,8 +421,10 @@ async function renderRun(run) {
       run.reason ? `, reason ${run.reason}` : "",
       // Steps are model turns, as in the counters below (max_steps); tool calls are counted on their own.
       `, ${counted(run.steps, "step")}, ${counted(run.tool_calls, "tool call")}, ${counted(run.tokens, "token")}, ${counted(run.moments.length, "transition")}`,
+      run.cost === null || run.cost === undefined ? "" : `, ${dollars(run.cost)}`,
     ),
     parentView(run),
+    forkView(run),
   );
   const final = run.final ? el("section", { class: "final" }, el("h2", { text: "Final text" }), el("pre", { class: "text", id: "final", text: run.final })) : null;
   const error = run.error ? el("p", { class: "error", id: "run-error", text: run.error }) : null;
@@ -465,6 +471,7 @@ async function start() {
     mode.textContent = state.config.allow_decisions ? "decisions allowed" : "read-only";
     mode.classList.add(state.config.allow_decisions ? "decisions" : "readonly");
     if (location.pathname === "/run") await runPage();
+    else if (location.pathname === "/compare") await comparePage();
     else await listPage();
   } catch (error) {
     fail(error);

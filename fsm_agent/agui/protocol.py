@@ -1,0 +1,183 @@
+"""What an AG-UI request asks for, and how a turn's end is told: its outcome, usage, interrupts and stop.
+
+The request side: the user's text is the last message of ``RunAgentInput``
+(the thread's earlier messages are the store's, not the client's), and a
+``resume`` list answers the interrupts of a paused turn, one decision per
+held-back tool call.  The answer side: every way a turn can end becomes the
+one terminal event AG-UI has for it: ``RUN_FINISHED`` with a success,
+interrupt or cancelled outcome, or ``RUN_ERROR``.  What the protocol has no
+field for (the stop's reason, policy and evidence, the cost) travels in the
+event's ``metadata`` under the key ``"fsm_agent"``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+from ag_ui.core import (
+    Interrupt,
+    ResumeEntry,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    TextPart,
+    TokenUsage,
+    UserMessage,
+)
+
+from fsm_agent import AgentLoopError, RunResult, Usage
+from fsm_agent.drivers.child import answer_of
+from fsm_agent.jsontext import dumps
+
+KEY = "fsm_agent"
+"""The key of the events' ``metadata`` under which the adapter puts what the protocol has no field for."""
+INTERRUPT_REASON = "tool_call"
+"""An interrupt's ``reason``: a tool call held back for a person's decision (``Agent(approve=...)``)."""
+DECISION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["approved"],
+}
+"""The ``resume`` payload an interrupt asks for: ``{"approved": true}``, or false with the reason told to the model."""
+
+
+class RequestError(ValueError):
+    """A request the adapter cannot serve (no user text, a resume payload it cannot read); the message says why."""
+
+
+def user_text(run_input: RunAgentInput) -> str:
+    """The new turn's text: the last message, which must be the user's, its text parts joined."""
+    if not run_input.messages or not isinstance(run_input.messages[-1], UserMessage):
+        last = run_input.messages[-1].role if run_input.messages else "none"
+        msg = f"a new turn needs the user's message last in RunAgentInput.messages (the last is {last})"
+        raise RequestError(msg)
+    content = run_input.messages[-1].content
+    if isinstance(content, str):
+        return content
+    kinds = sorted({part.type for part in content if not isinstance(part, TextPart)})
+    if kinds:
+        msg = f"the agent takes text only; the user's message holds {', '.join(kinds)} parts"
+        raise RequestError(msg)
+    return "".join(part.text for part in content if isinstance(part, TextPart))
+
+
+def decisions(resume: list[ResumeEntry]) -> dict[str, bool | str]:
+    """The approvals for ``Session.resume``, by tool call id, from the answers to a paused turn's interrupts.
+
+    ``resolved`` with ``{"approved": true}`` (or a bare ``true``) runs the
+    call; ``{"approved": false, "reason": "..."}`` (or ``false``) rejects it
+    and the model is told the reason; ``cancelled`` rejects it too.
+    """
+    found: dict[str, bool | str] = {}
+    for entry in resume:
+        payload = entry.payload
+        if entry.status == "cancelled":
+            found[entry.interrupt_id] = "the person dismissed the request for approval"
+        elif isinstance(payload, bool):
+            found[entry.interrupt_id] = payload
+        elif isinstance(payload, dict) and isinstance(payload.get("approved"), bool):
+            reason = payload.get("reason")
+            if payload["approved"]:
+                found[entry.interrupt_id] = True
+            else:
+                found[entry.interrupt_id] = reason if isinstance(reason, str) and reason else False
+        else:
+            msg = (
+                f"the answer to interrupt {entry.interrupt_id!r} must be true, false or "
+                f'{{"approved": bool, "reason": "..."}}, got {json.dumps(payload)}'
+            )
+            raise RequestError(msg)
+    return found
+
+
+def token_usage(usage: Usage) -> list[TokenUsage] | None:
+    """The turn's tokens as the protocol counts them (its accounting is ``Usage``'s); None when none were reported."""
+    if usage.input_tokens == 0 and usage.output_tokens == 0:
+        return None  # never reported, not a measured zero
+    return [
+        TokenUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total,
+            reasoning_tokens=usage.reasoning_tokens or None,
+            cached_input_tokens=usage.cache_read_tokens or None,
+            cache_write_input_tokens=usage.cache_write_tokens or None,
+        )
+    ]
+
+
+def less(after: Usage, before: Usage) -> Usage:
+    """What a resumed run spent itself: its usage less the paused run's (a cost only where both are known)."""
+    spent = {f.name: getattr(after, f.name) - getattr(before, f.name) for f in attrs.fields(Usage) if f.name != "cost"}
+    cost, earlier = getattr(after, "cost", None), getattr(before, "cost", None)
+    if cost is not None and earlier is not None:
+        spent["cost"] = cost - earlier
+    return Usage(**spent)
+
+
+def _facts(result: RunResult, usage: Usage, **more: Any) -> dict[str, Any]:
+    """The ``metadata`` an ending carries: the fsm_agent run, its reason, and the cost where known."""
+    facts: dict[str, Any] = {"reason": result.reason, **more}
+    cost = getattr(usage, "cost", None)
+    if cost is not None:
+        facts["cost"] = cost
+    # The evidence is JSON by contract; read back through JSON so nothing else can reach the encoder.
+    return {KEY: json.loads(dumps(facts, default=str))}
+
+
+def finished(thread_id: str, run_id: str, result: RunResult, usage: Usage, policy: str | None) -> RunFinishedEvent:
+    """The ``RUN_FINISHED`` of a turn that returned: done, paused for approval, cancelled, or a stop it returns.
+
+    A stop under a ``return`` (or ``finalize``) policy is a success outcome:
+    the run ended as the agent was told to end it; its reason, policy and
+    evidence are in the metadata.
+    """
+    tokens = token_usage(usage)
+    if result.reason == "paused":
+        interrupts = [
+            Interrupt(
+                id=call.id,
+                reason=INTERRUPT_REASON,
+                message=f"approve the call to {call.name!r}?",
+                tool_call_id=call.id,
+                response_schema=DECISION_SCHEMA,
+                metadata={KEY: {"tool": call.name, "arguments": call.arguments}},
+            )
+            for call in result.pending
+        ]
+        outcome: Any = RunFinishedInterruptOutcome(interrupts=interrupts)
+        return RunFinishedEvent(
+            thread_id=thread_id, run_id=run_id, outcome=outcome, usage=tokens, metadata=_facts(result, usage)
+        )
+    if result.reason == "cancelled":
+        facts = _facts(result, usage, evidence=result.evidence)
+        return RunFinishedEvent(
+            thread_id=thread_id, run_id=run_id, outcome=RunFinishedCancelledOutcome(), usage=tokens, metadata=facts
+        )
+    more: dict[str, Any] = {} if result.ok else {"policy": policy, "evidence": result.evidence}
+    return RunFinishedEvent(
+        thread_id=thread_id,
+        run_id=run_id,
+        result=answer_of(result) if result.ok else result.final,
+        outcome=RunFinishedSuccessOutcome(),
+        usage=tokens,
+        metadata=_facts(result, usage, **more),
+    )
+
+
+def stopped(thread_id: str, run_id: str, stop: AgentLoopError, usage: Usage) -> RunFinishedEvent | RunErrorEvent:
+    """The ending of a turn that raised its stop: ``RUN_ERROR`` with reason, policy and evidence; cancelled apart."""
+    result = stop.result
+    if stop.reason == "cancelled":
+        return finished(thread_id, run_id, result, usage, "raise")
+    return RunErrorEvent(
+        message=str(stop),
+        code=stop.reason,
+        usage=token_usage(usage),
+        metadata=_facts(result, usage, policy="raise", evidence=stop.evidence),
+    )

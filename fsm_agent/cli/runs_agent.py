@@ -1,0 +1,84 @@
+"""The agent a stored run goes on with, and that run driven to its end: shared by ``runs resume`` and ``runs fork``.
+
+``--model`` builds an agent with the built-in tools; ``--agent
+MODULE:FUNCTION`` is the application's own (its model and tools).  The run
+is driven with a live status on stderr and reported as ``run`` reports it:
+the answer and exit 0, a stop with its evidence and exit 2, or, paused, the
+calls it waits on and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from fsm_agent import Agent
+from fsm_agent.cli import EXIT_STOPPED, SetupError
+from fsm_agent.cli import batch as batch_command
+from fsm_agent.cli import run as run_command
+from fsm_agent.cli.terminal import Status, printable
+from fsm_agent.drivers.agent_run import AgentRun
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model`` (with the flags that reach it) or ``--agent``, one of them required; and ``--files``."""
+    who = parser.add_mutually_exclusive_group(required=True)
+    run_command.add_model_arguments(parser, model_in=who)
+    who.add_argument(
+        "--agent",
+        metavar="MODULE:FUNCTION",
+        help="your own agent (its model and tools): a function with no arguments returning an Agent; "
+        "instead of --model, which goes on with the built-in tools",
+    )
+    parser.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")
+
+
+def agent_of(args: argparse.Namespace) -> Agent:
+    """The agent ``--agent`` builds, or the ``--model`` agent with the built-in tools (argparse allows one)."""
+    if args.agent is not None:
+        return batch_command.built(batch_command.imported(args.agent))
+    args.system = run_command.DEFAULT_SYSTEM
+    args.max_consecutive_failures = 3
+    model = run_command.build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
+    args.max_steps = 8
+    try:
+        return run_command.agent_for(args, model)
+    except SetupError:
+        model.close()
+        raise
+
+
+@contextlib.contextmanager
+def closing_model(agent: Agent) -> Iterator[None]:
+    """Close the agent's model when the command is done (every adapter has ``close``; a user's model may not)."""
+    with contextlib.ExitStack() as closing:
+        close = getattr(agent.model, "close", None)
+        if callable(close):
+            closing.callback(close)
+        yield
+
+
+def finish(run: AgentRun, agent: Agent, args: argparse.Namespace) -> int:
+    """Drive ``run`` to its end and report it as ``run`` does; a run that is (or comes to be) paused says on what.
+
+    A pause is exit 2 with the calls awaiting a decision, which
+    ``runs resume --approve`` or ``--reject`` give.
+    """
+    held = run.paused
+    if not held:
+        status = Status(sys.stderr, enabled=not args.quiet)
+        while not (run.done or run.paused):
+            status.before(run)
+            status.after(run, run.advance())
+        status.end(run)
+    if run.paused:
+        waiting = ", ".join(f"{c.name} ({c.id})" for c in run.awaiting())
+        now = "still paused" if held else "paused"
+        text = f"{now}, waiting for decisions on: {waiting} (--approve ID or --reject ID[=WHY])"
+        print(printable(text), file=sys.stderr)
+        return EXIT_STOPPED
+    server = f"the model server at {run_command.endpoint(agent.model, args.base_url)}"
+    return run_command.report(run.result, sys.stdout, sys.stderr, server)

@@ -1,0 +1,187 @@
+"""Fork a run: a new run whose history is another's up to one of its transitions, going on from there.
+
+The source (a ``RunResult``, a snapshot, a recording, or a stored run's id)
+is rebuilt up to transition ``at`` (``drivers.rebuild``), nothing called.
+The rebuilt position may be edited (``ForkEdit``), and the fork starts there
+as a new run that names its source (``forked_from``).  The outcomes of the
+calls the source completed after ``at`` go with it (``Calls.carried``): a
+call of the fork with the same tool and arguments takes the recorded outcome
+instead of being made again (its step's ``reused_from`` says so), unless
+``rerun`` names it.  Nothing is stored until the fork is whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.ledger import canonical_arguments
+from fsm_agent.definition.limits import Limits
+from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.drivers.base import Observer
+from fsm_agent.drivers.rebuild import Rerun
+from fsm_agent.errors import ForkError
+from fsm_agent.records import Message, Transition, plain
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import Agent
+    from fsm_agent.persist.store import Store
+
+
+_LINKS = ("run_id", "stored_seq", "session_id", "parent_run_id", "parent_call_id", "input_digest", "forked_from")
+"""What a rebuilt snapshot says of the run it belongs to: none of it is the fork's."""
+
+
+def _copied(value: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A mapping given to ``ForkEdit``, copied so that the record does not change if the caller's does."""
+    return dict(value)
+
+
+@attrs.frozen
+class ForkEdit:
+    """Changes made to a fork's position before it goes on (``Agent.fork(..., edit=ForkEdit(...))``).
+
+    ``messages`` replaces messages of the history by index (a ``Message``,
+    or a text that keeps the message's role); ``results`` replaces the result
+    of a tool call by the source's call id, one already in the history or
+    one the source made after the fork point (the fork then takes the new
+    text); ``limits`` sets limits by name (``max_steps=20``), which also
+    lifts a stop the fork was taken at; ``approvals`` decides calls the fork
+    is paused on, as ``Agent.resume`` does.
+    """
+
+    messages: Mapping[int, Message | str] = attrs.field(factory=dict, converter=_copied)
+    results: Mapping[str, str] = attrs.field(factory=dict, converter=_copied)
+    limits: Mapping[str, Any] = attrs.field(factory=dict, converter=_copied)
+    approvals: Mapping[str, bool | str] = attrs.field(factory=dict, converter=_copied)
+
+
+@attrs.frozen
+class Prepared:
+    """A fork ready to be made: its snapshot, the limits it lifts, its decisions, and the stored source it names."""
+
+    data: dict[str, Any]
+    lifted: dict[str, Any]
+    approvals: Mapping[str, bool | str]
+
+
+def prepared(
+    run: AgentRun, recording: dict[str, Any], at: int, run_id: str | None, edit: ForkEdit | None, rerun: Rerun
+) -> Prepared:
+    """The fork's snapshot from the rebuilt ``run``: the source's history, ``edit`` applied, carried outcomes added."""
+    edit = ForkEdit() if edit is None else edit
+    if not isinstance(edit, ForkEdit):
+        msg = f"edit must be a ForkEdit, got {type(edit).__name__}"
+        raise TypeError(msg)
+    data = {k: v for k, v in run.snapshot().items() if k not in _LINKS}
+    data["messages"] = list(recording["messages"][: len(data["messages"])])  # the source's own, system prompt too
+    origin = recording.get("run_id")
+    data["forked_from"] = [origin, at]
+    if run_id is not None:
+        data["run_id"] = run_id
+    known = {m["tool_call_id"] for m in data["messages"] if m["role"] == "tool"} | set(data["ran"])
+    after = [c for c in recording["tool_calls"] if c["id"] not in known]
+    again = _rerun(rerun, after, known)
+    carried = {
+        c["id"]: [c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)]
+        for c in after
+        if c["id"] not in again
+    }
+    _edit_messages(data, edit.messages)
+    _edit_results(data, carried, edit.results)
+    data["carried"] = list(carried.values())
+    unknown = sorted(set(edit.limits) - {f.name for f in attrs.fields(Limits)})
+    if unknown:
+        names = ", ".join(f.name for f in attrs.fields(Limits))
+        msg = f"ForkEdit.limits names no limit: {', '.join(unknown)} (limits: {names})"
+        raise ForkError(msg)
+    return Prepared(data, dict(edit.limits), edit.approvals)
+
+
+def _reused(call: dict[str, Any], origin: str | None) -> dict[str, Any]:
+    return {**call["result"], "reused_from": f"{origin}/{call['id']}" if origin else call["id"]}
+
+
+def _rerun(rerun: Rerun, after: list[dict[str, Any]], known: set[str]) -> set[str]:
+    """The call ids ``rerun`` names, each one the source completed after the fork point; a ``ForkError`` if not."""
+    if rerun is None:
+        return set()
+    if rerun == "all":
+        return {c["id"] for c in after}
+    if isinstance(rerun, str):
+        msg = f'rerun is a collection of call ids or "all", got the text {rerun!r}'
+        raise TypeError(msg)
+    wanted = set(rerun)
+    ids = {c["id"] for c in after}
+    early = sorted(wanted & known)
+    if early:
+        msg = f"calls {', '.join(early)} completed before the fork point: edit their results with ForkEdit(results=...)"
+        raise ForkError(msg)
+    strange = sorted(wanted - ids)
+    if strange:
+        done = ", ".join(sorted(ids)) or "none"
+        msg = f"rerun names calls the source never completed: {', '.join(strange)} (after the fork point: {done})"
+        raise ForkError(msg)
+    return wanted
+
+
+def _edit_messages(data: dict[str, Any], edits: Mapping[int, Message | str]) -> None:
+    messages = data["messages"]
+    for index, new in edits.items():
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(messages):
+            msg = f"ForkEdit.messages: {index!r} is not the index of a message of the fork (0 to {len(messages) - 1})"
+            raise ForkError(msg)
+        if isinstance(new, str):
+            messages[index] = {**messages[index], "content": new}
+        elif isinstance(new, Message):
+            messages[index] = plain(new)
+        else:
+            msg = f"ForkEdit.messages[{index}] must be a Message or a text, got {type(new).__name__}"
+            raise TypeError(msg)
+
+
+def _edit_results(data: dict[str, Any], carried: dict[str, list[Any]], edits: Mapping[str, str]) -> None:
+    """Each edited result where the call's outcome is: its tool message (and kept exchange), kept, or carried."""
+    for call_id, text in edits.items():
+        if not isinstance(text, str):
+            msg = f"ForkEdit.results[{call_id!r}] must be the result's text, got {type(text).__name__}"
+            raise TypeError(msg)
+        found = False
+        for i, message in enumerate(data["messages"]):
+            if message["role"] == "tool" and message.get("tool_call_id") == call_id:
+                data["messages"][i] = {**message, "content": text}
+                found = True
+        for item in data.get("io") or ():
+            if item.get("id") == call_id and "result" in item:
+                item["result"] = {**item["result"], "content": text, "error": None}
+        if call_id in data["ran"]:
+            data["ran"][call_id] = {**data["ran"][call_id], "content": text, "error": None}
+            found = True
+        if call_id in carried:
+            carried[call_id][2] = {**carried[call_id][2], "content": text, "error": None}
+            found = True
+        if not found:
+            msg = f"ForkEdit.results: the source has no result of call {call_id!r} to change"
+            raise ForkError(msg)
+
+
+def forked(
+    agent: Agent,
+    ready: Prepared,
+    *,
+    cancel: CancelToken | None,
+    observers: Sequence[Observer],
+    store: Store | None,
+    deps: Any,
+) -> tuple[AgentRun, Transition | None]:
+    """The fork as a run of ``agent`` (not written yet), and the resume edge it takes when forked at a stop."""
+    try:
+        run, _, entry = AgentRun._resumed(  # noqa: SLF001 - a fork comes back from its snapshot as a resumed run does
+            agent, ready.data, ready.approvals, False, cancel, observers, store, ready.lifted, deps
+        )
+    except ValueError as exc:
+        raise ForkError(f"the fork cannot go on: {exc}") from exc
+    return run, entry

@@ -1,0 +1,264 @@
+"""A run rebuilt up to one of its transitions from its recording, nothing called: the first half of a fork.
+
+The source (a ``RunResult``, a snapshot, a recording, or a stored run's id)
+becomes a recording; the agent runs again on a copy whose model answers the
+source's replies in order (``_Replies``) and whose tools return the source's
+results by call id (``_Results``), and each rebuilt transition is checked
+against the source's.  A call the rebuilt run pauses on is decided as the
+source's person decided it (``decisions``, which a replay uses too).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from fsm_agent.core import snapshot
+from fsm_agent.core.exchanges import message_from, response_from
+from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.errors import ContextOverflowError, ForkError
+from fsm_agent.records import Message, ModelResponse, OutputSchema, RunResult, ToolCall, Transition, plain
+from fsm_agent.tools import JSONSchema, ToolResult
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import Agent
+    from fsm_agent.persist.store import AsyncStore, Store
+
+ForkSource = RunResult | dict[str, Any] | str
+"""What a fork is taken from: a ``RunResult``, a snapshot or recording (dict or JSON text), or a stored run's id."""
+Rerun = Collection[str] | Literal["all"] | None
+"""The source's call ids a fork makes again although the source completed them (``"all"``: every one)."""
+
+
+def recording_of_source(source: ForkSource, store: Store | None) -> dict[str, Any]:
+    """The source as a recording (a stored run's id is exported from ``store``)."""
+    from fsm_agent.persist.recording import RECORDING_FORMAT, export, read_recording, recording_of
+
+    if isinstance(source, RunResult):
+        if source.snapshot is None:
+            return _recording_of_result(source)
+        source = source.snapshot
+    if isinstance(source, str) and not source.lstrip().startswith("{"):
+        if store is None:
+            msg = f"fork of the stored run {source!r} needs store=, the store that holds it"
+            raise ForkError(msg)
+        return export(store, source)
+    data = json.loads(source) if isinstance(source, str) else source
+    if not isinstance(data, dict):
+        msg = f"a fork's source is a RunResult, a snapshot, a recording or a run id, got {type(data).__name__}"
+        raise ForkError(msg)
+    if data.get("format") == RECORDING_FORMAT:
+        return read_recording(data)
+    return recording_of(snapshot.parse(data), {})
+
+
+async def arecording_of_source(source: ForkSource, store: AsyncStore | None) -> dict[str, Any]:
+    """``recording_of_source``, a stored run read with the store's async methods."""
+    if isinstance(source, str) and not source.lstrip().startswith("{") and store is not None:
+        from fsm_agent.persist.recording import aexport
+
+        return await aexport(store, source)
+    return recording_of_source(source, None)
+
+
+def _recording_of_result(result: RunResult) -> dict[str, Any]:
+    """A finished run's recording from its messages alone: its replies and tool results, without their requests.
+
+    A ``RunResult`` of a run that finished in ``Done`` keeps no snapshot:
+    its assistant messages are the replies (no usage), its tool messages
+    the results (an ``{"error": ...}`` text is a failed call, as tools report
+    failures), and its limits are unknown, so the agent's own apply.
+    """
+    names = {c.id: c for m in result.messages for c in m.tool_calls}
+    replies = [m for m in result.messages[result.prior :] if m.role == "assistant"]
+    model_calls = [
+        {"reply": {"message": plain(m), "stop_reason": "tool_use" if m.tool_calls else "end_turn", "usage": None}}
+        for m in replies
+    ]
+    tool_calls = []
+    for message in result.messages[result.prior :]:
+        call = names.get(message.tool_call_id or "")
+        if message.role == "tool" and call is not None:
+            result_of = {"content": message.content, "error": _error_in(message.content)}
+            tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments, "result": result_of})
+    return {
+        "run_id": None,
+        "messages": [plain(m) for m in result.messages],
+        "prior": result.prior,
+        "trace": [plain(t) for t in result.trace],
+        "limits": None,
+        "model_calls": model_calls,
+        "tool_calls": tool_calls,
+        "from_messages": True,
+    }
+
+
+def _error_in(content: str) -> str | None:
+    """The message of a failed call's ``{"error": ...}`` text, else None."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and list(data) == ["error"] and isinstance(data["error"], str):
+        return data["error"]
+    return None
+
+
+class _Replies:
+    """The source's model replies, in order, whatever the rebuilt run sends: the fork's history is the source's."""
+
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
+        self.calls = calls
+        self.index = 0
+
+    def complete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """The next recorded reply (a recorded failure raised again)."""
+        if self.index >= len(self.calls):
+            msg = f"the source made {len(self.calls)} model call(s); the rebuilt run asked for another"
+            raise ForkError(msg)
+        recorded = self.calls[self.index]
+        self.index += 1
+        if recorded.get("reply") is None:
+            text = recorded.get("error") or "the recorded model call gave no reply"
+            kind, _, message = text.partition(": ")
+            raise ContextOverflowError(message) if kind == "ContextOverflowError" else RuntimeError(text)
+        return response_from(recorded["reply"])
+
+    async def acomplete(
+        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
+    ) -> ModelResponse:
+        """``complete``, for the async driver."""
+        return self.complete(messages, tools, output)
+
+
+class _Results:
+    """The agent's registry, whose calls return the source's recorded results by call id; all else is the registry's."""
+
+    def __init__(self, registry: Any, recording: dict[str, Any]) -> None:
+        self.registry = registry
+        self.results = {c["id"]: c for c in recording["tool_calls"]}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.registry, name)
+
+    def execute(self, call: ToolCall, *args: Any, **kwargs: Any) -> ToolResult:
+        """The recorded result of ``call``."""
+        kept = self.results.get(call.id)
+        if kept is None or kept["name"] != call.name:
+            msg = f"the source holds no result of tool call {call.id!r} ({call.name}), which the rebuilt run made"
+            raise ForkError(msg)
+        return tool_result(kept["result"])
+
+    async def aexecute(self, call: ToolCall, *args: Any, **kwargs: Any) -> ToolResult:
+        """``execute``, for the async driver."""
+        return self.execute(call)
+
+
+def tool_result(data: dict[str, Any]) -> ToolResult:
+    """A recorded tool result from its plain form."""
+    from fsm_agent.records import child_outcome
+
+    return ToolResult(**{**data, "child": child_outcome(data.get("child"))})
+
+
+def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
+    """The source's run started again on a copy of ``agent`` that answers from ``recording``; nothing is called."""
+    trace = recording["trace"]
+    if isinstance(at, bool) or not isinstance(at, int):
+        msg = f"at must be the index of a transition of the source's trace, got {at!r}"
+        raise TypeError(msg)
+    if not 0 <= at < len(trace):
+        msg = f"at={at} is not a transition of the source, whose trace has {len(trace)} (0 to {len(trace) - 1})"
+        raise ForkError(msg)
+    if trace[at]["dest"] == "Done":
+        msg = f"transition {at} ends the source in Done: nothing comes after it to fork; fork at an earlier one"
+        raise ForkError(msg)
+    double = copy.copy(agent)
+    double.model = _Replies(recording["model_calls"])
+    parts = agent.run_parts if agent.run_parts[0] == agent.registry.version else agent.refresh_parts()
+    double.registry = _Results(agent.registry, recording)  # type: ignore[assignment]
+    double.run_parts = (parts[0], {}, parts[2], parts[3])  # a sub-agent's call returns its recorded outcome
+    from fsm_agent.observe.events import Hooks
+
+    double.hooks = Hooks()  # the agent's hooks hear of the fork's own transitions only
+    messages, prior = recording["messages"], recording["prior"]
+    history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
+    limits = None if recording["limits"] is None else snapshot.limits_of(recording)
+    return double._begin(messages[prior]["content"], None, (), None, None, history or None, limits=limits)  # noqa: SLF001
+
+
+def rebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
+    """The source's run rebuilt up to and including transition ``at`` (see the module); nothing is called."""
+    run = rebuilding(agent, recording, at)
+    while len(run.trace) <= at:
+        if run.paused:
+            run.decide(decisions(run, recording))
+        _checked(run, recording, _resumed(run, recording) or run.advance())
+    return run
+
+
+async def arebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
+    """``rebuilt`` on the async driver: an agent's async validators and compaction are awaited."""
+    run = rebuilding(agent, recording, at)
+    while len(run.trace) <= at:
+        if run.paused:
+            run.decide(decisions(run, recording))
+        _checked(run, recording, _resumed(run, recording) or await run.aadvance())
+    return run
+
+
+def _resumed(run: AgentRun, recording: dict[str, Any]) -> Transition | None:
+    """The ``resume`` edge the source took out of a ``model_error`` stop (retried), taken again; else None."""
+    if not run.done:
+        return None
+    index = len(run.trace)
+    expected = Transition(**recording["trace"][index])
+    entry = run.stepper.resume(retry=True) if expected.trigger == "resume" else None
+    if entry is None:
+        msg = (
+            f"the source cannot be rebuilt up to this transition: it was resumed at transition {index} "
+            f"({_edge(expected)}) under limits it no longer records"
+        )
+        raise ForkError(msg)
+    return entry
+
+
+def _checked(run: AgentRun, recording: dict[str, Any], entry: Transition) -> None:
+    """Check the transition just rebuilt against the source's; a ``ForkError`` naming both if they differ."""
+    index = len(run.trace) - 1
+    expected = Transition(**recording["trace"][index])
+    if entry != expected:
+        msg = (
+            f"the source cannot be rebuilt up to this transition: at transition {index} it took {_edge(expected)}, "
+            f"the rebuilt run {_edge(entry)} (a stop the source was resumed from, or an agent whose rows differ)"
+        )
+        if recording.get("from_messages"):
+            msg += (
+                "; a RunResult that ended in Done keeps its messages only: fork run.snapshot() or the stored run, "
+                "which keep every model call (a failed one or a context overflow too)"
+            )
+        raise ForkError(msg)
+
+
+def decisions(run: AgentRun, recording: dict[str, Any]) -> dict[str, bool | str]:
+    """The source's decisions on the calls the rebuilt run is paused on: approved where a result was recorded."""
+    made = {c["id"] for c in recording["tool_calls"]}
+    answers = {m.get("tool_call_id"): m["content"] for m in recording["messages"] if m["role"] == "tool"}
+    found: dict[str, bool | str] = {}
+    for call in run.awaiting():
+        if call.id in made:
+            found[call.id] = True
+            continue
+        why = _error_in(answers.get(call.id, "")) or ""
+        _, marker, reason = why.partition(f"a person rejected this call to {call.name!r}: ")
+        found[call.id] = reason if marker and reason != "no reason given" else False
+    return found
+
+
+def _edge(entry: Transition) -> str:
+    label = entry.reason or entry.guard
+    return f"{entry.source}->{entry.dest}" + (f"[{label}]" if label else "")
