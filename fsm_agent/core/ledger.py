@@ -247,27 +247,14 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
     arguments = _arguments_text(call.arguments)
     detail = f"{call.name}({arguments}) -> {outcome.content}"
     child = outcome.child
-    if child is None:
-        run.talk.steps.append(
-            Step(
-                run.counts.turns - 1,
-                "tool_call",
-                detail,
-                run.counters(),
-                outcome.truncated,
-                run.talk.sent,
-                reused_from=outcome.reused_from,
-            )
-        )
-        return
-    # A sub-agent's tokens are the parent's too: its budget sees them from the next check on.
-    run.counts.input_tokens += child.input_tokens
-    run.counts.output_tokens += child.output_tokens
-    count_cost(run, child.cost)
-    run.counts.tool_calls += (
-        child.tool_calls
-    )  # and its tool calls the parent's (its max_tool_calls total: see drivers/child_runs)
-    run.calls.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
+    if child is not None:
+        # A sub-agent's tokens are the parent's too: its budget sees them from the next check on; and its tool
+        # calls are the parent's (its max_tool_calls total: see drivers/child_runs).
+        run.counts.input_tokens += child.input_tokens
+        run.counts.output_tokens += child.output_tokens
+        count_cost(run, child.cost)
+        run.counts.tool_calls += child.tool_calls
+        run.calls.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
     run.talk.steps.append(
         Step(
             run.counts.turns - 1,
@@ -276,8 +263,8 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
             run.counters(),
             outcome.truncated,
             run.talk.sent,
-            child.run_id,
-            reused_from=outcome.reused_from,
+            None if child is None else child.run_id,
+            outcome.reused_from,
         )
     )
 

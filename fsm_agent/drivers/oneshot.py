@@ -1,4 +1,4 @@
-"""One run with a throwaway agent: ``fsm_agent.run`` and ``fsm_agent.arun``, the seed chapter's ``run()`` shape.
+"""One run with a throwaway agent: ``fsm_agent.run`` and ``fsm_agent.arun``, a plain loop's ``run()`` shape.
 
 Kept apart from ``Agent`` itself: they are a convenience over it, and a
 web handler that calls them builds a new agent each time (reuse an ``Agent``

@@ -1,4 +1,4 @@
-"""The sync driver: it carries out each effect by calling, one call at a time, like the seed's loop.
+"""The sync driver: it carries out each effect by calling, one call at a time, like a plain agent loop.
 
 With a ``timeout``, the work of ``advance()``/``finish()`` runs on a daemon
 worker while the caller waits at most until the deadline.  Past it, a call

@@ -4,9 +4,9 @@
 (``Agent.fork``) in the viewer's store and runs the fork in a thread of its
 own, answering at once with the fork's id so the page opens the fork and
 follows it live.  Only a viewer started with an agent (``ui --agent
-MODULE:FUNCTION``) can: a fork calls that agent's model and tools.  The
-source's tool calls up to N are not made again (their recorded results are
-reused).  Like a decision, a re-run must come as JSON from the viewer's
+MODULE:FUNCTION``) can: a fork calls that agent's model and tools.  A tool
+call the source completed after N is not made again when the fork asks for
+the same one (its recorded result is reused).  Like a decision, a re-run must come as JSON from the viewer's
 own origin.  ``/api/compare?a=RUN&b=RUN`` gives two runs side by side
 (``compare.py``); ``/api/test?id=RUN`` a zip of the run's recording and a
 pytest file replaying it (``saved_test.py``).

@@ -1,6 +1,6 @@
 """The command line keeps its promises: distinct exit codes, one-line set-up errors, escaped model text, safe writes.
 
-Each test pins one item of issue 14's command-line list, through
+Each test pins one item of the command line's hardening list, through
 ``main([...])`` or a real ``python -m fsm_agent`` process, against the
 loopback provider server or a loopback port nothing listens on.
 """

@@ -1,4 +1,4 @@
-"""End-to-end tests of the stops beyond the seed's five, user-defined stops and the on_stop policies."""
+"""End-to-end tests of the stops beyond the first five, user-defined stops and the on_stop policies."""
 
 from __future__ import annotations
 
@@ -459,7 +459,7 @@ class _CancelsWhileThinking(CounterModel):
 
 
 def test_every_stop_row_of_the_table_fires_in_some_scenario() -> None:
-    """Across the seed scenarios and the stops above, every non-embedding edge of the table is taken."""
+    """Across the first scenarios and the stops above, every non-embedding edge of the table is taken."""
     clock = ManualClock()
     finalize = dict.fromkeys(("cycle", "timeout", "token_budget", "max_tool_calls", "max_steps"), "finalize")
     dollars = {"cost_budget": 0.01, "prices": Price(input_per_mtok=1000, output_per_mtok=1000)}  # 10 tokens: a cent

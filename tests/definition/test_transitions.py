@@ -409,7 +409,7 @@ def _trace_of(go: Callable[[], object]) -> list[str]:
 
 
 def test_seed_rows_fire_in_end_to_end_scenarios() -> None:
-    """The seed's scenarios plus a model failure, a refusal and a multi-call turn use every seed-chapter row."""
+    """The first scenarios plus a model failure, a refusal and a multi-call turn use every row of the first table."""
     registry = demo_registry()
     scenarios = [
         lambda: Agent(CounterModel(), registry, max_steps=3).run("go"),

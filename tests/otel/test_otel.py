@@ -14,7 +14,7 @@ import pytest
 from support.scenarios import OVERFLOW, POINT, with_failing_child
 from support.sdk import skip_unless_installed
 
-from fsm_agent import Agent, AgentLoopError, CancelToken, Price, RunResult, ToolRegistry, Usage
+from fsm_agent import Agent, AgentLoopError, CancelToken, Price, RunContext, RunResult, ToolRegistry, Usage
 from fsm_agent.definition.stops import CATALOGUE
 from fsm_agent.testing import (
     CounterModel,
@@ -468,3 +468,49 @@ def test_the_readme_example_prints_a_run_span_with_its_children() -> None:
     assert lines[0] == "invoke_agent calculator [UNSET] {'input_tokens': 100, 'output_tokens': 13}"
     assert "    * Dispatch --dispatch--> Done" in lines
     assert "  execute_tool add [UNSET]" in lines
+
+
+_MARKER = "deps-marker-otel-7a1"
+
+
+class _Secret:
+    """Deps whose rendering carries the marker: a copy of them in a span would show it."""
+
+    def __repr__(self) -> str:
+        return f"Secret({_MARKER})"
+
+    __str__ = __repr__
+
+
+def use_secret(n: int, ctx: RunContext[_Secret]) -> str:
+    """Use the secret without returning it."""
+    _USED.append(repr(ctx.deps))
+    return "used"
+
+
+_USED: list[str] = []
+
+
+def test_a_runs_deps_appear_in_no_span(traced: Traced) -> None:
+    """Deps handed to a run (and read by its tool) are in no span's name, attributes or events, on both drivers."""
+    from fsm_agent.otel import instrument
+
+    exporter, provider = traced
+    registry = ToolRegistry()
+    registry.register(use_secret)
+    _USED.clear()
+    for driver in ("sync", "async"):
+        model = NamedModel(tool_turn(tool_call("use_secret", n=1)), reply("done"))
+        agent = Agent(model, registry)
+        instrument(agent, provider, agent_name="secretive")
+        if driver == "sync":
+            agent.run("go", deps=_Secret())
+        else:
+            asyncio.run(agent.arun("go", deps=_Secret()))
+    assert [f"Secret({_MARKER})"] * 2 == _USED
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 8  # per run: the run, two chats, one tool
+    for span in spans:
+        seen = [span.name, *map(str, (span.attributes or {}).values())]
+        seen += [f"{e.name} {dict(e.attributes or {})}" for e in span.events]
+        assert all(_MARKER not in text for text in seen), span.name
