@@ -279,6 +279,16 @@ def take_carried(run: Run, call: ToolCall) -> ToolResult | None:
     return None
 
 
+def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
+    """The carried outcomes of the source sub-agent run of ``call`` (one a fork makes again), taken; or None."""
+    arguments = canonical_arguments(call.arguments)
+    for i, (name, kept, outcomes) in enumerate(run.calls.carried_down):
+        if name == call.name and kept == arguments:
+            del run.calls.carried_down[i]
+            return outcomes
+    return None
+
+
 def canonical_arguments(arguments: object) -> str:
     """A call's arguments as canonical JSON text (sorted keys, no spaces): equal arguments, equal texts."""
     return json.dumps(arguments, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=repr)

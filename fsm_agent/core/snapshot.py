@@ -83,6 +83,10 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
         "ran": {call_id: plain(outcome) for call_id, outcome in run.calls.ran.items()},
         "approvals": dict(run.calls.approvals),
         "carried": [[name, arguments, plain(result)] for name, arguments, result in run.calls.carried],
+        "carried_down": [
+            [name, arguments, [[n, a, plain(r)] for n, a, r in outcomes]]
+            for name, arguments, outcomes in run.calls.carried_down
+        ],
         "to_approve": [call.id for call in run.calls.pending if call.id in run.calls.to_approve]
         if run.calls.to_approve
         else [],
@@ -324,6 +328,10 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.calls.ran = {str(k): _result(v) for k, v in data["ran"].items()}
         run.calls.approvals = dict(data["approvals"])
         run.calls.carried = [(str(n), str(a), _result(r)) for n, a, r in data.get("carried") or ()]  # a fork's only
+        run.calls.carried_down = [
+            (str(n), str(a), [(str(cn), str(ca), _result(cr)) for cn, ca, cr in outcomes])
+            for n, a, outcomes in data.get("carried_down") or ()
+        ]
         run.calls.to_approve = _to_approve(data, run)
         run.talk.last_response = _response(data["last_response"])
         signature = counters["last_signature"]

@@ -206,6 +206,14 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self._log_tool(call, outcome)
         return True
 
+    def handed_down(self, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
+        """On a fork: what the sub-agent run that ``call`` starts again carries from the source's (``carried_down``)."""
+        return ledger.take_carried_down(self.run, call) if self.run.calls.carried_down else None
+
+    def carry_in(self, outcomes: list[tuple[str, str, ToolResult]]) -> None:
+        """Before a sub-agent run starts: the outcomes its source run completed, taken instead of calls (``_carry``)."""
+        self.run.calls.carried = list(outcomes)
+
     def _compacted_call(self, tools: list[JSONSchema]) -> ModelCall | CompactHistory:
         """The model call of a run whose history was compacted (or the compaction, while it is due)."""
         run = self.run

@@ -201,7 +201,7 @@ class Talk:
 class Calls:
     """The tool calls of the current turn: not run yet, run but not replayed, their approvals; a fork's carried ones."""
 
-    __slots__ = ("approvals", "call_ids", "carried", "child_stop", "pending", "ran", "to_approve")
+    __slots__ = ("approvals", "call_ids", "carried", "carried_down", "child_stop", "pending", "ran", "to_approve")
 
     def __init__(self) -> None:
         # Tool calls of the current turn not executed yet; in ExecuteTool, pending[0] is the call about to run.
@@ -221,6 +221,9 @@ class Calls:
         # On a fork: the outcomes of calls the source run completed after the fork point, as (tool name, arguments
         # as canonical JSON, result); a call of the fork asking the same takes one instead of being made again.
         self.carried: list[tuple[str, str, ToolResult]] = []
+        # On a fork: for each sub-agent call the fork makes again (rerun), as (tool name, arguments), the carried
+        # outcomes of the source's sub-agent run, handed to the new child run so its own calls are not made again.
+        self.carried_down: list[tuple[str, str, list[tuple[str, str, ToolResult]]]] = []
 
 
 class Faults:

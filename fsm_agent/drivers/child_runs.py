@@ -217,7 +217,11 @@ def _new_run(
     """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
     text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
     deps = _deps(parent, child)
-    return child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps)  # noqa: SLF001
+    run = child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps)  # noqa: SLF001
+    handed = parent.stepper.handed_down(call)  # a fork making this call again: the child forks with it
+    if handed:
+        run.stepper.carry_in(handed)
+    return run
 
 
 def _deps(parent: RunBase, child: ChildTool) -> Any:

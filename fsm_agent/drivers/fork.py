@@ -93,12 +93,32 @@ def prepared(
     _edit_messages(data, edit.messages)
     _edit_results(data, carried, edit.results)
     data["carried"] = list(carried.values())
+    data["carried_down"] = [] if rerun == "all" else _carried_down(recording, after, again)
     unknown = sorted(set(edit.limits) - {f.name for f in attrs.fields(Limits)})
     if unknown:
         names = ", ".join(f.name for f in attrs.fields(Limits))
         msg = f"ForkEdit.limits names no limit: {', '.join(unknown)} (limits: {names})"
         raise ForkError(msg)
     return Prepared(data, dict(edit.limits), edit.approvals)
+
+
+def _carried_down(recording: dict[str, Any], after: list[dict[str, Any]], again: set[str]) -> list[list[Any]]:
+    """For each sub-agent call made again, its source run's completed calls: the new child run does not make them.
+
+    Known where the source's sub-agent runs were recorded (a stored source,
+    whose export nests them); ``rerun="all"`` makes those calls again too.
+    """
+    children = recording.get("children") or {}
+    down = []
+    for call in after:
+        child = children.get(call["id"])
+        if call["id"] in again and child is not None:
+            origin = child.get("run_id")
+            outcomes = [
+                [c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)] for c in child["tool_calls"]
+            ]
+            down.append([call["name"], canonical_arguments(call["arguments"]), outcomes])
+    return down
 
 
 def _reused(call: dict[str, Any], origin: str | None) -> dict[str, Any]:

@@ -380,3 +380,27 @@ def edges_of(result: RunResult) -> list[str]:
     from fsm_agent.testing import edges
 
     return edges(result)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_sub_agent_call_made_again_forks_the_sub_agents_run_with_it(store_target: str, driver: str) -> None:
+    """``rerun`` of a sub-agent call runs the sub-agent again, but its own completed call takes the recorded result."""
+    with open_store(store_target) as store:
+        source_run(store, driver)
+        counts = Counts()
+        agent, _ = make_agent(counts)
+        if driver == "sync":
+            result = finished(agent, agent.fork("src", 0, store=store, run_id="f", rerun={"r1"}), store)
+        else:
+
+            async def go() -> RunResult:
+                return await afinished(agent, await agent.afork("src", 0, store=store, run_id="f", rerun={"r1"}), store)
+
+            result = asyncio.run(go())
+        assert counts.tools == {"add": 0, "charge": 0, "lookup": 0}
+        assert counts.child_model == 2  # the sub-agent thought again
+        research = next(s for s in result.steps if s.detail.startswith("research"))
+        assert research.reused_from is None
+        assert research.child == "f/r1"
+        (lookup,) = [s for s in store.load("f/r1")["steps"] if s["kind"] == "tool_call"]
+        assert lookup["reused_from"] == "src/r1/l1"
