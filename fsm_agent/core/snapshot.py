@@ -363,18 +363,6 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         raise SnapshotError(msg)
 
 
-def forked_from_of(data: dict[str, Any]) -> tuple[str | None, int] | None:
-    """A fork's ``forked_from`` (its source run's id, or None, and the transition index); None for other runs."""
-    found = data.get("forked_from")
-    if found is None:
-        return None
-    if not (isinstance(found, list | tuple) and len(found) == 2 and isinstance(found[1], int)):
-        msg = f"snapshot field forked_from must be [source run id, transition index], got {found!r}"
-        raise SnapshotError(msg)
-    source, at = found
-    return (source if isinstance(source, str) else None), at
-
-
 def _result(data: dict[str, Any]) -> ToolResult:
     """A kept tool outcome from its plain form (a sub-agent's outcome with it)."""
     return ToolResult(**{**data, "child": child_outcome(data.get("child"))})

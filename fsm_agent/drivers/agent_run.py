@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.snapshot import forked_from_of
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import describe_resumable
@@ -52,7 +51,10 @@ class AgentRun(SyncDriver, AsyncDriver):
         run that was paused, not stopped).  ``deps`` are the new owner's: a
         snapshot never holds them.
         """
-        from fsm_agent.persist.journal import link_of  # see stored: import fsm_agent loads no store module
+        from fsm_agent.persist.journal import (  # see stored: import fsm_agent loads no store module
+            forked_from_of,
+            link_of,
+        )
         from fsm_agent.persist.store import session_id, stored_version
 
         if isinstance(source, RunResult):

@@ -44,6 +44,18 @@ def link_of(data: Mapping[str, Any]) -> dict[str, str] | None:
     return found or None
 
 
+def forked_from_of(data: dict[str, Any]) -> tuple[str | None, int] | None:
+    """A fork's ``forked_from`` (its source run's id, or None, and the transition index); None for other runs."""
+    found = data.get("forked_from")
+    if found is None:
+        return None
+    if not (isinstance(found, list | tuple) and len(found) == 2 and isinstance(found[1], int)):
+        msg = f"snapshot field forked_from must be [source run id, transition index], got {found!r}"
+        raise snapshot.SnapshotError(msg)
+    source, at = found
+    return (source if isinstance(source, str) else None), at
+
+
 _MISSING = object()
 _RENEW = object()
 _CALLING = frozenset({State.AwaitModel, State.ExecuteTool})
