@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from fsm_agent.persist.store import Store
 
 
-_LINKS = ("run_id", "stored_seq", "session_id", "parent_run_id", "parent_call_id", "input_digest", "forked_from")
-"""What a rebuilt snapshot says of the run it belongs to: none of it is the fork's."""
-
-
 def _copied(value: Mapping[Any, Any]) -> dict[Any, Any]:
     """A mapping given to ``ForkEdit``, copied so that the record does not change if the caller's does."""
     return dict(value)
@@ -76,7 +72,12 @@ def prepared(
     if not isinstance(edit, ForkEdit):
         msg = f"edit must be a ForkEdit, got {type(edit).__name__}"
         raise TypeError(msg)
-    data = {k: v for k, v in run.snapshot().items() if k not in _LINKS}
+    from fsm_agent.persist.journal import LINK  # as every store module, loaded by the first call that needs it
+    from fsm_agent.persist.store import VERSION_KEY
+
+    # What the rebuilt snapshot says of the run it belongs to (its id, version, session, parent): none is the fork's.
+    links = {"run_id", VERSION_KEY, "session_id", *LINK, "forked_from"}
+    data = {k: v for k, v in run.snapshot().items() if k not in links}
     data["messages"] = list(recording["messages"][: len(data["messages"])])  # the source's own, system prompt too
     origin = recording.get("run_id")
     data["forked_from"] = [origin, at]
