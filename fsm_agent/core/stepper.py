@@ -13,19 +13,18 @@ retry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-
-import attrs
 
 from fsm_agent.core import ledger
 from fsm_agent.core.approval import ApprovalGate
 from fsm_agent.core.batch import plan_batch
+from fsm_agent.core.effects import CheckOutput, CompactHistory, Effect, ModelCall, ToolBatch
 from fsm_agent.core.exchanges import ExchangeLog
 from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
 from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
-from fsm_agent.core.output import Invalid, OutputSpec
+from fsm_agent.core.output import Invalid
 from fsm_agent.core.outside import OutsideEvents
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.settings import AgentSettings
@@ -44,43 +43,8 @@ from fsm_agent.definition.table import (
     first_row,
 )
 from fsm_agent.errors import RunStateError
-from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition
+from fsm_agent.records import ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
-
-
-@attrs.frozen
-class ModelCall:
-    """Call the model with ``messages`` (a live read-only view) and ``tools`` (empty for a finalize call)."""
-
-    messages: Sequence[Message]
-    tools: list[JSONSchema]
-    turn: int
-
-
-@attrs.frozen
-class ToolBatch:
-    """Run these calls of the current turn; each is already cleared by the before-tool guards."""
-
-    calls: tuple[ToolCall, ...]
-
-
-@attrs.frozen
-class CheckOutput:
-    """Check the final answer ``text`` with ``output``: its type, then the validators, which are user code."""
-
-    text: str
-    output: OutputSpec
-
-
-@attrs.frozen
-class CompactHistory:
-    """Shorten the history the model is sent with ``compact(messages)``, user code, after a context overflow."""
-
-    messages: tuple[Message, ...]
-    compact: Callable[[list[Message]], Any]
-
-
-Effect = ModelCall | ToolBatch | CheckOutput | CompactHistory
 
 _START = (AwaitModel, START)
 _NOWHERE: frozenset[State] = frozenset()

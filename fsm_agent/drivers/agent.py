@@ -31,12 +31,12 @@ from fsm_agent.definition.table import (
 from fsm_agent.drivers import streaming
 from fsm_agent.drivers.agent_again import RunsAgain
 from fsm_agent.drivers.agent_run import AgentRun as AgentRun  # also importable from here, as before
-from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.checks import NO_PARTS, Parts, agent_settings, model_of, registry_of
 from fsm_agent.drivers.child import OnChildStop, as_tool
 from fsm_agent.drivers.model import Clock, Model
 from fsm_agent.drivers.stored import astore_for, store_for
 from fsm_agent.drivers.streaming import StreamEvent
+from fsm_agent.drivers.watched import Observer
 from fsm_agent.observe.events import Hooks, log_observers
 from fsm_agent.records import Message, RunResult, ToolCall
 from fsm_agent.tools import ToolRegistry

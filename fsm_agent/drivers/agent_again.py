@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, cast
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent_parts import AgentParts
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.fork import ForkEdit, forked, prepared
 from fsm_agent.drivers.rebuild import ForkSource, Rerun, arebuilt, arecording_of_source, rebuilt, recording_of_source
 from fsm_agent.drivers.stored import astore_for, store_for
+from fsm_agent.drivers.watched import Observer
 from fsm_agent.records import RunResult
 
 if TYPE_CHECKING:

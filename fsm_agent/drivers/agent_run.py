@@ -18,8 +18,8 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import describe_resumable
 from fsm_agent.drivers.aio import AsyncDriver
-from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.sync import SyncDriver
+from fsm_agent.drivers.watched import Observer
 from fsm_agent.records import RunResult, Transition
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.core.output import past_deadline
-from fsm_agent.core.stepper import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child

@@ -9,7 +9,7 @@ shape), so the sync and async paths cannot drift apart.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core import snapshot
@@ -21,31 +21,23 @@ from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
 from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
+from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
-from fsm_agent.observe.events import CallEvent, TextDelta, TransitionEvent, logger
-from fsm_agent.records import Message, ModelResponse, RunResult, Step, ToolCall, Transition, Usage
-from fsm_agent.tools import RunContext, ToolResult
+from fsm_agent.records import Message, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.tools import RunContext
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.persist.store import Store
 
-Observer = Callable[[TransitionEvent], None]
 
-
-class RunBase:
+class RunBase(WatchedRun):
     """One run of an agent: the stepper plus everything around it that is not waiting."""
 
     # Most runs never change these, so they are read from the class until a run sets its own: every attribute
     # set in __init__ costs each run, and past 30 of them Python 3.11 gives each run a dict of its own.
-    _text_observers: tuple[Callable[[TextDelta], object], ...] = ()
     _deferred = False  # the async driver's: it awaits the checkpoint write
     _closing: Transition | None = None  # taken while deferred, closed once its checkpoint is awaited
-    # What moved the current transition, for its event (an observed run's only).
-    _response: ModelResponse | None = None
-    _error: str | None = None
-    _call: ToolCall | None = None
-    _outcome: ToolResult | None = None
     forked_from: tuple[str | None, int] | None = None
     """A fork's source run and the transition it was taken after (``Agent.fork``); None for any other run."""
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
@@ -248,90 +240,11 @@ class RunBase:
         # _remaining() <= 0, read as the deadline guard reads it, without its call and max() before every call.
         return timeout is not None and run.at.finalizing is None and self._clock() - self._started >= timeout
 
-    def _before_model(self) -> None:
-        """The ``before_model`` event (only for an observed run)."""
-        self._call_hooks(CallEvent("before_model", self.position.counts.turns + 1, self.counters(), run_id=self.run_id))
-
-    def on_text(self, observer: Callable[[TextDelta], object]) -> None:
-        """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.
-
-        From then on a model that can stream (``complete_stream``,
-        ``acomplete_stream``) is called that way; ``Agent.stream`` uses this.
-        """
-        self._text_observers = (*self._text_observers, observer)
-        self._wants_text = True
-
-    def _streaming(self, method: str) -> Callable[..., Any] | None:
-        """The model's streaming ``method`` (``complete_stream``, ...) if it has one; asked only when text is read."""
-        found = getattr(self._model, method, None)
-        return found if callable(found) else None
-
-    def _text(self, piece: str) -> None:
-        """Hand a piece of the reply's text, as it streams in, to the ``text`` hooks and the text observers."""
-        if not piece:
-            return
-        delta = TextDelta(piece, self.position.counts.turns + 1, self.run_id)
-        if self._hooks:
-            self._hook_failed(self._hooks.call("text", delta), False)
-        for observer in self._text_observers:
-            observer(delta)
-
-    def _model_replied(self, response: object) -> None:
-        self.stepper.accept_reply(response)
-        if self._observed:
-            run = self.position
-            if run.faults.model_exception is not None:
-                self._error = f"{type(run.faults.model_exception).__name__}: {run.faults.model_exception}"
-            else:
-                self._response = run.talk.last_response
-            self._after_model()
-
-    def _model_failed(self, error: Exception) -> None:
-        self.stepper.accept_model_error(error)
-        if self._observed:
-            self._error = f"{type(error).__name__}: {error}"
-            self._after_model()
-
-    def _after_model(self) -> None:
-        turn, counters = self.position.counts.turns, self.counters()
-        if self._error is not None:
-            self._call_hooks(CallEvent("after_model", turn, counters, error=self._error, run_id=self.run_id))
-        else:
-            self._call_hooks(CallEvent("after_model", turn, counters, response=self._response, run_id=self.run_id))
-
-    def _before_tool(self, call: ToolCall) -> None:
-        """The ``before_tool`` event (only for an observed run)."""
-        event = CallEvent(
-            "before_tool", self.position.counts.turns, self.counters(), tool_call=call, run_id=self.run_id
-        )
-        self._call_hooks(event)
-
     def _step(self) -> Transition:
         """Fire the next transition (the effect, if any, was carried out and the run told the time) and close it."""
         if self._observed and self.position.at.state is ExecuteTool:
             self._tool_done_event()
         return self._after(self.stepper.step())
-
-    def _tool_done_event(self) -> None:
-        """The ``after_tool`` event of the call the next transition records (a rejected one included)."""
-        run = self.position
-        call = run.calls.pending[0]
-        outcome = self.stepper.outcome_of(call)
-        if outcome is None:
-            return
-        if call.id not in run.calls.ran:
-            self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
-        self._call, self._outcome = call, outcome
-        event = CallEvent(
-            "after_tool",
-            run.counts.turns,
-            self.counters(),
-            tool_call=call,
-            tool_result=outcome.content,
-            tool_error=outcome.error,
-            run_id=self.run_id,
-        )
-        self._call_hooks(event)
 
     def _interrupt(self, trigger: str, unfinished: str | None) -> Transition:
         """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""
@@ -384,42 +297,3 @@ class RunBase:
             cause = run.faults.model_exception or run.faults.hook_error or run.faults.condition_error
             raise AgentLoopError(result.reason, result) from cause
         return result
-
-    def _emit(self, last: Transition) -> None:
-        run = self.position
-        call = self._call
-        if call is None and last.dest == ExecuteTool and run.calls.pending:
-            call = run.calls.pending[0]
-        terminal = self.done
-        event = TransitionEvent(
-            seq=len(run.at.trace) - 1,
-            source=last.source,
-            trigger=last.trigger,
-            dest=last.dest,
-            guard=last.guard,
-            reason=last.reason,
-            counters=self.counters(),
-            response=self._response,
-            error=self._error,
-            tool_call=call,
-            tool_result=None if self._outcome is None else self._outcome.content,
-            tool_error=None if self._outcome is None else self._outcome.error,
-            evidence=run.at.evidence if run.at.state is Failed else None,
-            result=self._result if terminal else None,
-            run_id=self.run_id,
-        )
-        raised = self._hooks.announce(event, run.at.state is Failed) if self._hooks else None
-        for observer in self._observers:
-            observer(event)
-        self._hook_failed(raised, terminal)
-
-    def _call_hooks(self, event: CallEvent) -> None:
-        self._hook_failed(self._hooks.call(event.kind, event), False)
-
-    def _hook_failed(self, exc: BaseException | None, terminal: bool) -> None:
-        if exc is None or not self._settings.strict_hooks or self.position.faults.hook_error is not None:
-            return
-        if terminal:
-            logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")
-            return
-        self.stepper.hook_failed(exc)

@@ -21,8 +21,8 @@ from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.ledger import canonical_arguments
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.rebuild import Rerun
+from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import ForkError
 from fsm_agent.records import Message, Transition, plain
 

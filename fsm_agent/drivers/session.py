@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.session_turns import StoredTurns, closed, paused_message
 from fsm_agent.drivers.stored import awaited, store_for
+from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunStateError
 from fsm_agent.records import Message, RunResult
 

@@ -15,8 +15,8 @@ from fsm_agent.core.ledger import error_text
 from fsm_agent.core.snapshot import message_of
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.base import Observer
 from fsm_agent.drivers.stored import awaited
+from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
 from fsm_agent.records import Message, RunResult, ToolCall
 

@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from fsm_agent.core.effects import CheckOutput, Effect, ModelCall, ToolBatch
 from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.core.output import past_deadline
-from fsm_agent.core.stepper import CheckOutput, Effect, ModelCall, ToolBatch
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase

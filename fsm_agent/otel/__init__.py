@@ -64,7 +64,8 @@ import attrs
 
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.observe.events import CallEvent, TransitionEvent
-from fsm_agent.records import ModelResponse, RunResult, ToolCall
+from fsm_agent.otel import conventions
+from fsm_agent.records import RunResult
 
 try:
     from opentelemetry import trace
@@ -74,13 +75,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError(msg) from exc
 
 __all__ = ["Instrumentation", "instrument"]
-
-_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
-"""Adapter module name fragment -> ``gen_ai.provider.name``."""
-
-_OPERATIONS = {"gcp.gemini": "generate_content"}
-"""``gen_ai.provider.name`` -> ``gen_ai.operation.name`` of its model calls, where it is not ``chat``."""
-
 
 _ADOPTING = threading.RLock()
 """Held while a sub-agent is found instrumented or instrumented (re-entered for its own sub-agents)."""
@@ -98,59 +92,6 @@ class _RunSpans:
     """The last reply's ``stop_reason`` and the finish reason reported for it."""
 
 
-def _model_name(agent: Agent) -> str | None:
-    name = getattr(agent.model, "model", None)
-    return name if isinstance(name, str) else None
-
-
-def _provider(agent: Agent) -> str | None:
-    module = type(agent.model).__module__
-    return next((name for part, name in _PROVIDERS.items() if part in module), None)
-
-
-def _finish_reason(response: ModelResponse) -> str:
-    """The reply's finish reason as its provider said it, which the bundled adapters keep; else its ``stop_reason``.
-
-    Read by name: the adapters sit below this module and are not imported.
-    """
-    kept = getattr(response, "finish_reason", None)
-    return kept if isinstance(kept, str) and kept else response.stop_reason
-
-
-def _text_message(role: str, text: str, finish_reason: str | None = None) -> str:
-    """One message in the conventions' JSON shape (``gen_ai.input.messages`` / ``gen_ai.output.messages``).
-
-    An output message must say why it finished (the OutputMessage schema requires ``finish_reason``).
-    """
-    entry: dict[str, Any] = {"role": role, "parts": [{"type": "text", "content": text}]}
-    if finish_reason is not None:
-        entry["finish_reason"] = finish_reason
-    return json.dumps([entry], ensure_ascii=False)
-
-
-def _reply_message(response: ModelResponse) -> str:
-    message = response.message
-    parts: list[dict[str, Any]] = [{"type": "text", "content": message.content}] if message.content else []
-    parts.extend(
-        {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
-        for call in message.tool_calls
-    )
-    entry = {"role": "assistant", "parts": parts, "finish_reason": _finish_reason(response)}
-    return json.dumps([entry], ensure_ascii=False, default=str)
-
-
-def _answer_finish(result: RunResult, spans: _RunSpans) -> str:
-    """Why the run's answer finished: its reply's reason when the run ended on it, else the conventions' ``error``.
-
-    A run that is done, or stopped on its last reply's own signal (cut off,
-    refused), ends on that reply; any other stop ended it from outside.
-    """
-    if spans.last_finish is None:
-        return "stop" if result.ok else "error"
-    stop_reason, reported = spans.last_finish
-    return reported if result.ok or result.reason == stop_reason else "error"
-
-
 class Instrumentation:
     """The hooks ``instrument`` registered on an agent, and the spans of its runs in progress."""
 
@@ -158,9 +99,9 @@ class Instrumentation:
         self.agent = agent
         self.capture_content = capture_content
         self._tracer = tracer
-        self._model = _model_name(agent)
-        self._provider = _provider(agent)
-        self._operation = _OPERATIONS.get(self._provider or "", "chat")
+        self._model = conventions.model_name(agent)
+        self._provider = conventions.provider_name(agent)
+        self._operation = conventions.OPERATIONS.get(self._provider or "", "chat")
         self._agent_name = agent_name
         self._runs: dict[str, _RunSpans] = {}
         # Hooks of parallel tool calls, and of runs on several threads, arrive concurrently.
@@ -301,8 +242,9 @@ class Instrumentation:
             # This run's own question: a continued conversation's earlier ones come before result.prior.
             question = next((m.content for m in result.messages[result.prior :] if m.role == "user"), None)
             if question is not None:
-                span.set_attribute("gen_ai.input.messages", _text_message("user", question))
-            answer = _text_message("assistant", result.final, _answer_finish(result, spans))
+                span.set_attribute("gen_ai.input.messages", conventions.text_message("user", question))
+            finish = conventions.answer_finish(result, spans.last_finish)
+            answer = conventions.text_message("assistant", result.final, finish)
             span.set_attribute("gen_ai.output.messages", answer)
             span.set_attribute("fsm_agent.evidence", json.dumps(result.evidence, ensure_ascii=False, default=str))
         if event.dest == "Failed":
@@ -330,7 +272,7 @@ class Instrumentation:
             span.set_attribute("error.type", event.error.split(":", 1)[0])
             span.set_status(Status(StatusCode.ERROR, event.error))
         elif response is not None:
-            finish_reason = _finish_reason(response)
+            finish_reason = conventions.finish_reason(response)
             spans.last_finish = (response.stop_reason, finish_reason)
             span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
             if response.usage is not None:
@@ -339,7 +281,7 @@ class Instrumentation:
                 if response.usage.cost is not None:
                     span.set_attribute("fsm_agent.usage.cost", response.usage.cost)
             if self.capture_content:
-                span.set_attribute("gen_ai.output.messages", _reply_message(response))
+                span.set_attribute("gen_ai.output.messages", conventions.reply_message(response))
         span.end()
 
     # --- tool calls -----------------------------------------------------------------------------------------
@@ -359,7 +301,7 @@ class Instrumentation:
             "gen_ai.tool.type": "function",
         }
         if self.capture_content:
-            attributes["gen_ai.tool.call.arguments"] = _arguments(call)
+            attributes["gen_ai.tool.call.arguments"] = conventions.tool_arguments(call)
         span = self._tracer.start_span(f"execute_tool {call.name}", spans.context, SpanKind.INTERNAL, attributes)
         with self._lock:
             spans.tools[call.id] = span
@@ -389,12 +331,6 @@ def _instrumentations(agent: Agent) -> list[Instrumentation]:
         if isinstance(owner, Instrumentation) and owner not in found:
             found.append(owner)
     return found
-
-
-def _arguments(call: ToolCall) -> str:
-    if call.raw_arguments is not None:
-        return call.raw_arguments
-    return json.dumps(call.arguments, ensure_ascii=False, default=str)
 
 
 def instrument(

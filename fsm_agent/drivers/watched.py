@@ -1,0 +1,175 @@
+"""What a watched run tells its hooks and observers: call and transition events, streamed text, hooks that fail.
+
+A run nobody watches builds no event at all (``RunBase._observed`` is
+false), so all of this is the observed run's: kept apart from the run
+handle, it reads as one concern, the events a transition and a call
+produce, and the one way a strict hook's failure reaches the stepper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fsm_agent.definition.states import ExecuteTool, Failed
+from fsm_agent.observe.events import CallEvent, Hooks, TextDelta, TransitionEvent, logger
+from fsm_agent.records import ModelResponse, ToolCall, Transition
+from fsm_agent.tools import ToolResult
+
+if TYPE_CHECKING:
+    from fsm_agent.core.settings import AgentSettings
+    from fsm_agent.core.stepper import Stepper
+    from fsm_agent.definition.run import Counters, Run
+    from fsm_agent.records import RunResult
+
+Observer = Callable[[TransitionEvent], None]
+"""Who is handed every transition of a run, as a ``TransitionEvent`` (``Agent.run(observers=...)``)."""
+
+
+class WatchedRun:
+    """The events half of a run handle (``RunBase``): what its hooks, observers and text observers are told."""
+
+    # Most runs never change these, so they are read from the class until a run sets its own.
+    _text_observers: tuple[Callable[[TextDelta], object], ...] = ()
+    # What moved the current transition, for its event (an observed run's only).
+    _response: ModelResponse | None = None
+    _error: str | None = None
+    _call: ToolCall | None = None
+    _outcome: ToolResult | None = None
+    position: Run
+    stepper: Stepper
+    _settings: AgentSettings
+    _hooks: Hooks
+    _observers: tuple[Observer, ...]
+    _observed: bool
+    _wants_text: bool
+    _model: Any
+    _result: RunResult | None
+
+    if TYPE_CHECKING:  # the run handle's (RunBase)
+
+        @property
+        def run_id(self) -> str: ...
+
+        @property
+        def done(self) -> bool: ...
+
+        def counters(self) -> Counters: ...
+
+    def _before_model(self) -> None:
+        """The ``before_model`` event (only for an observed run)."""
+        self._call_hooks(CallEvent("before_model", self.position.counts.turns + 1, self.counters(), run_id=self.run_id))
+
+    def on_text(self, observer: Callable[[TextDelta], object]) -> None:
+        """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.
+
+        From then on a model that can stream (``complete_stream``,
+        ``acomplete_stream``) is called that way; ``Agent.stream`` uses this.
+        """
+        self._text_observers = (*self._text_observers, observer)
+        self._wants_text = True
+
+    def _streaming(self, method: str) -> Callable[..., Any] | None:
+        """The model's streaming ``method`` (``complete_stream``, ...) if it has one; asked only when text is read."""
+        found = getattr(self._model, method, None)
+        return found if callable(found) else None
+
+    def _text(self, piece: str) -> None:
+        """Hand a piece of the reply's text, as it streams in, to the ``text`` hooks and the text observers."""
+        if not piece:
+            return
+        delta = TextDelta(piece, self.position.counts.turns + 1, self.run_id)
+        if self._hooks:
+            self._hook_failed(self._hooks.call("text", delta), False)
+        for observer in self._text_observers:
+            observer(delta)
+
+    def _model_replied(self, response: object) -> None:
+        self.stepper.accept_reply(response)
+        if self._observed:
+            run = self.position
+            if run.faults.model_exception is not None:
+                self._error = f"{type(run.faults.model_exception).__name__}: {run.faults.model_exception}"
+            else:
+                self._response = run.talk.last_response
+            self._after_model()
+
+    def _model_failed(self, error: Exception) -> None:
+        self.stepper.accept_model_error(error)
+        if self._observed:
+            self._error = f"{type(error).__name__}: {error}"
+            self._after_model()
+
+    def _after_model(self) -> None:
+        turn, counters = self.position.counts.turns, self.counters()
+        if self._error is not None:
+            self._call_hooks(CallEvent("after_model", turn, counters, error=self._error, run_id=self.run_id))
+        else:
+            self._call_hooks(CallEvent("after_model", turn, counters, response=self._response, run_id=self.run_id))
+
+    def _before_tool(self, call: ToolCall) -> None:
+        """The ``before_tool`` event (only for an observed run)."""
+        event = CallEvent(
+            "before_tool", self.position.counts.turns, self.counters(), tool_call=call, run_id=self.run_id
+        )
+        self._call_hooks(event)
+
+    def _tool_done_event(self) -> None:
+        """The ``after_tool`` event of the call the next transition records (a rejected one included)."""
+        run = self.position
+        call = run.calls.pending[0]
+        outcome = self.stepper.outcome_of(call)
+        if outcome is None:
+            return
+        if call.id not in run.calls.ran:
+            self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
+        self._call, self._outcome = call, outcome
+        event = CallEvent(
+            "after_tool",
+            run.counts.turns,
+            self.counters(),
+            tool_call=call,
+            tool_result=outcome.content,
+            tool_error=outcome.error,
+            run_id=self.run_id,
+        )
+        self._call_hooks(event)
+
+    def _emit(self, last: Transition) -> None:
+        run = self.position
+        call = self._call
+        if call is None and last.dest == ExecuteTool and run.calls.pending:
+            call = run.calls.pending[0]
+        terminal = self.done
+        event = TransitionEvent(
+            seq=len(run.at.trace) - 1,
+            source=last.source,
+            trigger=last.trigger,
+            dest=last.dest,
+            guard=last.guard,
+            reason=last.reason,
+            counters=self.counters(),
+            response=self._response,
+            error=self._error,
+            tool_call=call,
+            tool_result=None if self._outcome is None else self._outcome.content,
+            tool_error=None if self._outcome is None else self._outcome.error,
+            evidence=run.at.evidence if run.at.state is Failed else None,
+            result=self._result if terminal else None,
+            run_id=self.run_id,
+        )
+        raised = self._hooks.announce(event, run.at.state is Failed) if self._hooks else None
+        for observer in self._observers:
+            observer(event)
+        self._hook_failed(raised, terminal)
+
+    def _call_hooks(self, event: CallEvent) -> None:
+        self._hook_failed(self._hooks.call(event.kind, event), False)
+
+    def _hook_failed(self, exc: BaseException | None, terminal: bool) -> None:
+        if exc is None or not self._settings.strict_hooks or self.position.faults.hook_error is not None:
+            return
+        if terminal:
+            logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")
+            return
+        self.stepper.hook_failed(exc)
