@@ -178,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from fsm_agent.ui.app import LOOPBACK, create_app
+        from fsm_agent.ui.app import LOOPBACK, create_app, viewer_mode
     except ImportError as exc:
         hint = "install the package's ui extra (in a clone: pip install '.[ui]')"
         print(f"error: ui: the run viewer needs {exc.name}: {hint}", file=sys.stderr)
@@ -207,7 +207,7 @@ def main(args: argparse.Namespace) -> int:
         agent=agent,
         agent_spec=args.agent,
     )
-    mode = "decisions allowed" if args.allow_decisions else "read-only"
+    mode = viewer_mode(args.allow_decisions, agent is not None)
     if not is_loopback(host):
         names = ", ".join(hosts[len(LOOPBACK) :])
         warning = f"warning: ui: serving on {host} as {names}: anyone who can reach it sees every run ({mode})"

@@ -121,6 +121,16 @@ class Guard:
         await self.app(scope, receive, with_headers)
 
 
+def viewer_mode(allow_decisions: bool, can_fork: bool) -> str:
+    """What the viewer lets its page change, as its header and the command's first line say it.
+
+    ``read-only`` only while it neither decides calls nor re-runs runs: a viewer built with an agent
+    stores forks, so calling it read-only would be untrue.
+    """
+    allowed = [what for what, on in (("decisions", allow_decisions), ("re-runs", can_fork)) if on]
+    return " and ".join(allowed) + " allowed" if allowed else "read-only"
+
+
 def _error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -159,6 +169,7 @@ def create_app(
         return JSONResponse(
             {
                 "allow_decisions": allow_decisions,
+                "mode": viewer_mode(allow_decisions, agent is not None),
                 "store": store_name,
                 "states": [str(state) for state in table.states],
                 "reasons": ["done", *table.reasons],

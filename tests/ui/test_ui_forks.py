@@ -22,6 +22,7 @@ from support.fork_agents import ADDED, AFTER_THE_CALL, BEFORE_THE_CALL, make, ma
 
 from fsm_agent import Agent, SqliteStore
 from fsm_agent.ui import create_app
+from fsm_agent.ui.app import viewer_mode
 from fsm_agent.ui.forks import NO_AGENT
 
 BASE = "http://127.0.0.1:8765"
@@ -94,6 +95,24 @@ def test_without_an_agent_the_viewer_says_how_to_rerun_and_refuses(store: Sqlite
     assert (refused.status_code, refused.json()["error"]) == (403, NO_AGENT)
     assert [run.run_id for run in store.list_runs()] == ["source"]
     assert client(store, make()).get("/api/config").json()["can_fork"] is True
+
+
+@pytest.mark.parametrize(
+    ("decisions", "agent", "mode"),
+    [
+        (False, False, "read-only"),
+        (True, False, "decisions allowed"),
+        (False, True, "re-runs allowed"),
+        (True, True, "decisions and re-runs allowed"),
+    ],
+)
+def test_the_viewer_is_called_read_only_only_when_it_neither_decides_nor_reruns(
+    store: SqliteStore, decisions: bool, agent: bool, mode: str
+) -> None:
+    """A viewer built with an agent stores forks, so its header never says read-only; the command says the same."""
+    assert viewer_mode(decisions, agent) == mode
+    app = create_app(store, allow_decisions=decisions, hosts=["testserver"], agent=make() if agent else None)
+    assert TestClient(app).get("/api/config").json()["mode"] == mode
 
 
 def test_a_rerun_must_be_json_from_the_viewer_s_origin_with_a_transition_number(store: SqliteStore) -> None:

@@ -468,8 +468,8 @@ async function start() {
     state.config = await getJSON("/api/config");
     document.getElementById("store").textContent = state.config.store;
     const mode = document.getElementById("mode");
-    mode.textContent = state.config.allow_decisions ? "decisions allowed" : "read-only";
-    mode.classList.add(state.config.allow_decisions ? "decisions" : "readonly");
+    mode.textContent = state.config.mode;
+    mode.classList.add(state.config.mode === "read-only" ? "readonly" : "decisions");
     if (location.pathname === "/run") await runPage();
     else if (location.pathname === "/compare") await comparePage();
     else await listPage();
