@@ -146,7 +146,7 @@ def fork_origin(value: object) -> tuple[str, int] | None:
 
 @attrs.frozen
 class Entry:
-    """One journal entry of a run: its JSON text (see ``journal.apply``) and the run's summary after it.
+    """One journal entry of a run: its JSON text (see ``readback.apply``) and the run's summary after it.
 
     ``release`` gives the lease up with the write: the run finished or paused.
     """
