@@ -67,6 +67,7 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--token-budget", "token_budget", int, "stop once the run used this many tokens"),
     ("--max-tool-calls", "max_tool_calls", int, "stop after this many tool calls"),
     ("--cycle-window", "cycle_window", int, "recent tool calls the cycle guard looks back over (0: off)"),
+    ("--cost-budget", "cost_budget", float, "stop once the model calls cost this many US dollars (a priced model)"),
 )
 """Limit flags offered only when ``Agent`` accepts the keyword, so the command follows the engine's limits."""
 
