@@ -2,9 +2,9 @@
 
 Every store method is the same thin step: check its arguments, pick a plan,
 and hand it to the backend.  Only how a plan runs differs (SQLite in a
-transaction under its lock, its async twins in a worker thread; PostgreSQL
-on a sync pool and an async pool, with no transaction around a single
-fenced statement), so a backend supplies just ``_run``, ``_arun`` and
+transaction under its lock, its async twins batched by a writer thread;
+PostgreSQL on a sync pool and an async pool, with no transaction around a
+single fenced statement), so a backend supplies just ``_run``, ``_arun`` and
 ``close``, beside its own connection setup and migration.
 """
 

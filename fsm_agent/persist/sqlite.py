@@ -1,20 +1,21 @@
 """``SqliteStore``: the embedded checkpoint store, one SQLite file in WAL mode, standard library only.
 
-Each write is its own transaction under SQLite's write lock, so several
-processes may share one file; a process killed mid-run loses at most the
-transition in flight (``every="call"``, the default: the transitions since
-the last call returned, which a resume takes again, making only the call in
-flight again).
+Each write is a transaction under SQLite's write lock (the awaited writes
+of many runs in flight share one), so several processes may share one
+file; a process killed mid-run loses at most the transition in flight
+(``every="call"``, the default: the transitions since the last call
+returned, which a resume takes again, making only the call in flight
+again).
 The schema is versioned with ``PRAGMA user_version`` and migrated on open:
 a file written by the first ``SqliteStore`` (one whole snapshot per run,
 version 1) opens and loads as it was.  The methods are
-``PlannedStore``'s (``persist/planned.py``); the async ones run the same
-plans in a worker thread.
+``PlannedStore``'s (``persist/planned.py``); the async ones hand the same
+plans to the store's writer thread, which commits those of many runs in
+flight together (``persist/sqlite_writer.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import threading
@@ -25,6 +26,7 @@ from typing import Any, Literal, TypeVar
 from fsm_agent.persist import plans
 from fsm_agent.persist.checks import check_lease
 from fsm_agent.persist.planned import PlannedStore
+from fsm_agent.persist.sqlite_writer import GroupWriter
 from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_every
 
 T = TypeVar("T")
@@ -103,6 +105,7 @@ class SqliteStore(PlannedStore):
         self.path = Path(path)
         self._lock = threading.Lock()
         self._plans = plans.Plans("runs", "journal", placeholder="?", no_limit="-1", where=str(self.path), lease=lease)
+        self._writer = GroupWriter(lambda: self._db, self._lock, str(self.path))
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT)
         except sqlite3.Error as exc:
@@ -216,11 +219,17 @@ class SqliteStore(PlannedStore):
         return value
 
     async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
-        """``_run`` in a worker thread, so the event loop never waits on the file."""
-        return await asyncio.to_thread(self._run, plan, write=write, atomic=atomic)
+        """``_run`` by the store's writer thread, in one transaction with the other plans queued meanwhile.
+
+        Its own savepoint keeps the plan's failure its own; it returns once
+        the transaction committed.  A cancelled caller's plan still runs,
+        and may commit, if the writer had already taken it.
+        """
+        return await self._writer.run(plan, write)
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection, after the writer thread's batch in progress; queued plans fail."""
+        self._writer.close()
         with self._lock:
             self._db.close()
 
