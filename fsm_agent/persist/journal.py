@@ -93,7 +93,7 @@ class Journal(Heartbeats):
         self.full = self.traits.journaled
         self.journaled: JournaledStore | None = cast("JournaledStore", store) if self.full else None
         self.lease = self.traits.lease
-        self.after_calls = self.traits.every == "call"  # store.EVERY: one write as each call returns
+        self.after_calls = self.traits.every == "call"  # every.EVERY: one write as each call returns
         self.seq = 0
         # The last write gave the lease up (the run paused): before it goes on, it must take the run back.
         self.released = False

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from fsm_agent.definition.states import State
 from fsm_agent.persist import plans
 from fsm_agent.persist.checks import check_run_id, check_snapshot, cutoff, epoch, filter_text, page, storable
-from fsm_agent.persist.store import AsyncStore, Entry, FullStore, StoredRun, stored_version, wants
+from fsm_agent.persist.every import wants
+from fsm_agent.persist.store import AsyncStore, Entry, FullStore, StoredRun, stored_version
 
 T = TypeVar("T")
 
@@ -63,7 +64,7 @@ class PlannedStore(ABC):
     # --- the protocol --------------------------------------------------------------------------------------
 
     def wants(self, state: State, paused: bool) -> bool:
-        """Whether a transition is written as it is taken, by ``every`` (``store.EVERY``): each, or only some.
+        """Whether a transition is written as it is taken, by ``every`` (``every.EVERY``): each, or only some.
 
         ``every="call"`` writes here only at the end and when paused; the
         driver writes the transitions since the last write as each call returns.

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fsm_agent.persist import plans
 from fsm_agent.persist.checks import check_lease
+from fsm_agent.persist.every import check_every
 from fsm_agent.persist.loop_connections import LoopConnections
 from fsm_agent.persist.planned import PlannedStore
-from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, check_every
+from fsm_agent.persist.store import DEFAULT_LEASE, StoreError
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -93,7 +94,7 @@ class PostgresStore(PlannedStore):
     written, as for ``SqliteStore``: ``"call"`` (default, one transaction per
     I/O boundary: as each model or tool call returns, with the transitions
     since the last, and at the end or a pause; at most model calls + tool
-    calls + 2 a run, same exactly-once guarantees, see ``store.EVERY``),
+    calls + 2 a run, same exactly-once guarantees, see ``every.EVERY``),
     ``"transition"`` (a transaction per transition) or ``"turn"``.  ``lease`` (default 12 s,
     ``DEFAULT_LEASE``) is how long a run stays owned without a renewal: the
     owner renews it at checkpoints and every third of a lease while a call is

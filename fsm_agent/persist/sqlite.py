@@ -25,9 +25,10 @@ from typing import Any, Literal, TypeVar
 
 from fsm_agent.persist import plans
 from fsm_agent.persist.checks import check_lease
+from fsm_agent.persist.every import check_every
 from fsm_agent.persist.planned import PlannedStore
 from fsm_agent.persist.sqlite_writer import GroupWriter
-from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary, check_every
+from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary
 
 T = TypeVar("T")
 
@@ -77,7 +78,7 @@ class SqliteStore(PlannedStore):
     its outcome with the transitions since the last write, in one
     transaction, and the end or a pause: at most model calls + tool calls + 2
     transactions a run, with the exactly-once and resume guarantees of a
-    write per transition (``store.EVERY`` says what differs);
+    write per transition (``every.EVERY`` says what differs);
     ``every="transition"`` checkpoints after every transition, so a stored
     run reads at every transition as the run object (for a viewer following
     runs live step by step); ``every="turn"`` only when a run is about to

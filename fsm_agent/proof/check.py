@@ -18,7 +18,7 @@ import attrs
 from fsm_agent.definition.guards import HOLDS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.table import FINALIZE, RESUME, Row, Table
-from fsm_agent.persist.store import check_every
+from fsm_agent.persist.every import check_every
 from fsm_agent.proof.graph import Graph
 from fsm_agent.proof.model import Explorer, Move, Setup
 from fsm_agent.records import Transition
@@ -63,7 +63,7 @@ class Proof:
     """The index in ``counterexample`` where the endless loop begins."""
     crash_safe: bool = True
     """A process killed anywhere runs again at most the call in flight: no tool call's outcome is still unwritten
-    when the next call begins, under the store's ``every`` (see ``persist.store.EVERY``)."""
+    when the next call begins, under the store's ``every`` (see ``persist.every.EVERY``)."""
     approval_safe: bool = True
     """No tool call the approval rule holds back is made before a person's decision (vacuous without ``approve=``)."""
     approval_counterexample: tuple[Transition, ...] = ()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from fsm_agent.definition.guards import Guard
 from fsm_agent.definition.states import TERMINAL, State
-from fsm_agent.persist.store import wants
+from fsm_agent.persist.every import wants
 from fsm_agent.proof.model import INITIAL, Config, Explorer, Move
 
 CALLING = frozenset({str(State.AwaitModel), str(State.ExecuteTool)})
@@ -156,7 +156,7 @@ class Graph:
     def crash_window(self, every: str) -> list[Move] | None:
         """The shortest run to a call that begins while an earlier tool call's outcome is not yet written, or None.
 
-        The writes are the store's own rule (``persist.store.wants``, and with
+        The writes are the store's own rule (``persist.every.wants``, and with
         ``every="call"`` each transition that records a call's outcome), so a
         crash in such a window would run a completed call again.
         """

@@ -70,7 +70,7 @@ class Setup:
     calls_per_reply: int | None = None
     """At most this many tool calls in one reply; None: any number (the bound in transitions is then open)."""
     every: str = "call"
-    """When the run's store writes (``persist.store.EVERY``): what crash safety is judged under."""
+    """When the run's store writes (``persist.every.EVERY``): what crash safety is judged under."""
 
     @property
     def replies(self) -> tuple[int, ...]:
