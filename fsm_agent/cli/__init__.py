@@ -11,6 +11,14 @@ in its own set-up from a run that stopped:
 - ``130`` interrupted (Ctrl-C), as shells report a SIGINT.
 """
 
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
 EXIT_DONE = 0
 EXIT_SETUP = 1
 EXIT_STOPPED = 2
@@ -36,3 +44,26 @@ def described(doc: str | None) -> str:
 
 class SetupError(Exception):
     """Something the user chose prevents the command from starting; the message is the one line shown."""
+
+
+def import_named(spec: str, flag: str, usable: Callable[[Any], bool] = callable) -> Any:
+    """What ``MODULE:NAME`` names, if ``usable`` says it is; else a ``SetupError`` in one line naming ``flag``.
+
+    The module is looked for in the current directory first, as ``python -m``
+    does: a user's agent module next to their inputs is found.
+    """
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        msg = f"{flag} wants MODULE:FUNCTION, got {spec!r}"
+        raise SetupError(msg)
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        msg = f"{flag}: cannot import {module_name!r}: {exc}"
+        raise SetupError(msg) from None
+    found = getattr(module, name, None)
+    if not usable(found):
+        msg = f"{flag}: {module_name} has no function {name!r}"
+        raise SetupError(msg)
+    return found

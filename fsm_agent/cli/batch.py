@@ -19,7 +19,6 @@ import contextlib
 import functools
 import importlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,15 @@ from typing import IO, Any
 
 from fsm_agent.batch import BatchItem, batch_items, iter_batch
 from fsm_agent.batch.progress import Bar, Tally
-from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described
+from fsm_agent.cli import (
+    EXIT_DONE,
+    EXIT_INTERRUPTED,
+    EXIT_SETUP,
+    EXIT_STOPPED,
+    SetupError,
+    described,
+    import_named,
+)
 from fsm_agent.cli import run as run_command
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.records import RunResult
@@ -140,20 +147,7 @@ def built(make: Callable[[], Agent]) -> Agent:
 
 def imported(target: str, on_ray: bool = False) -> Callable[[], Agent]:
     """The user's agent factory named ``MODULE:FUNCTION`` (``--agent``), imported; ``SetupError`` if it cannot be."""
-    module_name, sep, name = target.partition(":")
-    if not sep or not module_name or not name:
-        msg = f"--agent wants MODULE:FUNCTION, got {target!r}"
-        raise SetupError(msg)
-    sys.path.insert(0, os.getcwd())  # as `python -m` does: a module next to the inputs file is found
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        msg = f"--agent: cannot import {module_name!r}: {exc}"
-        raise SetupError(msg) from None
-    make = getattr(module, name, None)
-    if not callable(make):
-        msg = f"--agent: {module_name} has no function {name!r}"
-        raise SetupError(msg)
+    make = import_named(target, "--agent")
     if on_ray:
         # Ray workers may not see the module's directory: ship its code with the function.
         try:
@@ -164,7 +158,7 @@ def imported(target: str, on_ray: bool = False) -> Callable[[], Agent]:
                 "or run it here with --local"
             )
             raise SetupError(msg) from None
-        cloudpickle.register_pickle_by_value(module)
+        cloudpickle.register_pickle_by_value(sys.modules[target.partition(":")[0]])
     return make  # type: ignore[no-any-return]  # the user's function, checked by calling it once
 
 

@@ -11,13 +11,11 @@ a set-up error).  --write-tests DIR writes those runs as pytest tests.
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError, import_named
 
 
 def main(args: argparse.Namespace) -> int:
@@ -73,21 +71,9 @@ def _target(spec: str) -> Any:
     from fsm_agent.definition.table import Table
     from fsm_agent.drivers.agent import Agent
 
-    module_name, sep, name = spec.partition(":")
-    if not sep or not module_name or not name:
-        msg = f"check wants MODULE:FUNCTION, got {spec!r}"
-        raise SetupError(msg)
-    sys.path.insert(0, os.getcwd())  # as `python -m` does: a module in the current directory is found
-    try:
-        found = getattr(importlib.import_module(module_name), name, None)
-    except ImportError as exc:
-        msg = f"check: cannot import {module_name!r}: {exc}"
-        raise SetupError(msg) from None
+    found = import_named(spec, "check", lambda found: isinstance(found, Table) or callable(found))
     if isinstance(found, Table):
         return found
-    if not callable(found):
-        msg = f"check: {module_name} has no function {name!r}"
-        raise SetupError(msg)
     try:
         built = found()
     except Exception as exc:  # noqa: BLE001 - the user's factory failing is a set-up error, in one line
