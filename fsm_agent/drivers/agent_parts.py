@@ -18,7 +18,7 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.stops import StopCondition
 from fsm_agent.definition.table import Row, Table
-from fsm_agent.drivers.checks import PLAIN_UNUSED, Parts, parts_of, plain_parts, schemas_of
+from fsm_agent.drivers.checks import PLAIN_UNUSED, Parts, check_children_priced, parts_of, plain_parts, schemas_of
 from fsm_agent.drivers.child import ChildTool, check_no_cycle
 from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.observe.events import Hook, HookName, Hooks
@@ -58,15 +58,21 @@ class AgentParts:
         if unused is PLAIN_UNUSED:
             parts = registry.cached("plain parts", plain_parts)
             if parts[1]:
-                check_no_cycle(self)
+                self._check_children(parts[1])
             self.run_parts = parts
             return parts
         children, raising, schemas = registry.cached("parts", parts_of)
         if children:
-            check_no_cycle(self)
+            self._check_children(children)
         dormant = unused if raising else (*unused, passes_child_stop)
         self.run_parts = (registry.version, children, dormant, schemas)
         return self.run_parts
+
+    def _check_children(self, children: Mapping[str, ChildTool]) -> None:
+        """The sub-agents, found again after the tools changed: no cycle, and each priced under a ``cost_budget``."""
+        check_no_cycle(self)
+        if self.settings.limits.cost_budget is not None:
+            check_children_priced(children)
 
     def rows_for(
         self, run: Run, cancellable: bool, unused: tuple[Guard, ...]

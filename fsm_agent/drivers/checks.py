@@ -147,12 +147,20 @@ def checked_pricing(
         return pricing
     if not pricing.known:
         raise ValueError(unknown_price(model, pricing))
-    for child in registry.cached("children", children_in)[0].values():
+    check_children_priced(registry.cached("children", children_in)[0])
+    return pricing
+
+
+def check_children_priced(children: Mapping[str, ChildTool]) -> None:
+    """A ``ValueError`` naming the first sub-agent whose model has no price: under a ``cost_budget``, none may lack one.
+
+    Asked when the agent is built and again when its tools change (a sub-agent registered later), before a run.
+    """
+    for child in children.values():
         child_pricing = child.agent.settings.pricing
         if not child_pricing.known:
             msg = f"sub-agent {child.name!r}: {unknown_price(child.agent.model, child_pricing)}"
             raise ValueError(msg)
-    return pricing
 
 
 def model_of(model: Any) -> Model:

@@ -150,6 +150,22 @@ def test_a_cost_budget_over_an_unpriced_sub_agent_is_refused_naming_it() -> None
         Agent(FakeModel([reply("x")]), tools, cost_budget=1, prices=DEAR)
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_an_unpriced_sub_agent_registered_after_the_agent_was_built_is_refused_before_any_call(driver: str) -> None:
+    """The budget is checked again when the tools change: the next run raises naming it, and nothing is called."""
+    tools, ran = _counted()
+    parent_model = FakeModel([*_looks(1), reply("done", usage=CENT)])
+    agent = Agent(parent_model, tools, cost_budget=1, prices=DEAR)
+    child_model = FakeModel([reply("x")])
+    tools.register(Agent(child_model, ToolRegistry()).as_tool("helper", "Helps."))
+    with pytest.raises(ValueError, match="sub-agent 'helper'"):
+        _finish(agent, driver)
+    assert (len(parent_model.seen), len(child_model.seen), ran) == (0, 0, [])
+    later = Agent(FakeModel([reply("done", usage=CENT)]), ToolRegistry(), cost_budget=1, prices=DEAR)
+    later.registry.register(Agent(FakeModel([reply("x")]), ToolRegistry(), prices=DEAR).as_tool("helper", "Helps."))
+    assert _finish(later, driver).final == "done"
+
+
 def test_prices_map_model_names_and_refuse_anything_else() -> None:
     """A mapping is looked up by the model's name; a wrong type or a negative price is refused."""
     named = OpenAIChatModel("my-local-llm", api_key="test-key", base_url="http://127.0.0.1:9/v1")
