@@ -64,6 +64,18 @@ async def _one_batch(store: SqliteStore, *writes: Coroutine[Any, Any, Any]) -> l
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _between(store: SqliteStore, plan: plans.Plan[Any]) -> list[Any]:
+    """``plan`` in one batch between the creations of runs ``before`` and ``after``: what each of the three gave."""
+    return asyncio.run(
+        _one_batch(
+            store,
+            store.acreate("before", fresh_snapshot("before"), owner="o"),
+            store._arun(plan),
+            store.acreate("after", fresh_snapshot("after"), owner="o"),
+        )
+    )
+
+
 def _leased(store: SqliteStore, run_id: str, owner: str) -> None:
     store.create(run_id, fresh_snapshot(run_id), owner=owner)
 
@@ -157,14 +169,7 @@ def test_a_refused_commit_fails_every_plan_of_its_batch(tmp_path: Path) -> None:
         def orphan() -> plans.Plan[None]:
             yield "INSERT INTO child VALUES (1)", ()
 
-        outcomes = asyncio.run(
-            _one_batch(
-                store,
-                store.acreate("before", fresh_snapshot("before"), owner="o"),
-                store._arun(orphan()),
-                store.acreate("after", fresh_snapshot("after"), owner="o"),
-            )
-        )
+        outcomes = _between(store, orphan())
         assert all(isinstance(o, sqlite3.IntegrityError) and "FOREIGN KEY" in str(o) for o in outcomes), outcomes
         assert asyncio.run(store.acreate("next", fresh_snapshot("next"), owner="o")) == 1
     assert _rows(path, "SELECT run_id FROM runs") == [("next",)]
@@ -178,14 +183,7 @@ def test_a_plan_ending_the_transaction_fails_those_before_it_and_the_rest_run_an
         def rollback() -> plans.Plan[None]:
             yield "ROLLBACK", ()
 
-        outcomes = asyncio.run(
-            _one_batch(
-                store,
-                store.acreate("before", fresh_snapshot("before"), owner="o"),
-                store._arun(rollback()),
-                store.acreate("after", fresh_snapshot("after"), owner="o"),
-            )
-        )
+        outcomes = _between(store, rollback())
     assert [type(o) for o in outcomes[:2]] == [sqlite3.OperationalError] * 2
     assert outcomes[2] == 1
     assert _rows(path, "SELECT run_id FROM runs") == [("after",)]
