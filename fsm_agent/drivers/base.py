@@ -1,4 +1,4 @@
-"""What every driver shares: the run handle, its clock and cancel token, events, checkpoints and results.
+"""What every driver shares: the run handle, its clock and cancel token, checkpoints and results (events: ``watched``).
 
 A driver differs from another only in how it carries out the stepper's
 effects (call, await, ...); everything it does before and after an effect,
