@@ -54,9 +54,9 @@ docs: $(STAMP)  ## build the documentation site into site/, failing on any warni
 docs-serve: $(STAMP)  ## serve the documentation site with live reload on http://127.0.0.1:8000/
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
-bench: $(STAMP)  ## engine vs a plain loop; async driver; per-step cost at 64-4096 turns; batches; stores; lease takeover; import time
+bench: $(STAMP)  ## engine vs a plain loop; async driver; per-step cost at 64-4096 turns; batches; stores; lease takeover; import time; instructions per run
 	@# Every benchmark runs even when one misses its target; the exit status says whether any did.
-	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store lease import; do \
+	@rm -f .bench_results.jsonl; status=0; for b in engine async scaling batch store lease import instructions; do \
 		$(PY) -m benchmarks.bench_$$b || status=1; done; $(PY) -m benchmarks.targets || status=1; exit $$status
 
 fuzz: $(STAMP)  ## property, differential and stateful tests, 4000 examples each; 40 mid-batch kills per driver and store
