@@ -3,7 +3,7 @@
 ``bench_engine`` times the same workload on the wall clock, which is the
 figure the bounds are set on; on a shared 2-core machine its medians move
 by about 15% from one session to the next.  The instructions a run executes
-do not move with the load (the hash seed is fixed, so dicts and sets are
+do not move with the load (``PYTHONHASHSEED=0``, so dicts and sets are
 laid out alike every time), so this is the figure to compare two trees by,
 or two sessions.  Each side runs N times after three warm-up runs of every
 side; a run of the same program that makes no run at all is subtracted,
