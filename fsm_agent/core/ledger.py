@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 import attrs
 
 from fsm_agent.definition.run import Run, signature
 from fsm_agent.records import STOP_REASONS, Message, ModelResponse, Step, ToolCall, Usage, not_json
 from fsm_agent.tools import ToolResult
+
+T = TypeVar("T")
 
 # One encoder, built once: json.dumps with options builds a new one per call, which costs more than the encoding.
 _arguments_text = json.JSONEncoder(ensure_ascii=False, default=repr).encode
@@ -271,21 +274,21 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
 
 def take_carried(run: Run, call: ToolCall) -> ToolResult | None:
     """The first of a fork's carried outcomes (``Calls.carried``) for ``call``'s tool and arguments, taken, or None."""
-    arguments = canonical_arguments(call.arguments)
-    for i, (name, kept, outcome) in enumerate(run.calls.carried):
-        if name == call.name and kept == arguments:
-            del run.calls.carried[i]
-            return outcome
-    return None
+    return _take_first(run.calls.carried, call)
 
 
 def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
     """The carried outcomes of the source sub-agent run of ``call`` (one a fork makes again), taken; or None."""
+    return _take_first(run.calls.carried_down, call)
+
+
+def _take_first(entries: list[tuple[str, str, T]], call: ToolCall) -> T | None:
+    """Remove and return what the first ``(tool name, canonical arguments, what)`` entry for ``call`` holds."""
     arguments = canonical_arguments(call.arguments)
-    for i, (name, kept, outcomes) in enumerate(run.calls.carried_down):
+    for i, (name, kept, held) in enumerate(entries):
         if name == call.name and kept == arguments:
-            del run.calls.carried_down[i]
-            return outcomes
+            del entries[i]
+            return held
     return None
 
 
