@@ -7,7 +7,7 @@ Every way a run ends is a named, guarded transition into ``Done`` or
 import typing
 
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.pricing import Price
+from fsm_agent.core.pricing import Price, UnpricedModelError
 from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import RunView
@@ -160,6 +160,7 @@ __all__ = [
     "ToolResult",
     "Transition",
     "TransitionEvent",
+    "UnpricedModelError",
     "Usage",
     "arun",
     "check",

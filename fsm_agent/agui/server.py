@@ -35,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult, Session, Usage
 from fsm_agent.agui.protocol import decisions, finished, less, stopped, user_text
 from fsm_agent.agui.relay import Relay
-from fsm_agent.drivers.child_runs import stored_result
+from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import awaited, store_for
 from fsm_agent.persist import SqliteStore
 

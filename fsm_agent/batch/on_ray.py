@@ -20,6 +20,7 @@ imported only here, and only when a batch asks for it.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -39,9 +40,9 @@ from fsm_agent.batch.worker import (
     failed_result,
     is_sqlite,
     open_store,
-    stored_result,
 )
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.records import RunResult
 
 RUNS_PER_CPU = 4
@@ -236,6 +237,7 @@ def iter_ray(
     again: list[BatchItem] = []
     why = ""
     stopped_at, forced = 0.0, False
+    reader = functools.cache(make_agent)  # the agent cancelled runs are read back under: made once, if ever
 
     def send(item: BatchItem, give_up: float | None) -> None:
         slot = min(up(), key=load.__getitem__)
@@ -308,7 +310,7 @@ def iter_ray(
                 for _, _, item, _ in sorted(later):
                     yield item, failed_result(item, "cancelled", why=why, leased=True)
                 for item in again:
-                    yield _checkpoint(item, spec, why)
+                    yield _checkpoint(item, spec, why, reader)
                 later.clear()
                 again.clear()
             ask()
@@ -329,12 +331,12 @@ def iter_ray(
                     continue
                 item, slot = pending.pop(ref)
                 load[slot] -= 1
-                got = _collect(ray, ref, item, spec, why, on_worker)
+                got = _collect(ray, ref, item, spec, why, on_worker, reader)
                 if got is None:  # its actor died: again, unless that was its last retry
                     fell(slot)
                     deaths[item.index] = deaths.get(item.index, 0) + 1
                     if why:
-                        yield _checkpoint(item, spec, why)
+                        yield _checkpoint(item, spec, why, reader)
                     elif deaths[item.index] > max_retries:
                         yield item, error_result(item, RuntimeError(f"its worker died {deaths[item.index]} times"))
                     else:
@@ -368,13 +370,19 @@ def iter_ray(
 
 
 def _collect(
-    ray: Any, ref: Any, item: BatchItem, spec: str, why: str, on_worker: Callable[[BatchItem, int], None] | None
+    ray: Any,
+    ref: Any,
+    item: BatchItem,
+    spec: str,
+    why: str,
+    on_worker: Callable[[BatchItem, int], None] | None,
+    make_agent: AgentFactory,
 ) -> RunResult | Later | None:
     """The attempt's result (or ``Later``); ``None`` if its actor died; a cancelled one its stored checkpoint."""
     try:
         result, pid = ray.get(ref)
     except ray.exceptions.TaskCancelledError:
-        return _checkpoint(item, spec, why)[1]
+        return _checkpoint(item, spec, why, make_agent)[1]
     except ray.exceptions.RayActorError:
         return None
     except ray.exceptions.RayError as exc:  # Ray itself failed: the run's result says so
@@ -385,8 +393,15 @@ def _collect(
     return got
 
 
-def _checkpoint(item: BatchItem, spec: str, why: str) -> Finished:
-    """A cancelled attempt's run as its last checkpoint says, with reason ``cancelled``."""
+def _checkpoint(item: BatchItem, spec: str, why: str, make_agent: AgentFactory) -> Finished:
+    """A cancelled attempt's run as its last checkpoint says, with reason ``cancelled``.
+
+    Read back under the batch's agent, made here by ``make_agent``, so the
+    result keeps what a worker's would (the cost, the typed output).  A
+    factory that fails in this process (a package only the workers have)
+    costs the result its snapshot, never the batch: the next pass resumes
+    the run from the store all the same.
+    """
     store = open_store(spec)
     try:
         data = store.load(item.run_id)
@@ -394,4 +409,9 @@ def _checkpoint(item: BatchItem, spec: str, why: str) -> Finished:
         return item, failed_result(item, "cancelled", why=why, started=False)
     finally:
         store.close()
-    return item, stored_result(data, "cancelled", why=why, state=data["state"])
+    try:
+        agent = make_agent()
+    except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is in that run's result
+        facts = {"type": type(exc).__name__, "error": str(exc)}
+        return item, failed_result(item, "cancelled", why=why, state=data["state"], run_id=item.run_id, **facts)
+    return item, stored_result(agent, data, "cancelled", why=why, state=data["state"])

@@ -24,6 +24,7 @@ from fsm_agent import persist
 from fsm_agent.batch.items import BatchItem
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent, AgentRun
+from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError
 from fsm_agent.persist.store import DEFAULT_LEASE as STORE_LEASE
 from fsm_agent.persist.store import Store, traits
@@ -88,31 +89,6 @@ def store_at(spec: str, lease: float) -> Opened:
     return store
 
 
-def stored_result(data: dict[str, Any], reason: str | None = None, **evidence: Any) -> RunResult:
-    """A stored snapshot as a result; ``reason`` and ``evidence`` override the snapshot's own.
-
-    A run that ended in ``Done`` carries no snapshot, like the result
-    ``Agent.run`` returned for it; any other keeps it, so it can be resumed.
-    """
-    counters = data["counters"]
-    done = data["state"] == "Done"
-    return RunResult.from_dict(
-        {
-            "format": "fsm_agent.RunResult",
-            "version": 1,
-            "messages": data["messages"],
-            "steps": data["steps"],
-            "final": data["final"],
-            "reason": reason or data["reason"] or ("paused" if data.get("paused") else "running"),
-            "trace": data["trace"],
-            "evidence": {**data["evidence"], **evidence},
-            "usage": {"input_tokens": counters["input_tokens"], "output_tokens": counters["output_tokens"]},
-            "pending": data["pending"],
-            "snapshot": None if done else data,
-        }
-    )
-
-
 def failed_result(item: BatchItem, reason: str, **evidence: Any) -> RunResult:
     """The result of a run that never got going (not started before a cancel, or unable to start)."""
     return RunResult(messages=(Message("user", item.input),), steps=(), final="", reason=reason, evidence=evidence)
@@ -138,14 +114,14 @@ def prepare(
     except KeyError:
         return agent.start(item.input, store=store, run_id=item.run_id, cancel=cancel, deps=deps)
     if data.get("paused") or data["state"] == "Done":
-        return stored_result(data)
+        return stored_result(agent, data)
     if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
-        return stored_result(data)
+        return stored_result(agent, data)
     try:
         return agent.resume(data, store=store, cancel=cancel, deps=deps)
     except ValueError:
         # Limits that do not lift the stop: the stored run stands as it ended.
-        return stored_result(data)
+        return stored_result(agent, data)
 
 
 def _outcome(run: AgentRun) -> RunResult:

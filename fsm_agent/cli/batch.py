@@ -36,6 +36,7 @@ from fsm_agent.cli import (
     import_named,
 )
 from fsm_agent.cli import run as run_command
+from fsm_agent.core.pricing import Price, UnpricedModelError
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.records import RunResult
 
@@ -54,6 +55,9 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--base-url", metavar="URL", help="the API endpoint of an OpenAI-compatible server")
     parser.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     parser.add_argument("--max-retries", type=int, default=2, help="retries of 429/5xx errors by the SDK (default 2)")
+    parser.add_argument(
+        "--price", type=run_command.price_flag, metavar="INPUT,OUTPUT[,CACHED]", help=run_command.PRICE_HELP
+    )
     parser.add_argument("--system", default=run_command.DEFAULT_SYSTEM, help="the system prompt (with --model)")
     parser.add_argument("--max-steps", type=int, default=8, help="model turns before a run stops (default 8)")
     parser.add_argument(
@@ -107,21 +111,26 @@ def model_agent(
     max_retries: int,
     system: str,
     limits: dict[str, Any],
+    price: Price | None,
 ) -> Agent:
-    """The ``--model`` agent, built in the worker: the provider's adapter and the built-in tools."""
+    """The ``--model`` agent, built in the worker: the provider's adapter, the built-in tools and ``--price``."""
     from fsm_agent.tools.builtin import builtin_registry  # a worker loads it when it runs
 
     model = run_command.build_model(spec, base_url, api_key_env, max_retries)
-    return Agent(model, builtin_registry(), system, **limits)
+    try:
+        return Agent(model, builtin_registry(), system, prices=price, **limits)
+    except UnpricedModelError as exc:  # its own words say prices=, which a command-line user cannot pass
+        raise SetupError(exc.explain(run_command.PRICE_FLAG)) from None
 
 
 def _factory(args: argparse.Namespace, on_ray: bool) -> Callable[[], Agent]:
     limits = {"max_steps": args.max_steps, "max_consecutive_failures": args.max_consecutive_failures}
     limits |= {k: getattr(args, k) for _, k, _, _ in run_command.LIMIT_FLAGS if getattr(args, k) is not None}
     if args.model is not None:
-        settings = (args.model, args.base_url, args.api_key_env, args.max_retries, args.system, limits)
+        settings = (args.model, args.base_url, args.api_key_env, args.max_retries, args.system, limits, args.price)
         make: Callable[[], Agent] = functools.partial(model_agent, *settings)
     else:
+        run_command.refuse_model_flags(args)
         make = imported(args.agent, on_ray)
     # Built once here so a missing key, SDK or module is one line now, not one error per run.
     close = getattr(built(make).model, "close", None)
@@ -180,8 +189,8 @@ def main(args: argparse.Namespace) -> int:
     err = sys.stderr
     try:
         items = read_inputs(args.inputs)
+        make_agent = _factory(args, on_ray=not args.local)  # before the store: a refused agent leaves no file
         _check_store(args.store)
-        make_agent = _factory(args, on_ray=not args.local)
         out = None if args.out is None else _open_out(args.out)
     except SetupError as exc:
         print(f"error: {exc}", file=err)

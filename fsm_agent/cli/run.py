@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 from fsm_agent import (
     Agent,
     PostgresStore,
+    Price,
     RunExistsError,
     RunLeasedError,
     RunResult,
@@ -37,6 +38,7 @@ from fsm_agent import (
 )
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described
 from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable
+from fsm_agent.core.pricing import UnpricedModelError
 from fsm_agent.jsontext import dumps
 from fsm_agent.models.named import model_named
 from fsm_agent.models.provider import ProviderModel
@@ -67,9 +69,16 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--token-budget", "token_budget", int, "stop once the run used this many tokens"),
     ("--max-tool-calls", "max_tool_calls", int, "stop after this many tool calls"),
     ("--cycle-window", "cycle_window", int, "recent tool calls the cycle guard looks back over (0: off)"),
-    ("--cost-budget", "cost_budget", float, "stop once the model calls cost this many US dollars (a priced model)"),
+    ("--cost-budget", "cost_budget", float, "stop once the model calls cost this many US dollars (see --price)"),
 )
 """Limit flags offered only when ``Agent`` accepts the keyword, so the command follows the engine's limits."""
+
+PRICE_HELP = (
+    "the model's price in US dollars per million input, output and (optionally) cached input tokens, for a model "
+    "genai-prices does not list (a local server): its calls are priced, and --cost-budget can count them"
+)
+PRICE_FLAG = "pass --price INPUT,OUTPUT (US dollars per million tokens, e.g. --price 0.15,0.60)"
+"""How a command-line user gives a model its price, in the engine's refusal of a budget over an unpriced model."""
 
 UNREACHABLE = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError"})
 """``model_error`` evidence types that mean the server was never reached: the SDKs' and the standard library's."""
@@ -126,7 +135,7 @@ def add_command(commands: Any) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, model_in: Any = None) -> None:
-    """The flags that choose and reach a model, shared by ``run`` and ``runs resume``.
+    """The flags that choose, reach and price a model, shared by ``run`` and ``runs resume``.
 
     ``model_in`` is a group of mutually exclusive flags ``--model`` joins
     (``runs resume --agent``); without one, ``--model`` is required.
@@ -153,6 +162,28 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, model_in: Any = None
     parser.add_argument(
         "--max-retries", type=int, default=2, help="retries of 429/5xx/connection errors by the SDK (default 2)"
     )
+    parser.add_argument("--price", type=price_flag, metavar="INPUT,OUTPUT[,CACHED]", help=PRICE_HELP)
+
+
+def price_flag(text: str) -> Price:
+    """``--price INPUT,OUTPUT[,CACHED]`` as a ``Price``; a usage error naming the flag if it is not one.
+
+    Each amount is US dollars per million tokens, as ``Price`` takes them;
+    ``Price`` refuses a negative or non-finite one in its own words.
+    """
+    amounts = text.split(",")
+    if len(amounts) not in (2, 3):
+        msg = f"wants INPUT,OUTPUT or INPUT,OUTPUT,CACHED (US dollars per million tokens), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    try:
+        numbers = [float(amount) for amount in amounts]
+    except ValueError:
+        msg = f"wants numbers of US dollars per million tokens, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    try:
+        return Price(*numbers)
+    except ValueError as exc:  # negative, NaN or infinite
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_model(spec: str, base_url: str | None, api_key_env: str | None, max_retries: int) -> ProviderModel:
@@ -252,8 +283,11 @@ def agent_for(args: argparse.Namespace, model: ProviderModel) -> Agent:
             args.system,
             max_steps=args.max_steps,
             max_consecutive_failures=args.max_consecutive_failures,
+            prices=args.price,
             **limits,
         )
+    except UnpricedModelError as exc:  # its own words say prices=, which a command-line user cannot pass
+        raise SetupError(exc.explain(PRICE_FLAG)) from None
     except (ValueError, TypeError) as exc:
         raise SetupError(str(exc)) from None
 
@@ -267,8 +301,17 @@ _BUILT_IN_FLAGS = (
     ("--base-url", "base_url", None),
     ("--api-key-env", "api_key_env", None),
     ("--max-retries", "max_retries", 2),
+    ("--price", "price", None),
 )
 """The flags that set up the ``--model`` agent (flag, attribute, default), which an ``--agent`` sets up itself."""
+
+
+def refuse_model_flags(args: argparse.Namespace) -> None:
+    """A ``SetupError`` naming the flags given that only set up the ``--model`` agent, beside ``--agent``."""
+    given = [flag for flag, keyword, default in _BUILT_IN_FLAGS if getattr(args, keyword, default) != default]
+    if given:
+        msg = f"--agent brings its own model, prompt, tools and limits: drop {', '.join(given)}"
+        raise SetupError(msg)
 
 
 def own_agent(args: argparse.Namespace) -> Agent:
@@ -277,10 +320,7 @@ def own_agent(args: argparse.Namespace) -> Agent:
     A flag that only sets up the ``--model`` agent is refused rather than
     silently ignored: the user's agent brings its own model, tools and limits.
     """
-    given = [flag for flag, keyword, default in _BUILT_IN_FLAGS if getattr(args, keyword, default) != default]
-    if given:
-        msg = f"--agent brings its own model, prompt, tools and limits: drop {', '.join(given)}"
-        raise SetupError(msg)
+    refuse_model_flags(args)
     from fsm_agent.cli import batch as batch_command  # which imports this module: loaded by --agent alone
 
     return batch_command.built(batch_command.imported(args.agent))

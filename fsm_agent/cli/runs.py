@@ -336,6 +336,7 @@ def _resume(store: AnyStore, args: argparse.Namespace) -> int:
                 timeout=args.timeout,
                 token_budget=args.token_budget,
                 max_tool_calls=args.max_tool_calls,
+                cost_budget=args.cost_budget,
             )
         except (ValueError, TypeError, RunLeasedError) as exc:  # DecisionError is a ValueError
             raise SetupError(str(exc)) from None

@@ -43,7 +43,8 @@ class Status:
         """Every counter the stop guards read, ``used/limit`` (no limit: just ``used``), from ``run.counters()``."""
         parts = []
         for name, (used, limit) in run.counters().items():
-            shown = f"{used:.1f}" if isinstance(used, float) else str(used)
+            # Seconds to a tenth; dollars to a millionth, or a call priced per million tokens shows as nothing.
+            shown = (f"{used:.6f}" if name == "cost" else f"{used:.1f}") if isinstance(used, float) else str(used)
             parts.append(f"{name} {shown}" + ("" if limit is None else f"/{limit:g}"))
         return "  ".join(parts)
 

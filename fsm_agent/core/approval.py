@@ -66,6 +66,16 @@ def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bo
         raise DecisionError(run_id, call_id, f"it was already decided ({describe_decision(approvals[call_id])})")
 
 
+def needs_decision(run: Run, call: ToolCall) -> bool:
+    """Whether ``call`` of ``run`` waits for a person: it needs approval and has no decision yet."""
+    return call.id in run.calls.to_approve and call.id not in run.calls.approvals
+
+
+def awaiting(run: Run) -> list[ToolCall]:
+    """The tool calls of ``run``'s turn that need approval and have no decision yet (a stored run's too)."""
+    return [call for call in run.calls.pending if needs_decision(run, call)]
+
+
 class ApprovalGate:
     """The stepper's approval half: which pending calls wait for a person, and the decisions taken on them."""
 
@@ -89,7 +99,7 @@ class ApprovalGate:
 
     def needs_decision(self, call: ToolCall) -> bool:
         """Whether ``call`` waits for a person: it needs approval and has no decision yet."""
-        return call.id in self.run.calls.to_approve and call.id not in self.run.calls.approvals
+        return needs_decision(self.run, call)
 
     def _cleared(self, call: ToolCall) -> bool:
         """A call may run: it needs no approval, or a person approved it."""
@@ -115,7 +125,7 @@ class ApprovalGate:
 
     def awaiting(self) -> list[ToolCall]:
         """The tool calls of this turn that need approval and have no decision yet."""
-        return [call for call in self.run.calls.pending if self.needs_decision(call)]
+        return awaiting(self.run)
 
     def decide(self, approvals: Mapping[str, bool | str]) -> None:
         """Record decisions on pending calls: ``True`` runs it, ``False`` or a reason text rejects it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
+from fsm_agent.definition.table import RESUME
 
 
 def contradictions(run: Run) -> list[str]:
@@ -39,6 +40,10 @@ def contradictions(run: Run) -> list[str]:
         if before.dest != after.source:
             problems.append(f"the trace breaks between {before.dest} and {after.source}")
             break
+    resumes = [at for at, _ in run.at.earlier_limits]
+    misplaced = [at for at in resumes if at >= len(run.at.trace) or run.at.trace[at].trigger != RESUME]
+    if misplaced or resumes != sorted(resumes):
+        problems.append(f"earlier_limits names transitions {resumes}, not the trace's resume edges in order")
     if run.at.state is State.ExecuteTool and not run.calls.pending:
         problems.append("the state is ExecuteTool but no tool call is pending")
     pending = {call.id for call in run.calls.pending}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fsm_agent.core.ledger import answer_unexecuted
 from fsm_agent.core.walker import Walker
+from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
 from fsm_agent.definition.table import RESUME
@@ -43,12 +44,14 @@ class OutsideEvents:
         if run.faults.hook_error is None:
             run.faults.hook_error = error
 
-    def resume(self, retry: bool) -> Transition | None:
+    def resume(self, retry: bool, before: Limits | None = None) -> Transition | None:
         """Take the ``resume`` edge out of ``Failed`` if the run's limits now lift its stop; None if they do not.
 
         ``retry`` lets a ``model_error`` run call the model again.  On the
         edge, the stop's facts are cleared, and a reply whose calls never ran
         has them answered, so the next model call sees every call answered.
+        ``before`` (the limits the run stopped under, which the resume may have
+        lifted) is kept with the edge's index, so a fork can rebuild the run past it.
         """
         run = self.run
         if run.at.state is not Failed:
@@ -62,4 +65,6 @@ class OutsideEvents:
         run.at.reason, run.at.evidence, run.at.final, run.at.finalizing = None, {}, "", None
         run.faults.model_exception = run.faults.condition_error = None
         run.at.unfinished = None
+        if before is not None:
+            run.at.earlier_limits = (*run.at.earlier_limits, (len(run.at.trace) - 1, before))
         return entry

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from fsm_agent.definition.limits import as_dollars
+from fsm_agent.errors import FsmAgentError
 from fsm_agent.records import Usage
 
 PER_MTOK = 1_000_000
@@ -164,11 +165,31 @@ def pricing_of(model: object, prices: Price | Mapping[str, Price] | None) -> Pri
     return Pricing(name, url=url if isinstance(url, str) else None)
 
 
-def unknown_price(model: object, pricing: Pricing) -> str:
-    """Why ``cost_budget`` cannot be set for ``model``: what names it and how to give it a price."""
-    shown = repr(pricing.model) if pricing.model is not None else f"of type {type(model).__name__} (it has no name)"
-    return (
-        f"cost_budget needs a price for every model call, and model {shown} has none: "
-        "pass prices=Price(input_per_mtok=..., output_per_mtok=...) (or a mapping of model names to Price), "
-        "or install genai-prices (pip install 'fsm-agent[prices]') for a model it lists"
-    )
+PRICES_KEYWORD = "pass prices=Price(input_per_mtok=..., output_per_mtok=...) (or a mapping of model names to Price)"
+"""How ``UnpricedModelError`` tells a caller of ``Agent`` to give a price."""
+
+
+class UnpricedModelError(FsmAgentError, ValueError):
+    """A ``cost_budget`` over a model with no known price: refused before any call is made.
+
+    A ``ValueError``, as every bad argument is (``Agent(...)`` raises it); a class of its own so that a
+    caller who gives prices another way (the command line's ``--price``) can
+    say how, with ``explain``, instead of matching the text.
+    """
+
+    def __init__(self, model: object, pricing: Pricing, sub_agent: str | None = None) -> None:
+        self.model = model
+        self.pricing = pricing
+        self.sub_agent = sub_agent
+        """The name of the sub-agent tool whose model it is, or None for the agent's own."""
+        super().__init__(self.explain(PRICES_KEYWORD))
+
+    def explain(self, remedy: str) -> str:
+        """The refusal, naming the model, with ``remedy`` as the way to give it a price."""
+        name = self.pricing.model
+        shown = repr(name) if name is not None else f"of type {type(self.model).__name__} (it has no name)"
+        text = (
+            f"cost_budget needs a price for every model call, and model {shown} has none: {remedy}, "
+            "or install genai-prices (pip install 'fsm-agent[prices]') for a model it lists"
+        )
+        return text if self.sub_agent is None else f"sub-agent {self.sub_agent!r}: {text}"

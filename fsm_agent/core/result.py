@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsm_agent.core.approval import awaiting
 from fsm_agent.core.ledger import record_leftovers
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
@@ -71,3 +72,10 @@ def make_result(
         run.talk.prior,
         output,
     )
+
+
+def pause_of(run: Run) -> tuple[dict[str, Any], tuple[ToolCall, ...]]:
+    """A run paused for a person's decision: the evidence its result gives, and the calls that await one."""
+    waiting = tuple(awaiting(run))
+    evidence = {"step": max(run.counts.turns - 1, 0), "awaiting": [c.id for c in waiting], "counters": run.counters()}
+    return evidence, waiting

@@ -5,7 +5,8 @@ transitions and continued elsewhere exactly.  No pickle: a snapshot is JSON,
 readable and diffable.  A corrupted, tampered or contradictory one is
 rejected with ``SnapshotError`` naming the field at fault, never turned into
 a silently wrong run (a negative failure count would switch a limit off).
-Version 1 snapshots (before tool outcomes were kept by call id) are migrated.
+Version 1 snapshots (before tool outcomes were kept by call id) are
+migrated (``core.snapshot_migrations``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import attrs
 
 from fsm_agent.core.consistency import contradictions
 from fsm_agent.core.exchanges import exchange_of
+from fsm_agent.core.snapshot_migrations import MIGRATIONS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
@@ -109,6 +111,7 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
         },
         "frozen": {"cancelled": run.counts.cancelled} if run.at.frozen else None,
         "limits": record(run.limits),
+        "earlier_limits": [[at, record(limits)] for at, limits in run.at.earlier_limits],
         "finalizing": run.at.finalizing,
         "finalize_evidence": run.at.finalize_evidence,
         "reason": run.at.reason,
@@ -150,19 +153,6 @@ def _error_text(exc: BaseException | None) -> str | None:
     return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 1 kept a batch's outcomes as a list after the current call; version 2 keys them by call id."""
-    ran = {}
-    for item in data.get("ran", []):
-        call, content, error = item
-        ran[call["id"]] = {"content": content, "error": error, "truncated": 0}
-    return {**data, "version": 2, "ran": ran, "frozen": None, "unfinished": None}
-
-
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _migrate_v1}
-"""How each older version becomes the next one."""
-
-
 def parse(snapshot: dict[str, Any] | str) -> dict[str, Any]:
     """Accept a snapshot dict or its JSON text; check the format and bring an older version up to date."""
     return versioned(snapshot, "snapshot", (SNAPSHOT_FORMAT, SNAPSHOT_VERSION), MIGRATIONS, SnapshotError)
@@ -184,6 +174,16 @@ def limits_of(data: dict[str, Any], **overrides: Any) -> Limits:
         return Limits(**{**stored, **{k: v for k, v in overrides.items() if v is not None}})
     except (TypeError, ValueError) as exc:
         msg = f"snapshot field limits is invalid: {exc}"
+        raise SnapshotError(msg) from exc
+
+
+def earlier_limits_of(data: dict[str, Any]) -> tuple[tuple[int, Limits], ...]:
+    """The limits the run ran under before each resume edge, by the edge's index; none if the snapshot kept none."""
+    try:
+        pairs = data.get("earlier_limits") or ()
+        return tuple((_count({"at": at}, "at"), limits_of({"limits": was})) for at, was in pairs)
+    except (SnapshotError, TypeError, ValueError) as exc:
+        msg = f"snapshot field earlier_limits must list [index of a resume edge, limits] pairs: {exc}"
         raise SnapshotError(msg) from exc
 
 
@@ -321,6 +321,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     run.talk.messages[:] = _items(data, "messages", _message)
     run.talk.steps[:] = _items(data, "steps", lambda s: _typed(Step(**s), index=int, kind=str, detail=str))
     run.at.trace[:] = _items(data, "trace", lambda t: _transition(t, states))
+    run.at.earlier_limits = earlier_limits_of(data)
     run.talk.io[:] = _items({"io": [], **data}, "io", exchange_of)
     run.calls.pending = deque(_items(data, "pending", _call))
     run.at.evidence, run.at.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])

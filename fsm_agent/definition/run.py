@@ -67,6 +67,7 @@ class Place:
     """Where a run is: its state, the transitions that led there, and how and why it stopped."""
 
     __slots__ = (
+        "earlier_limits",
         "evidence",
         "final",
         "finalize_evidence",
@@ -88,6 +89,9 @@ class Place:
         self.finalize_evidence: dict[str, Any] = {}
         # Set by resume(retry=True): a model_error run may call the model again.
         self.retry_model = False
+        # The limits the run ran under before each of its resume edges, by the edge's index in the trace (a
+        # resume may lift them): what a fork needs to rebuild the run past the stop it was resumed from.
+        self.earlier_limits: tuple[tuple[int, Limits], ...] = ()
         # The call that was still running when the deadline passed or the task was cancelled.
         self.unfinished: str | None = None
         self.final = ""

@@ -86,7 +86,7 @@ class AgentRun(SyncDriver, AsyncDriver):
         entry = None
         if position.at.state is State.Failed:
             run._observe()
-            entry = run.stepper.resume(retry)
+            entry = run.stepper.resume(retry, snapshot.limits_of(data))  # the edge keeps what it stopped under
             if entry is None:
                 msg = (
                     f"the run stopped with {position.at.reason!r}, which these limits do not lift "

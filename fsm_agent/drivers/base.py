@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.result import make_result
+from fsm_agent.core.result import make_result, pause_of
 from fsm_agent.core.stepper import Stepper
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
@@ -279,14 +279,8 @@ class RunBase(WatchedRun):
         return make_result(run, run.at.reason or "unknown", run.at.evidence, tuple(run.calls.pending), data)
 
     def _paused_result(self) -> RunResult:
-        waiting = self.awaiting()
-        run = self.position
-        evidence = {
-            "step": max(run.counts.turns - 1, 0),
-            "awaiting": [c.id for c in waiting],
-            "counters": self.counters(),
-        }
-        return make_result(run, "paused", evidence, tuple(waiting), self.snapshot())
+        evidence, waiting = pause_of(self.position)
+        return make_result(self.position, "paused", evidence, waiting, self.snapshot())
 
     def _outcome_of_run(self) -> RunResult:
         result = self._result

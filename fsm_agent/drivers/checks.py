@@ -11,7 +11,7 @@ from typing import Any, cast
 from fsm_agent.core.approval import approval_rule
 from fsm_agent.core.history import history_settings
 from fsm_agent.core.output import OutputSpec, Validator, accepts_output, output_spec
-from fsm_agent.core.pricing import Price, Pricing, pricing_of, unknown_price
+from fsm_agent.core.pricing import Price, Pricing, UnpricedModelError, pricing_of
 from fsm_agent.core.settings import AgentSettings
 from fsm_agent.core.walker import walker_for
 from fsm_agent.definition.guards import Guard, passes_child_stop
@@ -146,7 +146,7 @@ def checked_pricing(
     if limits.cost_budget is None:
         return pricing
     if not pricing.known:
-        raise ValueError(unknown_price(model, pricing))
+        raise UnpricedModelError(model, pricing)
     check_children_priced(registry.cached("children", children_in)[0])
     return pricing
 
@@ -159,8 +159,7 @@ def check_children_priced(children: Mapping[str, ChildTool]) -> None:
     for child in children.values():
         child_pricing = child.agent.settings.pricing
         if not child_pricing.known:
-            msg = f"sub-agent {child.name!r}: {unknown_price(child.agent.model, child_pricing)}"
-            raise ValueError(msg)
+            raise UnpricedModelError(child.agent.model, child_pricing, child.name)
 
 
 def model_of(model: Any) -> Model:

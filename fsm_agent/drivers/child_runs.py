@@ -20,13 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fsm_agent.core import snapshot
-from fsm_agent.core.output import Invalid
-from fsm_agent.core.result import make_result
 from fsm_agent.definition.limits import Limits
-from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import Done
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
+from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import astored, awaited, stored
 from fsm_agent.errors import AgentLoopError, RunLeasedError
 from fsm_agent.observe.events import logger
@@ -334,16 +330,3 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
     except AgentLoopError as stop:
         result = stop.result
     return _outcome(child, run_id, result)
-
-
-def stored_result(agent: Agent, data: dict[str, Any]) -> RunResult:
-    """The result a finished stored run had, read back from its snapshot under ``agent``'s table."""
-    position = Run(snapshot.limits_of(data), [], table=agent.table, policies=agent.on_stop)
-    snapshot.load(position, data, agent.table.states)
-    result = make_result(
-        position, position.at.reason or "unknown", position.at.evidence, tuple(position.calls.pending), None
-    )
-    if agent.output is not None and position.at.state is Done:
-        checked = agent.output.check(position.at.final)
-        result = attrs.evolve(result, output=None if isinstance(checked, Invalid) else checked)
-    return result

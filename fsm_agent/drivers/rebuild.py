@@ -187,7 +187,8 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
     double.hooks = Hooks()  # the agent's hooks hear of the fork's own transitions only
     messages, prior = recording["messages"], recording["prior"]
     history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
-    limits = None if recording["limits"] is None else snapshot.limits_of(recording)
+    earlier = snapshot.earlier_limits_of(recording)  # the source ran under the first until it was first resumed
+    limits = None if recording["limits"] is None else earlier[0][1] if earlier else snapshot.limits_of(recording)
     return double._begin(messages[prior]["content"], None, (), None, None, history or None, limits=limits)  # noqa: SLF001
 
 
@@ -197,7 +198,8 @@ def rebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
     while len(run.trace) <= at:
         if run.paused:
             run.decide(decisions(run, recording))
-        _checked(run, recording, _resumed(run, recording) or run.advance())
+        run, entry = _resumed(run, recording) if run.done else (run, run.advance())
+        _checked(run, recording, entry)
     return run
 
 
@@ -207,24 +209,45 @@ async def arebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun
     while len(run.trace) <= at:
         if run.paused:
             run.decide(decisions(run, recording))
-        _checked(run, recording, _resumed(run, recording) or await run.aadvance())
+        run, entry = _resumed(run, recording) if run.done else (run, await run.aadvance())
+        _checked(run, recording, entry)
     return run
 
 
-def _resumed(run: AgentRun, recording: dict[str, Any]) -> Transition | None:
-    """The ``resume`` edge the source took out of a ``model_error`` stop (retried), taken again; else None."""
-    if not run.done:
-        return None
+def _resumed(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transition]:
+    """The stopped rebuilt run resumed as the source was: under the limits it ran under next, retrying a model call.
+
+    The resume is ``Agent.resume``'s (``AgentRun._resumed``): the run comes
+    back from its snapshot under the new limits and takes the ``resume``
+    edge, which keeps the limits it stopped under, as the source's did.  A
+    source that kept no limits for the edge (a snapshot from before they were
+    kept, or a ``RunResult`` that ended in ``Done``) is resumed under its own
+    limits, which lift a ``model_error`` stop (retried) only.
+    """
     index = len(run.trace)
     expected = Transition(**recording["trace"][index])
-    entry = run.stepper.resume(retry=True) if expected.trigger == "resume" else None
+    resumes = [at for at, _ in recording.get("earlier_limits") or ()]  # checked by rebuilding()
+    entry = None
+    if expected.trigger == "resume" and index in resumes:
+        later = resumes.index(index) + 1
+        after = recording["earlier_limits"][later][1] if later < len(resumes) else recording["limits"]
+        try:
+            run, _, entry = AgentRun._resumed(  # noqa: SLF001 - the source's resume, taken again
+                run.agent, run.snapshot(), None, True, None, (), None, after
+            )
+        except ValueError as exc:
+            msg = f"the source cannot be rebuilt up to this transition: its resume at transition {index} failed: {exc}"
+            raise ForkError(msg) from exc
+    elif expected.trigger == "resume":
+        entry = run.stepper.resume(retry=True)
     if entry is None:
         msg = (
             f"the source cannot be rebuilt up to this transition: it was resumed at transition {index} "
-            f"({_edge(expected)}) under limits it no longer records"
+            f"({_edge(expected)}) under limits it does not record (a snapshot from before they were kept, or a "
+            "RunResult that ended in Done: fork run.snapshot() or the stored run)"
         )
         raise ForkError(msg)
-    return entry
+    return run, entry
 
 
 def _checked(run: AgentRun, recording: dict[str, Any], entry: Transition) -> None:

@@ -84,6 +84,7 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         "final": data.get("final", ""),
         "prior": data.get("prior", 0),
         "limits": data["limits"],
+        "earlier_limits": data.get("earlier_limits") or [],  # the limits before each resume edge
         "messages": messages,
         "steps": data["steps"],
         "trace": data["trace"],

@@ -90,17 +90,6 @@ def test_limit_flags_reach_the_agent(provider_server: ProviderServer, capsys: py
     assert capsys.readouterr().err.startswith("stopped: max_tool_calls ")
 
 
-def test_a_cost_budget_over_a_server_nothing_prices_is_refused_before_any_request(
-    provider_server: ProviderServer, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """--cost-budget reaches the agent, which refuses a budget it could not count: one line, exit 1, no request."""
-    assert main(_args(provider_server, "--quiet", "--cost-budget", "0.5")) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: cost_budget needs a price for every model call"), err
-    assert "gpt-4o-mini" in err
-    assert provider_server.requests == []
-
-
 def test_an_invalid_limit_is_one_line_and_exit_1(
     provider_server: ProviderServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,7 +12,18 @@ from decimal import Decimal
 
 import pytest
 
-from fsm_agent import Agent, AgentLoopError, Limits, ModelResponse, Price, RunResult, ToolRegistry, Usage, check
+from fsm_agent import (
+    Agent,
+    AgentLoopError,
+    Limits,
+    ModelResponse,
+    Price,
+    RunResult,
+    ToolRegistry,
+    UnpricedModelError,
+    Usage,
+    check,
+)
 from fsm_agent.models import OpenAIChatModel
 from fsm_agent.testing import FakeModel, edges, reply, tool_call, tool_turn
 
@@ -146,8 +157,12 @@ def test_a_cost_budget_over_an_unpriced_sub_agent_is_refused_naming_it() -> None
     """The parent is priced, its sub-agent's model is not: ValueError naming the sub-agent."""
     tools = ToolRegistry()
     tools.register(Agent(FakeModel([reply("x")]), ToolRegistry()).as_tool("helper", "Helps."))
-    with pytest.raises(ValueError, match="sub-agent 'helper'"):
+    with pytest.raises(UnpricedModelError, match="sub-agent 'helper'") as refused:
         Agent(FakeModel([reply("x")]), tools, cost_budget=1, prices=DEAR)
+    assert refused.value.sub_agent == "helper"
+    assert isinstance(refused.value, ValueError)
+    assert refused.value.explain("say how").startswith("sub-agent 'helper': cost_budget needs a price")
+    assert "say how, or install genai-prices" in refused.value.explain("say how")
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])

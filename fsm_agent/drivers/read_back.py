@@ -1,0 +1,49 @@
+"""A stored run read back as a result: the result its live run returned, nothing dropped on the way.
+
+A finished sub-agent's answer, a batch's run found over (a batch run again,
+a run cancelled on Ray) and a paused turn's spend are each a snapshot a
+store holds, read back under the agent that ran it.  Loading it into a run
+and building the result as the drivers do keeps what a field-by-field copy
+of the snapshot loses: the usage's cost, the typed output, ``prior``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from fsm_agent.core import snapshot
+from fsm_agent.core.output import Invalid
+from fsm_agent.core.result import make_result, pause_of
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import Done
+from fsm_agent.records import RunResult
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import Agent
+
+
+def stored_result(agent: Agent, data: dict[str, Any], reason: str | None = None, **evidence: Any) -> RunResult:
+    """The result the stored run ``data`` gave when it ran, read back under ``agent``'s table and output type.
+
+    As ``Agent.run`` returned it: a run that ended in ``Done`` has its typed
+    output (its answer checked again by ``agent``) and no snapshot; any
+    other keeps ``data`` as its snapshot, so it can be resumed; a paused one
+    is reason ``paused``, pending the calls that await a decision.
+    ``reason`` and ``evidence`` override the run's own: a batch reports a
+    run it cut off as ``cancelled``, saying why.
+    """
+    run = Run(snapshot.limits_of(data), [], table=agent.table, policies=agent.on_stop)
+    snapshot.load(run, data, agent.table.states)
+    if data.get("paused"):
+        own = "paused"
+        facts, pending = pause_of(run)
+    else:
+        own, facts, pending = run.at.reason or "running", run.at.evidence, tuple(run.calls.pending)
+    done = run.at.state is Done
+    result = make_result(run, reason or own, {**facts, **evidence}, pending, None if done else data)
+    if done and agent.output is not None:  # the answer checked again: the run is read, not changed
+        checked = agent.output.check(run.at.final)
+        result = attrs.evolve(result, output=None if isinstance(checked, Invalid) else checked)
+    return result
