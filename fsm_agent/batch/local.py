@@ -121,6 +121,11 @@ def iter_local(
             loop.run_until_complete(task)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which re-raises it
             done.put(exc)
+        finally:
+            # The loop ends as asyncio.run ends one: its async generators finalised (a PostgreSQL store closes
+            # this loop's connections in one) and its worker threads joined.
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
 
     thread = threading.Thread(target=drive, name="fsm_agent-batch", daemon=True)
     thread.start()
