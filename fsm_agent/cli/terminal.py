@@ -45,6 +45,8 @@ class Status:
         for name, (used, limit) in run.counters().items():
             # Seconds to a tenth; dollars to a millionth, or a call priced per million tokens shows as nothing.
             shown = (f"{used:.6f}" if name == "cost" else f"{used:.1f}") if isinstance(used, float) else str(used)
+            if name == "cost" and run.run_context().usage.cost is None:
+                shown = "unknown"  # a call nothing prices: not free
             parts.append(f"{name} {shown}" + ("" if limit is None else f"/{limit:g}"))
         return "  ".join(parts)
 

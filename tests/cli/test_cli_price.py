@@ -79,6 +79,18 @@ def test_the_status_lines_show_the_priced_cost_to_a_millionth_of_a_dollar(
     assert "cost 0.000049" in lines[-1]  # and 140 input and 9 output tokens more
 
 
+def test_the_status_lines_of_an_unpriced_run_say_its_cost_is_unknown(
+    provider_server: ProviderServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a price the server's calls cost something nobody knows: the status line says so, not 0."""
+    provider_server.queue(_calculate("(2+3)*4"), body("openai", "final_answer"))
+    assert main(["run", QUESTION, *_model(provider_server)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 2
+    assert all("cost unknown" in line for line in lines), lines
+    assert "cost 0" not in "\n".join(lines)
+
+
 def test_without_price_a_cost_budget_on_an_unpriced_server_is_refused_naming_the_flag(
     provider_server: ProviderServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
