@@ -5,7 +5,9 @@ becomes a recording; the agent runs again on a copy whose model answers the
 source's replies in order (``_Replies``) and whose tools return the source's
 results by call id (``_Results``), and each rebuilt transition is checked
 against the source's.  A call the rebuilt run pauses on is decided as the
-source's person decided it (``decisions``, which a replay uses too).
+source's person decided it (``decisions``), and a stop the source was
+resumed from is resumed as it was (``resumed_as_recorded``); a replay uses
+both too.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import json
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
+
 from fsm_agent.core import snapshot
 from fsm_agent.core.exchanges import message_from, response_from
+from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.errors import ContextOverflowError, ForkError
 from fsm_agent.records import Message, ModelResponse, OutputSchema, RunResult, ToolCall, Transition, plain
@@ -215,31 +220,22 @@ async def arebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun
 
 
 def _resumed(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transition]:
-    """The stopped rebuilt run resumed as the source was: under the limits it ran under next, retrying a model call.
+    """The stopped rebuilt run resumed as the source was (``resumed_as_recorded``), retrying a model call.
 
-    The resume is ``Agent.resume``'s (``AgentRun._resumed``): the run comes
-    back from its snapshot under the new limits and takes the ``resume``
-    edge, which keeps the limits it stopped under, as the source's did.  A
-    source that kept no limits for the edge (a snapshot from before they were
-    kept, or a ``RunResult`` that ended in ``Done``) is resumed under its own
-    limits, which lift a ``model_error`` stop (retried) only.
+    A source that kept no limits for the edge (a snapshot from before they
+    were kept, or a ``RunResult`` that ended in ``Done``) is resumed under
+    its own limits, which lift a ``model_error`` stop (retried) only.
     """
     index = len(run.trace)
     expected = Transition(**recording["trace"][index])
-    resumes = [at for at, _ in recording.get("earlier_limits") or ()]  # checked by rebuilding()
-    entry = None
-    if expected.trigger == "resume" and index in resumes:
-        later = resumes.index(index) + 1
-        after = recording["earlier_limits"][later][1] if later < len(resumes) else recording["limits"]
-        try:
-            run, _, entry = AgentRun._resumed(  # noqa: SLF001 - the source's resume, taken again
-                run.agent, run.snapshot(), None, True, None, (), None, after
-            )
-        except ValueError as exc:
-            msg = f"the source cannot be rebuilt up to this transition: its resume at transition {index} failed: {exc}"
-            raise ForkError(msg) from exc
-    elif expected.trigger == "resume":
-        entry = run.stepper.resume(retry=True)
+    try:
+        resumed = resumed_as_recorded(run, recording)
+    except ValueError as exc:
+        msg = f"the source cannot be rebuilt up to this transition: its resume at transition {index} failed: {exc}"
+        raise ForkError(msg) from exc
+    if resumed is not None:
+        return resumed
+    entry = run.stepper.resume(retry=True) if expected.trigger == "resume" else None
     if entry is None:
         msg = (
             f"the source cannot be rebuilt up to this transition: it was resumed at transition {index} "
@@ -248,6 +244,35 @@ def _resumed(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transi
         )
         raise ForkError(msg)
     return run, entry
+
+
+def resumed_as_recorded(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transition] | None:
+    """The stopped ``run`` resumed as the recorded one was at its next transition; None if that is no kept resume.
+
+    The resume is ``Agent.resume``'s (``AgentRun._resumed``, a model call
+    retried): the run comes back from its snapshot with the limits that
+    resume changed set as it set them (the rest stay the run's), and takes
+    the ``resume`` edge, which keeps the limits it stopped under, as the
+    recorded one did.  A fork rebuilds under the recorded limits, so it
+    resumes under exactly those that came next; a replay under its agent's
+    own, lifted where the recorded run was lifted.  A ``ValueError`` if the
+    new limits do not lift the run's stop.
+    """
+    index = len(run.trace)
+    earlier = snapshot.earlier_limits_of(recording)
+    resumes = [at for at, _ in earlier]
+    if index not in resumes or recording["trace"][index]["trigger"] != "resume":
+        return None
+    before = earlier[resumes.index(index)][1]
+    later = [limits for at, limits in earlier if at > index]
+    after = later[0] if later else snapshot.limits_of(recording)
+    changed = {f.name: getattr(after, f.name) for f in attrs.fields(Limits)}
+    changed = {name: value for name, value in changed.items() if value != getattr(before, name)}
+    resumed, _, entry = AgentRun._resumed(  # noqa: SLF001 - the recorded resume, taken again
+        run.agent, run.snapshot(), None, True, None, (), None, changed
+    )
+    assert entry is not None  # a stopped run: _resumed raises where its edge is not taken
+    return resumed, entry
 
 
 def _checked(run: AgentRun, recording: dict[str, Any], entry: Transition) -> None:

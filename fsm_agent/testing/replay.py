@@ -13,6 +13,18 @@ live ``model=`` (and the live tools for calls the recording lacks), and
 the new recording is returned instead.  A run that paused for a person's
 decision is decided as the recorded run was (approved where the call's
 result was recorded, else rejected with the recorded reason).
+
+The replay runs under the agent's own limits, since they are part of the
+agent under test: a changed limit departs where it first acts.  A run that
+was stopped by a limit and resumed under a lifted one (``Agent.resume``)
+kept the limits before each resume (``earlier_limits``); the replay that
+stops where the recorded run stopped is resumed there as it was: the
+limits that resume changed are set as it set them, the rest stay the
+agent's.  So an unchanged agent replays past the resume (``strict=False``
+too, up to the divergence), and the limits a divergence is diffed against
+are those the recorded run ran under at that transition.  A recording from
+before those limits were kept departs at its resume edge.  (A fork, which continues the recorded
+run rather than tests an agent, rebuilds under the recorded limits.)
 """
 
 from __future__ import annotations
@@ -24,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from fsm_agent.core.exchanges import message_from
-from fsm_agent.drivers.rebuild import decisions
+from fsm_agent.core.snapshot import SnapshotError
+from fsm_agent.drivers.rebuild import decisions, resumed_as_recorded
 from fsm_agent.errors import AgentLoopError, FsmAgentError
 from fsm_agent.persist.recording import read_recording, recording_of
 from fsm_agent.records import RunResult, Transition
@@ -105,12 +118,14 @@ def replay(
     new recording is returned.
     """
     data, handle, player = _prepare(agent, recording, strict, model, tools)
-    try:
-        result = handle.finish()
-        while result.reason == "paused" and _decided(handle, data):
+    onward: AgentRun | None = handle
+    while onward is not None:
+        handle = onward
+        try:
             result = handle.finish()
-    except AgentLoopError as stop:
-        result = stop.result
+        except AgentLoopError as stop:
+            result = stop.result
+        onward = _onward(handle, result, data)
     return _judged(data, handle, result, player, strict)
 
 
@@ -142,21 +157,38 @@ async def areplay(
 ) -> RunResult | dict[str, Any]:
     """``replay`` on the async driver."""
     data, handle, player = _prepare(agent, recording, strict, model, tools)
-    try:
-        result = await handle.afinish()
-        while result.reason == "paused" and _decided(handle, data):
+    onward: AgentRun | None = handle
+    while onward is not None:
+        handle = onward
+        try:
             result = await handle.afinish()
-    except AgentLoopError as stop:
-        result = stop.result
+        except AgentLoopError as stop:
+            result = stop.result
+        onward = _onward(handle, result, data)
     return _judged(data, handle, result, player, strict)
 
 
-def _decided(handle: AgentRun, data: dict[str, Any]) -> bool:
-    """Decide the calls the replay paused on as the recorded run's person did; False where it was left paused."""
-    if len(handle.trace) >= len(data["trace"]):
-        return False  # the recorded run ended paused here: so does the replay
-    handle.decide(decisions(handle, data))
-    return True
+def _onward(handle: AgentRun, result: RunResult, data: dict[str, Any]) -> AgentRun | None:
+    """The replay taken on as the recorded run was: decided where it paused, resumed where it stopped; else None.
+
+    None where the recorded run ended here too, and where it was not resumed
+    from this stop (or the replay has departed from it): the replay ends.
+    """
+    index = len(handle.trace)
+    if index >= len(data["trace"]):
+        return None  # the recorded run ended here: so does the replay
+    if result.reason == "paused":
+        handle.decide(decisions(handle, data))
+        return handle
+    if handle.trace != [Transition(**t) for t in data["trace"][:index]]:
+        return None  # departed: _judged says where
+    try:
+        resumed = resumed_as_recorded(handle, data)
+    except SnapshotError:
+        raise  # the recording's earlier_limits are malformed
+    except ValueError:
+        return None  # these limits keep the stop: the replay departs at the resume edge
+    return None if resumed is None else resumed[0]
 
 
 def _prepare(
@@ -199,9 +231,14 @@ def _judged(
         return recording_of(snapshot, children)
     if index is None:
         return result
-    diff = _request_diff(player.departure) or _diff(data["limits"], snapshot["limits"], "limits")
+    diff = _request_diff(player.departure) or _diff(_limits_at(data, index), snapshot["limits"], "limits")
     at = expected[index] if index < len(expected) else None
     raise ReplayDivergence(index, at, actual[index] if index < len(actual) else None, diff)
+
+
+def _limits_at(data: dict[str, Any], index: int) -> Any:
+    """The limits the recorded run ran under at transition ``index``: those before the next resume, else its last."""
+    return next((was for at, was in data.get("earlier_limits") or () if index < at), data["limits"])
 
 
 def _request_diff(departure: Departure | None) -> str:
