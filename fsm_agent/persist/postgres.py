@@ -251,7 +251,7 @@ class PostgresStore(PlannedStore):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-        self.close()
+        await asyncio.to_thread(self.close)  # the sync pool's connections close in a worker: the loop goes on
 
 
 async def _adrive(plan: plans.Plan[T], conn: Any) -> T:

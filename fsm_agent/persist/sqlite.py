@@ -12,14 +12,28 @@ version 1) opens and loads as it was.  The methods are
 ``PlannedStore``'s (``persist/planned.py``); the async ones hand the same
 plans to the store's writer thread, which commits those of many runs in
 flight together (``persist/sqlite_writer.py``).
+
+A forked child (``os.fork``, multiprocessing's fork start method, a
+pre-loading server) must not inherit an open SQLite connection: SQLite keeps
+the locks a process holds in its own memory, so a connection the child opens
+beside an inherited one takes no file locks, and the last parent connection
+to close deletes the write-ahead log under the child's feet (its committed
+writes are lost).  So the fork hooks at the end of this module close every
+open store's connection before the fork, once its transaction in progress
+ended, and each process opens its own again at its next use; the child gets
+a writer thread of its own, and the parent's queued writes stay the parent's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sqlite3
+import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -92,6 +106,15 @@ class SqliteStore(PlannedStore):
     Opening the store and its writes wait up to ``BUSY_TIMEOUT`` (30 s) for
     another connection's write transaction to end; a file whose schema is
     current opens without waiting for one.
+    ``close()`` ends the store.  ``await store.aclose()`` does what it does
+    without blocking the event loop, but leaves the store usable (its next
+    use opens the file again); leaving ``async with store:`` ends it for
+    good, also without blocking the loop.  Each lets the batch of awaited
+    writes in progress commit and fails those still queued with a
+    ``StoreError``.  A child process forked while the store is
+    open (multiprocessing's fork start method, gunicorn's ``preload_app``)
+    uses it as its own: it opens its own connection and writer thread, and
+    never runs or fails the parent's queued writes.
     """
 
     def __init__(
@@ -106,19 +129,43 @@ class SqliteStore(PlannedStore):
         self.path = Path(path)
         self._lock = threading.Lock()
         self._plans = plans.Plans("runs", "journal", placeholder="?", no_limit="-1", where=str(self.path), lease=lease)
-        self._writer = GroupWriter(lambda: self._db, self._lock, str(self.path))
-        try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT)
-        except sqlite3.Error as exc:
-            raise self._unusable(exc) from None
+        self._writer = GroupWriter(self._connection, self._lock, str(self.path))
+        self._released = False  # the connection was closed by ``aclose`` or for a fork: the next use opens it again
+        self._closed = False
+        self._db = self._open()
         try:
             self._wal_mode()
-            # NORMAL loses nothing on a process crash in WAL mode; only a power cut could drop the last commit.
-            self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         except sqlite3.Error as exc:
             self._db.close()
             raise self._unusable(exc) from None
+        _open_stores.add(self)
+
+    def _open(self) -> sqlite3.Connection:
+        """A new connection to the file, set up as the store's connection is."""
+        try:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT)
+        except sqlite3.Error as exc:
+            raise self._unusable(exc) from None
+        try:
+            # NORMAL loses nothing on a process crash in WAL mode; only a power cut could drop the last commit.
+            db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            db.close()
+            raise self._unusable(exc) from None
+        return db
+
+    def _connection(self) -> sqlite3.Connection:
+        """The store's connection, opened again if ``aclose`` or a fork closed it; called under the store's lock."""
+        if self._released:
+            self._db = self._open()
+            self._released = False
+        return self._db
+
+    def _release(self) -> None:
+        """Close the connection until the next use; called under the store's lock."""
+        self._db.close()
+        self._released = not self._closed
 
     def _wal_mode(self) -> None:
         """Switch the file to WAL mode, waiting up to ``BUSY_TIMEOUT`` for a writer that holds it.
@@ -206,17 +253,18 @@ class SqliteStore(PlannedStore):
         """
 
         def execute(sql: str, params: tuple[Any, ...]) -> plans.Reply:
-            cursor = self._db.execute(sql, params)
+            cursor = db.execute(sql, params)
             return cursor.rowcount, cursor.fetchall()
 
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 value = plans.drive(plan, execute)
             except BaseException:
-                self._db.execute("ROLLBACK")
+                db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
         return value
 
     async def _arun(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
@@ -230,9 +278,88 @@ class SqliteStore(PlannedStore):
 
     def close(self) -> None:
         """Close the database connection, after the writer thread's batch in progress; queued plans fail."""
+        self._closed = True
+        _open_stores.discard(self)
         self._writer.close()
         with self._lock:
-            self._db.close()
+            self._release()
 
     async def aclose(self) -> None:
-        """Nothing of this store belongs to the event loop (``close()`` closes the file), so nothing to do."""
+        """``close()`` without blocking the event loop, the store left usable: its next use opens the file again.
+
+        As with ``PostgresStore.aclose``, code that awaits it before its loop
+        ends may use the store afterwards.  A fresh writer takes the writes
+        awaited from now on; the old one commits its batch in progress, fails
+        its queued writes and ends.
+        """
+        await self._aclose(final=False)
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """``close()``, without blocking the event loop."""
+        await self._aclose(final=True)
+
+    async def _aclose(self, *, final: bool) -> None:
+        """Stop the writer and close the connection, waiting in worker threads (``final``: for good, as ``close``).
+
+        Joining the writer thread, and taking the lock a sync write of
+        another thread may hold, would block the event loop.
+        """
+        if self._closed:
+            return
+        if final:
+            self._closed = True
+            _open_stores.discard(self)
+            writer = self._writer  # closed below, it refuses the writes awaited from now on
+        else:
+            writer, self._writer = self._writer, GroupWriter(self._connection, self._lock, str(self.path))
+        await writer.aclose()
+        await asyncio.to_thread(self._release_locked)
+
+    def _release_locked(self) -> None:
+        with self._lock:
+            self._release()
+
+    # --- os.fork: each process opens its own connection, and the child has a writer thread of its own -----------
+
+    def _before_fork(self) -> None:
+        """Wait for the transaction in progress and close the connection; the lock is held over the fork."""
+        self._lock.acquire()
+        _forking.append(self)
+        self._release()
+
+    def _after_fork_in_child(self) -> None:
+        """A lock and a writer of the child's own: the parent's queued writes stay in the old writer, never run."""
+        self._lock = threading.Lock()
+        self._writer = GroupWriter(self._connection, self._lock, str(self.path))
+
+
+_open_stores: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
+"""The stores of this process not closed yet, whose connections the fork hooks close."""
+
+_forking: list[SqliteStore] = []
+"""The stores whose locks ``_before_fork`` holds over a fork, for the hooks after it."""
+
+
+def _before_fork() -> None:
+    for store in list(_open_stores):
+        store._before_fork()  # noqa: SLF001 - this module's fork hooks, kept beside the class they serve
+
+
+def _after_fork_in_parent() -> None:
+    """The parent's stores go on as they were; each opens its connection again at its next use."""
+    for store in _forking:
+        store._lock.release()  # noqa: SLF001 - as above
+    _forking.clear()
+
+
+def _after_fork_in_child() -> None:
+    for store in _forking:
+        store._after_fork_in_child()  # noqa: SLF001 - as above
+    _forking.clear()
+
+
+if sys.platform != "win32":  # Windows has no fork
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

@@ -38,15 +38,15 @@ _Job = tuple[plans.Plan[Any], bool, "asyncio.Future[Any]"]
 _Outcome = tuple["asyncio.Future[Any]", bool, Any]
 """A plan's future, whether it succeeded, and its value or exception."""
 _STOP = None
-"""Queued by ``close``: the thread ends after the batch in hand."""
+"""Queued by ``close`` and ``aclose``: the thread ends after the batch in hand."""
 
 
 class GroupWriter:
     """The writer thread of one store and its queue: started by an awaited plan, ended by ``close`` or when idle.
 
-    ``connection`` returns the store's connection (read at every batch, so
-    the store may wrap it), ``lock`` is the store's lock around it, and
-    ``where`` names the file in errors.
+    ``connection`` returns the store's connection (called at every batch,
+    under ``lock``, so the store may wrap it or open it again), ``lock`` is
+    the store's lock around it, and ``where`` names the file in errors.
     """
 
     def __init__(self, connection: Callable[[], Any], lock: threading.Lock, where: str) -> None:
@@ -70,7 +70,7 @@ class GroupWriter:
         with self._state:
             if self._closed:
                 raise self._closed_error()
-            if self._thread is None or not self._thread.is_alive():  # none yet, it ended idle, or a fork lost it
+            if self._thread is None or not self._thread.is_alive():  # none yet, or it ended
                 self._thread = threading.Thread(target=self._serve, name=f"fsm_agent writer {self._where}", daemon=True)
                 self._thread.start()
             self._jobs.put((plan, write, future))
@@ -78,6 +78,18 @@ class GroupWriter:
 
     def close(self) -> None:
         """Stop the thread: the batch it holds commits, every plan still queued fails with a ``StoreError``."""
+        thread = self._stop()
+        if thread is not None:
+            thread.join()
+
+    async def aclose(self) -> None:
+        """``close``, awaited: the thread is joined from a worker thread, so the event loop goes on meanwhile."""
+        thread = self._stop()
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+
+    def _stop(self) -> threading.Thread | None:
+        """Refuse new plans, fail the queued ones, and tell the thread to end; the thread to wait for, if any."""
         with self._state:
             self._closed = True
             thread, self._thread = self._thread, None
@@ -88,11 +100,10 @@ class GroupWriter:
                     queued.append((job[2], False, self._closed_error()))
             _deliver(queued)
             self._jobs.put(_STOP)
-        if thread is not None:
-            thread.join()
+        return thread
 
     def _closed_error(self) -> StoreError:
-        return StoreError(self._where, "it was closed (close()) before this write ran")
+        return StoreError(self._where, "it was closed before this write ran")
 
     def _serve(self) -> None:
         """The thread: wait for a plan, take whatever else has gathered (up to ``BATCH``), run them together."""
