@@ -25,6 +25,7 @@ from fsm_agent.batch.items import BatchItem
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent, AgentRun
 from fsm_agent.drivers.read_back import stored_result
+from fsm_agent.drivers.stored import awaited
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError
 from fsm_agent.persist.store import DEFAULT_LEASE as STORE_LEASE
 from fsm_agent.persist.store import Store, traits
@@ -124,6 +125,25 @@ def prepare(
         return stored_result(agent, data)
 
 
+async def aprepare(
+    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None = None, deps: Any = None
+) -> AgentRun | RunResult:
+    """``prepare``, awaited: the store read and the run written or claimed by its async methods, the loop never held."""
+    try:
+        data = await awaited(store, "load", item.run_id)
+    except KeyError:
+        return await agent.astart(item.input, store=store, run_id=item.run_id, cancel=cancel, deps=deps)
+    if data.get("paused") or data["state"] == "Done":
+        return stored_result(agent, data)
+    if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
+        return stored_result(agent, data)
+    try:
+        return await agent.aresume(data, store=store, cancel=cancel, deps=deps)
+    except ValueError:
+        # Limits that do not lift the stop: the stored run stands as it ended.
+        return stored_result(agent, data)
+
+
 def _outcome(run: AgentRun) -> RunResult:
     try:
         return run.finish()
@@ -181,6 +201,19 @@ def _plan(
                 return Later(time.time() + wait, give_up)
 
 
+async def _aplan(
+    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, give_up: float, deps: Any
+) -> AgentRun | RunResult | Later:
+    """``_plan``, awaited."""
+    while True:
+        try:
+            return await aprepare(agent, store, item, cancel, deps)
+        except (RunLeasedError, RunExistsError) as exc:
+            wait = _wait_for(exc, give_up)
+            if wait > 0:
+                return Later(time.time() + wait, give_up)
+
+
 def try_item(
     make_agent: AgentFactory,
     store: Store,
@@ -216,7 +249,7 @@ async def atry_item(
     try:
         agent = make_agent()
         deps = None if make_deps is None else make_deps(item)
-        plan = _plan(agent, store, item, cancel, _deadline(store, give_up), deps)
+        plan = await _aplan(agent, store, item, cancel, _deadline(store, give_up), deps)
         return plan if isinstance(plan, RunResult | Later) else await _aoutcome(plan)
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
         return error_result(item, exc)

@@ -163,6 +163,27 @@ class Agent(RunsAgain):
         run._open_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
         return run
 
+    async def astart(
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        store: StoreTarget | None = None,
+        run_id: str | None = None,
+        overwrite: bool = False,
+        history: History | None = None,
+        deps: Any = None,
+    ) -> AgentRun:
+        """``start``, awaited: with a ``store``, the new run is written and leased without blocking the event loop.
+
+        Drive the run it returns with ``afinish()`` or ``aadvance()``.
+        """
+        opened = await astore_for(store)  # a path opened for the first time is opened in a thread
+        run = self._begin(user_input, cancel, observers, opened, run_id, history, deps=deps)
+        await run._aopen_store(new=True, overwrite=overwrite)  # noqa: SLF001 - the agent opens its own runs' stores
+        return run
+
     def _begin(
         self,
         user_input: str,

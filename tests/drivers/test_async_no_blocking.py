@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, ModelResponse, RunResult, Session, SqliteStore, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, CancelToken, ModelResponse, RunResult, Session, SqliteStore, ToolRegistry
+from fsm_agent.batch import run_batch
 from fsm_agent.drivers import child_runs, stored
 from fsm_agent.drivers.child_runs import input_digest
 from fsm_agent.persist.store import JournaledStore, traits
@@ -226,6 +227,41 @@ def test_session_turns_and_their_resume_await_every_store_call(inner: SqliteStor
     assert session.turns == 2
     assert inner.load("chat/2")["state"] == "Done"
     assert {"alist_runs", "aload", "aclaim"} <= set(store.awaited)
+
+
+def test_a_local_batch_starts_resumes_and_reads_back_its_runs_with_awaited_store_calls_only(
+    inner: SqliteStore,
+) -> None:
+    """The batch's event loop never waits on the store: new runs, a cut-off run taken up, and ended runs read back."""
+    executed: list[str] = []
+    models: list[FakeModel] = []
+
+    def make_agent() -> Agent:
+        registry = ToolRegistry()
+
+        @registry.register
+        def note(text: str) -> str:
+            """Note a text."""
+            executed.append(text)
+            return f"noted {text}"
+
+        # Each run's model: one note, then an answer (a run taken up again has its note answered already).
+        models.append(FakeModel([tool_turn(tool_call("note", text="x")), reply("done")]))
+        return Agent(models[-1], registry)
+
+    interrupted = CancelToken()
+    interrupted.cancel("the batch was interrupted")
+    with pytest.raises(AgentLoopError, match="cancelled"):
+        make_agent().run("cut", store=inner, run_id="cut", cancel=interrupted)  # stored Failed/cancelled at once
+    store = AsyncOnly(inner)
+    items = [{"input": "one", "run_id": "one"}, {"input": "cut", "run_id": "cut"}]
+    first = run_batch(make_agent, items, store=store, executor="local", progress=False)  # type: ignore[arg-type]
+    assert [r.final for r in first] == ["done", "done"]
+    assert executed == ["x", "x"]
+    assert {"aload", "acreate", "aclaim", "aappend"} <= set(store.awaited)
+    again = run_batch(make_agent, items, store=store, executor="local", progress=False)  # type: ignore[arg-type]
+    assert again == first
+    assert executed == ["x", "x"]  # read back: no tool runs again
 
 
 def test_a_store_given_as_a_path_is_opened_off_the_loop(tmp_path: Path) -> None:
