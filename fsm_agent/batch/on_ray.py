@@ -394,7 +394,7 @@ def _collect(
 
 
 def _checkpoint(item: BatchItem, spec: str, why: str, make_agent: AgentFactory) -> Finished:
-    """A cancelled attempt's run as its last checkpoint says, with reason ``cancelled``.
+    """A cancelled attempt's run as its last checkpoint says: reason ``cancelled`` if it was cut off, else its own.
 
     Read back under the batch's agent, made here by ``make_agent``, so the
     result keeps what a worker's would (the cost, the typed output).  A
@@ -414,4 +414,6 @@ def _checkpoint(item: BatchItem, spec: str, why: str, make_agent: AgentFactory) 
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is in that run's result
         facts = {"type": type(exc).__name__, "error": str(exc)}
         return item, failed_result(item, "cancelled", why=why, state=data["state"], run_id=item.run_id, **facts)
+    if data["state"] in ("Done", "Failed") or data.get("paused"):
+        return item, stored_result(agent, data)  # it ended before the cancel reached it: as it ended
     return item, stored_result(agent, data, "cancelled", why=why, state=data["state"])

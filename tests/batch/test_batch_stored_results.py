@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fsm_agent import Agent, Message, ModelResponse, Price, RunResult, ToolRegistry, Usage
+from fsm_agent import Agent, Message, ModelResponse, Price, RunResult, SqliteStore, ToolRegistry, Usage
 from fsm_agent.batch import batch_items, run_batch
 from fsm_agent.batch.on_ray import _checkpoint
 from fsm_agent.persist import open_store
@@ -157,20 +157,37 @@ def test_a_stopped_batch_run_read_back_keeps_its_snapshot_and_cost(tmp_path: Pat
 
 
 def test_a_run_cancelled_on_ray_is_reported_from_its_checkpoint_with_its_cost(tmp_path: Path) -> None:
-    """The Ray executor's report of a cancelled run: reason ``cancelled``, its cost and snapshot, no call made."""
+    """The Ray executor's report of a run cut off mid-way: reason ``cancelled``, its cost and snapshot, no call made."""
     store = tmp_path / "runs.db"
-    bench = Bench(max_steps=1)
+    bench = Bench()
     item = batch_items(QUESTIONS[:1])[0]
-    (live,) = run_batch(bench, [item.input], store=store, executor="local", progress=False)
+    with SqliteStore(store) as opened:
+        cut = bench().start(item.input, store=opened, run_id=item.run_id)
+        cut.advance()  # one model call made and checkpointed; then the task is cancelled
     made = (len(bench.model_calls), len(bench.tool_calls))
     got, result = _checkpoint(item, str(store), "enough", bench)
     assert got == item
-    assert (result.reason, result.evidence["why"], result.evidence["state"]) == ("cancelled", "enough", "Failed")
-    assert result.usage == live.usage
+    assert (result.reason, result.evidence["why"]) == ("cancelled", "enough")
+    assert result.evidence["state"] == "CheckTruncation"
     assert result.usage.cost == pytest.approx(0.01)
     assert result.snapshot is not None
-    assert result.messages == live.messages
-    assert (len(bench.model_calls), len(bench.tool_calls)) == made
+    assert (len(bench.model_calls), len(bench.tool_calls)) == made == (1, 0)
+
+
+def test_a_run_that_ended_before_the_cancel_reached_it_on_ray_is_reported_as_it_ended(tmp_path: Path) -> None:
+    """Done stays done (its answer and typed output kept) and a limit's stop stays that stop, not ``cancelled``."""
+    store = tmp_path / "runs.db"
+    finished, stopped = batch_items(QUESTIONS[:2])
+    typed, short = Bench(typed=True), Bench(max_steps=1)
+    (done,) = run_batch(typed, [finished.input], store=store, executor="local", progress=False)
+    asked = [{"input": stopped.input, "run_id": stopped.run_id}]  # under the id it has as the second item
+    (limit,) = run_batch(short, asked, store=store, executor="local", progress=False)
+    made = (len(typed.model_calls) + len(short.model_calls), len(typed.tool_calls) + len(short.tool_calls))
+    assert _checkpoint(finished, str(store), "enough", typed)[1] == done
+    assert done.output == Answer(finished.input, len(finished.input.split()))
+    assert _checkpoint(stopped, str(store), "enough", short)[1] == limit
+    assert limit.reason == "max_steps"
+    assert (len(typed.model_calls) + len(short.model_calls), len(typed.tool_calls) + len(short.tool_calls)) == made
 
 
 def test_a_cancelled_ray_run_is_still_reported_when_its_agent_cannot_be_made_in_the_driver(tmp_path: Path) -> None:
