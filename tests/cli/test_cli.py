@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.provider_server import ProviderServer, body
+from support.provider_server import ProviderServer, body, openai_tool_call
 
 from fsm_agent.__main__ import main
 from fsm_agent.testing import TOOL_THEN_ANSWER
@@ -23,10 +22,7 @@ QUESTION = "What is (2+3)*4?"
 
 def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """The recorded OpenAI tool-call body, asking for one of the built-in tools."""
-    data = copy.deepcopy(body("openai", "tool_call"))
-    function = data["choices"][0]["message"]["tool_calls"][0]["function"]
-    function.update(name=name, arguments=json.dumps(arguments))
-    return data
+    return openai_tool_call(name, arguments)
 
 
 def _args(server: ProviderServer, *extra: str) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import re
 import shutil
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.provider_server import ProviderServer, body
+from support.provider_server import ProviderServer, body, openai_tool_call
 
 from fsm_agent import TABLE, RunResult, SqliteStore
 from fsm_agent.__main__ import main
@@ -52,10 +51,8 @@ def _answer(content: str, finish_reason: str = "stop") -> dict[str, Any]:
 
 
 def _calculate(expression: str) -> dict[str, Any]:
-    data = copy.deepcopy(body("openai", "tool_call"))
-    function = data["choices"][0]["message"]["tool_calls"][0]["function"]
-    function.update(name="calculate", arguments=json.dumps({"expression": expression}))
-    return data
+    """The recorded OpenAI tool-call body, asking the built-in calculator."""
+    return openai_tool_call("calculate", {"expression": expression})
 
 
 def _main(argv: list[str]) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.provider_server import ProviderServer, body
+from support.provider_server import ProviderServer, body, openai_tool_call
 
 from fsm_agent.__main__ import main
 
@@ -25,10 +25,7 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _calculate(expression: str) -> dict[str, Any]:
     """The recorded OpenAI tool-call body, asking the built-in calculator."""
-    data = copy.deepcopy(body("openai", "tool_call"))
-    function = data["choices"][0]["message"]["tool_calls"][0]["function"]
-    function.update(name="calculate", arguments=json.dumps({"expression": expression}))
-    return data
+    return openai_tool_call("calculate", {"expression": expression})
 
 
 def _model(server: ProviderServer) -> list[str]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.provider_server import ProviderServer, body
+from support.provider_server import ProviderServer, body, openai_tool_call
 from support.store_cases import tick_agent
 
 from fsm_agent import Agent, AgentLoopError, SqliteStore
@@ -28,10 +27,8 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _calculate(expression: str) -> dict[str, Any]:
-    data = copy.deepcopy(body("openai", "tool_call"))
-    function = data["choices"][0]["message"]["tool_calls"][0]["function"]
-    function.update(name="calculate", arguments=json.dumps({"expression": expression}))
-    return data
+    """The recorded OpenAI tool-call body, asking the built-in calculator."""
+    return openai_tool_call("calculate", {"expression": expression})
 
 
 def _model(server: ProviderServer) -> list[str]:

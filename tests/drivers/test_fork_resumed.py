@@ -12,65 +12,20 @@ again and gets the source's answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from support.resumed_runs import LIFTS, Counts, make_agent
 
 from fsm_agent import (
     Agent,
     AgentRun,
     ForkEdit,
     ForkError,
-    Message,
-    ModelResponse,
     RunResult,
     SnapshotError,
-    ToolRegistry,
-    Usage,
 )
 from fsm_agent.persist import open_store
-from fsm_agent.testing import reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
-
-USAGE = Usage(input_tokens=10, output_tokens=5)
-SCRIPT = [tool_turn(tool_call("add", id=f"a{n}", a=n, b=1), usage=USAGE) for n in range(5)] + [reply("6", usage=USAGE)]
-LIFTS = {  # each limit: the agent's own (the source stops on it after two turns or three), and the one it resumes under
-    "max_steps": (2, 10),
-    "token_budget": (40, 1000),
-}
-
-
-class Counts:
-    """How often the model and the tool were called."""
-
-    def __init__(self) -> None:
-        self.model = 0
-        self.tool = 0
-
-
-class ByTurn:
-    """A model that answers the n-th reply of ``SCRIPT`` when sent n assistant messages: same history, same answer."""
-
-    def __init__(self, counts: Counts) -> None:
-        self.counts = counts
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        self.counts.model += 1
-        return SCRIPT[sum(1 for m in messages if m.role == "assistant")]
-
-
-def make_agent(counts: Counts, limit: str) -> Agent:
-    """The source's agent, under the lower of ``limit``'s two values; a stop on it returns."""
-    registry = ToolRegistry()
-
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        counts.tool += 1
-        return a + b
-
-    registry.register(add)
-    return Agent(ByTurn(counts), registry, on_stop={limit: "return"}, **{limit: LIFTS[limit][0]})
 
 
 def source_run(limit: str, driver: str, store: Any) -> tuple[RunResult, dict[str, Any]]:

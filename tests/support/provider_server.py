@@ -34,6 +34,14 @@ def body(provider: str, name: str) -> dict[str, Any]:
     return loaded
 
 
+def openai_tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The recorded OpenAI tool-call body, asking for tool ``name`` with ``arguments``."""
+    data = body("openai", "tool_call")
+    function = data["choices"][0]["message"]["tool_calls"][0]["function"]
+    function.update(name=name, arguments=json.dumps(arguments))
+    return data
+
+
 @dataclass
 class Received:
     """One request the server got: path, headers (lower-cased names) and the decoded JSON body."""
