@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.writer_waits import until
 
 from fsm_agent import RunExistsError, RunLeasedError, SqliteStore
 from fsm_agent.persist import plans
@@ -39,15 +40,6 @@ def _rows(path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return db.execute(sql, params).fetchall()
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    msg = "the writer thread never got there"
-    raise AssertionError(msg)
-
-
 async def _one_batch(store: SqliteStore, *writes: Coroutine[Any, Any, Any]) -> list[Any]:
     """Run ``writes`` in one batch of the writer (after a plug batch of one read); what each returned or raised."""
     writer = store._writer
@@ -55,9 +47,9 @@ async def _one_batch(store: SqliteStore, *writes: Coroutine[Any, Any, Any]) -> l
     try:
         plug = asyncio.ensure_future(store.alist_runs())
         await asyncio.sleep(0)  # the plug is queued
-        await _until(writer._jobs.empty)  # taken: the writer now waits for the lock
+        await until(writer._jobs.empty)  # taken: the writer now waits for the lock
         tasks = [asyncio.ensure_future(write) for write in writes]
-        await _until(lambda: writer._jobs.qsize() == len(writes))
+        await until(lambda: writer._jobs.qsize() == len(writes))
     finally:
         store._lock.release()
     await plug
@@ -199,9 +191,9 @@ def test_closing_with_writes_queued_fails_them_and_does_not_hang(tmp_path: Path)
         store._lock.acquire()
         taken = asyncio.ensure_future(store.acreate("taken", fresh_snapshot("taken"), owner="o"))
         await asyncio.sleep(0)
-        await _until(writer._jobs.empty)
+        await until(writer._jobs.empty)
         queued = [asyncio.ensure_future(store.acreate(f"q{i}", fresh_snapshot(f"q{i}"), owner="o")) for i in range(3)]
-        await _until(lambda: writer._jobs.qsize() == 3)
+        await until(lambda: writer._jobs.qsize() == 3)
         threading.Timer(0.2, store._lock.release).start()  # the writer gets the lock while close() waits for it
         store.close()
         results = await asyncio.wait_for(asyncio.gather(taken, *queued, return_exceptions=True), 10)

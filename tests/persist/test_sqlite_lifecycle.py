@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.writer_waits import until
 
 from fsm_agent import SqliteStore
 from fsm_agent.persist import plans
@@ -43,15 +44,6 @@ def _wal(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    msg = "the writer thread never got there"
-    raise AssertionError(msg)
-
-
 def _create(store: SqliteStore, run_id: str) -> asyncio.Future[int]:
     return asyncio.ensure_future(store.acreate(run_id, fresh_snapshot(run_id), owner="o"))
 
@@ -61,9 +53,9 @@ async def _queue_behind_one(store: SqliteStore, run_ids: list[str]) -> list[asyn
     writer = store._writer
     taken = _create(store, run_ids[0])
     await asyncio.sleep(0)  # queued
-    await _until(writer._jobs.empty)
+    await until(writer._jobs.empty)
     queued = [_create(store, run_id) for run_id in run_ids[1:]]
-    await _until(lambda: writer._jobs.qsize() == len(queued))
+    await until(lambda: writer._jobs.qsize() == len(queued))
     return [taken, *queued]
 
 
@@ -100,7 +92,7 @@ def test_aclose_with_writes_queued_commits_the_one_taken_and_fails_the_rest(tmp_
         with _lock_held(store) as free:
             writes = await _queue_behind_one(store, ["taken", "q1", "q2", "q3"])
             closing = asyncio.ensure_future(store.aclose())
-            await _until(lambda: all(write.done() for write in writes[1:]))
+            await until(lambda: all(write.done() for write in writes[1:]))
             free()
             await closing
         assert _writer_threads(path) == []
@@ -248,12 +240,12 @@ def test_a_forked_child_writes_on_its_own_and_leaves_the_parents_queued_writes_a
         forking = threading.Thread(target=lambda: processes.append(_forked(child)))
         with _lock_held(store) as free:
             forking.start()
-            await _until(lambda: _in_fork_hook(forking))  # the fork waits for the lock, ahead of the writer
+            await until(lambda: _in_fork_hook(forking))  # the fork waits for the lock, ahead of the writer
             writer = store._writer
             writes = [asyncio.ensure_future(store._arun(busy(), write=False))]  # no write lock on the file
-            await _until(lambda: writer._thread is not None and writer._jobs.empty())
+            await until(lambda: writer._thread is not None and writer._jobs.empty())
             writes += [_create(store, run_id) for run_id in ("p1", "p2", "p3")]
-            await _until(lambda: writer._jobs.qsize() == 3)
+            await until(lambda: writer._jobs.qsize() == 3)
             free()
         await asyncio.to_thread(forking.join, 30)
         exit_code = await asyncio.to_thread(_exit_code, processes[0])
