@@ -181,15 +181,17 @@ def unique_calls(run: Run, response: ModelResponse) -> ModelResponse:
     if taken is None:
         taken = run.calls.call_ids = {c.id for m in run.talk.messages if m.role == "assistant" for c in m.tool_calls}
     calls = response.message.tool_calls
-    renamed = []
+    renamed, clashed = [], False
     for call in calls:
         fresh, n = call.id, 1
         while fresh in taken:
             n += 1
             fresh = f"{call.id}-{n}"
         taken.add(fresh)
-        renamed.append(call if fresh == call.id else attrs.evolve(call, id=fresh))
-    if all(new is old for new, old in zip(renamed, calls, strict=True)):
+        if n > 1:
+            clashed, call = True, attrs.evolve(call, id=fresh)
+        renamed.append(call)
+    if not clashed:
         return response
     return attrs.evolve(response, message=attrs.evolve(response.message, tool_calls=tuple(renamed)))
 
