@@ -103,25 +103,25 @@ def _iter(
         finally:
             _close(opened)
         return
-    from fsm_agent.batch import on_ray  # Ray is imported only by a batch on Ray
+    from fsm_agent.batch import on_ray, ray_cluster  # Ray is imported only by a batch on Ray
 
     spec = _spec_for_workers(store)
     # Opened here first: a store that cannot be used fails the batch before any run, and a new SQLite file
     # gets its tables now rather than from many workers at once.
     _close(open_store(spec, lease))
     say = on_status or (lambda _: None)
-    if not on_ray.connected():
-        say(on_ray.connecting(ray_address))
-    started = on_ray.connect(ray_address)
+    if not ray_cluster.connected():
+        say(ray_cluster.connecting(ray_address))
+    started = ray_cluster.connect(ray_address)
     try:
-        on_ray.check_store_reach(spec, ray_address)
+        ray_cluster.check_store_reach(spec, ray_address)
         if started:
-            say(f"ray: {on_ray.describe(ray_address, started)}")
+            say(f"ray: {ray_cluster.describe(ray_address, started)}")
         yield from on_ray.iter_ray(
             make_agent,
             spec,
             items,
-            max_in_flight=max_in_flight or on_ray.default_in_flight(),
+            max_in_flight=max_in_flight or ray_cluster.default_in_flight(),
             max_retries=max_retries,
             cancel=cancel,
             ray_options=ray_options or {},
@@ -132,7 +132,7 @@ def _iter(
         )
     finally:
         if started:
-            on_ray.disconnect()
+            ray_cluster.disconnect()
 
 
 def run_batch(

@@ -245,13 +245,13 @@ def _join_ray(address: str | None, err: IO[str]) -> bool:
     Connected here rather than inside ``iter_batch`` so the line can say
     which Ray it is before the first run, whichever one ``ray.init`` found.
     """
-    from fsm_agent.batch import on_ray  # Ray is imported only by a batch on Ray
+    from fsm_agent.batch import ray_cluster  # Ray is imported only by a batch on Ray
 
-    if not on_ray.connected():
-        print(on_ray.connecting(address), file=err, flush=True)  # before the seconds Ray takes to start or join
+    if not ray_cluster.connected():
+        print(ray_cluster.connecting(address), file=err, flush=True)  # before the seconds Ray takes to start or join
     try:
-        started = on_ray.connect(address)
-        said = on_ray.describe(address, started)
+        started = ray_cluster.connect(address)
+        said = ray_cluster.describe(address, started)
     except (ImportError, ValueError, ConnectionError, RuntimeError) as exc:  # no Ray, a bad address, nobody there
         msg = f"--ray {address}: {exc}" if address is not None else f"cannot start Ray: {exc}"
         raise SetupError(msg.strip().splitlines()[0]) from None
@@ -267,9 +267,9 @@ def _status(bar: Bar | None, err: IO[str]) -> Callable[[str], None]:
 
 
 def _leave_ray() -> None:
-    from fsm_agent.batch import on_ray
+    from fsm_agent.batch import ray_cluster
 
-    on_ray.disconnect()
+    ray_cluster.disconnect()
 
 
 def _open_out(path: Path) -> IO[str]:
