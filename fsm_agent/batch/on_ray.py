@@ -130,12 +130,8 @@ def iter_ray(
     switch = _remote("switch", Switch).options(num_cpus=0, name=name).remote()
     pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, name, make_deps)
             for _ in range(size)]  # fmt: skip
-    load = [0] * size
+    slots = _Slots(ray, pool, runs)
     pending: dict[Any, tuple[BatchItem, int]] = {}
-    # Actors that died, by slot: when to ask next whether each is back (None: asked, no answer yet).  A run sent
-    # to an actor still restarting is refused, and would use up its retries in a few seconds.
-    down: dict[int, float | None] = {}
-    pings: dict[Any, int] = {}
     deaths: dict[int, int] = {}
     waiting = deque(items)
     # Runs another owner holds, put back until their leases lapse: (retry at, index, item, give up).
@@ -147,38 +143,11 @@ def iter_ray(
     reader = functools.cache(make_agent)  # the agent cancelled runs are read back under: made once, if ever
 
     def send(item: BatchItem, give_up: float | None) -> None:
-        slot = min(up(), key=load.__getitem__)
-        load[slot] += 1
-        pending[pool[slot].run.remote(item, give_up)] = (item, slot)
-
-    def up() -> list[int]:
-        """The slots whose actor is alive and has room for one more run."""
-        return [slot for slot in range(size) if slot not in down and load[slot] < runs]
-
-    def fell(slot: int) -> None:
-        if slot not in down:
-            down[slot] = 0.0  # ask at once
-
-    def ask() -> None:
-        now = time.monotonic()
-        for slot, at in down.items():
-            if at is not None and at <= now:
-                pings[pool[slot].ready.remote()] = slot
-                down[slot] = None
-
-    def answered(ref: Any) -> None:
-        slot = pings.pop(ref)
-        try:
-            ray.get(ref)
-        except ray.exceptions.ActorDiedError:
-            down[slot] = _GONE  # Ray will not restart it (max_restarts is -1): killed for good with ray.kill
-        except ray.exceptions.RayError:
-            down[slot] = time.monotonic() + _POLL  # still restarting: ask again
-        else:
-            del down[slot]
+        ref, slot = slots.send(item, give_up)
+        pending[ref] = (item, slot)
 
     def submit() -> None:
-        while len(pending) < max_in_flight and up():
+        while len(pending) < max_in_flight and slots.up():
             if again:
                 send(again.pop(), None)
                 continue
@@ -193,14 +162,10 @@ def iter_ray(
                 on_start(item)
             send(item, None)
 
-    def gone() -> bool:
-        """Whether every actor died and Ray restarts none of them: the runs still to go cannot be carried out."""
-        return all(down.get(slot) == _GONE for slot in range(size))
-
     try:
         submit()
-        while pending or later or again or (waiting and not why and not gone()):
-            if not why and (again or later) and gone():
+        while pending or later or again or (waiting and not why and not slots.gone()):
+            if not why and (again or later) and slots.gone():
                 for item in [*again, *(entry[2] for entry in sorted(later))]:
                     yield item, error_result(item, RuntimeError(_NO_WORKER))
                 again.clear()
@@ -220,27 +185,27 @@ def iter_ray(
                     yield _checkpoint(item, spec, why, reader)
                 later.clear()
                 again.clear()
-            ask()
-            if pending or pings:
-                watched = [*pending, *pings]
+            slots.ask()
+            if pending or slots.pings:
+                watched = [*pending, *slots.pings]
                 ready, _ = ray.wait(watched, num_returns=1, timeout=_POLL)
                 if ready:
                     ready, _ = ray.wait(watched, num_returns=len(watched), timeout=0)
             else:
                 ready = []
-                if later and not again and up():  # only runs waiting on another owner's lease: until the first lapses
+                if later and not again and slots.up():  # only runs on another owner's lease: until the first lapses
                     time.sleep(min(_POLL, max(later[0][0] - time.time(), 0.0)))
                 else:  # runs waiting for a dead actor to come back, none being asked just now: ask again shortly
                     time.sleep(_POLL)
             for ref in ready:
-                if ref in pings:
-                    answered(ref)
+                if ref in slots.pings:
+                    slots.answered(ref)
                     continue
                 item, slot = pending.pop(ref)
-                load[slot] -= 1
+                slots.returned(slot)
                 got = _collect(ray, ref, item, spec, why, on_worker, reader)
                 if got is None:  # its actor died: again, unless that was its last retry
-                    fell(slot)
+                    slots.fell(slot)
                     deaths[item.index] = deaths.get(item.index, 0) + 1
                     if why:
                         yield _checkpoint(item, spec, why, reader)
@@ -274,6 +239,66 @@ def iter_ray(
         ray.wait([worker.close.remote() for worker in pool], num_returns=len(pool), timeout=_DRAIN)
         for worker in [*pool, switch]:
             ray.kill(worker)
+
+
+class _Slots:
+    """The pool's actors by slot: the runs each has in flight, and those that died until they answer again.
+
+    A run sent to an actor still restarting is refused, and would use up
+    its retries in a few seconds, so a dead actor takes no run until it
+    answers a ping; one Ray will not restart takes none again.
+    """
+
+    def __init__(self, ray: Any, pool: list[Any], runs: int) -> None:
+        self._ray, self._pool, self._runs = ray, pool, runs
+        self._load = [0] * len(pool)
+        # Actors that died, by slot: when to ask next whether each is back (None: asked, no answer yet).
+        self._down: dict[int, float | None] = {}
+        self.pings: dict[Any, int] = {}
+        """The pings in flight: the ref of each actor's ``ready`` task, by the slot it asks about."""
+
+    def up(self) -> list[int]:
+        """The slots whose actor is alive and has room for one more run."""
+        return [slot for slot in range(len(self._pool)) if slot not in self._down and self._load[slot] < self._runs]
+
+    def send(self, item: BatchItem, give_up: float | None) -> tuple[Any, int]:
+        """Submit ``item`` to the live actor with the fewest runs: the task's ref, and the actor's slot."""
+        slot = min(self.up(), key=self._load.__getitem__)
+        self._load[slot] += 1
+        return self._pool[slot].run.remote(item, give_up), slot
+
+    def returned(self, slot: int) -> None:
+        """A run the actor at ``slot`` had came back (ended, refused, or lost with its actor): room for one more."""
+        self._load[slot] -= 1
+
+    def fell(self, slot: int) -> None:
+        """The actor at ``slot`` died under a run: it takes none until it answers again."""
+        if slot not in self._down:
+            self._down[slot] = 0.0  # ask at once
+
+    def ask(self) -> None:
+        """Ping each dead actor whose time to be asked has come."""
+        now = time.monotonic()
+        for slot, at in self._down.items():
+            if at is not None and at <= now:
+                self.pings[self._pool[slot].ready.remote()] = slot
+                self._down[slot] = None
+
+    def answered(self, ref: Any) -> None:
+        """A ping came back: its actor is up again, still restarting (asked again shortly), or gone for good."""
+        ray, slot = self._ray, self.pings.pop(ref)
+        try:
+            ray.get(ref)
+        except ray.exceptions.ActorDiedError:
+            self._down[slot] = _GONE  # Ray will not restart it (max_restarts is -1): killed for good with ray.kill
+        except ray.exceptions.RayError:
+            self._down[slot] = time.monotonic() + _POLL  # still restarting: ask again
+        else:
+            del self._down[slot]
+
+    def gone(self) -> bool:
+        """Whether every actor died and Ray restarts none of them: the runs still to go cannot be carried out."""
+        return all(self._down.get(slot) == _GONE for slot in range(len(self._pool)))
 
 
 def _collect(

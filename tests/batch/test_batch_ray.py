@@ -105,6 +105,26 @@ def test_a_worker_slow_to_restart_costs_the_run_it_killed_no_retry(tmp_path: Pat
 
 
 @pytest.mark.usefixtures("cluster")
+def test_when_every_worker_is_killed_for_good_each_run_left_ends_as_an_error_saying_so(tmp_path: Path) -> None:
+    """The pool's one worker killed so that Ray never restarts it: the batch ends, each run left says why.
+
+    The killed run is not retried on a worker that will not come back, and
+    the runs not yet started are not sent anywhere: each is an ``error``
+    result naming the cause, and no tool call was made twice.
+    """
+    questions = _questions(3)
+    doomed = frozenset({f"{tag(questions[0])}-1"})
+    started = time.monotonic()
+    results = run_batch(factory(tmp_path, kill=doomed, for_good=True), questions, store=tmp_path / "runs.db",
+                        progress=False, lease=LEASE, max_in_flight=1, max_retries=3)  # fmt: skip
+    assert [r.reason for r in results] == ["error"] * 3
+    assert {r.evidence["error"] for r in results} == {"every worker of the batch died and Ray restarted none of them"}
+    assert len(list(tmp_path.glob("killed-*"))) == 1
+    assert counts(tmp_path / TOOL_LOG) == {f"{tag(questions[0])}-0": 1}  # the call before the kill, once
+    assert time.monotonic() - started < 60  # not waiting on the killed call's sleep
+
+
+@pytest.mark.usefixtures("cluster")
 def test_a_half_finished_batch_on_ray_makes_no_model_call_for_its_finished_runs(tmp_path: Path) -> None:
     """The first ten runs finished earlier: running all twenty calls the model only for the ten new ones."""
     store = tmp_path / "runs.db"

@@ -68,8 +68,11 @@ class Script:
         return reply(f"answer to {question}", usage=Usage(3, 2))
 
 
-def registry(ledger: Path, kill: frozenset[str]) -> ToolRegistry:
-    """``work``: records its call id once it completed; for a call id in ``kill``, ends the process the first time."""
+def registry(ledger: Path, kill: frozenset[str], for_good: bool = False) -> ToolRegistry:
+    """``work``: records its call id once it completed; for a call id in ``kill``, ends the process the first time.
+
+    ``for_good``: the Ray actor running the call is killed so that Ray never restarts it.
+    """
     tools = ToolRegistry()
 
     @tools.register
@@ -79,6 +82,11 @@ def registry(ledger: Path, kill: frozenset[str]) -> ToolRegistry:
             marker = ledger / f"killed-{call_id}"
             if not marker.exists():
                 marker.touch()
+                if for_good:
+                    import ray
+
+                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+                    time.sleep(60)  # killed long before: the call never returns
                 os._exit(1)  # the worker dies mid-run, with this call in flight
         _append(ledger / TOOL_LOG, call_id)
         return f"step {step} done"
@@ -86,11 +94,14 @@ def registry(ledger: Path, kill: frozenset[str]) -> ToolRegistry:
     return tools
 
 
-def scripted_agent(ledger: str, rounds: int = 3, kill: frozenset[str] = frozenset(), latency: float = 0.0) -> Agent:
+def scripted_agent(
+    ledger: str, rounds: int = 3, kill: frozenset[str] = frozenset(), latency: float = 0.0, for_good: bool = False
+) -> Agent:
     """The agent every batch test runs: the ``Script`` model and the ``work`` tool, counting into ``ledger``."""
     where = Path(ledger)
     # A clock that never moves: results compare equal whatever process, and however fast, ran them.
-    return Agent(Script(where, rounds, latency), registry(where, kill), max_steps=rounds + 2, clock=ManualClock())
+    tools = registry(where, kill, for_good)
+    return Agent(Script(where, rounds, latency), tools, max_steps=rounds + 2, clock=ManualClock())
 
 
 def factory(ledger: Path, **options: object) -> functools.partial[Agent]:
