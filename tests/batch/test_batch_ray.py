@@ -125,6 +125,27 @@ def test_when_every_worker_is_killed_for_good_each_run_left_ends_as_an_error_say
 
 
 @pytest.mark.usefixtures("cluster")
+def test_a_run_whose_worker_dies_past_its_retries_ends_as_an_error_and_the_others_finish(tmp_path: Path) -> None:
+    """A run that kills its worker at every attempt: tried ``max_retries + 1`` times, then an ``error`` saying so.
+
+    The worker comes back each time, so the batch's other runs finish; the
+    doomed run's calls before the fatal one were made once, resumed past.
+    """
+    questions = _questions(3)
+    doomed = frozenset({f"{tag(questions[0])}-1"})
+    results = run_batch(factory(tmp_path, kill=doomed, always=True), questions, store=tmp_path / "runs.db",
+                        progress=False, lease=LEASE, max_in_flight=1, max_retries=1)  # fmt: skip
+    assert results[0].reason == "error"
+    assert results[0].evidence["error"] == "its worker died 2 times"
+    assert [r.final for r in results[1:]] == [f"answer to {q}" for q in questions[1:]]
+    assert (tmp_path / f"killed-{tag(questions[0])}-1").read_text() == "xx"  # two attempts, no third
+    tools = counts(tmp_path / TOOL_LOG)
+    assert tools[f"{tag(questions[0])}-0"] == 1
+    assert f"{tag(questions[0])}-1" not in tools
+    assert set(tools.values()) == {1}
+
+
+@pytest.mark.usefixtures("cluster")
 def test_a_half_finished_batch_on_ray_makes_no_model_call_for_its_finished_runs(tmp_path: Path) -> None:
     """The first ten runs finished earlier: running all twenty calls the model only for the ten new ones."""
     store = tmp_path / "runs.db"

@@ -68,10 +68,11 @@ class Script:
         return reply(f"answer to {question}", usage=Usage(3, 2))
 
 
-def registry(ledger: Path, kill: frozenset[str], for_good: bool = False) -> ToolRegistry:
+def registry(ledger: Path, kill: frozenset[str], for_good: bool = False, always: bool = False) -> ToolRegistry:
     """``work``: records its call id once it completed; for a call id in ``kill``, ends the process the first time.
 
-    ``for_good``: the Ray actor running the call is killed so that Ray never restarts it.
+    ``for_good``: the Ray actor running the call is killed so that Ray never restarts it.  ``always``: the
+    process is ended every time the call is made, not only the first.
     """
     tools = ToolRegistry()
 
@@ -80,8 +81,9 @@ def registry(ledger: Path, kill: frozenset[str], for_good: bool = False) -> Tool
         """Do one step of work."""
         if call_id in kill:
             marker = ledger / f"killed-{call_id}"
-            if not marker.exists():
-                marker.touch()
+            if always or not marker.exists():
+                with marker.open("a") as deaths:
+                    deaths.write("x")
                 if for_good:
                     import ray
 
@@ -95,12 +97,17 @@ def registry(ledger: Path, kill: frozenset[str], for_good: bool = False) -> Tool
 
 
 def scripted_agent(
-    ledger: str, rounds: int = 3, kill: frozenset[str] = frozenset(), latency: float = 0.0, for_good: bool = False
+    ledger: str,
+    rounds: int = 3,
+    kill: frozenset[str] = frozenset(),
+    latency: float = 0.0,
+    for_good: bool = False,
+    always: bool = False,
 ) -> Agent:
     """The agent every batch test runs: the ``Script`` model and the ``work`` tool, counting into ``ledger``."""
     where = Path(ledger)
     # A clock that never moves: results compare equal whatever process, and however fast, ran them.
-    tools = registry(where, kill, for_good)
+    tools = registry(where, kill, for_good, always)
     return Agent(Script(where, rounds, latency), tools, max_steps=rounds + 2, clock=ManualClock())
 
 
