@@ -87,6 +87,11 @@ class ExchangeLog:
         record = ModelExchange(run.counts.turns, messages, offered, tools if offered else None, output, reply, error)
         run.talk.io.append(record)
 
+    def _log_unusable(self, reply: ModelResponse) -> None:
+        """Replace the reply of the model call just logged by ``reply``: the same reply, kept as a snapshot holds it."""
+        io = self.run.talk.io
+        io[-1] = attrs.evolve(io[-1], reply=reply)
+
     def _log_tool(self, call: ToolCall, outcome: ToolResult) -> None:
         self.run.talk.io.append(ToolExchange(call.id, call.name, outcome))
 
@@ -116,6 +121,8 @@ def message_from(data: dict[str, Any]) -> Message:
 
 
 def response_from(data: dict[str, Any]) -> ModelResponse:
-    """A model reply from its plain form."""
-    usage = None if data["usage"] is None else Usage(**data["usage"])
+    """A model reply from its plain form; a usage the run could not count comes back as the text it was kept as."""
+    usage = data["usage"]
+    if isinstance(usage, dict):
+        usage = Usage(**usage)
     return ModelResponse(message_from(data["message"]), data["stop_reason"], usage)

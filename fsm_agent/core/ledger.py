@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -141,6 +141,18 @@ def usage_problem(usage: object) -> str | None:
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf):
         return f"ModelResponse.usage.cost must be None or a finite number of US dollars >= 0, got {cost!r}"
     return None
+
+
+def as_kept(response: ModelResponse) -> ModelResponse:
+    """An unusable reply as the run's exchange log keeps it: an uncountable usage or non-text stop reason as its repr.
+
+    Why: every reply must fit in a snapshot (stores write JSON, and PostgreSQL refuses NaN), or a run stopped by
+    such a reply could not be checkpointed, resumed or forked.  The text is as unusable to ``record_reply`` as
+    the original was, so a replay or a fork meets the same ``model_error``, and a person still reads what came.
+    """
+    usage, stop = response.usage, response.stop_reason
+    kept_usage: Any = usage if usage_problem(usage) is None else repr(usage)
+    return attrs.evolve(response, usage=kept_usage, stop_reason=stop if isinstance(stop, str) else repr(stop))
 
 
 Pricer = Callable[[Usage], float | None]

@@ -255,7 +255,9 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self._log_model(response, None)
         problem = ledger.record_reply(run, response, self.price)
         if problem is not None:
-            # The reply is kept (messages, pending calls), but it cannot be acted on.
+            # The reply is kept (messages, pending calls), but it cannot be acted on; the log entry just written
+            # for it keeps it as a snapshot can hold it.
+            self._log_unusable(ledger.as_kept(response))
             run.faults.model_exception, self._replied = ValueError(problem), MODEL_FAILED
             return
         if self.approve is not None and run.calls.pending:

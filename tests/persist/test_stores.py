@@ -23,14 +23,19 @@ import fsm_agent
 from fsm_agent import (
     Agent,
     AgentLoopError,
+    Message,
+    ModelResponse,
     RunExistsError,
     RunLeasedError,
+    RunResult,
     ToolRegistry,
+    Usage,
 )
 from fsm_agent.persist import PostgresStore, SqliteStore, is_url, open_store
 from fsm_agent.persist.store import DEFAULT_LEASE, TWINS, FullStore, Traits, journaled, traits
 from fsm_agent.records import plain
 from fsm_agent.testing import ManualClock
+from fsm_agent.testing.replay import replay
 from fsm_agent.testing.stores import LoseEntry, MakeStore, StoreConformance
 
 Store = SqliteStore | PostgresStore
@@ -408,3 +413,56 @@ def test_only_the_conformance_suite_imports_pytest() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.split() == ["False", "False", "True"]
+
+
+class _OnceUnusable:
+    """A model whose first reply cannot be acted on (``unusable``), then answers; it counts its calls."""
+
+    def __init__(self, unusable: ModelResponse) -> None:
+        self.unusable, self.calls = unusable, 0
+
+    def complete(self, messages: Any, tools: Any) -> ModelResponse:
+        self.calls += 1
+        return self.unusable if self.calls == 1 else ModelResponse(Message("assistant", "answered"))
+
+
+UNUSABLE = {
+    "usage a tuple": ModelResponse(Message("assistant", "x"), usage=(1, 2)),  # type: ignore[arg-type]
+    "usage an object": ModelResponse(Message("assistant", "x"), usage=object()),  # type: ignore[arg-type]
+    "usage NaN": ModelResponse(Message("assistant", "x"), usage=Usage(float("nan"), 2)),  # type: ignore[arg-type]
+    "stop_reason an object": ModelResponse(Message("assistant", "x"), stop_reason=object()),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("unusable", UNUSABLE.values(), ids=UNUSABLE.keys())
+def test_a_reply_the_run_cannot_use_is_stored_and_the_run_resumes_and_replays_from_it(
+    opened: Any, unusable: ModelResponse, driver: str
+) -> None:
+    """AwaitModel->Failed[model_error] on a reply whose usage or stop reason is unusable: stored, resumed, replayed.
+
+    The reply's unusable part is kept as the text of its repr (JSON cannot hold an object, PostgreSQL no NaN):
+    the run stops with its reason instead of failing at its checkpoint, the stored run loads and resumes with
+    one more model call, and the exported recording replays to the same stop.
+    """
+    store = opened()
+    model = _OnceUnusable(unusable)
+    agent = Agent(model, ToolRegistry())
+
+    def go() -> RunResult:
+        if driver == "sync":
+            return agent.run("go", store=store, run_id="r")
+        return asyncio.run(agent.arun("go", store=store, run_id="r"))
+
+    with pytest.raises(AgentLoopError) as stopped:
+        go()
+    assert stopped.value.reason == "model_error"
+    kept = store.load("r")["io"][0]["reply"]
+    assert isinstance(kept["usage"], str | None)
+    assert isinstance(kept["stop_reason"], str)
+    replayed = replay(Agent(model, ToolRegistry()), store.export("r"))
+    assert (replayed.reason, replayed.trace) == ("model_error", stopped.value.result.trace)
+    assert model.calls == 1  # the replay called no model
+    result = agent.resume(store.load("r"), store=store, retry=True).finish()
+    assert (result.final, model.calls) == ("answered", 2)
+    assert store.load("r")["state"] == "Done"
