@@ -45,7 +45,7 @@ class Script:
 
 
 def plain_run(model: Script, registry: ToolRegistry, user_input: str, max_steps: int, max_failures: int) -> RunResult:
-    """The seed chapter's loop written directly: the baseline the engine is measured against."""
+    """A minimal agent's loop written directly: the baseline the engine is measured against."""
     messages = [Message("user", user_input)]
     steps: list[Step] = []
     last_sig: tuple[str, str] | None = None
