@@ -436,3 +436,28 @@ def test_resuming_a_failed_finalize_of_max_tool_calls_does_not_crash() -> None:
     agent = Agent(script, demo_registry(), max_tool_calls=1, on_stop={"max_tool_calls": "finalize"})
     resumed = agent.resume(_stopped(agent), max_tool_calls=5)
     assert resumed.state is State.AwaitModel
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_resumed_finalize_reply_runs_its_tool_then_stops_on_max_steps_without_another_model_call(driver: str) -> None:
+    """``Failed->Dispatch[resumes_before_tool]`` after a finalize call past ``max_steps``: one tool call, no model call.
+
+    The finalize call is the one model call allowed past the limit; its reply
+    asked for a tool the cap allows, so the resume runs that call and stops
+    before the next model call, with ``turns`` one past ``limit`` as evidence.
+    """
+    ran: list[float] = []
+    registry = demo_registry()
+    registry.register(lambda a, b: ran.append(a + b) or a + b, name="sum")
+    script = FakeModel([tool_turn(tool_call("echo", text="a")), tool_turn(tool_call("sum", a=0, b=1)), reply("x")])
+    agent = Agent(script, registry, max_steps=1, max_tool_calls={"echo": 0}, on_stop={"max_tool_calls": "finalize"})
+    stopped = _stopped(agent)
+    assert (stopped.reason, stopped.evidence["finalize"]["outcome"]) == ("max_tool_calls", "finalize_failed")
+    assert len(script.seen) == 2
+    again = agent.resume(stopped)
+    with pytest.raises(AgentLoopError) as info:
+        again.finish() if driver == "sync" else asyncio.run(again.afinish())
+    result = info.value.result
+    assert (result.reason, result.evidence["turns"], result.evidence["limit"]) == ("max_steps", 2, 1)
+    assert (len(script.seen), ran) == (2, [1])
+    assert [t.guard for t in result.trace[-3:]] == ["resumes_before_tool", None, "steps_exhausted"]

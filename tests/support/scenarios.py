@@ -986,7 +986,10 @@ def _check_evidence(setup: Setup, result: RunResult, limits: Limits, evidence: d
         window = [(call_key(c), o.content) for c, o in executed[-limits.cycle_window :]]
         assert evidence["period"] == cycle_period(window) > 0
     elif reason == "max_steps":
-        assert evidence["turns"] == evidence["limit"] == limits.max_steps
+        # A finalize call may go one past the limit; a run resumed to execute that reply's calls then stops here.
+        finalizes = len(finalize_reasons(result.trace))
+        assert evidence["limit"] == limits.max_steps
+        assert limits.max_steps <= evidence["turns"] == model.calls <= limits.max_steps + finalizes
     elif reason == "token_budget":
         assert evidence["tokens"] >= evidence["budget"] == limits.token_budget
     elif reason == "cost_budget":
