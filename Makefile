@@ -37,9 +37,9 @@ dist: $(STAMP)  ## build the sdist and the wheel into dist/ (install one: pip in
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 
-lint: $(STAMP)  ## ruff and mypy --strict on the package
+lint: $(STAMP)  ## ruff (check and format) on the package, tests and benchmarks; mypy --strict on the package
 	$(PY) -m ruff check fsm_agent tests benchmarks _fsm_agent_pytest.py
-	$(PY) -m ruff format --check fsm_agent _fsm_agent_pytest.py
+	$(PY) -m ruff format --check fsm_agent tests benchmarks _fsm_agent_pytest.py
 	$(PY) -m mypy
 
 diagram: $(STAMP)  ## prove the table stops, draw the machine: diagrams/agent_loop.*, the rendered blocks of README.md and docs/

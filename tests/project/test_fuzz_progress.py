@@ -24,8 +24,17 @@ def test_a_fuzz_run_prints_progress_lines_through_pytest_s_capture(tmp_path: Pat
     )
     env = {**os.environ, "PYTHONPATH": str(TESTS), "FSM_AGENT_HYPOTHESIS": "fuzz"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "-p", "support.hypothesis_profiles", "test_probe.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "support.hypothesis_profiles",
+            "test_probe.py",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,

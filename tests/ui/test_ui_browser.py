@@ -18,11 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing one fails the import below
-    pytest.importorskip("starlette", reason="the run viewer's extra: pip install 'fsm-agent[ui]'")
-    pytest.importorskip("playwright.sync_api", reason="the browser tests' driver: pip install playwright")
-
+import support.viewer_browser  # noqa: F401 - first: outside CI, a missing extra skips this module
 from support.ui_runs import HOSTILE, WAIT, Viewer, hostile, live, mail_registry, paused
 
 from fsm_agent import TABLE, Agent, SqliteStore

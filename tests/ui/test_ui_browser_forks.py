@@ -6,16 +6,11 @@ from the system, a page error fails the test).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing one fails the import below
-    pytest.importorskip("starlette", reason="the run viewer's extra: pip install 'fsm-agent[ui]'")
-    pytest.importorskip("playwright.sync_api", reason="the browser tests' driver: pip install playwright")
-
+import support.viewer_browser  # noqa: F401 - first: outside CI, a missing extra skips this module
 from support.fork_agents import ADDED, AFTER_THE_CALL, make_twice, source_run
 from support.ui_runs import WAIT, Viewer
 
