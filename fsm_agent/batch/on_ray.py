@@ -130,115 +130,169 @@ def iter_ray(
     switch = _remote("switch", Switch).options(num_cpus=0, name=name).remote()
     pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, name, make_deps)
             for _ in range(size)]  # fmt: skip
-    slots = _Slots(ray, pool, runs)
-    pending: dict[Any, tuple[BatchItem, int]] = {}
-    deaths: dict[int, int] = {}
-    waiting = deque(items)
-    # Runs another owner holds, put back until their leases lapse: (retry at, index, item, give up).
-    later: list[tuple[float, int, BatchItem, float]] = []
-    # Runs whose actor died, to submit again at once.
-    again: list[BatchItem] = []
-    why = ""
-    stopped_at, forced = 0.0, False
-    reader = functools.cache(make_agent)  # the agent cancelled runs are read back under: made once, if ever
-
-    def send(item: BatchItem, give_up: float | None) -> None:
-        ref, slot = slots.send(item, give_up)
-        pending[ref] = (item, slot)
-
-    def submit() -> None:
-        while len(pending) < max_in_flight and slots.up():
-            if again:
-                send(again.pop(), None)
-                continue
-            if later and later[0][0] <= time.time():
-                _, _, due, give_up = heapq.heappop(later)  # due again: no on_start, it was counted once
-                send(due, give_up)
-                continue
-            if not waiting:
-                return
-            item = waiting.popleft()
-            if on_start is not None:
-                on_start(item)
-            send(item, None)
-
+    batch = _Pass(ray, _Slots(ray, pool, runs), items, spec, make_agent, max_in_flight, max_retries)
     try:
-        submit()
-        while pending or later or again or (waiting and not why and not slots.gone()):
-            if not why and (again or later) and slots.gone():
-                for item in [*again, *(entry[2] for entry in sorted(later))]:
-                    yield item, error_result(item, RuntimeError(_NO_WORKER))
-                again.clear()
-                later.clear()
-            if cancel is not None and cancel.cancelled and not why:
-                why = cancel.why or "cancelled"
-                switch.cancel.remote(why)
-                stopped_at = time.monotonic()
-            if why and not forced and time.monotonic() - stopped_at > GRACE:
-                forced = True
-                for ref in pending:
-                    ray.cancel(ref)
-            if why and (later or again):
-                for _, _, item, _ in sorted(later):
-                    yield item, failed_result(item, "cancelled", why=why, leased=True)
-                for item in again:
-                    yield _checkpoint(item, spec, why, reader)
-                later.clear()
-                again.clear()
-            slots.ask()
-            if pending or slots.pings:
-                watched = [*pending, *slots.pings]
-                ready, _ = ray.wait(watched, num_returns=1, timeout=_POLL)
-                if ready:
-                    ready, _ = ray.wait(watched, num_returns=len(watched), timeout=0)
-            else:
-                ready = []
-                if later and not again and slots.up():  # only runs on another owner's lease: until the first lapses
-                    time.sleep(min(_POLL, max(later[0][0] - time.time(), 0.0)))
-                else:  # runs waiting for a dead actor to come back, none being asked just now: ask again shortly
-                    time.sleep(_POLL)
-            for ref in ready:
-                if ref in slots.pings:
-                    slots.answered(ref)
-                    continue
-                item, slot = pending.pop(ref)
-                slots.returned(slot)
-                got = _collect(ray, ref, item, spec, why, on_worker, reader)
-                if got is None:  # its actor died: again, unless that was its last retry
-                    slots.fell(slot)
-                    deaths[item.index] = deaths.get(item.index, 0) + 1
-                    if why:
-                        yield _checkpoint(item, spec, why, reader)
-                    elif deaths[item.index] > max_retries:
-                        yield item, error_result(item, RuntimeError(f"its worker died {deaths[item.index]} times"))
-                    else:
-                        again.append(item)
-                elif isinstance(got, Later):
-                    if why:
-                        yield item, failed_result(item, "cancelled", why=why, leased=True)
-                    else:  # leased elsewhere: the slot goes to the next run, this one comes back when the lease lapses
-                        heapq.heappush(later, (got.at, item.index, item, got.give_up))
-                else:
-                    yield item, got
-            if not why:
-                submit()
-        for item in waiting:
-            yield (
-                item,
-                failed_result(item, "cancelled", why=why, started=False)
-                if why
-                else error_result(item, RuntimeError(_NO_WORKER)),
-            )
+        batch.submit(on_start)
+        while batch.going():
+            yield from batch.orphaned()
+            if cancel is not None and cancel.cancelled and not batch.why:
+                batch.stop(cancel.why or "cancelled")
+                switch.cancel.remote(batch.why)
+            batch.force_after_grace()
+            yield from batch.stopped()
+            for ref in batch.ready():
+                yield from batch.settle(ref, on_worker)
+            if not batch.why:
+                batch.submit(on_start)
+        yield from batch.left()
     finally:
-        if pending:
+        if batch.pending:
             switch.cancel.remote("the batch was interrupted")
-            _, late = ray.wait(list(pending), num_returns=len(pending), timeout=GRACE)
+            _, late = ray.wait(list(batch.pending), num_returns=len(batch.pending), timeout=GRACE)
             for ref in late:
                 ray.cancel(ref)
             ray.wait(late, num_returns=len(late), timeout=_DRAIN)
         ray.wait([worker.close.remote() for worker in pool], num_returns=len(pool), timeout=_DRAIN)
         for worker in [*pool, switch]:
             ray.kill(worker)
+
+
+class _Pass:
+    """One pass over a batch's runs on the pool: what is in flight, what waits and why, and what a cancel stopped.
+
+    ``iter_ray``'s loop asks it, in order, for the runs no worker is left
+    for, the runs a cancel stopped, the answers that came back; each is
+    yielded as ``(item, result)`` as it is settled.
+    """
+
+    def __init__(
+        self,
+        ray: Any,
+        slots: _Slots,
+        items: list[BatchItem],
+        spec: str,
+        make_agent: AgentFactory,
+        max_in_flight: int,
+        max_retries: int,
+    ) -> None:
+        self._ray, self._slots, self._spec = ray, slots, spec
+        self._max_in_flight, self._max_retries = max_in_flight, max_retries
+        self._reader = functools.cache(make_agent)  # the agent cancelled runs are read back under: made once, if ever
+        self.pending: dict[Any, tuple[BatchItem, int]] = {}
+        """The tasks in flight: each one's item and the slot of the actor running it."""
+        self._deaths: dict[int, int] = {}
+        self._waiting = deque(items)
+        # Runs another owner holds, put back until their leases lapse: (retry at, index, item, give up).
+        self._later: list[tuple[float, int, BatchItem, float]] = []
+        # Runs whose actor died, to submit again at once.
+        self._again: list[BatchItem] = []
+        self.why = ""
+        """Why the batch was cancelled; empty while it goes on."""
+        self._stopped_at, self._forced = 0.0, False
+
+    def going(self) -> bool:
+        """Whether a run is still in flight, put back, or waiting for a live worker."""
+        return bool(
+            self.pending or self._later or self._again or (self._waiting and not self.why and not self._slots.gone())
+        )
+
+    def submit(self, on_start: Callable[[BatchItem], None] | None) -> None:
+        """Fill the free slots: first the runs whose actor died, then those whose lease lapsed, then new ones."""
+        while len(self.pending) < self._max_in_flight and self._slots.up():
+            if self._again:
+                self._send(self._again.pop(), None)
+            elif self._later and self._later[0][0] <= time.time():
+                _, _, due, give_up = heapq.heappop(self._later)  # due again: no on_start, it was counted once
+                self._send(due, give_up)
+            elif self._waiting:
+                item = self._waiting.popleft()
+                if on_start is not None:
+                    on_start(item)
+                self._send(item, None)
+            else:
+                return
+
+    def _send(self, item: BatchItem, give_up: float | None) -> None:
+        ref, slot = self._slots.send(item, give_up)
+        self.pending[ref] = (item, slot)
+
+    def orphaned(self) -> Iterator[Finished]:
+        """Every worker died for good: the runs put back end as errors saying so."""
+        if not self.why and (self._again or self._later) and self._slots.gone():
+            for item in [*self._again, *(entry[2] for entry in sorted(self._later))]:
+                yield item, error_result(item, RuntimeError(_NO_WORKER))
+            self._again.clear()
+            self._later.clear()
+
+    def stop(self, why: str) -> None:
+        """The batch was cancelled (``why``): no new run is sent, and the grace period starts."""
+        self.why, self._stopped_at = why, time.monotonic()
+
+    def force_after_grace(self) -> None:
+        """Once the grace period is over, cancel every task still in flight outright."""
+        if self.why and not self._forced and time.monotonic() - self._stopped_at > GRACE:
+            self._forced = True
+            for ref in self.pending:
+                self._ray.cancel(ref)
+
+    def stopped(self) -> Iterator[Finished]:
+        """After a cancel, the runs put back end: ``cancelled``, at their last checkpoint if they had one."""
+        if self.why and (self._later or self._again):
+            for _, _, item, _ in sorted(self._later):
+                yield item, failed_result(item, "cancelled", why=self.why, leased=True)
+            for item in self._again:
+                yield _checkpoint(item, self._spec, self.why, self._reader)
+            self._later.clear()
+            self._again.clear()
+
+    def ready(self) -> list[Any]:
+        """The tasks and pings that came back, waiting up to ``_POLL`` seconds for the first."""
+        ray, slots = self._ray, self._slots
+        slots.ask()
+        if self.pending or slots.pings:
+            watched = [*self.pending, *slots.pings]
+            ready, _ = ray.wait(watched, num_returns=1, timeout=_POLL)
+            if ready:
+                ready, _ = ray.wait(watched, num_returns=len(watched), timeout=0)
+            return list(ready)
+        if self._later and not self._again and slots.up():  # only runs on another owner's lease: until one lapses
+            time.sleep(min(_POLL, max(self._later[0][0] - time.time(), 0.0)))
+        else:  # runs waiting for a dead actor to come back, none being asked just now: ask again shortly
+            time.sleep(_POLL)
+        return []
+
+    def settle(self, ref: Any, on_worker: Callable[[BatchItem, int], None] | None) -> Iterator[Finished]:
+        """What came back for ``ref``: a ping, a result, a run to send again, or one put back until a lease lapses."""
+        if ref in self._slots.pings:
+            self._slots.answered(ref)
+            return
+        item, slot = self.pending.pop(ref)
+        self._slots.returned(slot)
+        got = _collect(self._ray, ref, item, self._spec, self.why, on_worker, self._reader)
+        if got is None:  # its actor died: again, unless that was its last retry
+            self._slots.fell(slot)
+            deaths = self._deaths[item.index] = self._deaths.get(item.index, 0) + 1
+            if self.why:
+                yield _checkpoint(item, self._spec, self.why, self._reader)
+            elif deaths > self._max_retries:
+                yield item, error_result(item, RuntimeError(f"its worker died {deaths} times"))
+            else:
+                self._again.append(item)
+        elif isinstance(got, Later):
+            if self.why:
+                yield item, failed_result(item, "cancelled", why=self.why, leased=True)
+            else:  # leased elsewhere: the slot goes to the next run, this one comes back when the lease lapses
+                heapq.heappush(self._later, (got.at, item.index, item, got.give_up))
+        else:
+            yield item, got
+
+    def left(self) -> Iterator[Finished]:
+        """The runs never sent: ``cancelled`` (not started) after a cancel, else errors: no worker was left."""
+        for item in self._waiting:
+            if self.why:
+                yield item, failed_result(item, "cancelled", why=self.why, started=False)
+            else:
+                yield item, error_result(item, RuntimeError(_NO_WORKER))
 
 
 class _Slots:
