@@ -13,7 +13,7 @@ retry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fsm_agent.core import ledger
@@ -322,23 +322,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             self._replay_tool()
             trigger = TOOL_DONE
         return fire(self, trigger)
-
-    def moves(self, *, parallel: bool = False) -> Iterator[Effect]:
-        """Fire transitions until the run finishes, yielding each effect for the driver to carry out before it goes on.
-
-        The loop of ``effect()``, I/O and ``step()`` a driver writes, for a run nobody pauses or watches
-        between transitions; a driver that stopped the run itself (the deadline passed) leaves the loop.  One
-        generator serves the sync driver's loop and the async one's, which cannot hand the stepper a callable
-        to await.
-        """
-        run = self.run
-        while run.at.state not in TERMINAL:
-            effect = self.effect(parallel=parallel)
-            if effect is not None:
-                yield effect
-                if type(effect) is CompactHistory:
-                    continue  # the model call is asked for again (a driver may have made it already)
-            self.step()
 
     def _take_start(self) -> Transition:
         """The ``start`` row ``effect()`` found before the first model call."""

@@ -61,45 +61,29 @@ class AsyncDriver(RunBase):
         return entry
 
     async def _amove(self) -> Transition:
-        import asyncio
-
+        """The sync driver's ``_advance``, awaited: carry out the effect the next transition needs, then take it."""
         if self._clock_each_transition:
             self._observe()
         effect = self.stepper.effect(parallel=True)
-        if isinstance(effect, CompactHistory):
-            await self._acompact(effect)
-            effect = self.stepper.effect(parallel=True)  # the call made again, or None when the compaction failed
-        if isinstance(effect, CheckOutput):
-            expired = await self._acheck(effect)
-            if expired is not None:
-                return expired
-        elif isinstance(effect, ModelCall | ToolBatch):
+        if effect is None:  # most transitions need no I/O
+            return self._step()
+        if isinstance(effect, ModelCall | ToolBatch):
             journal = self._journal
             if journal is not None and journal.due():
                 await journal.ahold(self.position)  # no call on a run this object let go of or may have lost
             if self._out_of_time():
                 return self._interrupt(EXPIRED, None)
-            remaining = self._remaining()
-            deadline = None
-            if journal is not None:
-                journal.abeat()  # the lease is renewed while the calls are in flight (no store: no task)
-            try:
-                if remaining is None:  # no deadline: no timeout context, which costs as much as a transition
-                    await self._acarry(effect)
-                else:
-                    async with asyncio.timeout(remaining) as deadline:
-                        await self._acarry(effect)
-            except TimeoutError:
-                if deadline is None or not deadline.expired():
-                    raise
-                return self._interrupt(EXPIRED, self._aunfinished(effect))
-            except asyncio.CancelledError:
-                self._interrupt(INTERRUPTED, self._aunfinished(effect))
-                raise
-            finally:
-                if journal is not None:
-                    journal.rest()
+            expired = await self._acarry(effect)
+            if expired is not None:
+                return expired
             self._observe()
+        elif isinstance(effect, CheckOutput):
+            expired = await self._acheck(effect)
+            if expired is not None:
+                return expired
+        else:
+            await self._acompact(effect)
+            return await self._amove()  # the call made again, or the stop when the compaction failed
         return self._step()
 
     async def _acompact(self, effect: CompactHistory) -> None:
@@ -124,7 +108,38 @@ class AsyncDriver(RunBase):
         self.stepper.accept_output(checked)
         return None
 
-    async def _acarry(self, effect: ModelCall | ToolBatch) -> None:
+    async def _acarry(self, effect: ModelCall | ToolBatch) -> Transition | None:
+        """Await the call (a turn's tool calls at once), the lease renewed meanwhile; past the deadline, the stop.
+
+        A cancel while the calls are in flight records the run as stopped
+        ``cancelled`` with what finished, and propagates.
+        """
+        import asyncio
+
+        remaining = self._remaining()
+        deadline = None
+        journal = self._journal
+        if journal is not None:
+            journal.abeat()  # the lease is renewed while the calls are in flight (no store: no task)
+        try:
+            if remaining is None:  # no deadline: no timeout context, which costs as much as a transition
+                await self._acall(effect)
+            else:
+                async with asyncio.timeout(remaining) as deadline:
+                    await self._acall(effect)
+        except TimeoutError:
+            if deadline is None or not deadline.expired():
+                raise
+            return self._interrupt(EXPIRED, self._aunfinished(effect))
+        except asyncio.CancelledError:
+            self._interrupt(INTERRUPTED, self._aunfinished(effect))
+            raise
+        finally:
+            if journal is not None:
+                journal.rest()
+        return None
+
+    async def _acall(self, effect: ModelCall | ToolBatch) -> None:
         if isinstance(effect, ModelCall):
             await self._acall_model(effect)
         else:
@@ -135,41 +150,10 @@ class AsyncDriver(RunBase):
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
         stepper = self.stepper
         gated = stepper.gated  # a run without approvals never gains calls to decide on
-        if self._unwatched and not gated and not self._clock_each_transition:
-            return await self._afinish_unwatched()
-        move = self._amove if self._journal is None else self._aadvance  # a coroutine frame fewer per transition
         while self._result is None:
             if gated and stepper.paused:
                 return self._paused_result()
-            await move()  # the loop itself checked what aadvance() would
-        return self._outcome_of_run()
-
-    async def _afinish_unwatched(self) -> RunResult:
-        """``afinish`` for a run with no events, checkpoints, approvals, deadline or cancel token, in one loop.
-
-        Most runs are like this; ``_amove`` is a coroutine per transition,
-        and with its checks a third of the driver's own time per turn
-        (``make bench``).  Without a deadline or a cancel token only the
-        counters read the time, told after each call as the sync driver does.
-        """
-        import asyncio
-
-        for effect in self.stepper.moves(parallel=True):
-            if isinstance(effect, CheckOutput):
-                await self._acheck(effect)
-                continue
-            if isinstance(effect, CompactHistory):
-                await self._acompact(effect)
-                continue
-            call = self._acall_model(effect) if isinstance(effect, ModelCall) else self._run_batch(effect.calls)
-            try:
-                await call
-            except asyncio.CancelledError:
-                self._interrupt(INTERRUPTED, self._aunfinished(effect))
-                raise
-            self._observe()
-        if self._result is None:
-            self._result = self._make_result()
+            await self._aadvance()  # the loop itself checked what aadvance() would
         return self._outcome_of_run()
 
     async def _acall_model(self, effect: ModelCall) -> None:

@@ -88,8 +88,6 @@ class RunBase(WatchedRun):
         self._clock_each_transition = (
             position.limits.timeout is not None or cancel is not None or self._observed or store is not None
         )
-        # Nothing happens around this run's transitions but the clock, so sync finish() takes them in one loop.
-        self._unwatched = not self._observed and store is None
         self._cancel = cancel
         self._clock = settings.clock
         self._started = self._clock() - position.counts.elapsed

@@ -14,10 +14,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from fsm_agent.core.effects import CheckOutput, Effect, ModelCall, ToolBatch
+from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.core.output import past_deadline
-from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import run_child
@@ -55,13 +54,7 @@ class SyncDriver(RunBase):
         """
         if self._result is not None:
             return self._outcome_of_run()
-        stepper = self.stepper
-        # stepper.gated, read without its property: a run's one read of it costs as much as a transition's guard.
-        gated = stepper.approve is not None or bool(self.position.calls.to_approve)
-        work = self._finish_unwatched if self._unwatched and not gated else self._finish
-        if not self._clock_each_transition:
-            return work()  # no deadline either, so no worker
-        return self._bounded(work, lambda entry: self._outcome_of_run())
+        return self._bounded(self._finish, lambda entry: self._outcome_of_run())
 
     def _finish(self) -> RunResult:
         stepper = self.stepper
@@ -72,46 +65,28 @@ class SyncDriver(RunBase):
             self._advance()  # the loop itself checked what advance() would
         return self._outcome_of_run()
 
-    def _finish_unwatched(self) -> RunResult:
-        """``_finish`` for a run with no events, checkpoints or approvals: ``_advance`` inlined in one loop.
-
-        Most runs are like this, and for a short one the calls that
-        ``_advance`` makes around each transition are about a twentieth of
-        its time (``make bench``).
-        """
-        stepper, run = self.stepper, self.position
-        effect_of, step, observe, carry_out = stepper.effect, stepper.step, self._observe, self._carry_out
-        # A cancel can come at any moment, so it is looked for before every transition.  Time passes mostly
-        # in calls: told after each (and checked before each), the run misses only the engine's own
-        # microseconds between two calls, which cost 3% of a run's instructions to tell before every transition.
-        if self._clock_each_transition:
-            observe()
-        if self._cancel is None:
-            for move in stepper.moves():  # the loop below without the cancel check, kept where it can skip effect()
-                if carry_out(move) is not None:
-                    break  # as below
-        else:
-            while run.at.state not in TERMINAL:
-                observe()
-                effect = effect_of()
-                if effect is not None and carry_out(effect) is not None:
-                    break  # the deadline passed before the call could start: the run stopped
-                step()
-        if self._result is None:
-            self._result = self._make_result()
-        return self._outcome_of_run()
-
     def _advance(self) -> Transition:
+        """Carry out the effect the next transition needs, if any, then take it (or the stop the effect met)."""
         if self._clock_each_transition:
             self._observe()
         effect = self.stepper.effect()
-        if effect is not None:
+        if effect is None:  # most transitions need no I/O
+            return self._step()
+        if isinstance(effect, ModelCall | ToolBatch):
             journal = self._journal
-            if journal is not None and not isinstance(effect, CheckOutput) and journal.due():
+            if journal is not None and journal.due():
                 journal.hold(self.position)  # no call on a run this object let go of or may have lost
-            expired = self._carry_out(effect)
+            if self._out_of_time():
+                return self._interrupt(EXPIRED, None)
+            self._call(effect)
+            self._observe()
+        elif isinstance(effect, CheckOutput):
+            expired = self._check(effect)
             if expired is not None:
                 return expired
+        else:
+            self._compact(effect)
+            return self._advance()  # the call made again, or the stop when the compaction failed
         return self._step()
 
     def _open_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
@@ -120,40 +95,32 @@ class SyncDriver(RunBase):
             self._observe()
             self._journal.open(self.position, self.paused, new=new, overwrite=overwrite, expected=expected)
 
-    def _carry_out(self, effect: Effect) -> Transition | None:
-        """Make the call ``effect`` asks for, or, if the deadline already passed, stop the run and return that edge."""
-        run = self.position
-        if self._clock_each_transition:  # a deadline makes the run clocked
-            # _out_of_time, inlined (its clock read first, as there): this is before every call of a run.
-            timeout = run.limits.timeout
-            if (
-                timeout is not None
-                and run.at.finalizing is None
-                and self._clock() - self._started >= timeout
-                and not isinstance(effect, CheckOutput)
-            ):
-                return self._interrupt(EXPIRED, None)
+    def _compact(self, effect: CompactHistory) -> None:
+        try:
+            compacted = settle(effect.compact(list(effect.messages)))
+        except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
+            compacted = exc
+        self.stepper.accept_compaction(compacted)
+
+    def _check(self, effect: CheckOutput) -> Transition | None:
+        # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the run stops on timeout
+        # (that edge returned).
+        remaining = self._remaining()
+        checked = effect.output.check(effect.text, remaining)
+        if remaining is not None:
+            self._observe()
+        expired, in_flight = past_deadline(checked)
+        if expired:
+            return self._interrupt(EXPIRED, in_flight)
+        self.stepper.accept_output(checked)
+        return None
+
+    def _call(self, effect: ModelCall | ToolBatch) -> None:
+        # A deadline past while the call is in flight stops the run from the caller's thread (see _bounded).
         if isinstance(effect, ModelCall):
             self._call_model(effect)
-        elif isinstance(effect, ToolBatch):
-            self._call_tool(effect)
-        elif isinstance(effect, CheckOutput):
-            # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the run stops on timeout.
-            checked = effect.output.check(effect.text, self._remaining())
-            expired, in_flight = past_deadline(checked)
-            if expired:
-                return self._interrupt(EXPIRED, in_flight)
-            self.stepper.accept_output(checked)
         else:
-            try:
-                compacted = settle(effect.compact(list(effect.messages)))
-            except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
-                compacted = exc
-            self.stepper.accept_compaction(compacted)
-            follow = self.stepper.effect()  # the call made again, or None when the compaction failed
-            return None if follow is None else self._carry_out(follow)
-        self._observe()  # after every call of a run
-        return None
+            self._call_tool(effect)
 
     def _bounded(self, work: Callable[[], T], expired: Callable[[Transition], T]) -> T:
         """``work()`` here, or with a deadline on a worker; at the deadline, stop the run and ``expired(edge)``."""
