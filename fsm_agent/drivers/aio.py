@@ -123,10 +123,10 @@ class AsyncDriver(RunBase):
             journal.abeat()  # the lease is renewed while the calls are in flight (no store: no task)
         try:
             if remaining is None:  # no deadline: no timeout context, which costs as much as a transition
-                await self._acall(effect)
+                await self._amake_call(effect)
             else:
                 async with asyncio.timeout(remaining) as deadline:
-                    await self._acall(effect)
+                    await self._amake_call(effect)
         except TimeoutError:
             if deadline is None or not deadline.expired():
                 raise
@@ -139,7 +139,7 @@ class AsyncDriver(RunBase):
                 journal.rest()
         return None
 
-    async def _acall(self, effect: ModelCall | ToolBatch) -> None:
+    async def _amake_call(self, effect: ModelCall | ToolBatch) -> None:
         if isinstance(effect, ModelCall):
             await self._acall_model(effect)
         else:

@@ -78,7 +78,7 @@ class SyncDriver(RunBase):
                 journal.hold(self.position)  # no call on a run this object let go of or may have lost
             if self._out_of_time():
                 return self._interrupt(EXPIRED, None)
-            self._call(effect)
+            self._make_call(effect)
             self._observe()
         elif isinstance(effect, CheckOutput):
             expired = self._check(effect)
@@ -115,7 +115,7 @@ class SyncDriver(RunBase):
         self.stepper.accept_output(checked)
         return None
 
-    def _call(self, effect: ModelCall | ToolBatch) -> None:
+    def _make_call(self, effect: ModelCall | ToolBatch) -> None:
         # A deadline past while the call is in flight stops the run from the caller's thread (see _bounded).
         if isinstance(effect, ModelCall):
             self._call_model(effect)

@@ -55,7 +55,7 @@ def test_the_two_drivers_advance_a_run_by_the_same_steps_and_differ_only_in_how_
     differ = [(sync[i1:i2], async_[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
     assert differ == [
         (
-            ["    self._call(effect)"],
+            ["    self._make_call(effect)"],
             ["    expired = self._acarry(effect)", "    if expired is not None:", "        return expired"],
         )
     ]
