@@ -18,7 +18,6 @@ from typing import Any
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.core.history import processor_name, sendable
-from fsm_agent.core.output import past_deadline
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
@@ -99,14 +98,7 @@ class AsyncDriver(RunBase):
         # timeout (that edge returned). A cancel while the check runs leaves the answer unchecked in Dispatch (a
         # resume checks it again) and propagates.
         remaining = self._remaining()
-        checked = await effect.output.acheck(effect.text, remaining)
-        if remaining is not None:
-            self._observe()
-        expired, in_flight = past_deadline(checked)
-        if expired:
-            return self._interrupt(EXPIRED, in_flight)
-        self.stepper.accept_output(checked)
-        return None
+        return self._checked(await effect.output.acheck(effect.text, remaining), remaining)
 
     async def _acarry(self, effect: ModelCall | ToolBatch) -> Transition | None:
         """Await the call (a turn's tool calls at once), the lease renewed meanwhile; past the deadline, the stop.

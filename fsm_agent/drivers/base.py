@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.output import past_deadline
 from fsm_agent.core.result import make_result, pause_of
 from fsm_agent.core.stepper import Stepper
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
+from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
@@ -243,6 +245,16 @@ class RunBase(WatchedRun):
         if self._observed and self.position.at.state is ExecuteTool:
             self._tool_done_event()
         return self._after(self.stepper.step())
+
+    def _checked(self, checked: Any, remaining: float | None) -> Transition | None:
+        """Hand the stepper a typed answer's check; if the deadline cut the check (``remaining`` was set), the stop."""
+        if remaining is not None:
+            self._observe()
+        expired, in_flight = past_deadline(checked)
+        if expired:
+            return self._interrupt(EXPIRED, in_flight)
+        self.stepper.accept_output(checked)
+        return None
 
     def _interrupt(self, trigger: str, unfinished: str | None) -> Transition:
         """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""

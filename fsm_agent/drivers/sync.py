@@ -16,7 +16,6 @@ from typing import TypeVar
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.core.history import processor_name, sendable
-from fsm_agent.core.output import past_deadline
 from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import run_child
@@ -106,14 +105,7 @@ class SyncDriver(RunBase):
         # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the run stops on timeout
         # (that edge returned).
         remaining = self._remaining()
-        checked = effect.output.check(effect.text, remaining)
-        if remaining is not None:
-            self._observe()
-        expired, in_flight = past_deadline(checked)
-        if expired:
-            return self._interrupt(EXPIRED, in_flight)
-        self.stepper.accept_output(checked)
-        return None
+        return self._checked(effect.output.check(effect.text, remaining), remaining)
 
     def _make_call(self, effect: ModelCall | ToolBatch) -> None:
         # A deadline past while the call is in flight stops the run from the caller's thread (see _bounded).
