@@ -27,7 +27,7 @@ TARGET_FRESH = 1.3
 """A fresh agent per run (``fsm_agent.run``) against a reused one."""
 TARGET_RATIO_DEADLINE = 2.0
 """Every limit set (a timeout means a hard deadline: the run on a worker thread) against the plain loop given the
-same hard deadline, the only fair comparison for sync code (#28)."""
+same hard deadline, the only fair comparison for sync code."""
 
 
 class Script:

@@ -148,8 +148,9 @@ def test_make_demo_runs_the_demo_with_the_venvs_interpreter() -> None:
 
 # --- 3. words for users --------------------------------------------------------------------------
 
-FORBIDDEN = re.compile(r"\b(seeds?|chapters?|issues?)\b", re.I)
-"""Words of the project's own making that tell a user nothing: where the package came from, not what it does."""
+FORBIDDEN = re.compile(r"\b(seeds?|chapters?|issues?)\b|(?<![&\w/])#\d{1,4}(?![\w;-])", re.I)
+"""Words of the project's own making that tell a user nothing: where the package came from, not what it does
+(an issue's number, ``#28``, included; an HTML entity such as ``&#34;`` or a page's anchor is not one)."""
 
 
 def _user_pages() -> list[Path]:
