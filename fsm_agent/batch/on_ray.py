@@ -28,7 +28,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsm_agent.batch.items import BatchItem
 from fsm_agent.batch.ray_cluster import pool_size
@@ -44,6 +44,9 @@ from fsm_agent.batch.worker import (
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.records import RunResult
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent import Agent
 
 ACTOR_CPUS = 1.0
 """CPUs each actor of the pool asks Ray for, unless ``ray_options`` says ``num_cpus``: one core runs its event loop."""
@@ -385,8 +388,9 @@ def _checkpoint(item: BatchItem, spec: str, why: str, make_agent: AgentFactory) 
     Read back under the batch's agent, made here by ``make_agent``, so the
     result keeps what a worker's would (the cost, the typed output).  A
     factory that fails in this process (a package only the workers have)
-    costs the result its snapshot, never the batch: the next pass resumes
-    the run from the store all the same.
+    never costs the batch or the report: the run is read under the default
+    table (every table has the same states), its evidence saying why
+    (``agent_error``); only a ``Done`` run's typed output is then missing.
     """
     store = open_store(spec)
     try:
@@ -395,11 +399,12 @@ def _checkpoint(item: BatchItem, spec: str, why: str, make_agent: AgentFactory) 
         return item, failed_result(item, "cancelled", why=why, started=False)
     finally:
         store.close()
+    agent: Agent | None = None
+    facts: dict[str, str] = {}
     try:
         agent = make_agent()
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is in that run's result
-        facts = {"type": type(exc).__name__, "error": str(exc)}
-        return item, failed_result(item, "cancelled", why=why, state=data["state"], run_id=item.run_id, **facts)
+        facts["agent_error"] = f"{type(exc).__name__}: {exc}"
     if data["state"] in ("Done", "Failed") or data.get("paused"):
-        return item, stored_result(agent, data)  # it ended before the cancel reached it: as it ended
-    return item, stored_result(agent, data, "cancelled", why=why, state=data["state"])
+        return item, stored_result(agent, data, **facts)  # it ended before the cancel reached it: as it ended
+    return item, stored_result(agent, data, "cancelled", why=why, state=data["state"], **facts)

@@ -18,13 +18,14 @@ from fsm_agent.core.output import Invalid
 from fsm_agent.core.result import make_result, pause_of
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
+from fsm_agent.definition.table import TABLE
 from fsm_agent.records import RunResult
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
 
 
-def stored_result(agent: Agent, data: dict[str, Any], reason: str | None = None, **evidence: Any) -> RunResult:
+def stored_result(agent: Agent | None, data: dict[str, Any], reason: str | None = None, **evidence: Any) -> RunResult:
     """The result the stored run ``data`` gave when it ran, read back under ``agent``'s table and output type.
 
     As ``Agent.run`` returned it: a run that ended in ``Done`` has its typed
@@ -32,10 +33,13 @@ def stored_result(agent: Agent, data: dict[str, Any], reason: str | None = None,
     other keeps ``data`` as its snapshot, so it can be resumed; a paused one
     is reason ``paused``, pending the calls that await a decision.
     ``reason`` and ``evidence`` override the run's own: a batch reports a
-    run it cut off as ``cancelled``, saying why.
+    run it cut off as ``cancelled``, saying why.  Without an ``agent`` (one
+    that cannot be made here), the run is read under the default table
+    (every table has the same states) and a ``Done`` run has no typed output.
     """
-    run = Run(snapshot.limits_of(data), [], table=agent.table, policies=agent.on_stop)
-    snapshot.load(run, data, agent.table.states)
+    table = TABLE if agent is None else agent.table
+    run = Run(snapshot.limits_of(data), [], table=table, policies={} if agent is None else agent.on_stop)
+    snapshot.load(run, data, table.states)
     if data.get("paused"):
         own = "paused"
         facts, pending = pause_of(run)
@@ -43,7 +47,9 @@ def stored_result(agent: Agent, data: dict[str, Any], reason: str | None = None,
         own, facts, pending = run.at.reason or "running", run.at.evidence, tuple(run.calls.pending)
     done = run.at.state is Done
     result = make_result(run, reason or own, {**facts, **evidence}, pending, None if done else data)
-    if done and agent.output is not None:  # the answer checked again: the run is read, not changed
+    if (
+        done and agent is not None and agent.output is not None
+    ):  # the answer checked again: the run is read, not changed
         checked = agent.output.check(run.at.final)
         result = attrs.evolve(result, output=None if isinstance(checked, Invalid) else checked)
     return result

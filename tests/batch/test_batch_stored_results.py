@@ -190,20 +190,61 @@ def test_a_run_that_ended_before_the_cancel_reached_it_on_ray_is_reported_as_it_
     assert (len(typed.model_calls) + len(short.model_calls), len(typed.tool_calls) + len(short.tool_calls)) == made
 
 
-def test_a_cancelled_ray_run_is_still_reported_when_its_agent_cannot_be_made_in_the_driver(tmp_path: Path) -> None:
-    """A factory that fails where the batch was started costs the report its snapshot, never the batch."""
+def _unmakeable() -> Agent:
+    """A factory that fails where the batch was started: a package only the workers have."""
+    msg = "no SDK on this machine"
+    raise ImportError(msg)
+
+
+def test_a_ray_run_that_ended_is_reported_as_it_ended_when_its_agent_cannot_be_made_in_the_driver(
+    tmp_path: Path,
+) -> None:
+    """Not ``cancelled``: a stop stays its stop with its snapshot, Done keeps its answer; ``agent_error`` says why."""
     store = tmp_path / "runs.db"
+    finished, stopped = batch_items(QUESTIONS[:2])
+    typed, short = Bench(typed=True), Bench(max_steps=1)
+    (done,) = run_batch(typed, [finished.input], store=store, executor="local", progress=False)
+    asked = [{"input": stopped.input, "run_id": stopped.run_id}]
+    (limit,) = run_batch(short, asked, store=store, executor="local", progress=False)
+    made = (len(typed.model_calls) + len(short.model_calls), len(typed.tool_calls) + len(short.tool_calls))
+
+    _, as_stopped = _checkpoint(stopped, str(store), "enough", _unmakeable)
+    assert (as_stopped.reason, as_stopped.evidence["limit"]) == ("max_steps", 1)
+    assert as_stopped.evidence["agent_error"] == "ImportError: no SDK on this machine"
+    assert as_stopped.snapshot == limit.snapshot
+    assert (as_stopped.messages, as_stopped.steps, as_stopped.usage) == (limit.messages, limit.steps, limit.usage)
+
+    _, as_done = _checkpoint(finished, str(store), "enough", _unmakeable)
+    assert (as_done.reason, as_done.final, as_done.usage) == (done.reason, done.final, done.usage)
+    assert as_done.output is None  # the output type is the agent's, which could not be made
+    assert done.output is not None
+    assert as_done.evidence == {"agent_error": "ImportError: no SDK on this machine"}
+    assert (len(typed.model_calls) + len(short.model_calls), len(typed.tool_calls) + len(short.tool_calls)) == made
+
+
+def test_a_ray_run_cut_off_is_reported_cancelled_with_its_snapshot_when_its_agent_cannot_be_made_in_the_driver(
+    tmp_path: Path,
+) -> None:
+    """A factory that fails where the batch was started costs the report neither its snapshot nor its cost."""
+    store = tmp_path / "runs.db"
+    bench = Bench()
     item = batch_items(QUESTIONS[:1])[0]
-    run_batch(Bench(max_steps=1), [item.input], store=store, executor="local", progress=False)
-
-    def broken() -> Agent:
-        msg = "no SDK on this machine"
-        raise ImportError(msg)
-
-    _, result = _checkpoint(item, str(store), "enough", broken)
-    assert (result.reason, result.evidence["state"], result.evidence["type"]) == ("cancelled", "Failed", "ImportError")
-    assert result.evidence["error"] == "no SDK on this machine"
-    assert result.snapshot is None
+    with SqliteStore(store) as opened:
+        cut = bench().start(item.input, store=opened, run_id=item.run_id)
+        cut.advance()  # one model call made and checkpointed; then the task is cancelled
+    _, result = _checkpoint(item, str(store), "enough", _unmakeable)
+    assert (result.reason, result.evidence["why"], result.evidence["state"]) == (
+        "cancelled",
+        "enough",
+        "CheckTruncation",
+    )
+    assert result.evidence["agent_error"] == "ImportError: no SDK on this machine"
+    assert result.usage.cost == pytest.approx(0.01)
+    assert result.snapshot is not None
+    assert result.snapshot["state"] == "CheckTruncation"
+    again = [{"input": item.input, "run_id": item.run_id}]  # the next pass resumes it: one call more, none again
+    (resumed,) = run_batch(bench, again, store=store, executor="local", progress=False)
+    assert (resumed.reason, len(bench.model_calls), len(bench.tool_calls)) == ("done", 2, 1)
 
 
 def test_a_local_batch_run_live_and_read_back_on_either_store_leaves_no_connection_open(store_target: str) -> None:
