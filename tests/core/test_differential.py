@@ -19,7 +19,7 @@ from support.scenarios import (
     Garbage,
     Item,
     Raise,
-    ScriptedModel,
+    ScenarioModel,
     Turn,
     build,
     cycling_scripts,
@@ -48,7 +48,7 @@ def seed_cases(draw: st.DrawFn, *, deviations: bool) -> Case:
 
 def _oracle(case: Case) -> Outcome:
     """The plain loop on its own fresh model and registry built from ``case``."""
-    model = ScriptedModel(case.items, loop=case.loop)
+    model = ScenarioModel(case.items, loop=case.loop)
     registry = make_registry(ManualClock(), CancelToken())
     return reference_run(model, registry, USER_INPUT, case.system, **case.options)
 

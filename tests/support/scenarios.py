@@ -131,7 +131,7 @@ class Garbage:
 Item = Turn | Raise | Garbage
 
 
-class ScriptedModel:
+class ScenarioModel:
     """Plays a script of items with fresh tool-call ids, looping if asked, and records every outcome.
 
     A call offered no tools is a finalize call; it is answered with ``finale``
@@ -341,7 +341,7 @@ class Setup:
 
     case: Case
     agent: Agent
-    model: ScriptedModel
+    model: ScenarioModel
     registry: RecordingRegistry
     clock: ManualClock
     tokens: list[CancelToken]
@@ -363,7 +363,7 @@ def build(case: Case) -> Setup:
     token = CancelToken()
     tokens = [token]
     registry = make_registry(clock, tokens)
-    model = ScriptedModel(case.items, loop=case.loop, finale=case.finale)
+    model = ScenarioModel(case.items, loop=case.loop, finale=case.finale)
     if case.cancel_first:
         # Cancelled while the first reply is being written: seen at the next check, before any tool runs.
         model.on_first_call = lambda: token.cancel("cancelled during the first model call")
@@ -895,7 +895,7 @@ def check_conversation(
         assert (steps[-1].kind, steps[-1].index) == ("final", model.calls - 1)
 
 
-def _usage(model: ScriptedModel) -> Usage:
+def _usage(model: ScenarioModel) -> Usage:
     """Tokens of every usable reply, whatever its stop_reason."""
     counted = [o for o in model.outcomes if isinstance(o, ModelResponse) and well_formed(o) and countable(o.usage)]
     return Usage(
