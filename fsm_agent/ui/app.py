@@ -36,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fsm_agent import TABLE, DecisionError, SnapshotError, Table
-from fsm_agent.persist.store import filter_text
+from fsm_agent.persist.store import StoredRun, filter_text
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
 from fsm_agent.ui.forks import NO_AGENT, fork_routes, refused_post
 from fsm_agent.ui.replay import digest
@@ -82,7 +82,7 @@ class Runs(Protocol):
         limit: int | None = None,
         offset: int = 0,
         session: str | None = None,
-    ) -> Sequence[Any]:
+    ) -> Sequence[StoredRun]:
         """One page of stored runs, latest first."""
         ...
 
@@ -215,10 +215,10 @@ def create_app(
                 "reason": run.reason,
                 "paused": run.paused,
                 "updated": run.updated,
-                "tool_calls": getattr(run, "tool_calls", None),
-                "session": getattr(run, "session", None),
-                "tokens": getattr(run, "tokens", None),
-                "forked_from": getattr(run, "forked_from", None),
+                "tool_calls": run.tool_calls,
+                "session": run.session,
+                "tokens": run.tokens,
+                "forked_from": run.forked_from,
             }
             for run in found[:PAGE_SIZE]
         ]
