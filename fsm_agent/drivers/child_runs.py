@@ -237,10 +237,10 @@ def _taken_over(
     is a ``RunLeasedError`` naming it.  Nothing of the child runs twice.
     ``_ataken_over`` is the same, awaited.
     """
-    from fsm_agent.persist.store import DEFAULT_LEASE
+    from fsm_agent.persist.store import traits
 
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
-    patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
+    patience = time.time() + 2 * traits(store).lease
     while True:
         if _finished(data):
             return stored_result(agent, data)
@@ -259,10 +259,10 @@ async def _ataken_over(
     """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
-    from fsm_agent.persist.store import DEFAULT_LEASE
+    from fsm_agent.persist.store import traits
 
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
-    patience = time.time() + 2 * float(getattr(store, "lease", DEFAULT_LEASE))
+    patience = time.time() + 2 * traits(store).lease
     while True:
         if _finished(data):
             return stored_result(agent, data)

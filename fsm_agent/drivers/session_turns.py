@@ -45,7 +45,10 @@ class StoredTurns:
     def _busy(self, n: int, holder: str | None = None, until: float | None = None) -> RunLeasedError:
         """Turn ``n`` is being taken elsewhere: its conversation is not one to build on yet."""
         if until is None:
-            until = time.time() + float(getattr(self.store, "lease", 0.0))
+            from fsm_agent.persist.store import journaled, traits
+
+            store = self.store  # a store of whole snapshots leases nothing
+            until = time.time() + (traits(store).lease if store is not None and journaled(store) else 0.0)
         return _TurnLeasedError(self.turn_id(n), holder or "another owner", until)
 
     def _take_over(
