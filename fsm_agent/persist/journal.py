@@ -235,8 +235,10 @@ class Journal(Heartbeats):
         self._early.intersection_update(call.id for call in run.calls.pending)  # earlier batches' calls are recorded
         if not (self.after_calls or self.store.wants(run.at.state, False)) or self._early.issuperset(run.calls.ran):
             return  # not wanted, or already written with a sibling's
+        # What this write holds: an outcome kept while it is in flight is written by that call's own keep.
+        kept = set(run.calls.ran)
         await self._awrite(self._plan(run, False, force=True), run, False)
-        self._early.update(run.calls.ran)
+        self._early.update(kept)
         self.abeat()
 
     def _called(self, run: Run) -> bool:
