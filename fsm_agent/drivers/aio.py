@@ -4,7 +4,8 @@ If the task is cancelled while a call is in flight, the run is recorded as
 ``Failed``/``cancelled`` with everything so far (calls of the batch that
 finished are kept) and the ``CancelledError`` propagates; if the run's
 timeout passes, the calls in flight are cancelled and the run stops on
-``timeout``.
+``timeout``.  A call's ``KeyboardInterrupt`` or ``SystemExit`` propagates
+and leaves the run unfinished, as on the sync driver.
 
 ``asyncio`` is imported by the methods that await, never by ``import
 fsm_agent``: it brings ``ssl``, sockets and subprocesses, most of the cost of
@@ -32,8 +33,25 @@ async def _awaited(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+def _left_the_loop(tasks: list[Any]) -> BaseException | None:
+    """The ``KeyboardInterrupt`` or ``SystemExit`` a call of a batch raised, if any.
+
+    asyncio lets either leave the event loop at once, and the loop's
+    teardown (``asyncio.run``'s, say) then cancels the task that awaits the
+    batch: that cancel is the interrupt's doing, not a request to stop the run.
+    """
+    for task in tasks:
+        raised: BaseException | None = task.exception() if task.done() and not task.cancelled() else None
+        if isinstance(raised, KeyboardInterrupt | SystemExit):
+            return raised
+    return None
+
+
 class AsyncDriver(RunBase):
     """``aadvance()`` and ``afinish()``: the same steps as the sync driver, awaited."""
+
+    _batches = True
+    """Whether a turn's calls that may run now are planned as one batch; a rebuilt run makes them one at a time."""
 
     @adriving  # the run is run_context()'s in this task and the tasks of its parallel calls
     async def aadvance(self) -> Transition:
@@ -63,7 +81,7 @@ class AsyncDriver(RunBase):
         """The sync driver's ``_advance``, awaited: carry out the effect the next transition needs, then take it."""
         if self._clock_each_transition:
             self._observe()
-        effect = self.stepper.effect(parallel=True)
+        effect = self.stepper.effect(parallel=self._batches)
         if effect is None:  # most transitions need no I/O
             return self._step()
         if isinstance(effect, ModelCall | ToolBatch):
@@ -123,8 +141,11 @@ class AsyncDriver(RunBase):
             if deadline is None or not deadline.expired():
                 raise
             return self._interrupt(EXPIRED, self._aunfinished(effect))
-        except asyncio.CancelledError:
-            self._interrupt(INTERRUPTED, self._aunfinished(effect))
+        except asyncio.CancelledError as exc:
+            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see _left_the_loop): then the run
+            # stays unfinished for its next owner, as on the sync driver.
+            if not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit):
+                self._interrupt(INTERRUPTED, self._aunfinished(effect))
             raise
         finally:
             if journal is not None:
@@ -224,11 +245,14 @@ class AsyncDriver(RunBase):
         tasks = [asyncio.ensure_future(one(call)) for call in batch]
         try:
             await asyncio.gather(*tasks)
-        except BaseException:
+        except BaseException as exc:
             for task in tasks:
                 task.cancel()
             # The writes of calls that finished are waited for: the stop recorded next is written after them.
             await asyncio.gather(*writes, return_exceptions=True)
+            left = _left_the_loop(tasks)
+            if left is not None and isinstance(exc, asyncio.CancelledError):
+                raise exc from left  # the loop's teardown cancelled this task, nobody stopping the run: see _acarry
             raise
 
     async def _aopen_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:

@@ -209,9 +209,15 @@ def rebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
 
 
 async def arebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
-    """``rebuilt`` on the async driver: an agent's async validators and compaction are awaited."""
+    """``rebuilt`` on the async driver: an agent's async validators and compaction are awaited.
+
+    A turn's calls are taken one at a time, as ``rebuilt`` takes them: a
+    source made on the sync driver holds no result of the calls after the
+    one it stopped at, which a planned batch would ask for.
+    """
     run = rebuilding(agent, recording, at)
     while len(run.trace) <= at:
+        run._batches = False  # noqa: SLF001 - the rebuilt run (and each it is resumed as) is this module's own
         if run.paused:
             run.decide(decisions(run, recording))
         run, entry = _resumed(run, recording) if run.done else (run, await run.aadvance())
