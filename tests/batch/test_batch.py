@@ -144,6 +144,12 @@ def _command(tmp_path: Path, *extra: str) -> list[str]:
             "--out", str(tmp_path / "out.jsonl"), *extra]  # fmt: skip
 
 
+def _interruptible() -> None:
+    """Give the command Ctrl-C's default action: a suite started in the background (``cmd &``) ignores SIGINT, and
+    a child would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _environment(tmp_path: Path, latency: float = 0.0) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(TESTS), "BATCH_LEDGER": str(tmp_path), "BATCH_LATENCY": str(latency)}
 
@@ -169,7 +175,8 @@ def test_ctrl_c_stops_the_batch_command_cleanly_and_a_rerun_resumes(tmp_path: Pa
     """SIGINT mid-batch: exit 130 saying how to resume; the rerun finishes, repeating at most the calls in flight."""
     (tmp_path / "in.jsonl").write_text("".join(f'"question {i}"\n' for i in range(40)))
     env = _environment(tmp_path, latency=0.05)
-    batch = subprocess.Popen([*_command(tmp_path), "--max-in-flight", "4"], env=env, stderr=subprocess.PIPE, text=True)
+    command = [*_command(tmp_path), "--max-in-flight", "4"]
+    batch = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
     deadline = time.monotonic() + 30
     while len(lines(tmp_path / MODEL_LOG)) < 12 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -223,7 +230,9 @@ def test_ctrl_c_on_ray_checkpoints_the_runs_in_flight_and_a_rerun_on_ray_finishe
     (tmp_path / "in.jsonl").write_text("".join(f'"question {i}"\n' for i in range(16)))
     command = [arg for arg in _command(tmp_path) if arg != "--local"]
     env = _environment(tmp_path, latency=0.2)
-    batch = subprocess.Popen([*command, "--max-in-flight", "4"], env=env, stderr=subprocess.PIPE, text=True)
+    batch = subprocess.Popen(
+        [*command, "--max-in-flight", "4"], env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible
+    )
     deadline = time.monotonic() + 90
     while len(lines(tmp_path / MODEL_LOG)) < 12 and time.monotonic() < deadline:
         time.sleep(0.05)
