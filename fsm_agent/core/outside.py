@@ -5,7 +5,9 @@ connection): a driver reads a clock, a cancel token and its hooks, and hands
 what it saw to the stepper as an event here; it never sets a field of the
 run itself.  A planned parallel batch freezes the run's clock and cancel
 flag, so the replay of its calls takes the edges the plan assumed: while it
-is frozen the time and a cancel are not taken in.
+is frozen the time and a cancel are held, not taken in, until the replay of
+the batch's last outcome (``thaw``), whose checks before the next model call
+see them as the sync driver's would.
 """
 
 from __future__ import annotations
@@ -29,14 +31,27 @@ class OutsideEvents:
     def tell_time(self, elapsed: float) -> None:
         """The run has been going ``elapsed`` seconds by the driver's clock: the guards of a deadline read it."""
         run = self.run
-        if not run.at.frozen:
+        if run.at.frozen:
+            run.at.held = (elapsed, run.at.held[1])
+        else:
             run.counts.elapsed = elapsed
 
     def cancel(self, why: str) -> None:
         """The run's cancel token was set (``why``): the next transition stops the run with ``cancelled``."""
         run = self.run
-        if not run.at.frozen:
+        if run.at.frozen:
+            run.at.held = (run.at.held[0], why)
+        else:
             run.counts.cancelled, run.counts.cancel_why = True, why
+
+    def thaw(self) -> None:
+        """A planned batch's last outcome is being replayed: take in the time and a cancel held since its plan."""
+        run = self.run
+        (elapsed, why), run.at.frozen, run.at.held = run.at.held, False, (None, None)
+        if elapsed is not None:
+            self.tell_time(elapsed)
+        if why is not None:
+            self.cancel(why)
 
     def hook_failed(self, error: BaseException) -> None:
         """A strict hook raised: the first such error is kept, and the next transition stops on ``hook_error``."""

@@ -152,7 +152,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         batch = plan_batch(run, self._cleared)
         batch = [c for c in batch if c.id not in run.calls.ran and not (run.calls.carried and self._carry(c))]
         if len(batch) > 1:
-            run.at.frozen = True
+            run.at.frozen, run.at.held = True, (None, None)
         return ToolBatch(tuple(batch))
 
     def _carry(self, call: ToolCall) -> bool:
@@ -353,6 +353,8 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if run.calls.to_approve:
             run.calls.to_approve.discard(call.id)
         run.calls.pending.popleft()
+        if run.at.frozen and not any(waiting.id in run.calls.ran for waiting in run.calls.pending):
+            self.thaw()  # the batch's last outcome: its checks before the next model call see the time and a cancel
         ledger.record_tool(run, call, outcome)
 
     def interrupt(self, trigger: str, unfinished: str | None) -> Transition:
@@ -362,6 +364,8 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         time was up before the call could start, so none was made.
         """
         run = self.run
+        if run.at.frozen:
+            self.thaw()  # the batch was cut: its stop sees the time and a cancel held since its plan
         if run.at.state is AwaitModel and self._replied is None and unfinished is not None:
             run.counts.turns += 1  # the call was made, and may be billed
         self._replied = None

@@ -73,6 +73,7 @@ class Place:
         "finalize_evidence",
         "finalizing",
         "frozen",
+        "held",
         "reason",
         "retry_model",
         "state",
@@ -84,6 +85,8 @@ class Place:
         self.state: State = AwaitModel
         self.trace: list[Transition] = []
         self.frozen = False
+        # The time and a cancel's why the driver told a frozen run: taken in when its batch's last outcome is replayed.
+        self.held: tuple[float | None, str | None] = (None, None)
         # The stop that a finalize call is answering for, once one was taken, and that stop's evidence.
         self.finalizing: str | None = None
         self.finalize_evidence: dict[str, Any] = {}

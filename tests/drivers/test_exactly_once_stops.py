@@ -1,0 +1,281 @@
+"""Exactly once when a run stops while calls are in flight: its deadline, a cancel token, a cancelled task; resumed.
+
+Every tool counts its tries and its side effects, and the model its calls
+(``support.inflight_stops``), so "no completed call was made again, the cut
+one only by the resume, and none lost" is counted exactly, on both drivers,
+without a store and with each store taken over by a new owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from support.exactly_once import WAIT, Effects
+from support.inflight_stops import DEADLINE, Hold, answer, make_agent, resumed_by_new_owner
+
+from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult
+from fsm_agent.persist import open_store
+from fsm_agent.testing import edges
+
+DRIVERS = ["sync", "async"]
+ABC = ("a", "b", "c")
+ABCD = ("a", "b", "c", "d")
+
+
+def _resumed(agent: Agent, source: RunResult, driver: str, **options: object) -> RunResult:
+    """``agent`` continues ``source`` (no store) on ``driver`` to its end."""
+    if driver == "sync":
+        return agent.resume(source, **options).finish()  # type: ignore[arg-type]
+
+    async def go() -> RunResult:
+        return await (await agent.aresume(source, **options)).afinish()  # type: ignore[arg-type]
+
+    return asyncio.run(go())
+
+
+def _stopped(run: Callable[[], object]) -> AgentLoopError:
+    """The stop ``run()`` raises."""
+    with pytest.raises(AgentLoopError) as stop:
+        run()
+    return stop.value
+
+
+@pytest.fixture
+def released() -> Iterator[list[Hold]]:
+    """Holds of sync calls a test leaves in flight, let go (without their side effect) when it ends."""
+    holds: list[Hold] = []
+    yield holds
+    for hold in holds:
+        hold.release(complete=False)
+
+
+# --- the run's deadline passes while a parallel batch is in flight (async driver) ----------------------------
+
+
+@pytest.mark.parametrize("resumer", DRIVERS)
+def test_a_deadline_mid_batch_cuts_only_the_call_in_flight_and_a_resume_makes_only_that_call_again(
+    resumer: str,
+) -> None:
+    """a and b finished, c was in flight: the stop names c, keeps a and b, and the resume makes c alone, once."""
+    effects = Effects()
+    agent = make_agent(effects, ABC, Hold(effects, "c", after=("a", "b")), timeout=DEADLINE)
+    stop = _stopped(lambda: asyncio.run(agent.arun("go")))
+    assert stop.reason == "timeout"
+    assert stop.evidence["unfinished"] == "c"
+    assert stop.evidence["also_ran"] == ["a", "b"]
+    assert dict(effects.done) == {"a": 1, "b": 1}
+    assert effects.parent_model == 1
+    result = _resumed(agent, stop.result, resumer, timeout=60)
+    assert result.final == answer(ABC)
+    assert dict(effects.done) == {"a": 1, "b": 1, "c": 1}
+    assert effects.tries == {"a": 1, "b": 1, "c": 2}  # the cut call, cancelled before its effect, made again
+    assert effects.parent_model == 2  # the batch's reply was kept: only the answer was asked for
+
+
+@pytest.mark.parametrize("resumer", DRIVERS)
+def test_a_stored_run_cut_by_its_deadline_mid_batch_is_finished_by_a_new_owner_each_completed_call_made_once(
+    store_target: str, resumer: str
+) -> None:
+    """The deadline's stop is in the store with a and b's outcomes; a new owner makes only c, once."""
+    effects = Effects()
+    agent = make_agent(effects, ABC, Hold(effects, "c", after=("a", "b")), timeout=DEADLINE)
+    with open_store(store_target) as store:
+        stop = _stopped(lambda: asyncio.run(agent.arun("go", store=store, run_id="r")))
+        stored = store.load("r")
+    assert (stop.reason, stored["reason"], stored["state"]) == ("timeout", "timeout", "Failed")
+    assert dict(effects.done) == {"a": 1, "b": 1}
+    owner = make_agent(effects, ABC, timeout=DEADLINE)
+    result = resumed_by_new_owner(store_target, "r", resumer, owner, timeout=60)
+    assert result.final == answer(ABC)
+    assert dict(effects.done) == {"a": 1, "b": 1, "c": 1}
+    assert effects.tries == {"a": 1, "b": 1, "c": 2}
+    assert effects.parent_model == 2
+
+
+def test_the_evidence_of_a_deadline_passing_mid_batch_says_the_time_was_up() -> None:
+    """The timeout stop's evidence reads ``elapsed`` against ``timeout``: at the stop, elapsed reached timeout."""
+    effects = Effects()
+    agent = make_agent(effects, ABC, Hold(effects, "c", after=("a", "b")), timeout=DEADLINE)
+    stop = _stopped(lambda: asyncio.run(agent.arun("go")))
+    assert stop.reason == "timeout"
+    assert stop.evidence["elapsed"] >= DEADLINE
+    assert stop.evidence["counters"]["seconds"][0] >= DEADLINE
+
+
+# --- the run's deadline passes while one sync call is in flight (sync driver) ---------------------------------
+
+
+@pytest.mark.parametrize("resumer", DRIVERS)
+def test_a_deadline_on_a_sync_call_abandons_it_and_a_resume_makes_only_that_call_again(
+    resumer: str, released: list[Hold]
+) -> None:
+    """Sync driver, one call at a time: a ran, c is abandoned at the deadline (it never finishes): c alone again."""
+    effects = Effects()
+    hold = Hold(effects, "c", after=("a",))
+    released.append(hold)
+    agent = make_agent(effects, ("a", "c"), hold, tool="swork", timeout=DEADLINE)
+    stop = _stopped(lambda: agent.run("go"))
+    assert stop.reason == "timeout"
+    assert stop.evidence["unfinished"] == "c"
+    assert edges(stop.result)[-1] == "ExecuteTool->Failed[timeout]"
+    assert dict(effects.done) == {"a": 1}
+    result = _resumed(agent, stop.result, resumer, timeout=60)
+    assert result.final == answer(("a", "c"))
+    assert dict(effects.done) == {"a": 1, "c": 1}
+    assert effects.tries == {"a": 1, "c": 2}
+    assert effects.parent_model == 2
+
+
+@pytest.mark.parametrize("resumer", DRIVERS)
+def test_a_stored_sync_run_cut_by_its_deadline_is_finished_by_a_new_owner_each_completed_call_made_once(
+    store_target: str, resumer: str, released: list[Hold]
+) -> None:
+    """The same with a store: the abandoned call's owner stopped, a new owner makes c only, a never again."""
+    effects = Effects()
+    hold = Hold(effects, "c", after=("a",))
+    released.append(hold)
+    agent = make_agent(effects, ("a", "c"), hold, tool="swork", timeout=DEADLINE)
+    with open_store(store_target) as store:
+        stop = _stopped(lambda: agent.run("go", store=store, run_id="r"))
+        assert store.load("r")["reason"] == "timeout"
+    assert stop.evidence["unfinished"] == "c"
+    owner = make_agent(effects, ("a", "c"), tool="swork", timeout=DEADLINE)
+    result = resumed_by_new_owner(store_target, "r", resumer, owner, timeout=60)
+    assert result.final == answer(("a", "c"))
+    assert dict(effects.done) == {"a": 1, "c": 1}
+    assert effects.tries == {"a": 1, "c": 2}
+    assert effects.parent_model == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a sync call abandoned at the run's deadline runs on (drivers/sync.py: its outcome is dropped); when it "
+    "completes after the stop, the resume makes it again: two side effects, where exactly-once.md excepts only a "
+    "call in flight when the process dies",
+)
+def test_a_sync_call_abandoned_at_the_deadline_that_completes_later_is_not_made_again_by_a_resume() -> None:
+    """The abandoned call finishes its side effect after the stop; the resume must not make it a second time."""
+    effects = Effects()
+    hold = Hold(effects, "c", after=("a",))
+    agent = make_agent(effects, ("a", "c"), hold, tool="swork", timeout=DEADLINE)
+    stop = _stopped(lambda: agent.run("go"))
+    assert stop.evidence["unfinished"] == "c"
+    hold.release(complete=True)  # the abandoned call goes on in its thread, to its side effect
+    deadline = time.monotonic() + WAIT
+    while effects.done["c"] < 1:
+        assert time.monotonic() < deadline, "the abandoned call never finished"
+        time.sleep(0.01)
+    agent.resume(stop.result, timeout=60).finish()
+    assert effects.done["c"] == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with a run timeout and no tool_timeout the async driver runs a sync tool with asyncio.to_thread "
+    "(tools/calling.py started), whose thread asyncio.run joins on exit: the deadline's stop returns from arun, "
+    "but asyncio.run waits for the abandoned call",
+)
+def test_asyncio_run_of_a_run_cut_by_its_deadline_does_not_wait_for_the_abandoned_sync_call() -> None:
+    """``asyncio.run(agent.arun(...))`` returns at the deadline's stop, as the sync driver's ``run`` does."""
+    effects = Effects()
+    hold = Hold(effects, "c", after=("a", "b"))
+    agent = make_agent(effects, ABC, hold, tool="swork", timeout=DEADLINE)
+    stopped = threading.Event()
+    outcome: list[AgentLoopError] = []
+
+    async def go() -> None:
+        try:
+            await agent.arun("go")
+        except AgentLoopError as stop:
+            outcome.append(stop)
+        stopped.set()
+
+    thread = threading.Thread(target=asyncio.run, args=(go(),), daemon=True)
+    thread.start()
+    try:
+        assert stopped.wait(WAIT), "the run never stopped"
+        thread.join(5.0)  # closing the loop takes milliseconds
+        assert not thread.is_alive(), "asyncio.run still waits for the abandoned call"
+    finally:
+        hold.release(complete=False)
+        thread.join(WAIT)
+    assert [stop.reason for stop in outcome] == ["timeout"]
+
+
+# --- a cancel token cancelled while a batch is in flight ------------------------------------------------------
+
+
+@pytest.mark.parametrize("resumer", DRIVERS)
+def test_a_cancel_token_set_mid_batch_on_the_sync_driver_stops_before_the_next_call_and_a_new_owner_makes_the_rest(
+    store_target: str, resumer: str
+) -> None:
+    """c cancels while it runs: c completes, d is not made; a new owner with a fresh token makes d alone, once."""
+    effects = Effects()
+    token = CancelToken()
+    hold = Hold(effects, "c", after=("a", "b"), then=lambda: token.cancel("the user left"), stay=False)
+    agent = make_agent(effects, ABCD, hold, tool="swork")
+    with open_store(store_target) as store:
+        stop = _stopped(lambda: agent.run("go", store=store, run_id="r", cancel=token))
+        assert store.load("r")["reason"] == "cancelled"
+    assert (stop.reason, stop.evidence["why"]) == ("cancelled", "the user left")
+    assert [call.id for call in stop.result.pending] == ["d"]
+    assert dict(effects.done) == {"a": 1, "b": 1, "c": 1}
+    owner = make_agent(effects, ABCD, tool="swork")
+    result = resumed_by_new_owner(store_target, "r", resumer, owner, cancel=CancelToken())
+    assert result.final == answer(ABCD)
+    assert dict(effects.done) == {"a": 1, "b": 1, "c": 1, "d": 1}
+    assert effects.tries == {"a": 1, "b": 1, "c": 1, "d": 1}
+    assert effects.parent_model == 2
+
+
+def test_a_cancel_token_set_mid_batch_on_the_async_driver_stops_the_run_before_the_next_model_call() -> None:
+    """The token is checked before every model and tool call: set while the batch ran, no model call follows."""
+    effects = Effects()
+    token = CancelToken()
+    hold = Hold(effects, "c", after=("a", "b"), then=lambda: token.cancel("the user left"), stay=False)
+    agent = make_agent(effects, ABCD, hold)
+    with pytest.raises(AgentLoopError) as stopped:
+        asyncio.run(agent.arun("go", cancel=token))
+    assert stopped.value.reason == "cancelled"
+    assert effects.parent_model == 1  # no model call after the cancel
+    assert effects.tries == {"a": 1, "b": 1, "c": 1, "d": 1}  # the batch's calls were all in flight: each ran once
+
+
+# --- the task driving the run is cancelled while a batch is in flight ------------------------------------------
+
+
+@pytest.mark.parametrize("resumer", DRIVERS)
+def test_a_task_cancelled_mid_batch_is_stored_cancelled_and_a_new_owner_makes_only_the_cut_call_again(
+    store_target: str, resumer: str
+) -> None:
+    """a and b finished, c in flight when the task is cancelled: stored cancelled; a new owner makes c alone."""
+    effects = Effects()
+    hold = Hold(effects, "c", after=("a", "b"))
+    agent = make_agent(effects, ABC, hold)
+
+    async def cut() -> RunResult:
+        with open_store(store_target) as store:
+            run = await agent.astart("go", store=store, run_id="r")
+            task: asyncio.Future[RunResult] = asyncio.ensure_future(run.afinish())
+            while not hold.in_flight.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return run.result
+
+    stopped = asyncio.run(cut())
+    assert (stopped.reason, stopped.evidence["unfinished"]) == ("cancelled", "c")
+    with open_store(store_target) as store:
+        assert store.load("r")["reason"] == "cancelled"
+    assert dict(effects.done) == {"a": 1, "b": 1}
+    owner = make_agent(effects, ABC)
+    result = resumed_by_new_owner(store_target, "r", resumer, owner, cancel=CancelToken())
+    assert result.final == answer(ABC)
+    assert dict(effects.done) == {"a": 1, "b": 1, "c": 1}
+    assert effects.tries == {"a": 1, "b": 1, "c": 2}
+    assert effects.parent_model == 2
