@@ -15,6 +15,7 @@ importing the package, which a program that never awaits a run need not pay.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
@@ -23,6 +24,7 @@ from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
 from fsm_agent.records import RunResult, ToolCall, Transition
+from fsm_agent.tools.calling import in_daemon_worker
 from fsm_agent.tools.context import adriving
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
@@ -191,14 +193,19 @@ class AsyncDriver(RunBase):
             elif acomplete is not None:
                 response = await acomplete(effect.messages, effect.tools, **keywords["acomplete"])
             else:
-                import asyncio
-
-                complete = self._model.complete
-                response = await asyncio.to_thread(complete, effect.messages, effect.tools, **keywords["complete"])
+                response = await self._athreaded(self._model.complete, effect, keywords["complete"])
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
             self._model_failed(exc)
             return
         self._model_replied(response)
+
+    async def _athreaded(self, complete: Any, effect: ModelCall, keywords: Mapping[str, Any]) -> Any:
+        """A sync model's call on a worker thread: a daemon one in a run with a deadline, which may abandon it."""
+        import asyncio
+
+        if not self.has_deadline():
+            return await asyncio.to_thread(complete, effect.messages, effect.tools, **keywords)
+        return await in_daemon_worker(lambda: complete(effect.messages, effect.tools, **keywords))
 
     async def _acall_tool(self, call: ToolCall) -> None:
         if self._observed:

@@ -169,6 +169,10 @@ class RunBase(WatchedRun):
         call_id, name = (None, None) if call is None else (call.id, call.name)
         return RunContext(self._deps, self.run_id, call_id, usage, name, counts.turns)
 
+    def has_deadline(self) -> bool:
+        """Whether the run has a ``timeout``, at which a call in flight is abandoned (see ``tools.context``)."""
+        return self.position.limits.timeout is not None
+
     @property
     def result(self) -> RunResult:
         """The run's result; only available once the run is in ``Done`` or ``Failed``."""

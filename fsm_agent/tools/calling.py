@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from fsm_agent.tools.context import under_deadline
 from fsm_agent.tools.schema import ToolFunction
 
 if TYPE_CHECKING:
@@ -225,12 +226,13 @@ def call_with_deadline(function: ToolFunction, arguments: dict[str, Any], timeou
 def started(function: ToolFunction, arguments: dict[str, Any], timeout: float | None) -> Awaitable[Any]:
     """The call of a tool as something to await: an async tool itself, a sync one on a worker thread.
 
-    With a ``timeout``, the thread is a daemon worker, so one abandoned at
-    its deadline never holds up the event loop's exit.
+    With a ``timeout``, or in a run with a deadline, the thread is a daemon
+    worker, so one abandoned at its deadline never holds up the event loop's
+    exit.
     """
     if inspect.iscoroutinefunction(function):
         return function(**arguments)  # type: ignore[no-any-return]
-    if timeout is None:
+    if timeout is None and not under_deadline():
         import asyncio
 
         return asyncio.to_thread(call_in_thread, function, arguments)

@@ -81,6 +81,10 @@ class ContextSource(Protocol):
         """The run's context, for ``call`` if given."""
         ...
 
+    def has_deadline(self) -> bool:
+        """Whether the run has a ``timeout``, at which a call in flight is abandoned."""
+        ...
+
 
 S = TypeVar("S", bound=ContextSource)
 
@@ -99,6 +103,12 @@ def run_context() -> RunContext[Any]:
         msg = "run_context() is called outside a run: only code a run calls (tools, stop conditions, ...) has one"
         raise RunStateError(msg)
     return source.run_context()
+
+
+def under_deadline() -> bool:
+    """Whether the run driving this code has a deadline, so a call it makes may be abandoned in flight."""
+    source = _RUN.get()
+    return source is not None and source.has_deadline()
 
 
 def context_for(call: ToolCall) -> RunContext[Any]:

