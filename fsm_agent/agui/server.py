@@ -69,7 +69,9 @@ class AgUiApp:
             raise TypeError(msg)
         self.agent_factory = agent_factory
         self.store: Store = store_for(store) or SqliteStore(":memory:")
-        self._turns: dict[str, CancelToken] = {}  # the thread's turn going on now, by thread id
+        # The tokens of the requests going on now, by thread id: the turn's, and any other request's for the same
+        # thread (refused while the turn is taken), so cancelling the thread reaches the turn whichever ends first.
+        self._turns: dict[str, set[CancelToken]] = {}
         self._left: set[asyncio.Task[None]] = set()  # turns whose client went away, kept until they end
         self._encoder = EventEncoder()
         self._app = Starlette(routes=[Route("/", self._endpoint, methods=["POST"])])
@@ -84,10 +86,11 @@ class AgUiApp:
         with any ``CancelToken``) and the stream ends with ``RUN_FINISHED``
         whose outcome is ``cancelled``.
         """
-        token = self._turns.get(thread_id)
-        if token is None:
+        tokens = self._turns.get(thread_id)
+        if not tokens:
             return False
-        token.cancel(why or "cancelled by the application")
+        for token in list(tokens):
+            token.cancel(why or "cancelled by the application")
         return True
 
     async def _endpoint(self, request: Request) -> Response:
@@ -110,14 +113,16 @@ class AgUiApp:
 
         token = CancelToken()
         thread = run_input.thread_id
-        self._turns[thread] = token
+        self._turns.setdefault(thread, set()).add(token)
         turn = loop.create_task(self._turn(run_input, push, token))
         try:
             while (event := await queue.get()) is not None:
                 yield self._encoder.encode(event)
         finally:
-            if self._turns.get(thread) is token:
-                del self._turns[thread]
+            going = self._turns.get(thread, set())
+            going.discard(token)
+            if not going:
+                self._turns.pop(thread, None)
             if not turn.done():  # the client went away: nobody reads on, so the run stops now
                 token.cancel("the client closed the stream")
                 turn.cancel()
