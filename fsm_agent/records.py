@@ -192,6 +192,9 @@ class ChildOutcome:
     stop: dict[str, Any] | None = None
     tool_calls: int = 0
     cost: float | None = 0.0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 def child_outcome(value: ChildOutcome | dict[str, Any] | None) -> ChildOutcome | None:

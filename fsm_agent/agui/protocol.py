@@ -114,18 +114,16 @@ def token_usage(usage: Usage) -> list[TokenUsage] | None:
 def less(after: Usage, before: Usage) -> Usage:
     """What a resumed run spent itself: its usage less the paused run's (a cost only where both are known)."""
     spent = {f.name: getattr(after, f.name) - getattr(before, f.name) for f in attrs.fields(Usage) if f.name != "cost"}
-    cost, earlier = getattr(after, "cost", None), getattr(before, "cost", None)
-    if cost is not None and earlier is not None:
-        spent["cost"] = cost - earlier
+    if after.cost is not None and before.cost is not None:
+        spent["cost"] = after.cost - before.cost
     return Usage(**spent)
 
 
 def _facts(result: RunResult, usage: Usage, **more: Any) -> dict[str, Any]:
     """The ``metadata`` an ending carries: the fsm_agent run, its reason, and the cost where known."""
     facts: dict[str, Any] = {"reason": result.reason, **more}
-    cost = getattr(usage, "cost", None)
-    if cost is not None:
-        facts["cost"] = cost
+    if usage.cost is not None:
+        facts["cost"] = usage.cost
     # The evidence is JSON by contract; read back through JSON so nothing else can reach the encoder.
     return {KEY: json.loads(dumps(facts, default=str))}
 

@@ -12,6 +12,7 @@ cancels it: the run records the call it was in as cut off, with reason
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from ag_ui.core import (
 )
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
 AgentFactory = Callable[[RunAgentInput], Agent]
 """Builds the agent for one request, from the request (its ``context`` and ``forwardedProps`` are the app's to read)."""
 Push = Callable[[BaseEvent | None], None]
+
+NOTHING_SPENT = Usage(cost=0.0)
+"""What a turn had spent before it began: nothing, at a known cost, so the turn's own cost is sent where known."""
 """Hands an event to the response (None: the stream ends)."""
 
 
@@ -117,7 +122,7 @@ class AgUiApp:
         turn = loop.create_task(self._turn(run_input, push, token))
         try:
             while (event := await queue.get()) is not None:
-                yield self._encoder.encode(event)
+                yield self._sse(event)
         finally:
             going = self._turns.get(thread, set())
             going.discard(token)
@@ -129,13 +134,21 @@ class AgUiApp:
                 self._left.add(turn)
                 turn.add_done_callback(self._left.discard)
 
+    def _sse(self, event: BaseEvent) -> str:
+        """The event as a server-sent event; a lone surrogate in its text (half an emoji, which models send) as its
+        JSON escape, which UTF-8 cannot carry raw, so the event is sent, not dropped with the rest of the stream."""
+        try:
+            return self._encoder.encode(event)
+        except PydanticSerializationError:
+            return f"data: {json.dumps(event.model_dump(mode='json', by_alias=True), separators=(',', ':'))}\n\n"
+
     async def _turn(self, run_input: RunAgentInput, push: Push, token: CancelToken) -> None:
         """Take the turn (or resume the paused one), pushing its events; always ends with its terminal event."""
         thread, run_id = run_input.thread_id, run_input.run_id
         relay = Relay(run_id, push)
         push(RunStartedEvent(thread_id=thread, run_id=run_id, protocol_version=PROTOCOL_VERSION))
         agent: Agent | None = None
-        before = Usage()
+        before = NOTHING_SPENT
         try:
             agent = self._agent_for(run_input)
             relay.watch(agent)
@@ -173,9 +186,9 @@ class AgUiApp:
     async def _paused_usage(self, session: Session, agent: Agent) -> Usage:
         """What the thread's paused turn had spent, so the resumed run reports only its own calls."""
         if session.turns == 0:
-            return Usage()
+            return NOTHING_SPENT
         data = await awaited(self.store, "load", session.turn_id(session.turns))
-        return stored_result(agent, data).usage if data.get("paused") else Usage()
+        return stored_result(agent, data).usage if data.get("paused") else NOTHING_SPENT
 
 
 def _policy(agent: Agent | None, result: RunResult) -> str | None:

@@ -228,8 +228,12 @@ def record_reply(run: Run, response: ModelResponse, price: Pricer | None = None)
         if problem is not None:
             count_cost(run, None)
             return problem
-        run.counts.input_tokens += usage.input_tokens
-        run.counts.output_tokens += usage.output_tokens
+        counts = run.counts
+        counts.input_tokens += usage.input_tokens
+        counts.output_tokens += usage.output_tokens
+        counts.cache_read_tokens += usage.cache_read_tokens
+        counts.cache_write_tokens += usage.cache_write_tokens
+        counts.reasoning_tokens += usage.reasoning_tokens
         cost = usage.cost
         if cost is None and price is not None:
             cost = price(usage)
@@ -267,8 +271,12 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
     if child is not None:
         # A sub-agent's tokens are the parent's too: its budget sees them from the next check on; and its tool
         # calls are the parent's (its max_tool_calls total: see drivers/child_runs).
-        run.counts.input_tokens += child.input_tokens
-        run.counts.output_tokens += child.output_tokens
+        counts = run.counts
+        counts.input_tokens += child.input_tokens
+        counts.output_tokens += child.output_tokens
+        counts.cache_read_tokens += child.cache_read_tokens
+        counts.cache_write_tokens += child.cache_write_tokens
+        counts.reasoning_tokens += child.reasoning_tokens
         count_cost(run, child.cost)
         run.counts.tool_calls += child.tool_calls
         run.calls.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}

@@ -13,7 +13,7 @@ from fsm_agent.core.approval import awaiting
 from fsm_agent.core.ledger import record_leftovers
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
-from fsm_agent.records import RunResult, Step, ToolCall, Usage
+from fsm_agent.records import RunResult, Step, ToolCall
 
 
 def evidence_for(run: Run, reason: str) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def make_result(
     # By position, in RunResult's field order: matching eleven keywords was a quarter of building it.
     output = run.talk.output if run.at.state is Done else None
     counts = run.counts
-    usage = Usage(counts.input_tokens, counts.output_tokens, cost=None if counts.unpriced else counts.cost)
+    usage = counts.usage()
     return RunResult(
         run.talk.messages,
         run.talk.steps,

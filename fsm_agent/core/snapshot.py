@@ -103,6 +103,9 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
             "recent": [[name, arguments, result] for (name, arguments), result in run.counts.recent],
             "input_tokens": run.counts.input_tokens,
             "output_tokens": run.counts.output_tokens,
+            "cache_read_tokens": run.counts.cache_read_tokens,
+            "cache_write_tokens": run.counts.cache_write_tokens,
+            "reasoning_tokens": run.counts.reasoning_tokens,
             "cost": run.counts.cost,
             "priced": run.counts.priced,
             "unpriced": run.counts.unpriced,
@@ -309,6 +312,10 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         _count(counters, n) for n in ("turns", "failures", "tool_calls")
     )
     run.counts.input_tokens, run.counts.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
+    parts = {"cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0, **counters}  # none before kept
+    run.counts.cache_read_tokens, run.counts.cache_write_tokens, run.counts.reasoning_tokens = (
+        _count(parts, n) for n in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+    )
     # A snapshot from before runs were priced has none of these: nothing priced, nothing known unpriced.
     priced = {"cost": 0.0, "priced": 0, "unpriced": 0, **counters}
     run.counts.cost = _dollars(priced)

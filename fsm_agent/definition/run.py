@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.states import AwaitModel, State
-from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition
+from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage
 from fsm_agent.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ class Counts:
     """What a run has used so far: turns, calls, failures, tokens, dollars, seconds, and the cycle guard's memory."""
 
     __slots__ = (
+        "cache_read_tokens",
+        "cache_write_tokens",
         "calls_by_tool",
         "cancel_why",
         "cancelled",
@@ -118,6 +120,7 @@ class Counts:
         "output_retries",
         "output_tokens",
         "priced",
+        "reasoning_tokens",
         "recent",
         "tool_calls",
         "turns",
@@ -136,6 +139,10 @@ class Counts:
         self.recent: deque[tuple[Signature, str]] = deque((), cycle_window)  # noqa: RUF037
         self.input_tokens = 0
         self.output_tokens = 0
+        # The parts of those the replies reported: cached input (read, written) and reasoning output.
+        self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
+        self.reasoning_tokens = 0
         # US dollars of the calls priced (a sub-agent's run is one call here), and the calls whose price is unknown.
         self.cost = 0.0
         self.priced = 0
@@ -152,6 +159,17 @@ class Counts:
     def tokens(self) -> int:
         """Input plus output tokens reported so far."""
         return self.input_tokens + self.output_tokens
+
+    def usage(self) -> Usage:
+        """The run's usage so far: its tokens with their parts, and its cost (None if a call was unpriced)."""
+        return Usage(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.reasoning_tokens,
+            None if self.unpriced else self.cost,
+        )
 
     @property
     def seconds(self) -> float:

@@ -25,7 +25,7 @@ from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
-from fsm_agent.records import Message, RunResult, Step, ToolCall, Transition, Usage
+from fsm_agent.records import Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class RunBase(WatchedRun):
     def run_context(self, call: ToolCall | None = None) -> RunContext[Any]:
         """What this run's code is told of it (``RunContext``): its deps, id, usage so far, and ``call`` if given."""
         counts = self.position.counts
-        usage = Usage(counts.input_tokens, counts.output_tokens, cost=None if counts.unpriced else counts.cost)
+        usage = counts.usage()
         call_id, name = (None, None) if call is None else (call.id, call.name)
         return RunContext(self._deps, self.run_id, call_id, usage, name, counts.turns)
 

@@ -118,16 +118,21 @@ def _calls_made(result: RunResult) -> int:
 def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
     usage = result.usage
     made = _calls_made(result)
+    parts = {
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+    }
     if result.ok:
         value = answer_of(result)
         content = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made, usage.cost)
+        outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made, usage.cost, **parts)
         return ToolResult(content, child=outcome)
     facts = {"reason": result.reason, "evidence": result.evidence}
     message = f"sub-agent {child.name!r} stopped ({result.reason}) in run {run_id!r}"
     content = json.dumps({"error": message, **facts}, ensure_ascii=False, default=str)
     stop = facts if child.on_child_stop == "raise" else None
-    outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made, usage.cost)
+    outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made, usage.cost, **parts)
     return ToolResult(content, message, child=outcome)
 
 

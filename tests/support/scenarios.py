@@ -898,9 +898,10 @@ def check_conversation(
 def _usage(model: ScenarioModel) -> Usage:
     """Tokens of every usable reply, whatever its stop_reason."""
     counted = [o for o in model.outcomes if isinstance(o, ModelResponse) and well_formed(o) and countable(o.usage)]
+    usages = [r.usage for r in counted if r.usage]
+    tokens = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
     return Usage(
-        sum(r.usage.input_tokens for r in counted if r.usage),
-        sum(r.usage.output_tokens for r in counted if r.usage),
+        *(sum(getattr(usage, name) for usage in usages) for name in tokens),
         cost=None if model.outcomes else 0.0,  # the cases give no prices: a run that made a call has no known cost
     )
 
