@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import attrs
 
 from fsm_agent.definition.run import Run, signature
-from fsm_agent.records import STOP_REASONS, Message, ModelResponse, Step, ToolCall, Usage, not_json
+from fsm_agent.records import STOP_REASONS, ChildOutcome, Message, ModelResponse, Step, ToolCall, Usage, not_json
 from fsm_agent.tools import ToolResult
 
 T = TypeVar("T")
@@ -228,12 +228,7 @@ def record_reply(run: Run, response: ModelResponse, price: Pricer | None = None)
         if problem is not None:
             count_cost(run, None)
             return problem
-        counts = run.counts
-        counts.input_tokens += usage.input_tokens
-        counts.output_tokens += usage.output_tokens
-        counts.cache_read_tokens += usage.cache_read_tokens
-        counts.cache_write_tokens += usage.cache_write_tokens
-        counts.reasoning_tokens += usage.reasoning_tokens
+        count_tokens(run, usage)
         cost = usage.cost
         if cost is None and price is not None:
             cost = price(usage)
@@ -245,6 +240,16 @@ def record_reply(run: Run, response: ModelResponse, price: Pricer | None = None)
         return f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
     run.talk.last_response = response
     return None
+
+
+def count_tokens(run: Run, spent: Usage | ChildOutcome) -> None:
+    """Add a reply's (or a sub-agent run's) tokens to the run's, their cached and reasoning parts too."""
+    counts = run.counts
+    counts.input_tokens += spent.input_tokens
+    counts.output_tokens += spent.output_tokens
+    counts.cache_read_tokens += spent.cache_read_tokens
+    counts.cache_write_tokens += spent.cache_write_tokens
+    counts.reasoning_tokens += spent.reasoning_tokens
 
 
 def count_call(run: Run, call: ToolCall) -> None:
@@ -271,12 +276,7 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
     if child is not None:
         # A sub-agent's tokens are the parent's too: its budget sees them from the next check on; and its tool
         # calls are the parent's (its max_tool_calls total: see drivers/child_runs).
-        counts = run.counts
-        counts.input_tokens += child.input_tokens
-        counts.output_tokens += child.output_tokens
-        counts.cache_read_tokens += child.cache_read_tokens
-        counts.cache_write_tokens += child.cache_write_tokens
-        counts.reasoning_tokens += child.reasoning_tokens
+        count_tokens(run, child)
         count_cost(run, child.cost)
         run.counts.tool_calls += child.tool_calls
         run.calls.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}

@@ -172,11 +172,9 @@ def test_a_sync_call_abandoned_at_the_deadline_may_finish_after_the_stop_and_a_r
     assert [m.tool_call_id for m in result.messages if m.role == "tool"] == ["a", "c"]
 
 
-def test_asyncio_run_of_a_run_cut_by_its_deadline_does_not_wait_for_the_abandoned_sync_call() -> None:
-    """``asyncio.run(agent.arun(...))`` returns at the deadline's stop, as the sync driver's ``run`` does."""
-    effects = Effects()
-    hold = Hold(effects, "c", after=("a", "b"))
-    agent = make_agent(effects, ABC, hold, tool="swork", timeout=DEADLINE)
+def _stopped_by_asyncio_run(agent: Agent, release: Callable[[], None]) -> AgentLoopError:
+    """``asyncio.run(agent.arun("go"))`` on a thread: its stop, once ``asyncio.run`` returned without waiting for
+    the call the deadline gave up (which ``release()`` lets end afterwards)."""
     stopped = threading.Event()
     outcome: list[AgentLoopError] = []
 
@@ -194,9 +192,19 @@ def test_asyncio_run_of_a_run_cut_by_its_deadline_does_not_wait_for_the_abandone
         thread.join(5.0)  # closing the loop takes milliseconds
         assert not thread.is_alive(), "asyncio.run still waits for the abandoned call"
     finally:
-        hold.release(complete=False)
+        release()
         thread.join(WAIT)
-    assert [stop.reason for stop in outcome] == ["timeout"]
+    (stop,) = outcome
+    return stop
+
+
+def test_asyncio_run_of_a_run_cut_by_its_deadline_does_not_wait_for_the_abandoned_sync_call() -> None:
+    """``asyncio.run(agent.arun(...))`` returns at the deadline's stop, as the sync driver's ``run`` does."""
+    effects = Effects()
+    hold = Hold(effects, "c", after=("a", "b"))
+    agent = make_agent(effects, ABC, hold, tool="swork", timeout=DEADLINE)
+    stop = _stopped_by_asyncio_run(agent, lambda: hold.release(complete=False))
+    assert stop.reason == "timeout"
 
 
 class _StuckModel:
@@ -215,28 +223,8 @@ class _StuckModel:
 def test_asyncio_run_of_a_run_whose_sync_model_call_is_cut_by_its_deadline_does_not_wait_for_that_call() -> None:
     """The model's call, on a worker thread, is abandoned at the deadline: ``asyncio.run`` returns at the stop."""
     model = _StuckModel()
-    agent = Agent(model, ToolRegistry(), timeout=DEADLINE)
-    stopped = threading.Event()
-    outcome: list[AgentLoopError] = []
-
-    async def go() -> None:
-        try:
-            await agent.arun("go")
-        except AgentLoopError as stop:
-            outcome.append(stop)
-        stopped.set()
-
-    thread = threading.Thread(target=asyncio.run, args=(go(),), daemon=True)
-    thread.start()
-    try:
-        assert stopped.wait(WAIT), "the run never stopped"
-        thread.join(5.0)  # closing the loop takes milliseconds
-        assert not thread.is_alive(), "asyncio.run still waits for the abandoned model call"
-    finally:
-        model.release.set()
-        thread.join(WAIT)
-    assert [stop.reason for stop in outcome] == ["timeout"]
-    assert outcome[0].result.evidence["unfinished"] == "model call of turn 1"
+    stop = _stopped_by_asyncio_run(Agent(model, ToolRegistry(), timeout=DEADLINE), model.release.set)
+    assert (stop.reason, stop.result.evidence["unfinished"]) == ("timeout", "model call of turn 1")
     assert model.calls == 1
 
 
