@@ -271,10 +271,11 @@ def test_a_malformed_cache_count_is_a_model_error_naming_it(
 
 
 def test_usage_counts_cached_prompt_tokens_as_input(provider_server: ProviderServer, model: AnthropicModel) -> None:
-    """input_tokens plus cache creation and cache read tokens are the input; output_tokens the output."""
+    """input_tokens plus cache creation and cache read tokens are the input; output_tokens the output; the run's
+    usage keeps the cached parts."""
     provider_server.queue(body("anthropic", "tool_use"), body("anthropic", "final_answer"))
     result = Agent(model, demo_registry()).run(QUESTION)
-    assert result.usage == Usage(410 + (50 + 30 + 400), 72 + 12)
+    assert result.usage == Usage(410 + (50 + 30 + 400), 72 + 12, cache_read_tokens=400, cache_write_tokens=30)
 
 
 def test_a_429_is_retried_by_the_sdk_and_the_run_succeeds(

@@ -227,10 +227,11 @@ def test_an_unknown_finish_reason_is_a_model_error_with_the_reply_kept(
 
 
 def test_usage_counts_thoughts_as_output_and_absent_counts_as_zero(server: ProviderServer, model: GeminiModel) -> None:
-    """promptTokenCount is the input; candidates plus thoughts the output; Gemini leaves zero counts out."""
+    """promptTokenCount is the input; candidates plus thoughts the output (the thoughts its reasoning part);
+    Gemini leaves zero counts out."""
     server.queue(*(body("gemini", name) for name in TURNS))
     result = Agent(model, demo_registry()).run(QUESTION)
-    assert result.usage == Usage(80 + 140 + 170, (15 + 120) + (12 + 60) + 9)
+    assert result.usage == Usage(80 + 140 + 170, (15 + 120) + (12 + 60) + 9, reasoning_tokens=120 + 60)
 
 
 @pytest.mark.parametrize(

@@ -199,10 +199,11 @@ def test_an_unknown_status_is_a_model_error_with_the_reply_kept(
 
 
 def test_usage_counts_reasoning_tokens_as_output(server: ProviderServer, model: OpenAIResponsesModel) -> None:
-    """input_tokens is the input; output_tokens, which includes the reasoning tokens, is the output."""
+    """input_tokens is the input; output_tokens, which includes the reasoning tokens, is the output; the run's
+    usage keeps the reasoning part."""
     server.queue(*(body(DIR, name) for name in TURNS))
     result = Agent(model, demo_registry()).run(QUESTION)
-    assert result.usage == Usage(120 + 260 + 330, 210 + 140 + 40)
+    assert result.usage == Usage(120 + 260 + 330, 210 + 140 + 40, reasoning_tokens=192 + 120 + 24)
 
 
 @pytest.mark.parametrize(
