@@ -20,10 +20,11 @@ from support.exactly_once import (
     ataken_over,
     batch_agent,
     durable_in,
+    resumed_by_new_owner,
     taken_over,
 )
 
-from fsm_agent import Agent, AgentRun, RunResult, Session
+from fsm_agent import Agent, RunResult, Session
 from fsm_agent.persist import open_store
 
 DRIVERS = ["sync", "async"]
@@ -57,20 +58,7 @@ def _cut(target: str, driver: str, effects: Effects) -> None:
 
 def _resumed(target: str, driver: str, effects: Effects) -> RunResult:
     """A new owner (new agent, new store object) takes the stored run over and finishes it on ``driver``."""
-    with open_store(target, lease=LEASE) as store:
-        agent = batch_agent(effects)
-        if driver == "sync":
-            run = taken_over(lambda: agent.resume(store.load("cut"), store=store))
-            return run.finish()
-
-        async def go() -> RunResult:
-            async def claim() -> AgentRun:
-                return await agent.aresume(await store.aload("cut"), store=store)
-
-            run = await ataken_over(claim)
-            return await run.afinish()
-
-        return asyncio.run(go())
+    return resumed_by_new_owner(target, "cut", driver, batch_agent(effects))
 
 
 @pytest.mark.parametrize("resumer", DRIVERS)

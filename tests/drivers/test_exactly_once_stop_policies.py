@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from support.exactly_once import WAIT, Effects
-from support.inflight_stops import DEADLINE, FailsOnce, Hold, answer, batch, make_agent, resumed_by_new_owner
+from support.exactly_once import WAIT, Effects, resumed_by_new_owner
+from support.inflight_stops import DEADLINE, FailsOnce, Hold, answer, batch, make_agent
 
 from fsm_agent import Agent, AgentLoopError, RunResult
 from fsm_agent.persist import open_store

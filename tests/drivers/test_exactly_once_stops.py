@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
-from support.exactly_once import WAIT, Effects
-from support.inflight_stops import DEADLINE, Hold, answer, make_agent, resumed_by_new_owner
+from support.exactly_once import WAIT, Effects, resumed_by_new_owner
+from support.inflight_stops import DEADLINE, Hold, answer, make_agent
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, Message, ModelResponse, RunResult, ToolRegistry
 from fsm_agent.persist import open_store

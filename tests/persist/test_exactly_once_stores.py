@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from support.exactly_once import LEASE, Cut, Effects, ataken_over, batch_agent, durable_in, taken_over
+from support.exactly_once import LEASE, Cut, Effects, batch_agent, durable_in, resumed_by_new_owner, taken_over
 
 from fsm_agent import Agent, AgentRun, RunLeasedError, RunResult
 from fsm_agent.persist import open_store
@@ -31,18 +31,8 @@ def _driven(run: AgentRun, driver: str) -> RunResult:
 
 
 def _take_over(target: str, driver: str, agent: Agent, **options: Any) -> RunResult:
-    """A new owner (new store object) resumes the stored run ``cut`` once it is free, and drives it on ``driver``."""
-    with open_store(target, lease=LEASE) as store:
-        if driver == "sync":
-            return taken_over(lambda: agent.resume(store.load("cut"), store=store, **options)).finish()
-
-        async def go() -> RunResult:
-            async def claim() -> AgentRun:
-                return await agent.aresume(await store.aload("cut"), store=store, **options)
-
-            return await (await ataken_over(claim)).afinish()
-
-        return asyncio.run(go())
+    """A new owner resumes the stored run ``cut`` once it is free, and drives it on ``driver``."""
+    return resumed_by_new_owner(target, "cut", driver, agent, **options)
 
 
 @pytest.mark.parametrize("second", DRIVERS)

@@ -12,13 +12,14 @@ as a Ctrl-C in the middle of a batch), once.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from fsm_agent import Agent, Message, ModelResponse, RunLeasedError, ToolRegistry
+from fsm_agent import Agent, AgentRun, Message, ModelResponse, RunLeasedError, RunResult, ToolRegistry
 from fsm_agent.persist import open_store
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
@@ -162,8 +163,6 @@ def taken_over(claim: Callable[[], T]) -> T:
 
 async def ataken_over(claim: Callable[[], Awaitable[T]]) -> T:
     """``taken_over`` awaited: ``await claim()`` retried while the run is leased."""
-    import asyncio
-
     deadline = time.monotonic() + WAIT
     while True:
         try:
@@ -171,3 +170,22 @@ async def ataken_over(claim: Callable[[], Awaitable[T]]) -> T:
         except RunLeasedError:
             assert time.monotonic() < deadline, "the cut owner's lease never lapsed"
             await asyncio.sleep(0.05)
+
+
+def resumed_by_new_owner(target: str, run_id: str, driver: str, agent: Agent, **options: Any) -> RunResult:
+    """A new owner (``agent``, a new store object) takes the stored run over on ``driver`` and finishes it."""
+    store = open_store(target, lease=LEASE)
+    try:
+        if driver == "sync":
+            run = taken_over(lambda: agent.resume(store.load(run_id), store=store, **options))
+            return run.finish()
+
+        async def go() -> RunResult:
+            async def claim() -> AgentRun:
+                return await agent.aresume(await store.aload(run_id), store=store, **options)
+
+            return await (await ataken_over(claim)).afinish()
+
+        return asyncio.run(go())
+    finally:
+        store.close()

@@ -19,11 +19,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from fsm_agent import Agent, AgentRun, Message, ModelResponse, RunResult, ToolRegistry
-from fsm_agent.persist import open_store
+from fsm_agent import Agent, Message, ModelResponse, ToolRegistry
 from fsm_agent.testing import tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
-from support.exactly_once import LEASE, WAIT, ByHistory, Effects, ataken_over, taken_over
+from support.exactly_once import WAIT, ByHistory, Effects
 
 DEADLINE = 2.0
 """A run's ``timeout`` (real seconds) when a held call must be cut by it: the other calls of the batch are trivial
@@ -168,22 +167,3 @@ def make_agent(
     chosen = model if model is not None else ByHistory(first, "done", effects, "parent_model")
     options.setdefault("max_concurrency", len(labels))
     return Agent(chosen, registry(effects, hold), **options)
-
-
-def resumed_by_new_owner(target: str, run_id: str, driver: str, agent: Agent, **options: Any) -> RunResult:
-    """A new owner (``agent``, a new store object) takes the stored run over on ``driver`` and finishes it."""
-    store = open_store(target, lease=LEASE)
-    try:
-        if driver == "sync":
-            run = taken_over(lambda: agent.resume(store.load(run_id), store=store, **options))
-            return run.finish()
-
-        async def go() -> RunResult:
-            async def claim() -> AgentRun:
-                return await agent.aresume(await store.aload(run_id), store=store, **options)
-
-            return await (await ataken_over(claim)).afinish()
-
-        return asyncio.run(go())
-    finally:
-        store.close()
