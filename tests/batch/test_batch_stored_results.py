@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import Agent, Message, ModelResponse, Price, RunResult, SqliteStore, ToolRegistry, Usage
-from fsm_agent.batch import batch_items, run_batch
+from fsm_agent.batch import BatchItem, batch_items, run_batch
 from fsm_agent.batch.on_ray import _checkpoint
 from fsm_agent.persist import open_store
 from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
@@ -156,14 +156,19 @@ def test_a_stopped_batch_run_read_back_keeps_its_snapshot_and_cost(tmp_path: Pat
     assert all(r.snapshot is not None and r.snapshot["state"] == "Failed" for r in stored)
 
 
+def _cut_after_one_call(bench: Bench, store: Path) -> BatchItem:
+    """A batch's first run, stored after its first model call: then its task is cancelled."""
+    item = batch_items(QUESTIONS[:1])[0]
+    with SqliteStore(store) as opened:
+        bench().start(item.input, store=opened, run_id=item.run_id).advance()
+    return item
+
+
 def test_a_run_cancelled_on_ray_is_reported_from_its_checkpoint_with_its_cost(tmp_path: Path) -> None:
     """The Ray executor's report of a run cut off mid-way: reason ``cancelled``, its cost and snapshot, no call made."""
     store = tmp_path / "runs.db"
     bench = Bench()
-    item = batch_items(QUESTIONS[:1])[0]
-    with SqliteStore(store) as opened:
-        cut = bench().start(item.input, store=opened, run_id=item.run_id)
-        cut.advance()  # one model call made and checkpointed; then the task is cancelled
+    item = _cut_after_one_call(bench, store)
     made = (len(bench.model_calls), len(bench.tool_calls))
     got, result = _checkpoint(item, str(store), "enough", bench)
     assert got == item
@@ -228,10 +233,7 @@ def test_a_ray_run_cut_off_is_reported_cancelled_with_its_snapshot_when_its_agen
     """A factory that fails where the batch was started costs the report neither its snapshot nor its cost."""
     store = tmp_path / "runs.db"
     bench = Bench()
-    item = batch_items(QUESTIONS[:1])[0]
-    with SqliteStore(store) as opened:
-        cut = bench().start(item.input, store=opened, run_id=item.run_id)
-        cut.advance()  # one model call made and checkpointed; then the task is cancelled
+    item = _cut_after_one_call(bench, store)
     _, result = _checkpoint(item, str(store), "enough", _unmakeable)
     assert (result.reason, result.evidence["why"], result.evidence["state"]) == (
         "cancelled",
