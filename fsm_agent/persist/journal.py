@@ -114,12 +114,14 @@ class Journal(Heartbeats):
     # --- what to write (no I/O) ------------------------------------------------------------------------------
 
     def _whole(self, run: Run, paused: bool) -> dict[str, Any]:
-        return snapshot.dump(run, **self._named, paused=paused)
+        """The run's whole snapshot, and (once it is written) the point the next entry starts from.
 
-    def _laid(self, run: Run, whole: dict[str, Any], seq: int, released: bool = False) -> None:
-        """Remember a whole snapshot just written as the point the next entry starts from."""
+        The point is taken now, with the snapshot, not after the awaited
+        write: a batch's call may grow the run while the write is in flight.
+        """
+        whole = snapshot.dump(run, **self._named, paused=paused)
         self._next = self._position(run, {k: v for k, v in whole.items() if k not in snapshot.GROWING})
-        self._written(seq, released)
+        return whole
 
     @staticmethod
     def _position(run: Run, small: dict[str, Any]) -> tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]]:
@@ -129,8 +131,12 @@ class Journal(Heartbeats):
         return marks, tuple(items[-1] if items else None for items in lists), kept
 
     def _written(self, seq: int, released: bool = False, *, wrote: bool = True) -> None:
-        """The planned write succeeded: only now does the next entry start after it (a failed write is redone)."""
-        if self._next is not None:
+        """The planned write succeeded: only now does the next entry start after it (a failed write is redone).
+
+        A renewal (``wrote=False``) wrote no transition, so it never takes
+        the position of a write planned before it that failed.
+        """
+        if wrote and self._next is not None:
             self._marks, self._tails, self._small = self._next
             self._next = None
         self.seq = seq
@@ -194,7 +200,7 @@ class Journal(Heartbeats):
             released = paused or run.at.state in TERMINAL
             if released:
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
-        self._laid(run, whole, seq, released)
+        self._written(seq, released)
 
     def due(self) -> bool:
         """Whether ``hold`` must write: the run was let go of, or its lease is a third gone."""
@@ -262,7 +268,7 @@ class Journal(Heartbeats):
         if store is None:  # only whole snapshots are planned for a store that keeps no journal
             whole = cast("dict[str, Any]", action)
             self.store.save(self.run_id, whole)
-            self._laid(run, whole, 0)
+            self._written(0)
         elif isinstance(action, Entry):
             store.append(action, owner=self.owner)
             self._written(action.seq, action.release)
@@ -275,7 +281,7 @@ class Journal(Heartbeats):
             seq = store.claim(self.run_id, _at(whole, self.seq), owner=self.owner)
             if released:
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
-            self._laid(run, whole, seq, released)
+            self._written(seq, released)
 
     # --- awaited ---------------------------------------------------------------------------------------------
 
@@ -298,7 +304,7 @@ class Journal(Heartbeats):
             released = paused or run.at.state in TERMINAL
             if released:
                 await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
-        self._laid(run, whole, seq, released)
+        self._written(seq, released)
 
     async def asave(self, run: Run, paused: bool) -> None:
         """``save``, awaited: a checkpoint never blocks the event loop."""
@@ -311,7 +317,7 @@ class Journal(Heartbeats):
         if not self.full:  # only whole snapshots are planned for a store that keeps no journal
             whole = cast("dict[str, Any]", action)
             await self._await("save", self.run_id, whole)
-            self._laid(run, whole, 0)
+            self._written(0)
         elif isinstance(action, Entry):
             await self._await("append", action, owner=self.owner)
             self._written(action.seq, action.release)
@@ -324,7 +330,7 @@ class Journal(Heartbeats):
             seq = await self._await("claim", self.run_id, _at(whole, self.seq), owner=self.owner)
             if released:
                 await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
-            self._laid(run, whole, seq, released)
+            self._written(seq, released)
 
 
 def _at(whole: dict[str, Any], version: int | None) -> dict[str, Any]:
