@@ -59,62 +59,10 @@ def iter_local(
     """
     done: queue.Queue[Finished | BaseException] = queue.Queue()
     loop = asyncio.new_event_loop()
-    pending = iter(items)
-    # Runs another owner holds (a crashed driver's), back in line until their leases lapse: (at, index, item, give_up).
-    later: list[tuple[float, int, BatchItem, float]] = []
-    busy = 0  # workers in the middle of an attempt, which may yet put their run back
     # The runs hold this token, not the caller's: it is also how leaving the loop (Ctrl-C) stops them gently.
     stop = CancelToken()
-
-    def take() -> tuple[BatchItem, float | None] | None:
-        """The next run to try: one put back whose lease is due (or any, once stopped), else the next new one."""
-        if later and (stop.cancelled or later[0][0] <= time.time()):
-            _, _, again, give_up = heapq.heappop(later)
-            return again, give_up
-        item = next(pending, None)  # one iterator shared by every worker: each item is taken once
-        return None if item is None else (item, None)
-
-    async def worker() -> None:
-        nonlocal busy
-        while True:
-            got = take()
-            if got is None:
-                if stop.cancelled or not (later or busy):
-                    return  # nothing left that this worker could ever take
-                # Only runs waiting on a lease (or in other workers' hands) are left: look again soon.
-                await asyncio.sleep(min(_POLL, later[0][0] - time.time()) if later else _POLL)
-                continue
-            item, give_up = got
-            if stop.cancelled:
-                done.put((item, _unstarted(item, stop, give_up)))
-                continue
-            if give_up is None and on_start is not None:
-                on_start(item)
-            busy += 1
-            try:
-                outcome = await atry_item(make_agent, store, item, stop, give_up, make_deps)
-            finally:
-                busy -= 1
-            if isinstance(outcome, Later):
-                # Leased elsewhere: the slot goes to the next run; this one is tried again when the lease lapses.
-                heapq.heappush(later, (outcome.at, item.index, item, outcome.give_up))
-            else:
-                done.put((item, outcome))
-
-    async def follow() -> None:
-        while cancel is not None and not stop.cancelled:
-            if cancel.cancelled:
-                stop.cancel(cancel.why)
-            await asyncio.sleep(_POLL)
-
-    async def main() -> None:
-        watcher = asyncio.ensure_future(follow())
-        try:
-            await asyncio.gather(*(worker() for _ in range(min(max_in_flight, len(items)))))
-        finally:
-            watcher.cancel()
-
-    task = loop.create_task(main())
+    line = _Line(make_agent, store, items, stop, done, on_start, make_deps)
+    task = loop.create_task(line.main(min(max_in_flight, len(items)), cancel))
 
     def drive() -> None:
         try:
@@ -146,6 +94,79 @@ def iter_local(
                 loop.call_soon_threadsafe(task.cancel)
                 thread.join()
             loop.close()
+
+
+class _Line:
+    """The batch's runs in the loop's thread: workers take them in turn, put back the leased, hand results on."""
+
+    def __init__(
+        self,
+        make_agent: AgentFactory,
+        store: Store,
+        items: list[BatchItem],
+        stop: CancelToken,
+        done: queue.Queue[Finished | BaseException],
+        on_start: Callable[[BatchItem], None] | None,
+        make_deps: DepsFactory | None,
+    ) -> None:
+        self.make_agent, self.store, self.make_deps = make_agent, store, make_deps
+        self.stop, self.done, self.on_start = stop, done, on_start
+        self.pending = iter(items)  # one iterator shared by every worker: each item is taken once
+        # Runs another owner holds (a crashed driver's), back in line until their leases lapse:
+        # (at, index, item, give_up).
+        self.later: list[tuple[float, int, BatchItem, float]] = []
+        self.busy = 0  # workers in the middle of an attempt, which may yet put their run back
+
+    def take(self) -> tuple[BatchItem, float | None] | None:
+        """The next run to try: one put back whose lease is due (or any, once stopped), else the next new one."""
+        later = self.later
+        if later and (self.stop.cancelled or later[0][0] <= time.time()):
+            _, _, again, give_up = heapq.heappop(later)
+            return again, give_up
+        item = next(self.pending, None)
+        return None if item is None else (item, None)
+
+    async def worker(self) -> None:
+        """Try runs one at a time until none is left that this worker could ever take."""
+        while True:
+            got = self.take()
+            if got is None:
+                if self.stop.cancelled or not (self.later or self.busy):
+                    return
+                # Only runs waiting on a lease (or in other workers' hands) are left: look again soon.
+                await asyncio.sleep(min(_POLL, self.later[0][0] - time.time()) if self.later else _POLL)
+                continue
+            item, give_up = got
+            if self.stop.cancelled:
+                self.done.put((item, _unstarted(item, self.stop, give_up)))
+                continue
+            if give_up is None and self.on_start is not None:
+                self.on_start(item)
+            self.busy += 1
+            try:
+                outcome = await atry_item(self.make_agent, self.store, item, self.stop, give_up, self.make_deps)
+            finally:
+                self.busy -= 1
+            if isinstance(outcome, Later):
+                # Leased elsewhere: the slot goes to the next run; this one is tried again when the lease lapses.
+                heapq.heappush(self.later, (outcome.at, item.index, item, outcome.give_up))
+            else:
+                self.done.put((item, outcome))
+
+    async def follow(self, cancel: CancelToken | None) -> None:
+        """Pass the caller's cancel on to the runs' own token."""
+        while cancel is not None and not self.stop.cancelled:
+            if cancel.cancelled:
+                self.stop.cancel(cancel.why)
+            await asyncio.sleep(_POLL)
+
+    async def main(self, workers: int, cancel: CancelToken | None) -> None:
+        """``workers`` workers until every run is handed on, the caller's cancel followed meanwhile."""
+        watcher = asyncio.ensure_future(self.follow(cancel))
+        try:
+            await asyncio.gather(*(self.worker() for _ in range(workers)))
+        finally:
+            watcher.cancel()
 
 
 def _unstarted(item: BatchItem, stop: CancelToken, give_up: float | None) -> RunResult:

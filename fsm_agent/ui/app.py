@@ -160,22 +160,39 @@ def create_app(
         given = "allow_decisions" if allow_decisions else "agent"
         msg = f"{given} needs the host names the viewer answers to (hosts), not None (any host)"
         raise ValueError(msg)
-    drawing: list[bytes] = []
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+    routes = [
+        Route("/", page),
+        Route("/run", page),
+        Route("/compare", page),
+        *_read_routes(store, table, store_name, poll, allow_decisions=allow_decisions, can_fork=agent is not None),
+        *_decision_routes(store, table, allow_decisions),
+        *fork_routes(store, table, agent, agent_spec),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Guard(Starlette(routes=routes), hosts)
+
+
+def _read_routes(
+    store: Runs, table: Table, store_name: str, poll: float, *, allow_decisions: bool, can_fork: bool
+) -> list[Route]:
+    """The API's reading routes: the viewer's settings, the machine's drawing, the list, one run, a run followed."""
+    drawing: list[bytes] = []
 
     async def config(request: Request) -> Response:
         return JSONResponse(
             {
                 "allow_decisions": allow_decisions,
-                "mode": viewer_mode(allow_decisions, agent is not None),
+                "mode": viewer_mode(allow_decisions, can_fork),
                 "store": store_name,
                 "states": [str(state) for state in table.states],
                 "reasons": ["done", *table.reasons],
                 "page_size": PAGE_SIZE,
-                "can_fork": agent is not None,
-                "fork_refusal": None if agent is not None else NO_AGENT,
+                "can_fork": can_fork,
+                "fork_refusal": None if can_fork else NO_AGENT,
             }
         )
 
@@ -246,6 +263,18 @@ def create_app(
             headers={"x-accel-buffering": "no"},
         )
 
+    return [
+        Route("/api/config", config),
+        Route("/api/machine.svg", machine),
+        Route("/api/runs", runs),
+        Route("/api/run", one_run),
+        Route("/api/events", events),
+    ]
+
+
+def _decision_routes(store: Runs, table: Table, allow_decisions: bool) -> list[Route]:
+    """The route of a person's decision on a paused run's pending call (refused unless ``allow_decisions``)."""
+
     async def decide(request: Request) -> Response:
         if not allow_decisions:
             return _error("this viewer is read-only: start it with --allow-decisions to approve or reject calls", 403)
@@ -270,20 +299,7 @@ def create_app(
             return _error(str(exc), 409)
         return JSONResponse(await run_in_threadpool(run_view, store, run_id, data, table))
 
-    routes = [
-        Route("/", page),
-        Route("/run", page),
-        Route("/compare", page),
-        Route("/api/config", config),
-        Route("/api/machine.svg", machine),
-        Route("/api/runs", runs),
-        Route("/api/run", one_run),
-        Route("/api/events", events),
-        Route("/api/decide", decide, methods=["POST"]),
-        *fork_routes(store, table, agent, agent_spec),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-    ]
-    return Guard(Starlette(routes=routes), hosts)
+    return [Route("/api/decide", decide, methods=["POST"])]
 
 
 def _record(store: Runs, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
