@@ -17,11 +17,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv with the package (editable) and every extra; the command is .venv/bin/fsm-agent
 
-demo: $(STAMP)  ## run the scripted demonstration of every stop path; pictures in diagrams/runs/
+demo: $(STAMP)  ## run the scripted demonstration: four stops and a natural finish; pictures in diagrams/runs/
 	$(PY) -m fsm_agent demo --out diagrams/runs
 
 # The suite's stop-path coverage goes to build/ (ignored by git); `make docs` shows it on docs/how-to/stop-coverage.md.
-test: $(STAMP)  ## run the whole test suite (about 6 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
+test: $(STAMP)  ## run the whole test suite (about 12 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
 	$(PY) -m pytest -q --fsm-coverage=build/fsm-coverage/report.json
 
 # .ci/under-load starts the hogs, always stops them (however the suite ends), and prints how long it took.

@@ -40,7 +40,8 @@ def versioned(
     """A versioned JSON document (a dict or its text) of ``kind`` (format, version), older versions migrated up.
 
     Snapshots and recordings alike: the wrong format or an unknown version is
-    ``error`` naming what this version reads; a migration that fails is too.
+    ``error`` naming what this version reads (a version is a whole number:
+    ``true`` or ``1.0`` is none); a migration that fails is too.
     """
     if isinstance(source, str):
         try:
@@ -53,7 +54,8 @@ def versioned(
         raise error(msg)
     form, current = kind
     version = source.get("version")
-    if source.get("format") != form or not (version == current or version in migrations):
+    whole = isinstance(version, int) and not isinstance(version, bool)  # true == 1 == 1.0, but no version
+    if source.get("format") != form or not (whole and (version == current or version in migrations)):
         readable = ", ".join(str(v) for v in (*migrations, current))
         msg = f"unsupported {what} {(source.get('format'), version)}; this version reads {form!r} versions {readable}"
         raise error(msg)

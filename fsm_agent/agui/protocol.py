@@ -75,24 +75,32 @@ def decisions(resume: list[ResumeEntry]) -> dict[str, bool | str]:
     """
     found: dict[str, bool | str] = {}
     for entry in resume:
-        payload = entry.payload
-        if entry.status == "cancelled":
-            found[entry.interrupt_id] = "the person dismissed the request for approval"
-        elif isinstance(payload, bool):
-            found[entry.interrupt_id] = payload
-        elif isinstance(payload, dict) and isinstance(payload.get("approved"), bool):
-            reason = payload.get("reason")
-            if payload["approved"]:
-                found[entry.interrupt_id] = True
-            else:
-                found[entry.interrupt_id] = reason if isinstance(reason, str) and reason else False
-        else:
-            msg = (
-                f"the answer to interrupt {entry.interrupt_id!r} must be true, false or "
-                f'{{"approved": bool, "reason": "..."}}, got {json.dumps(payload)}'
-            )
+        decision = _decision(entry)
+        earlier = found.setdefault(entry.interrupt_id, decision)
+        if earlier != decision:
+            # Two answers to one interrupt: keeping either would drop the other (a repeated one is taken once).
+            msg = f"interrupt {entry.interrupt_id!r} is answered twice, differently: answer each interrupt once"
             raise RequestError(msg)
     return found
+
+
+def _decision(entry: ResumeEntry) -> bool | str:
+    """One answer to an interrupt as a decision: True, False, or the reason a person rejected the call."""
+    payload = entry.payload
+    if entry.status == "cancelled":
+        return "the person dismissed the request for approval"
+    if isinstance(payload, bool):
+        return payload
+    if isinstance(payload, dict) and isinstance(payload.get("approved"), bool):
+        reason = payload.get("reason")
+        if payload["approved"]:
+            return True
+        return reason if isinstance(reason, str) and reason else False
+    msg = (
+        f"the answer to interrupt {entry.interrupt_id!r} must be true, false or "
+        f'{{"approved": bool, "reason": "..."}}, got {json.dumps(payload)}'
+    )
+    raise RequestError(msg)
 
 
 def token_usage(usage: Usage) -> list[TokenUsage] | None:

@@ -179,6 +179,21 @@ def result_line(item: BatchItem, result: RunResult) -> str:
     return json.dumps({**head, "final": result.final, "result": data}, ensure_ascii=False) + "\n"
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+    """Refuse ``--max-in-flight`` or ``--task-retries`` out of range: a ``SetupError`` naming the flag.
+
+    ``iter_batch`` checks them too, but only once the store is created and
+    ``--out`` truncated, and by its keywords' names (its ``max_retries``
+    would read as ``--max-retries``, the SDK's retries).
+    """
+    if args.max_in_flight is not None and args.max_in_flight < 1:
+        msg = f"--max-in-flight must be >= 1, got {args.max_in_flight}"
+        raise SetupError(msg)
+    if args.task_retries < 0:
+        msg = f"--task-retries must be >= 0, got {args.task_retries}"
+        raise SetupError(msg)
+
+
 def _check_store(spec: str) -> None:
     # Opened as every command opens --store, so a store that will not open is the same one line everywhere.
     run_command.open_store(spec).close()
@@ -188,6 +203,7 @@ def main(args: argparse.Namespace) -> int:
     """Run the batch; the exit code says how it ended (0 all done, 1 set-up, 2 some stopped, 130 Ctrl-C)."""
     err = sys.stderr
     try:
+        _check_counts(args)  # before anything is read, built, created or truncated
         items = read_inputs(args.inputs)
         make_agent = _factory(args, on_ray=not args.local)  # before the store: a refused agent leaves no file
         _check_store(args.store)

@@ -26,7 +26,7 @@ def main(args: argparse.Namespace) -> int:
     from fsm_agent.proof.driving import exercise
 
     try:
-        found = _target(args.agent)
+        found, tests_dir = _set_up(args)
         proof = check(found, calls_per_reply=args.calls_per_reply, every=args.every)
     except (SetupError, ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -35,9 +35,6 @@ def main(args: argparse.Namespace) -> int:
     if args.draw is not None and not proof.ok:
         print(f"wrote {_draw(found, proof, Path(args.draw))}: the counterexample drawn on the machine")
     if not isinstance(found, Agent):
-        if args.write_tests is not None:
-            print("error: --write-tests needs an agent factory, not a table", file=sys.stderr)
-            return EXIT_SETUP
         return EXIT_DONE if proof.ok and proof.crash_safe else EXIT_SETUP
     exercised = exercise(found, plans(proof))
     print(
@@ -47,12 +44,46 @@ def main(args: argparse.Namespace) -> int:
     )
     for reason, why in (exercised.crash_faults | exercised.gate_faults).items():
         print(f"  fault: {reason}: {why}")
-    if args.write_tests is not None:
-        written = write_tests(proof, found, args.agent, Path(args.write_tests), exercised)
+    if tests_dir is not None:
+        try:
+            written = write_tests(proof, found, args.agent, tests_dir, exercised)
+        except OSError as exc:
+            print(f"error: cannot write --write-tests {tests_dir}: {exc}", file=sys.stderr)
+            return EXIT_SETUP
         print(f"wrote {written.path}: the {len(written.tested)} stop path(s) the engine takes, three tests each")
         for reason, why in written.left_out.items():
             print(f"  not written: {reason}: {why}")
     return EXIT_DONE if proof.ok and proof.crash_safe and exercised.ok else EXIT_SETUP
+
+
+def _set_up(args: argparse.Namespace) -> tuple[Any, Path | None]:
+    """The agent (or table) to check and the ``--write-tests`` directory, both refused before the proof if unusable.
+
+    The proof and the runs driven may take a while: a wrong flag is told at once, not after them.
+    """
+    from fsm_agent.drivers.agent import Agent
+
+    tests_dir = _tests_dir(args.write_tests)
+    found = _target(args.agent)
+    if tests_dir is not None and not isinstance(found, Agent):
+        msg = "--write-tests needs an agent factory, not a table"
+        raise SetupError(msg)
+    return found, tests_dir
+
+
+def _tests_dir(given: str | None) -> Path | None:
+    """The ``--write-tests`` directory; a ``SetupError`` naming the flag if it, or a folder above it, is a file."""
+    if given is None:
+        return None
+    directory = Path(given)
+    for there in (directory, *directory.parents):
+        if there.exists():
+            if not there.is_dir():
+                what = f"the file {given}" if there == directory else f"{given}: {there} is a file"
+                msg = f"--write-tests wants a directory to write test_stop_paths.py in, not {what}"
+                raise SetupError(msg)
+            break
+    return directory
 
 
 def _draw(found: Any, proof: Any, path: Path) -> Path:

@@ -209,9 +209,10 @@ def add_command(commands: Any) -> None:
     """Register ``python -m fsm_agent demo``."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "demo",
-        help="run the scripted demonstration of every stop path",
-        description="Run every way a run ends with scripted models (no API key): one line each, "
-        "each run's path drawn and checkpointed, then the ui command that shows them in a browser.",
+        help="run the scripted demonstration: four stops and a natural finish",
+        description="Run five runs with scripted models (no API key): four stops (max_steps, repeated_action, "
+        "max_tokens, tool_failures) and a natural finish, one line each, each run's path drawn and checkpointed, "
+        "then the ui command that shows them in a browser.",
     )
     where = "draw each run's path into DIR (default: a new temporary directory, named on stdout)"
     parser.add_argument("--out", type=Path, metavar="DIR", help=where)

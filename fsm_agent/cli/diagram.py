@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent import RunResult, State, Table
-from fsm_agent.cli import EXIT_DONE, EXIT_SETUP
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError
 from fsm_agent.cli.reference import cli_reference
 from fsm_agent.observe.events import read_log
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot, write_picture
@@ -127,6 +127,34 @@ def written_line(asked: Path, written: Path) -> str:
     if written == asked:
         return f"wrote {written}"
     return f"{asked} not drawn, DOT text written to {written} instead; {INSTALL_HINT}"
+
+
+def diagram_format(path: Path) -> str:
+    """The format ``--diagram`` (of ``run`` or ``runs show``) names by its suffix; else a ``SetupError`` saying which.
+
+    Those commands have no ``--format``: unlike :func:`format_for`'s, the error names only the suffixes drawn.
+    """
+    try:
+        return format_for(str(path), None)
+    except ValueError:
+        suffixes = ", ".join(f".{suffix}" for suffix in FORMATS.values())
+        msg = f"--diagram {path}: cannot tell the format from its suffix; give a file ending in {suffixes}"
+        raise SetupError(msg) from None
+
+
+def draw_run(table: Table, result: RunResult, path: Path) -> str:
+    """``--diagram``: ``result``'s path over ``table`` to ``path`` (format from its suffix); the line to show.
+
+    A ``SetupError`` naming ``--diagram`` if it cannot be drawn or written.
+    """
+    try:
+        return written_line(path, write_diagram(table, result, path))
+    except ValueError as exc:
+        msg = f"--diagram: {exc}"
+        raise SetupError(msg) from None
+    except OSError as exc:
+        msg = f"cannot write --diagram: {exc}"
+        raise SetupError(msg) from None
 
 
 def _to_stdout(table: Table, fmt: str, result: RunResult | None, compact: bool) -> int:

@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import json
 import os
+import shlex
 import sqlite3
 import sys
 from pathlib import Path
@@ -33,16 +34,16 @@ from fsm_agent import (
     RunLeasedError,
     RunResult,
     SqliteStore,
-    Table,
     persist,
 )
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described
-from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable
+from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable, report_pause
 from fsm_agent.core.pricing import UnpricedModelError
 from fsm_agent.jsontext import dumps
 from fsm_agent.models.named import model_named
 from fsm_agent.models.provider import ProviderModel
 from fsm_agent.persist import StoreError
+from fsm_agent.persist.postgres import redact
 from fsm_agent.tools.builtin import builtin_registry
 
 PROVIDERS = {
@@ -79,6 +80,9 @@ PRICE_HELP = (
 )
 PRICE_FLAG = "pass --price INPUT,OUTPUT (US dollars per million tokens, e.g. --price 0.15,0.60)"
 """How a command-line user gives a model its price, in the engine's refusal of a budget over an unpriced model."""
+
+DECIDE = "--approve ID or --reject ID[=WHY]"
+"""The flags of ``runs resume`` that decide on the calls a paused run waits on, as a pause names them."""
 
 UNREACHABLE = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError"})
 """``model_error`` evidence types that mean the server was never reached: the SDKs' and the standard library's."""
@@ -217,18 +221,6 @@ def trace_json(result: RunResult) -> str:
     return dumps(result.to_dict(), indent=2) + "\n"  # lone surrogates escaped: the file is valid UTF-8, read back exact
 
 
-def write_diagram(table: Table, result: RunResult, path: Path) -> str:
-    """Draw ``result``'s path over ``table`` to ``path`` (format from its suffix); returns the line to show."""
-    # Imported here so a run without --diagram loads no drawing code.
-    from fsm_agent.cli.diagram import write_diagram as draw
-    from fsm_agent.cli.diagram import written_line
-
-    try:
-        return written_line(path, draw(table, result, path))
-    except ValueError as exc:
-        return f"error: --diagram: {exc}"
-
-
 def open_store(target: str | Path) -> SqliteStore | PostgresStore:
     """The ``--store`` file or URL as a store; ``SetupError`` naming it if it cannot be one.
 
@@ -326,6 +318,16 @@ def own_agent(args: argparse.Namespace) -> Agent:
     return batch_command.built(batch_command.imported(args.agent))
 
 
+def _how_to_decide(args: argparse.Namespace, run_id: str) -> str:
+    """The command that decides on the calls a run paused for approval waits on, or why there is none."""
+    if args.store is None:
+        return f"not kept without --store: run it again with --store FILE, then runs resume RUN_ID {DECIDE}"
+    store = redact(args.store) if persist.is_url(args.store) else args.store
+    agent = f"--agent {shlex.quote(args.agent)}" if args.agent is not None else f"--model {shlex.quote(args.model)}"
+    command = f"python -m fsm_agent runs resume {shlex.quote(run_id)} --store {shlex.quote(store)} {agent}"
+    return f"decide with: {command} {DECIDE}"
+
+
 def report(
     result: RunResult, out: IO[str], err: IO[str], server: str = "the model server", *, shown: bool = False
 ) -> int:
@@ -354,6 +356,10 @@ def main(args: argparse.Namespace) -> int:
     """Run the question to the end; the exit code says how it ended (0 answer, 1 set-up, 2 stopped, 130 Ctrl-C)."""
     out, err = sys.stdout, sys.stderr
     try:
+        if args.diagram is not None:  # before the run: a suffix no format has would be found out after it
+            from fsm_agent.cli.diagram import diagram_format  # only with --diagram: no drawing code otherwise
+
+            diagram_format(args.diagram)
         if args.agent is not None:
             agent = own_agent(args)
             model: Any = agent.model
@@ -376,6 +382,8 @@ def main(args: argparse.Namespace) -> int:
                 wanted = args.stream if args.stream is not None else out.isatty()
                 printer = TextPrinter(out, status) if wanted else None
                 result = drive(run, status, printer)
+                if result is None:  # paused for approval: the result so far, for --trace and --diagram
+                    result = run.finish()
             except KeyboardInterrupt:
                 print("\ninterrupted", file=err)
                 return EXIT_INTERRUPTED
@@ -395,9 +403,13 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"error: cannot write --trace: {exc}", file=err)
     if args.diagram is not None:
+        from fsm_agent.cli.diagram import draw_run
+
         try:
-            print(write_diagram(agent.table, result, args.diagram), file=err)
-        except OSError as exc:
-            print(f"error: cannot write --diagram: {exc}", file=err)
+            print(draw_run(agent.table, result, args.diagram), file=err)
+        except SetupError as exc:
+            print(f"error: {exc}", file=err)
+    if run.paused:
+        return report_pause(run, err, _how_to_decide(args, run.run_id))
     shown = printer is not None and result.ok and printer.last == result.final
     return report(result, out, err, f"the model server at {endpoint(model, args.base_url)}", shown=shown)

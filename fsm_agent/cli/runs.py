@@ -33,6 +33,7 @@ from fsm_agent.cli.terminal import printable
 from fsm_agent.core import snapshot as snapshots
 from fsm_agent.core.approval import describe_decision
 from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import STATES, State
 from fsm_agent.persist import is_url
 from fsm_agent.persist.store import filter_text, fork_origin
 
@@ -214,6 +215,7 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
         except ValueError:  # a NUL, or a byte argv could not decode (a lone surrogate): no store can compare it
             msg = f"runs list: --{name} {value!r} must be text without NUL or lone surrogates"
             raise SetupError(msg) from None
+    _check_state(args.state)
     runs = store.list_runs(
         state=args.state,
         reason=args.reason,
@@ -231,6 +233,28 @@ def _list(store: AnyStore, args: argparse.Namespace) -> int:
     if len(runs) > args.limit:
         print(f"more runs: --offset {args.offset + args.limit}", file=sys.stderr)
     return EXIT_DONE
+
+
+def _check_state(state: str | None) -> None:
+    """Refuse a ``--state`` no run can be in, which would list nothing; ``SetupError`` naming the states there are.
+
+    The filter compares the state the store holds.  ``awaiting approval`` is
+    how the listing shows a paused run, whose stored state is ``ExecuteTool``:
+    refused too, pointing there, rather than filtered here a page at a time.
+    """
+    if state is None or state in STATES:
+        return
+    states = ", ".join(STATES)
+    if state == _where(State.ExecuteTool, paused=True):
+        msg = (
+            f"runs list: --state {state!r} is how a paused run is shown, not a state: paused runs are in "
+            f"ExecuteTool (--state ExecuteTool lists them, with any running a tool); the states are {states}"
+        )
+        raise SetupError(msg)
+    alike = [known for known in STATES if known.lower() == state.strip().lower()]
+    hint = f" (did you mean {alike[0]}?)" if alike else ""
+    msg = f"runs list: --state {state!r} is no state a run can be in{hint}; the states are {states}"
+    raise SetupError(msg)
 
 
 def _origin(forked_from: tuple[str, int]) -> str:
@@ -264,6 +288,10 @@ def _checked(run_id: str, snapshot: dict[str, Any]) -> dict[str, Any]:
 
 
 def _show(store: AnyStore, args: argparse.Namespace) -> int:
+    if args.diagram is not None:  # before anything is printed: the run is shown only if it can be drawn too
+        from fsm_agent.cli.diagram import diagram_format  # only with --diagram: no drawing code otherwise
+
+        diagram_format(args.diagram)
     snapshot = _checked(args.run_id, store.load(args.run_id))
     result = _as_result(snapshot)
     paused = bool(snapshot.get("paused"))
@@ -291,7 +319,9 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
     # Evidence, pending calls and the final text came from the model: escaped like every model text shown.
     print(printable("\n".join(lines)))
     if args.diagram is not None:
-        print(run_command.write_diagram(TABLE, result, args.diagram), file=sys.stderr)
+        from fsm_agent.cli.diagram import draw_run
+
+        print(draw_run(TABLE, result, args.diagram), file=sys.stderr)
     return EXIT_DONE
 
 
@@ -322,22 +352,14 @@ def _decide(store: AnyStore, run_id: str, snapshot: dict[str, Any], given: dict[
 
 def _resume(store: AnyStore, args: argparse.Namespace) -> int:
     snapshot = store.load(args.run_id)
-    new_steps = args.max_steps
+    new = runs_agent.new_limits(args)  # before agent_of, which sets args.max_steps for the --model agent
     agent = runs_agent.agent_of(args)
     with runs_agent.closing_model(agent):
         _check_tools(agent, snapshot, args.run_id)
         try:
             snapshot = _decide(store, args.run_id, snapshot, _decisions(args.decisions))
-            run = agent.resume(
-                snapshot,
-                retry=args.retry,
-                store=store,
-                max_steps=new_steps,
-                timeout=args.timeout,
-                token_budget=args.token_budget,
-                max_tool_calls=args.max_tool_calls,
-                cost_budget=args.cost_budget,
-            )
+            runs_agent.check_limits(new)
+            run = agent.resume(snapshot, retry=args.retry, store=store, **new)
         except (ValueError, TypeError, RunLeasedError) as exc:  # DecisionError is a ValueError
             raise SetupError(str(exc)) from None
         return runs_agent.finish(run, agent, args)

@@ -4,7 +4,8 @@
 MODULE:FUNCTION`` is the application's own (its model and tools).  The run
 is driven with a live status on stderr and reported as ``run`` reports it:
 the answer and exit 0, a stop with its evidence and exit 2, or, paused, the
-calls it waits on and exit 2.
+calls it waits on and exit 2.  The new limits ``runs resume`` gives a run
+are checked here too, each refused by its flag's name.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from fsm_agent import Agent
-from fsm_agent.cli import EXIT_STOPPED, SetupError
+from fsm_agent.cli import SetupError
 from fsm_agent.cli import batch as batch_command
 from fsm_agent.cli import run as run_command
-from fsm_agent.cli.terminal import Status, printable
+from fsm_agent.cli.terminal import Status, drive, report_pause
+from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
 
 
@@ -51,6 +54,40 @@ def agent_of(args: argparse.Namespace) -> Agent:
         raise
 
 
+RESUME_LIMITS = (
+    ("--max-steps", "max_steps"),
+    *((flag, keyword) for flag, keyword, _, _ in run_command.LIMIT_FLAGS if keyword != "cycle_window"),
+)
+"""The new limits ``runs resume`` takes: each flag with its ``Agent.resume`` keyword."""
+
+
+def new_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The new limits given, by ``Agent.resume`` keyword (``None``: the stored one stays).
+
+    Read before :func:`agent_of`, which sets ``args.max_steps`` for the ``--model`` agent.
+    """
+    return {keyword: getattr(args, keyword, None) for _, keyword in RESUME_LIMITS}
+
+
+def check_limits(new: dict[str, Any]) -> None:
+    """Refuse a new limit out of range before the run is resumed; a ``SetupError`` naming its flag.
+
+    ``agent.resume`` checks a new limit together with the stored ones, and
+    its error would read as if the stored run were at fault.  The ranges are
+    the engine's own (``Limits``), checked one flag at a time.  Checked once
+    the decisions are recorded, which are kept whether the resume goes on or
+    not (see ``runs._decide``).
+    """
+    for flag, keyword in RESUME_LIMITS:
+        if new[keyword] is None:
+            continue
+        try:
+            Limits(**{keyword: new[keyword]})
+        except (TypeError, ValueError) as exc:
+            msg = f"{flag}: {exc}"
+            raise SetupError(msg) from None
+
+
 @contextlib.contextmanager
 def closing_model(agent: Agent) -> Iterator[None]:
     """Close the agent's model when the command is done (every adapter has ``close``; a user's model may not)."""
@@ -69,16 +106,8 @@ def finish(run: AgentRun, agent: Agent, args: argparse.Namespace) -> int:
     """
     held = run.paused
     if not held:
-        status = Status(sys.stderr, enabled=not args.quiet)
-        while not (run.done or run.paused):
-            status.before(run)
-            status.after(run, run.advance())
-        status.end(run)
+        drive(run, Status(sys.stderr, enabled=not args.quiet))
     if run.paused:
-        waiting = ", ".join(f"{c.name} ({c.id})" for c in run.awaiting())
-        now = "still paused" if held else "paused"
-        text = f"{now}, waiting for decisions on: {waiting} (--approve ID or --reject ID[=WHY])"
-        print(printable(text), file=sys.stderr)
-        return EXIT_STOPPED
+        return report_pause(run, sys.stderr, run_command.DECIDE, held=held)
     server = f"the model server at {run_command.endpoint(agent.model, args.base_url)}"
     return run_command.report(run.result, sys.stdout, sys.stderr, server)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fsm_agent.cli import EXIT_DONE
+from fsm_agent.cli import EXIT_DONE, SetupError
 from fsm_agent.jsontext import dumps as json_text
 from fsm_agent.persist.recording import export
 
@@ -32,12 +32,24 @@ def add_parser(actions: Any) -> argparse.ArgumentParser:
 
 
 def main(store: Any, args: argparse.Namespace) -> int:
-    """Write the recording of ``args.run_id`` to ``args.out``; a missing run is a ``KeyError`` for the caller."""
+    """Write the recording of ``args.run_id`` to ``args.out``; a missing run is a ``KeyError`` for the caller.
+
+    An ``--out`` that cannot be written (a directory, no permission) is a
+    ``SetupError`` naming it; a directory is refused before the run is read.
+    """
+    to_stdout = str(args.out) == "-"
+    if not to_stdout and args.out.is_dir():
+        msg = f"--out {args.out} is a directory: give the file to write, e.g. {args.out / 'run.json'}"
+        raise SetupError(msg)
     text = json_text(export(store, args.run_id), indent=1) + "\n"
-    if str(args.out) == "-":
+    if to_stdout:
         sys.stdout.write(text)
         return EXIT_DONE
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot write --out {args.out}: {exc}"
+        raise SetupError(msg) from None
     print(f"wrote {args.out}", file=sys.stderr)
     return EXIT_DONE

@@ -6,6 +6,7 @@ import re
 from typing import IO
 
 from fsm_agent import AgentRun, RunResult, TextDelta, Transition
+from fsm_agent.cli import EXIT_STOPPED
 
 _STATUS_DETAIL_CHARS = 100
 
@@ -106,15 +107,30 @@ class TextPrinter:
         self.turn = []
 
 
-def drive(run: AgentRun, status: Status, printer: TextPrinter | None = None) -> RunResult:
-    """Advance the run to ``Done`` or ``Failed``, updating the status around every transition."""
+def drive(run: AgentRun, status: Status, printer: TextPrinter | None = None) -> RunResult | None:
+    """Advance the run to ``Done`` or ``Failed``, updating the status around every transition; its result.
+
+    A run that pauses for approval stops there (advancing it would raise):
+    ``None``, and :func:`report_pause` says on what it waits.
+    """
     if printer is not None:
         run.on_text(printer)
-    while not run.done:
+    while not (run.done or run.paused):
         status.before(run)
         edge = run.advance()
         if printer is not None and edge.source == "AwaitModel":
             printer.end_turn()
         status.after(run, edge)
     status.end(run)
-    return run.result
+    return None if run.paused else run.result
+
+
+def report_pause(run: AgentRun, err: IO[str], how: str, *, held: bool = False) -> int:
+    """Name on ``err`` the calls the paused ``run`` waits on and ``how`` to decide on them; exit 2, a stop.
+
+    ``held``: it was paused already when the command took it up.
+    """
+    waiting = ", ".join(f"{call.name} ({call.id})" for call in run.awaiting())
+    now = "still paused" if held else "paused"
+    print(printable(f"{now}, waiting for decisions on: {waiting} ({how})"), file=err)
+    return EXIT_STOPPED

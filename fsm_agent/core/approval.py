@@ -8,8 +8,10 @@ that has not run, and a decision holds once taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
+
+import attrs
 
 from fsm_agent.core import ledger
 from fsm_agent.definition.run import Run
@@ -18,22 +20,36 @@ from fsm_agent.records import ToolCall
 from fsm_agent.tools import ToolResult
 
 
+@attrs.frozen
+class HeldBack:
+    """An ``approve=`` of tool names: a call of one of them waits for a person's decision.
+
+    The names stay readable (not a closure) so the agent can check, as its
+    tools are found, that each names one of them: a misspelt name would
+    hold nothing back.
+    """
+
+    names: frozenset[str]
+
+    def __call__(self, call: ToolCall) -> bool:
+        return call.name in self.names
+
+
 def approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) -> Callable[[ToolCall], bool] | None:
-    """Normalise ``approve``: a set of tool names or a predicate on the call becomes a predicate."""
+    """Normalise ``approve``: a set of tool names (``HeldBack``) or a predicate on the call, as a predicate."""
     if approve is None or callable(approve):
         return approve
     if isinstance(approve, str):
         approve = {approve}
+    if not isinstance(approve, Iterable):
+        msg = f"approve must be tool names or a predicate on the tool call, got {type(approve).__name__}"
+        raise TypeError(msg)
     names = frozenset(approve)
     bad = [name for name in names if not isinstance(name, str)]
     if bad:
         msg = f"approve must be tool names or a predicate on the tool call, got {bad!r}"
         raise TypeError(msg)
-
-    def needs_approval(call: ToolCall) -> bool:
-        return call.name in names
-
-    return needs_approval
+    return HeldBack(names)
 
 
 def describe_decision(decision: bool | str) -> str:
@@ -129,6 +145,9 @@ class ApprovalGate:
 
     def decide(self, approvals: Mapping[str, bool | str]) -> None:
         """Record decisions on pending calls: ``True`` runs it, ``False`` or a reason text rejects it."""
+        if not isinstance(approvals, Mapping):
+            msg = f"approvals must map call ids to True, False or a reason text, got {type(approvals).__name__}"
+            raise TypeError(msg)
         for call_id, decision in approvals.items():
             if not isinstance(decision, bool | str):
                 msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"

@@ -174,10 +174,13 @@ def limits_of(data: dict[str, Any], **overrides: Any) -> Limits:
         msg = f"snapshot field limits lacks {', '.join(missing)}"
         raise SnapshotError(msg)
     try:
-        return Limits(**{**stored, **{k: v for k, v in overrides.items() if v is not None}})
+        limits = Limits(**stored)
     except (TypeError, ValueError) as exc:
         msg = f"snapshot field limits is invalid: {exc}"
         raise SnapshotError(msg) from exc
+    # A new limit given on resume is the caller's argument, so its error names it, not the snapshot.
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return attrs.evolve(limits, **given) if given else limits
 
 
 def earlier_limits_of(data: dict[str, Any]) -> tuple[tuple[int, Limits], ...]:

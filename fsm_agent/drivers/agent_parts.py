@@ -18,7 +18,15 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.stops import StopCondition
 from fsm_agent.definition.table import Row, Table
-from fsm_agent.drivers.checks import PLAIN_UNUSED, Parts, check_children_priced, parts_of, plain_parts, schemas_of
+from fsm_agent.drivers.checks import (
+    PLAIN_UNUSED,
+    Parts,
+    check_children_priced,
+    check_tools_named,
+    parts_of,
+    plain_parts,
+    schemas_of,
+)
 from fsm_agent.drivers.child import ChildTool, check_no_cycle
 from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.observe.events import Hook, HookName, Hooks
@@ -49,11 +57,14 @@ class AgentParts:
     def refresh_parts(self) -> Parts:
         """``run_parts`` again after the tools changed: their version, sub-agents, dormant guards and schemas.
 
+        The tools ``approve=`` and ``max_tool_calls`` name are checked against them first.
+
         The guards are those of parts the agent lacks; the schemas ``tool_schemas``'s, each run's copied from them.
         Those of an agent without a typed answer or compaction (most) are the same for all such agents, so kept in
         the registry: a fresh agent per request finds them.
         """
         registry = self.registry
+        check_tools_named(self.settings, registry)
         unused = self.settings.unused_guards
         if unused is PLAIN_UNUSED:
             parts = registry.cached("plain parts", plain_parts)

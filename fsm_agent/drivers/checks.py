@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
-from fsm_agent.core.approval import approval_rule
+from fsm_agent.core.approval import HeldBack, approval_rule
 from fsm_agent.core.history import history_settings
 from fsm_agent.core.output import OutputSpec, Validator, accepts_output, output_spec
 from fsm_agent.core.pricing import Price, Pricing, UnpricedModelError, pricing_of
@@ -149,6 +149,26 @@ def checked_pricing(
         raise UnpricedModelError(model, pricing)
     check_children_priced(registry.cached("children", children_in)[0])
     return pricing
+
+
+def check_tools_named(settings: AgentSettings, registry: ToolRegistry) -> None:
+    """Each tool ``approve=`` or ``max_tool_calls`` names is one of the agent's tools; a ``ValueError`` if not.
+
+    A misspelt name would hold nothing back or cap nothing, silently.  Checked
+    as the agent's tools are found (its first run, and after the registry
+    changed), since tools may be registered after the agent is built.
+    """
+    caps = settings.limits.max_tool_calls
+    named = (
+        ("approve", settings.approve.names if isinstance(settings.approve, HeldBack) else ()),
+        ("max_tool_calls", caps if isinstance(caps, Mapping) else ()),
+    )
+    for what, names in named:
+        unknown = sorted(name for name in names if name != "*" and name not in registry)
+        if unknown:
+            listed = ", ".join(sorted(registry)) or "none"
+            msg = f"{what} names no tool of this agent: {', '.join(map(repr, unknown))} (its tools: {listed})"
+            raise ValueError(msg)
 
 
 def check_children_priced(children: Mapping[str, ChildTool]) -> None:

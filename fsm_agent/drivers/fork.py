@@ -12,7 +12,7 @@ instead of being made again (its step's ``reused_from`` says so), unless
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -68,13 +68,15 @@ def prepared(
     run: AgentRun, recording: dict[str, Any], at: int, run_id: str | None, edit: ForkEdit | None, rerun: Rerun
 ) -> Prepared:
     """The fork's snapshot from the rebuilt ``run``: the source's history, ``edit`` applied, carried outcomes added."""
+    from fsm_agent.persist.journal import LINK  # as every store module, loaded by the first call that needs it
+    from fsm_agent.persist.store import VERSION_KEY, check_run_id
+
+    if run_id is not None:
+        run_id = check_run_id(run_id)  # as start(run_id=...): an empty id is refused, not made a fresh one
     edit = ForkEdit() if edit is None else edit
     if not isinstance(edit, ForkEdit):
         msg = f"edit must be a ForkEdit, got {type(edit).__name__}"
         raise TypeError(msg)
-    from fsm_agent.persist.journal import LINK  # as every store module, loaded by the first call that needs it
-    from fsm_agent.persist.store import VERSION_KEY
-
     # What the rebuilt snapshot says of the run it belongs to (its id, version, session, parent): none is the fork's.
     links = {"run_id", VERSION_KEY, "session_id", *LINK, "forked_from"}
     data = {k: v for k, v in run.snapshot().items() if k not in links}
@@ -132,8 +134,9 @@ def _rerun(rerun: Rerun, after: list[dict[str, Any]], known: set[str]) -> set[st
         return set()
     if rerun == "all":
         return {c["id"] for c in after}
-    if isinstance(rerun, str):
-        msg = f'rerun is a collection of call ids or "all", got the text {rerun!r}'
+    if isinstance(rerun, str) or not isinstance(rerun, Iterable):
+        given = f"the text {rerun!r}" if isinstance(rerun, str) else type(rerun).__name__
+        msg = f'rerun is a collection of call ids or "all", got {given}'
         raise TypeError(msg)
     wanted = set(rerun)
     ids = {c["id"] for c in after}

@@ -28,6 +28,7 @@ from fsm_agent.records import Message, ModelResponse, OutputSchema, RunResult, T
 from fsm_agent.tools import JSONSchema, ToolResult
 
 if TYPE_CHECKING:
+    from fsm_agent.core.cancellation import CancelToken
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.persist.store import AsyncStore, Store
 
@@ -38,34 +39,89 @@ Rerun = Collection[str] | Literal["all"] | None
 
 
 def recording_of_source(source: ForkSource, store: Store | None) -> dict[str, Any]:
-    """The source as a recording (a stored run's id is exported from ``store``)."""
-    from fsm_agent.persist.recording import RECORDING_FORMAT, export, read_recording, recording_of
+    """The source as a recording (a stored run's id is exported from ``store``).
+
+    A text is a stored run's id or the JSON text of a snapshot or recording;
+    which one, is decided in this order: with ``store`` given, a text that is
+    the id of a run the store holds is that run (any id a store takes, ``{``
+    first too); else a text that is a JSON object is a snapshot or recording;
+    else it is a stored run's id (a ``KeyError`` if ``store`` lacks it, a
+    ``ForkError`` without ``store``).
+    """
+    from fsm_agent.persist.recording import export
+
+    if isinstance(source, str):
+        data = _json_object(source)
+        if data is None or (store is not None and _holds(store, source)):
+            return export(_store_of(source, store), source)
+        source = data
+    return _recording_of_data(source)
+
+
+async def arecording_of_source(source: ForkSource, store: AsyncStore | None) -> dict[str, Any]:
+    """``recording_of_source``, a stored run read with the store's async methods."""
+    from fsm_agent.persist.recording import aexport
+
+    if isinstance(source, str) and store is not None:
+        data = _json_object(source)
+        if data is None or await _aholds(store, source):
+            return await aexport(store, source)
+        return _recording_of_data(data)
+    return recording_of_source(source, None)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as the JSON object it is, or None: a text that is no JSON object can only be a run id."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _holds(store: Store, run_id: str) -> bool:
+    try:
+        store.load(run_id)
+    except KeyError:
+        return False
+    return True
+
+
+async def _aholds(store: AsyncStore, run_id: str) -> bool:
+    try:
+        await store.aload(run_id)
+    except KeyError:
+        return False
+    return True
+
+
+def _store_of(run_id: str, store: Store | None) -> Store:
+    """The store a text that is no JSON object names a run of; a ``ForkError`` without one."""
+    if store is None:
+        shown = run_id if len(run_id) <= 60 else f"{run_id[:57]}..."
+        msg = f"fork of the stored run {shown!r} needs store=, the store that holds it"
+        if run_id.lstrip().startswith("{"):
+            msg += " (the text is no JSON object, so no snapshot or recording)"
+        raise ForkError(msg)
+    return store
+
+
+def _recording_of_data(source: RunResult | dict[str, Any]) -> dict[str, Any]:
+    """A source given as data (a ``RunResult``, a snapshot or a recording) as a recording."""
+    from fsm_agent.persist.recording import RECORDING_FORMAT, read_recording, recording_of
 
     if isinstance(source, RunResult):
         if source.snapshot is None:
             return _recording_of_result(source)
         source = source.snapshot
-    if isinstance(source, str) and not source.lstrip().startswith("{"):
-        if store is None:
-            msg = f"fork of the stored run {source!r} needs store=, the store that holds it"
-            raise ForkError(msg)
-        return export(store, source)
-    data = json.loads(source) if isinstance(source, str) else source
-    if not isinstance(data, dict):
-        msg = f"a fork's source is a RunResult, a snapshot, a recording or a run id, got {type(data).__name__}"
+    if not isinstance(source, dict):
+        msg = f"a fork's source is a RunResult, a snapshot, a recording or a run id, got {type(source).__name__}"
         raise ForkError(msg)
-    if data.get("format") == RECORDING_FORMAT:
-        return read_recording(data)
-    return recording_of(snapshot.parse(data), {})
-
-
-async def arecording_of_source(source: ForkSource, store: AsyncStore | None) -> dict[str, Any]:
-    """``recording_of_source``, a stored run read with the store's async methods."""
-    if isinstance(source, str) and not source.lstrip().startswith("{") and store is not None:
-        from fsm_agent.persist.recording import aexport
-
-        return await aexport(store, source)
-    return recording_of_source(source, None)
+    if source.get("format") == RECORDING_FORMAT:
+        return read_recording(source)
+    return recording_of(snapshot.parse(source), {})
 
 
 def _recording_of_result(result: RunResult) -> dict[str, Any]:
@@ -252,7 +308,9 @@ def _resumed(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transi
     return run, entry
 
 
-def resumed_as_recorded(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transition] | None:
+def resumed_as_recorded(
+    run: AgentRun, recording: dict[str, Any], *, cancel: CancelToken | None = None
+) -> tuple[AgentRun, Transition] | None:
     """The stopped ``run`` resumed as the recorded one was at its next transition; None if that is no kept resume.
 
     The resume is ``Agent.resume``'s (``AgentRun._resumed``, a model call
@@ -262,7 +320,8 @@ def resumed_as_recorded(run: AgentRun, recording: dict[str, Any]) -> tuple[Agent
     recorded one did.  A fork rebuilds under the recorded limits, so it
     resumes under exactly those that came next; a replay under its agent's
     own, lifted where the recorded run was lifted.  A ``ValueError`` if the
-    new limits do not lift the run's stop.
+    new limits do not lift the run's stop.  ``cancel`` is the resumed run's
+    cancel token (a replay's, which it cancels where the recorded run was).
     """
     index = len(run.trace)
     earlier = snapshot.earlier_limits_of(recording)
@@ -275,7 +334,7 @@ def resumed_as_recorded(run: AgentRun, recording: dict[str, Any]) -> tuple[Agent
     changed = {f.name: getattr(after, f.name) for f in attrs.fields(Limits)}
     changed = {name: value for name, value in changed.items() if value != getattr(before, name)}
     resumed, _, entry = AgentRun._resumed(  # noqa: SLF001 - the recorded resume, taken again
-        run.agent, run.snapshot(), None, True, None, (), None, changed
+        run.agent, run.snapshot(), None, True, cancel, (), None, changed
     )
     assert entry is not None  # a stopped run: _resumed raises where its edge is not taken
     return resumed, entry

@@ -178,12 +178,12 @@ class Session(StoredTurns):
         with self._lock:
             if self.store is not None:
                 self._catch_up(strict=False)
+            if self.store is not None and self._turns:
                 source: Any = self.store.load(self.turn_id(self._turns))
-            elif self._last is not None:
+            elif self.store is None and self._last is not None:
                 source = self._last
             else:
-                msg = f"session {self.session_id!r} has no turn to resume"
-                raise RunStateError(msg)
+                raise self._no_turn()
             run = self.agent.resume(source, approvals=approvals, store=self.store, deps=deps, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return self._finished(run.finish)
@@ -197,12 +197,12 @@ class Session(StoredTurns):
         try:
             if self.store is not None:
                 await self._acatch_up(strict=False)
+            if self.store is not None and self._turns:
                 source: Any = await awaited(self.store, "load", self.turn_id(self._turns))
-            elif self._last is not None:
+            elif self.store is None and self._last is not None:
                 source = self._last
             else:
-                msg = f"session {self.session_id!r} has no turn to resume"
-                raise RunStateError(msg)
+                raise self._no_turn()
             run = await self.agent.aresume(source, approvals=approvals, store=self.store, deps=deps, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return await self._afinished(run)
@@ -210,6 +210,9 @@ class Session(StoredTurns):
             self._lock.release()
 
     # --- between turns ----------------------------------------------------------------------------------------
+
+    def _no_turn(self) -> RunStateError:
+        return RunStateError(f"session {self.session_id!r} has no turn to resume: nothing is paused or stopped")
 
     def _next(self, text: str, cancel: CancelToken | None, observers: Sequence[Observer], deps: Any) -> AgentRun:
         """The next turn's run, built on the conversation so far; not stored or driven yet."""

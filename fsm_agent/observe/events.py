@@ -9,6 +9,7 @@ transition out of a non-terminal state with reason ``hook_error``.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -214,8 +215,14 @@ class JsonlLog:
         if isinstance(target, str | Path):
             self._file: TextIO = Path(target).open("a", encoding="utf-8")  # noqa: SIM115 - closed in close()
             self._owned = True
-        else:
-            self._file, self._owned = target, False
+            return
+        # Checked now, not at the first line: a run's log must not fail after its first call was made.
+        binary = isinstance(target, io.IOBase) and not isinstance(target, io.TextIOBase)
+        if binary or not callable(getattr(target, "write", None)):
+            kind = f"a binary file ({type(target).__name__})" if binary else type(target).__name__
+            msg = f"log must be a path or a text file open for writing, got {kind}"
+            raise TypeError(msg)
+        self._file, self._owned = target, False
 
     def __call__(self, event: TransitionEvent) -> None:
         # Lone surrogates (half an emoji from a provider) are escaped, so the line is valid UTF-8 and reads back exact.

@@ -87,7 +87,13 @@ def store_for(target: StoreTarget | None) -> Store | None:
     migrating a database each time.  Keyed by process as well, so a forked
     worker opens its own; closed when the interpreter exits.
     """
-    if target is None or not isinstance(target, str | os.PathLike):
+    if target is None:
+        return None
+    if not isinstance(target, str | os.PathLike):
+        if not isinstance(target, Store):  # checked before the run begins, not found missing at its first write
+            kind = type(target).__name__
+            msg = f"store must be a store (wants, save, load), a path or a postgresql:// URL, got {kind}"
+            raise TypeError(msg)
         return target
     where = os.fspath(target)
     # A URL is kept as it is, so a URL of a kind no store has is refused as one, not opened as a file.

@@ -100,8 +100,11 @@ def check_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 def epoch(moment: float | datetime | None) -> float | None:
     """Seconds since the epoch for a ``since`` bound: a number as it is, a datetime (naive means local) converted."""
-    if moment is None or isinstance(moment, int | float):
+    if moment is None or (isinstance(moment, int | float) and not isinstance(moment, bool)):
         return moment
+    if not isinstance(moment, datetime):
+        msg = f"since must be None, seconds since the epoch or a datetime, got {type(moment).__name__}"
+        raise TypeError(msg)
     return moment.timestamp()
 
 
@@ -109,6 +112,9 @@ def cutoff(older_than: float | timedelta | None) -> float:
     """The ``updated`` time before which a finished run counts as older than ``older_than`` (seconds or a timedelta)."""
     if older_than is None:
         return math.inf
+    if isinstance(older_than, bool) or not isinstance(older_than, int | float | timedelta):
+        msg = f"older_than must be None, seconds or a timedelta, got {type(older_than).__name__}"
+        raise TypeError(msg)
     seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
     if not seconds >= 0:
         msg = f"older_than must be >= 0 seconds, got {older_than!r}"

@@ -121,6 +121,9 @@ class PostgresStore(PlannedStore):
         max_size: int = 10,
         synchronous_commit: bool = True,
     ) -> None:
+        if not isinstance(dsn, str):
+            msg = f"dsn must be a postgresql:// URL or a libpq connection string, got {type(dsn).__name__}"
+            raise TypeError(msg)
         self.every = check_every(every)
         self.lease = check_lease(lease)
         self.dsn = dsn

@@ -158,6 +158,7 @@ class Entry:
     release: bool = False
 
 
+@runtime_checkable
 class Store(Protocol):
     """The minimal store: what the engine needs to checkpoint a run as whole snapshots (no leases, no journal).
 

@@ -45,8 +45,11 @@ class Proof:
     transitions any run takes (finalize included), ``None`` when replies may
     ask for any number of tool calls and no cap bounds them (each run still
     stops: a turn's calls are finite); ``model_calls``: the most model calls
-    any run makes.  ``reachable`` and ``unreachable``: the stop reasons some
-    run can or no run can end with (``done`` included among the first);
+    any run makes.  ``reachable`` and ``unreachable``: the labels of the edges some
+    run can or no run can end on (``done`` included among the first): the
+    reasons runs end with, except that a run a ``finalize`` policy finishes
+    ends on ``done`` or ``finalize_failed`` while its ``RunResult.reason``
+    stays the stop that asked for the finalize call;
     ``dead_rows``: the rows no run can take.  ``counterexample``: on failure,
     the shortest run into a loop that can repeat forever, the loop last.
     ``paths``: the shortest run to each reachable ending, for the test writer.
@@ -124,7 +127,28 @@ def check(agent_or_table: Any, *, calls_per_reply: int | None = None, every: str
     the agent has one, is used if not given).  ``every`` is the store's
     checkpoint setting the crash safety is judged under.
     """
-    return prove(attrs.evolve(setup_of(agent_or_table, calls_per_reply, limits), every=check_every(every)))
+    every = check_every(every)
+    proof = prove(attrs.evolve(setup_of(agent_or_table, calls_per_reply, limits), every=every))
+    return _with_children(proof, agent_or_table, every) if proof.crash_safe else proof
+
+
+def _with_children(proof: Proof, agent_or_table: Any, every: str) -> Proof:
+    """The proof, not crash safe if a sub-agent is not: a crash inside one re-runs what its own run left unwritten.
+
+    A sub-agent's run writes to the parent's store under the same ``every``,
+    with replies of its own (``calls_per_reply`` is the parent's), so each
+    is checked as an agent of its own; its counterexample is of its run.
+    """
+    if isinstance(agent_or_table, Table):
+        return proof
+    for name, child in agent_or_table.children().items():
+        inner = check(child.agent, every=every)
+        if not inner.crash_safe:
+            note = f"the sub-agent tool {name!r} is not crash safe under every={every!r}: the counterexample is its run"
+            return attrs.evolve(
+                proof, crash_safe=False, crash_counterexample=inner.crash_counterexample, notes=(*proof.notes, note)
+            )
+    return proof
 
 
 def prove(setup: Setup) -> Proof:
@@ -195,6 +219,7 @@ def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[s
             child_raises=True,
             gated=True,
             calls_per_reply=cap,
+            children=True,
         )
     from fsm_agent.drivers.agent import Agent  # the checker reads an agent; the drivers never read the checker
 
@@ -208,7 +233,8 @@ def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[s
     if settings.compact is None:
         policies.pop("context_overflow", None)
     output = settings.output
-    child_raises = any(child.on_child_stop == "raise" for child in agent_or_table.children().values())
+    children = agent_or_table.children()
+    child_raises = any(child.on_child_stop == "raise" for child in children.values())
     return Setup(
         settings.table,
         found,
@@ -219,6 +245,7 @@ def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[s
         child_raises=child_raises,
         gated=settings.approve is not None,
         calls_per_reply=cap,
+        children=bool(children),
     )
 
 

@@ -1,12 +1,13 @@
 """The abstract system of one agent, explored whole: its configs, its moves, and the questions asked of them.
 
 Breadth first from the initial config, so the path found to any config is a
-shortest one.  Termination is a question about loops: a loop of equal
-configs is a run that can go on forever, unless every move of it makes a
-call of a turn that holds "2 or more" calls (the turn's calls are finite,
-so such a loop ends) and no move of it calls the model (a loop through a
-model call would refill them).  With no loop left, the longest path is the
-bound, in transitions and in model calls.
+shortest one (among those through no sub-agent's counted calls, when there
+are such).  Termination is a question about loops: a loop of equal configs
+is a run that can go on forever, unless every move of it makes a call of a
+turn that holds "2 or more" calls (the turn's calls are finite, so such a
+loop ends) and no move of it calls the model (a loop through a model call
+would refill them).  With no loop left, the longest path is the bound, in
+transitions and in model calls.
 """
 
 from __future__ import annotations
@@ -31,16 +32,29 @@ class Graph:
         self.moves: dict[Config, list[Move]] = {}
         self.parent: dict[Config, tuple[Config, Move] | None] = {INITIAL: None}
         queue = deque([INITIAL])
-        while queue:
+        # A move through a sub-agent's calls is taken only once nothing is left to reach without one, so a path
+        # found is one a script of the run's own replies can make whenever there is such a path.
+        detours: deque[tuple[Config, Move]] = deque()
+        while queue or detours:
+            if not queue:
+                before, move = detours.popleft()
+                if move.after not in self.parent:
+                    self.parent[move.after] = (before, move)
+                    queue.append(move.after)
+                continue
             config = queue.popleft()
             out = self.moves[config] = list(explorer.moves(config))
             for move in out:
-                if move.after not in self.parent:
+                if move.after in self.parent:
+                    continue
+                if move.via_child:
+                    detours.append((config, move))
+                else:
                     self.parent[move.after] = (config, move)
                     queue.append(move.after)
 
     def path_to(self, config: Config) -> list[Move]:
-        """The moves of a shortest run from the start to ``config``."""
+        """The moves of a shortest run from the start to ``config`` (one through no sub-agent's calls if any is)."""
         moves: list[Move] = []
         step = self.parent[config]
         while step is not None:

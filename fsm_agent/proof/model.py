@@ -71,6 +71,8 @@ class Setup:
     """At most this many tool calls in one reply; None: any number (the bound in transitions is then open)."""
     every: str = "call"
     """When the run's store writes (``persist.every.EVERY``): what crash safety is judged under."""
+    children: bool = False
+    """The agent has sub-agent tools: one tool call also counts the calls its sub-agent made (``ledger``)."""
 
     @property
     def replies(self) -> tuple[int, ...]:
@@ -96,6 +98,8 @@ class Config(NamedTuple):
     finalizing: bool = False
     retries: int = 0
     compacted: bool = False
+    shared: bool = False
+    """A sub-agent's calls may be in the run's count (``ledger``): it may be anywhere from ``calls`` up."""
     reason: str | None = None
     """On a terminal config: the stop reason (``done`` for Done)."""
 
@@ -114,6 +118,8 @@ class Move(NamedTuple):
     """What the model, the tools and the world did for this edge, as ``kind:what`` words the test writer reads:
     ``reply:2`` (a reply asking for 2 calls), ``stop:is_truncated``, ``model:error``, ``tool:fails``,
     ``answer:retryable``, ``held:steps_exhausted`` (the guard of the row taken), ``fallback``."""
+    via_child: bool = False
+    """The call was a sub-agent's, whose own calls the run counted: the graph takes such moves last."""
 
 
 INITIAL = Config(State.AwaitModel)
@@ -207,6 +213,8 @@ class Explorer:
         total = self.setup.limits.total_tool_calls
         if total is not None and c.calls >= total:
             return YES
+        if total is not None and c.shared:
+            return MAYBE  # a sub-agent's calls may have brought the count to the cap
         per_tool = isinstance(caps, dict) and any(name != "*" for name in caps)
         return MAYBE if per_tool else NO
 
@@ -271,20 +279,30 @@ class Explorer:
     def _execute(self, c: Config) -> Iterator[Move]:
         s = self.setup
         calls = min(c.calls + 1, s.calls_counted)
-        lefts = [c.pending - 1] if s.calls_per_reply is not None or c.pending < 2 else [2, 1]
-        for left in lefts:
-            shrinks = left == c.pending
-            for failed in (False, True):
-                fails = min(c.fails + 1, s.limits.max_consecutive_failures) if failed else 0
-                after = c._replace(calls=calls, pending=left, fails=fails)
-                choice = ("tool:" + ("fails" if failed else "ok"),)
-                yield from self._walk(c, after, TOOL_DONE, {}, choice, tool_call=True, shrinks=shrinks)
-            if s.cancellable:
-                after = c._replace(calls=calls, pending=left)
-                yield from self._walk(c, after, INTERRUPTED, {}, ("tool:cancelled",), tool_call=True, shrinks=shrinks)
-            if s.limits.timeout is not None:
-                after = c._replace(calls=calls, pending=left)
-                yield from self._walk(c, after, EXPIRED, {}, ("tool:late",), tool_call=True, shrinks=shrinks)
+        # Never below none left: a user's row may come back here with no call pending.
+        lefts = [max(c.pending - 1, 0)] if s.calls_per_reply is not None or c.pending < 2 else [2, 1]
+        # A sub-agent's calls count as the run's (``ledger``): after one, the cap may be reached at any check.
+        shares = (False, True) if s.children and s.limits.total_tool_calls is not None and not c.shared else (False,)
+        for shared in shares:
+            via = ("tool:sub-agent",) if shared else ()
+            for left in lefts:
+                shrinks = left == c.pending
+                made = c._replace(calls=calls, pending=left, shared=c.shared or shared)
+                for failed in (False, True):
+                    fails = min(c.fails + 1, s.limits.max_consecutive_failures) if failed else 0
+                    choice = ("tool:" + ("fails" if failed else "ok"), *via)
+                    after = made._replace(fails=fails)
+                    yield from self._walk(
+                        c, after, TOOL_DONE, {}, choice, tool_call=True, shrinks=shrinks, via_child=shared
+                    )
+                if shared:
+                    continue  # a call cut while in flight stops the run: whose calls were counted is moot
+                if s.cancellable:
+                    yield from self._walk(
+                        c, made, INTERRUPTED, {}, ("tool:cancelled",), tool_call=True, shrinks=shrinks
+                    )
+                if s.limits.timeout is not None:
+                    yield from self._walk(c, made, EXPIRED, {}, ("tool:late",), tool_call=True, shrinks=shrinks)
 
     def _walk(
         self,
@@ -298,6 +316,7 @@ class Explorer:
         tool_call: bool = False,
         shrinks: bool = False,
         only_taken: bool = False,
+        via_child: bool = False,
     ) -> Iterator[Move]:
         """The rows of ``trigger`` in order: each one that may hold is taken, unless one before surely held."""
         rows = self.index.get((c.state, trigger), ())
@@ -305,7 +324,8 @@ class Explorer:
             truth = self.truth(row.guard, c, world)
             if True in truth:
                 taken, after = self._take(c, row, trigger)
-                yield Move(taken.entry, taken, after, model_call, tool_call, shrinks, (*choice, _said(row)))
+                said = (*choice, _said(row))
+                yield Move(taken.entry, taken, after, model_call, tool_call, shrinks, said, via_child)
             if False not in truth:
                 return
         if not rows and not only_taken:

@@ -1,7 +1,10 @@
 """What the checker proves of an agent with the default settings, as the README and the docs state it.
 
 ``make diagram`` writes this block beside the drawing, so the bound the
-README states is the one ``check`` proves of the table as it stands.
+README states is the one ``check`` proves, of the table as it stands, for a
+default ``Agent(model, tools)``: ``Limits()`` and no optional part.  (A bare
+table is checked with every optional part present, so ``check
+fsm_agent:TABLE`` reports more stops reachable than this block does.)
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ def proof_block(table: Table) -> str:
     limits = Limits()
     rows = "\n".join(f"| {n} | {proof.bound} |" for n, proof in sized.items())
     return (
-        f"Proven by `python -m fsm_agent check` (run by `make diagram`), for an agent with the default limits "
-        f"(`max_steps={limits.max_steps}`): **every run stops**, after at most **{plain.model_calls} model calls**, "
-        f"whatever the model says. In transitions, the bound grows with the tool calls a reply asks for:\n\n"
+        f"What the checker proves of a default `Agent(model, tools)`: the default limits "
+        f"(`max_steps={limits.max_steps}`; no `timeout`, budget or `max_tool_calls`) and no hooks, typed answer or "
+        f"sub-agent. **Every run stops**, after at most **{plain.model_calls} model calls**, whatever the model says. "
+        f"In transitions, the bound grows with the tool calls a reply asks for; "
+        f"`python -m fsm_agent check yourmodule:make_agent --calls-per-reply N`, with `make_agent` a function of "
+        f"yours that returns such an agent, prints each row:\n\n"
         f"| tool calls per reply | at most transitions |\n| ---: | ---: |\n{rows}\n\n"
         f"Reachable stops: {', '.join(f'`{r}`' for r in plain.reachable)}. "
         f"Not reachable without the part or limit that makes them: "

@@ -5,7 +5,8 @@ canonical JSON and answers with the recorded reply while they match; the
 first that differs is kept (``departure``) for the divergence's diff, and
 is answered by the live model if there is one, else refused (the run stops
 with ``model_error`` there).  ``RecordedTools`` returns each call's
-recorded result by call id and is the agent's own registry in all else.
+recorded result by call id, tool name and arguments (compared as canonical
+JSON) and is the agent's own registry in all else.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core.exchanges import response_from
+from fsm_agent.core.ledger import canonical_arguments
 from fsm_agent.errors import ContextOverflowError
 from fsm_agent.persist.recording import canonical
 from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, child_outcome, plain
@@ -117,9 +119,12 @@ class RecordedModel:
 
 
 class RecordedTools:
-    """A registry whose calls return the recorded results by call id; all else is the agent's own registry's.
+    """A registry whose calls return the recorded results; all else is the agent's own registry's.
 
-    A call the recording lacks goes to the agent's registry when ``live``
+    A call takes the recorded result of the call with its id, tool name and
+    arguments (compared as canonical JSON: a provider's ids such as
+    ``call_1`` repeat from run to run, so an id alone names no call).  A
+    call the recording lacks goes to the agent's registry when ``live``
     (past a divergence), else fails with an error saying so.
     """
 
@@ -135,6 +140,8 @@ class RecordedTools:
         kept = self.results.get(call.id)
         if kept is None or kept["name"] != call.name:
             return None
+        if canonical_arguments(kept["arguments"]) != canonical_arguments(call.arguments):
+            return None  # the same id asked for something the recording does not hold
         result = kept["result"]
         return ToolResult(**{**result, "child": child_outcome(result.get("child"))})
 
@@ -160,5 +167,5 @@ class RecordedTools:
 
 
 def _unrecorded(call: ToolCall) -> ToolResult:
-    why = f"tool call {call.id!r} ({call.name}) is not in the recording"
+    why = f"tool call {call.id!r} ({call.name}) with these arguments is not in the recording"
     return ToolResult(why, why)

@@ -25,6 +25,17 @@ too, up to the divergence), and the limits a divergence is diffed against
 are those the recorded run ran under at that transition.  A recording from
 before those limits were kept departs at its resume edge.  (A fork, which continues the recorded
 run rather than tests an agent, rebuilds under the recorded limits.)
+
+A request that departs is a divergence at the transition of its model call,
+even where the recorded call failed too and the run ends on the very edge
+the recording holds.  The replay's clock stands still, and its cancel token
+is never cancelled, except where the recorded run met them: just before each
+transition where it stopped with ``timeout`` (or finalized on it) the clock
+passes the run's ``timeout``, and just before each where it stopped with
+``cancelled`` the token is cancelled (``_Outside``), so such a stop replays
+as one.  A run cancelled by cancelling the task that drove it, while a call
+was in flight (a ``cancelled`` stop on an ``interrupted`` edge), cannot be:
+it departs there.
 """
 
 from __future__ import annotations
@@ -35,6 +46,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+import attrs
+
+from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.exchanges import message_from
 from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.drivers.rebuild import decisions, resumed_as_recorded
@@ -117,15 +131,15 @@ def replay(
     ``strict=False``, model calls past a divergence go to ``model`` and the
     new recording is returned.
     """
-    data, handle, player = _prepare(agent, recording, strict, model, tools)
+    data, handle, player, outside = _prepare(agent, recording, strict, model, tools)
     onward: AgentRun | None = handle
     while onward is not None:
-        handle = onward
+        handle = outside.run = onward
         try:
             result = handle.finish()
         except AgentLoopError as stop:
             result = stop.result
-        onward = _onward(handle, result, data)
+        onward = _onward(handle, result, data, player, outside)
     return _judged(data, handle, result, player, strict)
 
 
@@ -156,34 +170,39 @@ async def areplay(
     tools: Literal["recorded", "live"] = "recorded",
 ) -> RunResult | dict[str, Any]:
     """``replay`` on the async driver."""
-    data, handle, player = _prepare(agent, recording, strict, model, tools)
+    data, handle, player, outside = _prepare(agent, recording, strict, model, tools)
     onward: AgentRun | None = handle
     while onward is not None:
-        handle = onward
+        handle = outside.run = onward
         try:
             result = await handle.afinish()
         except AgentLoopError as stop:
             result = stop.result
-        onward = _onward(handle, result, data)
+        onward = _onward(handle, result, data, player, outside)
     return _judged(data, handle, result, player, strict)
 
 
-def _onward(handle: AgentRun, result: RunResult, data: dict[str, Any]) -> AgentRun | None:
+def _onward(
+    handle: AgentRun, result: RunResult, data: dict[str, Any], player: RecordedModel, outside: _Outside
+) -> AgentRun | None:
     """The replay taken on as the recorded run was: decided where it paused, resumed where it stopped; else None.
 
     None where the recorded run ended here too, and where it was not resumed
-    from this stop (or the replay has departed from it): the replay ends.
+    from this stop (or the replay has departed from it, a request too): the
+    replay ends.
     """
     index = len(handle.trace)
     if index >= len(data["trace"]):
         return None  # the recorded run ended here: so does the replay
+    if player.departure is not None and player.live is None:
+        return None  # a request departed: _judged says where
     if result.reason == "paused":
         handle.decide(decisions(handle, data))
         return handle
     if handle.trace != [Transition(**t) for t in data["trace"][:index]]:
         return None  # departed: _judged says where
     try:
-        resumed = resumed_as_recorded(handle, data)
+        resumed = resumed_as_recorded(handle, data, cancel=outside.token())
     except SnapshotError:
         raise  # the recording's earlier_limits are malformed
     except ValueError:
@@ -191,9 +210,74 @@ def _onward(handle: AgentRun, result: RunResult, data: dict[str, Any]) -> AgentR
     return None if resumed is None else resumed[0]
 
 
+_AFTER_CALL = ("tool_done", "finalize")
+"""The triggers of a stop from ``ExecuteTool`` that the recorded run saw once the call it closes had come back."""
+
+
+class _Outside:
+    """What the recorded run met from outside the machine, met again by its replay just before the same transitions.
+
+    A replay's calls come back at once, so its clock would never reach a
+    recorded deadline, nor would anybody cancel its token.  ``clock`` stands
+    still but for passing the run's ``timeout`` at each transition where the
+    recorded run stopped on it (or finalized on it), and ``token()`` (a
+    recording that stopped with ``cancelled`` only) is cancelled at each where
+    it stopped with ``cancelled``.  "Just before" that transition: once the
+    call it closes came back, for a stop after a tool call; at once for any
+    other, so a stop before a call (``expired``) is taken without making it.
+    The transition comes next when the run being replayed (``run``) holds as
+    many transitions as its index.
+    """
+
+    def __init__(self, trace: list[dict[str, Any]]) -> None:
+        self.stops: dict[int, tuple[str, bool]] = {}  # index: (reason, whether the call before it must be back)
+        for index, entry in enumerate(trace):
+            dest, trigger, reason = entry["dest"], entry["trigger"], entry.get("reason")
+            if trigger == "finalize" and entry.get("guard") == "finalize_on_timeout":
+                reason = "timeout"
+            elif dest != "Failed" or trigger == "interrupted":
+                continue
+            if reason in ("timeout", "cancelled"):
+                self.stops[index] = (reason, entry["source"] == "ExecuteTool" and trigger in _AFTER_CALL)
+        self.run: AgentRun | None = None
+        self.now = 0.0
+        self._met: set[int] = set()
+        self._token: CancelToken | None = None
+
+    def token(self) -> CancelToken | None:
+        """A fresh cancel token for the next run of the replay (a resumed one too); None if no cancel was recorded."""
+        if not any(reason == "cancelled" for reason, _ in self.stops.values()):
+            return None
+        self._token = CancelToken()
+        return self._token
+
+    def clock(self) -> float:
+        """The replay's time, in seconds since it started: still, but past the deadline where the recorded run was."""
+        run = self.run
+        if run is None:
+            return self.now
+        index = len(run.trace)
+        stop = self.stops.get(index)
+        if stop is None or index in self._met:
+            return self.now
+        reason, after_call = stop
+        if after_call:
+            pending, ran = run.position.calls.pending, run.position.calls.ran
+            if not pending or pending[0].id not in ran:
+                return self.now  # the tool call this transition closes has not come back yet
+        self._met.add(index)
+        if reason == "timeout":
+            timeout = run.limits.timeout
+            if timeout is not None:
+                self.now = max(self.now, timeout)
+        elif self._token is not None:
+            self._token.cancel("the recorded run was cancelled here")
+        return self.now
+
+
 def _prepare(
     agent: Agent, recording: Recording, strict: bool, model: Model | None, tools: str
-) -> tuple[dict[str, Any], AgentRun, RecordedModel]:
+) -> tuple[dict[str, Any], AgentRun, RecordedModel, _Outside]:
     """The recording read, and the recorded run started again on a copy of ``agent`` that answers from it."""
     if not strict and model is None:
         msg = "replay(strict=False) needs model=, the live model that answers past a divergence"
@@ -204,21 +288,31 @@ def _prepare(
     data = read_recording(recording)
     output = None if agent.output is None else agent.output.request
     player = RecordedModel(data, output, None if strict else model)
+    outside = _Outside(data["trace"])
     double = copy.copy(agent)
     double.model = player
+    double.settings = attrs.evolve(agent.settings, clock=outside.clock)
     if tools == "recorded":
         parts = agent.run_parts if agent.run_parts[0] == agent.registry.version else agent.refresh_parts()
         double.registry = RecordedTools(agent.registry, data, live=not strict)  # type: ignore[assignment]
         double.run_parts = (parts[0], {}, parts[2], parts[3])  # a sub-agent's call returns its recorded outcome
     messages, prior = data["messages"], data["prior"]
     history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
-    return data, double.start(messages[prior]["content"], history=history or None), player
+    handle = double.start(messages[prior]["content"], history=history or None, cancel=outside.token())
+    return data, handle, player, outside
 
 
 def _judged(
     data: dict[str, Any], handle: AgentRun, result: RunResult, player: RecordedModel, strict: bool
 ) -> RunResult | dict[str, Any]:
-    """``result`` if the run took the recorded transitions, the new recording if not ``strict``, else the divergence."""
+    """``result`` if the run took the recorded transitions, the new recording if not ``strict``, else the divergence.
+
+    A departed request is a divergence at its model call's transition even
+    where the trace goes on as recorded (a recorded failed call, refused).
+    The diff is the request's where the replay departed with it, else the
+    limits' (a replay that goes past a recorded stop then asks the model
+    for more than the recording holds: it is the limit that differs).
+    """
     expected = [Transition(**t) for t in data["trace"]]
     actual = list(result.trace)
     index = next((i for i, (e, a) in enumerate(zip(expected, actual, strict=False)) if e != a), None)
@@ -229,11 +323,26 @@ def _judged(
         ids = {item["id"] for item in snapshot["io"] if "result" in item}
         children = {call: kept for call, kept in (data.get("children") or {}).items() if call in ids}
         return recording_of(snapshot, children)
+    departed = None if player.departure is None else _transition_of_call(actual, player.departure.call)
+    if departed is not None and (index is None or departed < index):
+        index = departed
     if index is None:
         return result
-    diff = _request_diff(player.departure) or _diff(_limits_at(data, index), snapshot["limits"], "limits")
+    limits = _diff(_limits_at(data, index), snapshot["limits"], "limits")
+    diff = (_request_diff(player.departure) or limits) if departed == index else limits
     at = expected[index] if index < len(expected) else None
     raise ReplayDivergence(index, at, actual[index] if index < len(actual) else None, diff)
+
+
+def _transition_of_call(trace: list[Transition], call: int) -> int:
+    """The index of the transition that took the outcome of model call ``call`` (from 0); the trace's end if none."""
+    made = -1
+    for index, entry in enumerate(trace):
+        if entry.source == "AwaitModel" and entry.trigger in ("replied", "model_failed"):
+            made += 1
+            if made == call:
+                return index
+    return len(trace)
 
 
 def _limits_at(data: dict[str, Any], index: int) -> Any:

@@ -222,7 +222,13 @@ class ToolRegistry:
         """
         if function is None:
             return lambda fn: self.register(fn, name=name, description=description, parameters=parameters)
-        tool_name = name or function.__name__
+        if not callable(function):
+            msg = f"a tool must be a function (or another callable), got {type(function).__name__}"
+            raise TypeError(msg)
+        if name is not None and not isinstance(name, str):
+            msg = f"a tool's name must be a str, got {type(name).__name__}"
+            raise TypeError(msg)
+        tool_name = name if name else str(getattr(function, "__name__", ""))
         self._check_free(tool_name, self.source)
         doc = description if description is not None else (inspect.getdoc(function) or "")
         if parameters is None:
@@ -246,7 +252,7 @@ class ToolRegistry:
         renamed = {prefix + name: other.get(name) for name in other}
         for new_name, tool in renamed.items():
             if tool is not None:
-                self._check_free(new_name, other.source_of(tool.name))
+                self._check_free(new_name, other.source_of(tool.name), including=True)
         for new_name, tool in renamed.items():
             if tool is not None:
                 self._tools[new_name] = attrs.evolve(tool, name=new_name)
@@ -257,14 +263,14 @@ class ToolRegistry:
         """Where the tool called ``name`` comes from (``source`` of the registry it was registered with)."""
         return self._sources.get(name, self.source)
 
-    def _check_free(self, name: str, source: str) -> None:
+    def _check_free(self, name: str, source: str, *, including: bool = False) -> None:
         if not _TOOL_NAME.fullmatch(name):
             # Providers reject other names, but only at the first model call; "<lambda>" is the usual culprit.
             msg = f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'; pass name=... (e.g. for a lambda)"
             raise ValueError(msg)
         if name in self._tools:
             taken = self._sources[name]
-            if taken == source == self.source:
+            if taken == source == self.source and not including:
                 msg = f"a tool named {name!r} is already registered"
             else:
                 msg = f"tool {name!r} from {source} clashes with {name!r} from {taken}; include one with prefix=..."

@@ -207,7 +207,7 @@ def _read_routes(
         query = request.query_params
         given = query.get("offset", "0")
         try:
-            offset = max(0, int(given))
+            offset = int(given)
         except ValueError:  # not a number (or more digits than Python reads)
             offset = -1
         if not 0 <= offset < 2**63:  # both databases take 64-bit integers
