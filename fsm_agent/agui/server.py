@@ -152,7 +152,7 @@ class AgUiApp:
         try:
             agent = self._agent_for(run_input)
             relay.watch(agent)
-            session = await asyncio.to_thread(Session, agent, self.store, thread)
+            session = await Session.aopen(agent, self.store, thread)
             if run_input.resume:
                 approvals = decisions(run_input.resume)
                 before = await self._paused_usage(session, agent)

@@ -31,7 +31,8 @@ def derive_run_id(index: int, user_input: str) -> str:
     batch is two runs, and an edited question is a new run rather than the
     continuation of a different conversation.
     """
-    digest = hashlib.sha256(f"{index}\0{user_input}".encode()).hexdigest()[:16]
+    # surrogatepass: an input holding half an emoji (as a provider's text may) still has an id.
+    digest = hashlib.sha256(f"{index}\0{user_input}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"batch-{index}-{digest}"
 
 

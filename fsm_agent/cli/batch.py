@@ -38,6 +38,7 @@ from fsm_agent.cli import (
 from fsm_agent.cli import run as run_command
 from fsm_agent.core.pricing import Price, UnpricedModelError
 from fsm_agent.drivers.agent import Agent
+from fsm_agent.jsontext import dumps
 from fsm_agent.records import RunResult
 
 
@@ -176,7 +177,8 @@ def result_line(item: BatchItem, result: RunResult) -> str:
     data = result.to_dict()
     data.pop("snapshot", None)
     head = {"index": item.index, "run_id": item.run_id, "ok": result.ok, "reason": result.reason}
-    return json.dumps({**head, "final": result.final, "result": data}, ensure_ascii=False) + "\n"
+    # Half an emoji (which providers send) is written as its escape: the line stays UTF-8 and reads back exact.
+    return dumps({**head, "final": result.final, "result": data}) + "\n"
 
 
 def _check_counts(args: argparse.Namespace) -> None:

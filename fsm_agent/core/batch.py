@@ -8,6 +8,10 @@ stepper freezes both until the batch is replayed).  What a call's result
 decides (``tool_failures``, ``cycle``) cannot be known before it runs: those
 stops may fire in the middle of a replayed batch, and the later calls, which
 already ran, are kept and recorded.
+
+A sub-agent call in a batch takes its share of the parent's tool calls
+while the batch runs; ``unrun`` names the calls of the batch it must leave
+room for, by making the plan again.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 
 from fsm_agent.core.ledger import count_call
-from fsm_agent.definition.run import Run
+from fsm_agent.definition.run import Faults, Run
 from fsm_agent.definition.states import Dispatch, ExecuteTool
 from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import DISPATCH, first_row
@@ -26,6 +30,31 @@ from fsm_agent.records import ToolCall
 
 def plan_batch(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
     """The calls of this turn, from the current one on, that may run now; ``cleared`` says a person allowed one."""
+    return _plan(run, cleared, run.faults)
+
+
+def unrun(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
+    """The calls planned to run now that have not run yet: the batch under way's, else the current call alone.
+
+    While a planned batch runs (the run is frozen) its plan is made again,
+    and it comes out the same: what the plan reads changes only when the
+    batch is replayed (the counts, the pending calls, the decisions), or is
+    held since the plan (the clock, a cancel); a strict hook's failure
+    during the batch, kept for the replay, was not there when it was made.
+    """
+    calls = run.calls.pending
+    if not calls:
+        return []
+    if not run.at.frozen:
+        planned = [calls[0]]
+    else:
+        faults = copy.copy(run.faults)
+        faults.hook_error = None
+        planned = _plan(run, cleared, faults)
+    return [call for call in planned if call.id not in run.calls.ran]
+
+
+def _plan(run: Run, cleared: Callable[[ToolCall], bool], faults: Faults) -> list[ToolCall]:
     calls = list(run.calls.pending)
     if len(calls) == 1:
         return calls
@@ -34,6 +63,7 @@ def plan_batch(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
     # reads but never writes the rest.
     probe.at, probe.counts, probe.calls = copy.copy(run.at), copy.copy(run.counts), copy.copy(run.calls)
     probe.counts.calls_by_tool = dict(run.counts.calls_by_tool)
+    probe.faults = faults
     probe.at.state = Dispatch
     planned = calls[:1]
     ids = {calls[0].id}

@@ -187,7 +187,10 @@ def unique_calls(run: Run, response: ModelResponse) -> ModelResponse:
     OpenAI-compatible servers do) would otherwise have one call take
     another's outcome.  A repeated id gets the first free ``<id>-<n>``
     (``n`` from 2), in the message the model is sent back too, so each tool
-    message still answers its own call.
+    message still answers its own call.  Only the ``ToolCall`` changes: a
+    reply's ``provider_data`` is the provider's layout, which the core does
+    not read, so the adapter that sends it back verbatim writes the calls'
+    ids into it (``fsm_agent.models.replies.renamed_calls``).
     """
     taken = run.calls.call_ids
     if taken is None:

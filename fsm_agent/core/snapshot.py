@@ -67,21 +67,14 @@ def dump_growth(run: Run, since: tuple[int, ...]) -> dict[str, list[dict[str, An
     }
 
 
-def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """Every field of the snapshot but the ``GROWING`` lists: bounded in size however long the run.
-
-    ``memo`` (kept by the caller between calls) reuses the plain form of the
-    records that usually stay the same from one transition to the next (the
-    last reply, the pending calls, the limits): they are frozen, so the same
-    object always has the same plain form, and a checkpoint need not rebuild it.
-    """
-    record = plain if memo is None else _memoised(memo)
+def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
+    """Every field of the snapshot but the ``GROWING`` lists: bounded in size however long the run."""
     return {
         "format": SNAPSHOT_FORMAT,
         "version": SNAPSHOT_VERSION,
         **extra,
         "state": str(run.at.state),
-        "pending": [record(c) for c in run.calls.pending],
+        "pending": [plain(c) for c in run.calls.pending],
         "ran": {call_id: plain(outcome) for call_id, outcome in run.calls.ran.items()},
         "approvals": dict(run.calls.approvals),
         "carried": [[name, arguments, plain(result)] for name, arguments, result in run.calls.carried],
@@ -92,7 +85,7 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
         "to_approve": [call.id for call in run.calls.pending if call.id in run.calls.to_approve]
         if run.calls.to_approve
         else [],
-        "last_response": None if run.talk.last_response is None else record(run.talk.last_response),
+        "last_response": None if run.talk.last_response is None else plain(run.talk.last_response),
         "counters": {
             "turns": run.counts.turns,
             "failures": run.counts.failures,
@@ -113,8 +106,8 @@ def dump_small(run: Run, memo: dict[int, Any] | None = None, **extra: Any) -> di
             "sent": run.talk.sent,
         },
         "frozen": {"cancelled": run.counts.cancelled} if run.at.frozen else None,
-        "limits": record(run.limits),
-        "earlier_limits": [[at, record(limits)] for at, limits in run.at.earlier_limits],
+        "limits": plain(run.limits),
+        "earlier_limits": [[at, plain(limits)] for at, limits in run.at.earlier_limits],
         "finalizing": run.at.finalizing,
         "finalize_evidence": run.at.finalize_evidence,
         "reason": run.at.reason,
@@ -137,19 +130,6 @@ def _compaction(run: Run) -> dict[str, Any] | None:
         "due": run.talk.compacting,
         "error": run.talk.compact_error,
     }
-
-
-def _memoised(memo: dict[int, Any]) -> Callable[[Any], dict[str, Any]]:
-    if len(memo) > 64:
-        memo.clear()  # only the records of the last few transitions are worth keeping
-
-    def once(record: Any) -> dict[str, Any]:
-        kept = memo.get(id(record))
-        if kept is None or kept[0] is not record:  # the id of a record that is gone may be reused
-            kept = memo[id(record)] = (record, plain(record))
-        return kept[1]
-
-    return once
 
 
 def _error_text(exc: BaseException | None) -> str | None:

@@ -10,9 +10,21 @@ output-retry and compaction rows.
 
 from __future__ import annotations
 
-from fsm_agent.definition.guards import context_overflowed, fact
+from fsm_agent.definition.guards import Declared, context_overflowed, fact
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.stops import blocking_stop
+from fsm_agent.definition.stops import CATALOGUE, blocking_stop
+
+LIFTABLE = tuple(
+    sorted(
+        {
+            name
+            for stop in CATALOGUE
+            if stop.resume == "lift" and isinstance(stop.guard, Declared)
+            for name in stop.guard.reads
+        }
+    )
+)
+"""What the guards of the stops a new limit can lift read: ``_lifted`` and ``blocking_stop`` ask them."""
 
 
 def _lifted(run: Run) -> bool:
@@ -20,19 +32,19 @@ def _lifted(run: Run) -> bool:
     return stop is not None and stop.resume == "lift" and stop.guard is not None and not stop.guard(run)
 
 
-@fact("pending", "reason")
+@fact("pending", "reason", *LIFTABLE)
 def resumes_before_tool(run: Run) -> bool:
     """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
     return bool(run.calls.pending) and _lifted(run)
 
 
-@fact("pending", "reason")
+@fact("pending", "reason", *LIFTABLE)
 def resumes_before_model(run: Run) -> bool:
     """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
     return not run.calls.pending and _lifted(run) and blocking_stop(run) is None
 
 
-@fact("output_problem", "finalizing", "output_retries")
+@fact("output_problem", "finalizing", "output_retries", "output_retry_limit", *LIFTABLE)
 def output_invalid(run: Run) -> bool:
     """A typed agent's final answer was not accepted, a retry is left and no limit forbids the call: ask again.
 
@@ -51,7 +63,7 @@ def output_invalid(run: Run) -> bool:
     )
 
 
-@fact("policies", "model_exception", "compacted_turn")
+@fact("policies", "model_exception", "compacted_turn", "steps", *LIFTABLE)
 def compacts_history(run: Run) -> bool:
     """The context window overflowed and the agent compacts then: shorten the history and make the call again.
 
@@ -67,7 +79,7 @@ def compacts_history(run: Run) -> bool:
     )
 
 
-@fact("reason", "retry_model")
+@fact("reason", "retry_model", *LIFTABLE)
 def retries_model_call(run: Run) -> bool:
     """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
     stop = run.table_stops.get(run.at.reason or "")

@@ -59,7 +59,11 @@ class AsyncDriver(RunBase):
     async def aadvance(self) -> Transition:
         """Like ``advance()``, awaiting the model and tools; the calls of one batch run concurrently."""
         self._check_live()
-        return await self._aadvance()
+        try:
+            return await self._aadvance()
+        except BaseException as exc:
+            self._left_unfinished(exc)
+            raise
 
     async def _aadvance(self) -> Transition:
         if self._journal is None:
@@ -165,10 +169,14 @@ class AsyncDriver(RunBase):
         """Await the run to the end; return the result or apply the stop's policy, like ``finish()``."""
         stepper = self.stepper
         gated = stepper.gated  # a run without approvals never gains calls to decide on
-        while self._result is None:
-            if gated and stepper.paused:
-                return self._paused_result()
-            await self._aadvance()  # the loop itself checked what aadvance() would
+        try:
+            while self._result is None:
+                if gated and stepper.paused:
+                    return self._paused_result()
+                await self._aadvance()  # the loop itself checked what aadvance() would
+        except BaseException as exc:
+            self._left_unfinished(exc)
+            raise
         return self._outcome_of_run()
 
     async def _acall_model(self, effect: ModelCall) -> None:

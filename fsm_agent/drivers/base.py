@@ -263,6 +263,8 @@ class RunBase(WatchedRun):
     def _interrupt(self, trigger: str, unfinished: str | None) -> Transition:
         """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""
         self._observe()
+        if self._observed and self.position.at.state is ExecuteTool:
+            self._batch_cut_events()
         return self._after(self.stepper.interrupt(trigger, unfinished))
 
     def _after(self, entry: Transition) -> Transition:

@@ -8,8 +8,9 @@ the parent's remaining deadline and token budget become the child's limits
 child's, and the child's tokens count against the parent
 (``drivers.child_runs`` runs the call).  The child's tools get the parent
 run's ``deps`` unless the tool was given its own.  A child that stops is a tool error
-carrying its reason and evidence, or, with ``on_child_stop="raise"``, stops
-the parent with ``child_stopped``.
+carrying its reason and evidence (and the text it ended with, a finalize
+call's answer say, or its typed output), or, with ``on_child_stop="raise"``,
+stops the parent with ``child_stopped``.
 """
 
 from __future__ import annotations
@@ -107,12 +108,24 @@ def check_no_cycle(agent: AgentParts) -> None:
 
 
 def answer_of(result: RunResult) -> Any:
-    """A finished child's answer as the tool's JSON value: its typed output, else its final text."""
+    """A finished child's answer as the tool's JSON value: its typed output, else its final text.
+
+    The output is dumped in pydantic's JSON mode, as pydantic checked it
+    (a pydantic model, a dataclass or a TypedDict): a ``date`` is its ISO
+    text, as in the answer the model gave.  A JSON Schema's output is plain
+    JSON already, and needs no pydantic (nor has it, without the extra).
+    """
     output = result.output
     if output is None:
         return result.final
+    if isinstance(output, str):
+        return output
     if hasattr(output, "model_dump"):
         return output.model_dump(mode="json")
-    if dataclasses.is_dataclass(output) and not isinstance(output, type):
-        return dataclasses.asdict(output)
-    return output
+    try:
+        from pydantic_core import to_jsonable_python  # pydantic: the optional output extra
+    except ImportError:
+        if dataclasses.is_dataclass(output) and not isinstance(output, type):
+            return dataclasses.asdict(output)
+        return output
+    return to_jsonable_python(output)

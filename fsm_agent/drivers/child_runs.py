@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from fsm_agent.core.batch import unrun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.read_back import stored_result
@@ -53,9 +54,12 @@ def shares(parent: RunBase) -> tuple[int | None, int | None]:
     calls still to finish, this one included: children run in parallel draw
     on the parent's limits together, never each on all of them.  Each of
     those calls is one of the parent's tool calls itself, so it is set
-    aside first.  A child stops after the model call that reaches its token
-    share, so the parent's budget is passed by at most one model call per
-    child in flight; its tool-call share it never passes.
+    aside first, and so is each ordinary call planned to run beside them
+    (the async driver's batch, ``core.batch``) that has not run yet: it
+    runs whatever the children make.  A child stops after the model call
+    that reaches its token share, so the parent's budget is passed by at
+    most one model call per child in flight; its tool-call share it never
+    passes.
     """
     run = parent.position
     budget, cap = run.limits.token_budget, run.limits.total_tool_calls
@@ -70,7 +74,9 @@ def shares(parent: RunBase) -> tuple[int | None, int | None]:
         tokens = max(budget - spent, 0) // max(to_finish, 1)
     if cap is not None:
         made = run.counts.tool_calls + len(run.calls.ran) + sum(child.tool_calls for child in held)
-        calls = max(cap - made - to_finish, 0) // max(to_finish, 1)
+        cleared = parent.stepper._cleared  # noqa: SLF001 - the batch was planned with the stepper's own rule
+        beside = sum(1 for call in unrun(run, cleared) if call.name not in children)
+        calls = max(cap - made - to_finish - beside, 0) // max(to_finish, 1)
     return tokens, calls
 
 
@@ -124,16 +130,29 @@ def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
         "reasoning_tokens": usage.reasoning_tokens,
     }
     if result.ok:
-        value = answer_of(result)
-        content = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        content = _answer_json(result)
         outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made, usage.cost, **parts)
         return ToolResult(content, child=outcome)
-    facts = {"reason": result.reason, "evidence": result.evidence}
+    facts: dict[str, Any] = {"reason": result.reason, "evidence": result.evidence}
+    # What the child ended with (a finalize call's answer, a reply cut at max_tokens): the parent paid for it.
+    # A typed child's finalize answer that passed its check is its output, as a finished child's is.
+    if result.output is not None:
+        facts["output"] = json.loads(_answer_json(result))
+    elif result.final:
+        facts["final"] = result.final
     message = f"sub-agent {child.name!r} stopped ({result.reason}) in run {run_id!r}"
     content = json.dumps({"error": message, **facts}, ensure_ascii=False, default=str)
     stop = facts if child.on_child_stop == "raise" else None
     outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made, usage.cost, **parts)
     return ToolResult(content, message, child=outcome)
+
+
+def _answer_json(result: RunResult) -> str:
+    """The child's answer as JSON text; one no JSON can hold (a validator's odd value, a NaN) is its final text."""
+    try:
+        return json.dumps(answer_of(result), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(result.final, ensure_ascii=False)
 
 
 def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:

@@ -23,6 +23,7 @@ from fsm_agent.core import snapshot
 from fsm_agent.core.exchanges import message_from, response_from
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.drivers.stored import awaited
 from fsm_agent.errors import ContextOverflowError, ForkError
 from fsm_agent.records import Message, ModelResponse, OutputSchema, RunResult, ToolCall, Transition, plain
 from fsm_agent.tools import JSONSchema, ToolResult
@@ -65,7 +66,11 @@ async def arecording_of_source(source: ForkSource, store: AsyncStore | None) -> 
     if isinstance(source, str) and store is not None:
         data = _json_object(source)
         if data is None or await _aholds(store, source):
-            return await aexport(store, source)
+
+            async def load(run_id: str) -> dict[str, Any]:
+                return dict(await awaited(store, "load", run_id))
+
+            return await aexport(store, source, load=load)
         return _recording_of_data(data)
     return recording_of_source(source, None)
 
@@ -90,8 +95,9 @@ def _holds(store: Store, run_id: str) -> bool:
 
 
 async def _aholds(store: AsyncStore, run_id: str) -> bool:
+    """``_holds``, awaited: the store's ``aload`` twin if it has one, else its ``load`` in a worker thread."""
     try:
-        await store.aload(run_id)
+        await awaited(store, "load", run_id)
     except KeyError:
         return False
     return True

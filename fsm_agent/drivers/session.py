@@ -29,13 +29,13 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.session_turns import StoredTurns, closed, paused_message
-from fsm_agent.drivers.stored import awaited, store_for
+from fsm_agent.drivers.stored import astore_for, awaited, store_for
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunStateError
 from fsm_agent.records import Message, RunResult
@@ -71,6 +71,8 @@ class Session(StoredTurns):
     store, a turn whose owner died is finished by the next one once its
     lease lapses, and refused (``RunLeasedError``) until then.  ``deps``
     reach every turn's tools (a turn's own ``deps=`` instead, if given).
+    The constructor reads the store with its sync methods; on an event loop,
+    build the session with ``await Session.aopen(...)``, which awaits them.
     """
 
     def __init__(
@@ -94,6 +96,26 @@ class Session(StoredTurns):
         self._lock = threading.Lock()
         if self.store is not None:
             self._catch_up(strict=False)  # a paused or running last turn is only refused when a turn is asked for
+
+    @classmethod
+    async def aopen(
+        cls, agent: Agent, store: StoreTarget | None = None, session_id: str | None = None, *, deps: Any = None
+    ) -> Self:
+        """``Session(...)``, awaited: the conversation so far read with the store's async twins.
+
+        The constructor reads the store with its sync methods; from an event
+        loop, build the session with ``await Session.aopen(...)`` instead, so
+        the loop never waits on the store: the conversation is read with
+        ``alist_runs`` and ``aload`` (a store without a twin has its sync
+        method run in a worker thread), and a store path or URL is opened in
+        a worker thread.
+        """
+        opened = await astore_for(store)
+        session = cls(agent, None, session_id, deps=deps)  # built store-less: nothing is read yet
+        session.store = opened
+        if opened is not None:
+            await session._acatch_up(strict=False)  # as __init__: a paused or running last turn refused later
+        return session
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -127,14 +149,14 @@ class Session(StoredTurns):
                         taken = self._take_over(*unfinished, cancel, observers, deps)
                         if taken is None:
                             continue
-                        self._finished(taken.finish, quiet=True)
+                        self._finished(taken, quiet=True)
                 run = self._next(text, cancel, observers, deps)
                 try:
                     run._open_store(new=True)  # noqa: SLF001 - as Agent.start does
                 except RunExistsError:
                     self._check_ours(self._turns + 1)  # another object took this turn meanwhile: read it, go on after
                     continue
-                return self._finished(run.finish)
+                return self._finished(run)
             raise self._busy(self._turns + 1)
 
     async def arun(
@@ -186,7 +208,7 @@ class Session(StoredTurns):
                 raise self._no_turn()
             run = self.agent.resume(source, approvals=approvals, store=self.store, deps=deps, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
-            return self._finished(run.finish)
+            return self._finished(run)
 
     async def aresume(
         self, approvals: Mapping[str, bool | str] | None = None, *, deps: Any = None, **options: Any
@@ -225,14 +247,21 @@ class Session(StoredTurns):
         messages = self._messages
         return self.agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps)  # noqa: SLF001
 
-    def _finished(self, finish: Any, *, quiet: bool = False) -> RunResult:
-        """The result of ``finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over)."""
+    def _finished(self, run: AgentRun, *, quiet: bool = False) -> RunResult:
+        """The result of ``run.finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over).
+
+        A turn cut by anything else (a Ctrl-C, its task cancelled) is raised
+        again too, once the session has kept what it did (``_take_in_cut``).
+        """
         try:
-            result: RunResult = finish()
+            result = run.finish()
         except AgentLoopError as exc:
             self._take_in(exc.result)
             if quiet:
                 return exc.result
+            raise
+        except BaseException:
+            self._take_in_cut(run)
             raise
         self._take_in(result)
         return result
@@ -246,8 +275,31 @@ class Session(StoredTurns):
             if quiet:
                 return exc.result
             raise
+        except BaseException:
+            self._take_in_cut(run)
+            raise
         self._take_in(result)
         return result
+
+    def _take_in_cut(self, run: AgentRun) -> None:
+        """A turn cut short (a Ctrl-C, its task cancelled) kept in a store-less session as a store keeps it.
+
+        With a store, the store holds the turn and the next one reads it back
+        (and finishes it first if it was left unfinished).  Without one, its
+        messages are taken in here, each call it asked for and never made
+        answered as not run: a cancelled turn's result (``Failed``,
+        ``cancelled``), or an unfinished turn's messages so far, which no
+        ``resume`` can continue (it is in no store).
+        """
+        if self.store is not None:
+            return
+        if run.done:
+            self._take_in(run.result)
+            return
+        self._last = None
+        self._turns += 1
+        self._paused = None
+        self._messages = closed(run.messages, run.reason or "stopped")
 
     def _take_in(self, result: RunResult) -> None:
         """The conversation after a turn: its messages; a stopped turn's calls never made answered as not run."""

@@ -43,7 +43,11 @@ class SyncDriver(RunBase):
     def advance(self) -> Transition:
         """Do this state's I/O, if any, fire exactly one transition and return the edge taken."""
         self._check_live()
-        return self._bounded(self._advance, lambda entry: entry)
+        try:
+            return self._bounded(self._advance, lambda entry: entry)
+        except BaseException as exc:
+            self._left_unfinished(exc)
+            raise
 
     @driving
     def finish(self) -> RunResult:
@@ -58,10 +62,14 @@ class SyncDriver(RunBase):
     def _finish(self) -> RunResult:
         stepper = self.stepper
         gated = stepper.gated  # a run without approvals never gains calls to decide on
-        while self._result is None:
-            if gated and stepper.paused:
-                return self._paused_result()
-            self._advance()  # the loop itself checked what advance() would
+        try:
+            while self._result is None:
+                if gated and stepper.paused:
+                    return self._paused_result()
+                self._advance()  # the loop itself checked what advance() would
+        except BaseException as exc:
+            self._left_unfinished(exc)
+            raise
         return self._outcome_of_run()
 
     def _advance(self) -> Transition:

@@ -135,6 +135,42 @@ class WatchedRun:
         )
         self._call_hooks(event)
 
+    def _left_unfinished(self, exc: BaseException) -> None:
+        """The ``unfinished`` event: ``exc`` left the run where it was, neither ended nor paused.
+
+        A ``KeyboardInterrupt`` in a tool, a store that refused a write: the
+        run stays as it was for a resume, and observers that opened something
+        for it (a trace's spans) hear that it was left.
+        """
+        if not self._observed or self._result is not None:
+            return
+        error = f"{type(exc).__name__}: {exc}"
+        run = self.position
+        self._call_hooks(CallEvent("unfinished", run.counts.turns, self.counters(), error=error, run_id=self.run_id))
+
+    def _batch_cut_events(self) -> None:
+        """The ``after_tool`` events of a batch's calls that returned before the batch was cut.
+
+        Their outcomes are kept (a resume does not make them again), but the
+        transitions that would have recorded them are not taken: without this,
+        observers heard those calls begin and never end.
+        """
+        run = self.position
+        for call in run.calls.pending:
+            outcome = run.calls.ran.get(call.id)
+            if outcome is None:
+                continue
+            event = CallEvent(
+                "after_tool",
+                run.counts.turns,
+                self.counters(),
+                tool_call=call,
+                tool_result=outcome.content,
+                tool_error=outcome.error,
+                run_id=self.run_id,
+            )
+            self._call_hooks(event)
+
     def _emit(self, last: Transition) -> None:
         run = self.position
         call = self._call

@@ -22,10 +22,12 @@ from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCa
 from fsm_agent.models.anthropic_schema import to_anthropic_output
 from fsm_agent.models.provider import ProviderModel, StreamReader
 from fsm_agent.models.replies import (
+    MalformedReplyError,
     ProviderResponse,
     check_body,
     check_read,
     decoded_input,
+    renamed_calls,
     reply_items,
     reply_text,
     token_count,
@@ -61,11 +63,14 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
     With extended thinking on, the API wants each assistant turn's
     ``thinking`` and ``redacted_thinking`` blocks back unchanged (signature
     included) and in their place, before the text and tool uses they led to;
-    rebuilding the turn from the text and calls would drop them.
+    rebuilding the turn from the text and calls would drop them.  Only the
+    ``tool_use`` ids follow the engine's renames (:func:`renamed_calls`).
     """
     data = message.provider_data
     if data is not None and data.provider == PROVIDER:
-        return data.items()
+        kept = data.items()
+        renamed_calls([block for block in kept if block.get("type") == "tool_use"], "id", message.tool_calls)
+        return kept
     blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
     blocks.extend(
         {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments} for call in message.tool_calls
@@ -320,10 +325,18 @@ class AnthropicModel(ProviderModel):
 class _MessageEvents(StreamReader):
     """The events of the SDK's ``MessageStream``: text deltas handed on, the final ``Message`` the stream's own."""
 
+    def __init__(self) -> None:
+        self._started = False
+
     def read(self, event: Any) -> Iterable[Any]:
+        # The SDK's stream raises on any event before message_start, so one read means the message has begun.
+        self._started = True
         if event.type == "content_block_delta" and event.delta.type == "text_delta":
             return (event.delta.text,)
         return ()
 
     def response(self, stream: Any) -> Any:
+        # Without an event the SDK's snapshot is unset, and says so only with a bare AssertionError.
+        if not self._started:
+            raise MalformedReplyError("stream", "ended without a message_start event")
         return stream.current_message_snapshot

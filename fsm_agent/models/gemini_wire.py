@@ -25,6 +25,7 @@ from fsm_agent.models.replies import (
     ProviderResponse,
     check_read,
     decoded_input,
+    renamed_calls,
     reply_items,
     reply_text,
     token_count,
@@ -78,7 +79,10 @@ def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any
 def _model_parts(message: Message) -> list[dict[str, Any]]:
     data = message.provider_data
     if data is not None and data.provider == PROVIDER:
-        return data.items()
+        # Sent back verbatim, signatures and all; only the function calls' ids follow the engine's renames.
+        kept = data.items()
+        renamed_calls([part["functionCall"] for part in kept if "functionCall" in part], "id", message.tool_calls)
+        return kept
     parts: list[dict[str, Any]] = [{"text": message.content}] if message.content else []
     for call in message.tool_calls:
         if call.raw_arguments is not None:

@@ -232,9 +232,14 @@ class _Chunks(StreamReader):
         from openai.lib.streaming.chat import ChatCompletionStreamState  # imported here: the SDK is optional
 
         self._state = ChatCompletionStreamState()
+        self._read = False
 
     def read(self, event: Any) -> Iterable[Any]:
+        self._read = True
         return [each.delta for each in self._state.handle_chunk(event) if each.type == "content.delta"]
 
     def response(self, stream: Any) -> Any:
+        # Without a chunk the accumulator has no completion, and says so only with a bare AssertionError.
+        if not self._read:
+            raise MalformedReplyError("stream", "ended without any chat.completion.chunk")
         return self._state.current_completion_snapshot

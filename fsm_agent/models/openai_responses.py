@@ -38,6 +38,7 @@ from fsm_agent.models.replies import (
     decode_arguments,
     detail_count,
     encode_arguments,
+    renamed_calls,
     reply_items,
     reply_text,
     token_count,
@@ -63,8 +64,12 @@ def to_responses_input(messages: Sequence[Message]) -> tuple[str, list[dict[str,
         elif message.role == "assistant":
             data = message.provider_data
             if data is not None and data.provider == PROVIDER:
-                # Reasoning items must come back unchanged, each before the items it led to.
-                items.extend(data.items())
+                # Reasoning items must come back unchanged, each before the items it led to; only the
+                # function calls' call_id follow the engine's renames of reused ids.
+                kept = data.items()
+                calls = [item for item in kept if item.get("type") == "function_call"]
+                renamed_calls(calls, "call_id", message.tool_calls)
+                items.extend(kept)
                 continue
             if message.content:
                 items.append({"role": "assistant", "content": message.content})
@@ -293,7 +298,7 @@ class OpenAIResponsesModel(OpenAIClientModel):
         return await client.responses.create(**request, stream=True)
 
     def _stream_reader(self) -> StreamReader:
-        return _ResponseEvents()
+        return _ResponseEvents(self._sdk)
 
 
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -302,21 +307,29 @@ _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 class _ResponseEvents(StreamReader):
     """Responses API stream events: text deltas handed on, the whole response (reasoning items too) from the last."""
 
-    def __init__(self) -> None:
+    def __init__(self, sdk: Any) -> None:
+        self._sdk = sdk
         self._final: Any = None
+        self._error: dict[str, Any] | None = None
 
     def read(self, event: Any) -> Iterable[Any]:
-        """A text delta's text; an ``error`` event with the context-length code raises ``ContextOverflowError``.
+        """A text delta's text; an ``error`` event is the stream's end, a model error (see ``response``).
 
         That event's documented shape is flat (``{"type": "error", "code": ...,
-        "message": ...}``); one that nests an ``error`` object the SDK raises
-        itself, as ``APIError``.
+        "message": ..., "param": ...}``); one that nests an ``error`` object the
+        SDK raises itself, as ``APIError``.  With the context-length code it
+        raises ``ContextOverflowError`` here; any other is kept, and nothing
+        the stream sends after it counts.
         """
+        if self._error is not None:
+            return ()
         kind = getattr(event, "type", None)
         if kind == "error":
-            overflow = context_overflow(getattr(event, "code", None), getattr(event, "message", None))
+            code, message = getattr(event, "code", None), getattr(event, "message", None)
+            overflow = context_overflow(code, message)
             if overflow is not None:
                 raise overflow
+            self._error = {"code": code, "message": message, "param": getattr(event, "param", None)}
         elif kind == "response.output_text.delta":
             return (getattr(event, "delta", None),)
         elif kind in _FINAL_EVENTS:
@@ -324,6 +337,18 @@ class _ResponseEvents(StreamReader):
         return ()
 
     def response(self, stream: Any) -> Any:
+        """The final event's response; after an ``error`` event, the SDK's ``APIError`` with its code and message.
+
+        As the SDK raises the nested form: the same exception type, the
+        provider's message as its text and the event's fields as its ``body``
+        (so ``code`` and ``param``).  It came inside a 200 stream, after the
+        SDK's retries of the request, so it is not retried, as that one is not.
+        """
+        if self._error is not None:
+            message = self._error["message"]
+            if not isinstance(message, str) or not message:
+                message = "An error occurred during streaming"
+            raise self._sdk.APIError(message, stream.response.request, body=self._error)
         if self._final is None:
             raise MalformedReplyError("stream", f"ended without any of {', '.join(_FINAL_EVENTS)}")
         return self._final

@@ -168,6 +168,26 @@ def encode_arguments(call: ToolCall) -> str:
     return json.dumps(call.arguments, ensure_ascii=False)
 
 
+def renamed_calls(kept: Sequence[dict[str, Any]], key: str, calls: Sequence[ToolCall]) -> None:
+    """Give the calls of a reply kept verbatim (``provider_data``) the ids of its message's calls, in order.
+
+    The engine renames a call whose id the conversation already holds
+    (``call_0`` becomes ``call_0-2``, ``core.ledger.unique_calls``) on the
+    message's ``ToolCall``; the reply's verbatim copy keeps the provider's id.
+    An adapter that sends that copy back passes its call objects (``kept``,
+    decoded from the payload, in order; changed in place) and the field
+    holding their id, so the request carries each call under the id its tool
+    result answers.  Only that field is written, and only where the id
+    differs; a call sent without an id (Gemini may omit it) stays without
+    one, and a call of the message that has no object in the copy (Gemini's
+    malformed call) has nothing to rename.  Signed content (thinking blocks,
+    encrypted reasoning, thought signatures) is left as it came.
+    """
+    for item, call in zip(kept, calls, strict=False):
+        if key in item and item[key] != call.id:
+            item[key] = call.id
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

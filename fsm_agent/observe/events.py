@@ -32,6 +32,7 @@ HookName = Literal[
     "before_tool",
     "after_tool",
     "text",
+    "unfinished",
     "enter:AwaitModel",
     "enter:CheckTruncation",
     "enter:Dispatch",

@@ -116,12 +116,13 @@ class Instrumentation:
         agent.on("before_tool", self._before_tool)
         agent.on("after_tool", self._after_tool)
         agent.on("transition", self._transition)
+        agent.on("unfinished", self._unfinished)
         self.automatic = False
         """Made by a parent's ``instrument`` for a sub-agent; an ``instrument`` call of its own takes it over."""
         self._parents: list[Instrumentation] = []
         """The instrumentations of the agents that call this one as a sub-agent (whose tool spans its runs nest in)."""
-        self._adopted: dict[int, Agent] = {}
-        """The sub-agents already instrumented, by identity (hooks registered above first: a cycle ends here)."""
+        self._adopted: list[Agent] = []
+        """The sub-agents already instrumented, found by identity (hooks registered above first: a cycle ends here)."""
         for child in list(agent.children().values()):
             self._adopt(child.agent, child.name)
 
@@ -130,9 +131,9 @@ class Instrumentation:
     def _adopt(self, agent: Agent, name: str) -> None:
         """Instrument sub-agent ``agent`` (unless it already is) and nest its runs in this agent's tool spans."""
         with self._lock:
-            if id(agent) in self._adopted:
+            if any(adopted is agent for adopted in self._adopted):
                 return
-            self._adopted[id(agent)] = agent
+            self._adopted.append(agent)
         with _ADOPTING:  # two parents adopting one sub-agent at once instrument it once
             found = _instrumentations(agent)
             if not found:
@@ -224,11 +225,7 @@ class Instrumentation:
         with self._lock:
             self._runs.pop(event.run_id, None)
         span = spans.span
-        # Calls whose closing hook never came (cut off in flight, or run in a batch a stop cut short).
-        for leftover in (spans.chat, *spans.tools.values()):
-            if leftover is not None:
-                leftover.set_attribute("fsm_agent.unfinished", True)
-                leftover.end()
+        _end_leftovers(spans)
         span.set_attribute("fsm_agent.stop_reason", result.reason)
         span.set_attribute("fsm_agent.final_state", event.dest)
         span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
@@ -250,6 +247,23 @@ class Instrumentation:
         if event.dest == "Failed":
             span.set_attribute("error.type", result.reason)
             span.set_status(Status(StatusCode.ERROR, result.reason))
+        span.end()
+
+    def _unfinished(self, event: CallEvent) -> None:
+        """The run was left where it was (a ``KeyboardInterrupt`` in a tool, say): its spans end, marked unfinished.
+
+        A resume, here or in another process, opens a run span of its own.
+        """
+        with self._lock:
+            spans = self._runs.pop(event.run_id, None)
+        if spans is None:
+            return
+        _end_leftovers(spans)
+        span = spans.span
+        span.set_attribute("fsm_agent.unfinished", True)
+        error = event.error or "unfinished"
+        span.set_attribute("error.type", error.partition(":")[0])
+        span.set_status(Status(StatusCode.ERROR, error))
         span.end()
 
     # --- model calls --------------------------------------------------------------------------------------
@@ -321,6 +335,14 @@ class Instrumentation:
             span.set_attribute("error.type", "tool_error")
             span.set_status(Status(StatusCode.ERROR, event.tool_error))
         span.end()
+
+
+def _end_leftovers(spans: _RunSpans) -> None:
+    """End the calls whose closing hook never came (cut off in flight, or the run left), marked unfinished."""
+    for leftover in (spans.chat, *spans.tools.values()):
+        if leftover is not None:
+            leftover.set_attribute("fsm_agent.unfinished", True)
+            leftover.end()
 
 
 def _instrumentations(agent: Agent) -> list[Instrumentation]:

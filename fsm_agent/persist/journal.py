@@ -103,7 +103,6 @@ class Journal(Heartbeats):
         self._next: tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]] | None = None
         self._renew_at = math.inf
         self._early: set[str] = set()  # calls of a parallel batch whose outcome was written before they were recorded
-        self._memo: dict[int, Any] = {}  # plain forms of records that outlive a transition (see dump_small)
         # The call in flight (its heartbeat's task, async), this run's heartbeat thread (sync: it outlives one
         # call, so a call costs no thread start), and why a renewal was refused, if one was.
         self._beat: CallInFlight | asyncio.Task[None] | None = None
@@ -164,7 +163,7 @@ class Journal(Heartbeats):
         for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
             if len(items) < mark or (mark and items[mark - 1] is not tail):
                 return self._whole(run, paused)  # history was rewritten, not extended: write it whole
-        small = snapshot.dump_small(run, self._memo, **self._named, paused=paused)
+        small = snapshot.dump_small(run, **self._named, paused=paused)
         changed = {k: v for k, v in small.items() if self._small.get(k, _MISSING) != v}
         growth = {k: v for k, v in snapshot.dump_growth(run, self._marks).items() if v}
         self._next = self._position(run, small)
@@ -292,8 +291,13 @@ class Journal(Heartbeats):
         whole = self._whole(run, paused)
         released = False
         if not self.full:
-            if new and not overwrite and await asyncio.to_thread(_exists, self.store, self.run_id):
-                raise RunExistsError(self.run_id, repr(self.store))
+            if new and not overwrite:  # the id is refused once taken: asked with aload if the store has it
+                try:
+                    await self._await("load", self.run_id)
+                except KeyError:
+                    pass
+                else:
+                    raise RunExistsError(self.run_id, repr(self.store))
             await self._await("save", self.run_id, whole)
             seq = 0
         else:

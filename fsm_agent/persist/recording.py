@@ -15,7 +15,7 @@ Readers accept every earlier version: ``MIGRATIONS`` brings each up to date.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,10 +111,18 @@ def export(store: Store, run_id: str) -> dict[str, Any]:
     return recording_of({"run_id": run_id, **data}, children)
 
 
-async def aexport(store: AsyncStore, run_id: str) -> dict[str, Any]:
-    """``export`` on an async store."""
-    data = await store.aload(run_id)
-    children = {call_id: await aexport(store, child) for call_id, child in _child_ids(data).items()}
+async def aexport(
+    store: AsyncStore, run_id: str, *, load: Callable[[str], Awaitable[dict[str, Any]]] | None = None
+) -> dict[str, Any]:
+    """``export`` on an async store: each run read with ``load`` (default: the store's ``aload``).
+
+    A store whose ``aload`` twin is optional passes the driver's read here
+    (``drivers.stored.awaited``: the twin if it has one, else ``load`` in a
+    worker thread).
+    """
+    read = store.aload if load is None else load
+    data = await read(run_id)
+    children = {call_id: await aexport(store, child, load=read) for call_id, child in _child_ids(data).items()}
     return recording_of({"run_id": run_id, **data}, children)
 
 

@@ -20,6 +20,7 @@ from fsm_agent import (
     DecisionError,
     RunExistsError,
     RunLeasedError,
+    StaleRunError,
 )
 from fsm_agent.testing import ManualClock, demo_registry, reply, tool_call, tool_turn
 from fsm_agent.testing.store_kit import (
@@ -77,6 +78,24 @@ class OwnerChecks:
             with pytest.raises(RunLeasedError):
                 store.keep("r", owner="A", seq=v)
         assert store.load("r")["stored_seq"] == taken
+
+    def test_renew_is_checked_like_append_at_the_version_the_owner_names(self, make_store: MakeStore) -> None:
+        """renew() at a version the run is not at is StaleRunError, from its holder too; it never takes a run back."""
+        store = make_store(LONG)
+        base = fresh_snapshot("r")
+        v = store.create("r", base, owner="A")
+        for seq in (v + 1, v - 1):
+            with pytest.raises(StaleRunError) as stale:
+                store.renew("r", owner="A", seq=seq)
+            assert (stale.value.expected, stale.value.found) == (seq, v)
+        store.renew("r", owner="A", seq=v, release=True)
+        v = store.claim("r", store.load("r"), owner="B")
+        store.renew("r", owner="B", seq=v, release=True)
+        with pytest.raises(StaleRunError):
+            store.renew("r", owner="A", seq=v - 1)  # A's last version: the run moved on without A since
+        assert store.claim("r", store.load("r"), owner="C") == v + 1, "a refused renew took the run"
+        with pytest.raises((KeyError, RunLeasedError)):
+            store.renew("nobody", owner="A", seq=1)
 
     def test_keep_extends_only_the_holder_s_lease_and_never_takes_a_run_back(self, make_store: MakeStore) -> None:
         """keep() renews A's run at A's version; it is refused at another version, to B, and once A gave it up."""

@@ -240,3 +240,70 @@ class WriteChecks:
                 await aclose()
 
         asyncio.run(main())
+
+    def test_each_async_twin_refuses_what_its_sync_method_refuses(self, make_store: MakeStore) -> None:
+        """Where the store has them, the twins refuse what the sync methods do: the async driver writes with them.
+
+        ``arenew`` at a version the run is not at, ``akeep`` of a run its
+        owner gave up or another owner took (it never takes a run back),
+        ``asave`` and ``aclaim`` of a version the run moved past or under
+        another owner's live lease: each is refused, and nothing is changed.
+        """
+        store = make_store(LONG)
+        twins = [
+            name for name in ("create", "append", "renew", "keep", "claim", "load", "save") if has_twin(store, name)
+        ]
+        if not twins:
+            pytest.skip(f"{type(store).__name__} has no async twins (the async driver runs its methods in a thread)")
+        keeps = "keep" in twins or callable(getattr(store, "keep", None))
+        base = fresh_snapshot("r")
+
+        async def call(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name in twins:
+                return await getattr(store, f"a{name}")(*args, **kwargs)
+            return getattr(store, name)(*args, **kwargs)
+
+        async def refused(error: type[Exception], name: str, *args: Any, **kwargs: Any) -> Exception:
+            before = store.load("r")
+            with pytest.raises(error) as refusal:
+                await call(name, *args, **kwargs)
+            assert store.load("r") == before, f"a refused {name} changed the run"
+            return refusal.value
+
+        async def main() -> None:
+            v = await call("create", "r", base, owner="A")
+            read = await call("load", "r")
+            for name, args, kwargs in (
+                ("create", ("r", fresh_snapshot("r", "another")), {"owner": "B", "overwrite": True}),
+                ("claim", ("r", read), {"owner": "B"}),
+                ("save", ("r", read), {}),
+                ("renew", ("r",), {"owner": "B", "seq": v}),
+            ):
+                leased = await refused(RunLeasedError, name, *args, **kwargs)
+                assert getattr(leased, "holder", None) == "A", f"{name} refused naming {leased!r}, not the holder A"
+            for seq in (v + 1, v - 1):
+                await refused(StaleRunError, "renew", "r", owner="A", seq=seq)
+                if keeps:
+                    await refused(RunLeasedError, "keep", "r", owner="A", seq=seq)
+            if keeps:
+                await refused(RunLeasedError, "keep", "r", owner="B", seq=v)
+            await call("append", entry("r", v + 1, base, 1), owner="A")
+            await refused(StaleRunError, "claim", "r", read, owner="A")
+            await call("renew", "r", owner="A", seq=v + 1, release=True)
+            if keeps:
+                await refused(RunLeasedError, "keep", "r", owner="A", seq=v + 1)  # given up: keep never takes it back
+            await refused(StaleRunError, "save", "r", read)
+            await refused(StaleRunError, "claim", "r", read, owner="B")
+            await refused(StaleRunError, "renew", "r", owner="A", seq=v)
+            current = await call("load", "r")
+            assert await call("save", "r", current) == v + 2
+            await refused(StaleRunError, "save", "r", current)
+            assert await call("claim", "r", await call("load", "r"), owner="B") == v + 3
+            if keeps:
+                await refused(RunLeasedError, "keep", "r", owner="A", seq=v + 1)
+            await refused(RunLeasedError, "save", "r", await call("load", "r"))  # B's lease is live
+            aclose = getattr(store, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+        asyncio.run(main())

@@ -30,7 +30,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fsm_agent import TABLE, DecisionError, SnapshotError, Table
 from fsm_agent.persist.store import StoredRun, filter_text
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
+from fsm_agent.ui.answers import JSONText, event_data
 from fsm_agent.ui.forks import NO_AGENT, fork_routes, refused_post
 from fsm_agent.ui.replay import digest
 
@@ -106,11 +107,6 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-        if self.hosts is not None and _host_of(host).lower() not in self.hosts:
-            refused = JSONResponse({"error": f"this viewer does not answer to host {host!r}"}, status_code=421)
-            await refused(scope, receive, send)
-            return
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -118,6 +114,11 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
+        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        if self.hosts is not None and _host_of(host).lower() not in self.hosts:
+            refused = JSONText({"error": f"this viewer does not answer to host {host!r}"}, status_code=421)
+            await refused(scope, receive, with_headers)  # a refusal carries the headers too
+            return
         await self.app(scope, receive, with_headers)
 
 
@@ -131,8 +132,8 @@ def viewer_mode(allow_decisions: bool, can_fork: bool) -> str:
     return " and ".join(allowed) + " allowed" if allowed else "read-only"
 
 
-def _error(message: str, status: int) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(message: str, status: int) -> JSONText:
+    return JSONText({"error": message}, status_code=status)
 
 
 def create_app(
@@ -183,7 +184,7 @@ def _read_routes(
     drawing: list[bytes] = []
 
     async def config(request: Request) -> Response:
-        return JSONResponse(
+        return JSONText(
             {
                 "allow_decisions": allow_decisions,
                 "mode": viewer_mode(allow_decisions, can_fork),
@@ -239,7 +240,7 @@ def _read_routes(
             }
             for run in found[:PAGE_SIZE]
         ]
-        return JSONResponse({"runs": rows, "more": len(found) > PAGE_SIZE, "offset": offset, "now": time.time()})
+        return JSONText({"runs": rows, "more": len(found) > PAGE_SIZE, "offset": offset, "now": time.time()})
 
     async def one_run(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
@@ -253,7 +254,7 @@ def _read_routes(
             page = await run_in_threadpool(run_view, store, run_id, data, table)
         except SnapshotError as exc:  # the rows add up to a snapshot that is no run's (an older version's, by hand)
             return _error(str(exc), 422)
-        return JSONResponse(page)
+        return JSONText(page)
 
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
@@ -297,7 +298,7 @@ def _decision_routes(store: Runs, table: Table, allow_decisions: bool) -> list[R
             return _error(str(exc), 422)
         except ValueError as exc:
             return _error(str(exc), 409)
-        return JSONResponse(await run_in_threadpool(run_view, store, run_id, data, table))
+        return JSONText(await run_in_threadpool(run_view, store, run_id, data, table))
 
     return [Route("/api/decide", decide, methods=["POST"])]
 
@@ -384,7 +385,7 @@ async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Cal
             yield "event: gone\ndata: {}\n\n"
             return
         except SnapshotError as exc:
-            yield f"event: corrupted\ndata: {json.dumps({'error': str(exc)}, ensure_ascii=False)}\n\n"
+            yield f"event: corrupted\ndata: {event_data({'error': str(exc)})}\n\n"
             return
         key = (
             data.get("state"),
@@ -398,9 +399,9 @@ async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Cal
             try:
                 page = await run_in_threadpool(run_view, store, run_id, data, table)
             except SnapshotError as exc:  # the rows are there, but the snapshot they add up to is not a run's
-                yield f"event: corrupted\ndata: {json.dumps({'error': str(exc)}, ensure_ascii=False)}\n\n"
+                yield f"event: corrupted\ndata: {event_data({'error': str(exc)})}\n\n"
                 return
-            yield f"data: {json.dumps(page, ensure_ascii=False)}\n\n"
+            yield f"data: {event_data(page)}\n\n"
             if str(data.get("state")) in {str(state) for state in table.terminal}:
                 yield "event: end\ndata: {}\n\n"
                 return

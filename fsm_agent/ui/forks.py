@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from fsm_agent import SnapshotError, Table
 from fsm_agent.errors import FsmAgentError
+from fsm_agent.ui.answers import JSONText
 from fsm_agent.ui.compare import compare
 from fsm_agent.ui.replay import digest
 from fsm_agent.ui.saved_test import zipped
@@ -40,22 +41,22 @@ NO_AGENT = "start the viewer with --agent MODULE:FUNCTION to re-run a run from o
 """Why a viewer without an agent cannot re-run: the page shows it as the disabled button's title."""
 
 
-def refused_post(request: Request, what: str) -> JSONResponse | None:
+def refused_post(request: Request, what: str) -> JSONText | None:
     """Why a state-changing request is refused (not JSON, or from another origin), or None if it may go on.
 
     A web page can send a plain form anywhere, but not JSON to another
     origin without its consent: so a page elsewhere cannot forge one.
     """
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        return JSONResponse({"error": f"{what} must be sent as application/json"}, status_code=415)
+        return JSONText({"error": f"{what} must be sent as application/json"}, status_code=415)
     origin = request.headers.get("origin")
     if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-        return JSONResponse({"error": f"{what} from origin {origin!r} is refused"}, status_code=403)
+        return JSONText({"error": f"{what} from origin {origin!r} is refused"}, status_code=403)
     return None
 
 
-def _error(message: str, status: int) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(message: str, status: int) -> JSONText:
+    return JSONText({"error": message}, status_code=status)
 
 
 def _drive(run: AgentRun) -> None:
@@ -93,7 +94,7 @@ def fork_routes(store: Any, table: Table, agent: Agent | None, agent_spec: str |
         except (ValueError, IndexError, TypeError, FsmAgentError) as exc:
             return _error(f"run {run_id!r} cannot be re-run from transition {at}: {exc}", 409)
         threading.Thread(target=_drive, args=(run,), name=f"fsm_agent fork {run.run_id}", daemon=True).start()
-        return JSONResponse({"run_id": run.run_id, "source": run_id, "at": at}, status_code=201)
+        return JSONText({"run_id": run.run_id, "source": run_id, "at": at}, status_code=201)
 
     async def compared(request: Request) -> Response:
         pages = []
@@ -106,7 +107,7 @@ def fork_routes(store: Any, table: Table, agent: Agent | None, agent_spec: str |
                 return _error(f"no run {run_id!r} in this store", 404)
             except SnapshotError as exc:
                 return _error(str(exc), 422)
-        return JSONResponse(compare(*pages))
+        return JSONText(compare(*pages))
 
     async def saved(request: Request) -> Response:
         from fsm_agent.persist.recording import export

@@ -63,7 +63,7 @@ def replay_test_text(run_id: str, name: str, data: dict[str, Any], agent: str | 
         f"def {name}(fsm_recording) -> None:\n"
         '    """Replayed against its recording, the agent takes the stored run\'s path and ends as it did."""\n'
         f"    result = fsm_recording({call})\n"
-        f"    assert result.reason == {data.get('reason')!r}\n"
+        f"    assert result.reason == {'paused' if data.get('paused') else data.get('reason')!r}\n"
         f"    assert result.final == {data.get('final') or ''!r}\n"
     )
 

@@ -298,6 +298,10 @@ function approvalView(run) {
       item.append(el("p", { class: "decided", text: decided === true ? "approved" : `rejected: ${decided === false ? "no reason given" : decided}` }));
     } else if (state.config.allow_decisions) {
       const why = el("input", { type: "text", class: "why", placeholder: "why (for a rejection)", "aria-label": "reason for rejecting" });
+      // The page is drawn again on every change of the run: what was typed is kept per call, not lost with the box.
+      const typed = (state.why ??= {});
+      why.value = typed[call.id] ?? "";
+      why.addEventListener("input", () => { typed[call.id] = why.value; });
       const send = async (approve) => {
         try {
           const body = JSON.stringify({ call_id: call.id, approve, why: why.value });
