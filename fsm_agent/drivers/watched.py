@@ -124,6 +124,10 @@ class WatchedRun:
         if call.id not in run.calls.ran:
             self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
         self._call, self._outcome = call, outcome
+        self._after_tool(call, outcome)
+
+    def _after_tool(self, call: ToolCall, outcome: ToolResult) -> None:
+        run = self.position
         event = CallEvent(
             "after_tool",
             run.counts.turns,
@@ -155,21 +159,11 @@ class WatchedRun:
         transitions that would have recorded them are not taken: without this,
         observers heard those calls begin and never end.
         """
-        run = self.position
-        for call in run.calls.pending:
-            outcome = run.calls.ran.get(call.id)
-            if outcome is None:
-                continue
-            event = CallEvent(
-                "after_tool",
-                run.counts.turns,
-                self.counters(),
-                tool_call=call,
-                tool_result=outcome.content,
-                tool_error=outcome.error,
-                run_id=self.run_id,
-            )
-            self._call_hooks(event)
+        ran = self.position.calls.ran
+        for call in self.position.calls.pending:
+            outcome = ran.get(call.id)
+            if outcome is not None:
+                self._after_tool(call, outcome)
 
     def _emit(self, last: Transition) -> None:
         run = self.position

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from support.batch_agents import MODEL_LOG, TOOL_LOG, counts, factory, tag
+from support.batch_leases import lease_free
 
-from fsm_agent import CancelToken, RunLeasedError, RunResult
+from fsm_agent import CancelToken, RunResult
 from fsm_agent.batch import iter_batch, run_batch
 from fsm_agent.batch.items import batch_items
 from fsm_agent.persist import open_store
@@ -20,18 +21,6 @@ from fsm_agent.persist import open_store
 QUESTIONS = [f"question {i}" for i in range(10)]
 LONG_LEASE = 300.0
 """Far longer than the test: a lease that was not given up would still be live when the store is probed."""
-
-
-def _free(target: str, run_id: str) -> bool:
-    """Whether a fresh owner can take the stored run over now (nobody's lease on it is live); given back after."""
-    with open_store(target, lease=LONG_LEASE) as store:
-        data = store.load(run_id)
-        try:
-            version = store.claim(run_id, data, owner="probe")
-        except RunLeasedError:
-            return False
-        store.renew(run_id, owner="probe", seq=version, release=True)
-        return True
 
 
 def test_a_cancelled_local_batch_leaves_its_runs_cancelled_and_free_and_the_next_pass_finishes_them(
@@ -57,7 +46,7 @@ def test_a_cancelled_local_batch_leaves_its_runs_cancelled_and_free_and_the_next
         for i in cut:
             data = store.load(items[i].run_id)
             assert (data["state"], data.get("reason")) == ("Failed", "cancelled")
-    assert all(_free(store_target, items[i].run_id) for i in cut), "a cancelled run's lease was not given up"
+    assert all(lease_free(store_target, items[i].run_id) for i in cut), "a cancelled run's lease was not given up"
     # Every tool call that completed so far, once each.
     assert set(counts(tmp_path / TOOL_LOG).values()) <= {1}
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from support.batch_agents import MODEL_LOG, TOOL_LOG, counts, lines
+from support.batch_leases import lease_free
 
-from fsm_agent import RunLeasedError
 from fsm_agent.batch import batch_items
 from fsm_agent.persist import open_store
 
@@ -39,17 +39,6 @@ def _command(tmp_path: Path, store: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "fsm_agent", "batch", str(tmp_path / "in.jsonl"),
             "--agent", "support.batch_agents:cli_agent", "--store", store, "--local",
             "--out", str(tmp_path / "out.jsonl"), *extra]  # fmt: skip
-
-
-def _free(target: str, run_id: str) -> bool:
-    with open_store(target, lease=LONG_LEASE) as store:
-        data = store.load(run_id)
-        try:
-            version = store.claim(run_id, data, owner="probe")
-        except RunLeasedError:
-            return False
-        store.renew(run_id, owner="probe", seq=version, release=True)
-        return True
 
 
 def test_ctrl_c_leaves_every_begun_run_over_or_cancelled_and_free_and_the_same_command_finishes(
@@ -80,7 +69,7 @@ def test_ctrl_c_leaves_every_begun_run_over_or_cancelled_and_free_and_the_same_c
             begun.append(item.run_id)
             assert data["state"] == "Done" or (data["state"], data.get("reason")) == ("Failed", "cancelled"), data
     assert begun
-    assert [run_id for run_id in begun if not _free(store_target, run_id)] == [], "a lease outlived the command"
+    assert [run_id for run_id in begun if not lease_free(store_target, run_id)] == [], "a lease outlived the command"
     assert set(counts(tmp_path / TOOL_LOG).values()) <= {1}
 
     again = subprocess.run(_command(tmp_path, store_target, "--quiet"), env=env, capture_output=True, text=True,

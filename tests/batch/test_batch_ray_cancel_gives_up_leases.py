@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from support.batch_agents import TOOL_LOG, counts, factory, tag
+from support.batch_leases import lease_free
 from support.sdk import skip_unless_installed
 
-from fsm_agent import CancelToken, RunLeasedError, RunResult
+from fsm_agent import CancelToken, RunResult
 from fsm_agent.batch import batch_items, iter_batch, on_ray, run_batch
 from fsm_agent.persist import open_store
 
@@ -50,18 +51,6 @@ def cluster() -> Iterator[None]:
     ray.shutdown()
 
 
-def _free(target: str, run_id: str) -> bool:
-    """Whether a fresh owner can take the stored run over now; given back after."""
-    with open_store(target, lease=LONG_LEASE) as store:
-        data = store.load(run_id)
-        try:
-            version = store.claim(run_id, data, owner="probe")
-        except RunLeasedError:
-            return False
-        store.renew(run_id, owner="probe", seq=version, release=True)
-        return True
-
-
 @pytest.mark.usefixtures("cluster")
 def test_a_cancelled_ray_batch_gives_up_its_leases_and_the_next_pass_finishes_every_run(
     store_target: str, tmp_path: Path
@@ -82,7 +71,7 @@ def test_a_cancelled_ray_batch_gives_up_its_leases_and_the_next_pass_finishes_ev
     items = batch_items(QUESTIONS)
     with open_store(store_target) as store:
         assert all(store.load(items[i].run_id)["state"] == "Failed" for i in cut)
-    assert [i for i in cut if not _free(store_target, items[i].run_id)] == [], "leases kept after the cancel"
+    assert [i for i in cut if not lease_free(store_target, items[i].run_id)] == [], "leases kept after the cancel"
     assert set(counts(tmp_path / TOOL_LOG).values()) <= {1}
 
     again = run_batch(make, QUESTIONS, store=store_target, progress=False, lease=LONG_LEASE, max_in_flight=4)
@@ -120,7 +109,7 @@ def test_a_ray_run_stuck_in_a_call_past_the_grace_is_cancelled_checkpointed_free
     with open_store(store) as opened:
         data = opened.load(stuck)
     assert (data["state"], data.get("reason")) == ("Failed", "cancelled")
-    assert _free(store, stuck), "the cancelled run's lease was kept"
+    assert lease_free(store, stuck), "the cancelled run's lease was kept"
 
     (tmp_path / "stuck.flag").unlink()
     again = run_batch(make, STUCK, store=store, lease=LONG_LEASE, progress=False, max_in_flight=3)

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.batch_leases import lease_free
 
-from fsm_agent import Agent, Message, ModelResponse, RunLeasedError, ToolRegistry
+from fsm_agent import Agent, Message, ModelResponse, ToolRegistry
 from fsm_agent.batch import batch_items, iter_batch, local, run_batch
 from fsm_agent.persist import open_store
 from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
@@ -67,17 +68,6 @@ def stuck_agent(ledger: str) -> Agent:
     return Agent(_Model(), tools, max_steps=4, clock=ManualClock())
 
 
-def _free(target: str, run_id: str) -> bool:
-    with open_store(target, lease=LONG_LEASE) as store:
-        data = store.load(run_id)
-        try:
-            version = store.claim(run_id, data, owner="probe")
-        except RunLeasedError:
-            return False
-        store.renew(run_id, owner="probe", seq=version, release=True)
-        return True
-
-
 def test_a_run_stuck_in_a_call_when_the_batch_is_left_is_cancelled_checkpointed_and_resumed(
     store_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,7 +88,7 @@ def test_a_run_stuck_in_a_call_when_the_batch_is_left_is_cancelled_checkpointed_
     with open_store(store_target) as store:
         data = store.load(stuck)
     assert (data["state"], data.get("reason")) == ("Failed", "cancelled")
-    assert _free(store_target, stuck), "the cancelled run's lease was kept"
+    assert lease_free(store_target, stuck), "the cancelled run's lease was kept"
     assert _calls(tmp_path)["start 1-1"] == 1
     assert _calls(tmp_path)["end 1-1"] == 0
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsm_agent import AgentRun, CancelToken, SqliteStore
+from fsm_agent import AgentRun, CancelToken, RunLeasedError, SqliteStore
 from fsm_agent.batch import derive_run_id, iter_batch
+from fsm_agent.persist import open_store
 from support.batch_agents import factory
 
 
@@ -54,3 +55,19 @@ def cancel_while_leased(where: Path, **options: object) -> None:
     assert [reader.load(derive_run_id(i, questions[i])) for i in held] == before  # not taken over, not advanced
     reader.close()
     del dead
+
+
+PROBE_LEASE = 300.0
+"""Far longer than a test: a lease that was not given up would still be live when the store is probed."""
+
+
+def lease_free(target: str, run_id: str) -> bool:
+    """Whether a fresh owner can take the stored run over now (nobody's lease on it is live); given back after."""
+    with open_store(target, lease=PROBE_LEASE) as store:
+        data = store.load(run_id)
+        try:
+            version = store.claim(run_id, data, owner="probe")
+        except RunLeasedError:
+            return False
+        store.renew(run_id, owner="probe", seq=version, release=True)
+        return True
