@@ -159,6 +159,8 @@ def check_tools_named(settings: AgentSettings, registry: ToolRegistry) -> None:
     changed), since tools may be registered after the agent is built.
     """
     caps = settings.limits.max_tool_calls
+    if not isinstance(settings.approve, HeldBack) and not isinstance(caps, Mapping):
+        return  # most agents name no tool: a fresh agent per request pays for nothing here
     named = (
         ("approve", settings.approve.names if isinstance(settings.approve, HeldBack) else ()),
         ("max_tool_calls", caps if isinstance(caps, Mapping) else ()),
