@@ -2,7 +2,7 @@
 
 docs/how-to/async.md ("Stores"): every store read and write of an async run
 is awaited through the store's async twins, "a session's turns" too.  The
-app is served over ``SyncRaises``, a SQLite store whose sync methods raise
+app is served over ``AsyncOnly``, a SQLite store whose sync methods raise
 (from the loop or from a worker thread) and whose async twins do the work.
 """
 
@@ -16,41 +16,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 from support.agui_apps import outline, post, run_input, scenario_app
+from support.async_only import AsyncOnly
 
 from fsm_agent import SqliteStore
-
-SYNC = ("save", "load", "create", "claim", "append", "renew", "keep", "decide", "list_runs", "delete")
-
-
-class SyncRaises:
-    """A journaled store over ``inner``: sync methods raise, async twins are ``inner``'s, each one noted."""
-
-    def __init__(self, inner: SqliteStore) -> None:
-        self.inner = inner
-        self.lease, self.every = inner.lease, inner.every
-        self.awaited: list[str] = []
-        self.refused: list[str] = []
-
-    def wants(self, state: Any, paused: bool) -> bool:
-        return self.inner.wants(state, paused)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in SYNC:
-
-            def blocking(*args: Any, **kwargs: Any) -> Any:
-                self.refused.append(name)
-                raise AssertionError(f"sync store call from the AG-UI app: {name}")
-
-            return blocking
-        if name.startswith("a") and name[1:] in SYNC:
-            twin = getattr(self.inner, name)
-
-            async def delegated(*args: Any, **kwargs: Any) -> Any:
-                self.awaited.append(name)
-                return await twin(*args, **kwargs)
-
-            return delegated
-        raise AttributeError(name)
 
 
 @pytest.fixture
@@ -61,7 +29,7 @@ def inner(tmp_path: Path) -> Iterator[SqliteStore]:
 
 def test_a_turn_of_a_new_thread_is_served_with_awaited_store_calls_only(inner: SqliteStore) -> None:
     """A thread's first turn: RUN_FINISHED, the turn stored, and no sync store call on the way."""
-    store = SyncRaises(inner)
+    store = AsyncOnly(inner)
     served, _ = scenario_app(store=store)
     with TestClient(served) as client:
         events = post(client, run_input("t-1", "tool"))
@@ -74,7 +42,7 @@ def test_the_turn_itself_is_driven_with_awaited_store_calls(inner: SqliteStore) 
     """What the turn does after the session is built: Session.arun's reads and every write are awaited twins."""
     from fsm_agent import Session
 
-    store = SyncRaises(inner)
+    store = AsyncOnly(inner)
     _, scenarios = scenario_app(store=store)
     session = Session(scenarios.agent(_input("t-2")), inner, "t-2")  # the read the app does in a thread, sync
     session.store = store  # type: ignore[assignment]

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import deps_agents
 from support.deps_agents import Held, deps_agent, held_for, no_deps_for
-from support.sdk import skip_unless_installed
 
 from fsm_agent import AgentLoopError, CancelToken, SqliteStore
 from fsm_agent.batch import batch_items, run_batch
@@ -88,24 +85,6 @@ def test_deps_and_a_deps_factory_together_are_refused(tmp_path: Path) -> None:
         run_batch(deps_agent, ["a"], store=tmp_path / "r.db", executor="local", deps=Held("x"), make_deps=held_for)
     with pytest.raises(TypeError, match="make_deps must be a function"):
         run_batch(deps_agent, ["a"], store=tmp_path / "r.db", executor="local", make_deps=Held("x"))  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
-    """A small local Ray instance with the test helpers importable."""
-    skip_unless_installed("ray", reason="the ray extra is installed by `make test`")
-    import ray
-
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
-    )
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.ray

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import logging
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from support.sdk import skip_unless_installed
 
 from fsm_agent import Agent, Message, ModelResponse, ToolRegistry
 from fsm_agent.batch import run_batch
@@ -88,24 +85,6 @@ def test_a_local_batch_never_runs_more_than_max_in_flight_at_once(
     live, peak = _counted(tmp_path)
     assert live == 0
     assert 1 <= peak <= limit
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
-    """A small local Ray instance; its workers import this module (the repository root on their path)."""
-    skip_unless_installed("ray", reason="the ray extra is installed by `make test`")
-    import ray
-
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}},
-    )
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.ray

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,23 +27,6 @@ skip_unless_installed("ray", reason="the ray extra is installed by `make test`")
 TESTS = Path(__file__).resolve().parent.parent
 LEASE = 1.0
 """Seconds a dead worker's run stays held before its retry takes it over; short, so the tests stay quick."""
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
-    """One small local Ray instance for the module: two CPUs, no dashboard, the test helpers importable."""
-    import ray
-
-    ray.init(
-        address="local",  # not a cluster that happens to run on the machine (RAY_ADDRESS, `ray start`)
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
-    )
-    yield
-    ray.shutdown()
 
 
 def _questions(n: int) -> list[str]:

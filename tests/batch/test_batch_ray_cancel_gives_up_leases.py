@@ -8,9 +8,6 @@ over at once (the lease here is far longer than the test) and finishes it.
 from __future__ import annotations
 
 import functools
-import logging
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,23 +29,6 @@ LONG_LEASE = 300.0
 """Far longer than the test: a lease not given up would still be live when the store is probed."""
 ROUNDS = 8
 QUESTIONS = [f"question {i}" for i in range(6)]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
-    """One small local Ray instance for the module: two CPUs, no dashboard, the test helpers importable."""
-    import ray
-
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}},
-    )
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.usefixtures("cluster")

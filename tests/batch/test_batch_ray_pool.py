@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import functools
 import io
-import logging
 import math
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -71,23 +70,6 @@ def test_a_batch_that_starts_its_own_ray_says_so_before_the_bar_moves(
     assert said[1].startswith("ray: started a local Ray instance at ")
     assert said[2] == "ray: starting 2 workers, 1 run at once each"
     assert shown.getvalue().index(said[2]) < shown.getvalue().index("3/3 runs")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
-    """One small local Ray instance for the module: two CPUs, no dashboard, the test helpers importable."""
-    import ray
-
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
-    )
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.usefixtures("cluster")

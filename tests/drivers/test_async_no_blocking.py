@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.async_only import BLOCKING, AsyncOnly
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, ModelResponse, RunResult, Session, SqliteStore, ToolRegistry
 from fsm_agent.batch import run_batch
@@ -26,38 +27,6 @@ from fsm_agent.drivers import child_runs, stored
 from fsm_agent.drivers.child_runs import input_digest
 from fsm_agent.persist.store import JournaledStore, traits
 from fsm_agent.testing import FakeModel, demo_registry, edges, reply, tool_call, tool_turn
-
-BLOCKING = "sync store call on the event loop"
-SYNC = ("save", "load", "create", "claim", "append", "renew", "keep", "decide", "list_runs", "delete")
-
-
-class AsyncOnly:
-    """A journaled store whose sync methods raise ``AssertionError`` and whose async twins delegate to ``inner``."""
-
-    def __init__(self, inner: SqliteStore) -> None:
-        self.inner = inner
-        self.lease, self.every = inner.lease, inner.every
-        self.awaited: list[str] = []
-
-    def wants(self, state: Any, paused: bool) -> bool:
-        return self.inner.wants(state, paused)  # no I/O: what a transition is written for
-
-    def __getattr__(self, name: str) -> Any:
-        if name in SYNC:
-
-            def blocking(*args: Any, **kwargs: Any) -> Any:
-                raise AssertionError(BLOCKING + f": {name}")
-
-            return blocking
-        if name.startswith("a") and name[1:] in SYNC:
-            twin = getattr(self.inner, name)
-
-            async def delegated(*args: Any, **kwargs: Any) -> Any:
-                self.awaited.append(name)
-                return await twin(*args, **kwargs)
-
-            return delegated
-        raise AttributeError(name)
 
 
 @pytest.fixture

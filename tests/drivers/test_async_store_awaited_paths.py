@@ -18,44 +18,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.async_only import AsyncOnly
 
 from fsm_agent import Agent, ModelResponse, SqliteStore, ToolRegistry
 from fsm_agent.persist.store import JournaledStore, traits
 from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 
-SYNC = ("save", "load", "create", "claim", "append", "renew", "keep", "decide", "list_runs", "delete")
 
-
-class SyncRaises:
-    """A journaled store over ``inner`` whose sync methods raise and whose async twins are ``inner``'s, noted."""
+class SyncRaises(AsyncOnly):
+    """``AsyncOnly``, with ``kept`` set by the first ``akeep``: a heartbeat renewed the lease."""
 
     def __init__(self, inner: SqliteStore) -> None:
-        self.inner = inner
-        self.lease, self.every = inner.lease, inner.every
-        self.awaited: list[str] = []
-        self.kept = asyncio.Event()  # set by the first akeep: a heartbeat renewed the lease
+        super().__init__(inner)
+        self.kept = asyncio.Event()
 
-    def wants(self, state: Any, paused: bool) -> bool:
-        return self.inner.wants(state, paused)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in SYNC:
-
-            def blocking(*args: Any, **kwargs: Any) -> Any:
-                raise AssertionError(f"sync store call from the async driver: {name}")
-
-            return blocking
-        if name.startswith("a") and name[1:] in SYNC:
-            twin = getattr(self.inner, name)
-
-            async def delegated(*args: Any, **kwargs: Any) -> Any:
-                self.awaited.append(name)
-                if name == "akeep":
-                    self.kept.set()
-                return await twin(*args, **kwargs)
-
-            return delegated
-        raise AttributeError(name)
+    def noted(self, name: str) -> None:
+        if name == "akeep":
+            self.kept.set()
 
 
 @pytest.fixture
