@@ -98,7 +98,9 @@ def _finalize(stepper: Stepper, reason: str) -> Transition | None:
     evidence = stepper.evidence(reason)
     entry = stepper.walker.try_fire(run, FINALIZE)
     if entry is not None:
+        also_ran = ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
+        if also_ran:  # a parallel batch's calls that came back are kept, not denied
+            evidence["also_ran"], evidence["counters"] = also_ran, run.counters()
         run.at.finalizing, run.at.finalize_evidence = reason, evidence
-        ledger.answer_unexecuted(run, f"the run stopped ({reason}) before this call")
         run.talk.messages.append(Message("user", FINALIZE_INSTRUCTION.format(reason=reason)))
     return entry

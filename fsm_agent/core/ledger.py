@@ -322,16 +322,32 @@ def canonical_arguments(arguments: object) -> str:
     return json.dumps(arguments, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=repr)
 
 
-def answer_unexecuted(run: Run, why: str) -> None:
-    """Give every pending call a tool message saying it did not run: providers reject unanswered calls."""
-    run.calls.to_approve.clear()  # a call answered as not run waits for nobody
+def answer_unexecuted(run: Run, why: str) -> list[str]:
+    """Answer every pending call, in the order asked: providers reject unanswered calls.
+
+    A call of a parallel batch that came back is answered with its outcome
+    (its ids are returned); any other gets a tool message saying it did not run.
+    """
+    run.calls.to_approve.clear()  # a call answered now waits for nobody
+    kept = []
     while run.calls.pending:
         call = run.calls.pending.popleft()
-        run.talk.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
+        outcome = run.calls.ran.pop(call.id, None)
+        if outcome is not None:
+            record_tool(run, call, outcome)
+            kept.append(call.id)
+        else:
+            run.talk.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
+    return kept
 
 
 def record_leftovers(run: Run) -> list[str]:
-    """Calls of a parallel batch that ran although the run stopped before their turn: kept, in the order asked."""
+    """Calls of a parallel batch that ran although the run stopped before their turn: kept, in the order asked.
+
+    Only the leading ones: after a call the stop cut in flight, or never
+    started, the outcomes of later calls that came back stay in ``Calls.ran``
+    (named by ``held_back``), so a resume takes them in after it, in order.
+    """
     ids = []
     while run.calls.pending and run.calls.pending[0].id in run.calls.ran:
         call = run.calls.pending.popleft()
@@ -339,6 +355,12 @@ def record_leftovers(run: Run) -> list[str]:
         record_tool(run, call, run.calls.ran.pop(call.id))
         ids.append(call.id)
     return ids
+
+
+def held_back(run: Run) -> list[str]:
+    """Pending calls that came back after a call still pending before them: kept in ``Calls.ran`` for the resume."""
+    ran = run.calls.ran
+    return [call.id for call in run.calls.pending if call.id in ran] if ran else []
 
 
 def error_text(message: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fsm_agent.core.approval import awaiting
-from fsm_agent.core.ledger import record_leftovers
+from fsm_agent.core.ledger import held_back, record_leftovers
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
 from fsm_agent.records import RunResult, Step, ToolCall
@@ -38,7 +38,10 @@ def conclude(run: Run) -> None:
     evidence = evidence_for(run, edge_reason)
     also_ran = record_leftovers(run)
     if also_ran:
-        evidence["also_ran"] = also_ran
+        evidence["also_ran"], evidence["counters"] = also_ran, run.counters()
+    came_back = held_back(run)
+    if came_back:
+        evidence["came_back"] = came_back
     stop = run.table_stops.get(edge_reason)
     if run.talk.last_response is not None and ((stop is not None and stop.keeps_text) or run.at.finalizing is not None):
         run.at.final = run.talk.last_response.message.content
@@ -57,6 +60,8 @@ def make_result(
     """The run as a frozen result; a stopped or paused run carries its ``snapshot``, enough to continue it."""
     # By position, in RunResult's field order: matching eleven keywords was a quarter of building it.
     output = run.talk.output if run.at.state is Done else None
+    if run.calls.ran and pending:  # a call that came back (``held_back``) is not one never run
+        pending = tuple(call for call in pending if call.id not in run.calls.ran)
     counts = run.counts
     usage = counts.usage()
     return RunResult(

@@ -99,9 +99,11 @@ class Stop:
 
     @property
     def policies(self) -> tuple[Policy, ...]:
-        """The ``on_stop`` policies this stop allows."""
+        """The ``on_stop`` policies this stop allows: none for one that only labels an edge (it never ends a run)."""
+        if self.edge_only:
+            return ()
         allowed: tuple[Policy, ...] = ("raise", "return")
-        if self.finalize and not self.edge_only:
+        if self.finalize:
             allowed += ("finalize",)
         return (*allowed, "compact") if self.compact else allowed
 
@@ -329,9 +331,15 @@ def check_policies(
         if policy not in POLICIES:
             msg = f"on_stop[{reason!r}] must be one of {', '.join(POLICIES)}, got {policy!r}"
             raise ValueError(msg)
+        if not stop.policies:
+            msg = (
+                f"on_stop[{reason!r}] cannot be set: {reason} only labels the edge of a failed finalize call, "
+                "and the run keeps the stop that asked for it (set that stop's policy)"
+            )
+            raise ValueError(msg)
         if policy not in stop.policies:
-            finalizable = ", ".join(s.reason for s in stops.values() if s.finalize)
-            compactable = ", ".join(s.reason for s in stops.values() if s.compact)
+            finalizable = ", ".join(s.reason for s in stops.values() if "finalize" in s.policies)
+            compactable = ", ".join(s.reason for s in stops.values() if "compact" in s.policies)
             msg = (
                 f"on_stop[{reason!r}]={policy!r} is not allowed; finalize applies to {finalizable}, "
                 f"compact to {compactable}"

@@ -361,8 +361,8 @@ COMPACTING_GUARDS = (compacts_history,)
 
 TABLE = build_table(CATALOGUE)
 """The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""
-BUILTIN_REASONS = frozenset(stop.reason for stop in TABLE.stops)
-"""The reasons of the built-in stops, which no user's stop condition may take."""
+BUILTIN_REASONS = frozenset(stop.reason for stop in (*CATALOGUE, CONDITION_ERROR))
+"""The reasons of the built-in stops, which no user's stop condition may take (the table with user stops has all)."""
 
 
 def describe_resumable(stops: Iterable[Stop]) -> str:

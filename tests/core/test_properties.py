@@ -211,7 +211,7 @@ def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
     """
     taken: set[tuple[str, str, str, str | None, str | None]] = set()
 
-    @settings(max_examples=1000, derandomize=True, database=None, deadline=None)
+    @settings(max_examples=1200, derandomize=True, database=None, deadline=None)
     @given(cases())
     def collect(case: Case) -> None:
         run, _ = walk(build(case))

@@ -505,7 +505,8 @@ def countable(usage: object) -> bool:
     )
 
 
-OTHER_REASONS = ("model_error", "max_tokens", "refusal", "tool_failures", "cancelled", "finalize_failed")
+OTHER_REASONS = ("model_error", "max_tokens", "refusal", "tool_failures", "cancelled")
+"""The stops a policy of raise or return applies to (finalize_failed takes none: it only labels an edge)."""
 
 
 @st.composite
