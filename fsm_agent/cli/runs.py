@@ -31,7 +31,7 @@ from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError, runs_agent, runs_ex
 from fsm_agent.cli import run as run_command
 from fsm_agent.cli.terminal import printable
 from fsm_agent.core import snapshot as snapshots
-from fsm_agent.core.approval import describe_decision
+from fsm_agent.core.approval import check_decision, describe_decision
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import STATES, State
 from fsm_agent.persist import is_url
@@ -340,13 +340,19 @@ def _check_tools(agent: Agent, snapshot: dict[str, Any], run_id: str) -> None:
 def _decide(store: AnyStore, run_id: str, snapshot: dict[str, Any], given: dict[str, bool | str]) -> dict[str, Any]:
     """Record each ``--approve`` with the store's own checked write (as the viewer does); the run as stored after.
 
-    Decisions are kept even if the resume then fails.  A decision the store
-    already holds is not given again, so a retried command goes on; a
-    different one is refused by the store, naming the decision that stands.
+    Every decision is checked against the run as loaded before any is
+    stored, so a command with one mistake (an unknown call, a call another
+    person decided otherwise) stores none.  A decision the store already
+    holds is not given again, so a retried command goes on.  Decisions are
+    kept even if the resume then fails.
     """
+    planned = {**snapshot, "approvals": dict(snapshot.get("approvals") or {})}
+    new: dict[str, bool | str] = {}
     for call_id, decision in given.items():
-        if (snapshot.get("approvals") or {}).get(call_id, None) != decision:
-            snapshot = store.decide(run_id, call_id, decision)
+        if check_decision(run_id, planned, call_id, decision):
+            planned["approvals"][call_id] = new[call_id] = decision
+    for call_id, decision in new.items():
+        snapshot = store.decide(run_id, call_id, decision)
     return snapshot
 
 

@@ -59,16 +59,27 @@ def describe_decision(decision: bool | str) -> str:
     return f"rejected: {decision}" if isinstance(decision, str) and decision else "rejected"
 
 
-def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bool | str) -> None:
-    """Check that ``decision`` on ``call_id`` may be taken on the stored run ``data``; ``DecisionError`` if not.
+def check_decision_value(decision: object) -> None:
+    """A ``TypeError`` unless ``decision`` is True, False or a reason text: checked before the run is looked at.
 
-    A decision is taken only on a run that is paused, for a call of its
-    current turn that has not run and has no decision yet: a decision holds,
-    so a second person cannot overturn the first.
+    Why first: a wrong value is the caller's mistake whatever the run's
+    state, and blaming a lease or a missing run would send them to wait.
     """
     if not isinstance(decision, bool | str):
         msg = f"a decision is True, False or a reason text, got {decision!r}"
         raise TypeError(msg)
+
+
+def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bool | str) -> bool:
+    """Check that ``decision`` on ``call_id`` may be taken on the stored run ``data``; ``DecisionError`` if not.
+
+    A decision is taken only on a run that is paused, for a call of its
+    current turn that has not run and has no other decision yet: a decision
+    holds, so a second person cannot overturn the first.  The same decision
+    given again is taken as given (a retried request goes on): False is
+    returned then, as there is nothing to write; True for a new decision.
+    """
+    check_decision_value(decision)
     pending = [call.get("id") for call in data.get("pending") or [] if isinstance(call, dict)]
     approvals: dict[str, Any] = data.get("approvals") or {}
     if not data.get("paused"):
@@ -79,7 +90,11 @@ def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bo
     if call_id in (data.get("ran") or {}):
         raise DecisionError(run_id, call_id, "it has already run")
     if call_id in approvals:
-        raise DecisionError(run_id, call_id, f"it was already decided ({describe_decision(approvals[call_id])})")
+        stored = approvals[call_id]
+        if type(stored) is type(decision) and stored == decision:
+            return False
+        raise DecisionError(run_id, call_id, f"it was already decided ({describe_decision(stored)})")
+    return True
 
 
 def needs_decision(run: Run, call: ToolCall) -> bool:

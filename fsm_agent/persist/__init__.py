@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent.persist.checks import check_snapshot
+from fsm_agent.persist.cursor import RunCursor
 from fsm_agent.persist.postgres import PostgresStore
 from fsm_agent.persist.sqlite import SqliteStore
 from fsm_agent.persist.store import (
@@ -41,6 +42,7 @@ __all__ = [
     "FullStore",
     "JournaledStore",
     "PostgresStore",
+    "RunCursor",
     "SqliteStore",
     "Store",
     "StoreError",

@@ -14,9 +14,11 @@ from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from fsm_agent.core.approval import check_decision_value
 from fsm_agent.definition.states import State
 from fsm_agent.persist import plans
 from fsm_agent.persist.checks import check_run_id, check_snapshot, cutoff, epoch, filter_text, page, storable
+from fsm_agent.persist.cursor import Order, RunCursor, check_listing
 from fsm_agent.persist.every import wants
 from fsm_agent.persist.store import AsyncStore, Entry, FullStore, StoredRun, stored_version
 
@@ -29,6 +31,8 @@ _NO_FILTERS: dict[str, Any] = {
     "limit": None,
     "offset": 0,
     "session": None,
+    "order": "updated",
+    "after": None,
 }
 """``list_runs``'s defaults, for ``alist_runs``."""
 
@@ -122,12 +126,15 @@ class PlannedStore(ABC):
     def decide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
         """Record a decision on a paused run's pending call in one transaction; return the run as stored now.
 
-        ``True`` approves the call, ``False`` or a reason text rejects it.
+        ``True`` approves the call, ``False`` or a reason text rejects it
+        (anything else is a ``TypeError``, whatever the run's state).
         ``DecisionError`` if the run is not paused, the call is not pending,
-        already ran or was already decided; ``RunLeasedError`` while someone
-        advances the run; ``KeyError`` if there is no such run.  Concurrent
-        decisions are taken one after the other, so none is lost.
+        already ran or has another decision; the same decision given again
+        is taken as given and writes nothing.  ``RunLeasedError`` while
+        someone advances the run; ``KeyError`` if there is no such run.
+        Concurrent decisions are taken one after the other, so none is lost.
         """
+        check_decision_value(decision)
         return self._run(self._plans.decide(self._found(run_id), call_id, decision))
 
     def append(self, entry: Entry, *, owner: str) -> None:
@@ -155,12 +162,17 @@ class PlannedStore(ABC):
         limit: int | None = None,
         offset: int = 0,
         session: str | None = None,
+        order: Order = "updated",
+        after: RunCursor | None = None,
     ) -> list[StoredRun]:
         """The stored runs, most recently saved first, filtered by state, reason, last save time and session, one page.
 
         ``session`` lists the turns of one conversation (``fsm_agent.Session``).
+        ``order="created"`` lists them by creation instead, latest first, and
+        ``after=RunCursor.of(page[-1])`` gives the page after ``page``: each
+        run once, however many runs are added or saved again between pages.
         """
-        return self._run(self._list_plan(state, reason, since, limit, offset, session), write=False)
+        return self._run(self._list_plan(state, reason, since, limit, offset, session, order, after), write=False)
 
     def _list_plan(
         self,
@@ -170,15 +182,19 @@ class PlannedStore(ABC):
         limit: int | None,
         offset: int,
         session: str | None = None,
+        order: Order = "updated",
+        after: RunCursor | None = None,
     ) -> plans.Plan[list[StoredRun]]:
         """The ``list_runs`` plan, its page and filters checked first, so a bad one is refused before any query."""
         size, skip = page(limit, offset)
+        order, after = check_listing(order, after, skip)
         state, reason, session = (
             filter_text("state", state),
             filter_text("reason", reason),
             filter_text("session", session),
         )
-        return self._plans.list_runs(state, reason, epoch(since), None if size < 0 else size, skip, session)
+        size_or_all = None if size < 0 else size
+        return self._plans.list_runs(state, reason, epoch(since), size_or_all, skip, session, order, after)
 
     def delete(self, run_id: str) -> bool:
         """Forget one run; return whether it was there."""
@@ -220,6 +236,7 @@ class PlannedStore(ABC):
 
     async def adecide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
         """``decide``, awaited."""
+        check_decision_value(decision)
         return await self._arun(self._plans.decide(self._found(run_id), call_id, decision))
 
     async def aappend(self, entry: Entry, *, owner: str) -> None:

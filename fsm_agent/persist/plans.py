@@ -8,7 +8,8 @@ has lapsed) exist in one place, whatever the database and however it waits.
 
 A run is a row of ``runs``: its base snapshot, the summary columns, ``seq``
 (the number of its latest write), ``base_seq`` (the write that laid the
-base) and the lease (``owner``, ``lease_until``).  ``journal`` holds the
+base), the lease (``owner``, ``lease_until``) and ``created``, written once
+when the row is inserted, so the creation order a listing pages by never moves.  ``journal`` holds the
 entries written after the base.  Every write checks ``seq`` as well as the
 owner, so a run object that fell behind (another owner advanced or replaced
 the run since) can never append on top of somebody else's entries: a
@@ -25,6 +26,7 @@ from typing import Any, Literal, TypeVar
 from fsm_agent.core.approval import check_decision
 from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
 from fsm_agent.jsontext import dumps
+from fsm_agent.persist.cursor import Order, RunCursor
 from fsm_agent.persist.readback import rebuild
 from fsm_agent.persist.store import FINISHED, VERSION_KEY, Entry, StoredRun, Summary
 
@@ -78,10 +80,10 @@ class Plans:
         insert = (
             self.sql(
                 "INSERT INTO {runs} (run_id, state, reason, paused, updated, steps, tokens, seq, base_seq, owner,"
-                " lease_until, snapshot, session, forked_from, forked_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+                " lease_until, snapshot, session, forked_from, forked_at, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
             ),
-            (run_id, *_columns(summary, now), held, until, text, summary.session, *_origin(summary)),
+            (run_id, *_columns(summary, now), held, until, text, summary.session, *_origin(summary), now),
         )
         if mode in ("create", "overwrite"):
             count, _ = yield insert
@@ -103,6 +105,7 @@ class Plans:
             if expected != seq:
                 raise StaleRunError(run_id, self.where, expected, seq)
         seq += 1
+        # ``created`` is left as it is: a run keeps its place in the creation order (``RunCursor``) for good.
         yield (
             self.sql(
                 "UPDATE {runs} SET state = ?, reason = ?, paused = ?, updated = ?, steps = ?, tokens = ?, seq = ?,"
@@ -202,7 +205,8 @@ class Plans:
         The run's row is locked while the decision is checked against the run
         as stored (``check_decision``) and written, so two people deciding at
         once are taken one after the other: both decisions are kept, or the
-        second is refused with the first named.  A run someone is advancing
+        second is refused with the first named (the same decision twice is
+        taken once, and the run comes back unchanged).  A run someone is advancing
         (a live lease) is a ``RunLeasedError``.
         """
         now = time.time()
@@ -217,7 +221,9 @@ class Plans:
         if holder is not None and until is not None and until >= now:
             raise RunLeasedError(run_id, holder, until)
         data = yield from self._rebuild(run_id, base, base_seq, seq)
-        check_decision(run_id, data, call_id, decision)
+        if not check_decision(run_id, data, call_id, decision):
+            data[VERSION_KEY] = int(seq)
+            return data  # the same decision, given again: stored already
         # The run stays listed as paused: it waits where it stopped until someone resumes it.
         changed = {"approvals": {**data["approvals"], call_id: decision}}
         count, _ = yield (
@@ -267,19 +273,29 @@ class Plans:
         limit: int | None,
         offset: int,
         session: str | None = None,
+        order: Order = "updated",
+        after: RunCursor | None = None,
     ) -> Plan[list[StoredRun]]:
-        """The runs matching every filter given, most recently saved first, one page of them."""
+        """The runs matching every filter given, one page: latest saved first, or latest created first.
+
+        ``order="created"`` sorts by ``(created, run_id)`` descending, both
+        set once per run, and ``after`` keeps the runs strictly past that pair
+        (one row comparison, which the ``(created, run_id)`` index serves).
+        """
         where, params = _filters(state=state, reason=reason, since=since, session=session)
+        if after is not None:
+            where += (" AND " if where else " WHERE ") + "(created, run_id) < (?, ?)"
+            params += (after.created, after.run_id)
+        by = "updated DESC, run_id" if order == "updated" else "created DESC, run_id DESC"
         text = (
-            "SELECT run_id, state, reason, paused, updated, steps, tokens, session, forked_from, forked_at FROM {runs}"
-            + where
-            + f" ORDER BY updated DESC, run_id LIMIT {'?' if limit is not None else self._no_limit} OFFSET ?"
+            "SELECT run_id, state, reason, paused, updated, steps, tokens, session, forked_from, forked_at, created"
+            " FROM {runs}" + where + f" ORDER BY {by} LIMIT {'?' if limit is not None else self._no_limit} OFFSET ?"
         )
         params += (*(() if limit is None else (limit,)), offset)
         _, rows = yield self.sql(text), params
         return [
-            StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c, None if f is None else (f, int(a)))
-            for r, s, why, p, u, n, t, c, f, a in rows
+            StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c, None if f is None else (f, int(a)), float(made))
+            for r, s, why, p, u, n, t, c, f, a, made in rows
         ]
 
     def delete(self, run_id: str) -> Plan[bool]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE fsm_agent_runs (run_id text PRIMARY KEY, state text NOT NULL, reason text,"
@@ -50,6 +50,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         "ALTER TABLE fsm_agent_runs ADD COLUMN forked_from text",
         "ALTER TABLE fsm_agent_runs ADD COLUMN forked_at bigint",
+    ),
+    4: (
+        # A worker of an older version, still running, inserts no ``created``: the server's clock stands in
+        # for it.  The runs already there get their last save, the closest to a creation time they keep.
+        "ALTER TABLE fsm_agent_runs ADD COLUMN created double precision NOT NULL"
+        " DEFAULT extract(epoch from clock_timestamp())",
+        "UPDATE fsm_agent_runs SET created = updated",
+        "CREATE INDEX fsm_agent_runs_by_created ON fsm_agent_runs (created, run_id)",
     ),
 }
 """Each schema version's statements; a store brings the database up to ``SCHEMA_VERSION`` on first use."""

@@ -8,7 +8,9 @@ returned, which a resume takes again, making only the call in flight
 again).
 The schema is versioned with ``PRAGMA user_version`` and migrated on open:
 a file written by the first ``SqliteStore`` (one whole snapshot per run,
-version 1) opens and loads as it was.  The methods are
+version 1) opens and loads as it was; version 5 added each run's ``created``
+time (the listing's creation order), set to the last save of the runs
+already there.  The methods are
 ``PlannedStore``'s (``persist/planned.py``); the async ones hand the same
 plans to the store's writer thread, which commits those of many runs in
 flight together (``persist/sqlite_writer.py``).
@@ -46,7 +48,7 @@ from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 BUSY_TIMEOUT = 30.0
 """Seconds a store waits for another connection's write transaction to end before "database is locked".
@@ -79,9 +81,16 @@ _V4 = (
     "ALTER TABLE runs ADD COLUMN forked_from TEXT",
     "ALTER TABLE runs ADD COLUMN forked_at INTEGER",
 )
+_V5 = (
+    # The default is for the ALTER (SQLite adds no NOT NULL column without a constant one): every insert of this
+    # version sets ``created``; one of an older version's process still running lists its run as the oldest.
+    "ALTER TABLE runs ADD COLUMN created REAL NOT NULL DEFAULT 0",
+    "UPDATE runs SET created = updated",
+    "CREATE INDEX runs_by_created ON runs (created, run_id)",
+)
 _COLUMNS = {
     *("run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"),
-    *("session", "forked_from", "forked_at"),
+    *("session", "forked_from", "forked_at", "created"),
 }
 
 
@@ -216,12 +225,18 @@ class SqliteStore(PlannedStore):
                     self._upgrade_to_v2()
                 if version < 3:
                     # Another program's table is refused, not altered.
-                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at"})
+                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at", "created"})
                     for statement in _V3:  # a run stored before sessions is no session's turn: NULL is right
                         self._db.execute(statement)
                 if version < 4:
-                    self._check_columns(_COLUMNS - {"forked_from", "forked_at"})
+                    self._check_columns(_COLUMNS - {"forked_from", "forked_at", "created"})
                     for statement in _V4:  # a run stored before forks is no fork: NULL is right, no snapshot read
+                        self._db.execute(statement)
+                if version < 5:
+                    self._check_columns(_COLUMNS - {"created"})
+                    # When a run stored before this column was created is known nowhere (its snapshot keeps no
+                    # time either): its last save is the closest, and it is set once, like any run's creation.
+                    for statement in _V5:
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self._check_columns(_COLUMNS)

@@ -24,7 +24,8 @@ The contract is declared, in layers (``fsm_agent.testing.stores`` checks a store
 
 What a journaled store lacks of ``FullStore`` has a default (``traits``): a lease of ``DEFAULT_LEASE``,
 a write per wanted transition, ``renew`` for ``keep``.  The checks every store makes of its arguments
-(run ids, filters, pages, snapshots) are in ``checks.py``.
+(run ids, filters, pages, snapshots) are in ``checks.py``; a listing's order and cursor (``RunCursor``), which
+page the runs so that each shows once while others are added or saved, in ``cursor.py``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from fsm_agent.errors import FsmAgentError
 # The argument checks moved to checks.py; what other modules import from here stays importable.
 from fsm_agent.persist.checks import check_run_id as check_run_id
 from fsm_agent.persist.checks import filter_text as filter_text
+from fsm_agent.persist.cursor import Order, RunCursor
 
 DEFAULT_LEASE = 12.0
 """Seconds a run's lease lasts unless renewed, so a run whose owner died is free again within this time.
@@ -76,7 +78,13 @@ class StoreError(FsmAgentError, RuntimeError):
 
 @attrs.frozen
 class StoredRun:
-    """One run as a store lists it: where it stands, why it stopped, how far it got, its last save, its fork origin."""
+    """One run as a store lists it: where it stands, why it stopped, how far it got, its last save, its fork origin.
+
+    ``created`` is when the store first held the run, kept as it was however
+    often the run is saved again: ``list_runs(order="created")`` lists by it, and
+    a page's cursor (``RunCursor.of``) is made of it.  None from a store that
+    does not record it (such a store cannot page by cursor).
+    """
 
     run_id: str
     state: str
@@ -87,6 +95,7 @@ class StoredRun:
     tokens: int = 0
     session: str | None = None
     forked_from: tuple[str, int] | None = None
+    created: float | None = None
 
     @property
     def tool_calls(self) -> int:
@@ -246,10 +255,12 @@ class FullStore(JournaledStore, Protocol):
     def decide(self, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
         """Record a decision on a paused run's pending call in one transaction; the run as stored now.
 
-        ``DecisionError`` if the run is not paused, the call not pending,
-        already ran or already decided (the store is then unchanged);
-        ``RunLeasedError`` while someone advances the run; ``KeyError`` if
-        there is no such run.
+        A value other than True, False or a reason text is a ``TypeError``
+        before the run is looked at.  ``DecisionError`` if the run is not
+        paused, the call not pending, already ran or has another decision
+        (the store is then unchanged); the same decision given again is taken
+        as given, writing nothing.  ``RunLeasedError`` while someone advances
+        the run; ``KeyError`` if there is no such run.
         """
         ...
 
@@ -262,8 +273,19 @@ class FullStore(JournaledStore, Protocol):
         limit: int | None = None,
         offset: int = 0,
         session: str | None = None,
+        order: Order = "updated",
+        after: RunCursor | None = None,
     ) -> list[StoredRun]:
-        """The stored runs, most recently saved first, filtered and paged; ``ValueError`` for a filter with a NUL."""
+        """The stored runs, most recently saved first, filtered and paged; ``ValueError`` for a filter with a NUL.
+
+        ``order="created"`` lists them by when the store first held them
+        instead, latest first, ties by run id descending; ``after`` (a
+        ``RunCursor``, that order only, no ``offset`` with it) starts right after
+        the run it was made from.  A run keeps its creation time when saved
+        again, so pages read one after the other by cursor show each run
+        there exactly once, whatever was added or saved meanwhile.  The checks
+        of ``order``, ``after`` and ``offset`` are ``cursor.check_listing``'s.
+        """
         ...
 
     def delete(self, run_id: str) -> bool:

@@ -140,7 +140,8 @@ class OwnerChecks:
     # --- decisions --------------------------------------------------------------------------------------------
 
     def test_decide_records_one_decision_and_refuses_what_it_must(self, make_store: MakeStore) -> None:
-        """decide() on a pending call is stored once; a repeat, an unknown call, a running or missing run is refused."""
+        """decide() on a pending call is stored once; the same decision again is taken as given, writing nothing;
+        another decision, an unknown call, a bad value, a running or missing run is refused."""
         store = make_store(LONG)
         need(store, "decide")
         agent = adding_agent(1, approve={"add"})
@@ -149,7 +150,8 @@ class OwnerChecks:
         decided = store.decide("paused", "c0", True)
         assert (decided["approvals"], decided["stored_seq"]) == ({"c0": True}, before["stored_seq"] + 1)
         assert store.load("paused") == decided
-        for call_id, decision in (("c0", True), ("c0", "no"), ("nope", True)):
+        assert store.decide("paused", "c0", True) == decided, "the same decision again wrote something"
+        for call_id, decision in (("c0", "no"), ("c0", False), ("nope", True)):
             with pytest.raises(DecisionError) as refused:
                 store.decide("paused", call_id, decision)
             assert (refused.value.run_id, refused.value.call_id) == ("paused", call_id)
@@ -164,6 +166,9 @@ class OwnerChecks:
         with pytest.raises(RunLeasedError) as leased:
             store.decide("held", "c0", True)
         assert leased.value.holder == "A"
+        for run_id in ("held", "never stored"):  # a bad value is named first, whatever the run's state
+            with pytest.raises(TypeError, match="True, False or a reason text"):
+                store.decide(run_id, "c0", 1)
 
     # --- listing ----------------------------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ as the package runs them on ``SqliteStore`` and ``PostgresStore``::
 The checks are of the contract as data: which write a store takes and which
 it refuses, with what error and what left stored; never how fast.  What
 ``FullStore`` adds to a ``JournaledStore`` (``keep``, ``decide``,
-``list_runs``, the async twins) is checked where the store has it and skipped,
-naming the method, where it has not.  Importing this module imports pytest;
+``list_runs`` with its paging by cursor, the async twins) is checked where
+the store has it and skipped, naming the method, where it has not.  Importing this module imports pytest;
 ``import fsm_agent`` never does.
 """
 
@@ -29,11 +29,13 @@ from fsm_agent.testing.store_kit import SHORT as SHORT
 from fsm_agent.testing.store_kit import LoseEntry as LoseEntry
 from fsm_agent.testing.store_kit import MakeStore as MakeStore
 from fsm_agent.testing.store_kit import Script as Script
+from fsm_agent.testing.store_listing import ListingChecks
 from fsm_agent.testing.store_owners import OwnerChecks
 from fsm_agent.testing.store_writes import WriteChecks
 
 
-class StoreConformance(WriteChecks, OwnerChecks):
+# pytest collects the checks of the bases last listed first: owners, writes, then the paging added last.
+class StoreConformance(ListingChecks, WriteChecks, OwnerChecks):
     """The store contract, one test each: subclass it in a test module and override ``make_store``.
 
     ``make_store`` is a fixture giving a function ``make_store(lease)`` that

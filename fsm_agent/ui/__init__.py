@@ -2,7 +2,8 @@
 
 ``python -m fsm_agent ui --store runs.db`` serves it (``pip install
 'fsm-agent[ui]'`` for Starlette and uvicorn); :func:`create_app` builds the
-ASGI app over any store with ``load``, ``decide`` and ``list_runs``.  No
+ASGI app over any store with ``load``, ``decide`` and ``list_runs`` (paged by
+cursor, ``order`` and ``after``, as ``FullStore`` declares it).  No
 front-end build step and nothing from a CDN: the page is the static files in
 ``static/``, shipped in the package.  Never imported on the run path.
 """

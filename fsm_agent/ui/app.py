@@ -21,7 +21,6 @@ the store's index alone.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,10 +35,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fsm_agent import TABLE, DecisionError, SnapshotError, Table
+from fsm_agent.persist.cursor import Order, RunCursor
 from fsm_agent.persist.store import StoredRun, filter_text
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
 from fsm_agent.ui.answers import JSONText, event_data
 from fsm_agent.ui.forks import NO_AGENT, fork_routes, refused_post
+from fsm_agent.ui.listing import UNPAGED, page_answer, page_start
 from fsm_agent.ui.replay import digest
 
 if TYPE_CHECKING:
@@ -83,8 +84,10 @@ class Runs(Protocol):
         limit: int | None = None,
         offset: int = 0,
         session: str | None = None,
+        order: Order = "updated",
+        after: RunCursor | None = None,
     ) -> Sequence[StoredRun]:
-        """One page of stored runs, latest first."""
+        """One page of stored runs, latest first (the viewer lists ``order="created"``, paged by ``after``)."""
         ...
 
 
@@ -206,13 +209,10 @@ def _read_routes(
 
     async def runs(request: Request) -> Response:
         query = request.query_params
-        given = query.get("offset", "0")
-        try:
-            offset = int(given)
-        except ValueError:  # not a number (or more digits than Python reads)
-            offset = -1
-        if not 0 <= offset < 2**63:  # both databases take 64-bit integers
-            return _error(f"offset must be a whole number from 0 to 2**63 - 1, got {given[:40]!r}", 400)
+        where = page_start(query.get("after"), query.get("offset"))
+        if isinstance(where, JSONText):
+            return where
+        after, offset = where
         filters: dict[str, str | None] = {}
         for name in FILTERS:
             value = query.get(name) or None
@@ -222,25 +222,13 @@ def _read_routes(
                 return _error(f"filter {name} {value!r:.60} must be text without NUL or lone surrogates", 400)
         try:
             found = await run_in_threadpool(
-                lambda: store.list_runs(**filters, limit=PAGE_SIZE + 1, offset=offset),
+                lambda: store.list_runs(**filters, limit=PAGE_SIZE + 1, offset=offset, order="created", after=after),
             )
         except ValueError as exc:  # whatever else a store refuses to list by, in its own words
             return _error(f"the runs cannot be listed so: {exc}", 400)
-        rows = [
-            {
-                "run_id": run.run_id,
-                "state": run.state,
-                "reason": run.reason,
-                "paused": run.paused,
-                "updated": run.updated,
-                "tool_calls": run.tool_calls,
-                "session": run.session,
-                "tokens": run.tokens,
-                "forked_from": run.forked_from,
-            }
-            for run in found[:PAGE_SIZE]
-        ]
-        return JSONText({"runs": rows, "more": len(found) > PAGE_SIZE, "offset": offset, "now": time.time()})
+        except TypeError as exc:  # a store written before list_runs took order and after (FullStore has them)
+            return _error(f"{UNPAGED}: {exc}", 501)
+        return page_answer(found, PAGE_SIZE, after, offset)
 
     async def one_run(request: Request) -> Response:
         run_id = request.query_params.get("id", "")

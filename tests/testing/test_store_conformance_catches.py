@@ -4,8 +4,8 @@ Each test writes a test module that subclasses ``StoreConformance`` for one
 store and runs it in a pytest session of its own (``pytester``), as a
 third-party project would run it.  The store is ``MemoryStore``, taken
 verbatim from the guide (docs/how-to/store.md, section 2), plus a ``decide``
-written from the ``FullStore`` protocol; each broken store breaks one rule
-of the contract in a subclass, and the suite must fail on it.
+and a ``list_runs`` written from the ``FullStore`` protocol; each broken store
+breaks one rule of the contract in a subclass, and the suite must fail on it.
 """
 
 from __future__ import annotations
@@ -40,22 +40,29 @@ class DecidingStore(MemoryStore):
         self.lock = threading.RLock()
 
     def decide(self, run_id, call_id, decision):
+        if not isinstance(decision, bool | str):
+            raise TypeError(f"a decision is True, False or a reason text, got {decision!r}")
         with self.lock:
             data = self.load(run_id)
             run = self.runs[run_id]
             if run["owner"] is not None and run["until"] >= time.time():
                 raise RunLeasedError(run_id, run["owner"], run["until"])
-            self._check_decision(run_id, data, call_id)
+            if self._check_decision(run_id, data, call_id, decision):
+                return data  # the same decision again: taken as given, nothing written
             return self._decided(run_id, data, call_id, decision)
 
-    def _check_decision(self, run_id, data, call_id):
+    def _check_decision(self, run_id, data, call_id, decision):
         pending = [call["id"] for call in data.get("pending") or []]
         if not data.get("paused"):
             raise DecisionError(run_id, call_id, "the run is not paused")
         if call_id not in pending or call_id in (data.get("ran") or {}):
             raise DecisionError(run_id, call_id, "not a pending call")
-        if call_id in (data.get("approvals") or {}):
+        approvals = data.get("approvals") or {}
+        if call_id in approvals:
+            if type(approvals[call_id]) is type(decision) and approvals[call_id] == decision:
+                return True
             raise DecisionError(run_id, call_id, "already decided")
+        return False
 
     def _decided(self, run_id, data, call_id, decision):
         with self.lock:
@@ -67,6 +74,92 @@ class DecidingStore(MemoryStore):
             data["stored_seq"] = run["seq"]
             return data
 '''
+
+# A list_runs written from the FullStore protocol: by last save, or by creation from a cursor, with the same checks.
+LISTING = '''
+from fsm_agent.persist.checks import epoch, filter_text, page
+from fsm_agent.persist.cursor import check_listing
+from fsm_agent.persist.store import StoredRun, Summary
+
+
+class ListingStore(DecidingStore):
+    """DecidingStore with list_runs: each run's creation time set once, its last save at every write."""
+
+    def _put(self, run_id, snapshot, owner, seq):
+        known = self.runs.get(run_id)
+        seq = super()._put(run_id, snapshot, owner, seq)
+        now = time.time()
+        self.runs[run_id].update(created=known["created"] if known else now, updated=now)
+        return seq
+
+    def append(self, entry, *, owner):
+        with self.lock:
+            super().append(entry, owner=owner)
+            self.runs[entry.run_id]["updated"] = time.time()
+
+    def _decided(self, run_id, data, call_id, decision):
+        with self.lock:
+            self.runs[run_id]["updated"] = time.time()
+            return super()._decided(run_id, data, call_id, decision)
+
+    def list_runs(self, *, state=None, reason=None, since=None, limit=None, offset=0, session=None,
+                  order="updated", after=None):
+        size, skip = page(limit, offset)
+        order, after = check_listing(order, after, skip)
+        wanted = {"state": filter_text("state", state), "reason": filter_text("reason", reason),
+                  "session": filter_text("session", session)}
+        since = epoch(since)
+        with self.lock:
+            listed = [self._listed(run_id) for run_id in self.runs]
+        listed = [r for r in listed if all(v is None or getattr(r, k) == v for k, v in wanted.items())]
+        listed = [r for r in listed if since is None or r.updated >= since]
+        listed = self._ordered(listed, order, after)
+        return listed[skip:None if size < 0 else skip + size]
+
+    def _listed(self, run_id):
+        summary, run = Summary.of(self.load(run_id)), self.runs[run_id]
+        return StoredRun(run_id, summary.state, summary.reason, summary.paused, run["updated"], summary.steps,
+                         summary.tokens, summary.session, summary.forked_from, run["created"])
+
+    def _ordered(self, listed, order, after):
+        if order == "updated":
+            return sorted(listed, key=lambda r: (-r.updated, r.run_id))
+        listed = sorted(listed, key=lambda r: (r.created, r.run_id), reverse=True)
+        return [r for r in listed if after is None or (r.created, r.run_id) < (after.created, after.run_id)]
+'''
+
+LISTING_BROKEN = {
+    "save_moves_the_creation": '''
+class Broken(ListingStore):
+    """A run saved again is stamped created anew, so it leaves its place in the creation order."""
+
+    def _put(self, run_id, snapshot, owner, seq):
+        seq = super()._put(run_id, snapshot, owner, seq)
+        self.runs[run_id]["created"] = time.time()
+        return seq
+''',
+    "after_counts_positions_by_last_save": '''
+class Broken(ListingStore):
+    """after is taken as "the runs past the cursor's run" in the list by last save, read anew at each page."""
+
+    def _ordered(self, listed, order, after):
+        listed = sorted(listed, key=lambda r: (-r.updated, r.run_id))
+        ids = [r.run_id for r in listed]
+        start = ids.index(after.run_id) + 1 if after is not None and after.run_id in ids else 0
+        return listed[start:]
+''',
+    "ties_by_run_id_ascending": '''
+class Broken(ListingStore):
+    """Runs created at the same moment come in ascending run id, and the cursor compares that way."""
+
+    def _ordered(self, listed, order, after):
+        if order == "updated":
+            return super()._ordered(listed, order, after)
+        listed = sorted(listed, key=lambda r: (-r.created, r.run_id))
+        return [r for r in listed if after is None or (-r.created, r.run_id) > (-after.created, after.run_id)]
+''',
+}
+"""Stores whose list_runs breaks one rule of paging by cursor, and must each fail the suite."""
 
 BROKEN = {
     "append_ignores_the_version": '''
@@ -176,16 +269,47 @@ def _session(pytester: pytest.Pytester, name: str, *sources: str, cls: str) -> p
 
 
 def test_the_guide_s_memory_store_passes_the_suite_as_the_guide_says(pytester: pytest.Pytester) -> None:
-    """MemoryStore, verbatim from the guide, subclassed as section 4 shows: 23 passed, 12 skipped, exit code 0."""
+    """MemoryStore, verbatim from the guide, subclassed as section 4 shows: 23 passed, 15 skipped, exit code 0."""
     result = _session(pytester, "guide", cls="MemoryStore")
-    result.assert_outcomes(passed=23, skipped=12)
+    result.assert_outcomes(passed=23, skipped=15)
     assert result.ret == 0
 
 
 def test_a_store_with_decide_written_from_the_protocol_passes_the_decide_checks(pytester: pytest.Pytester) -> None:
     """The guide's store plus a decide() as FullStore describes it: the two decide checks run, and pass."""
     result = _session(pytester, "deciding", DECIDING, cls="DecidingStore")
-    result.assert_outcomes(passed=25, skipped=10)
+    result.assert_outcomes(passed=25, skipped=13)
+
+
+def test_a_store_with_list_runs_written_from_the_protocol_passes_the_listing_checks(
+    pytester: pytest.Pytester,
+) -> None:
+    """Plus a list_runs() as FullStore describes it: the eight listing checks run (three page by cursor), and pass."""
+    result = _session(pytester, "listing", DECIDING, LISTING, cls="ListingStore")
+    result.assert_outcomes(passed=33, skipped=5)
+
+
+@pytest.mark.parametrize(
+    ("broken", "caught_by"),
+    [
+        ("save_moves_the_creation", "test_paging_by_cursor_shows_each_run_once_while_runs_are_added_and_saved_again"),
+        (
+            "after_counts_positions_by_last_save",
+            "test_paging_by_cursor_shows_each_run_once_while_runs_are_added_and_saved_again",
+        ),
+        (
+            "ties_by_run_id_ascending",
+            "test_the_creation_order_is_latest_first_ties_by_run_id_descending_and_a_cursor_excludes_its_run",
+        ),
+    ],
+)
+def test_a_store_that_pages_runs_otherwise_fails_the_listing_checks(
+    pytester: pytest.Pytester, broken: str, caught_by: str
+) -> None:
+    """A creation time moved by a save, an ``after`` counted in the last-save order, ties the other way: each fails."""
+    result = _session(pytester, broken, DECIDING, LISTING, LISTING_BROKEN[broken], cls="Broken")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"FAILED *::TestStore::{caught_by}*"])
 
 
 @pytest.mark.parametrize(

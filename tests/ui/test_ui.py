@@ -55,16 +55,18 @@ def row_of(reason: str) -> int:
 
 
 def test_list_gives_state_reason_tool_calls_tokens_and_time_latest_first(store: SqliteStore) -> None:
-    """Each run in the list has its state, reason, tool calls, tokens, paused flag and last save time."""
+    """Each run in the list has its state, reason, tool calls, tokens, paused flag, last save and creation time."""
     body = client(store).get("/api/runs").json()
     runs = {run["run_id"]: run for run in body["runs"]}
     assert [run["run_id"] for run in body["runs"]] == ["hostile", "paused", "finished", "stopped"]
-    assert runs["stopped"] | {"updated": 0} == {
+    assert runs["stopped"]["created"] <= runs["stopped"]["updated"] < runs["finished"]["created"]
+    assert runs["stopped"] | {"updated": 0, "created": 0} == {
         "run_id": "stopped",
         "state": "Failed",
         "reason": "max_steps",
         "paused": False,
         "updated": 0,
+        "created": 0,
         "tool_calls": 3,
         "tokens": 0,
         "session": None,
@@ -322,6 +324,17 @@ def test_a_second_decision_on_the_same_call_is_refused(store: SqliteStore) -> No
     again = viewer.post("/api/decide", params={"id": "paused"}, json={**body, "approve": False})
     assert again.status_code == 409
     assert store.load("paused")["approvals"] == {"call_mail": True}
+
+
+def test_the_same_decision_posted_twice_is_taken_once(store: SqliteStore) -> None:
+    """A retried request (a double click, a resent POST) goes on: 200 both times, one write."""
+    viewer = client(store, allow_decisions=True)
+    body = {"call_id": "call_mail", "approve": True}
+    assert viewer.post("/api/decide", params={"id": "paused"}, json=body).status_code == 200
+    version = store.load("paused")["stored_seq"]
+    assert viewer.post("/api/decide", params={"id": "paused"}, json=body).status_code == 200
+    stored = store.load("paused")
+    assert (stored["approvals"], stored["stored_seq"]) == ({"call_mail": True}, version)
 
 
 # --- following and drawing -------------------------------------------------------------------

@@ -78,7 +78,8 @@ function filterSelect(name, label, values, current) {
 async function listPage() {
   const params = new URLSearchParams(location.search);
   const query = new URLSearchParams();
-  for (const key of ["state", "reason", "session", "offset"]) if (params.get(key)) query.set(key, params.get(key));
+  // ?after= (a cursor) is what the "older" link gives; ?offset= is kept for links made before cursors.
+  for (const key of ["state", "reason", "session", "after", "offset"]) if (params.get(key)) query.set(key, params.get(key));
   const session = params.get("session");
   const data = await getJSON("/api/runs?" + query.toString());
   const form = el(
@@ -137,17 +138,21 @@ async function listPage() {
     ),
     el("tbody", {}, rows),
   );
+  // Pages go by cursor: "older" starts right after this page's last run (in the order runs were created, which a
+  // save does not change), so a run added or saved meanwhile is neither shown twice nor passed over.
   const pages = el("nav", { class: "pages" });
-  const offset = data.offset;
-  const size = state.config.page_size;
-  const pageLink = (to, text) => {
+  const first = data.after === null && data.offset === 0;
+  const pageLink = (cursor, text, id) => {
     const next = new URLSearchParams(params);
-    next.set("offset", String(Math.max(0, to)));
-    return el("a", { href: "/?" + next.toString(), class: "page", text });
+    next.delete("offset");
+    next.delete("after");
+    if (cursor !== null) next.set("after", cursor);
+    return el("a", { href: "/?" + next.toString(), class: "page", id, text });
   };
-  if (offset > 0) pages.append(pageLink(offset - size, "← newer"));
-  pages.append(el("span", { class: "muted", text: ` runs ${offset + 1}–${offset + data.runs.length} ` }));
-  if (data.more) pages.append(pageLink(offset + size, "older →"));
+  if (!first) pages.append(pageLink(null, "← latest", "page-latest"));
+  const shownRuns = first ? `runs 1–${data.runs.length}` : `${data.runs.length} older run${data.runs.length === 1 ? "" : "s"}`;
+  pages.append(el("span", { class: "muted", text: ` ${shownRuns} ` }));
+  if (data.more) pages.append(pageLink(data.next, "older →", "page-older"));
   const empty = data.runs.length ? null : el("p", { class: "muted", id: "no-runs", text: "No runs match." });
   const title = session
     ? el("h1", { id: "session-title", title: session }, `Turns of session ${shown(session)} `, el("a", { href: "/", class: "muted", text: "(all runs)" }))
