@@ -202,6 +202,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             self._replied = MODEL_FAILED
             return
         assert isinstance(result, list)  # compaction_problem checked it
+        run.talk.compact_error = ""  # an earlier attempt's failure no longer describes the run
         before = len(run.talk.context_head or ()) + len(run.talk.messages) - run.talk.context_start
         run.talk.context_head, run.talk.context_start, run.counts.compacted_turn = (
             list(result),

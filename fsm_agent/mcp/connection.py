@@ -46,10 +46,14 @@ _EVENT_TOO_LARGE = re.compile(r"exceeded the \d+ byte limit")
 
 
 def describe(exc: BaseException) -> str:
-    """One line for an exception, looking through the single-exception groups anyio wraps errors in."""
+    """One line for an exception, looking through the single-exception groups anyio wraps errors in.
+
+    A message of several lines (a pydantic ``ValidationError`` names the bad
+    field on a line of its own) is joined with ``"; "``, so nothing is cut.
+    """
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    text = str(exc)
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -84,7 +88,10 @@ class Connection:
             return self._ready.result()
         except BaseException as exc:
             self._thread.join(CLOSE_WAIT)
-            msg = f"could not connect to {self.source}: {self._ended() or describe(exc)}"
+            # How the server ended says why only when the connection was lost; otherwise the client gave up on it
+            # (a listing it refused, say) and stopped the server itself.
+            ended = self._ended() if _connection_lost(exc) else None
+            msg = f"could not connect to {self.source}: {ended or describe(exc)}"
             raise ConnectionError(msg) from exc
 
     def close(self) -> None:

@@ -1,0 +1,129 @@
+"""A second real MCP server for the audit tests, on the SDK: ``python tests/support/mcp_audit_server.py [MODE]``.
+
+Every tool counts its calls by label in the JSON file named by
+``FSM_AGENT_TEST_COUNTS`` (``<label>`` when it completes, ``<label>:started``
+as it starts), so a test sees on the server's side how often each really ran.
+
+- ``hang(label)`` counts its start; its first call under a label then
+  waits until its request is cancelled or the server exits (a call a run's
+  timeout or cancel cuts), a later one completes and counts ``<label>``.
+- ``bump(label)`` counts one completed side effect.
+- ``retire(name)`` removes the tool ``name`` from the server: the tool list
+  changes under a client that listed it earlier.
+- ``mixed()`` returns text, an image, an embedded text resource, an embedded
+  binary resource and a resource link, in that order.
+- ``shaped()`` returns structured content only (no content blocks).
+- ``fail_empty()`` is an error result without any text.
+
+MODE ``badschema`` adds a tool whose input schema is not an object schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("fsm-agent-audit")
+
+PIXEL = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
+)
+
+
+_COUNTING = threading.Lock()
+"""Sync tools run in worker threads beside the async ones on the loop: one count at a time."""
+
+
+def _count(key: str) -> int:
+    with _COUNTING:
+        return _count_locked(key)
+
+
+def _count_locked(key: str) -> int:
+    path = Path(os.environ["FSM_AGENT_TEST_COUNTS"])
+    counts = json.loads(path.read_text()) if path.exists() else {}
+    counts[key] = counts.get(key, 0) + 1
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(counts))
+    tmp.replace(path)  # a reader never sees half a file
+    return int(counts[key])
+
+
+@server.tool()
+async def hang(label: str) -> str:
+    """Count the start; the first call under ``label`` then waits until cancelled, a later one completes."""
+    if _count(f"{label}:started") == 1:
+        await anyio.sleep_forever()
+    return f"{label} finished after {_count(label)}"
+
+
+@server.tool()
+def bump(label: str) -> int:
+    """Count one side effect under ``label``."""
+    return _count(label)
+
+
+@server.tool()
+def retire(name: str) -> str:
+    """Remove the tool ``name`` from this server."""
+    server.remove_tool(name)
+    return f"retired {name}"
+
+
+@server.tool()
+def mixed() -> list[Any]:
+    """Text, an image, embedded resources (text and binary) and a resource link."""
+    return [
+        mcp_types.TextContent(type="text", text="intro"),
+        mcp_types.ImageContent(type="image", data=base64.b64encode(PIXEL).decode(), mime_type="image/png"),
+        mcp_types.EmbeddedResource(
+            type="resource",
+            resource=mcp_types.TextResourceContents(uri="file:///notes.txt", text="note text", mime_type="text/plain"),
+        ),
+        mcp_types.EmbeddedResource(
+            type="resource",
+            resource=mcp_types.BlobResourceContents(
+                uri="file:///blob.bin", blob=base64.b64encode(b"\x00\x01\x02").decode(), mime_type="application/x"
+            ),
+        ),
+        mcp_types.ResourceLink(type="resource_link", uri="file:///big.csv", name="big.csv"),
+    ]
+
+
+@server.tool()
+def shaped() -> mcp_types.CallToolResult:
+    """Structured content only."""
+    return mcp_types.CallToolResult(content=[], structured_content={"n": 1, "s": "é"})
+
+
+@server.tool()
+def fail_empty() -> mcp_types.CallToolResult:
+    """An error result with no text at all."""
+    return mcp_types.CallToolResult(content=[], is_error=True)
+
+
+def _bad_schema_server() -> None:
+    original = server.list_tools
+
+    async def listed() -> list[mcp_types.Tool]:
+        tools = await original()
+        tools.append(mcp_types.Tool(name="odd", description="A bad schema.", input_schema={"type": "string"}))
+        return tools
+
+    server.list_tools = listed  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["badschema"]:
+        _bad_schema_server()
+    server.run("stdio")
