@@ -279,9 +279,9 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
     if child is not None:
         # A sub-agent's tokens are the parent's too: its budget sees them from the next check on; and its tool
         # calls are the parent's (its max_tool_calls total: see drivers/child_runs).
-        count_tokens(run, child)
-        count_cost(run, child.cost)
-        run.counts.tool_calls += child.tool_calls
+        count_child(run, child)
+        if run.calls.cut_children:
+            run.calls.cut_children.pop(call.id, None)  # the call is answered: its cut, if any, is settled
         run.calls.child_stop = None if child.stop is None else {"child_run_id": child.run_id, **child.stop}
     run.talk.steps.append(
         Step(
@@ -294,6 +294,44 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
             None if child is None else child.run_id,
             outcome.reused_from,
         )
+    )
+
+
+def count_child(run: Run, child: ChildOutcome) -> None:
+    """Add what a sub-agent's run brought its parent: its tokens, its cost (as one call's) and its tool calls."""
+    count_tokens(run, child)
+    count_cost(run, child.cost)
+    run.counts.tool_calls += child.tool_calls
+
+
+def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: ChildOutcome) -> None:
+    """A sub-agent call was given up in flight: keep what its run had ``spent``, and count the ``uncounted`` part.
+
+    Why: the child's model calls were made and billed whether or not the
+    parent waits for its answer, so a stopped parent's usage must hold them.
+    ``spent`` is kept by call id (``Calls.cut_children``, part of the
+    snapshot): if the call is made again and its child's stored run taken
+    back, that run's outcome brings only what it spent beyond what was
+    counted here (``drivers.child_spend``), so nothing is counted twice.
+    ``uncounted`` is ``spent`` less what an earlier cut of the same call
+    counted already.  A cut child that spent nothing adds no call to count.
+    """
+    run.calls.cut_children[call_id] = spent
+    if spent_anything(uncounted):
+        count_child(run, uncounted)
+
+
+def spent_anything(child: ChildOutcome) -> bool:
+    """Whether a sub-agent's run spent any token, tool call or dollar (an unknown cost counts as spent)."""
+    return bool(
+        child.input_tokens
+        or child.output_tokens
+        or child.tool_calls
+        or child.cost is None
+        or child.cost
+        or child.cache_read_tokens
+        or child.cache_write_tokens
+        or child.reasoning_tokens
     )
 
 

@@ -1,4 +1,4 @@
-"""What a driver tells the stepper from outside the machine: the time, a cancel, a failed hook, a resume.
+"""What a driver tells the stepper from outside the machine: the time, a cancel, a failed hook, a cut child, a resume.
 
 The stepper is the one writer of a run (as h11's ``_state.py`` is of a
 connection): a driver reads a clock, a cancel token and its hooks, and hands
@@ -12,13 +12,15 @@ see them as the sync driver's would.
 
 from __future__ import annotations
 
-from fsm_agent.core.ledger import answer_unexecuted
+from collections.abc import Mapping
+
+from fsm_agent.core.ledger import answer_unexecuted, count_cut_child
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
 from fsm_agent.definition.table import RESUME
-from fsm_agent.records import Transition
+from fsm_agent.records import ChildOutcome, Transition
 
 
 class OutsideEvents:
@@ -58,6 +60,20 @@ class OutsideEvents:
         run = self.run
         if run.faults.hook_error is None:
             run.faults.hook_error = error
+
+    def children_cut(self, spent: Mapping[str, tuple[ChildOutcome, ChildOutcome]]) -> None:
+        """Sub-agent calls were given up in flight (the deadline, a cancel): count what their runs spent.
+
+        ``spent`` maps a call id to what its child's run had spent and the
+        part of that not counted yet (``ledger.count_cut_child``).  A call
+        whose outcome the run holds, or that is no longer pending, was not
+        cut: its outcome is recorded, and counts its child, as any other.
+        """
+        run = self.run
+        pending = {call.id for call in run.calls.pending}
+        for call_id, (whole, uncounted) in spent.items():
+            if call_id in pending and call_id not in run.calls.ran:
+                count_cut_child(run, call_id, whole, uncounted)
 
     def resume(self, retry: bool, before: Limits | None = None) -> Transition | None:
         """Take the ``resume`` edge out of ``Failed`` if the run's limits now lift its stop; None if they do not.

@@ -27,7 +27,7 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.jsontext import versioned
-from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome, plain
+from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome, plain, spends
 from fsm_agent.tools import ToolResult
 
 T = TypeVar("T")
@@ -76,6 +76,7 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
         "state": str(run.at.state),
         "pending": [plain(c) for c in run.calls.pending],
         "ran": {call_id: plain(outcome) for call_id, outcome in run.calls.ran.items()},
+        "cut_children": {call_id: plain(spent) for call_id, spent in run.calls.cut_children.items()},
         "approvals": dict(run.calls.approvals),
         "carried": [[name, arguments, plain(result)] for name, arguments, result in run.calls.carried],
         "carried_down": [
@@ -317,6 +318,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     run.at.evidence, run.at.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])
     try:
         run.calls.ran = {str(k): _result(v) for k, v in data["ran"].items()}
+        run.calls.cut_children = spends(data.get("cut_children", {}), "cut_children")  # none kept before it existed
         run.calls.approvals = dict(data["approvals"])
         run.calls.carried = [(str(n), str(a), _result(r)) for n, a, r in data.get("carried") or ()]  # a fork's only
         run.calls.carried_down = [

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.states import AwaitModel, State
-from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage
+from fsm_agent.records import ChildOutcome, Message, ModelResponse, Step, ToolCall, Transition, Usage
 from fsm_agent.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -226,7 +226,17 @@ class Talk:
 class Calls:
     """The tool calls of the current turn: not run yet, run but not replayed, their approvals; a fork's carried ones."""
 
-    __slots__ = ("approvals", "call_ids", "carried", "carried_down", "child_stop", "pending", "ran", "to_approve")
+    __slots__ = (
+        "approvals",
+        "call_ids",
+        "carried",
+        "carried_down",
+        "child_stop",
+        "cut_children",
+        "pending",
+        "ran",
+        "to_approve",
+    )
 
     def __init__(self) -> None:
         # Tool calls of the current turn not executed yet; in ExecuteTool, pending[0] is the call about to run.
@@ -243,6 +253,9 @@ class Calls:
         self.call_ids: set[str] | None = None
         # A sub-agent's stop that its tool passes on (on_child_stop="raise"), until child_stopped takes it.
         self.child_stop: dict[str, Any] | None = None
+        # What the run of each sub-agent call cut in flight (the deadline, a cancel) had spent, by call id: counted
+        # at the cut, so the call made again adds only what its child's run spends beyond it (core.ledger).
+        self.cut_children: dict[str, ChildOutcome] = {}
         # On a fork: the outcomes of calls the source run completed after the fork point, as (tool name, arguments
         # as canonical JSON, result); a call of the fork asking the same takes one instead of being made again.
         self.carried: list[tuple[str, str, ToolResult]] = []

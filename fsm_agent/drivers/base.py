@@ -9,7 +9,7 @@ shape), so the sync and async paths cannot drift apart.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core import snapshot
@@ -25,7 +25,7 @@ from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
-from fsm_agent.records import Message, RunResult, Step, ToolCall, Transition
+from fsm_agent.records import ChildOutcome, Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext
 
 if TYPE_CHECKING:
@@ -43,6 +43,8 @@ class RunBase(WatchedRun):
     forked_from: tuple[str | None, int] | None = None
     """A fork's source run and the transition it was taken after (``Agent.fork``); None for any other run."""
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
+    # The sub-agent calls in flight, by call id: each reads what its child's run spent so far (drivers.child_spend).
+    _flying: dict[str, Callable[[], tuple[ChildOutcome, ChildOutcome]]] | None = None
 
     def __init__(
         self,
@@ -263,6 +265,10 @@ class RunBase(WatchedRun):
     def _interrupt(self, trigger: str, unfinished: str | None) -> Transition:
         """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""
         self._observe()
+        flying = self._flying
+        if flying:  # sub-agent calls given up with it: what their runs spent is the run's (drivers.child_spend)
+            self._flying = None  # first: a parent reading this run's spend never counts these twice
+            self.stepper.children_cut({call_id: spent() for call_id, spent in flying.items()})
         if self._observed and self.position.at.state is ExecuteTool:
             self._batch_cut_events()
         return self._after(self.stepper.interrupt(trigger, unfinished))

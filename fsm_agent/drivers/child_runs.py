@@ -8,7 +8,10 @@ from its own last checkpoint (waiting out a dead owner's lease).  The
 parent's remaining deadline and token budget, shared among the sub-agent
 calls of its turn, become the child's limits; its deps, unless the tool
 has its own, become the child's deps (never stored: a child taken over is
-given them again).
+given them again).  A call the parent gives up in flight (its deadline, a
+cancel) leaves what the child spent until then counted by the parent; made
+again, it brings only what the child's run spends beyond that
+(``drivers.child_spend``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import attrs
 from fsm_agent.core.batch import unrun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
+from fsm_agent.drivers.child_spend import beyond, fly, lent_back, shared, spent_in
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import astored, awaited, stored
 from fsm_agent.errors import AgentLoopError, RunLeasedError
@@ -80,6 +84,22 @@ def shares(parent: RunBase) -> tuple[int | None, int | None]:
     return tokens, calls
 
 
+def _with_lent_back(
+    parent: RunBase, call: ToolCall, run_id: str, data: dict[str, Any] | None, tokens: int | None, calls: int | None
+) -> tuple[int | None, int | None]:
+    """The child's shares of tokens and tool calls, with what its stored run holds that a cut counted already.
+
+    The child counts against its limits from its stored counts on; what a
+    cut of this call counted of those is the parent's already, so it is no
+    part of what the parent has left (``child_spend.lent_back``).
+    """
+    lent_tokens, lent_calls = lent_back(parent, call, run_id, data)
+    return (
+        None if tokens is None else tokens + lent_tokens,
+        None if calls is None else calls + lent_calls,
+    )
+
+
 def _limits(parent: RunBase, agent: Agent, tokens: int | None, calls: int | None) -> Limits:
     """The child agent's limits, each cut to what the parent has left (time, and its shares of tokens and calls)."""
     own = agent.limits
@@ -115,24 +135,17 @@ def _no_tokens(child: ChildTool, run_id: str, parent: RunBase) -> ToolResult:
     return ToolResult(content, message, child=ChildOutcome(run_id, 0, 0, stop))
 
 
-def _calls_made(result: RunResult) -> int:
-    """The tool calls a child's run made (its own and its children's), as its last step counted them."""
-    used = result.steps[-1].counters.get("tool_calls", [0])[0] if result.steps else 0
-    return int(used or 0)
+def _outcome(child: ChildTool, run_id: str, result: RunResult, counted: ChildOutcome | None = None) -> ToolResult:
+    """The call's outcome from its child's result; it brings the parent what the child spent beyond ``counted``.
 
-
-def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
-    usage = result.usage
-    made = _calls_made(result)
-    parts = {
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "reasoning_tokens": usage.reasoning_tokens,
-    }
+    ``counted`` is what the parent counted already of this child's run, at
+    a cut of this call (``child_spend.shared``): the call made again brings
+    only the rest, so no token is counted twice.
+    """
+    spent = spent_in(run_id, result)
     if result.ok:
         content = _answer_json(result)
-        outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, None, made, usage.cost, **parts)
-        return ToolResult(content, child=outcome)
+        return ToolResult(content, child=beyond(spent, counted))
     facts: dict[str, Any] = {"reason": result.reason, "evidence": result.evidence}
     # What the child ended with (a finalize call's answer, a reply cut at max_tokens): the parent paid for it.
     # A typed child's finalize answer that passed its check is its output, as a finished child's is.
@@ -143,8 +156,7 @@ def _outcome(child: ChildTool, run_id: str, result: RunResult) -> ToolResult:
     message = f"sub-agent {child.name!r} stopped ({result.reason}) in run {run_id!r}"
     content = json.dumps({"error": message, **facts}, ensure_ascii=False, default=str)
     stop = facts if child.on_child_stop == "raise" else None
-    outcome = ChildOutcome(run_id, usage.input_tokens, usage.output_tokens, stop, made, usage.cost, **parts)
-    return ToolResult(content, message, child=outcome)
+    return ToolResult(content, message, child=beyond(attrs.evolve(spent, stop=stop), counted))
 
 
 def _answer_json(result: RunResult) -> str:
@@ -175,7 +187,7 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     tokens, calls = shares(parent)
     if tokens == 0 and not _finished(data):
         return run_id, _no_tokens(child, run_id, parent), False
-    limits = _limits(parent, child.agent, tokens, calls)
+    limits = _limits(parent, child.agent, *_with_lent_back(parent, call, run_id, data, tokens, calls))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, _taken_over(child, store, run_id, data, parent, limits), False
@@ -197,7 +209,7 @@ async def _abegin(
     tokens, calls = shares(parent)
     if tokens == 0 and not _finished(data):
         return run_id, _no_tokens(child, run_id, parent), False
-    limits = _limits(parent, child.agent, tokens, calls)
+    limits = _limits(parent, child.agent, *_with_lent_back(parent, call, run_id, data, tokens, calls))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, await _ataken_over(child, store, run_id, data, parent, limits), False
@@ -326,15 +338,17 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
     run_id, begun, new = _begin(parent, child, call)
     if isinstance(begun, ToolResult):
         return begun
+    counted = shared(parent, call, run_id, begun)
     if isinstance(begun, RunResult):
-        return _outcome(child, run_id, begun)
+        return _outcome(child, run_id, begun, counted)
     if new:
         begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
+    fly(parent, call, begun, counted)  # a cut of the parent counts what the child spent until then
     try:
         result = begun.finish()
     except AgentLoopError as stop:
         result = stop.result
-    return _outcome(child, run_id, result)
+    return _outcome(child, run_id, result, counted)
 
 
 async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
@@ -345,12 +359,14 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
     run_id, begun, new = await _abegin(parent, child, call)
     if isinstance(begun, ToolResult):
         return begun
+    counted = shared(parent, call, run_id, begun)
     if isinstance(begun, RunResult):
-        return _outcome(child, run_id, begun)
+        return _outcome(child, run_id, begun, counted)
     if new:
         await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
+    fly(parent, call, begun, counted)  # a cut of the parent (the child cancelled with it) counts what it spent
     try:
         result = await begun.afinish()
     except AgentLoopError as stop:
         result = stop.result
-    return _outcome(child, run_id, result)
+    return _outcome(child, run_id, result, counted)

@@ -1,0 +1,92 @@
+"""The snapshot's ``cut_children``: what the runs of sub-agent calls cut in flight had spent, counted at the cut.
+
+docs/concepts/snapshots.md: the field survives a store and a resume in
+another process, so a later outcome of the call adds only the rest; a
+snapshot from before it existed loads with none; a tampered count is
+refused, naming the entry (a negative one would let the call's outcome add
+more than its child spent).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fsm_agent import Agent, AgentLoopError, SnapshotError, ToolRegistry, Usage
+from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
+
+SPENT = {
+    "run_id": "p/c1",
+    "input_tokens": 500,
+    "output_tokens": 50,
+    "stop": None,
+    "tool_calls": 1,
+    "cost": 0.00055,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+    "reasoning_tokens": 0,
+}
+
+
+def _agent(*script: Any) -> Agent:
+    """An agent whose model answers ``script`` (by default: one call of ``look``, then an answer)."""
+    tools = ToolRegistry()
+
+    def look(text: str) -> str:
+        """Look it up."""
+        return text
+
+    tools.register(look)
+    script = script or (tool_turn(tool_call("look", id="k1", text="a"), usage=Usage(3, 1)), reply("done"))
+    return Agent(FakeModel(list(script)), tools, max_steps=1)
+
+
+def _stopped() -> dict[str, Any]:
+    """A run stopped on ``max_steps`` before its next model call: resumable with a larger ``max_steps``."""
+    with pytest.raises(AgentLoopError) as stop:
+        _agent().run("q")
+    data = stop.value.result.snapshot
+    assert data is not None
+    return data
+
+
+def test_what_a_cut_child_spent_survives_a_resume_and_the_next_snapshot() -> None:
+    data = _stopped()
+    assert data["cut_children"] == {}
+    data["cut_children"] = {"c1": SPENT}
+    run = _agent().resume(data, max_steps=5)
+    assert run.snapshot()["cut_children"] == {"c1": SPENT}
+
+
+def test_a_snapshot_from_before_cut_children_loads_with_none() -> None:
+    data = _stopped()
+    del data["cut_children"]
+    run = _agent(reply("done")).resume(data, max_steps=5)
+    assert run.snapshot()["cut_children"] == {}
+    assert run.finish().final == "done"
+
+
+BAD = {
+    "negative tokens": ({**SPENT, "input_tokens": -500}, r"cut_children\['c1'\]\.input_tokens must be a whole number"),
+    "fractional calls": ({**SPENT, "tool_calls": 0.5}, r"cut_children\['c1'\]\.tool_calls must be a whole number"),
+    "negative cost": ({**SPENT, "cost": -1.0}, r"cut_children\['c1'\]\.cost must be None or a finite number"),
+    "a stop": ({**SPENT, "stop": {"reason": "timeout"}}, r"cut_children\['c1'\] must name its run and no stop"),
+    "an unknown key": ({**SPENT, "tokens": 1}, "unexpected keyword argument 'tokens'"),
+    "not an object": ([500, 50], "cut_children must map call ids to what their sub-agent runs spent"),
+}
+
+
+@pytest.mark.parametrize(("entry", "message"), BAD.values(), ids=BAD)
+def test_a_tampered_cut_child_is_a_snapshot_error_naming_the_entry(entry: Any, message: str) -> None:
+    data = _stopped()
+    data["cut_children"] = {"c1": entry}
+    with pytest.raises(SnapshotError, match=message):
+        _agent().resume(data, max_steps=5)
+
+
+def test_cut_children_that_is_no_object_is_a_snapshot_error() -> None:
+    data = _stopped()
+    data["cut_children"] = ["c1"]
+    with pytest.raises(SnapshotError, match="cut_children must map call ids"):
+        _agent().resume(data, max_steps=5)
