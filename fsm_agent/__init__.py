@@ -8,7 +8,6 @@ import typing
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.pricing import Price, UnpricedModelError
-from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import RunView
 from fsm_agent.definition.states import STATES, Policy, Reason, State
@@ -31,6 +30,7 @@ from fsm_agent.errors import (
     RunExistsError,
     RunLeasedError,
     RunStateError,
+    SnapshotError,
     StaleRunError,
 )
 from fsm_agent.observe.events import CallEvent, JsonlLog, TextDelta, TransitionEvent

@@ -7,6 +7,7 @@
     ├── RunLeasedError (also RuntimeError)  another owner is advancing that stored run
     │   └── StaleRunError                   the stored run moved on since it was read: load it again
     ├── DecisionError (also ValueError)     a decision on a stored run's call that cannot be taken
+    ├── SnapshotError (also ValueError)     a snapshot that cannot be resumed: the field at fault named
     ├── ForkError (also ValueError)         a fork that cannot be taken: where, and why
     ├── Retry                               raised by an output validator: ask the model again, saying why
     ├── ContextOverflowError                a model call's input is longer than the model's context window
@@ -129,6 +130,10 @@ class DecisionError(FsmAgentError, ValueError):
 
     def __str__(self) -> str:
         return f"no decision taken on call {self.call_id!r} of run {self.run_id!r}: {self.why}"
+
+
+class SnapshotError(FsmAgentError, ValueError):
+    """A snapshot that cannot be resumed: wrong version, broken JSON, unknown state, bad or contradictory fields."""
 
 
 class Retry(FsmAgentError):

@@ -8,8 +8,6 @@ tests.  The one mutable object of a run lives in :mod:`fsm_agent.run`.
 from __future__ import annotations
 
 import json
-import math
-import reprlib
 from typing import Any
 
 import attr
@@ -204,36 +202,6 @@ class ChildOutcome:
 def child_outcome(value: ChildOutcome | dict[str, Any] | None) -> ChildOutcome | None:
     """A child outcome, from its plain form too (a snapshot holds that for a kept tool outcome)."""
     return ChildOutcome(**value) if isinstance(value, dict) else value
-
-
-def spends(value: object, name: str) -> dict[str, ChildOutcome]:
-    """What sub-agent runs spent, by call id, from its plain form; ``TypeError`` or ``ValueError`` naming an entry.
-
-    Why checked: a snapshot's ``cut_children`` holds these, and a negative or
-    fractional count would make a call's later outcome add more than its
-    child spent (``core.ledger.count_cut_child``).
-    """
-    if not isinstance(value, dict) or not all(isinstance(entry, dict) for entry in value.values()):
-        msg = f"{name} must map call ids to what their sub-agent runs spent, got {reprlib.repr(value)}"
-        raise TypeError(msg)
-    kept = {str(call_id): ChildOutcome(**entry) for call_id, entry in value.items()}
-    for call_id, spent in kept.items():
-        where = f"{name}[{call_id!r}]"
-        if not isinstance(spent.run_id, str) or spent.stop is not None:
-            msg = f"{where} must name its run and no stop, got {reprlib.repr(value[call_id])}"
-            raise TypeError(msg)
-        for count in _SPENT:
-            if type(getattr(spent, count)) is not int or getattr(spent, count) < 0:
-                msg = f"{where}.{count} must be a whole number >= 0, got {getattr(spent, count)!r}"
-                raise ValueError(msg)
-        cost = spent.cost
-        if cost is not None and (type(cost) not in (int, float) or not 0 <= cost < math.inf):
-            msg = f"{where}.cost must be None or a finite number of US dollars >= 0, got {cost!r}"
-            raise ValueError(msg)
-    return kept
-
-
-_SPENT = ("input_tokens", "output_tokens", "tool_calls", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
 @attrs.frozen

@@ -11,32 +11,26 @@ migrated (``core.snapshot_migrations``).
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from collections.abc import Callable
-from reprlib import repr as _shown
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
+from fsm_agent.core import snapshot_fields as fields
 from fsm_agent.core.consistency import contradictions
 from fsm_agent.core.exchanges import exchange_of
 from fsm_agent.core.snapshot_migrations import MIGRATIONS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
-from fsm_agent.errors import FsmAgentError
+from fsm_agent.errors import SnapshotError
 from fsm_agent.jsontext import versioned
-from fsm_agent.records import Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome, plain, spends
-from fsm_agent.tools import ToolResult
+from fsm_agent.records import Message, plain
 
-T = TypeVar("T")
+__all__ = ["GROWING", "SNAPSHOT_FORMAT", "SNAPSHOT_VERSION", "SnapshotError", "dump", "load", "parse"]
+
 SNAPSHOT_FORMAT = "fsm_agent.Snapshot"
 SNAPSHOT_VERSION = 2
-
-
-class SnapshotError(FsmAgentError, ValueError):
-    """A snapshot that cannot be resumed: wrong version, broken JSON, unknown state, bad or contradictory fields."""
 
 
 GROWING = ("messages", "steps", "trace", "io")
@@ -168,118 +162,19 @@ def earlier_limits_of(data: dict[str, Any]) -> tuple[tuple[int, Limits], ...]:
     """The limits the run ran under before each resume edge, by the edge's index; none if the snapshot kept none."""
     try:
         pairs = data.get("earlier_limits") or ()
-        return tuple((_count({"at": at}, "at"), limits_of({"limits": was})) for at, was in pairs)
+        return tuple((fields.count({"at": at}, "at"), limits_of({"limits": was})) for at, was in pairs)
     except (SnapshotError, TypeError, ValueError) as exc:
         msg = f"snapshot field earlier_limits must list [index of a resume edge, limits] pairs: {exc}"
         raise SnapshotError(msg) from exc
 
 
-def _count(counters: dict[str, Any], name: str) -> int:
-    value = counters.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        msg = f"snapshot field counters.{name} must be a whole number >= 0, got {value!r}"
-        raise SnapshotError(msg)
-    return value
-
-
-def _dollars(counters: dict[str, Any]) -> float:
-    value = counters.get("cost")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        msg = f"snapshot field counters.cost must be a finite number of US dollars >= 0, got {value!r}"
-        raise SnapshotError(msg)
-    return float(value)
-
-
-def _seconds(counters: dict[str, Any]) -> float:
-    value = counters.get("elapsed")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        msg = f"snapshot field counters.elapsed must be a finite number of seconds >= 0, got {value!r}"
-        raise SnapshotError(msg)
-    return float(value)
-
-
-def _by_tool(counters: dict[str, Any]) -> dict[str, int]:
-    value = counters.get("calls_by_tool")
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        msg = f"snapshot field counters.calls_by_tool must map tool names to counts, got {value!r}"
-        raise SnapshotError(msg)
-    return {name: _count(value, name) for name in value}
-
-
-def _call(data: dict[str, Any]) -> ToolCall:
-    return _typed(ToolCall(**data), id=str, name=str)
-
-
-def _items(data: dict[str, Any], name: str, build: Callable[[dict[str, Any]], Any]) -> list[Any]:
-    """Each entry of the list field ``name`` built into its record; ``SnapshotError`` naming the entry at fault."""
-    if not isinstance(items := data.get(name), list) or not all(isinstance(item, dict) for item in items):
-        msg = f"snapshot field {name} must be a list of objects, got {_shown(items)}"
-        raise SnapshotError(msg)
-    built = []
-    for index, item in enumerate(items):
-        try:
-            built.append(build(item))
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            msg = f"snapshot field {name}[{index}] is malformed: {type(exc).__name__}: {exc}"
-            raise SnapshotError(msg) from exc
-    return built
-
-
-def _typed(record: T, **kinds: type) -> T:
-    """``record``, once each named field holds its kind (a bool is no number); else ``TypeError`` naming the field."""
-    for name, kind in kinds.items():
-        if not isinstance(value := getattr(record, name), kind) or (kind is int and isinstance(value, bool)):
-            msg = f"{name} must be a {kind.__name__}, got {_shown(value)}"
-            raise TypeError(msg)
-    return record
-
-
-def _transition(data: dict[str, Any], states: tuple[State, ...]) -> Transition:
-    entry = _typed(Transition(**data), trigger=str)
-    if entry.source not in states or entry.dest not in states:
-        msg = f"{entry.source!r} -> {entry.dest!r} is not an edge between states of this agent's table"
-        raise ValueError(msg)
-    return entry
-
-
-_TEXTS = (  # the fields that hold a text or nothing (null, or left out)
-    *("run_id", "session_id", "parent_run_id", "parent_call_id", "input_digest"),
-    *("reason", "final", "unfinished", "finalizing", "error"),
-)
-
-
-def _check_fields(data: dict[str, Any]) -> None:
-    for name in _TEXTS:
-        if (value := data.get(name)) is not None and not isinstance(value, str):
-            msg = f"snapshot field {name} must be a string or null, got {_shown(value)}"
-            raise SnapshotError(msg)
-    for name in ("evidence", "finalize_evidence"):
-        if not isinstance(value := data.get(name), dict):
-            msg = f"snapshot field {name} must be an object, got {_shown(value)}"
-            raise SnapshotError(msg)
-
-
 def message_of(data: dict[str, Any]) -> Message:
     """A stored message (its plain form) as a ``Message``; ``SnapshotError`` if it is not one."""
     try:
-        return _message(data)
+        return fields.message(data)
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"snapshot holds a malformed message: {type(exc).__name__}: {exc}"
         raise SnapshotError(msg) from exc
-
-
-def _message(data: dict[str, Any]) -> Message:
-    calls = tuple(_call(c) for c in data["tool_calls"])
-    # Snapshots written before provider_data existed have no such key: nothing opaque to send back.
-    message = Message(data["role"], data["content"], calls, data["tool_call_id"], data.get("provider_data"))
-    return _typed(message, role=str, content=str, **({} if message.tool_call_id is None else {"tool_call_id": str}))
-
-
-def _response(data: dict[str, Any] | None) -> ModelResponse | None:
-    if data is None:
-        return None
-    usage = None if data["usage"] is None else Usage(**data["usage"])
-    return ModelResponse(_message(data["message"]), data["stop_reason"], usage)
 
 
 def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
@@ -293,40 +188,44 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         msg = f"snapshot field counters must be an object, got {type(counters).__name__}"
         raise SnapshotError(msg)
     run.counts.turns, run.counts.failures, run.counts.tool_calls = (
-        _count(counters, n) for n in ("turns", "failures", "tool_calls")
+        fields.count(counters, n) for n in ("turns", "failures", "tool_calls")
     )
-    run.counts.input_tokens, run.counts.output_tokens = (_count(counters, n) for n in ("input_tokens", "output_tokens"))
+    run.counts.input_tokens, run.counts.output_tokens = (
+        fields.count(counters, n) for n in ("input_tokens", "output_tokens")
+    )
     parts = {"cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0, **counters}  # none before kept
     run.counts.cache_read_tokens, run.counts.cache_write_tokens, run.counts.reasoning_tokens = (
-        _count(parts, n) for n in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+        fields.count(parts, n) for n in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
     )
     # A snapshot from before runs were priced has none of these: nothing priced, nothing known unpriced.
     priced = {"cost": 0.0, "priced": 0, "unpriced": 0, **counters}
-    run.counts.cost = _dollars(priced)
-    run.counts.priced, run.counts.unpriced = (_count(priced, n) for n in ("priced", "unpriced"))
-    run.counts.calls_by_tool = _by_tool(counters)
-    run.counts.elapsed = _seconds(counters)
-    run.talk.sent = _count({"sent": 0, **counters}, "sent")  # a snapshot from before history processors has none
-    _check_fields(data)
+    run.counts.cost = fields.dollars(priced)
+    run.counts.priced, run.counts.unpriced = (fields.count(priced, n) for n in ("priced", "unpriced"))
+    run.counts.calls_by_tool = fields.calls_by_tool(counters)
+    run.counts.elapsed = fields.seconds(counters)
+    run.talk.sent = fields.count({"sent": 0, **counters}, "sent")  # a snapshot from before history processors has none
+    fields.check_texts(data)
     run.at.state = State(state)
-    run.talk.messages[:] = _items(data, "messages", _message)
-    run.talk.steps[:] = _items(data, "steps", lambda s: _typed(Step(**s), index=int, kind=str, detail=str))
-    run.at.trace[:] = _items(data, "trace", lambda t: _transition(t, states))
+    run.talk.messages[:] = fields.items(data, "messages", fields.message)
+    run.talk.steps[:] = fields.items(data, "steps", fields.step)
+    run.at.trace[:] = fields.items(data, "trace", lambda t: fields.transition(t, states))
     run.at.earlier_limits = earlier_limits_of(data)
-    run.talk.io[:] = _items({"io": [], **data}, "io", exchange_of)
-    run.calls.pending = deque(_items(data, "pending", _call))
+    run.talk.io[:] = fields.items({"io": [], **data}, "io", exchange_of)
+    run.calls.pending = deque(fields.items(data, "pending", fields.tool_call))
     run.at.evidence, run.at.finalize_evidence = dict(data["evidence"]), dict(data["finalize_evidence"])
     try:
-        run.calls.ran = {str(k): _result(v) for k, v in data["ran"].items()}
-        run.calls.cut_children = spends(data.get("cut_children", {}), "cut_children")  # none kept before it existed
+        run.calls.ran = {str(k): fields.result(v) for k, v in data["ran"].items()}
+        cut = data.get("cut_children", {})  # none kept before it existed
+        run.calls.cut_children = fields.cut_children(cut, "snapshot field cut_children")
         run.calls.approvals = dict(data["approvals"])
-        run.calls.carried = [(str(n), str(a), _result(r)) for n, a, r in data.get("carried") or ()]  # a fork's only
+        carried = data.get("carried") or ()  # a fork's only
+        run.calls.carried = [(str(n), str(a), fields.result(r)) for n, a, r in carried]
         run.calls.carried_down = [
-            (str(n), str(a), [(str(cn), str(ca), _result(cr)) for cn, ca, cr in outcomes])
+            (str(n), str(a), [(str(cn), str(ca), fields.result(cr)) for cn, ca, cr in outcomes])
             for n, a, outcomes in data.get("carried_down") or ()
         ]
-        run.calls.to_approve = _to_approve(data, run)
-        run.talk.last_response = _response(data["last_response"])
+        run.calls.to_approve = fields.to_approve(data, run)
+        run.talk.last_response = fields.response(data["last_response"])
         signature = counters["last_signature"]
         run.counts.last_signature = None if signature is None else (str(signature[0]), str(signature[1]))
         run.talk.last_error = counters["last_error"]
@@ -346,7 +245,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         raise SnapshotError(msg) from exc
     if data.get("error") is not None:
         run.faults.model_exception = RuntimeError(data["error"])
-    run.talk.prior = _prior(data, len(run.talk.messages))
+    run.talk.prior = fields.prior(data, len(run.talk.messages))
     _load_compaction(run, data.get("compaction"))
     # Each answer sent back is one output_invalid edge of the trace: the count needs no field of its own.
     run.counts.output_retries = sum(1 for entry in run.at.trace if entry.guard == "output_invalid")
@@ -356,17 +255,12 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         raise SnapshotError(msg)
 
 
-def _result(data: dict[str, Any]) -> ToolResult:
-    """A kept tool outcome from its plain form (a sub-agent's outcome with it)."""
-    return ToolResult(**{**data, "child": child_outcome(data.get("child"))})
-
-
 def _load_compaction(run: Run, data: Any) -> None:
     """Restore a compacted history; a snapshot from before compaction has none."""
     if data is None:
         return
     try:
-        head = [_message(m) for m in data["head"]]
+        head = [fields.message(m) for m in data["head"]]
         start, turn, due, error = data["start"], data["turn"], data["due"], data["error"]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         msg = f"snapshot field compaction is malformed: {type(exc).__name__}: {exc}"
@@ -376,32 +270,3 @@ def _load_compaction(run: Run, data: Any) -> None:
         raise SnapshotError(msg)
     run.talk.context_head, run.talk.context_start, run.counts.compacted_turn = head, start, turn
     run.talk.compacting, run.talk.compact_error = bool(due), str(error)
-
-
-def _prior(data: dict[str, Any], messages: int) -> int:
-    """How many leading messages came before the run; a snapshot from before histories has none (0: all are its own)."""
-    value = data.get("prior", 0)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= messages:
-        msg = f"snapshot field prior must be a whole number from 0 to the {messages} messages, got {value!r}"
-        raise SnapshotError(msg)
-    return value
-
-
-def _to_approve(data: dict[str, Any], run: Run) -> set[str]:
-    """The calls waiting for a decision; a snapshot from before the run kept them gates every undecided call if paused.
-
-    Which calls the old run's ``approve`` rule held back was not written
-    down, so a paused one holds back all it could: an undecided call must not
-    run because the agent resuming it has no rule.
-    """
-    if "to_approve" not in data:
-        if not data.get("paused"):
-            return set()
-        return {
-            call.id for call in run.calls.pending if call.id not in run.calls.approvals and call.id not in run.calls.ran
-        }
-    ids = data["to_approve"]
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        msg = f"snapshot field to_approve must be a list of call ids, got {ids!r}"
-        raise SnapshotError(msg)
-    return set(ids)

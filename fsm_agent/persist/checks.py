@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fsm_agent.core import snapshot as snapshots
-from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.table import TABLE
+from fsm_agent.errors import SnapshotError
 
 MAX_RUN_ID_BYTES = 1024
 """The longest run id, in UTF-8 bytes: the same bound in every store (PostgreSQL cannot index a key past 2,704)."""

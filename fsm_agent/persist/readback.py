@@ -13,7 +13,8 @@ import json
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
-from fsm_agent.core.snapshot import GROWING, SnapshotError
+from fsm_agent.core.snapshot import GROWING
+from fsm_agent.errors import SnapshotError
 
 
 def apply(snapshot: dict[str, Any], entry: dict[str, Any]) -> None:

@@ -38,9 +38,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from fsm_agent.core.snapshot import SnapshotError
 from fsm_agent.definition.states import TERMINAL, State
-from fsm_agent.errors import FsmAgentError
+from fsm_agent.errors import FsmAgentError, SnapshotError
 
 # The argument checks moved to checks.py; what other modules import from here stays importable.
 from fsm_agent.persist.checks import check_run_id as check_run_id

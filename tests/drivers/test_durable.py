@@ -23,7 +23,7 @@ from fsm_agent import (
     ToolRegistry,
     Usage,
 )
-from fsm_agent.core.snapshot import SnapshotError
+from fsm_agent.errors import SnapshotError
 from fsm_agent.persist import SqliteStore, open_store
 from fsm_agent.testing import ManualClock, demo_registry, edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema

@@ -14,7 +14,7 @@ from support.provider_rules import anthropic_thinking, gemini_thought_signatures
 from support.provider_server import QUESTION, ProviderServer, body
 
 from fsm_agent import Agent, AgentLoopError, Message, RunResult, ToolCall, TransitionEvent
-from fsm_agent.core.snapshot import SnapshotError
+from fsm_agent.errors import SnapshotError
 from fsm_agent.persist import SqliteStore, open_store
 from fsm_agent.testing import FakeModel, ManualClock, demo_registry, reply, tool_call, tool_turn
 

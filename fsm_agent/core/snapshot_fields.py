@@ -1,0 +1,190 @@
+"""Each field of a snapshot read back and checked: a value of the wrong kind is a ``SnapshotError`` naming it.
+
+A snapshot is data anyone can write; ``core.snapshot`` puts a run together
+from these readers, so each rule a field must keep is stated once, here
+(a negative failure count would switch a limit off, a fractional token count
+would make a budget lie).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from reprlib import repr as _shown
+from typing import Any, TypeVar
+
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import State
+from fsm_agent.errors import SnapshotError
+from fsm_agent.records import ChildOutcome, Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome
+from fsm_agent.tools import ToolResult
+
+T = TypeVar("T")
+
+
+def count(counters: dict[str, Any], name: str) -> int:
+    value = counters.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        msg = f"snapshot field counters.{name} must be a whole number >= 0, got {value!r}"
+        raise SnapshotError(msg)
+    return value
+
+
+def dollars(counters: dict[str, Any]) -> float:
+    value = counters.get("cost")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        msg = f"snapshot field counters.cost must be a finite number of US dollars >= 0, got {value!r}"
+        raise SnapshotError(msg)
+    return float(value)
+
+
+def seconds(counters: dict[str, Any]) -> float:
+    value = counters.get("elapsed")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        msg = f"snapshot field counters.elapsed must be a finite number of seconds >= 0, got {value!r}"
+        raise SnapshotError(msg)
+    return float(value)
+
+
+def calls_by_tool(counters: dict[str, Any]) -> dict[str, int]:
+    value = counters.get("calls_by_tool")
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        msg = f"snapshot field counters.calls_by_tool must map tool names to counts, got {value!r}"
+        raise SnapshotError(msg)
+    return {name: count(value, name) for name in value}
+
+
+def tool_call(data: dict[str, Any]) -> ToolCall:
+    return typed(ToolCall(**data), id=str, name=str)
+
+
+def items(data: dict[str, Any], name: str, build: Callable[[dict[str, Any]], Any]) -> list[Any]:
+    """Each entry of the list field ``name`` built into its record; ``SnapshotError`` naming the entry at fault."""
+    if not isinstance(items := data.get(name), list) or not all(isinstance(item, dict) for item in items):
+        msg = f"snapshot field {name} must be a list of objects, got {_shown(items)}"
+        raise SnapshotError(msg)
+    built = []
+    for index, item in enumerate(items):
+        try:
+            built.append(build(item))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            msg = f"snapshot field {name}[{index}] is malformed: {type(exc).__name__}: {exc}"
+            raise SnapshotError(msg) from exc
+    return built
+
+
+def typed(record: T, **kinds: type) -> T:
+    """``record``, once each named field holds its kind (a bool is no number); else ``TypeError`` naming the field."""
+    for name, kind in kinds.items():
+        if not isinstance(value := getattr(record, name), kind) or (kind is int and isinstance(value, bool)):
+            msg = f"{name} must be a {kind.__name__}, got {_shown(value)}"
+            raise TypeError(msg)
+    return record
+
+
+def step(data: dict[str, Any]) -> Step:
+    """A recorded step from its plain form, its index, kind and detail of their kinds."""
+    return typed(Step(**data), index=int, kind=str, detail=str)
+
+
+def transition(data: dict[str, Any], states: tuple[State, ...]) -> Transition:
+    entry = typed(Transition(**data), trigger=str)
+    if entry.source not in states or entry.dest not in states:
+        msg = f"{entry.source!r} -> {entry.dest!r} is not an edge between states of this agent's table"
+        raise ValueError(msg)
+    return entry
+
+
+_TEXTS = (  # the fields that hold a text or nothing (null, or left out)
+    *("run_id", "session_id", "parent_run_id", "parent_call_id", "input_digest"),
+    *("reason", "final", "unfinished", "finalizing", "error"),
+)
+
+
+def check_texts(data: dict[str, Any]) -> None:
+    for name in _TEXTS:
+        if (value := data.get(name)) is not None and not isinstance(value, str):
+            msg = f"snapshot field {name} must be a string or null, got {_shown(value)}"
+            raise SnapshotError(msg)
+    for name in ("evidence", "finalize_evidence"):
+        if not isinstance(value := data.get(name), dict):
+            msg = f"snapshot field {name} must be an object, got {_shown(value)}"
+            raise SnapshotError(msg)
+
+
+def message(data: dict[str, Any]) -> Message:
+    calls = tuple(tool_call(c) for c in data["tool_calls"])
+    # Snapshots written before provider_data existed have no such key: nothing opaque to send back.
+    message = Message(data["role"], data["content"], calls, data["tool_call_id"], data.get("provider_data"))
+    return typed(message, role=str, content=str, **({} if message.tool_call_id is None else {"tool_call_id": str}))
+
+
+def response(data: dict[str, Any] | None) -> ModelResponse | None:
+    if data is None:
+        return None
+    usage = None if data["usage"] is None else Usage(**data["usage"])
+    return ModelResponse(message(data["message"]), data["stop_reason"], usage)
+
+
+def result(data: dict[str, Any]) -> ToolResult:
+    """A kept tool outcome from its plain form (a sub-agent's outcome with it)."""
+    return ToolResult(**{**data, "child": child_outcome(data.get("child"))})
+
+
+def prior(data: dict[str, Any], messages: int) -> int:
+    """How many leading messages came before the run; a snapshot from before histories has none (0: all are its own)."""
+    value = data.get("prior", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= messages:
+        msg = f"snapshot field prior must be a whole number from 0 to the {messages} messages, got {value!r}"
+        raise SnapshotError(msg)
+    return value
+
+
+def to_approve(data: dict[str, Any], run: Run) -> set[str]:
+    """The calls waiting for a decision; a snapshot from before the run kept them gates every undecided call if paused.
+
+    Which calls the old run's ``approve`` rule held back was not written
+    down, so a paused one holds back all it could: an undecided call must not
+    run because the agent resuming it has no rule.
+    """
+    if "to_approve" not in data:
+        if not data.get("paused"):
+            return set()
+        return {
+            call.id for call in run.calls.pending if call.id not in run.calls.approvals and call.id not in run.calls.ran
+        }
+    ids = data["to_approve"]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        msg = f"snapshot field to_approve must be a list of call ids, got {ids!r}"
+        raise SnapshotError(msg)
+    return set(ids)
+
+
+def cut_children(value: object, name: str) -> dict[str, ChildOutcome]:
+    """What sub-agent runs spent, by call id, from its plain form; ``TypeError`` or ``ValueError`` naming an entry.
+
+    Why checked: a snapshot's ``cut_children`` holds these, and a negative or
+    fractional count would make a call's later outcome add more than its
+    child spent (``core.ledger.count_cut_child``).
+    """
+    if not isinstance(value, dict) or not all(isinstance(entry, dict) for entry in value.values()):
+        msg = f"{name} must map call ids to what their sub-agent runs spent, got {_shown(value)}"
+        raise SnapshotError(msg)
+    kept = {str(call_id): ChildOutcome(**entry) for call_id, entry in value.items()}
+    for call_id, spent in kept.items():
+        where = f"{name}[{call_id!r}]"
+        if not isinstance(spent.run_id, str) or spent.stop is not None:
+            msg = f"{where} must name its run and no stop, got {_shown(value[call_id])}"
+            raise SnapshotError(msg)
+        for count in _SPENT:
+            if type(getattr(spent, count)) is not int or getattr(spent, count) < 0:
+                msg = f"{where}.{count} must be a whole number >= 0, got {getattr(spent, count)!r}"
+                raise SnapshotError(msg)
+        cost = spent.cost
+        if cost is not None and (type(cost) not in (int, float) or not 0 <= cost < math.inf):
+            msg = f"{where}.cost must be None or a finite number of US dollars >= 0, got {cost!r}"
+            raise SnapshotError(msg)
+    return kept
+
+
+_SPENT = ("input_tokens", "output_tokens", "tool_calls", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
