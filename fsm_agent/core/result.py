@@ -13,6 +13,7 @@ from fsm_agent.core.approval import awaiting
 from fsm_agent.core.ledger import held_back, record_leftovers
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done
+from fsm_agent.definition.stops import CONDITION_ERROR
 from fsm_agent.records import RunResult, Step, ToolCall
 
 
@@ -42,8 +43,8 @@ def conclude(run: Run) -> None:
     came_back = held_back(run)
     if came_back:
         evidence["came_back"] = came_back
-    stop = run.table_stops.get(edge_reason)
-    if run.talk.last_response is not None and ((stop is not None and stop.keeps_text) or run.at.finalizing is not None):
+    if _keeps_text(run, edge_reason):
+        assert run.talk.last_response is not None  # _keeps_text checked it
         run.at.final = run.talk.last_response.message.content
     if run.at.finalizing is None:
         run.at.reason, run.at.evidence = edge_reason, evidence
@@ -52,6 +53,23 @@ def conclude(run: Run) -> None:
         evidence.pop("counters", None)
         run.at.reason = run.at.finalizing
         run.at.evidence = {**run.at.finalize_evidence, "finalize": {"outcome": edge_reason, **evidence}}
+
+
+def _keeps_text(run: Run, reason: str) -> bool:
+    """Whether the stop ``reason`` hands the caller the last reply's text as ``final``.
+
+    A stop whose reply is the point (a cut-off or refused reply, an answer a
+    guardrail tripped on) keeps it, as does a failed finalize call; so does a
+    user's check of an answer that raised, since the answer arrived whole.
+    """
+    reply = run.talk.last_response
+    if reply is None:
+        return False
+    stop = run.table_stops.get(reason)
+    if (stop is not None and stop.keeps_text) or run.at.finalizing is not None:
+        return True
+    # In Dispatch, over a reply that asks for no tool, only the checks of the answer come before Done.
+    return reason == CONDITION_ERROR.reason and run.at.trace[-1].source == "Dispatch" and not reply.message.tool_calls
 
 
 def make_result(
