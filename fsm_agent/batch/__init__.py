@@ -9,7 +9,7 @@ Importing this package does not import Ray; only a batch with
 """
 
 from fsm_agent.batch.items import BatchItem, batch_items, derive_run_id
-from fsm_agent.batch.progress import Tally
+from fsm_agent.batch.progress import Counts, Tally
 from fsm_agent.batch.runner import Executor, iter_batch, run_batch
 from fsm_agent.batch.worker import ERROR, LEASED, AgentFactory, StoreSpec
 
@@ -18,6 +18,7 @@ __all__ = [
     "LEASED",
     "AgentFactory",
     "BatchItem",
+    "Counts",
     "Executor",
     "StoreSpec",
     "Tally",

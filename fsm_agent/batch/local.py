@@ -50,18 +50,24 @@ def iter_local(
     cancel: CancelToken | None,
     on_start: Callable[[BatchItem], None] | None = None,
     make_deps: DepsFactory | None = None,
+    on_end: Callable[[BatchItem], None] | None = None,
 ) -> Iterator[Finished]:
     """Yield ``(item, result)`` as runs finish; after ``cancel``, runs not yet begun end ``cancelled`` unstarted.
 
-    ``on_start`` (if given) is called, in the loop's thread, as each run
-    begins, so a progress display can count the runs in flight.
-    ``make_deps(item)`` gives each run its deps, in this process.
+    ``on_start`` and ``on_end`` (if given) are called, in the loop's
+    thread, as a worker takes a run and as the run leaves it (ended, or
+    back in line on another owner's lease, to be taken again once it
+    lapses), so a progress display counts the runs in flight as the
+    workers hold them, whenever the caller reads.  ``on_end`` comes before
+    the run's result is handed over: the caller never gets a result whose
+    run still counts as in flight.  ``make_deps(item)`` gives each run its
+    deps, in this process.
     """
     done: queue.Queue[Finished | BaseException] = queue.Queue()
     loop = asyncio.new_event_loop()
     # The runs hold this token, not the caller's: it is also how leaving the loop (Ctrl-C) stops them gently.
     stop = CancelToken()
-    line = _Line(make_agent, store, items, stop, done, on_start, make_deps)
+    line = _Line(make_agent, store, items, stop, done, on_start, on_end, make_deps)
     task = loop.create_task(line.main(min(max_in_flight, len(items)), cancel))
 
     def drive() -> None:
@@ -107,10 +113,11 @@ class _Line:
         stop: CancelToken,
         done: queue.Queue[Finished | BaseException],
         on_start: Callable[[BatchItem], None] | None,
+        on_end: Callable[[BatchItem], None] | None,
         make_deps: DepsFactory | None,
     ) -> None:
         self.make_agent, self.store, self.make_deps = make_agent, store, make_deps
-        self.stop, self.done, self.on_start = stop, done, on_start
+        self.stop, self.done, self.on_start, self.on_end = stop, done, on_start, on_end
         self.pending = iter(items)  # one iterator shared by every worker: each item is taken once
         # Runs another owner holds (a crashed driver's), back in line until their leases lapse:
         # (at, index, item, give_up).
@@ -140,13 +147,16 @@ class _Line:
             if self.stop.cancelled:
                 self.done.put((item, _unstarted(item, self.stop, give_up)))
                 continue
-            if give_up is None and self.on_start is not None:
+            if self.on_start is not None:
                 self.on_start(item)
             self.busy += 1
             try:
                 outcome = await atry_item(self.make_agent, self.store, item, self.stop, give_up, self.make_deps)
             finally:
                 self.busy -= 1
+                # Before the result is put on the queue: once the caller can read it, the run is out of flight.
+                if self.on_end is not None:
+                    self.on_end(item)
             if isinstance(outcome, Later):
                 # Leased elsewhere: the slot goes to the next run; this one is tried again when the lease lapses.
                 heapq.heappush(self.later, (outcome.at, item.index, item, outcome.give_up))

@@ -15,8 +15,9 @@ an actor still restarting is refused, which must not count against its
 retries.  A run never sleeps on another owner's lease
 (a dead worker's, a crashed driver's): it returns at once, and is submitted
 again once that lease has lapsed, while other runs use the slot.  Joining
-Ray and sizing the pool are ``ray_cluster``'s; ``ray`` is imported only by
-these modules, and only when a batch asks for it.
+Ray and sizing the pool are ``ray_cluster``'s, each actor's share of the
+runs and its restarts ``ray_slots``'; ``ray`` is imported only by these
+modules, and only when a batch asks for it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from fsm_agent.batch.items import BatchItem
 from fsm_agent.batch.ray_cluster import pool_size
 from fsm_agent.batch.ray_pool import PoolWorker, Switch, ray_module
+from fsm_agent.batch.ray_slots import Slots
 from fsm_agent.batch.worker import (
     AgentFactory,
     DepsFactory,
@@ -63,9 +65,6 @@ _DRAIN = 10.0
 
 Finished = tuple[BatchItem, RunResult]
 
-_GONE = math.inf
-"""When to ask a dead actor again whether it is back: never, for one Ray will not restart."""
-
 _NO_WORKER = "every worker of the batch died and Ray restarted none of them"
 
 _remotes: dict[str, Any] = {}
@@ -94,6 +93,7 @@ def iter_ray(
     actors: int | None = None,
     on_status: Callable[[str], None] | None = None,
     make_deps: DepsFactory | None = None,
+    on_end: Callable[[BatchItem], None] | None = None,
 ) -> Iterator[Finished]:
     """Yield ``(item, result)`` as runs finish, keeping at most ``max_in_flight`` runs submitted to the pool.
 
@@ -105,9 +105,15 @@ def iter_ray(
     checkpoints (once the dead actor's leases have lapsed).  A dead actor gets
     no run until it answers again (however long its restart takes); its
     share waits for it or goes to the others.
-    ``on_worker(item, pid)`` is told which process ran each attempt;
-    ``on_status`` a line saying how many workers start.  ``make_deps`` is
-    shipped to each actor, which calls it for each of its runs.
+    ``on_start`` and ``on_end`` are called as a run is submitted to an
+    actor and as its task comes back (ended, back in line on another
+    owner's lease, or lost with its actor and sent again, which calls
+    ``on_start`` again), so a progress display counts the runs in flight as
+    the pool holds them; ``on_end`` comes before the run's result is
+    yielded.  ``on_worker(item, pid)`` is told which process ran each
+    attempt; ``on_status`` a line saying how many workers start.
+    ``make_deps`` is shipped to each actor, which calls it for each of its
+    runs.
 
     On ``cancel`` (or leaving the loop, or Ctrl-C), no new run is submitted
     and each run in flight is told to stop at its next check; one still
@@ -133,9 +139,10 @@ def iter_ray(
     switch = _remote("switch", Switch).options(num_cpus=0, name=name).remote()
     pool = [_remote("pool", PoolWorker).options(**options).remote(make_agent, spec, lease, runs, name, make_deps)
             for _ in range(size)]  # fmt: skip
-    batch = _Pass(ray, _Slots(ray, pool, runs), items, spec, make_agent, max_in_flight, max_retries)
+    batch = _Pass(ray, Slots(ray, pool, runs), items, spec, make_agent, max_in_flight, max_retries,
+                  on_start=on_start, on_end=on_end)  # fmt: skip
     try:
-        batch.submit(on_start)
+        batch.submit()
         while batch.going():
             yield from batch.orphaned()
             if cancel is not None and cancel.cancelled and not batch.why:
@@ -146,15 +153,18 @@ def iter_ray(
             for ref in batch.ready():
                 yield from batch.settle(ref, on_worker)
             if not batch.why:
-                batch.submit(on_start)
+                batch.submit()
         yield from batch.left()
     finally:
-        if batch.pending:
-            switch.cancel.remote("the batch was interrupted")
-            _, late = ray.wait(list(batch.pending), num_returns=len(batch.pending), timeout=GRACE)
-            for ref in late:
-                ray.cancel(ref)
-            ray.wait(late, num_returns=len(late), timeout=_DRAIN)
+        try:
+            if batch.pending:
+                switch.cancel.remote("the batch was interrupted")
+                _, late = ray.wait(list(batch.pending), num_returns=len(batch.pending), timeout=GRACE)
+                for ref in late:
+                    ray.cancel(ref)
+                ray.wait(late, num_returns=len(late), timeout=_DRAIN)
+        finally:
+            batch.let_go()
         ray.wait([worker.close.remote() for worker in pool], num_returns=len(pool), timeout=_DRAIN)
         for worker in [*pool, switch]:
             ray.kill(worker)
@@ -171,14 +181,20 @@ class _Pass:
     def __init__(
         self,
         ray: Any,
-        slots: _Slots,
+        slots: Slots,
         items: list[BatchItem],
         spec: str,
         make_agent: AgentFactory,
         max_in_flight: int,
         max_retries: int,
+        *,
+        on_start: Callable[[BatchItem], None] | None = None,
+        on_end: Callable[[BatchItem], None] | None = None,
     ) -> None:
         self._ray, self._slots, self._spec = ray, slots, spec
+        # Told of each run as it is submitted to an actor (again after a lease lapsed or its actor died), and as
+        # its task comes back or is let go, before its result is yielded: the runs in flight are those between.
+        self._on_start, self._on_end = on_start, on_end
         self._max_in_flight, self._max_retries = max_in_flight, max_retries
         self._reader = functools.cache(make_agent)  # the agent cancelled runs are read back under: made once, if ever
         self.pending: dict[Any, tuple[BatchItem, int]] = {}
@@ -199,25 +215,36 @@ class _Pass:
             self.pending or self._later or self._again or (self._waiting and not self.why and not self._slots.gone())
         )
 
-    def submit(self, on_start: Callable[[BatchItem], None] | None) -> None:
+    def submit(self) -> None:
         """Fill the free slots: first the runs whose actor died, then those whose lease lapsed, then new ones."""
         while len(self.pending) < self._max_in_flight and self._slots.up():
             if self._again:
                 self._send(self._again.pop(), None)
             elif self._later and self._later[0][0] <= time.time():
-                _, _, due, give_up = heapq.heappop(self._later)  # due again: no on_start, it was counted once
+                _, _, due, give_up = heapq.heappop(self._later)
                 self._send(due, give_up)
             elif self._waiting:
-                item = self._waiting.popleft()
-                if on_start is not None:
-                    on_start(item)
-                self._send(item, None)
+                self._send(self._waiting.popleft(), None)
             else:
                 return
 
     def _send(self, item: BatchItem, give_up: float | None) -> None:
+        if self._on_start is not None:
+            self._on_start(item)
         ref, slot = self._slots.send(item, give_up)
         self.pending[ref] = (item, slot)
+
+    def _returned(self, ref: Any) -> tuple[BatchItem, int]:
+        """The run whose task ``ref`` came back (or was let go), out of flight: ``on_end`` told before anything else."""
+        item, slot = self.pending.pop(ref)
+        if self._on_end is not None:
+            self._on_end(item)
+        return item, slot
+
+    def let_go(self) -> None:
+        """The batch was left: the tasks still pending are out of flight, stopped, cancelled or abandoned."""
+        for ref in list(self.pending):
+            self._returned(ref)
 
     def orphaned(self) -> Iterator[Finished]:
         """Every worker died for good: the runs put back end as errors saying so."""
@@ -269,7 +296,7 @@ class _Pass:
         if ref in self._slots.pings:
             self._slots.answered(ref)
             return
-        item, slot = self.pending.pop(ref)
+        item, slot = self._returned(ref)
         self._slots.returned(slot)
         got = _collect(self._ray, ref, item, self._spec, self.why, on_worker, self._reader)
         if got is None:  # its actor died: again, unless that was its last retry
@@ -296,66 +323,6 @@ class _Pass:
                 yield item, failed_result(item, "cancelled", why=self.why, started=False)
             else:
                 yield item, error_result(item, RuntimeError(_NO_WORKER))
-
-
-class _Slots:
-    """The pool's actors by slot: the runs each has in flight, and those that died until they answer again.
-
-    A run sent to an actor still restarting is refused, and would use up
-    its retries in a few seconds, so a dead actor takes no run until it
-    answers a ping; one Ray will not restart takes none again.
-    """
-
-    def __init__(self, ray: Any, pool: list[Any], runs: int) -> None:
-        self._ray, self._pool, self._runs = ray, pool, runs
-        self._load = [0] * len(pool)
-        # Actors that died, by slot: when to ask next whether each is back (None: asked, no answer yet).
-        self._down: dict[int, float | None] = {}
-        self.pings: dict[Any, int] = {}
-        """The pings in flight: the ref of each actor's ``ready`` task, by the slot it asks about."""
-
-    def up(self) -> list[int]:
-        """The slots whose actor is alive and has room for one more run."""
-        return [slot for slot in range(len(self._pool)) if slot not in self._down and self._load[slot] < self._runs]
-
-    def send(self, item: BatchItem, give_up: float | None) -> tuple[Any, int]:
-        """Submit ``item`` to the live actor with the fewest runs: the task's ref, and the actor's slot."""
-        slot = min(self.up(), key=self._load.__getitem__)
-        self._load[slot] += 1
-        return self._pool[slot].run.remote(item, give_up), slot
-
-    def returned(self, slot: int) -> None:
-        """A run the actor at ``slot`` had came back (ended, refused, or lost with its actor): room for one more."""
-        self._load[slot] -= 1
-
-    def fell(self, slot: int) -> None:
-        """The actor at ``slot`` died under a run: it takes none until it answers again."""
-        if slot not in self._down:
-            self._down[slot] = 0.0  # ask at once
-
-    def ask(self) -> None:
-        """Ping each dead actor whose time to be asked has come."""
-        now = time.monotonic()
-        for slot, at in self._down.items():
-            if at is not None and at <= now:
-                self.pings[self._pool[slot].ready.remote()] = slot
-                self._down[slot] = None
-
-    def answered(self, ref: Any) -> None:
-        """A ping came back: its actor is up again, still restarting (asked again shortly), or gone for good."""
-        ray, slot = self._ray, self.pings.pop(ref)
-        try:
-            ray.get(ref)
-        except ray.exceptions.ActorDiedError:
-            self._down[slot] = _GONE  # Ray will not restart it (max_restarts is -1): killed for good with ray.kill
-        except ray.exceptions.RayError:
-            self._down[slot] = time.monotonic() + _POLL  # still restarting: ask again
-        else:
-            del self._down[slot]
-
-    def gone(self) -> bool:
-        """Whether every actor died and Ray restarts none of them: the runs still to go cannot be carried out."""
-        return all(self._down.get(slot) == _GONE for slot in range(len(self._pool)))
 
 
 def _collect(

@@ -11,14 +11,65 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import IO, Any
 
 from fsm_agent.batch.items import BatchItem
 from fsm_agent.records import RunResult
 
 
+@dataclass(frozen=True)
+class Counts:
+    """One reading of a ``Tally``, every number taken at the same instant.
+
+    The bar draws from one reading, not from the counts one at a time: the
+    executor's thread moves them meanwhile, and a line read piecemeal could
+    count a run both in flight and finished.
+    """
+
+    total: int
+    done: int
+    failed_by: tuple[tuple[str, int], ...]
+    """``(reason, runs)`` for each reason other than ``done`` among the results taken, sorted by reason."""
+    in_flight: int
+
+    @property
+    def failed(self) -> int:
+        """Runs whose result was taken and did not end ``done``."""
+        return sum(n for _, n in self.failed_by)
+
+    @property
+    def finished(self) -> int:
+        """Runs whose result was taken."""
+        return self.done + self.failed
+
+    @property
+    def waiting(self) -> int:
+        """Runs neither in flight nor finished: not begun, back in line, or ended with their result not yet read.
+
+        Back in line: waiting on another owner's lease, or to be sent again
+        after its Ray worker died.  A result not yet read is here, never in
+        flight: once a run has left its worker, another may take its place.
+        """
+        return self.total - self.finished - self.in_flight
+
+    def line(self) -> str:
+        """``done 40 · failed 3 (error 1, max_steps 2) · in flight 8``: the bar's status."""
+        text = f"done {self.done} · failed {self.failed}"
+        if self.failed_by:
+            text += " (" + ", ".join(f"{reason} {n}" for reason, n in self.failed_by) + ")"
+        return text + f" · in flight {self.in_flight}"
+
+
 class Tally:
-    """Runs done, failed by reason, and in flight; safe to update from the executor's thread and the caller's."""
+    """Runs done, failed by reason, and in flight; safe to update from the executor's thread and the caller's.
+
+    In flight counts the executor's own reports (``start`` as a run is
+    handed to a worker, ``end`` as it leaves it), never the caller's reads:
+    a caller behind the executor (a busy terminal, a slow ``--out`` disk)
+    must not make it look as if more runs went at once than the limit lets.
+    Done and failed count the results the caller took (``finish``).
+    """
 
     def __init__(self, total: int) -> None:
         self.total = total
@@ -28,44 +79,51 @@ class Tally:
         self._lock = threading.Lock()
 
     def start(self, item: BatchItem) -> None:
-        """A run began (or was handed to a worker)."""
+        """A run was handed to a worker: the executor's ``on_start``."""
         with self._lock:
             self._started += 1
 
+    def end(self, item: BatchItem) -> None:
+        """A run left its worker: the executor's ``on_end``, called before the caller can take its result."""
+        with self._lock:
+            self._ended += 1
+
     def finish(self, result: RunResult) -> None:
-        """A run ended with ``result``; one that never began is counted, but was never in flight."""
+        """The caller took a run's result: counted under its reason."""
         with self._lock:
             self.reasons[result.reason] += 1
-            if result.evidence.get("started") is not False:
-                self._ended += 1
+
+    def counts(self) -> Counts:
+        """Every count as of now, read at one instant."""
+        with self._lock:
+            failed = tuple(sorted((reason, n) for reason, n in self.reasons.items() if reason != "done"))
+            return Counts(self.total, self.reasons["done"], failed, self._started - self._ended)
 
     @property
     def finished(self) -> int:
         """Runs with a result."""
-        return sum(self.reasons.values())
+        return self.counts().finished
 
     @property
     def in_flight(self) -> int:
-        """Runs begun and not yet ended."""
-        return self._started - self._ended
+        """Runs handed to a worker and not yet back from it."""
+        return self.counts().in_flight
 
     @property
     def all_done(self) -> bool:
         """Whether every run of the batch ended ``done``."""
-        return self.reasons["done"] == self.total
+        return self.counts().done == self.total
 
     def line(self) -> str:
-        """``done 40 · failed 3 (max_steps 2, error 1) · in flight 8``: the bar's status."""
-        failed = {reason: n for reason, n in sorted(self.reasons.items()) if reason != "done"}
-        text = f"done {self.reasons['done']} · failed {sum(failed.values())}"
-        if failed:
-            text += " (" + ", ".join(f"{reason} {n}" for reason, n in failed.items()) + ")"
-        return text + f" · in flight {self.in_flight}"
+        """``done 40 · failed 3 (error 1, max_steps 2) · in flight 8``: the bar's status, as of now."""
+        return self.counts().line()
 
     def table(self) -> str:
         """The closing summary: runs per reason, ``done`` first, then by count, and the total."""
-        rows = sorted(self.reasons.items(), key=lambda pair: (pair[0] != "done", -pair[1], pair[0]))
-        unfinished = self.total - self.finished
+        with self._lock:
+            reasons = dict(self.reasons)
+        rows = sorted(reasons.items(), key=lambda pair: (pair[0] != "done", -pair[1], pair[0]))
+        unfinished = self.total - sum(reasons.values())
         if unfinished:
             rows.append(("not run", unfinished))
         width = max([len("reason"), *(len(reason) for reason, _ in rows)])
@@ -130,4 +188,5 @@ class Bar:
 
     def _plain(self) -> None:
         self._shown = time.monotonic()
-        print(f"{self.tally.finished}/{self.tally.total} runs | {self.tally.line()}", file=self._stream, flush=True)
+        now = self.tally.counts()
+        print(f"{now.finished}/{now.total} runs | {now.line()}", file=self._stream, flush=True)

@@ -42,15 +42,24 @@ def iter_batch(
     on_status: Callable[[str], None] | None = None,
     deps: Any = None,
     make_deps: DepsFactory | None = None,
+    on_end: Callable[[BatchItem], None] | None = None,
 ) -> Generator[Finished, None, None]:
     """Yield ``(item, result)`` for every input as its run ends, in the order they end (see ``run_batch``).
 
     ``item`` says which input it was (``index``, ``input``, ``run_id``), so a
     caller can write results as they come.  Leaving the loop early (or
     Ctrl-C) cancels the runs in flight; each keeps its last checkpoint.
-    ``on_start`` is called with each item as its run is handed to a worker;
-    ``on_status`` with a line saying what the batch does while it sets up
-    (starting or joining Ray, starting its workers), before the first run.
+    ``on_start`` is called with each item as its run is handed to a worker,
+    and ``on_end`` as the run leaves it: it ended (``on_end`` comes before
+    its result is yielded), or it goes back in line (another owner's lease
+    on it, its Ray worker died) and is handed to a worker again later, with
+    ``on_start`` again.  The runs started and not ended are the runs in
+    flight, never more than ``max_in_flight``, however far behind the
+    executor the loop reads.  With ``executor="local"`` both are called from
+    the batch's own thread, so they must be thread-safe (as ``Tally``'s
+    ``start`` and ``end`` are).  ``on_status`` is called with a line saying
+    what the batch does while it sets up (starting or joining Ray,
+    starting its workers), before the first run.
     """
     items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
     deps_for = _deps_for(deps, make_deps, executor)
@@ -66,6 +75,7 @@ def iter_batch(
         ray_options,
         lease,
         on_start,
+        on_end,
         on_status,
         deps_for,
     )
@@ -83,6 +93,7 @@ def _iter(
     ray_options: Mapping[str, Any] | None,
     lease: float,
     on_start: Callable[[BatchItem], None] | None,
+    on_end: Callable[[BatchItem], None] | None,
     on_status: Callable[[str], None] | None = None,
     make_deps: DepsFactory | None = None,
 ) -> Generator[Finished, None, None]:
@@ -92,13 +103,27 @@ def _iter(
         limit = max_in_flight or DEFAULT_IN_FLIGHT
         if not isinstance(store, str | os.PathLike):
             yield from iter_local(
-                make_agent, store, items, max_in_flight=limit, cancel=cancel, on_start=on_start, make_deps=make_deps
+                make_agent,
+                store,
+                items,
+                max_in_flight=limit,
+                cancel=cancel,
+                on_start=on_start,
+                on_end=on_end,
+                make_deps=make_deps,
             )
             return
         opened = open_store(store, lease)
         try:
             yield from iter_local(
-                make_agent, opened, items, max_in_flight=limit, cancel=cancel, on_start=on_start, make_deps=make_deps
+                make_agent,
+                opened,
+                items,
+                max_in_flight=limit,
+                cancel=cancel,
+                on_start=on_start,
+                on_end=on_end,
+                make_deps=make_deps,
             )
         finally:
             _close(opened)
@@ -127,6 +152,7 @@ def _iter(
             ray_options=ray_options or {},
             lease=lease,
             on_start=on_start,
+            on_end=on_end,
             on_status=on_status,
             make_deps=make_deps,
         )
@@ -208,6 +234,7 @@ def run_batch(
             ray_options,
             lease,
             tally.start,
+            tally.end,
             None if bar is None else bar.say,
             deps_for,
         )

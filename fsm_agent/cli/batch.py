@@ -229,6 +229,7 @@ def main(args: argparse.Namespace) -> int:
             max_retries=args.task_retries,
             max_in_flight=args.max_in_flight,
             on_start=tally.start,
+            on_end=tally.end,
             on_status=_status(bar, err),
         )
         with contextlib.closing(results):

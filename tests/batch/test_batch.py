@@ -124,6 +124,8 @@ def test_the_tally_line_and_table_say_done_failed_by_reason_and_in_flight() -> N
     item = BatchItem(0, "q", "r")
     for _ in range(4):
         tally.start(item)
+    for _ in range(3):
+        tally.end(item)
     tally.finish(RunResult((), (), "a"))
     tally.finish(RunResult((), (), "", reason="max_steps"))
     tally.finish(RunResult((), (), "", reason="error"))
