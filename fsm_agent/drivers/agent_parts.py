@@ -119,8 +119,11 @@ class AgentParts:
         Names: ``transition`` and ``failed`` (a ``TransitionEvent``), ``enter:<State>``
         and ``leave:<State>`` (the same event), ``before_model``, ``after_model``,
         ``before_tool`` and ``after_tool`` (a ``CallEvent``), ``text`` (a
-        ``TextDelta`` of a streaming model's reply as it arrives).  For one
-        transition the order is leave, enter, transition, failed.
+        ``TextDelta`` of a streaming model's reply as it arrives), ``unfinished``
+        (an exception left the run where it was) and ``paused`` (the run waits
+        for a person's decision), each a ``CallEvent``.  For one transition the
+        order is leave, enter, transition, failed; ``paused`` comes after the
+        transition that paused the run.
         """
         if hook is None:
 

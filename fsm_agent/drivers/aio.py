@@ -23,6 +23,7 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
+from fsm_agent.observe.events import logger
 from fsm_agent.records import RunResult, ToolCall, Transition
 from fsm_agent.tools.calling import in_daemon_worker
 from fsm_agent.tools.context import adriving
@@ -58,10 +59,12 @@ class AsyncDriver(RunBase):
     @adriving  # the run is run_context()'s in this task and the tasks of its parallel calls
     async def aadvance(self) -> Transition:
         """Like ``advance()``, awaiting the model and tools; the calls of one batch run concurrently."""
-        self._check_live()
+        if self._closing is None:  # else the run's last transition waits for its checkpoint: see _aadvance
+            self._check_live()
         try:
             return await self._aadvance()
         except BaseException as exc:
+            await self._akeep_taken(exc)
             self._left_unfinished(exc)
             raise
 
@@ -70,6 +73,12 @@ class AsyncDriver(RunBase):
             return await self._amove()
         import asyncio
 
+        closing = self._closing
+        if closing is not None:
+            # A cancel cut the checkpoint of the transition last taken: it is written now, then announced (a
+            # transition observers hear of is a kept one), and the run goes on from there.
+            await self._asave()
+            return closing
         # The checkpoint is awaited after the transition, not written while the transition closes.
         self._deferred = True
         try:
@@ -152,6 +161,8 @@ class AsyncDriver(RunBase):
             # stays unfinished for its next owner, as on the sync driver.
             if not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit):
                 self._interrupt(INTERRUPTED, self._aunfinished(effect))
+            elif self._observed and isinstance(effect, ToolBatch):
+                self._batch_cut_events()  # the calls that came back are kept for the next owner: heard ending now
             raise
         finally:
             if journal is not None:
@@ -171,10 +182,11 @@ class AsyncDriver(RunBase):
         gated = stepper.gated  # a run without approvals never gains calls to decide on
         try:
             while self._result is None:
-                if gated and stepper.paused:
+                if gated and stepper.paused and self._closing is None:
                     return self._paused_result()
                 await self._aadvance()  # the loop itself checked what aadvance() would
         except BaseException as exc:
+            await self._akeep_taken(exc)
             self._left_unfinished(exc)
             raise
         return self._outcome_of_run()
@@ -294,6 +306,18 @@ class AsyncDriver(RunBase):
             entry, self._closing = self._closing, None
             if entry is not None:
                 self._close(entry)
+
+    async def _akeep_taken(self, exc: BaseException) -> None:
+        """``_keep_taken``, awaited; also when the interrupt is the cause of the cancel it made (``_left_the_loop``)."""
+        journal = self._journal
+        if not isinstance(exc, KeyboardInterrupt | SystemExit):
+            exc = exc.__cause__ or exc
+        if journal is None or not isinstance(exc, KeyboardInterrupt | SystemExit) or not journal.taken(self.position):
+            return
+        try:
+            await journal.akeep(self.position, self.paused)
+        except Exception:  # noqa: BLE001 - the interrupt propagates; the next owner hears these transitions again
+            logger.warning("fsm_agent: the transitions taken before the interrupt could not be written", exc_info=True)
 
     def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:
         if isinstance(effect, ModelCall):

@@ -25,6 +25,7 @@ from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
+from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext
 
@@ -61,6 +62,8 @@ class RunBase(WatchedRun):
         forked_from: tuple[str | None, int] | None = None,
     ) -> None:
         self.position = position
+        if position.calls.ran:  # a run cut mid-batch: the owner that cut it heard these calls end (watched._heard)
+            self._heard = set(position.calls.ran)
         if deps is not None:
             self._deps = deps
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
@@ -249,7 +252,7 @@ class RunBase(WatchedRun):
     def _step(self) -> Transition:
         """Fire the next transition (the effect, if any, was carried out and the run told the time) and close it."""
         if self._observed and self.position.at.state is ExecuteTool:
-            self._tool_done_event()
+            return self._after(self._tool_step())
         return self._after(self.stepper.step())
 
     def _checked(self, checked: Any, remaining: float | None) -> Transition | None:
@@ -276,7 +279,9 @@ class RunBase(WatchedRun):
     def _after(self, entry: Transition) -> Transition:
         """Close the transition just taken: checkpoint (awaited in ``_asave``), build a result, notify observers.
 
-        Checkpoint first: a result's snapshot names its stored version, and observers hear only of kept ones.
+        Checkpoint first: a result's snapshot names its stored version, and observers hear of a transition the
+        store writes only once it is kept.  One a store skips (``every="call"`` or ``"turn"``) is written by the
+        next write, or as an interrupt leaves the run (``_keep_taken``), so a resume from the store repeats none.
         """
         journal = self._journal
         if journal is not None:
@@ -286,6 +291,22 @@ class RunBase(WatchedRun):
             journal.save(self.position, self.paused)
         self._close(entry)
         return entry
+
+    def _keep_taken(self, exc: BaseException) -> None:
+        """A ``KeyboardInterrupt`` or ``SystemExit`` leaves the run: write the transitions heard of but not written.
+
+        A store that writes only some transitions (``every="call"``) has not
+        kept those taken since its last write, though observers heard of them;
+        written now, the run's next owner resumes after them and announces none
+        again.  A write that fails is logged: the interrupt is what propagates.
+        """
+        journal = self._journal
+        if journal is None or not isinstance(exc, KeyboardInterrupt | SystemExit) or not journal.taken(self.position):
+            return
+        try:
+            journal.keep(self.position, self.paused)
+        except Exception:  # noqa: BLE001 - the interrupt propagates; the next owner hears these transitions again
+            logger.warning("fsm_agent: the transitions taken before the interrupt could not be written", exc_info=True)
 
     def _close(self, entry: Transition) -> None:
         if self.position.at.state in TERMINAL:

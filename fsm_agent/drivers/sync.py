@@ -46,6 +46,7 @@ class SyncDriver(RunBase):
         try:
             return self._bounded(self._advance, lambda entry: entry)
         except BaseException as exc:
+            self._keep_taken(exc)
             self._left_unfinished(exc)
             raise
 
@@ -64,10 +65,11 @@ class SyncDriver(RunBase):
         gated = stepper.gated  # a run without approvals never gains calls to decide on
         try:
             while self._result is None:
-                if gated and stepper.paused:
+                if gated and stepper.paused and self._closing is None:
                     return self._paused_result()
                 self._advance()  # the loop itself checked what advance() would
         except BaseException as exc:
+            self._keep_taken(exc)
             self._left_unfinished(exc)
             raise
         return self._outcome_of_run()

@@ -36,6 +36,10 @@ class WatchedRun:
     _error: str | None = None
     _call: ToolCall | None = None
     _outcome: ToolResult | None = None
+    # Ids of kept outcomes (``Calls.ran``) whose ``after_tool`` was already heard, at a cut or a stop, before the
+    # transition that records them: taking one in announces it no more.  A run built from a position whose
+    # ``Calls.ran`` holds outcomes starts with their ids (``RunBase``): the owner that cut the run announced them.
+    _heard: set[str] | frozenset[str] = frozenset()
     position: Run
     stepper: Stepper
     _settings: AgentSettings
@@ -124,6 +128,38 @@ class WatchedRun:
         if call.id not in run.calls.ran:
             self._before_tool(call)  # a rejected call: it never ran, but observers see it dealt with
         self._call, self._outcome = call, outcome
+        if call.id not in self._heard:  # else its end was heard when its batch was cut (_batch_cut_events)
+            self._after_tool(call, outcome)
+
+    def _tool_step(self) -> Transition:
+        """Take a transition out of ``ExecuteTool``, heard: the call it records, and the calls a stop keeps beside it.
+
+        A stop in the middle of a replayed batch (``tool_failures``, a strict
+        hook's error) keeps the batch's calls that ran (evidence ``also_ran``,
+        or ``came_back`` for a resume to take in): their ``after_tool`` events
+        come before the stop's transition event, as at a cut.
+        """
+        self._tool_done_event()
+        calls = self.position.calls
+        ran = calls.ran
+        beside = None
+        if ran and calls.pending and (len(ran) > 1 or calls.pending[0].id not in ran):
+            first = calls.pending[0].id
+            beside = [(call, ran[call.id]) for call in calls.pending if call.id in ran and call.id != first]
+        entry = self.stepper.step()
+        if beside:
+            ran, done = self.position.calls.ran, self.done
+            for call, outcome in beside:
+                if (done or call.id not in ran) and call.id not in self._heard:
+                    self._heard_end(call, outcome)
+        return entry
+
+    def _heard_end(self, call: ToolCall, outcome: ToolResult) -> None:
+        """The ``after_tool`` event of a kept call before the transition that records it, remembered (``_heard``)."""
+        heard = self._heard
+        if not isinstance(heard, set):
+            heard = self._heard = set()
+        heard.add(call.id)
         self._after_tool(call, outcome)
 
     def _after_tool(self, call: ToolCall, outcome: ToolResult) -> None:
@@ -148,6 +184,9 @@ class WatchedRun:
         """
         if not self._observed or self._result is not None:
             return
+        cause = exc.__cause__
+        if isinstance(cause, KeyboardInterrupt | SystemExit) and not isinstance(exc, Exception):
+            exc = cause  # the async driver's batch: the cancel that a call's interrupt made (aio._left_the_loop)
         error = f"{type(exc).__name__}: {exc}"
         run = self.position
         self._call_hooks(CallEvent("unfinished", run.counts.turns, self.counters(), error=error, run_id=self.run_id))
@@ -157,13 +196,15 @@ class WatchedRun:
 
         Their outcomes are kept (a resume does not make them again), but the
         transitions that would have recorded them are not taken: without this,
-        observers heard those calls begin and never end.
+        observers heard those calls begin and never end.  Each is heard ending
+        once: the transition that takes it in later (``_tool_done_event``, on
+        this handle or on one resumed from the cut's snapshot) announces no more.
         """
         ran = self.position.calls.ran
         for call in self.position.calls.pending:
             outcome = ran.get(call.id)
-            if outcome is not None:
-                self._after_tool(call, outcome)
+            if outcome is not None and call.id not in self._heard:
+                self._heard_end(call, outcome)
 
     def _emit(self, last: Transition) -> None:
         run = self.position
@@ -192,6 +233,20 @@ class WatchedRun:
         for observer in self._observers:
             observer(event)
         self._hook_failed(raised, terminal)
+        if not terminal and self._hooks and self.stepper.gated and self.stepper.paused:
+            self._paused_event()
+
+    def _paused_event(self) -> None:
+        """The ``paused`` event: the transition just taken left the run waiting for a person's decision.
+
+        The run stays as it is for ``decide`` or a resume, here or in another
+        process, which may never come: observers that opened something for it
+        (a trace's run span) close it now.  ``tool_call`` is the call waiting.
+        """
+        run = self.position
+        call = run.calls.pending[0] if run.calls.pending else None
+        event = CallEvent("paused", run.counts.turns, self.counters(), tool_call=call, run_id=self.run_id)
+        self._call_hooks(event)
 
     def _call_hooks(self, event: CallEvent) -> None:
         self._hook_failed(self._hooks.call(event.kind, event), False)

@@ -33,6 +33,7 @@ HookName = Literal[
     "after_tool",
     "text",
     "unfinished",
+    "paused",
     "enter:AwaitModel",
     "enter:CheckTruncation",
     "enter:Dispatch",
@@ -122,7 +123,12 @@ class TransitionEvent:
 
 @attrs.frozen
 class CallEvent:
-    """A model or tool call about to happen (``before_*``) or just finished (``after_*``)."""
+    """A model or tool call about to happen (``before_*``) or just finished (``after_*``).
+
+    Also what ``unfinished`` (an exception left the run where it was, named by
+    ``error``) and ``paused`` (the run waits for a person's decision on
+    ``tool_call``) hooks receive.
+    """
 
     kind: str
     turn: int
@@ -223,6 +229,13 @@ class JsonlLog:
             kind = f"a binary file ({type(target).__name__})" if binary else type(target).__name__
             msg = f"log must be a path or a text file open for writing, got {kind}"
             raise TypeError(msg)
+        if getattr(target, "closed", False):
+            msg = f"log must be a path or a text file open for writing, got a closed {type(target).__name__}"
+            raise ValueError(msg)
+        writable = getattr(target, "writable", None)
+        if callable(writable) and not writable():
+            msg = f"log must be a path or a text file open for writing, got a {type(target).__name__} open for reading"
+            raise ValueError(msg)
         self._file, self._owned = target, False
 
     def __call__(self, event: TransitionEvent) -> None:

@@ -47,8 +47,12 @@ child a resumed parent reads back instead of running makes no span.
 Message contents (the model's replies, tool arguments and results, the
 question and the answer) are recorded only with ``capture_content=True``, as
 the conventions advise: they may hold personal data.  A run that a resume
-continues gets a new run span, starting at its ``resume`` edge.  A run paused
-for approval keeps its span open until it finishes.
+continues gets a new run span, marked ``fsm_agent.resumed``: every run span
+that starts after its run's first transition is (a resume from a stop, a
+pause or an ``unfinished`` exit, and a fork).  A run paused for approval
+ends its span at the pause (the ``paused`` hook), marked ``fsm_agent.paused``:
+the process that paused it may never see it again; its resume, by this agent
+or another, here or in another process, is a new span.
 
 Hooks are observers, so tracing never changes a run; an agent that is not
 instrumented runs no tracing code at all.
@@ -90,6 +94,8 @@ class _RunSpans:
     tools: dict[str, Span] = attrs.Factory(dict)
     last_finish: tuple[str, str] | None = None
     """The last reply's ``stop_reason`` and the finish reason reported for it."""
+    transitions: int = 0
+    """How many transitions this span has carried (the first one's ``seq`` tells a resumed run)."""
 
 
 class Instrumentation:
@@ -117,6 +123,7 @@ class Instrumentation:
         agent.on("after_tool", self._after_tool)
         agent.on("transition", self._transition)
         agent.on("unfinished", self._unfinished)
+        agent.on("paused", self._paused)
         self.automatic = False
         """Made by a parent's ``instrument`` for a sub-agent; an ``instrument`` call of its own takes it over."""
         self._parents: list[Instrumentation] = []
@@ -177,8 +184,11 @@ class Instrumentation:
 
     # --- the run span ----------------------------------------------------------------------------------------
 
-    def _run(self, run_id: str) -> _RunSpans:
-        """The spans of run ``run_id``, its run span started by the first event of the run seen."""
+    def _run(self, run_id: str, *, resumed: bool = False) -> _RunSpans:
+        """The spans of run ``run_id``, its run span started by the first event of the run seen.
+
+        ``resumed``: that event is not the start of the run (see ``_resumes``), so a new span is marked so.
+        """
         with self._lock:
             spans = self._runs.get(run_id)
         if spans is not None:
@@ -198,6 +208,8 @@ class Instrumentation:
                 }
                 if self._agent_name is not None:
                     attributes["gen_ai.agent.name"] = self._agent_name
+                if resumed:
+                    attributes["fsm_agent.resumed"] = True
                 context = None
                 if calling is not None:
                     parent_id, tool_span = calling
@@ -209,9 +221,10 @@ class Instrumentation:
             return spans
 
     def _transition(self, event: TransitionEvent) -> None:
-        spans = self._run(event.run_id)
-        if event.source == "Failed":
-            spans.span.set_attribute("fsm_agent.resumed", True)
+        spans = self._run(event.run_id, resumed=event.seq > 0)
+        if spans.transitions == 0 and event.seq > 0:
+            spans.span.set_attribute("fsm_agent.resumed", True)  # opened by a call event of a resumed run
+        spans.transitions += 1
         attributes = {"source": event.source, "trigger": event.trigger, "dest": event.dest}
         if event.guard is not None:
             attributes["guard"] = event.guard
@@ -266,10 +279,25 @@ class Instrumentation:
         span.set_status(Status(StatusCode.ERROR, error))
         span.end()
 
+    def _paused(self, event: CallEvent) -> None:
+        """The run waits for a person's decision: its run span ends here, marked paused.
+
+        The decision may come from another agent or process, or never: a
+        resume, here or there, opens a run span of its own, marked resumed.
+        """
+        with self._lock:
+            spans = self._runs.pop(event.run_id, None)
+        if spans is None:
+            return
+        _end_leftovers(spans)
+        span = spans.span
+        span.set_attribute("fsm_agent.paused", True)
+        span.end()
+
     # --- model calls --------------------------------------------------------------------------------------
 
     def _before_model(self, event: CallEvent) -> None:
-        spans = self._run(event.run_id)
+        spans = self._run(event.run_id, resumed=event.turn > 1)
         operation = self._operation
         name = operation if self._model is None else f"{operation} {self._model}"
         attributes: dict[str, str | int] = {"gen_ai.operation.name": operation, "fsm_agent.turn": event.turn}
@@ -307,7 +335,7 @@ class Instrumentation:
         child = self.agent.children().get(call.name)
         if child is not None:
             self._adopt(child.agent, child.name)  # registered after instrument(): its runs are traced too
-        spans = self._run(event.run_id)
+        spans = self._run(event.run_id, resumed=True)  # a run starts with a model call: this one was under way
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,

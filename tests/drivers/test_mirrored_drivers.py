@@ -18,7 +18,14 @@ from typing import Any
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.sync import SyncDriver
 
-TWINS = {"_amove": "_advance", "_aadvance": "_advance", "_acheck": "_check", "_acompact": "_compact", "ahold": "hold"}
+TWINS = {
+    "_amove": "_advance",
+    "_aadvance": "_advance",
+    "_acheck": "_check",
+    "_acompact": "_compact",
+    "ahold": "hold",
+    "_akeep_taken": "_keep_taken",
+}
 """The async driver's names of the sync driver's steps."""
 
 
