@@ -265,9 +265,14 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             self.gate()
         self._replied = REPLIED
 
-    def accept_model_error(self, error: BaseException) -> None:
-        """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``."""
+    def accept_model_error(self, error: BaseException, streamed: str = "") -> None:
+        """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``.
+
+        ``streamed`` is the text a streaming model had shown of the reply
+        before it broke: the stop's evidence keeps it, as the reader saw it.
+        """
         self._expect(AwaitModel)
+        self.run.faults.streamed = streamed
         self.run.counts.turns += 1
         ledger.count_unmetered(self.run, self.price)
         self._log_model(None, f"{type(error).__name__}: {error}")
@@ -358,17 +363,21 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             self.thaw()  # the batch's last outcome: its checks before the next model call see the time and a cancel
         ledger.record_tool(run, call, outcome)
 
-    def interrupt(self, trigger: str, unfinished: str | None) -> Transition:
+    def interrupt(self, trigger: str, unfinished: str | None, streamed: str = "") -> Transition:
         """A call was given up (the task was cancelled, or the deadline passed): stop on ``trigger``.
 
         ``unfinished`` names the call that was in flight, or is None when the
-        time was up before the call could start, so none was made.
+        time was up before the call could start, so none was made.  A model
+        call's ``streamed`` text (what a streaming model had shown of it) is
+        kept for the stop's evidence.
         """
         run = self.run
         if run.at.frozen:
             self.thaw()  # the batch was cut: its stop sees the time and a cancel held since its plan
-        if run.at.state is AwaitModel and self._replied is None and unfinished is not None:
+        in_flight = run.at.state is AwaitModel and self._replied is None and unfinished is not None
+        if in_flight:
             run.counts.turns += 1  # the call was made, and may be billed
+        run.faults.streamed = streamed if in_flight else ""
         self._replied = None
         run.at.unfinished = unfinished
         return fire(self, trigger)

@@ -19,25 +19,37 @@ def reply_of(run: Run) -> Any:
 
 
 def model_error(run: Run) -> dict[str, Any]:
-    """`error`, `type`: the exception the model call raised (or why its reply was unusable)."""
+    """`error`, `type`: what the model call raised (or why its reply was unusable); `streamed`: the text shown.
+
+    ``streamed`` (only when there is some) is what a streaming model had shown
+    of the reply before it broke: the reader saw it, so the stop keeps it.
+    """
     exc = run.faults.model_exception
-    return {"error": str(exc), "type": type(exc).__name__}
-
-
-def cancelled(run: Run) -> dict[str, Any]:
-    """`why` (the text given to `cancel()`), `state` the run was leaving, `unfinished` call if one was cut off."""
-    out: dict[str, Any] = {"why": run.counts.cancel_why or "the task running the run was cancelled"}
-    out["state"] = str(run.at.trace[-1].source)
-    if run.at.unfinished is not None:
-        out["unfinished"] = run.at.unfinished
+    out = {"error": str(exc), "type": type(exc).__name__}
+    if run.faults.streamed:
+        out["streamed"] = run.faults.streamed
     return out
 
 
+def cancelled(run: Run) -> dict[str, Any]:
+    """`why` (the text given to `cancel()`), `state` the run was leaving, the `unfinished` call cut off, `streamed`."""
+    out: dict[str, Any] = {"why": run.counts.cancel_why or "the task running the run was cancelled"}
+    out["state"] = str(run.at.trace[-1].source)
+    return _cut(run, out)
+
+
 def timeout(run: Run) -> dict[str, Any]:
-    """`elapsed` against `timeout`, in seconds, and the `unfinished` call the deadline cut off, if any."""
+    """`elapsed` against `timeout`, in seconds, and the `unfinished` call the deadline cut off, if any; `streamed`."""
     out: dict[str, Any] = {"elapsed": run.counts.seconds, "timeout": run.limits.timeout}
+    return _cut(run, out)
+
+
+def _cut(run: Run, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with the call a stop cut off, if any, and the text a streaming model had shown of it."""
     if run.at.unfinished is not None:
         out["unfinished"] = run.at.unfinished
+        if run.faults.streamed:
+            out["streamed"] = run.faults.streamed
     return out
 
 

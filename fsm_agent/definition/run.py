@@ -267,10 +267,11 @@ class Calls:
 class Faults:
     """What raised: a failed model call (model_error), a strict hook (hook_error), a user's check."""
 
-    __slots__ = ("condition_error", "condition_name", "hook_error", "model_exception")
+    __slots__ = ("condition_error", "condition_name", "hook_error", "model_exception", "streamed")
 
     def __init__(self) -> None:
         self.model_exception: BaseException | None = None
+        self.streamed = ""  # the text a streaming model had shown of a reply that never came whole
         self.hook_error: BaseException | None = None
         self.condition_error: BaseException | None = None
         self.condition_name = ""

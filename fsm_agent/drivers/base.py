@@ -84,6 +84,7 @@ class RunBase(WatchedRun):
         self._observed = hooked or bool(self._observers)
         # A model streams only when someone reads its text as it comes; otherwise its plain call is made.
         self._wants_text = hooked and bool(hooks.get("text"))
+        self._shown = []
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
         self._journal = None if store is None else journal_for(store, self.run_id, session, parent, forked_from)
@@ -274,7 +275,7 @@ class RunBase(WatchedRun):
             self.stepper.children_cut({call_id: spent() for call_id, spent in flying.items()})
         if self._observed and self.position.at.state is ExecuteTool:
             self._batch_cut_events()
-        return self._after(self.stepper.interrupt(trigger, unfinished))
+        return self._after(self.stepper.interrupt(trigger, unfinished, "".join(self._shown)))
 
     def _after(self, entry: Transition) -> Transition:
         """Close the transition just taken: checkpoint (awaited in ``_asave``), build a result, notify observers.

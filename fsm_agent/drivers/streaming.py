@@ -40,7 +40,7 @@ class _Raised:
 def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]:
     """Drive ``run`` (started with ``feed.put`` as observer), yielding what it puts there; then ``finish()`` it."""
     if not callable(getattr(run.agent.model, "complete_stream", None)):
-        while not run.done:
+        while not (run.done or run.paused):
             run.advance()
             while not feed.empty():
                 yield feed.get_nowait()
@@ -52,7 +52,7 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
 
     def drive() -> None:
         try:
-            while not run.done:
+            while not (run.done or run.paused):
                 run.advance()
                 feed.put(_STEPPED)
                 go.acquire()  # as lazy as a plain generator: the next transition waits until it is asked for
@@ -82,7 +82,7 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
 async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[StreamEvent]:
     """The async twin of ``events``: ``run`` was started with ``feed.append`` as observer."""
     if not callable(getattr(run.agent.model, "acomplete_stream", None)):
-        while not run.done:
+        while not (run.done or run.paused):
             await run.aadvance()
             while feed:
                 yield feed.popleft()
@@ -97,7 +97,7 @@ async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[Stre
         arrived.set()
 
     run.on_text(text)
-    while not run.done:
+    while not (run.done or run.paused):
         step = asyncio.ensure_future(run.aadvance())
         try:
             while not step.done():

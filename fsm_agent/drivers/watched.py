@@ -47,6 +47,7 @@ class WatchedRun:
     _observers: tuple[Observer, ...]
     _observed: bool
     _wants_text: bool
+    _shown: list[str]  # the text of the reply streaming in, kept for the stop's evidence if the reply never comes
     _model: Any
     _result: RunResult | None
 
@@ -59,6 +60,8 @@ class WatchedRun:
         def done(self) -> bool: ...
 
         def counters(self) -> Counters: ...
+
+        def _paused_result(self) -> RunResult: ...
 
     def _before_model(self) -> None:
         """The ``before_model`` event (only for an observed run)."""
@@ -76,12 +79,14 @@ class WatchedRun:
     def _streaming(self, method: str) -> Callable[..., Any] | None:
         """The model's streaming ``method`` (``complete_stream``, ...) if it has one; asked only when text is read."""
         found = getattr(self._model, method, None)
+        self._shown = []  # asked once per model call: a new reply's text
         return found if callable(found) else None
 
     def _text(self, piece: str) -> None:
         """Hand a piece of the reply's text, as it streams in, to the ``text`` hooks and the text observers."""
         if not piece:
             return
+        self._shown.append(piece)
         delta = TextDelta(piece, self.position.counts.turns + 1, self.run_id)
         if self._hooks:
             self._hook_failed(self._hooks.call("text", delta), False)
@@ -99,7 +104,7 @@ class WatchedRun:
             self._after_model()
 
     def _model_failed(self, error: Exception) -> None:
-        self.stepper.accept_model_error(error)
+        self.stepper.accept_model_error(error, "".join(self._shown))
         if self._observed:
             self._error = f"{type(error).__name__}: {error}"
             self._after_model()
@@ -212,6 +217,7 @@ class WatchedRun:
         if call is None and last.dest == ExecuteTool and run.calls.pending:
             call = run.calls.pending[0]
         terminal = self.done
+        paused = not terminal and self.stepper.gated and self.stepper.paused
         event = TransitionEvent(
             seq=len(run.at.trace) - 1,
             source=last.source,
@@ -228,12 +234,13 @@ class WatchedRun:
             evidence=run.at.evidence if run.at.state is Failed else None,
             result=self._result if terminal else None,
             run_id=self.run_id,
+            paused=self._paused_result() if paused else None,
         )
         raised = self._hooks.announce(event, run.at.state is Failed) if self._hooks else None
         for observer in self._observers:
             observer(event)
         self._hook_failed(raised, terminal)
-        if not terminal and self._hooks and self.stepper.gated and self.stepper.paused:
+        if paused and self._hooks:
             self._paused_event()
 
     def _paused_event(self) -> None:

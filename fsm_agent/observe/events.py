@@ -63,7 +63,8 @@ class TransitionEvent:
     model call failed, ``tool_call`` on edges out of ``Dispatch`` into
     ``ExecuteTool`` (the call about to run) and out of ``ExecuteTool`` (the call
     that ran, with ``tool_result`` and ``tool_error``).  ``evidence`` is set on
-    the edge into ``Failed``; ``result`` on the edge into ``Done`` or ``Failed``.
+    the edge into ``Failed``; ``result`` on the edge into ``Done`` or ``Failed``; ``paused`` on the edge that
+    leaves the run waiting for a person's decision (the paused result, with the snapshot to resume it from).
     """
 
     seq: int
@@ -82,6 +83,9 @@ class TransitionEvent:
     result: RunResult | None = None
     run_id: str = ""
     """The run the event belongs to (``AgentRun.run_id``): one agent's hooks see every run of it."""
+    paused: RunResult | None = None
+    """The paused result (reason ``"paused"``, with its snapshot) on the edge that leaves the run waiting for a
+    decision: a reader of ``Agent.stream`` has no other way to it."""
 
     @property
     def transition(self) -> Transition:
