@@ -267,12 +267,9 @@ class Instrumentation:
 
         A resume, here or in another process, opens a run span of its own.
         """
-        with self._lock:
-            spans = self._runs.pop(event.run_id, None)
-        if spans is None:
+        span = self._let_go(event.run_id)
+        if span is None:
             return
-        _end_leftovers(spans)
-        span = spans.span
         span.set_attribute("fsm_agent.unfinished", True)
         error = event.error or "unfinished"
         span.set_attribute("error.type", error.partition(":")[0])
@@ -285,14 +282,20 @@ class Instrumentation:
         The decision may come from another agent or process, or never: a
         resume, here or there, opens a run span of its own, marked resumed.
         """
-        with self._lock:
-            spans = self._runs.pop(event.run_id, None)
-        if spans is None:
+        span = self._let_go(event.run_id)
+        if span is None:
             return
-        _end_leftovers(spans)
-        span = spans.span
         span.set_attribute("fsm_agent.paused", True)
         span.end()
+
+    def _let_go(self, run_id: str) -> Span | None:
+        """Forget the run left unended: its model and tool spans end; its run span, returned, is the caller's to end."""
+        with self._lock:
+            spans = self._runs.pop(run_id, None)
+        if spans is None:
+            return None
+        _end_leftovers(spans)
+        return spans.span
 
     # --- model calls --------------------------------------------------------------------------------------
 
