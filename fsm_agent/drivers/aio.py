@@ -23,7 +23,6 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
-from fsm_agent.observe.events import logger
 from fsm_agent.records import RunResult, ToolCall, Transition
 from fsm_agent.tools.calling import in_daemon_worker
 from fsm_agent.tools.context import adriving
@@ -64,7 +63,6 @@ class AsyncDriver(RunBase):
         try:
             return await self._aadvance()
         except BaseException as exc:
-            await self._akeep_taken(exc)
             self._left_unfinished(exc)
             raise
 
@@ -186,7 +184,6 @@ class AsyncDriver(RunBase):
                     return self._paused_result()
                 await self._aadvance()  # the loop itself checked what aadvance() would
         except BaseException as exc:
-            await self._akeep_taken(exc)
             self._left_unfinished(exc)
             raise
         return self._outcome_of_run()
@@ -306,18 +303,6 @@ class AsyncDriver(RunBase):
             entry, self._closing = self._closing, None
             if entry is not None:
                 self._close(entry)
-
-    async def _akeep_taken(self, exc: BaseException) -> None:
-        """``_keep_taken``, awaited; also when the interrupt is the cause of the cancel it made (``_left_the_loop``)."""
-        journal = self._journal
-        if not isinstance(exc, KeyboardInterrupt | SystemExit):
-            exc = exc.__cause__ or exc
-        if journal is None or not isinstance(exc, KeyboardInterrupt | SystemExit) or not journal.taken(self.position):
-            return
-        try:
-            await journal.akeep(self.position, self.paused)
-        except Exception:  # noqa: BLE001 - the interrupt propagates; the next owner hears these transitions again
-            logger.warning("fsm_agent: the transitions taken before the interrupt could not be written", exc_info=True)
 
     def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:
         if isinstance(effect, ModelCall):

@@ -25,7 +25,6 @@ from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
-from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext
 
@@ -282,7 +281,9 @@ class RunBase(WatchedRun):
 
         Checkpoint first: a result's snapshot names its stored version, and observers hear of a transition the
         store writes only once it is kept.  One a store skips (``every="call"`` or ``"turn"``) is written by the
-        next write, or as an interrupt leaves the run (``_keep_taken``), so a resume from the store repeats none.
+        next write; a run left by an interrupt before that write is resumed by its next owner from the write
+        before, and those transitions are heard of again (a write at an arbitrary interrupt could store a run
+        the interrupt cut in the middle of a change).
         """
         journal = self._journal
         if journal is not None:
@@ -292,22 +293,6 @@ class RunBase(WatchedRun):
             journal.save(self.position, self.paused)
         self._close(entry)
         return entry
-
-    def _keep_taken(self, exc: BaseException) -> None:
-        """A ``KeyboardInterrupt`` or ``SystemExit`` leaves the run: write the transitions heard of but not written.
-
-        A store that writes only some transitions (``every="call"``) has not
-        kept those taken since its last write, though observers heard of them;
-        written now, the run's next owner resumes after them and announces none
-        again.  A write that fails is logged: the interrupt is what propagates.
-        """
-        journal = self._journal
-        if journal is None or not isinstance(exc, KeyboardInterrupt | SystemExit) or not journal.taken(self.position):
-            return
-        try:
-            journal.keep(self.position, self.paused)
-        except Exception:  # noqa: BLE001 - the interrupt propagates; the next owner hears these transitions again
-            logger.warning("fsm_agent: the transitions taken before the interrupt could not be written", exc_info=True)
 
     def _close(self, entry: Transition) -> None:
         if self.position.at.state in TERMINAL:

@@ -46,7 +46,6 @@ class SyncDriver(RunBase):
         try:
             return self._bounded(self._advance, lambda entry: entry)
         except BaseException as exc:
-            self._keep_taken(exc)
             self._left_unfinished(exc)
             raise
 
@@ -69,7 +68,6 @@ class SyncDriver(RunBase):
                     return self._paused_result()
                 self._advance()  # the loop itself checked what advance() would
         except BaseException as exc:
-            self._keep_taken(exc)
             self._left_unfinished(exc)
             raise
         return self._outcome_of_run()

@@ -246,18 +246,6 @@ class Journal(Heartbeats):
         self._early.update(kept)
         self.abeat()
 
-    def taken(self, run: Run) -> bool:
-        """Whether the run took transitions since the last write (its observers heard of them; the store not)."""
-        return len(run.at.trace) > self._marks[2]
-
-    def keep(self, run: Run, paused: bool) -> None:
-        """Write the run as it is now, whatever the store wants: a run left by an interrupt keeps what it took."""
-        self._write(self._plan(run, paused, force=True), run, paused)
-
-    async def akeep(self, run: Run, paused: bool) -> None:
-        """``keep``, awaited."""
-        await self._awrite(self._plan(run, paused, force=True), run, paused)
-
     def _called(self, run: Run) -> bool:
         """Whether (``every="call"``) the transition just taken recorded a call's outcome not written yet.
 

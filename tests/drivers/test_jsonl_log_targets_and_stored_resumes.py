@@ -148,6 +148,11 @@ def test_checkpointing_every_transition_a_stored_resume_appends_each_transition_
     assert [json.loads(line)["seq"] for line in lines] == list(range(len(result.trace)))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="not yet (watching-runs.md): every='call' leaves transitions unwritten at a Ctrl-C; the resume logs them "
+    "again (writing the run as the interrupt leaves could store a half-made change)",
+)
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_checkpointing_every_call_a_stored_resume_appends_each_transition_once(tmp_path: Path, driver: str) -> None:
     """The default store: the log must still read back to the trace, each seq once, after the new owner's lines."""

@@ -24,7 +24,6 @@ TWINS = {
     "_acheck": "_check",
     "_acompact": "_compact",
     "ahold": "hold",
-    "_akeep_taken": "_keep_taken",
 }
 """The async driver's names of the sync driver's steps."""
 
