@@ -219,7 +219,10 @@ def test_a_client_that_left_after_the_send_and_retried_the_same_request_sends_on
         try:
             body = run_input("left", "tool")
             with httpx.Client(timeout=60) as http, http.stream("POST", server.url, json=body) as response:
-                for line in response.iter_lines():
+                # Held, so leaving the loop does not close the lines' generator (and with it the stream): the
+                # client leaves only as the block ends, once the server is where the test wants it.
+                lines = response.iter_lines()
+                for line in lines:
                     if '"TOOL_CALL_RESULT"' in line:
                         break
                 assert model.waiting.wait(30)

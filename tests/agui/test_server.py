@@ -159,7 +159,10 @@ def test_a_client_that_leaves_cancels_the_turn_and_the_thread_goes_on(tmp_path: 
         with httpx.Client(timeout=30) as http:
             with http.stream("POST", served.url, json=run_input("t-leave", "wait")) as response:
                 assert response.status_code == 200
-                for line in response.iter_lines():
+                # Held, so leaving the loop does not close the lines' generator (and with it the stream): the
+                # client leaves only as the block ends, once the server is where the test wants it.
+                lines = response.iter_lines()
+                for line in lines:
                     if '"TOOL_CALL_END"' in line:
                         break
                 assert scenarios.entered.wait(10)
