@@ -16,48 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.counted_calls import Counted, drive, finish
 
-from fsm_agent import Agent, AgentLoopError, RunResult, SqliteStore, ToolRegistry
+from fsm_agent import Agent, RunResult, SqliteStore
 from fsm_agent.observe.events import HOOK_NAMES
 from fsm_agent.persist.store import Entry, StoreError
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
-
-
-class Counted:
-    """A registry whose tools count each execution by call id (``call_id`` is the ``ToolCall.id``)."""
-
-    def __init__(self) -> None:
-        self.ran: Counter[str] = Counter()
-        self.hang: set[str] = set()
-        """Call ids of ``slow`` that hang this time (then run through on a later execution)."""
-        self.registry = ToolRegistry()
-        ran, hang = self.ran, self.hang
-
-        @self.registry.register
-        async def quick(n: int, call_id: str) -> int:
-            """Return n at once."""
-            ran[call_id] += 1
-            return n
-
-        @self.registry.register
-        async def slow(call_id: str) -> str:
-            """Hang while the call id is in ``hang``."""
-            ran[call_id] += 1
-            if call_id in hang:
-                await asyncio.Event().wait()
-            return "late"
-
-        @self.registry.register
-        def fail(reason: str, call_id: str) -> str:
-            """Always fail, for ``reason``."""
-            ran[call_id] += 1
-            raise ValueError("no")
-
-        @self.registry.register
-        def ctrl_c(call_id: str) -> str:
-            """A Ctrl-C while the tool runs."""
-            ran[call_id] += 1
-            raise KeyboardInterrupt
 
 
 def recorded(agent: Agent) -> list[tuple[str, Any]]:
@@ -73,20 +37,6 @@ def heard(seen: list[tuple[str, Any]], name: str) -> Counter[str]:
 
 def transitions(seen: list[tuple[str, Any]]) -> list[Any]:
     return [event for hook, event in seen if hook == "transition"]
-
-
-def drive(agent: Agent, driver: str, **keywords: Any) -> RunResult:
-    try:
-        return agent.run("q", **keywords) if driver == "sync" else asyncio.run(agent.arun("q", **keywords))
-    except AgentLoopError as stop:
-        return stop.result
-
-
-def finish(run: Any, driver: str) -> RunResult:
-    try:
-        return run.finish() if driver == "sync" else asyncio.run(run.afinish())
-    except AgentLoopError as stop:
-        return stop.result
 
 
 async def cancel_once(run: Any, ready: Any) -> None:

@@ -8,7 +8,6 @@ must leave the file reading back to its trace: every transition once.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 from collections.abc import Iterator
@@ -17,25 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.counted_calls import drive, finish
 
-from fsm_agent import Agent, AgentLoopError, RunResult, SqliteStore, ToolRegistry
+from fsm_agent import Agent, RunResult, SqliteStore, ToolRegistry
 from fsm_agent.observe.events import JsonlLog, read_log
 from fsm_agent.testing import CounterModel, FakeModel, demo_registry, reply, tool_call, tool_turn
-
-
-def drive(agent: Agent, driver: str, **keywords: Any) -> RunResult:
-    try:
-        return agent.run("q", **keywords) if driver == "sync" else asyncio.run(agent.arun("q", **keywords))
-    except AgentLoopError as stop:
-        return stop.result
-
-
-def finish(run: Any, driver: str) -> RunResult:
-    try:
-        return run.finish() if driver == "sync" else asyncio.run(run.afinish())
-    except AgentLoopError as stop:
-        return stop.result
-
 
 # --- targets that cannot take a line ----------------------------------------------------------------------------
 

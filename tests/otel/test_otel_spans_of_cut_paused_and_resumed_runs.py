@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from support.counted_calls import Counted, drive, finish
 from support.sdk import skip_unless_installed
 
-from fsm_agent import Agent, AgentLoopError, RunResult, SqliteStore, ToolRegistry, Usage
+from fsm_agent import Agent, RunResult, SqliteStore, Usage
 from fsm_agent.persist.store import Entry, StoreError
 from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 
@@ -94,62 +95,6 @@ def edges_of(span: ReadableSpan) -> list[tuple[str, str, str]]:
 
 def edges(result: RunResult) -> list[tuple[str, str, str]]:
     return [(t.source, t.trigger, t.dest) for t in result.trace]
-
-
-def drive(agent: Agent, driver: str, **keywords: Any) -> RunResult:
-    try:
-        return agent.run("q", **keywords) if driver == "sync" else asyncio.run(agent.arun("q", **keywords))
-    except AgentLoopError as stop:
-        return stop.result
-
-
-def finish(run: Any, driver: str) -> RunResult:
-    try:
-        return run.finish() if driver == "sync" else asyncio.run(run.afinish())
-    except AgentLoopError as stop:
-        return stop.result
-
-
-class Counted:
-    """Tools that count each execution by call id; ``slow`` hangs for the call ids in ``hang``."""
-
-    def __init__(self) -> None:
-        self.ran: Counter[str] = Counter()
-        self.hang: set[str] = set()
-        self.registry = ToolRegistry()
-        ran, hang = self.ran, self.hang
-
-        @self.registry.register
-        async def quick(n: int, call_id: str) -> int:
-            """Return n at once."""
-            ran[call_id] += 1
-            return n
-
-        @self.registry.register
-        async def slow(call_id: str) -> str:
-            """Hang while the call id is in ``hang``."""
-            ran[call_id] += 1
-            if call_id in hang:
-                await asyncio.Event().wait()
-            return "late"
-
-        @self.registry.register
-        def fail(reason: str, call_id: str) -> str:
-            """Always fail."""
-            ran[call_id] += 1
-            raise ValueError(reason)
-
-        @self.registry.register
-        def ctrl_c(call_id: str) -> str:
-            """A Ctrl-C while the tool runs."""
-            ran[call_id] += 1
-            raise KeyboardInterrupt
-
-        @self.registry.register
-        def send(to: str, call_id: str) -> str:
-            """Send a report."""
-            ran[call_id] += 1
-            return f"sent to {to}"
 
 
 def unfinished_calls(spans: Spans) -> set[str]:
