@@ -177,9 +177,11 @@ class AgentLoopError(FsmAgentError, RuntimeError):
     :class:`RunResult` (messages, steps and trace so far) and ``evidence`` a
     JSON-serialisable dict that explains the stop.  ``str()`` gives the
     reason, the model turn it stopped in (numbered from 1, as ``max_steps``
-    counts turns; the evidence's ``step`` is its index) and a one-line
-    summary of the evidence, so an uncaught stop says why; the error pickles
-    with its result (a stop inside a process pool reaches the parent as itself).
+    counts turns; the evidence's ``step`` is its index), or "before the
+    first model call" for a run that made none (its ``step`` is 0 and its
+    ``steps`` counter 0), and a one-line summary of the evidence, so an
+    uncaught stop says why; the error pickles with its result (a stop inside
+    a process pool reaches the parent as itself).
     """
 
     def __init__(self, reason: str, result: RunResult, evidence: dict[str, Any] | None = None) -> None:
@@ -191,9 +193,30 @@ class AgentLoopError(FsmAgentError, RuntimeError):
     def __str__(self) -> str:
         facts = ", ".join(f"{k}={_short(v)}" for k, v in self.evidence.items() if k not in ("step", "counters"))
         step = self.evidence.get("step")
-        # "step N" beside turns=N+1 read as two different counts: a step is a model turn, counted from 1.
-        where = f" in model turn {step + 1}" if isinstance(step, int) else ""
+        if not isinstance(step, int):
+            where = ""
+        elif _model_calls(self.evidence, self.result) == 0:
+            # A cancel or a deadline met at the start, an input guardrail: step 0 names no turn that was taken.
+            where = " before the first model call"
+        else:
+            # "step N" beside turns=N+1 read as two different counts: a step is a model turn, counted from 1.
+            where = f" in model turn {step + 1}"
         return f"{self.reason}{where}" + (f": {facts}" if facts else "")
+
+
+def _model_calls(evidence: dict[str, Any], result: RunResult) -> int | None:
+    """The model calls a stopped run made (a failed one too): its ``steps`` counter, else its snapshot's turns.
+
+    None when neither says (an evidence made by hand, a table without a
+    ``steps`` meter and a result without a snapshot).
+    """
+    counters = evidence.get("counters")
+    steps = counters.get("steps") if isinstance(counters, dict) else None
+    if isinstance(steps, list | tuple) and steps and isinstance(steps[0], int):
+        return steps[0]
+    kept = (result.snapshot or {}).get("counters")
+    turns = kept.get("turns") if isinstance(kept, dict) else None
+    return turns if isinstance(turns, int) else None
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -3,7 +3,9 @@
 A call the rule holds back waits in the run (``Run.to_approve``) until a
 person decides on it; the stepper applies decisions to a live run, a store
 (``check_decision``) to a stored one, by the same rules: only a pending call
-that has not run, and a decision holds once taken.
+that has not run and that needs approval, and a decision holds once taken.
+``False`` and an empty reason are one decision, a rejection with no reason
+given: both are kept as ``False`` (``settled``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,44 @@ def approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) 
     return HeldBack(names)
 
 
+def settled(decision: bool | str) -> bool | str:
+    """``decision`` as it is kept: an empty reason text is ``False``, the one spelling of "rejected, no reason".
+
+    Why: ``False`` and ``""`` both mean that, so they must be one decision
+    wherever it is compared (given again, it is taken as given) or shown.
+    A reason of white space only is a text the person wrote: it is kept.
+    """
+    return False if isinstance(decision, str) and not decision else decision
+
+
+def same_decision(kept: bool | str, given: bool | str) -> bool:
+    """Whether ``given`` is the decision ``kept`` (True, False and ``""``, or the same reason text)."""
+    kept, given = settled(kept), settled(given)
+    return type(kept) is type(given) and kept == given
+
+
+NO_REASON = "no reason given"
+
+
+def rejection_text(tool: str, decision: bool | str) -> str:
+    """The error a rejected call of ``tool`` is answered with: the model reads it, and so do forks and late deciders."""
+    why = decision if isinstance(decision, str) and decision else NO_REASON
+    return f"a person rejected this call to {tool!r}: {why}"
+
+
+def rejection_in(tool: str, error: str) -> bool | str | None:
+    """The decision a call of ``tool`` answered with ``error`` records: its reason, False (none given), or None.
+
+    Why: a finished run no longer holds its decisions, only its messages;
+    a fork and a late decider read back from them what a person decided.
+    """
+    start = rejection_text(tool, "")[: -len(NO_REASON)]
+    if not error.startswith(start):
+        return None
+    why = error[len(start) :]
+    return False if why == NO_REASON else why
+
+
 def describe_decision(decision: bool | str) -> str:
     """A stored decision in words: ``approved``, or ``rejected`` with the reason given."""
     if decision is True:
@@ -74,10 +114,12 @@ def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bo
     """Check that ``decision`` on ``call_id`` may be taken on the stored run ``data``; ``DecisionError`` if not.
 
     A decision is taken only on a run that is paused, for a call of its
-    current turn that has not run and has no other decision yet: a decision
-    holds, so a second person cannot overturn the first.  The same decision
-    given again is taken as given (a retried request goes on): False is
-    returned then, as there is nothing to write; True for a new decision.
+    current turn that has not run, that the run holds back for approval
+    (``to_approve``) and that has no other decision yet: a decision holds,
+    so a second person cannot overturn the first.  The same decision given
+    again (``False`` and ``""`` are one) is taken as given (a retried request
+    goes on): False is returned then, as there is nothing to write; True for
+    a new decision, which is written as ``settled(decision)``.
     """
     check_decision_value(decision)
     pending = [call.get("id") for call in data.get("pending") or [] if isinstance(call, dict)]
@@ -87,14 +129,25 @@ def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bo
     if call_id not in pending:
         known = ", ".join(map(str, pending)) or "none"
         raise DecisionError(run_id, call_id, f"it is not a pending call of the run (pending: {known})")
-    if call_id in (data.get("ran") or {}):
+    ran = data.get("ran") or {}
+    if call_id in ran:
         raise DecisionError(run_id, call_id, "it has already run")
     if call_id in approvals:
         stored = approvals[call_id]
-        if type(stored) is type(decision) and stored == decision:
+        if same_decision(stored, decision):
             return False
         raise DecisionError(run_id, call_id, f"it was already decided ({describe_decision(stored)})")
+    # A snapshot from before runs kept to_approve held back every undecided pending call (snapshot_fields.to_approve).
+    held = data.get("to_approve", pending)
+    if call_id not in held:
+        raise DecisionError(run_id, call_id, _no_approval(i for i in pending if i in held))
     return True
+
+
+def _no_approval(held: Iterable[object]) -> str:
+    """Why a decision on a pending call that needs no approval is refused, naming the calls the run holds back."""
+    known = ", ".join(map(str, held)) or "none"
+    return f"it needs no approval, so there is nothing to decide (held back for a decision: {known})"
 
 
 def needs_decision(run: Run, call: ToolCall) -> bool:
@@ -150,8 +203,7 @@ class ApprovalGate:
 
     @staticmethod
     def _rejection_result(call: ToolCall, decision: bool | str) -> ToolResult:
-        why = decision if isinstance(decision, str) and decision else "no reason given"
-        message = f"a person rejected this call to {call.name!r}: {why}"
+        message = rejection_text(call.name, decision)
         return ToolResult(ledger.error_text(message), message)
 
     def awaiting(self) -> list[ToolCall]:
@@ -159,24 +211,37 @@ class ApprovalGate:
         return awaiting(self.run)
 
     def decide(self, approvals: Mapping[str, bool | str]) -> None:
-        """Record decisions on pending calls: ``True`` runs it, ``False`` or a reason text rejects it."""
+        """Record decisions on calls awaiting approval: ``True`` runs it, ``False`` or a reason text rejects it.
+
+        ``False`` and ``""`` are one decision (rejected, no reason given), kept
+        as ``False``.  Every decision is checked before any is recorded: a call
+        that is not pending, already ran, needs no approval or was decided
+        otherwise is a ``ValueError``, and the run is left as it was.
+        """
         if not isinstance(approvals, Mapping):
             msg = f"approvals must map call ids to True, False or a reason text, got {type(approvals).__name__}"
             raise TypeError(msg)
+        calls = self.run.calls
         for call_id, decision in approvals.items():
             if not isinstance(decision, bool | str):
                 msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
                 raise TypeError(msg)
-            if not any(call.id == call_id for call in self.run.calls.pending):
-                known = ", ".join(call.id for call in self.run.calls.pending) or "none"
+            if not any(call.id == call_id for call in calls.pending):
+                known = ", ".join(call.id for call in calls.pending) or "none"
                 msg = f"no pending tool call has id {call_id!r} (pending: {known})"
                 raise ValueError(msg)
-            if call_id in self.run.calls.ran:
+            if call_id in calls.ran:
                 msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
                 raise ValueError(msg)
-            given = self.run.calls.approvals.get(call_id, decision)
-            if given != decision:
-                # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
-                msg = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
+            if call_id in calls.approvals:
+                given = calls.approvals[call_id]
+                if not same_decision(given, decision):
+                    # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
+                    msg = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
+                    raise ValueError(msg)
+            elif call_id not in calls.to_approve:
+                # Nobody is asked about such a call (the viewer, AG-UI and runs show offer none): a rejection would
+                # silently drop a call the agent lets run.
+                msg = f"tool call {call_id!r}: {_no_approval(c.id for c in calls.pending if c.id in calls.to_approve)}"
                 raise ValueError(msg)
-        self.run.calls.approvals.update(approvals)
+        calls.approvals.update({call_id: settled(decision) for call_id, decision in approvals.items()})

@@ -65,7 +65,11 @@ def condition_error(run: Run) -> dict[str, Any]:
 
 
 def max_tokens(run: Run) -> dict[str, Any]:
-    """`partial_chars`, `cut_tool_calls`: how much of the cut reply arrived; the text is `result.final`."""
+    """`stop_reason` (`max_tokens`); `partial_chars`, `cut_tool_calls`: how much arrived; the text is `result.final`.
+
+    ``stop_reason`` is the reply's ``ModelResponse.stop_reason``, the one
+    that made it a stop (as in ``refusal``'s evidence).
+    """
     message = reply_of(run)
     return {
         "stop_reason": "max_tokens",
@@ -75,7 +79,7 @@ def max_tokens(run: Run) -> dict[str, Any]:
 
 
 def refusal(run: Run) -> dict[str, Any]:
-    """`content`: what the provider said instead of answering (also `result.final`)."""
+    """`stop_reason` (`refusal`); `content`: what the provider said instead of answering (also `result.final`)."""
     message = reply_of(run)
     return {"stop_reason": "refusal", "content": message.content if message else ""}
 

@@ -127,11 +127,13 @@ class PlannedStore(ABC):
         """Record a decision on a paused run's pending call in one transaction; return the run as stored now.
 
         ``True`` approves the call, ``False`` or a reason text rejects it
-        (anything else is a ``TypeError``, whatever the run's state).
+        (anything else is a ``TypeError``, whatever the run's state); ``False``
+        and ``""`` are one decision, rejected with no reason, stored as ``False``.
         ``DecisionError`` if the run is not paused, the call is not pending,
-        already ran or has another decision; the same decision given again
-        is taken as given and writes nothing.  ``RunLeasedError`` while
-        someone advances the run; ``KeyError`` if there is no such run.
+        already ran, needs no approval or has another decision; the same
+        decision given again is taken as given and writes nothing.
+        ``RunLeasedError`` while someone advances the run; ``KeyError`` if
+        there is no such run.
         Concurrent decisions are taken one after the other, so none is lost.
         """
         check_decision_value(decision)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Generator
 from typing import Any, Literal, TypeVar
 
-from fsm_agent.core.approval import check_decision
+from fsm_agent.core.approval import check_decision, settled
 from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.cursor import Order, RunCursor
@@ -225,7 +225,7 @@ class Plans:
             data[VERSION_KEY] = int(seq)
             return data  # the same decision, given again: stored already
         # The run stays listed as paused: it waits where it stopped until someone resumes it.
-        changed = {"approvals": {**data["approvals"], call_id: decision}}
+        changed = {"approvals": {**data["approvals"], call_id: settled(decision)}}  # "" is kept as False
         count, _ = yield (
             self.sql("UPDATE {runs} SET updated = ?, seq = ? WHERE run_id = ? AND seq = ?"),
             (now, seq + 1, run_id, seq),

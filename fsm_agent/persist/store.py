@@ -256,10 +256,13 @@ class FullStore(JournaledStore, Protocol):
 
         A value other than True, False or a reason text is a ``TypeError``
         before the run is looked at.  ``DecisionError`` if the run is not
-        paused, the call not pending, already ran or has another decision
-        (the store is then unchanged); the same decision given again is taken
-        as given, writing nothing.  ``RunLeasedError`` while someone advances
-        the run; ``KeyError`` if there is no such run.
+        paused, the call not pending, already ran, needs no approval (it is
+        not in the run's ``to_approve``) or has another decision (the store is
+        then unchanged); the same decision given again is taken as given,
+        writing nothing, and ``False`` and ``""`` are the same decision
+        (``check_decision`` of ``fsm_agent.core.approval`` applies these
+        rules).  ``RunLeasedError`` while someone advances the run;
+        ``KeyError`` if there is no such run.
         """
         ...
 

@@ -170,6 +170,38 @@ class OwnerChecks:
             with pytest.raises(TypeError, match="True, False or a reason text"):
                 store.decide(run_id, "c0", 1)
 
+    def test_decide_refuses_a_call_that_needs_no_approval_and_writes_nothing(self, make_store: MakeStore) -> None:
+        """A pending call the run does not hold back (not in ``to_approve``): no person is asked about it, so a
+        decision on it is a DecisionError naming it, and the run is stored as it was; the call then runs as usual."""
+        store = make_store(LONG)
+        need(store, "decide")
+        calls = [tool_turn(tool_call("add", id="c0", a=1, b=1), tool_call("echo", id="c1", text="free")), reply("ok")]
+        agent = Agent(Script(*calls), demo_registry(), clock=ManualClock(), approve={"add"})
+        agent.run("add", store=store, run_id="paused")
+        before = store.load("paused")
+        for decision in (False, "", "not this one", True):
+            with pytest.raises(DecisionError) as refused:
+                store.decide("paused", "c1", decision)
+            assert (refused.value.run_id, refused.value.call_id) == ("paused", "c1")
+        assert store.load("paused") == before, "a refused decision changed the run"
+        store.decide("paused", "c0", True)
+        result = agent.resume(store.load("paused"), store=store).finish()
+        assert [m.content for m in result.messages if m.role == "tool"] == ["2", '"free"']
+
+    def test_false_and_an_empty_reason_are_one_decision(self, make_store: MakeStore) -> None:
+        """A rejection with no reason, given as ``False`` or as ``""``: given again in the other spelling it is the
+        same decision, taken as given and writing nothing; a reason text after it is another decision, refused."""
+        store = make_store(LONG)
+        need(store, "decide")
+        both = [tool_turn(tool_call("add", id="c0", a=1, b=1), tool_call("add", id="c1", a=2, b=1)), reply("ok")]
+        Agent(Script(*both), demo_registry(), clock=ManualClock(), approve={"add"}).run("add", store=store, run_id="p")
+        for call_id, first, again in (("c0", False, ""), ("c1", "", False)):
+            decided = store.decide("p", call_id, first)
+            assert store.decide("p", call_id, again) == decided, f"{again!r} after {first!r} was refused or wrote"
+            with pytest.raises(DecisionError):
+                store.decide("p", call_id, "a reason after all")
+            assert store.load("p") == decided
+
     # --- listing ----------------------------------------------------------------------------------------------
 
     def test_list_runs_filters_by_state_reason_time_and_session_and_pages(self, make_store: MakeStore) -> None:

@@ -300,7 +300,7 @@ function approvalView(run) {
       el("pre", { class: "call", text: `${call.name}(${call.raw_arguments ?? JSON.stringify(call.arguments, null, 2)})  [${call.id}]` }),
     );
     if (decided !== undefined) {
-      item.append(el("p", { class: "decided", text: decided === true ? "approved" : `rejected: ${decided === false ? "no reason given" : decided}` }));
+      item.append(el("p", { class: "decided", text: decided === true ? "approved" : `rejected: ${decided === false || decided === "" ? "no reason given" : decided}` }));
     } else if (state.config.allow_decisions) {
       const why = el("input", { type: "text", class: "why", placeholder: "why (for a rejection)", "aria-label": "reason for rejecting" });
       // The page is drawn again on every change of the run: what was typed is kept per call, not lost with the box.
