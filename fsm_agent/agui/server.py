@@ -2,7 +2,10 @@
 
 Each request is one turn of the thread's ``Session`` (the thread id is the
 session id, its conversation kept in the store), or, with ``resume``, the
-continuation of its paused turn with the person's decisions.  The turn runs
+continuation of its paused turn with the person's decisions.  The request's
+``runId`` is stored with its turn, so the same request sent again (a proxy's
+retry, a client that lost the answer) takes no second turn: it is answered
+from the turn it took, with nothing called again.  The turn runs
 in a task of its own and hands its events to the response through a queue,
 so a client that goes away (the AG-UI client's ``abortRun``, a closed tab)
 cancels it: the run records the call it was in as cut off, with reason
@@ -158,7 +161,8 @@ class AgUiApp:
                 before = await self._paused_usage(session, agent)
                 result = await session.aresume(approvals, cancel=token)
             else:
-                result = await session.arun(user_text(run_input), cancel=token)
+                # The runId is kept with the turn: the same request again is answered from it (Session.run).
+                result = await session.arun(user_text(run_input), cancel=token, request_id=run_id)
         except AgentLoopError as stop:
             relay.close()
             push(stopped(thread, run_id, stop, less(stop.result.usage, before)))

@@ -18,29 +18,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import sqlite3
 import sys
-import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from fsm_agent import TABLE, Agent, PostgresStore, RunLeasedError, RunResult, SnapshotError, SqliteStore
-from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError, runs_agent, runs_export, runs_fork
+from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError, runs_agent, runs_export, runs_fork, runs_list
 from fsm_agent.cli import run as run_command
 from fsm_agent.cli.terminal import printable
 from fsm_agent.core import snapshot as snapshots
 from fsm_agent.core.approval import check_decision, describe_decision
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import STATES, State
 from fsm_agent.persist import is_url
-from fsm_agent.persist.store import filter_text, fork_origin
+from fsm_agent.persist.store import fork_origin
 
 AnyStore = SqliteStore | PostgresStore
-PAGE = 50
-"""Runs ``runs list`` shows unless ``--limit`` says otherwise."""
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def add_command(commands: Any) -> None:
@@ -52,18 +45,7 @@ def add_command(commands: Any) -> None:
         "postgresql:// database (--store, after the action).",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser(
-        "list",
-        help="the runs in the store, latest first, a page at a time",
-        description="One line per run, latest first: id, state, stop reason, tool calls, tokens, last save "
-        "(tab-separated).",
-    )
-    listing.add_argument("--state", help="only runs in this state (e.g. Failed, ExecuteTool)")
-    listing.add_argument("--reason", help="only runs that stopped with this reason (e.g. max_steps, done)")
-    listing.add_argument("--session", metavar="ID", help="only the turns of this conversation (fsm_agent.Session)")
-    listing.add_argument("--since", type=_moment, metavar="WHEN", help="only runs saved since: 2h, 7d or an ISO date")
-    listing.add_argument("--limit", type=int, default=PAGE, help=f"runs per page (default {PAGE})")
-    listing.add_argument("--offset", type=int, default=0, help="runs to skip, for the next pages")
+    listing = runs_list.add_parser(actions)
     prune = actions.add_parser(
         "prune",
         help="forget finished (Done or Failed) runs",
@@ -71,7 +53,7 @@ def add_command(commands: Any) -> None:
     )
     prune.add_argument(
         "--older-than",
-        type=_seconds,
+        type=runs_list.seconds,
         required=True,
         metavar="AGE",
         help="last saved this long ago: 30d, 12h, 0 for all",
@@ -120,28 +102,6 @@ def add_command(commands: Any) -> None:
     for sub in (listing, show, resume, prune, exporting, forking):
         sub.add_argument("--store", required=True, metavar="FILE|URL", help="a SQLite file or a postgresql:// URL")
     parser.set_defaults(handler=main)
-
-
-def _seconds(text: str) -> float:
-    """A duration: seconds, or a number with s, m, h, d or w."""
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if found is None:
-        msg = f"not a duration: {text!r} (e.g. 90m, 12h, 7d)"
-        raise argparse.ArgumentTypeError(msg)
-    return float(found[1]) * _UNITS.get(found[2] or "s", 1)
-
-
-def _moment(text: str) -> float:
-    """A point in time: that long ago (``2h``), or an ISO date or date and time (local unless it says)."""
-    try:
-        return time.time() - _seconds(text)
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        msg = f"not a duration or ISO date: {text!r} (e.g. 2h, 7d, 2026-12-01 or 2026-12-01T09:30)"
-        raise argparse.ArgumentTypeError(msg) from None
 
 
 DECISION_FORMS = "--approve ID, --approve ID=yes, --approve ID=no[:WHY] or --reject ID[=WHY]"
@@ -204,74 +164,6 @@ def _as_result(snapshot: dict[str, Any]) -> RunResult:
     )
 
 
-def _list(store: AnyStore, args: argparse.Namespace) -> int:
-    if args.limit < 1 or args.offset < 0:
-        msg = "--limit must be >= 1 and --offset >= 0"
-        raise SetupError(msg)
-    for name in ("state", "reason", "session"):
-        value = getattr(args, name)
-        try:
-            filter_text(name, value)
-        except ValueError:  # a NUL, or a byte argv could not decode (a lone surrogate): no store can compare it
-            msg = f"runs list: --{name} {value!r} must be text without NUL or lone surrogates"
-            raise SetupError(msg) from None
-    _check_state(args.state)
-    runs = store.list_runs(
-        state=args.state,
-        reason=args.reason,
-        since=args.since,
-        limit=args.limit + 1,
-        offset=args.offset,
-        session=args.session,
-    )
-    for run in runs[: args.limit]:
-        saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
-        calls = run.tool_calls
-        counts = f"{calls} tool call{'' if calls == 1 else 's'}\t{run.tokens} tokens"
-        line = f"{run.run_id}\t{_where(run.state, paused=run.paused)}\t{run.reason or '-'}\t{counts}\t{saved}"
-        print(printable(line + ("" if run.forked_from is None else f"\t{_origin(run.forked_from)}")))
-    if len(runs) > args.limit:
-        print(f"more runs: --offset {args.offset + args.limit}", file=sys.stderr)
-    return EXIT_DONE
-
-
-def _check_state(state: str | None) -> None:
-    """Refuse a ``--state`` no run can be in, which would list nothing; ``SetupError`` naming the states there are.
-
-    The filter compares the state the store holds.  ``awaiting approval`` is
-    how the listing shows a paused run, whose stored state is ``ExecuteTool``:
-    refused too, pointing there, rather than filtered here a page at a time.
-    """
-    if state is None or state in STATES:
-        return
-    states = ", ".join(STATES)
-    if state == _where(State.ExecuteTool, paused=True):
-        msg = (
-            f"runs list: --state {state!r} is how a paused run is shown, not a state: paused runs are in "
-            f"ExecuteTool (--state ExecuteTool lists them, with any running a tool); the states are {states}"
-        )
-        raise SetupError(msg)
-    alike = [known for known in STATES if known.lower() == state.strip().lower()]
-    hint = f" (did you mean {alike[0]}?)" if alike else ""
-    msg = f"runs list: --state {state!r} is no state a run can be in{hint}; the states are {states}"
-    raise SetupError(msg)
-
-
-def _origin(forked_from: tuple[str, int]) -> str:
-    """Where a fork came from, as ``runs list`` and ``runs show`` print it."""
-    source, at = forked_from
-    return f"forked from {source} at {at}"
-
-
-def _where(state: str, *, paused: bool) -> str:
-    """A run's state as a person reads it: a paused run is waiting for a decision, its held-back calls not run.
-
-    Its stored state is ``ExecuteTool`` (the machine pauses on entering it),
-    which read as it is would say a tool is running.
-    """
-    return "awaiting approval" if paused else state
-
-
 def _checked(run_id: str, snapshot: dict[str, Any]) -> dict[str, Any]:
     """The stored snapshot once it passed the checks a resume makes; ``SnapshotError`` naming the run and the field.
 
@@ -295,9 +187,9 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
     snapshot = _checked(args.run_id, store.load(args.run_id))
     result = _as_result(snapshot)
     paused = bool(snapshot.get("paused"))
-    lines = [f"run {args.run_id}: {_where(snapshot['state'], paused=paused)}, reason {result.reason}"]
+    lines = [f"run {args.run_id}: {runs_list.where(snapshot['state'], paused=paused)}, reason {result.reason}"]
     if (origin := fork_origin(snapshot.get("forked_from"))) is not None:
-        lines.append(_origin(origin))
+        lines.append(runs_list.origin(origin))
     for i, edge in enumerate(result.trace):
         label = edge.reason or edge.guard
         lines.append(f"  {i:3} {edge.source} -> {edge.dest}" + (f" [{label}]" if label else ""))
@@ -378,7 +270,7 @@ def _prune(store: AnyStore, args: argparse.Namespace) -> int:
 
 
 ACTIONS = {
-    "list": _list,
+    "list": runs_list.main,
     "show": _show,
     "resume": _resume,
     "prune": _prune,

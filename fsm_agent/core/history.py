@@ -11,7 +11,7 @@ holds one is refused here, naming it, before anything is written or called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fsm_agent.records import Message, RunResult
@@ -52,16 +52,21 @@ def earlier(history: History) -> list[Message]:
             raise ValueError(msg)
         if item.role != "system":
             kept.append((index, item))
-    _check_paired(kept)
+    check_paired(kept)
     return [message for _, message in kept]
 
 
-def _check_paired(messages: list[tuple[int, Message]]) -> None:
+def check_paired(
+    messages: list[tuple[int, Message]], *, where: str = "history", still_open: Collection[str] = ()
+) -> None:
     """Each tool call is answered by a tool message before the next user or assistant message, and only once.
 
     That is where every provider wants the answers (OpenAI right after the
     call, Anthropic in the very next user turn), and where the engine itself
-    puts them, a stopped run's calls included once it answers them.
+    puts them, a stopped run's calls included once it answers them.  The
+    calls ``still_open`` names (those a run is still to make) are asked by the
+    last messages and not answered yet: each must be.  A ``ValueError`` naming
+    the messages at fault as ``where[index]``.
     """
     asked: dict[str, str] = {}  # open call id -> how the error names it
     unanswered: list[str] = []
@@ -69,20 +74,23 @@ def _check_paired(messages: list[tuple[int, Message]]) -> None:
     for index, message in messages:
         if message.role == "tool":
             if asked.pop(message.tool_call_id or "", None) is None:
-                strays.append(f"history[{index}] (answers {message.tool_call_id!r})")
+                strays.append(f"{where}[{index}] (answers {message.tool_call_id!r})")
             continue
         if message.role in ("user", "assistant"):
             unanswered.extend(asked.values())
             asked.clear()
         for call in message.tool_calls:
-            asked[call.id] = f"{call.id!r} ({call.name}, asked in history[{index}])"
-    unanswered.extend(asked.values())
+            asked[call.id] = f"{call.id!r} ({call.name}, asked in {where}[{index}])"
+    unanswered.extend(named for call_id, named in asked.items() if call_id not in still_open)
     problems = []
     if unanswered:
         calls = ", ".join(unanswered)
-        problems.append(f"history has tool calls no tool message answers: {calls}; answer them or leave them out")
+        problems.append(f"{where} has tool calls no tool message answers: {calls}; answer them or leave them out")
     if strays:
-        problems.append(f"history has tool messages answering no open call: {', '.join(strays)}; leave them out")
+        problems.append(f"{where} has tool messages answering no open call: {', '.join(strays)}; leave them out")
+    lost = sorted(call_id for call_id in still_open if call_id not in asked)
+    if lost:
+        problems.append(f"{where} no longer asks the calls still to be made: {', '.join(map(repr, lost))}")
     if problems:
         msg = "; ".join(problems)
         raise ValueError(msg)
@@ -102,7 +110,7 @@ def compaction_problem(result: object, what: str = "compact") -> str | None:
     if strays:
         return f"{what} must return a list of Message; not messages: {', '.join(strays[:5])}"
     try:
-        _check_paired(list(enumerate(result)))
+        check_paired(list(enumerate(result)))
     except ValueError as exc:
         return f"{what} returned a history providers refuse: {exc}"
     return None

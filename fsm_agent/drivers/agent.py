@@ -197,10 +197,12 @@ class Agent(RunsAgain):
         limits: Limits | None = None,
         parent: Mapping[str, str] | None = None,
         deps: Any = None,
+        request: str | None = None,
     ) -> AgentRun:
         """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that).
 
-        ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it;
+        ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it,
+        and ``request`` the request that takes the turn (``Session.run``'s ``request_id``), stored too;
         ``parent`` links the run to the tool call it answers (``as_tool``: ``persist.journal.LINK``); the
         parent's remaining ``limits`` are given as ``limits``.
         """
@@ -232,6 +234,7 @@ class Agent(RunsAgain):
             session=session,
             parent=parent,
             deps=deps,
+            request=request,
         )
 
     def run(

@@ -119,8 +119,12 @@ class RunsAgain(AgentParts):
         on.  A call the source completed after ``at`` is not made again when
         the fork asks for it with the same arguments: the recorded result is
         taken (``Step.reused_from``) unless ``rerun`` names the call (or is
-        ``"all"``).  A ``ForkError`` says why a fork cannot be taken; nothing
-        is stored then.  See ``fsm_agent.drivers.fork``.
+        ``"all"``).  The fork keeps the source's system prompt (or none), not
+        the agent's.  Taken at a stop, it goes on where ``edit``'s limits lift
+        the stop, or asks its model again at a failed model call
+        (``model_error``, ``context_overflow``).  A ``ForkError`` says why a
+        fork cannot be taken; nothing is stored then.  See
+        ``fsm_agent.drivers.fork``.
         """
         opened = store_for(store)
         recording = recording_of_source(source, opened)

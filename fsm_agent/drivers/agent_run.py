@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.late_decisions import too_late
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import describe_resumable
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.drivers.watched import Observer
+from fsm_agent.errors import SnapshotError
 from fsm_agent.records import RunResult, Transition
 
 if TYPE_CHECKING:
@@ -42,6 +44,8 @@ class AgentRun(SyncDriver, AsyncDriver):
         store: Store | None,
         lifted: Mapping[str, Any],
         deps: Any = None,
+        *,
+        resumable: str | None = None,
     ) -> tuple[Self, int | None, Transition | None]:
         """A run of ``agent`` back from its snapshot (``Agent.resume``), the version to claim it at, and its edge.
 
@@ -49,7 +53,9 @@ class AgentRun(SyncDriver, AsyncDriver):
         written yet: the caller claims the run at ``expected`` (the version
         its snapshot was read at), then closes the resume edge (None for a
         run that was paused, not stopped).  ``deps`` are the new owner's: a
-        snapshot never holds them.
+        snapshot never holds them.  ``resumable`` says, in the error at a stop
+        these limits do not lift, which stops the caller goes on from
+        (default: those ``Agent.resume`` does).
         """
         from fsm_agent.persist.journal import (  # see stored: import fsm_agent loads no store module
             forked_from_of,
@@ -62,7 +68,11 @@ class AgentRun(SyncDriver, AsyncDriver):
                 msg = f"a RunResult with reason {source.reason!r} has no snapshot: only stopped or paused runs resume"
                 raise ValueError(msg)
             source = source.snapshot
-        data = snapshot.parse(source)
+        try:
+            data = snapshot.parse(source)
+        except SnapshotError as exc:
+            _no_json(source, exc)
+            raise
         expected = stored_version(data)
         position = Run(snapshot.limits_of(data, **lifted), [], table=agent.table, policies=agent.on_stop)
         snapshot.load(position, data, agent.table.states)
@@ -75,6 +85,7 @@ class AgentRun(SyncDriver, AsyncDriver):
             store=store,
             run_id=run_id if isinstance(run_id, str) and run_id else None,
             session=session_id(data.get("session_id")),
+            request=session_id(data.get("request_id")),  # the request that took a session's turn: kept with it
             parent=link_of(data),
             forked_from=forked_from_of(data),
             deps=deps,
@@ -82,6 +93,9 @@ class AgentRun(SyncDriver, AsyncDriver):
         run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         if position.at.state is State.Done:
             msg = "the run finished in Done; there is nothing to resume"
+            if isinstance(approvals, Mapping) and approvals:
+                # Decisions that came too late (another request resumed the run): told the decision that stood.
+                msg += f": {too_late(position, approvals, run.stepper.approve)}"
             raise ValueError(msg)
         entry = None
         if position.at.state is State.Failed:
@@ -90,7 +104,7 @@ class AgentRun(SyncDriver, AsyncDriver):
             if entry is None:
                 msg = (
                     f"the run stopped with {position.at.reason!r}, which these limits do not lift "
-                    f"(counters {position.counters()}); {describe_resumable(agent.table.stops)}"
+                    f"(counters {position.counters()}); {resumable or describe_resumable(agent.table.stops)}"
                 )
                 raise ValueError(msg)
         if approvals:
@@ -102,3 +116,23 @@ class AgentRun(SyncDriver, AsyncDriver):
         # read from) a StaleRunError.  A stopped run is claimed with its resume edge already taken, so the claim
         # keeps the lease; claimed while still Failed it would be let go at once, and a second owner could take it.
         return run, expected, entry
+
+
+def _no_json(source: object, exc: SnapshotError) -> None:
+    """A ``SnapshotError`` saying what resume takes, if ``source`` was a text that is no JSON at all (``exc``'s cause).
+
+    Such a text is most often a stored run's id, which resume does not look
+    up: the error shows how to resume that run.  A text that starts like a
+    snapshot (``{``) keeps ``exc``, which says where its JSON breaks.
+    """
+    if isinstance(source, str) and isinstance(exc.__cause__, ValueError) and not source.lstrip().startswith("{"):
+        shown = source if len(source) <= 60 else f"{source[:57]}..."
+        if not source.strip():
+            msg = "resume takes a snapshot (a dict or its JSON text) or a stopped or paused RunResult, not a blank text"
+            raise SnapshotError(msg) from exc
+        msg = (
+            f"resume takes a snapshot (a dict or its JSON text) or a stopped or paused RunResult, and the text "
+            f"{shown!r} is no JSON; to resume the stored run of that id, pass its snapshot: "
+            f"agent.resume(store.load({shown!r}), store=store)"
+        )
+        raise SnapshotError(msg) from exc

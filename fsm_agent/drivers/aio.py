@@ -5,7 +5,8 @@ If the task is cancelled while a call is in flight, the run is recorded as
 finished are kept) and the ``CancelledError`` propagates; if the run's
 timeout passes, the calls in flight are cancelled and the run stops on
 ``timeout``.  A call's ``KeyboardInterrupt`` or ``SystemExit`` propagates
-and leaves the run unfinished, as on the sync driver.
+and leaves the run unfinished, written as it stands (``RunBase._keep_cut``),
+as on the sync driver.
 
 ``asyncio`` is imported by the methods that await, never by ``import
 fsm_agent``: it brings ``ssl``, sockets and subprocesses, most of the cost of
@@ -23,6 +24,7 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
+from fsm_agent.observe.events import logger
 from fsm_agent.records import RunResult, ToolCall, Transition
 from fsm_agent.tools.calling import in_daemon_worker
 from fsm_agent.tools.context import adriving
@@ -159,8 +161,13 @@ class AsyncDriver(RunBase):
             # stays unfinished for its next owner, as on the sync driver.
             if not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit):
                 self._interrupt(INTERRUPTED, self._aunfinished(effect))
-            elif self._observed and isinstance(effect, ToolBatch):
+                raise
+            await self._akeep_cut(exc)  # written if the interrupt cut a call itself (_cut_in_call)
+            if self._observed and isinstance(effect, ToolBatch):
                 self._batch_cut_events()  # the calls that came back are kept for the next owner: heard ending now
+            raise
+        except (KeyboardInterrupt, SystemExit) as exc:
+            await self._akeep_cut(exc)  # as the sync driver's _make_call
             raise
         finally:
             if journal is not None:
@@ -214,6 +221,9 @@ class AsyncDriver(RunBase):
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
             self._model_failed(exc)
             return
+        except BaseException as exc:
+            self._cut_in_call(exc)
+            raise
         self._model_replied(response)
 
     async def _athreaded(self, complete: Any, effect: ModelCall, keywords: Mapping[str, Any]) -> Any:
@@ -227,13 +237,17 @@ class AsyncDriver(RunBase):
     async def _acall_tool(self, call: ToolCall) -> None:
         if self._observed:
             self._before_tool(call)
-        child = self._children.get(call.name) if self._children else None
-        if child is not None:
-            outcome = await arun_child(self, child, call)
-        elif self._settings.tool_timeout is None:
-            outcome = await self._registry.aexecute(call)
-        else:
-            outcome = await self._registry.aexecute(call, timeout=self._settings.tool_timeout)
+        try:
+            child = self._children.get(call.name) if self._children else None
+            if child is not None:
+                outcome = await arun_child(self, child, call)
+            elif self._settings.tool_timeout is None:
+                outcome = await self._registry.aexecute(call)
+            else:
+                outcome = await self._registry.aexecute(call, timeout=self._settings.tool_timeout)
+        except BaseException as exc:
+            self._cut_in_call(exc)
+            raise
         # Kept the moment it exists: whatever happens to the rest of the batch, this call never runs again.
         self.stepper.accept_tool(call, outcome)
 
@@ -277,6 +291,12 @@ class AsyncDriver(RunBase):
             left = _left_the_loop(tasks)
             if left is not None and isinstance(exc, asyncio.CancelledError):
                 raise exc from left  # the loop's teardown cancelled this task, nobody stopping the run: see _acarry
+            this = asyncio.current_task()
+            if left is not None and this is not None and this.cancelling():
+                # The same, the interrupt itself handed to this task by the batch's gather: the task ends cancelled,
+                # so the teardown goes on to close what the loop opened (a store's connections); the interrupt
+                # already left the loop.
+                raise asyncio.CancelledError from left
             raise
 
     async def _aopen_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
@@ -303,6 +323,20 @@ class AsyncDriver(RunBase):
             entry, self._closing = self._closing, None
             if entry is not None:
                 self._close(entry)
+
+    async def _akeep_cut(self, exc: BaseException) -> None:
+        """``_keep_cut``, awaited; also when ``exc`` is the cancel a call's Ctrl-C became (``_left_the_loop``).
+
+        The run is whole there too: the batch's other calls are cut or came
+        back, and a task of this loop changes the run only between two awaits.
+        """
+        journal = self._journal
+        if journal is None or not self._cut_here(exc) or not journal.unwritten(self.position):
+            return
+        try:
+            await journal.akeep(self.position, self.paused)
+        except BaseException:  # noqa: BLE001 - the interrupt propagates; the next owner hears those transitions again
+            logger.warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)
 
     def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:
         if isinstance(effect, ModelCall):

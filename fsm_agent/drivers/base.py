@@ -25,6 +25,7 @@ from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
+from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext
 
@@ -45,6 +46,12 @@ class RunBase(WatchedRun):
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
     # The sub-agent calls in flight, by call id: each reads what its child's run spent so far (drivers.child_spend).
     _flying: dict[str, Callable[[], tuple[ChildOutcome, ChildOutcome]]] | None = None
+    # The Ctrl-C (KeyboardInterrupt, SystemExit, or the cancel one became) that came out of a model or tool call,
+    # the run whole, until _keep_cut reads it; and the sub-agent calls whose hand-down (a fork's) was taken from
+    # this run and is not yet stored with the child's run (child_runs), while no Ctrl-C writes this run.
+    _cut: BaseException | None = None
+    _handing_down = 0
+    _hands_down = False  # a sub-agent's run: it holds what its parent's run handed down, not yet stored
 
     def __init__(
         self,
@@ -59,6 +66,7 @@ class RunBase(WatchedRun):
         parent: Mapping[str, str] | None = None,
         deps: Any = None,
         forked_from: tuple[str | None, int] | None = None,
+        request: str | None = None,
     ) -> None:
         self.position = position
         if position.calls.ran:  # a run cut mid-batch: the owner that cut it heard these calls end (watched._heard)
@@ -86,7 +94,9 @@ class RunBase(WatchedRun):
         self._shown = []
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
-        self._journal = None if store is None else journal_for(store, self.run_id, session, parent, forked_from)
+        self._journal = (
+            None if store is None else journal_for(store, self.run_id, session, parent, forked_from, request)
+        )
         if forked_from is not None:  # most runs are no fork: the class's None serves them
             self.forked_from = forked_from
         # Whether the run is told the time (and its cancel flag) before every transition, or only after each
@@ -281,9 +291,9 @@ class RunBase(WatchedRun):
 
         Checkpoint first: a result's snapshot names its stored version, and observers hear of a transition the
         store writes only once it is kept.  One a store skips (``every="call"`` or ``"turn"``) is written by the
-        next write; a run left by an interrupt before that write is resumed by its next owner from the write
-        before, and those transitions are heard of again (a write at an arbitrary interrupt could store a run
-        the interrupt cut in the middle of a change).
+        next write, or by a Ctrl-C inside a call (``_keep_cut``); a run left by an interrupt anywhere else is
+        resumed by its next owner from the write before, and those transitions are heard of again (an interrupt
+        there may have cut a change to the run in the middle, which must not be stored).
         """
         journal = self._journal
         if journal is not None:
@@ -293,6 +303,46 @@ class RunBase(WatchedRun):
             journal.save(self.position, self.paused)
         self._close(entry)
         return entry
+
+    def _cut_in_call(self, exc: BaseException) -> None:
+        """``exc`` came out of a model or tool call: if it is a Ctrl-C, it found the run whole (``_keep_cut``).
+
+        The drivers call this from the handler of the call itself (the I/O
+        between two transitions), never around the run's changes before or
+        after it: only there is the run known not to be in the middle of one.
+        A ``KeyboardInterrupt`` or ``SystemExit``, or the ``CancelledError``
+        that one raised in a call of an async batch became (``aio._left_the_loop``).
+        """
+        if isinstance(exc, KeyboardInterrupt | SystemExit) or (
+            not isinstance(exc, Exception) and isinstance(exc.__cause__, KeyboardInterrupt | SystemExit)
+        ):
+            self._cut = exc
+
+    def _cut_here(self, exc: BaseException) -> bool:
+        """Whether ``exc``, leaving the run, is the Ctrl-C a call was cut by (or the cancel it became) and the run is
+        whole: no sub-agent call of it was handing its child outcomes down (``child_runs``) unstored."""
+        cut, self._cut = self._cut, None
+        return cut is not None and (exc is cut or exc.__cause__ is cut) and self._handing_down == 0
+
+    def _keep_cut(self, exc: BaseException) -> None:
+        """A Ctrl-C cut a call: write what the run took since its store's last write, the call left in flight.
+
+        A store that writes only some transitions (``every="call"`` or
+        ``"turn"``) has not kept those since its last write, though observers
+        heard of them; written now, the run's next owner resumes after them,
+        makes the cut call again (as it would have) and announces none of them
+        again.  Only a Ctrl-C from inside the call (``_cut_in_call``): one
+        anywhere else may have cut a change to the run in the middle.  A write
+        that fails (the lease lost, the store gone, a second Ctrl-C) is
+        logged: ``exc`` is what propagates.  ``_akeep_cut`` is the same, awaited.
+        """
+        journal = self._journal
+        if journal is None or not self._cut_here(exc) or not journal.unwritten(self.position):
+            return
+        try:
+            journal.keep(self.position, self.paused)
+        except BaseException:  # noqa: BLE001 - the interrupt propagates; the next owner hears those transitions again
+            logger.warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)
 
     def _close(self, entry: Transition) -> None:
         if self.position.at.state in TERMINAL:

@@ -249,11 +249,23 @@ def _new_run(
     """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
     text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
     deps = _deps(parent, child)
-    run = child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps)  # noqa: SLF001
+    begun = child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps)  # noqa: SLF001
+    if parent.position.calls.carried_down:
+        # Taken from the parent's run before the child's run holding it is stored: a Ctrl-C meanwhile must not
+        # write the parent without it (RunBase._keep_cut), until the child's store entry is written (_opened).
+        parent._handing_down += 1  # noqa: SLF001 - the parent's driver hands over its own run
+        begun._hands_down = True  # noqa: SLF001
     handed = parent.stepper.handed_down(call)  # a fork making this call again: the child forks with it
     if handed:
-        run.stepper.carry_in(handed)
-    return run
+        begun.stepper.carry_in(handed)
+    return begun
+
+
+def _opened(parent: RunBase, child: RunBase) -> None:
+    """The new child's run is stored, with what its parent handed down: a Ctrl-C may write the parent again."""
+    if child._hands_down:  # noqa: SLF001 - the parent's driver hands over its own run
+        child._hands_down = False  # noqa: SLF001
+        parent._handing_down -= 1  # noqa: SLF001
 
 
 def _deps(parent: RunBase, child: ChildTool) -> Any:
@@ -343,6 +355,7 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
         return _outcome(child, run_id, begun, counted)
     if new:
         begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
+        _opened(parent, begun)
     fly(parent, call, begun, counted)  # a cut of the parent counts what the child spent until then
     try:
         result = begun.finish()
@@ -364,6 +377,7 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         return _outcome(child, run_id, begun, counted)
     if new:
         await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
+        _opened(parent, begun)
     fly(parent, call, begun, counted)  # a cut of the parent (the child cancelled with it) counts what it spent
     try:
         result = await begun.afinish()

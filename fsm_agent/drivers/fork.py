@@ -7,7 +7,10 @@ as a new run that names its source (``forked_from``).  The outcomes of the
 calls the source completed after ``at`` go with it (``Calls.carried``): a
 call of the fork with the same tool and arguments takes the recorded outcome
 instead of being made again (its step's ``reused_from`` says so), unless
-``rerun`` names it.  Nothing is stored until the fork is whole.
+``rerun`` names it; so do those the source still carried itself (a fork of
+a fork), and a sub-agent's completed calls go down to the new sub-agent
+run of a call made again (``Calls.carried_down``).  Nothing is stored
+until the fork is whole.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.exchanges import message_from
+from fsm_agent.core.history import check_paired
 from fsm_agent.core.ledger import canonical_arguments
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.rebuild import Rerun
+from fsm_agent.drivers.rebuild import Rerun, forkable_stops
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import ForkError
 from fsm_agent.records import Message, Transition, plain
@@ -78,7 +83,7 @@ def prepared(
         msg = f"edit must be a ForkEdit, got {type(edit).__name__}"
         raise TypeError(msg)
     # What the rebuilt snapshot says of the run it belongs to (its id, version, session, parent): none is the fork's.
-    links = {"run_id", VERSION_KEY, "session_id", *LINK, "forked_from"}
+    links = {"run_id", VERSION_KEY, "session_id", "request_id", *LINK, "forked_from"}
     data = {k: v for k, v in run.snapshot().items() if k not in links}
     data["messages"] = list(recording["messages"][: len(data["messages"])])  # the source's own, system prompt too
     origin = recording.get("run_id")
@@ -94,9 +99,13 @@ def prepared(
         if c["id"] not in again
     }
     _edit_messages(data, edit.messages)
+    if edit.messages:  # only an edited message can leave a call without its answer, or an answer without its call
+        _check_paired(data)
     _edit_results(data, carried, edit.results)
-    data["carried"] = list(carried.values())
-    data["carried_down"] = [] if rerun == "all" else _carried_down(recording, after, again)
+    # A fork of a fork: what its source still carried (from the runs it was forked from) is carried on too.
+    inherited = [] if rerun == "all" else [list(entry) for entry in recording.get("carried") or ()]
+    data["carried"] = [*carried.values(), *inherited]
+    data["carried_down"] = [] if rerun == "all" else _carried_down(recording, after, again, known)
     unknown = sorted(set(edit.limits) - {f.name for f in attrs.fields(Limits)})
     if unknown:
         names = ", ".join(f.name for f in attrs.fields(Limits))
@@ -105,23 +114,34 @@ def prepared(
     return Prepared(data, dict(edit.limits), edit.approvals)
 
 
-def _carried_down(recording: dict[str, Any], after: list[dict[str, Any]], again: set[str]) -> list[list[Any]]:
-    """For each sub-agent call made again, its source run's completed calls: the new child run does not make them.
+def _carried_down(
+    recording: dict[str, Any], after: list[dict[str, Any]], again: set[str], known: set[str]
+) -> list[list[Any]]:
+    """For each sub-agent call the fork makes again, its source run's completed calls, which the new child run takes.
 
-    Known where the source's sub-agent runs were recorded (a stored source,
-    whose export nests them); ``rerun="all"`` makes those calls again too.
+    Such a call is one ``rerun`` names, or one the source was still making
+    when it was cut (it holds no result of it, but its sub-agent's stored
+    run holds the calls that completed).  Known where the source's sub-agent
+    runs were recorded (a stored source, whose export nests them).  What the
+    source itself still carried down (a fork of a fork) goes on down too.
     """
     children = recording.get("children") or {}
-    down = []
-    for call in after:
+    done = {c["id"] for c in recording["tool_calls"]}
+    asked = {c["id"]: c for m in recording["messages"] for c in m.get("tool_calls") or ()}
+    cut = [asked[i] for i in children if i in asked and i not in done and i not in known]
+    down = [list(entry) for entry in recording.get("carried_down") or ()]
+    for call in [c for c in after if c["id"] in again] + cut:
         child = children.get(call["id"])
-        if call["id"] in again and child is not None:
-            origin = child.get("run_id")
-            outcomes = [
-                [c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)] for c in child["tool_calls"]
-            ]
-            down.append([call["name"], canonical_arguments(call["arguments"]), outcomes])
+        if child is not None:
+            down.append([call["name"], canonical_arguments(call["arguments"]), _outcomes(child)])
     return down
+
+
+def _outcomes(recording: dict[str, Any]) -> list[list[Any]]:
+    """A (sub-agent's) run's outcomes a run forked from it takes: its completed calls, and those it still carried."""
+    origin = recording.get("run_id")
+    made = [[c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)] for c in recording["tool_calls"]]
+    return made + [list(entry) for entry in recording.get("carried") or ()]
 
 
 def _reused(call: dict[str, Any], origin: str | None) -> dict[str, Any]:
@@ -138,7 +158,13 @@ def _rerun(rerun: Rerun, after: list[dict[str, Any]], known: set[str]) -> set[st
         given = f"the text {rerun!r}" if isinstance(rerun, str) else type(rerun).__name__
         msg = f'rerun is a collection of call ids or "all", got {given}'
         raise TypeError(msg)
-    wanted = set(rerun)
+    items = list(rerun)
+    others = [item for item in items if not isinstance(item, str)]
+    if others:
+        shown = ", ".join(f"{item!r} ({type(item).__name__})" for item in others[:3]) + (", ..." if others[3:] else "")
+        msg = f'rerun is a collection of call ids (texts) or "all"; it holds {shown}'
+        raise TypeError(msg)
+    wanted = set(items)
     ids = {c["id"] for c in after}
     early = sorted(wanted & known)
     if early:
@@ -165,6 +191,21 @@ def _edit_messages(data: dict[str, Any], edits: Mapping[int, Message | str]) -> 
         else:
             msg = f"ForkEdit.messages[{index}] must be a Message or a text, got {type(new).__name__}"
             raise TypeError(msg)
+
+
+def _check_paired(data: dict[str, Any]) -> None:
+    """The edited messages still pair each tool call with its answer (providers refuse them otherwise), or ForkError.
+
+    The calls the fork is still to make (``pending``) are the ones left open
+    by its last messages, as in the source.
+    """
+    messages = [message_from(m) for m in data["messages"]]
+    still_open = {call["id"] for call in data["pending"]}
+    try:
+        check_paired(list(enumerate(messages)), where="messages", still_open=still_open)
+    except ValueError as exc:
+        msg = f"ForkEdit.messages leave a history providers refuse: {exc}"
+        raise ForkError(msg) from exc
 
 
 def _edit_results(data: dict[str, Any], carried: dict[str, list[Any]], edits: Mapping[str, str]) -> None:
@@ -203,8 +244,18 @@ def forked(
 ) -> tuple[AgentRun, Transition | None]:
     """The fork as a run of ``agent`` (not written yet), and the resume edge it takes when forked at a stop."""
     try:
+        # retry: a fork at a failed model call (model_error, context_overflow) asks its own model again.
         run, _, entry = AgentRun._resumed(  # noqa: SLF001 - a fork comes back from its snapshot as a resumed run does
-            agent, ready.data, ready.approvals, False, cancel, observers, store, ready.lifted, deps
+            agent,
+            ready.data,
+            ready.approvals,
+            True,
+            cancel,
+            observers,
+            store,
+            ready.lifted,
+            deps,
+            resumable=forkable_stops(agent.table.stops),
         )
     except ValueError as exc:
         raise ForkError(f"the fork cannot go on: {exc}") from exc

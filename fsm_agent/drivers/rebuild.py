@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from fsm_agent.core import snapshot
+from fsm_agent.core.approval import rejection_in
 from fsm_agent.core.exchanges import message_from, response_from
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
@@ -30,6 +31,7 @@ from fsm_agent.tools import JSONSchema, ToolResult
 
 if TYPE_CHECKING:
     from fsm_agent.core.cancellation import CancelToken
+    from fsm_agent.definition.stops import Stop
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.persist.store import AsyncStore, Store
 
@@ -253,6 +255,10 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
 
     double.hooks = Hooks()  # the agent's hooks hear of the fork's own transitions only
     messages, prior = recording["messages"], recording["prior"]
+    # The system prompt is part of the history: the source's (none if it had none), whatever the agent's is.
+    system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+    if system != double.settings.system:
+        double.settings = attrs.evolve(double.settings, system=system)
     history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
     earlier = snapshot.earlier_limits_of(recording)  # the source ran under the first until it was first resumed
     limits = None if recording["limits"] is None else earlier[0][1] if earlier else snapshot.limits_of(recording)
@@ -346,10 +352,32 @@ def resumed_as_recorded(
     return resumed, entry
 
 
+UNRECORDED_STOPS = {"timeout": "the clock", "cancelled": "a cancel token"}
+"""The stops that come from no recorded reply or result, so a rebuild does not take them: a fork is taken before."""
+
+
+def forkable_stops(stops: Iterable[Stop]) -> str:
+    """The stops a fork taken at one goes on from, in words, for the error at a stop it cannot go on from."""
+    lifted = [stop.reason for stop in stops if stop.resume == "lift" and stop.reason not in UNRECORDED_STOPS]
+    retried = [stop.reason for stop in stops if stop.resume == "retry"]
+    return (
+        f"a fork taken at a stop goes on from {', '.join(lifted)} when its ForkEdit(limits=...) lifts the limit, "
+        f"and from {' and '.join(retried)}, asking its model again; at any other stop, fork at an earlier transition"
+    )
+
+
 def _checked(run: AgentRun, recording: dict[str, Any], entry: Transition) -> None:
     """Check the transition just rebuilt against the source's; a ``ForkError`` naming both if they differ."""
     index = len(run.trace) - 1
     expected = Transition(**recording["trace"][index])
+    if entry != expected and expected.dest == "Failed" and expected.reason in UNRECORDED_STOPS:
+        before = f"at transition {index - 1} or earlier" if index else "nothing comes before it"
+        msg = (
+            f"the source cannot be rebuilt up to this transition: at transition {index} it stopped with "
+            f"{expected.reason!r}, which came from {UNRECORDED_STOPS[expected.reason]}, not from its recorded replies "
+            f"and results, so a fork is taken before that stop ({before}); {forkable_stops(run.agent.table.stops)}"
+        )
+        raise ForkError(msg)
     if entry != expected:
         msg = (
             f"the source cannot be rebuilt up to this transition: at transition {index} it took {_edge(expected)}, "
@@ -372,9 +400,8 @@ def decisions(run: AgentRun, recording: dict[str, Any]) -> dict[str, bool | str]
         if call.id in made:
             found[call.id] = True
             continue
-        why = _error_in(answers.get(call.id, "")) or ""
-        _, marker, reason = why.partition(f"a person rejected this call to {call.name!r}: ")
-        found[call.id] = reason if marker and reason != "no reason given" else False
+        rejected = rejection_in(call.name, _error_in(answers.get(call.id, "")) or "")
+        found[call.id] = False if rejected is None else rejected
     return found
 
 

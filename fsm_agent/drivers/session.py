@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Self
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.session_turns import StoredTurns, closed, paused_message
 from fsm_agent.drivers.stored import astore_for, awaited, store_for
 from fsm_agent.drivers.watched import Observer
@@ -71,6 +72,8 @@ class Session(StoredTurns):
     store, a turn whose owner died is finished by the next one once its
     lease lapses, and refused (``RunLeasedError``) until then.  ``deps``
     reach every turn's tools (a turn's own ``deps=`` instead, if given).
+    A turn taken with a ``request_id`` keeps it: the same request asked
+    again is answered from that turn, which is not taken twice (``run``).
     The constructor reads the store with its sync methods; on an event loop,
     build the session with ``await Session.aopen(...)``, which awaits them.
     """
@@ -90,6 +93,7 @@ class Session(StoredTurns):
         self._messages: list[Message] = []
         self._turns = 0
         self._last: RunResult | None = None  # the last turn this object took, for a store-less resume
+        self._last_request: str | None = None  # the request_id it was taken for, for a store-less session's repeat
         self._paused: str | None = None  # why no new turn may start: the last one waits for a decision
         # One lock for every turn of this object, sync or awaited, from any thread or event loop: an
         # asyncio.Lock would serve one loop only, and two locks would let a sync and an async turn interleave.
@@ -130,7 +134,13 @@ class Session(StoredTurns):
     # --- taking a turn ----------------------------------------------------------------------------------------
 
     def run(
-        self, text: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = (), deps: Any = None
+        self,
+        text: str,
+        *,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        deps: Any = None,
+        request_id: str | None = None,
     ) -> RunResult:
         """Take a turn: one run of the agent on ``text`` after the conversation so far.
 
@@ -139,28 +149,52 @@ class Session(StoredTurns):
         this turn is built on it whole; while that lease is live, this is a
         ``RunLeasedError`` saying to wait and retry.  ``deps``: this turn's,
         instead of the session's.
+
+        ``request_id`` names the request asking for the turn (an AG-UI
+        ``runId``, a web request's idempotency key) and is stored with it.
+        Asked again by a request whose turn is the session's last, no turn is
+        taken and nothing is called: that turn's result is returned as it was
+        (its stop raised again, if its policy raised it), a paused one
+        included; one still being taken is a ``RunLeasedError``, and one whose
+        owner died is finished first, as above, and is the answer.  A turn
+        that stopped ``cancelled`` answered nobody, so the same request takes
+        a new turn after it.
         """
         deps = self.deps if deps is None else deps
+        request = _request(request_id)
         with self._lock:
+            if self.store is None and self._repeats(request):
+                return self._again(self._last)
             for _ in range(_TRIES):
                 if self.store is not None:
-                    unfinished = self._catch_up()
+                    unfinished = self._catch_up(request=request)
                     if unfinished is not None:
                         taken = self._take_over(*unfinished, cancel, observers, deps)
                         if taken is None:
                             continue
+                        if self._repeated is not None:  # this request's own turn, its owner gone: its answer
+                            return self._finished(taken)
                         self._finished(taken, quiet=True)
-                run = self._next(text, cancel, observers, deps)
+                    elif self._repeated is not None:
+                        return self._again(stored_result(self.agent, self._repeated))
+                run = self._next(text, cancel, observers, deps, request)
                 try:
                     run._open_store(new=True)  # noqa: SLF001 - as Agent.start does
                 except RunExistsError:
                     self._check_ours(self._turns + 1)  # another object took this turn meanwhile: read it, go on after
                     continue
+                self._last_request = request
                 return self._finished(run)
             raise self._busy(self._turns + 1)
 
     async def arun(
-        self, text: str, *, cancel: CancelToken | None = None, observers: Sequence[Observer] = (), deps: Any = None
+        self,
+        text: str,
+        *,
+        cancel: CancelToken | None = None,
+        observers: Sequence[Observer] = (),
+        deps: Any = None,
+        request_id: str | None = None,
     ) -> RunResult:
         """``run``, awaited: the async driver, its checkpoints and the store's reads awaited too.
 
@@ -168,22 +202,30 @@ class Session(StoredTurns):
         one ``Session`` serves turns from threads and from any number of loops.
         """
         deps = self.deps if deps is None else deps
+        request = _request(request_id)
         await _acquire(self._lock)
         try:
+            if self.store is None and self._repeats(request):
+                return self._again(self._last)
             for _ in range(_TRIES):
                 if self.store is not None:
-                    unfinished = await self._acatch_up()
+                    unfinished = await self._acatch_up(request=request)
                     if unfinished is not None:
                         taken = await self._atake_over(*unfinished, cancel, observers, deps)
                         if taken is None:
                             continue
+                        if self._repeated is not None:
+                            return await self._afinished(taken)
                         await self._afinished(taken, quiet=True)
-                run = self._next(text, cancel, observers, deps)
+                    elif self._repeated is not None:
+                        return self._again(stored_result(self.agent, self._repeated))
+                run = self._next(text, cancel, observers, deps, request)
                 try:
                     await run._aopen_store(new=True)  # noqa: SLF001 - as Agent.arun does
                 except RunExistsError:
                     await self._acheck_ours(self._turns + 1)
                     continue
+                self._last_request = request
                 return await self._afinished(run)
             raise self._busy(self._turns + 1)
         finally:
@@ -236,7 +278,9 @@ class Session(StoredTurns):
     def _no_turn(self) -> RunStateError:
         return RunStateError(f"session {self.session_id!r} has no turn to resume: nothing is paused or stopped")
 
-    def _next(self, text: str, cancel: CancelToken | None, observers: Sequence[Observer], deps: Any) -> AgentRun:
+    def _next(
+        self, text: str, cancel: CancelToken | None, observers: Sequence[Observer], deps: Any, request: str | None
+    ) -> AgentRun:
         """The next turn's run, built on the conversation so far; not stored or driven yet."""
         if self._paused is not None:
             raise RunStateError(self._paused)
@@ -245,7 +289,22 @@ class Session(StoredTurns):
         session = self.session_id if stored else None
         # A session starts its turns as the agent starts its runs, with the conversation as history.
         messages = self._messages
-        return self.agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps)  # noqa: SLF001
+        agent = self.agent
+        return agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps, request=request)  # noqa: SLF001
+
+    def _repeats(self, request: str | None) -> bool:
+        """Whether a store-less session's last turn was taken for ``request`` and answered it (not cancelled)."""
+        last = self._last
+        return request is not None and last is not None and self._last_request == request and last.reason != "cancelled"
+
+    def _again(self, result: RunResult | None) -> RunResult:
+        """The answer of the turn the request took already, as it was given: a stop its policy raised, raised again."""
+        assert result is not None  # _repeats and _repeated say there is one
+        snapshot = result.snapshot
+        stopped = snapshot is not None and snapshot.get("state") == "Failed"
+        if stopped and self.agent.on_stop.get(result.reason, "raise") != "return":
+            raise AgentLoopError(result.reason, result)
+        return result
 
     def _finished(self, run: AgentRun, *, quiet: bool = False) -> RunResult:
         """The result of ``run.finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over).
@@ -299,7 +358,7 @@ class Session(StoredTurns):
         self._last = None
         self._turns += 1
         self._paused = None
-        self._messages = closed(run.messages, run.reason or "stopped")
+        self._messages = closed(run.messages, run.reason or "stopped", run.position.at.unfinished)
 
     def _take_in(self, result: RunResult) -> None:
         """The conversation after a turn: its messages; a stopped turn's calls never made answered as not run."""
@@ -310,7 +369,25 @@ class Session(StoredTurns):
             self._paused = paused_message(self.session_id, self._turns, [(c.name, c.id) for c in result.pending])
             self._messages = [m for m in result.messages if m.role != "system"]
             return
-        self._messages = closed(result.messages, result.reason)
+        self._messages = closed(result.messages, result.reason, result.evidence.get("unfinished"))
+
+
+def _request(request_id: object) -> str | None:
+    """``request_id`` as a turn keeps it: None, or text a store can hold; else ``TypeError``/``ValueError``."""
+    if request_id is None:
+        return None
+    if not isinstance(request_id, str):
+        msg = f"request_id must be a str, got {type(request_id).__name__}"
+        raise TypeError(msg)
+    try:
+        request_id.encode("utf-8")
+        storable = bool(request_id) and "\x00" not in request_id
+    except UnicodeEncodeError:  # a lone surrogate: no store can hold it
+        storable = False
+    if not storable:
+        msg = f"request_id must be text, not empty, without NUL or lone surrogates, got {request_id[:40]!r}"
+        raise ValueError(msg)
+    return request_id
 
 
 async def _acquire(lock: threading.Lock) -> None:

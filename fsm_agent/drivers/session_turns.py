@@ -37,6 +37,8 @@ class StoredTurns:
     _turns: int
     _last: RunResult | None
     _paused: str | None
+    _repeated: dict[str, Any] | None = None
+    """The last turn as stored, when the request asking for a turn is the one that took it (``request_id``)."""
 
     def turn_id(self, n: int) -> str:
         """The run id of turn ``n`` (from 1) in a store."""
@@ -128,24 +130,25 @@ class StoredTurns:
         )
         raise RunStateError(msg)
 
-    def _catch_up(self, *, strict: bool = True) -> tuple[int, dict[str, Any]] | None:
+    def _catch_up(self, *, strict: bool = True, request: str | None = None) -> tuple[int, dict[str, Any]] | None:
         """Read the conversation from the store: the turns any process took, the last one whole.
 
         ``strict``: a last turn that is paused is refused, as the base of a
         new turn, and one still going is returned (its number and snapshot),
-        to be taken over or refused.
+        to be taken over or refused.  A last turn ``request`` took already
+        is kept in ``_repeated`` instead (see ``_caught_up``).
         """
         store: Any = self.store
         last = self._last_turn(store.list_runs(session=self.session_id))
         data = None if last is None else store.load(self.turn_id(last))
-        return self._caught_up(last, data, strict)
+        return self._caught_up(last, data, strict, request)
 
-    async def _acatch_up(self, *, strict: bool = True) -> tuple[int, dict[str, Any]] | None:
+    async def _acatch_up(self, *, strict: bool = True, request: str | None = None) -> tuple[int, dict[str, Any]] | None:
         """``_catch_up``, awaited: the store's ``alist_runs`` and ``aload``."""
         store: Any = self.store
         last = self._last_turn(await awaited(store, "list_runs", session=self.session_id))
         data = None if last is None else await awaited(store, "load", self.turn_id(last))
-        return self._caught_up(last, data, strict)
+        return self._caught_up(last, data, strict, request)
 
     def _last_turn(self, runs: Sequence[StoredRun]) -> int | None:
         """The number of the session's last stored turn among ``runs`` (its listing); None before its first."""
@@ -156,23 +159,31 @@ class StoredTurns:
         return max(numbers, default=None)
 
     def _caught_up(
-        self, last: int | None, data: dict[str, Any] | None, strict: bool
+        self, last: int | None, data: dict[str, Any] | None, strict: bool, request: str | None = None
     ) -> tuple[int, dict[str, Any]] | None:
-        """``_catch_up``'s reading of the last turn ``last``, stored as ``data`` (None: no turn yet)."""
+        """``_catch_up``'s reading of the last turn ``last``, stored as ``data`` (None: no turn yet).
+
+        A last turn taken for ``request`` (its stored ``request_id``) is that
+        request's answer, kept in ``_repeated`` and never refused as paused;
+        unless it was cancelled, which answered nobody (see ``Session.run``).
+        """
         self._paused = None
+        self._repeated = None
         if last is None or data is None:
             self._turns, self._messages = 0, []
             return None
         self._turns = last
+        if request is not None and data.get("request_id") == request and data.get("reason") != "cancelled":
+            self._repeated = data
         messages = [message_of(m) for m in data["messages"]]
         pending = [ToolCall(**call) for call in data.get("pending") or ()]
         if data.get("paused"):
             self._paused = paused_message(self.session_id, last, [(c.name, c.id) for c in pending])
             self._messages = [m for m in messages if m.role != "system"]
-            if strict:
+            if strict and self._repeated is None:
                 raise RunStateError(self._paused)
             return None
-        self._messages = closed(messages, data.get("reason") or "stopped")
+        self._messages = closed(messages, data.get("reason") or "stopped", cut_of(data))
         if data["state"] not in _TERMINAL and strict:
             return last, data
         return None
@@ -183,13 +194,16 @@ def paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:
     return f"turn {n} of session {session!r} is paused for a decision on {calls}: resume it (Session.resume) first"
 
 
-def closed(messages: Sequence[Message], reason: str) -> list[Message]:
+def closed(messages: Sequence[Message], reason: str, cut: object = None) -> list[Message]:
     """A turn's messages without the system prompt, each call it asked for and never made answered as not run.
 
     Those are the calls of its last assistant message that no tool message
     after it answers.  Call ids are the model's and may repeat across turns
     (many providers count from ``call_0`` in every request), so an answer
-    earlier in the conversation never stands for one of them.
+    earlier in the conversation never stands for one of them.  A call the
+    stop cut off while it ran (``cut``, the stop's ``unfinished``: a cancel
+    or a deadline) is answered as such (``cut_text``), never as not
+    run: it may have had its effect (a sync tool goes on in its thread).
     """
     kept = [m for m in messages if m.role != "system"]
     asked = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].role == "assistant"), None)
@@ -197,11 +211,40 @@ def closed(messages: Sequence[Message], reason: str) -> list[Message]:
         return kept
     answered = {m.tool_call_id for m in kept[asked + 1 :] if m.role == "tool"}
     why = error_text(f"not executed: the turn stopped ({reason}) before this call")
+    in_flight = cut_calls(cut)
     for call in kept[asked].tool_calls:
         if call.id not in answered:
             answered.add(call.id)
-            kept.append(Message("tool", why, tool_call_id=call.id))
+            text = cut_text(reason) if call.id in in_flight else why
+            kept.append(Message("tool", text, tool_call_id=call.id))
     return kept
+
+
+def cut_calls(unfinished: object) -> frozenset[str]:
+    """The tool call ids a stop's ``unfinished`` names: the calls a cancel or a deadline cut off while they ran.
+
+    The drivers name one call, or the calls of a batch in flight joined by
+    ``", "``; a cut model call (``"model call of turn N"``) names no tool call.
+    """
+    if not isinstance(unfinished, str) or not unfinished:
+        return frozenset()
+    return frozenset({unfinished, *unfinished.split(", ")})
+
+
+def cut_text(reason: str) -> str:
+    """The tool message of a call cut off while it ran: it may have had its effect, so it is never told as not run.
+
+    A sync tool cut by a cancel or a deadline goes on in its worker thread
+    (Python cannot stop a thread), and an async one may have acted before its
+    task was cancelled: whether it did is unknown.
+    """
+    return error_text(f"cut off while running ({reason}): it may have run; its outcome is unknown")
+
+
+def cut_of(data: dict[str, Any]) -> object:
+    """The calls a stored turn's stop cut off while they ran: its ``unfinished`` (also in its evidence), if any."""
+    evidence = data.get("evidence")
+    return data.get("unfinished") or (evidence.get("unfinished") if isinstance(evidence, dict) else None)
 
 
 class _TurnLeasedError(RunLeasedError):

@@ -43,11 +43,12 @@ def journal_for(
     session: str | None,
     parent: Mapping[str, str] | None,
     forked_from: tuple[str | None, int] | None = None,
+    request: str | None = None,
 ) -> Journal:
     """The journal through which a run owns and writes its stored run."""
     from fsm_agent.persist.journal import Journal
 
-    return Journal(store, run_id, session=session, parent=parent, forked_from=forked_from)
+    return Journal(store, run_id, session=session, parent=parent, forked_from=forked_from, request=request)
 
 
 async def awaited(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:

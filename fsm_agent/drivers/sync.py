@@ -117,10 +117,14 @@ class SyncDriver(RunBase):
 
     def _make_call(self, effect: ModelCall | ToolBatch) -> None:
         # A deadline past while the call is in flight stops the run from the caller's thread (see _bounded).
-        if isinstance(effect, ModelCall):
-            self._call_model(effect)
-        else:
-            self._call_tool(effect)
+        try:
+            if isinstance(effect, ModelCall):
+                self._call_model(effect)
+            else:
+                self._call_tool(effect)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self._keep_cut(exc)  # written if it cut the call itself (_cut_in_call): the run is whole there
+            raise
 
     def _bounded(self, work: Callable[[], T], expired: Callable[[Transition], T]) -> T:
         """``work()`` here, or with a deadline on a worker; at the deadline, stop the run and ``expired(edge)``."""
@@ -140,12 +144,38 @@ class SyncDriver(RunBase):
                 mutex.release()
 
         handoff = Handoff(held)
-        if not handoff.wait(remaining):
+        try:
+            ended = handoff.wait(remaining)
+        except (KeyboardInterrupt, SystemExit) as exc:  # a real Ctrl-C lands here, in the caller's (main) thread
+            self._cut_while_waiting(mutex, exc)
+            raise
+        if not ended:
             with mutex:
                 if self._mutex is mutex:  # the worker is still in the run, so a call is in flight: it will unwind
                     self._abandoned = True
                     return expired(self._interrupt(EXPIRED, self._unfinished(self._in_flight)))
         return handoff.result()  # the work ended, maybe just as the deadline passed
+
+    def _cut_while_waiting(self, mutex: threading.Lock, exc: BaseException) -> None:
+        """A Ctrl-C in the caller's thread while the worker drives the run: written if a call is in flight.
+
+        The worker lets go of ``mutex`` only while a call is in flight (and
+        when done), so if it is free the run is whole: what it took since the
+        store's last write is written, as a Ctrl-C inside the call writes it
+        (``_keep_cut``).  Else the worker is taking a transition and nothing
+        is written, nor while a fork's run has outcomes left to hand a
+        sub-agent down (the worker may be taking one meanwhile, unlocked).  The
+        worker is left as it was: its call may still return and the run go on
+        until the process ends.
+        """
+        if not mutex.acquire(blocking=False):
+            return
+        try:
+            if self._mutex is mutex and self._in_flight is not None and not self.position.calls.carried_down:
+                self._cut = exc
+                self._keep_cut(exc)
+        finally:
+            mutex.release()
 
     def _let_go(self, effect: ModelCall | ToolBatch) -> threading.Lock | None:
         """Let go of the run while a call is in flight, so the deadline can stop it there; ``_take_back`` after.
@@ -205,9 +235,10 @@ class SyncDriver(RunBase):
                 self._take_back(mutex)
             self._model_failed(exc)
             return
-        except BaseException:
-            if self._journal is not None:
-                self._journal.rest()  # no heartbeat outlives the call, whatever ends it
+        except BaseException as exc:
+            self._cut_in_call(exc)
+            if held:
+                self._take_back(mutex)  # no heartbeat outlives the call, whatever ends it
             raise
         if held:
             self._take_back(mutex)
@@ -231,6 +262,9 @@ class SyncDriver(RunBase):
                 outcome = self._registry.execute(call)
             else:
                 outcome = self._registry.execute(call, timeout=self._settings.tool_timeout)
+        except BaseException as exc:
+            self._cut_in_call(exc)
+            raise
         finally:
             if held:
                 self._take_back(mutex)

@@ -29,7 +29,7 @@ from typing import Any, cast
 from fsm_agent.core import snapshot
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, State
-from fsm_agent.errors import RunExistsError, RunLeasedError
+from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.heartbeat import CallInFlight, Heartbeats, HeartbeatThread
 from fsm_agent.persist.store import VERSION_KEY, Entry, JournaledStore, Store, Summary, new_owner, traits
@@ -74,6 +74,7 @@ class Journal(Heartbeats):
         session: str | None = None,
         parent: Mapping[str, str] | None = None,
         forked_from: tuple[str | None, int] | None = None,
+        request: str | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -86,6 +87,8 @@ class Journal(Heartbeats):
             self._named.update(parent)
         if forked_from is not None:  # a fork names its source run and the transition it was taken after
             self._named["forked_from"] = list(forked_from)
+        if request is not None:  # a session's turn names the request that took it (Session.run's request_id)
+            self._named["request_id"] = request
         self.owner = owner or new_owner()
         # What the store offers, asked once (store.traits): a store with only wants/save/load (not a
         # JournaledStore) gets whole snapshots and no leases, as before journals existed.
@@ -103,6 +106,9 @@ class Journal(Heartbeats):
         self._next: tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]] | None = None
         self._renew_at = math.inf
         self._early: set[str] = set()  # calls of a parallel batch whose outcome was written before they were recorded
+        # An entry whose awaited append was cancelled while the store had it, with the point it would start the
+        # next entry from: the store may have written it anyway (see akeep).
+        self._unsure: tuple[Entry, tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]] | None] | None = None
         # The call in flight (its heartbeat's task, async), this run's heartbeat thread (sync: it outlives one
         # call, so a call costs no thread start), and why a renewal was refused, if one was.
         self._beat: CallInFlight | asyncio.Task[None] | None = None
@@ -138,6 +144,7 @@ class Journal(Heartbeats):
         if wrote and self._next is not None:
             self._marks, self._tails, self._small = self._next
             self._next = None
+            self._unsure = None
         self.seq = seq
         self.released = released
         self._renew_at = time.monotonic() + self.lease / 3
@@ -147,7 +154,7 @@ class Journal(Heartbeats):
     def stamp(self) -> dict[str, Any]:
         """What this run's snapshots carry beside its position: the stored version last written, and its session."""
         stamp: dict[str, Any] = {VERSION_KEY: self.seq} if self.full and self.seq else {}
-        for name in ("session_id", *LINK, "forked_from"):
+        for name in ("session_id", "request_id", *LINK, "forked_from"):
             if name in self._named:
                 stamp[name] = self._named[name]
         return stamp
@@ -246,6 +253,65 @@ class Journal(Heartbeats):
         self._early.update(kept)
         self.abeat()
 
+    def unwritten(self, run: Run) -> bool:
+        """Whether the run grew since the last write: a transition, message, step or call's outcome its store lacks.
+
+        A store that writes only some transitions (``every="call"`` or
+        ``"turn"``) lags the run between its writes; one that writes each
+        (``"transition"``) lags it at no call.
+        """
+        lists: tuple[Sequence[object], ...] = (run.talk.messages, run.talk.steps, run.at.trace, run.talk.io)
+        for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
+            if len(items) != mark or (mark and items[mark - 1] is not tail):
+                return True
+        return False
+
+    def keep(self, run: Run, paused: bool) -> None:
+        """Write the run as it is now, whatever the store wants: a Ctrl-C inside a call leaves it whole (the driver).
+
+        Fenced as every write: refused (``StaleRunError``, ``RunLeasedError``)
+        once the run is no longer this object's, and never written by a run
+        whose lease renewal was refused.  The lease is kept, not given up: the
+        run is unfinished, and its owner may be gone a moment later.
+        """
+        self._write(self._plan(run, paused, force=True), run, paused)
+
+    async def akeep(self, run: Run, paused: bool) -> None:
+        """``keep``, awaited.
+
+        A Ctrl-C in a call of an async batch ends the event loop, whose
+        teardown cancels every task: a batch's outcome write among them, which
+        the store may still commit unawaited.  If so the store refuses this
+        write as stale; when the stored run is exactly what that cut write
+        held, it is this object's own, taken as written, and this write made
+        after it.
+        """
+        try:
+            await self._awrite(self._plan(run, paused, force=True), run, paused)
+        except StaleRunError:
+            if not await self._alanded():
+                raise
+            await self._awrite(self._plan(run, paused, force=True), run, paused)
+
+    async def _alanded(self) -> bool:
+        """Whether the append cut in flight (``_unsure``) is what the store holds now; if so it counts as written."""
+        unsure, self._unsure = self._unsure, None
+        if unsure is None:
+            return False
+        entry, planned = unsure
+        if planned is None:
+            return False
+        stored = await self._await("load", self.run_id)
+        marks, _, small = planned
+        lengths = tuple(len(stored.get(name) or ()) for name in snapshot.GROWING)
+        if stored.get(VERSION_KEY) != entry.seq or lengths != marks:
+            return False
+        if any(stored.get(name, _MISSING) != value for name, value in small.items()):
+            return False  # another write of that version: another owner's
+        self._next = planned
+        self._written(entry.seq, entry.release)
+        return True
+
     def _called(self, run: Run) -> bool:
         """Whether (``every="call"``) the transition just taken recorded a call's outcome not written yet.
 
@@ -323,7 +389,12 @@ class Journal(Heartbeats):
             await self._await("save", self.run_id, whole)
             self._written(0)
         elif isinstance(action, Entry):
-            await self._await("append", action, owner=self.owner)
+            planned = self._next
+            try:
+                await self._await("append", action, owner=self.owner)
+            except asyncio.CancelledError:
+                self._unsure = (action, planned)  # the store may commit it all the same (akeep)
+                raise
             self._written(action.seq, action.release)
         elif action is _RENEW:
             await self._await("renew", self.run_id, owner=self.owner, seq=self.seq)

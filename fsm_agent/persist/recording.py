@@ -91,6 +91,9 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         "model_calls": model_calls,
         "tool_calls": tool_calls,
         "children": children,
+        # A fork's outcomes of its source's calls it had not taken yet, kept so that a fork of it takes them too.
+        "carried": data.get("carried") or [],
+        "carried_down": data.get("carried_down") or [],
     }
 
 
@@ -104,10 +107,76 @@ def _child_ids(data: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def _unfinished_calls(run_id: str, data: dict[str, Any]) -> dict[str, list[str]]:
+    """The ids a stored sub-agent run of each call without a result may have (``drivers.child_runs``), by call id.
+
+    A run cut while a sub-agent was running holds no result of that call,
+    but the sub-agent's run is stored under ``<run id>/<call id>`` (or, where
+    that id held another call's run, that id and the input's digest), its
+    link naming the call; only a call with a text ``input`` can be one.
+    """
+    done = {item["id"] for item in data.get("io") or () if "result" in item}
+    found = {}
+    for message in data["messages"]:
+        for call in message.get("tool_calls") or ():
+            text = (call.get("arguments") or {}).get("input") if isinstance(call.get("arguments"), dict) else None
+            if call["id"] not in done and isinstance(text, str):
+                named = f"{run_id}/{call['id']}"
+                found[call["id"]] = [named, f"{named}@{input_digest(text)[:12]}"]
+    return found
+
+
+def input_digest(text: str) -> str:
+    """The digest a sub-agent's stored run keeps of its input: ``drivers.child_runs.input_digest``'s, computed here."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _answers(child: dict[str, Any], run_id: str, call_id: str) -> bool:
+    """Whether the stored run ``child`` is the sub-agent run of call ``call_id`` of the run ``run_id``."""
+    return child.get("parent_run_id") == run_id and child.get("parent_call_id") == call_id
+
+
+def _unfinished_children(store: Store, run_id: str, data: dict[str, Any]) -> dict[str, str]:
+    """The stored sub-agent runs of the calls of ``run_id`` that hold no result (the run was cut), by call id."""
+    found = {}
+    for call_id, names in _unfinished_calls(run_id, data).items():
+        for name in names:
+            try:
+                child = store.load(name)
+            except KeyError:
+                break
+            if _answers(child, run_id, call_id):
+                found[call_id] = name
+                break
+    return found
+
+
+async def _aunfinished_children(
+    read: Callable[[str], Awaitable[dict[str, Any]]], run_id: str, data: dict[str, Any]
+) -> dict[str, str]:
+    """``_unfinished_children``, each run read with ``read``."""
+    found = {}
+    for call_id, names in _unfinished_calls(run_id, data).items():
+        for name in names:
+            try:
+                child = await read(name)
+            except KeyError:
+                break
+            if _answers(child, run_id, call_id):
+                found[call_id] = name
+                break
+    return found
+
+
 def export(store: Store, run_id: str) -> dict[str, Any]:
-    """The recording of the run ``run_id`` in ``store``, its sub-agents' runs nested (``KeyError`` if absent)."""
+    """The recording of the run ``run_id`` in ``store``, its sub-agents' runs nested (``KeyError`` if absent).
+
+    A sub-agent run of a call the run holds no result of (the run was cut
+    while it ran) is nested too, under the call's id.
+    """
     data = store.load(run_id)
-    children = {call_id: export(store, child) for call_id, child in _child_ids(data).items()}
+    ids = {**_unfinished_children(store, run_id, data), **_child_ids(data)}
+    children = {call_id: export(store, child) for call_id, child in ids.items()}
     return recording_of({"run_id": run_id, **data}, children)
 
 
@@ -122,7 +191,8 @@ async def aexport(
     """
     read = store.aload if load is None else load
     data = await read(run_id)
-    children = {call_id: await aexport(store, child, load=read) for call_id, child in _child_ids(data).items()}
+    ids = {**await _aunfinished_children(read, run_id, data), **_child_ids(data)}
+    children = {call_id: await aexport(store, child, load=read) for call_id, child in ids.items()}
     return recording_of({"run_id": run_id, **data}, children)
 
 
@@ -178,6 +248,11 @@ def check_recording(data: dict[str, Any]) -> None:
         _model_call(call, f"model_calls[{index}]")
     for index, call in enumerate(_list(data["tool_calls"], "tool_calls")):
         _tool_call(call, f"tool_calls[{index}]")
+    for index, carried in enumerate(_entries(data.get("carried") or [], "carried")):
+        _outcome(carried, f"carried[{index}]")
+    for index, down in enumerate(_entries(data.get("carried_down") or [], "carried_down")):
+        for inner, outcome in enumerate(_entries(down[2], f"carried_down[{index}][2]")):
+            _outcome(outcome, f"carried_down[{index}][2][{inner}]")
     children = data.get("children") or {}
     if not isinstance(children, dict):
         msg = f"recording field children must be an object of recordings by call id, got {_kind(children)}"
@@ -278,6 +353,24 @@ def _model_call(value: Any, where: str) -> None:
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"recording field {where}.reply is not a model reply: {type(exc).__name__}: {exc}"
         raise RecordingError(msg) from exc
+
+
+def _entries(value: Any, where: str) -> list[list[Any]]:
+    """``value``, a list of ``[tool name, canonical arguments, outcome]`` entries (a fork's carried outcomes)."""
+    if not isinstance(value, list):
+        msg = f"recording field {where} must be a list, got {_kind(value)}"
+        raise RecordingError(msg)
+    for index, entry in enumerate(value):
+        shaped = isinstance(entry, list) and len(entry) == 3 and all(isinstance(part, str) for part in entry[:2])
+        if not shaped:
+            msg = f"recording field {where}[{index}] must be [tool name, arguments text, outcome], got {entry!r:.80}"
+            raise RecordingError(msg)
+    return value
+
+
+def _outcome(entry: list[Any], where: str) -> None:
+    """A carried ``[name, arguments, result]`` entry whose result is a tool result's plain form."""
+    _tool_call({"id": "", "name": entry[0], "arguments": entry[1], "result": entry[2]}, where)
 
 
 def _tool_call(value: Any, where: str) -> None:

@@ -130,6 +130,13 @@ def test_runs_list_filters_and_pages_and_prune_forgets_finished_runs(
     assert [row[0] for row in _listed(capsys.readouterr().out)] == ["stopped"]
     main(["runs", "list", "--store", store_target, "--reason", "done", "--limit", "2"])
     out = capsys.readouterr()
+    assert [row[0] for row in _listed(out.out)] == ["c", "b"]
+    assert out.err.startswith("more runs: --after ")
+    assert out.err.endswith(":b\n")
+    main(["runs", "list", "--store", store_target, "--reason", "done", "--limit", "2", *out.err.split()[2:]])
+    assert [row[0] for row in _listed(capsys.readouterr().out)] == ["a"]
+    main(["runs", "list", "--store", store_target, "--reason", "done", "--limit", "2", "--offset", "0"])
+    out = capsys.readouterr()
     assert ([row[0] for row in _listed(out.out)], out.err) == (["c", "b"], "more runs: --offset 2\n")
     main(["runs", "list", "--store", store_target, "--reason", "done", "--limit", "2", "--offset", "2"])
     assert [row[0] for row in _listed(capsys.readouterr().out)] == ["a"]

@@ -3,7 +3,8 @@
 - ``runs show`` prints every transition (numbered as ``runs fork --at`` takes
   them), the evidence, and each pending call with where its decision stands.
 - ``runs list`` pages, with and without filters, give exactly the store's
-  ``list_runs`` rows, each once, and say where the next page starts.
+  ``list_runs(order="created")`` rows, each once, and say where the next
+  page starts (a cursor, or the next offset for a page asked by offset).
 - ``runs resume`` of a run another process holds is refused in one line
   naming the holder (exit 1), and changes nothing.
 - Exit codes as docs/reference/cli.md states them.
@@ -24,6 +25,7 @@ from support.ui_runs import finished, live, paused, stopped
 
 from fsm_agent import SqliteStore
 from fsm_agent.cli.terminal import printable
+from fsm_agent.persist.cursor import RunCursor
 
 pytestmark = pytest.mark.subprocess
 
@@ -87,23 +89,29 @@ def listed(out: str) -> list[list[str]]:
     return [line.split("\t") for line in out.splitlines()]
 
 
+@pytest.mark.parametrize("paging", ["after", "offset"])
 @pytest.mark.parametrize("filters", [(), ("--reason", "done"), ("--state", "Done")])
-def test_runs_list_pages_give_the_store_s_rows_each_once(db: Path, filters: tuple[str, ...]) -> None:
-    """Pages of three, following "more runs: --offset N", walk the store's listing in order, each run once."""
+def test_runs_list_pages_give_the_store_s_rows_each_once(db: Path, filters: tuple[str, ...], paging: str) -> None:
+    """Pages of three, following "more runs: --after CURSOR" (or "--offset N"), walk the listing in order, each once."""
     with SqliteStore(db) as store:
         state = filters[1] if filters[:1] == ("--state",) else None
         reason = filters[1] if filters[:1] == ("--reason",) else None
-        rows = store.list_runs(state=state, reason=reason)
+        rows = store.list_runs(state=state, reason=reason, order="created")
     seen: list[list[str]] = []
-    offset = 0
+    start = ["--offset", "0"] if paging == "offset" else []
     while True:
-        page = cli("runs", "list", *filters, "--limit", "3", "--offset", str(offset), "--store", str(db))
+        page = cli("runs", "list", *filters, "--limit", "3", *start, "--store", str(db))
         assert page.returncode == 0, page.stderr
         seen.extend(listed(page.stdout))
         if not page.stderr:
             break
-        assert page.stderr == f"more runs: --offset {offset + 3}\n"
-        offset += 3
+        last = seen[-1][0]
+        if paging == "offset":
+            assert page.stderr == f"more runs: --offset {len(seen)}\n"
+        else:
+            cursor = next(RunCursor.of(run) for run in rows if run.run_id == last)
+            assert page.stderr == f"more runs: --after {cursor}\n"
+        start = page.stderr.removeprefix("more runs: ").split()
     assert [row[0] for row in seen] == [run.run_id for run in rows]
     for row, run in zip(seen, rows, strict=True):
         calls = f"{run.tool_calls} tool call{'' if run.tool_calls == 1 else 's'}"

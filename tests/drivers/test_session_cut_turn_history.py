@@ -68,7 +68,7 @@ EXPECTED = [
     ("assistant", ""),
     ("tool", '"ok 1"'),
     ("assistant", ""),
-    ("tool", '{"error": "not executed: the turn stopped (cancelled) before this call"}'),
+    ("tool", '{"error": "cut off while running (cancelled): it may have run; its outcome is unknown"}'),
     ("user", "and now?"),
     ("assistant", "2 questions"),
 ]

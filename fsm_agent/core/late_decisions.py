@@ -1,0 +1,73 @@
+"""Decisions that arrive after the run went past them: what became of each call, in words.
+
+A person's decision on a held-back call may reach a run that another request
+already resumed to its end (two tabs, the approving one first).  The run no
+longer holds that call's decision (a call's decision is dropped once its
+outcome is recorded), but its record shows what became of it: a call that
+was made has its outcome among the run's calls (``run.talk.io``), and a
+rejected one was answered with the rejection the model was told.  So the
+late decision is refused naming the decision that stood, the way a store
+refuses a second decision on a paused run (``approval.check_decision``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+
+from fsm_agent.core.approval import describe_decision, rejection_in, same_decision
+from fsm_agent.core.exchanges import ToolExchange
+from fsm_agent.definition.run import Run
+from fsm_agent.records import Message, ToolCall
+
+
+def too_late(run: Run, approvals: Mapping[str, bool | str], held: Callable[[ToolCall], bool] | None) -> str:
+    """Why each of ``approvals`` comes too late for the finished ``run``: the decision that stood, or what happened.
+
+    ``held`` is the agent's ``approve`` rule: a call it holds back that was
+    made was approved (nothing else runs a held-back call).
+    """
+    return "; ".join(_became_of(run, call_id, decision, held) for call_id, decision in approvals.items())
+
+
+def _became_of(run: Run, call_id: str, given: bool | str, held: Callable[[ToolCall], bool] | None) -> str:
+    own = run.talk.messages[run.talk.prior :]
+    asked = next(
+        (
+            (i, call)
+            for i in range(len(own) - 1, -1, -1)
+            if own[i].role == "assistant"
+            for call in own[i].tool_calls
+            if call.id == call_id
+        ),
+        None,
+    )
+    if asked is None:
+        return f"the run asked for no tool call {call_id!r}"
+    at, call = asked
+    answer = next((m for m in own[at + 1 :] if m.role == "tool" and m.tool_call_id == call_id), None)
+    made = any(isinstance(x, ToolExchange) and x.id == call_id for x in run.talk.io)
+    if made:
+        stood: bool | str | None = True if held is not None and held(call) else None
+        done = "approved and made" if stood is True else "made (it needed no decision)"
+    elif (reason := _rejection(call, answer)) is not None:
+        stood = reason
+        done = describe_decision(stood)
+    else:
+        what = "unanswered" if answer is None else f"answered {answer.content}"
+        return f"tool call {call_id!r} was never made ({what})"
+    said = f"tool call {call_id!r} was already {done}"
+    if stood is not None and not same_decision(stood, given):
+        said += f", and a decision holds: this one ({describe_decision(given)}) was not taken"
+    return said
+
+
+def _rejection(call: ToolCall, answer: Message | None) -> str | bool | None:
+    """The reason a person gave when rejecting ``call`` (False: none given), read from its ``answer``; None if not."""
+    if answer is None:
+        return None
+    try:
+        error = json.loads(answer.content).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return rejection_in(call.name, error) if isinstance(error, str) else None
