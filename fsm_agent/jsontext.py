@@ -66,3 +66,14 @@ def versioned(
         msg = f"{what} version {version} could not be migrated: {type(exc).__name__}: {exc}"
         raise error(msg) from exc
     return source
+
+
+def input_digest(text: str) -> str:
+    """The sha256 of any Python string, lone surrogates included: what a sub-agent's stored run keeps of its input.
+
+    Why: a stored answer is taken only for the same input; the run that
+    stores it and the recording that finds it compute it alike.
+    """
+    import hashlib  # OpenSSL's, loaded by the first sub-agent call rather than by import fsm_agent
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

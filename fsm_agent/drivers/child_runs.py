@@ -30,6 +30,7 @@ from fsm_agent.drivers.child_spend import beyond, fly, lent_back, shared, spent_
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import astored, awaited, stored
 from fsm_agent.errors import AgentLoopError, RunLeasedError
+from fsm_agent.jsontext import input_digest
 from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 from fsm_agent.tools.registry import ToolResult
@@ -333,13 +334,6 @@ def _lease_wait(busy: RunLeasedError, patience: float) -> float:
 
 _SLACK = 0.05
 """Seconds waited past a lease's end before taking it over: the clocks of two writers are never quite equal."""
-
-
-def input_digest(text: str) -> str:
-    """The digest a sub-agent's stored run keeps of its input, so a stored answer is only taken for the same input."""
-    import hashlib  # OpenSSL's, loaded by the first sub-agent call rather than by import fsm_agent
-
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.jsontext import dumps as json_text
-from fsm_agent.jsontext import versioned
+from fsm_agent.jsontext import input_digest, versioned
 
 if TYPE_CHECKING:
     from fsm_agent.persist.store import AsyncStore, Store
@@ -124,11 +124,6 @@ def _unfinished_calls(run_id: str, data: dict[str, Any]) -> dict[str, list[str]]
                 named = f"{run_id}/{call['id']}"
                 found[call["id"]] = [named, f"{named}@{input_digest(text)[:12]}"]
     return found
-
-
-def input_digest(text: str) -> str:
-    """The digest a sub-agent's stored run keeps of its input: ``drivers.child_runs.input_digest``'s, computed here."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _answers(child: dict[str, Any], run_id: str, call_id: str) -> bool:

@@ -24,7 +24,7 @@ from support.async_only import BLOCKING, AsyncOnly
 from fsm_agent import Agent, AgentLoopError, CancelToken, ModelResponse, RunResult, Session, SqliteStore, ToolRegistry
 from fsm_agent.batch import run_batch
 from fsm_agent.drivers import child_runs, stored
-from fsm_agent.drivers.child_runs import input_digest
+from fsm_agent.jsontext import input_digest
 from fsm_agent.persist.store import JournaledStore, traits
 from fsm_agent.testing import FakeModel, demo_registry, edges, reply, tool_call, tool_turn
 

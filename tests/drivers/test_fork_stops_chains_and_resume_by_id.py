@@ -186,15 +186,6 @@ def researcher(made: Counter[str], *, dying: bool) -> Agent:
     return Agent(parent, tools)
 
 
-def test_an_export_finds_a_cut_sub_agent_s_run_by_the_digest_its_stored_run_keeps() -> None:
-    """The export reads the digest of a sub-agent's input as the sub-agent's run stores it (a renamed run's id)."""
-    from fsm_agent.drivers import child_runs
-    from fsm_agent.persist import recording
-
-    for text in ("who?", "", "caf\u00e9 \ud83d"):
-        assert recording.input_digest(text) == child_runs.input_digest(text)
-
-
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_fork_of_a_source_cut_in_its_sub_agent_takes_the_sub_agent_s_completed_call_at_every_index(
     store_target: str, driver: str
