@@ -26,7 +26,6 @@ store: a new ``Session`` over the same conversation is given them again.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.read_back import stored_result
-from fsm_agent.drivers.session_turns import StoredTurns, closed, paused_message
+from fsm_agent.drivers.session_turns import StoredTurns, astop_cut, closed, paused_message
 from fsm_agent.drivers.stored import astore_for, awaited, store_for
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunStateError
@@ -336,7 +335,7 @@ class Session(StoredTurns):
                 return exc.result
             raise
         except BaseException:
-            await _astop_cut(run)
+            await astop_cut(run)
             self._take_in_cut(run)
             raise
         self._take_in(result)
@@ -390,26 +389,6 @@ def _request(request_id: object) -> str | None:
         msg = f"request_id must be text, not empty, without NUL or lone surrogates, got {request_id[:40]!r}"
         raise ValueError(msg)
     return request_id
-
-
-async def _astop_cut(run: AgentRun) -> None:
-    """A turn whose task was cancelled, with its token, while a transition's checkpoint was written: ended.
-
-    Nobody goes on with a session's run once its turn is cut, so the
-    transition left closing (see ``AsyncDriver._aadvance``) would keep the
-    turn unfinished in the store, its lease held until it lapses.  The run is
-    finished here instead, out of reach of the cancel: the checkpoint is
-    written, the cancelled token stops the run before its next call (none is
-    made), or, when the model's answer had come, the run ends ``Done`` with
-    it (nothing it produced is dropped); the end is stored and lets the turn go.
-    """
-    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
-
-    token = run._cancel  # noqa: SLF001 - the run's own token, set by whoever cancelled the turn
-    if run._closing is None or token is None or not token.cancelled:  # noqa: SLF001 - as _aadvance reads it
-        return
-    with contextlib.suppress(AgentLoopError):  # the stop, stored: the cancel propagates as it came
-        await asyncio.shield(run.afinish())
 
 
 async def _acquire(lock: threading.Lock) -> None:

@@ -7,6 +7,7 @@ turn-taking reads without the bookkeeping of who holds which turn.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
+from fsm_agent.errors import AgentLoopError, RunLeasedError, RunStateError, StaleRunError
 from fsm_agent.records import Message, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -245,6 +246,26 @@ def cut_of(data: dict[str, Any]) -> object:
     """The calls a stored turn's stop cut off while they ran: its ``unfinished`` (also in its evidence), if any."""
     evidence = data.get("evidence")
     return data.get("unfinished") or (evidence.get("unfinished") if isinstance(evidence, dict) else None)
+
+
+async def astop_cut(run: AgentRun) -> None:
+    """A turn whose task was cancelled, with its token, while a transition's checkpoint was written: ended.
+
+    Nobody goes on with a session's run once its turn is cut, so the
+    transition left closing (see ``AsyncDriver._aadvance``) would keep the
+    turn unfinished in the store, its lease held until it lapses.  The run is
+    finished here instead, out of reach of the cancel: the checkpoint is
+    written, the cancelled token stops the run before its next call (none is
+    made), or, when the model's answer had come, the run ends ``Done`` with
+    it (nothing it produced is dropped); the end is stored and lets the turn go.
+    """
+    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
+
+    token = run._cancel  # noqa: SLF001 - the run's own token, set by whoever cancelled the turn
+    if run._closing is None or token is None or not token.cancelled:  # noqa: SLF001 - as _aadvance reads it
+        return
+    with contextlib.suppress(AgentLoopError):  # the stop, stored: the cancel propagates as it came
+        await asyncio.shield(run.afinish())
 
 
 class _TurnLeasedError(RunLeasedError):
