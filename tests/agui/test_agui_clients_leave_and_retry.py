@@ -12,63 +12,20 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 from support.agui_apps import Served, run_input
 from support.app_owners import at_once, ending, results_of, stream
+from support.sends import SendsPerQuestion, counted_send
 
-from fsm_agent import Agent, Message, ModelResponse, SqliteStore, ToolRegistry
+from fsm_agent import Agent, SqliteStore
 from fsm_agent.agui import app
 from fsm_agent.persist import open_store
-from fsm_agent.testing import reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
 
 CLIENTS = 12
 """Browsers sending their first message at the same moment, each on a thread of its own."""
-
-
-class SendsPerQuestion:
-    """For each user question not yet answered by a tool: ``send`` once (its id names thread and question), then text.
-
-    The reply depends only on the conversation, so it is the same model
-    whichever request or process asks it.
-    """
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Message, ...]] = []
-        self.answered = threading.Event()
-        """Set as the model hands back its text answer (the reply after a send)."""
-        self._lock = threading.Lock()
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        with self._lock:
-            self.calls.append(tuple(messages))
-        last = max(i for i, m in enumerate(messages) if m.role == "user")
-        asked = sum(1 for m in messages if m.role == "user")
-        if not any(m.role == "tool" for m in messages[last:]):
-            return tool_turn(tool_call("send", id=f"send-{asked}", to=messages[last].content))
-        self.answered.set()
-        return reply(f"sent for question {asked}")
-
-
-def counted_send(ran: Counter[str], lock: threading.Lock, hold: threading.Event | None = None) -> ToolRegistry:
-    """A registry whose ``send`` counts each execution by addressee and call id (after ``hold`` is set, if given)."""
-    registry = ToolRegistry()
-
-    @registry.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message (counted per addressee and call id)."""
-        if hold is not None:
-            assert hold.wait(30)
-        time.sleep(0.01)  # long enough for the clients' turns to overlap
-        with lock:
-            ran[f"{to}:{call_id}"] += 1
-        return f"sent to {to}"
-
-    return registry
 
 
 def test_many_clients_sending_their_first_message_at_once_each_get_their_turn_and_run_their_tool_once() -> None:
@@ -76,7 +33,7 @@ def test_many_clients_sending_their_first_message_at_once_each_get_their_turn_an
     ran: Counter[str] = Counter()
     lock = threading.Lock()
     models: dict[str, SendsPerQuestion] = {}
-    registry = counted_send(ran, lock)
+    registry = counted_send(ran, lock, nap=0.01, by_addressee=True)
 
     def make_agent(run_input: Any) -> Agent:
         with lock:
@@ -108,7 +65,7 @@ def test_the_same_request_sent_again_after_its_turn_ended_takes_no_second_turn_a
     ran: Counter[str] = Counter()
     lock = threading.Lock()
     model = SendsPerQuestion()
-    registry = counted_send(ran, lock)
+    registry = counted_send(ran, lock, nap=0.01, by_addressee=True)
     with open_store(store_target) as store:
         server = Served(app(lambda _: Agent(model, registry), store=store))
         try:
@@ -156,7 +113,7 @@ def test_a_client_leaving_while_the_answer_s_checkpoint_is_written_ends_the_turn
     ran: Counter[str] = Counter()
     lock = threading.Lock()
     model = SendsPerQuestion()
-    registry = counted_send(ran, lock)
+    registry = counted_send(ran, lock, nap=0.01, by_addressee=True)
     store = SlowDisk(tmp_path / "runs.db")
     store.pause = 1.0
     server = Served(app(lambda _: Agent(model, registry), store=store))
@@ -184,7 +141,7 @@ def test_a_call_still_running_when_the_client_left_is_not_told_to_the_model_as_n
     lock = threading.Lock()
     hold = threading.Event()
     model = SendsPerQuestion()
-    registry = counted_send(ran, lock, hold)
+    registry = counted_send(ran, lock, nap=0.01, hold=hold, by_addressee=True)
     store = SqliteStore(tmp_path / "runs.db")
     server = Served(app(lambda _: Agent(model, registry), store=store))
     try:

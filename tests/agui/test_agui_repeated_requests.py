@@ -7,53 +7,18 @@ tool its executions per call id.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from support.agui_apps import Served, run_input
 from support.app_owners import at_once, ending, results_of, stream
+from support.sends import SendsPerQuestion, counted_send
 
-from fsm_agent import Agent, Message, ModelResponse, ToolRegistry
+from fsm_agent import Agent, ToolRegistry
 from fsm_agent.agui import app
-from fsm_agent.testing import reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
 
 TRIALS = 5
 """Threads on which two copies of one request race."""
-
-
-class SendsPerQuestion:
-    """For each user question not yet answered by a tool: ``send`` once (its id names the question), then text."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        with self._lock:
-            self.calls += 1
-        last = max(i for i, m in enumerate(messages) if m.role == "user")
-        asked = sum(1 for m in messages if m.role == "user")
-        if not any(m.role == "tool" for m in messages[last:]):
-            return tool_turn(tool_call("send", id=f"send-{asked}", to=messages[last].content))
-        return reply(f"sent for question {asked}")
-
-
-def counted_send(ran: Counter[str], lock: threading.Lock) -> ToolRegistry:
-    """``send`` counts each execution by addressee and call id, after a pause long enough for requests to overlap."""
-    registry = ToolRegistry()
-
-    @registry.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message (counted per addressee and call id)."""
-        time.sleep(0.05)
-        with lock:
-            ran[f"{to}:{call_id}"] += 1
-        return f"sent to {to}"
-
-    return registry
 
 
 def _served(models: dict[str, SendsPerQuestion], registry: ToolRegistry, **agent: Any) -> tuple[Served, Any]:
@@ -72,7 +37,7 @@ def test_the_same_request_sent_twice_at_once_takes_one_turn_and_sends_once() -> 
     """Two copies of one request race on each thread: one takes the turn, the other takes none and sends nothing."""
     ran: Counter[str] = Counter()
     models: dict[str, SendsPerQuestion] = {}
-    server, asgi = _served(models, counted_send(ran, threading.Lock()))
+    server, asgi = _served(models, counted_send(ran, threading.Lock(), nap=0.05, by_addressee=True))
     try:
         for trial in range(TRIALS):
             body = run_input(f"tab-{trial}", "tool", text=f"to {trial}")
@@ -88,7 +53,7 @@ def test_the_same_request_sent_twice_at_once_takes_one_turn_and_sends_once() -> 
             again = stream(server.url, body)
             assert (ending(again), again[-1]["result"]) == ("RUN_FINISHED success", "sent for question 1")
             assert results_of(again) == []
-            assert models[f"tab-{trial}"].calls == 2
+            assert len(models[f"tab-{trial}"].calls) == 2
     finally:
         server.close()
     assert ran == Counter({f"to {trial}:send-1": 1 for trial in range(TRIALS)})
@@ -97,7 +62,7 @@ def test_the_same_request_sent_twice_at_once_takes_one_turn_and_sends_once() -> 
 def test_the_same_request_while_its_turn_is_paused_is_told_the_interrupt_again_then_the_result() -> None:
     ran: Counter[str] = Counter()
     models: dict[str, SendsPerQuestion] = {}
-    server, asgi = _served(models, counted_send(ran, threading.Lock()), approve={"send"})
+    server, asgi = _served(models, counted_send(ran, threading.Lock(), nap=0.05, by_addressee=True), approve={"send"})
     try:
         body = run_input("tab", "tool", text="ada")
         paused = stream(server.url, body)
@@ -117,14 +82,14 @@ def test_the_same_request_while_its_turn_is_paused_is_told_the_interrupt_again_t
     assert ending(resume_again) == "RUN_ERROR"
     assert "tool call 'send-1' was already approved and made" in resume_again[-1]["message"]
     assert [r.run_id for r in asgi.store.list_runs(session="tab")] == ["tab/1"]
-    assert models["tab"].calls == 2
+    assert len(models["tab"].calls) == 2
     assert ran == Counter({"ada:send-1": 1})
 
 
 def test_the_same_request_after_its_turn_stopped_gets_the_same_error_and_nothing_is_called() -> None:
     ran: Counter[str] = Counter()
     models: dict[str, SendsPerQuestion] = {}
-    server, asgi = _served(models, counted_send(ran, threading.Lock()), max_steps=1)
+    server, asgi = _served(models, counted_send(ran, threading.Lock(), nap=0.05, by_addressee=True), max_steps=1)
     try:
         body = run_input("tab", "tool", text="ada")
         first = stream(server.url, body)
@@ -135,5 +100,5 @@ def test_the_same_request_after_its_turn_stopped_gets_the_same_error_and_nothing
     assert (ending(again), again[-1]["code"], again[-1]["message"]) == ("RUN_ERROR", "max_steps", first[-1]["message"])
     assert [e["type"] for e in again] == ["RUN_STARTED", "RUN_ERROR"]
     assert [r.run_id for r in asgi.store.list_runs(session="tab")] == ["tab/1"]
-    assert models["tab"].calls == 1
+    assert len(models["tab"].calls) == 1
     assert ran == Counter({"ada:send-1": 1})

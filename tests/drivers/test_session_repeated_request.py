@@ -13,53 +13,19 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.app_owners import at_once
+from support.sends import SendsPerQuestion, counted_send
 
-from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, Session, SqliteStore, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, Session, SqliteStore, ToolRegistry
 from fsm_agent.errors import RunLeasedError, RunStateError
 from fsm_agent.persist import open_store
-from fsm_agent.testing import reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
 
 TRIALS = 6
 """Races per store: two handlers with the same request at once, each on a fresh conversation."""
-
-
-class SendsPerQuestion:
-    """For each user question not yet answered by a tool: ``send`` once (its id names the question), then text."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        with self._lock:
-            self.calls += 1
-        last = max(i for i, m in enumerate(messages) if m.role == "user")
-        asked = sum(1 for m in messages if m.role == "user")
-        if not any(m.role == "tool" for m in messages[last:]):
-            return tool_turn(tool_call("send", id=f"send-{asked}", to=messages[last].content))
-        return reply(f"sent for question {asked}")
-
-
-def counted(ran: Counter[str], lock: threading.Lock, nap: float = 0.0) -> ToolRegistry:
-    """``send`` counts each execution per call id, after ``nap`` seconds."""
-    registry = ToolRegistry()
-
-    @registry.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message (counted per call id)."""
-        time.sleep(nap)
-        with lock:
-            ran[call_id] += 1
-        return f"sent to {to}"
-
-    return registry
 
 
 @pytest.fixture(params=["in-memory", "stored"])
@@ -71,43 +37,43 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
 def test_the_same_request_again_returns_its_turn_and_a_new_one_takes_the_next(target: str | None) -> None:
     ran: Counter[str] = Counter()
     model = SendsPerQuestion()
-    chat = Session(Agent(model, counted(ran, threading.Lock())), store=target, session_id="chat")
+    chat = Session(Agent(model, counted_send(ran, threading.Lock())), store=target, session_id="chat")
     first = chat.run("ada", request_id="r1")
     again = chat.run("ada", request_id="r1")
     assert (first.final, again.final) == ("sent for question 1", "sent for question 1")
-    assert (chat.turns, model.calls, ran) == (1, 2, Counter({"send-1": 1}))
+    assert (chat.turns, len(model.calls), ran) == (1, 2, Counter({"send-1": 1}))
     assert [m.content for m in chat.messages if m.role == "user"] == ["ada"]
     if target is not None:  # another object, as another worker of the app: the same answer from the store
-        other = Session(Agent(model, counted(ran, threading.Lock())), store=target, session_id="chat")
+        other = Session(Agent(model, counted_send(ran, threading.Lock())), store=target, session_id="chat")
         assert other.run("ada", request_id="r1").final == "sent for question 1"
         with SqliteStore(target) as store:
             assert store.load("chat/1")["request_id"] == "r1"
     assert chat.run("bob", request_id="r2").final == "sent for question 2"
     assert chat.run("bob", request_id="r2").final == "sent for question 2"
     assert chat.run("carl").final == "sent for question 3"  # no request_id: every call a turn
-    assert (chat.turns, model.calls) == (3, 6)
+    assert (chat.turns, len(model.calls)) == (3, 6)
     assert ran == Counter({"send-1": 1, "send-2": 1, "send-3": 1})
 
 
 def test_the_same_request_again_after_a_stop_raises_the_stop_again_and_calls_nothing(target: str | None) -> None:
     ran: Counter[str] = Counter()
     model = SendsPerQuestion()
-    chat = Session(Agent(model, counted(ran, threading.Lock()), max_steps=1), store=target, session_id="chat")
+    chat = Session(Agent(model, counted_send(ran, threading.Lock()), max_steps=1), store=target, session_id="chat")
     with pytest.raises(AgentLoopError) as first:
         chat.run("ada", request_id="r1")
     with pytest.raises(AgentLoopError) as again:
         chat.run("ada", request_id="r1")
     assert (first.value.reason, again.value.reason) == ("max_steps", "max_steps")
     assert again.value.evidence["limit"] == 1
-    assert (chat.turns, model.calls, ran) == (1, 1, Counter({"send-1": 1}))
+    assert (chat.turns, len(model.calls), ran) == (1, 1, Counter({"send-1": 1}))
     returned = Session(
-        Agent(model, counted(ran, threading.Lock()), max_steps=1, on_stop={"max_steps": "return"}),
+        Agent(model, counted_send(ran, threading.Lock()), max_steps=1, on_stop={"max_steps": "return"}),
         store=target,
         session_id="chat",
     )
     if target is not None:  # under a policy that returns the stop, the repeat returns it
         assert returned.run("ada", request_id="r1").reason == "max_steps"
-    assert (model.calls, ran) == (1, Counter({"send-1": 1}))
+    assert (len(model.calls), ran) == (1, Counter({"send-1": 1}))
 
 
 def test_the_same_request_again_while_its_turn_is_paused_is_told_the_pause_and_after_the_resume_the_answer(
@@ -115,7 +81,7 @@ def test_the_same_request_again_while_its_turn_is_paused_is_told_the_pause_and_a
 ) -> None:
     ran: Counter[str] = Counter()
     model = SendsPerQuestion()
-    chat = Session(Agent(model, counted(ran, threading.Lock()), approve={"send"}), store=target, session_id="chat")
+    chat = Session(Agent(model, counted_send(ran, threading.Lock()), approve={"send"}), store=target, session_id="chat")
     assert chat.run("ada", request_id="r1").reason == "paused"
     again = chat.run("ada", request_id="r1")
     assert (again.reason, [call.id for call in again.pending]) == ("paused", ["send-1"])
@@ -123,7 +89,7 @@ def test_the_same_request_again_while_its_turn_is_paused_is_told_the_pause_and_a
         chat.run("bob", request_id="r2")  # another request: refused until the decision, as before
     assert chat.resume({"send-1": True}).final == "sent for question 1"
     assert chat.run("ada", request_id="r1").final == "sent for question 1"  # the resumed turn kept the request
-    assert (chat.turns, model.calls, ran) == (1, 2, Counter({"send-1": 1}))
+    assert (chat.turns, len(model.calls), ran) == (1, 2, Counter({"send-1": 1}))
 
 
 def test_the_same_request_again_after_its_turn_was_cancelled_takes_a_new_turn_and_that_is_its_answer(
@@ -160,7 +126,7 @@ def test_the_same_request_again_after_its_turn_was_cancelled_takes_a_new_turn_an
     assert asyncio.run(cut_then_again()) == ("sent for question 2", "sent for question 2")
     assert chat.turns == 2
     assert ran == Counter({"send-2": 1})  # send-1 was cut before it sent
-    assert model.calls == 3
+    assert len(model.calls) == 3
 
 
 def test_the_same_request_from_two_handlers_at_once_takes_one_turn_and_sends_once(store_target: str) -> None:
@@ -170,7 +136,7 @@ def test_the_same_request_from_two_handlers_at_once_takes_one_turn_and_sends_onc
     with open_store(store_target) as store:
         for trial in range(TRIALS):
             model = SendsPerQuestion()
-            registry = counted(ran, lock, nap=0.01)
+            registry = counted_send(ran, lock, nap=0.01)
 
             def handler(
                 session_id: str = f"chat-{trial}", model: SendsPerQuestion = model, registry: ToolRegistry = registry
@@ -184,7 +150,7 @@ def test_the_same_request_from_two_handlers_at_once_takes_one_turn_and_sends_onc
             assert all(isinstance(o, RunLeasedError) for o in refusals), outcomes  # it was still being taken
             assert {answer.final for answer in answers} == {"sent for question 1"}
             assert [r.run_id for r in store.list_runs(session=f"chat-{trial}")] == [f"chat-{trial}/1"]
-            assert model.calls == 2
+            assert len(model.calls) == 2
         assert ran == Counter({"send-1": TRIALS})
 
 
@@ -213,7 +179,7 @@ def test_the_same_request_again_after_its_owner_died_finishes_its_turn_and_takes
     assert [r.run_id for r in store.list_runs(session="chat")] == ["chat/1"]
     assert chat.turns == 1
     assert ran == Counter({"send-1": 2})  # the call cut in flight is made again, as any take-over makes it
-    assert model.calls == 2
+    assert len(model.calls) == 2
     store.close()
 
 
@@ -225,7 +191,7 @@ def test_a_request_id_that_is_no_text_a_store_can_hold_is_refused_before_anythin
 ) -> None:
     ran: Counter[str] = Counter()
     model = SendsPerQuestion()
-    chat = Session(Agent(model, counted(ran, threading.Lock())))
+    chat = Session(Agent(model, counted_send(ran, threading.Lock())))
     with pytest.raises(error, match="request_id"):
         chat.run("ada", request_id=request_id)
-    assert (chat.turns, model.calls, ran) == (0, 0, Counter())
+    assert (chat.turns, len(model.calls), ran) == (0, 0, Counter())

@@ -14,29 +14,15 @@ from typing import Any
 
 import pytest
 from support.app_owners import at_once
+from support.sends import counted_send
 
-from fsm_agent import Agent, Session, ToolRegistry
+from fsm_agent import Agent, Session
 from fsm_agent.errors import RunLeasedError, RunStateError
 from fsm_agent.persist import open_store
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 TRIALS = 6
 """Races per store: each on a fresh paused conversation."""
-
-
-def counted_tools(ran: Counter[str], lock: threading.Lock, nap: float = 0.0) -> ToolRegistry:
-    """``send`` counts each execution by call id; it sleeps ``nap`` seconds before it sends."""
-    registry = ToolRegistry()
-
-    @registry.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message (counted per call id)."""
-        time.sleep(nap)
-        with lock:
-            ran[call_id] += 1
-        return f"sent to {to}"
-
-    return registry
 
 
 def _conversation(model_of: dict[str, FakeModel], session_id: str) -> FakeModel:
@@ -53,7 +39,7 @@ def test_two_handlers_deciding_one_paused_turn_differently_at_once_keep_one_deci
     """Approve in one request, reject in another, at the same moment: one wins whole, the other is told so."""
     ran: Counter[str] = Counter()
     lock = threading.Lock()
-    registry = counted_tools(ran, lock)
+    registry = counted_send(ran, lock)
     models: dict[str, FakeModel] = {}
     sent = 0
     with open_store(store_target) as store:
@@ -95,7 +81,7 @@ def test_a_handler_resuming_a_turn_already_resumed_by_another_request_changes_no
     """The resume request retried after it was served: refused saying nothing waits, the call made once."""
     ran: Counter[str] = Counter()
     lock = threading.Lock()
-    registry = counted_tools(ran, lock)
+    registry = counted_send(ran, lock)
     models: dict[str, FakeModel] = {}
     with open_store(store_target) as store:
 
@@ -120,7 +106,7 @@ def test_a_call_cut_in_flight_at_the_timeout_is_not_told_to_the_model_as_not_exe
     """conversations.md: the calls a stopped turn never made are answered as not run; this one was made."""
     ran: Counter[str] = Counter()
     lock = threading.Lock()
-    registry = counted_tools(ran, lock, nap=0.3)
+    registry = counted_send(ran, lock, nap=0.3)
     model = FakeModel(tool_turn(tool_call("send", id="s1", to="ada")), reply("Told you."))
     agent = Agent(model, registry, timeout=0.1, on_stop={"timeout": "return"})
     chat = Session(agent, store=tmp_path / "runs.db" if stored else None, session_id="chat")
@@ -138,7 +124,7 @@ def test_a_rejection_arriving_after_an_approval_was_acted_on_is_told_the_decisio
     """Two tabs, the approving one first: the rejecting person must learn the call was approved and made."""
     ran: Counter[str] = Counter()
     lock = threading.Lock()
-    registry = counted_tools(ran, lock)
+    registry = counted_send(ran, lock)
     models: dict[str, FakeModel] = {}
     with open_store(store_target) as store:
 
