@@ -14,6 +14,8 @@ import pytest
 from support.batch_agents import TOOL_LOG, counts, factory, tag
 from support.batch_leases import lease_free
 from support.sdk import skip_unless_installed
+from support.stuck_calls import QUESTIONS as STUCK
+from support.stuck_calls import calls, stuck_agent, wait_for_call
 
 from fsm_agent import CancelToken, RunResult
 from fsm_agent.batch import batch_items, iter_batch, on_ray, run_batch
@@ -70,9 +72,6 @@ def test_a_ray_run_stuck_in_a_call_past_the_grace_is_cancelled_checkpointed_free
     It is reported ``cancelled`` from its checkpoint, nobody holds it, and
     the next pass makes only that call again.
     """
-    from tests.batch.test_batch_stuck_call_cancelled import QUESTIONS as STUCK
-    from tests.batch.test_batch_stuck_call_cancelled import _calls, stuck_agent
-
     monkeypatch.setattr(on_ray, "GRACE", 0.5)
     (tmp_path / "stuck.flag").touch()
     make = functools.partial(stuck_agent, str(tmp_path))
@@ -81,6 +80,9 @@ def test_a_ray_run_stuck_in_a_call_past_the_grace_is_cancelled_checkpointed_free
     for item, result in iter_batch(make, STUCK, store=store, cancel=token, max_in_flight=3, lease=LONG_LEASE):
         seen[item.index] = result
         if len(seen) == 2:
+            # Its actor may start it only after the others have ended (a slow actor start on a busy machine):
+            # cancelled before it began, it would rightly end "not started", which is not what this test holds.
+            wait_for_call(tmp_path, "start 1-1")
             token.cancel("enough")
     assert sorted(seen) == [0, 1, 2]
     assert [seen[i].reason for i in (0, 1, 2)] == ["done", "cancelled", "done"], seen[1].evidence
@@ -94,9 +96,9 @@ def test_a_ray_run_stuck_in_a_call_past_the_grace_is_cancelled_checkpointed_free
     (tmp_path / "stuck.flag").unlink()
     again = run_batch(make, STUCK, store=store, lease=LONG_LEASE, progress=False, max_in_flight=3)
     assert [r.final for r in again] == [f"answer to {q}" for q in STUCK], [r.evidence for r in again]
-    calls = _calls(tmp_path)
-    assert calls["start 1-1"] == 2  # the call in flight, made again
-    assert {line: n for line, n in calls.items() if line != "start 1-1"} == {
+    made = calls(tmp_path)
+    assert made["start 1-1"] == 2  # the call in flight, made again
+    assert {line: n for line, n in made.items() if line != "start 1-1"} == {
         f"{edge} {q}-{t}": 1
         for edge in ("start", "end")
         for q in (0, 1, 2)
