@@ -14,6 +14,7 @@ in its own set-up from a run that stopped:
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -63,7 +64,18 @@ def import_named(spec: str, flag: str, usable: Callable[[Any], bool] = callable)
         msg = f"{flag}: cannot import {module_name!r}: {exc}"
         raise SetupError(msg) from None
     found = getattr(module, name, None)
-    if not usable(found):
+    if found is None:
         msg = f"{flag}: {module_name} has no function {name!r}"
         raise SetupError(msg)
+    if not usable(found) or inspect.iscoroutinefunction(found):
+        raise SetupError(f"{flag}: {module_name}.{_not_a_factory(found, name)}")
     return found
+
+
+def _not_a_factory(found: Any, name: str) -> str:
+    """What ``found``, which ``MODULE:NAME`` names, is instead of a plain function: an object, or an ``async def``."""
+    if callable(found):  # an async def: the command line calls the factory, it does not await it
+        return f"{name} is an async def; make it a plain def that returns the agent (the command line calls it)"
+    kind = type(found).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return f"{name} is {article} {kind}, not a function; name a function that returns it (def make(): return {name})"

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import inspect
 import json
 import sys
 from collections.abc import Callable
@@ -149,6 +150,10 @@ def built(make: Callable[[], Agent]) -> Agent:
     except Exception as exc:  # noqa: BLE001 - the user's factory failing is a set-up error, in one line
         msg = f"cannot build the agent: {type(exc).__name__}: {exc}"
         raise SetupError(msg) from None
+    if inspect.iscoroutine(agent):  # an async factory import_named could not tell (an object's async __call__)
+        agent.close()  # never awaited: closed, so Python does not warn of it
+        msg = "the agent factory is async: make it a plain def that returns the agent (the command line calls it)"
+        raise SetupError(msg)
     if not isinstance(agent, Agent):
         msg = f"the agent factory must return an Agent, got {type(agent).__name__}"
         raise SetupError(msg)

@@ -301,6 +301,10 @@ class StopCondition(Stop):
 
 def user_stops(stops: Iterable[Any], builtin: Collection[str]) -> tuple[StopCondition, ...]:
     """Check a user's stop conditions: the right type, no clash with built-in or reserved reasons or each other."""
+    if isinstance(stops, StopCondition | str | bytes | Mapping) or not isinstance(stops, Iterable):
+        kind = "one StopCondition" if isinstance(stops, StopCondition) else type(stops).__name__
+        msg = f"stop_conditions must be a list of StopCondition objects, got {kind}: pass [condition, ...]"
+        raise TypeError(msg)
     seen: set[str] = set()
     out = []
     for stop in stops:
@@ -322,6 +326,9 @@ def check_policies(
     on_stop: Mapping[str, str] | Mapping[Reason, Policy] | None, stops: Mapping[str, Stop]
 ) -> dict[str, str]:
     """Validate ``on_stop`` against the stops: known reasons, known policies, finalize only where it applies."""
+    if on_stop is not None and not isinstance(on_stop, Mapping):
+        msg = f"on_stop must map reasons to policies, as on_stop={{'max_steps': 'return'}}, got {on_stop!r}"
+        raise TypeError(msg)
     policies: dict[str, str] = {stop.reason: stop.policy for stop in stops.values() if stop.policy != "raise"}
     for reason, policy in (on_stop or {}).items():
         stop = stops.get(reason)

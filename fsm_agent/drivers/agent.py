@@ -31,7 +31,7 @@ from fsm_agent.definition.table import (
 from fsm_agent.drivers import streaming
 from fsm_agent.drivers.agent_again import RunsAgain
 from fsm_agent.drivers.agent_run import AgentRun as AgentRun  # also importable from here, as before
-from fsm_agent.drivers.checks import NO_PARTS, Parts, agent_settings, model_of, registry_of
+from fsm_agent.drivers.checks import NO_PARTS, Parts, agent_settings, check_sync_model, model_of, registry_of
 from fsm_agent.drivers.child import OnChildStop, as_tool
 from fsm_agent.drivers.model import Clock, Model
 from fsm_agent.drivers.stored import astore_for, store_for
@@ -255,7 +255,9 @@ class Agent(RunsAgain):
         ``store`` checkpoints the run (see ``start`` for ``run_id``, ``overwrite``,
         ``deps``, and ``history`` to continue a conversation).  A run paused
         for approval returns a result with ``reason == "paused"`` and a snapshot.
+        A model with ``acomplete`` alone is a ``TypeError`` here, before anything is stored: ``arun`` awaits it.
         """
+        check_sync_model(self.model, "run", "await agent.arun(...)")
         if log is None:  # no log to close: skip the context manager, which costs as much as a transition
             # start(), without its keywords
             run = self._begin(user_input, cancel, (), store, run_id, history, deps=deps)
@@ -295,6 +297,7 @@ class Agent(RunsAgain):
         its reply's text arrives as ``TextDelta`` events before the
         transition that takes the reply in.
         """
+        check_sync_model(self.model, "stream", "agent.astream(...)", "complete_stream")
         feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
         run = self.start(user_input, cancel=cancel, observers=[feed.put], history=history, deps=deps)
         yield from streaming.events(run, feed)

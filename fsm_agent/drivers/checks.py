@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
-from types import MappingProxyType
+from types import FunctionType, MappingProxyType
 from typing import Any, cast
 
 from fsm_agent.core.approval import HeldBack, approval_rule
@@ -109,10 +110,7 @@ def agent_settings(
 
 def check_parts(model: Any, registry: Any, system: Any, clock: Any, max_concurrency: Any, tool_timeout: Any) -> None:
     """Check an agent's parts and plain settings: the types a caller may still get wrong, whatever the hints say."""
-    if not callable(getattr(model, "complete", None)) and not callable(getattr(model, "acomplete", None)):
-        kind = type(model).__name__
-        msg = f"model must have a complete(messages, tools) method or be a 'provider:name' string, got {kind}"
-        raise TypeError(msg)
+    check_model(model)
     if not isinstance(registry, ToolRegistry):
         msg = f"registry must be a ToolRegistry, got {type(registry).__name__}"
         raise TypeError(msg)
@@ -132,6 +130,59 @@ def check_parts(model: Any, registry: Any, system: Any, clock: Any, max_concurre
     ):
         msg = f"tool_timeout must be None or a finite number of seconds > 0, got {tool_timeout!r}"
         raise ValueError(msg)
+
+
+_CALLED = ("complete", "acomplete")
+"""The model methods a driver calls with the conversation and the tools' schemas."""
+
+
+def check_model(model: Any) -> None:
+    """A ``TypeError`` for a model the drivers could not call: a class instead of an instance, an ``async def complete``.
+
+    Each would otherwise be found only by the first model call, as a
+    ``model_error`` stop, once per run.  The signature is not read: that
+    costs more than building the agent, and a ``complete`` that cannot take
+    ``(messages, tools)`` is told by Python's own error at the first call.
+    """
+    if isinstance(model, type) and _instance_methods(model):
+        msg = f"model is the class {model.__name__}, not an instance of it: pass {model.__name__}() instead"
+        raise TypeError(msg)
+    complete = getattr(model, "complete", None)
+    if not callable(complete) and not callable(getattr(model, "acomplete", None)):
+        kind = type(model).__name__
+        msg = f"model must have a complete(messages, tools) method or be a 'provider:name' string, got {kind}"
+        raise TypeError(msg)
+    if inspect.iscoroutinefunction(complete):
+        kind = type(model).__name__
+        msg = f"{kind}.complete is an async def, which run() would not await: name it acomplete (arun awaits it)"
+        raise TypeError(msg)
+
+
+def _instance_methods(model: type) -> bool:
+    """Whether ``complete`` or ``acomplete`` of the class ``model`` is a plain function, to be called on an instance.
+
+    A staticmethod or classmethod is callable on the class itself: such a class is a model as it is.
+    """
+    for name in _CALLED:
+        owner = next((vars(klass) for klass in model.__mro__ if name in vars(klass)), None)
+        if owner is not None and isinstance(owner[name], FunctionType):
+            return True
+    return False
+
+
+def check_sync_model(model: Any, method: str, instead: str, stream_method: str | None = None) -> None:
+    """A ``TypeError`` for a sync ``method`` (``run``, ``stream``) of a model with ``acomplete`` alone: use ``instead``.
+
+    Raised before the run is begun, so nothing is stored of a run that could
+    never call its model; ``stream_method`` is a method that serves it too.
+    """
+    if callable(getattr(model, "complete", None)):
+        return
+    if stream_method is not None and callable(getattr(model, stream_method, None)):
+        return
+    kind = type(model).__name__
+    msg = f"{kind} has acomplete but no complete, which {method}() calls: use {instead} instead"
+    raise TypeError(msg)
 
 
 def checked_pricing(

@@ -207,6 +207,7 @@ class AnthropicModel(ProviderModel):
     credentials: ClassVar[Mapping[str, str]] = {"api_key": "ANTHROPIC_API_KEY", "auth_token": "ANTHROPIC_AUTH_TOKEN"}
     base_url_variable = "ANTHROPIC_BASE_URL"
     reserved_params = ("model", "messages", "tools", "system", "max_tokens")
+    request_method = ("anthropic.resources.messages", "Messages.create")
     output_field = "output_config.format"
     finish_reasons: ClassVar[Mapping[str, str]] = {
         "end_turn": "end_turn",
@@ -308,6 +309,10 @@ class AnthropicModel(ProviderModel):
         return None
 
     def _new_client(self, options: dict[str, Any]) -> Any:
+        # The SDK builds a client without a key and refuses only the first request: refused here instead.
+        if not (options.get("api_key") or options.get("auth_token") or self._headers):
+            msg = "AnthropicModel has no key: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), or pass api_key=..."
+            raise ValueError(msg)
         return self._sdk.Anthropic(**options)
 
     def _new_async_client(self) -> Any:

@@ -144,6 +144,9 @@ class GeminiModel(ProviderModel):
         return options
 
     def _new_client(self, options: dict[str, Any]) -> Any:
+        if not options.get("api_key"):  # the SDK's own words name neither variable
+            msg = "GeminiModel has no API key: set GOOGLE_API_KEY (or GEMINI_API_KEY), or pass api_key=..."
+            raise ValueError(msg)
         types = self._sdk.types
         retries = options.get("max_retries", 2)
         http = types.HttpOptions(

@@ -165,6 +165,7 @@ class OpenAIChatModel(OpenAIClientModel):
     """
 
     reserved_params = ("model", "messages", "tools")
+    request_method = ("openai.resources.chat.completions", "Completions.create")
     output_field = "response_format"
     finish_reasons: ClassVar[Mapping[str, str]] = {
         "stop": "end_turn",

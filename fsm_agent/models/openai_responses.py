@@ -242,6 +242,7 @@ class OpenAIResponsesModel(OpenAIClientModel):
     """
 
     reserved_params = ("model", "input", "tools", "instructions")
+    request_method = ("openai.resources.responses", "Responses.create")
     output_field = "text.format"
     finish_reasons: ClassVar[Mapping[str, str]] = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
     """``incomplete_details.reason`` of a response with ``status == "incomplete"`` -> engine ``stop_reason``.

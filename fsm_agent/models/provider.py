@@ -40,6 +40,7 @@ from fsm_agent.models.redaction import (
     split_userinfo,
     userinfo_redactions,
 )
+from fsm_agent.models.request_params import check_params
 from fsm_agent.tools import JSONSchema
 
 
@@ -65,6 +66,8 @@ class ProviderModel:
     """The environment variable the SDK reads the base URL from."""
     reserved_params: ClassVar[tuple[str, ...]]
     """The request keys the adapter fills from the conversation and tools; refused in ``params`` at construction."""
+    request_method: ClassVar[tuple[str, str] | None] = None
+    """The SDK call ``params`` go to (module, qualified name), whose keywords they are checked against when built."""
     output_field: ClassVar[str]
     """The request field a typed agent's answer schema is asked for through (named when ``params`` already set it)."""
     finish_reasons: ClassVar[Mapping[str, str]]
@@ -115,7 +118,7 @@ class ProviderModel:
 
     @classmethod
     def _load_sdk(cls, params: dict[str, Any]) -> ModuleType:
-        """The SDK (an ``ImportError`` with the install command without it), and ``params`` without reserved keys.
+        """The SDK (an ``ImportError`` with the install command without it), and ``params`` checked (``check_params``).
 
         An adapter's first step when built, so a mistake is refused at
         construction rather than mid-run.
@@ -126,11 +129,7 @@ class ProviderModel:
             hint = f"pip install 'fsm-agent[{cls.sdk_extra}]'"
             msg = f"the {cls.sdk_package!r} package is not installed; install it with: {hint}"
             raise ImportError(msg, name=cls.sdk_package) from exc
-        clash = sorted(set(params) & set(cls.reserved_params))
-        if clash:
-            names = ", ".join(clash)
-            msg = f"{cls.__name__} sets {names} itself from the conversation and tools; do not pass them as params"
-            raise TypeError(msg)
+        check_params(cls.__name__, params, cls.reserved_params, cls.request_method)
         return sdk
 
     def _client_options(self, given: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from fsm_agent.persist.checks import check_snapshot
 from fsm_agent.persist.cursor import RunCursor
 from fsm_agent.persist.postgres import PostgresStore
-from fsm_agent.persist.sqlite import SqliteStore
+from fsm_agent.persist.sqlite import EMPTY_PATH, SqliteStore
 from fsm_agent.persist.store import (
     AsyncStore,
     FullStore,
@@ -98,6 +98,8 @@ def store_for(target: StoreTarget | None) -> Store | None:
             raise TypeError(msg)
         return target
     where = os.fspath(target)
+    if not where:
+        raise StoreError("''", EMPTY_PATH)
     # A URL is kept as it is, so a URL of a kind no store has is refused as one, not opened as a file.
     key = (os.getpid(), where if is_url(where) or _SCHEME.match(where) else os.path.abspath(where))
     with _opening:

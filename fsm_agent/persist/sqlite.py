@@ -50,6 +50,8 @@ T = TypeVar("T")
 
 SCHEMA_VERSION = 5
 
+EMPTY_PATH = "the path is empty; name a SQLite file (runs.db, say) or a postgresql:// URL"
+"""Why an empty ``store=""`` (an unset setting, often) is refused, rather than taken for the working directory."""
 BUSY_TIMEOUT = 30.0
 """Seconds a store waits for another connection's write transaction to end before "database is locked".
 
@@ -133,6 +135,8 @@ class SqliteStore(PlannedStore):
         *,
         lease: float = DEFAULT_LEASE,
     ) -> None:
+        if isinstance(path, str) and not path:  # Path("") would be the working directory
+            raise StoreError("''", EMPTY_PATH)
         self.every = check_every(every)
         self.lease = check_lease(lease)
         self.path = Path(path)
@@ -195,7 +199,15 @@ class SqliteStore(PlannedStore):
             time.sleep(0.05)
 
     def _unusable(self, exc: sqlite3.Error) -> StoreError:
-        return StoreError(str(self.path), str(exc))
+        """The error naming the file, and why SQLite cannot use it: a missing directory or a directory said as such."""
+        where = self.path.absolute()
+        if not where.parent.exists():
+            reason = f"the directory {where.parent} does not exist; create it first, or name a file in one that does"
+        elif where.is_dir():
+            reason = f"it is a directory; name a file in it, such as {where / 'runs.db'}"
+        else:
+            reason = str(exc)
+        return StoreError(str(self.path), reason)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"

@@ -4,6 +4,7 @@
 - ``calling``: how a function is called (sync, async, worker threads, deadlines).
 - ``context``: ``RunContext``, the run a tool (or a check) is called for, with the application's deps.
 - ``caps``: how much of one tool's output the model sees.
+- ``given``: what registration is given, checked: a function, a name providers accept, a bound method.
 - ``registry``: ``ToolRegistry``, ``Tool`` and ``ToolResult``: registration, execution, output caps.
 - ``builtin``: the command line's safe demonstration tools.
 """

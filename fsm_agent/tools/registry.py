@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, Never, TypeVar, overload
 
 import attrs
 
@@ -31,6 +30,7 @@ from fsm_agent.tools.calling import DeadlineError, ToolExit, call_sync, call_wit
 from fsm_agent.tools.caps import DEFAULT_MAX_OUTPUT_CHARS, clip
 from fsm_agent.tools.caps import max_output_chars as max_output_chars_of
 from fsm_agent.tools.context import context_for, context_parameter
+from fsm_agent.tools.given import check_bound, check_given, check_name
 from fsm_agent.tools.schema import (
     CALL_ID,
     JSONSchema,
@@ -90,10 +90,6 @@ class Tool:
 
 def _error(message: str) -> ToolResult:
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
-
-
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-"""Tool names both OpenAI and Anthropic accept."""
 
 
 _ANY_OBJECT: JSONSchema = {"properties": {}, "required": [], "additionalProperties": True}
@@ -172,7 +168,12 @@ class ToolRegistry:
     (``tools.context``): the application's ``deps``, the run id, usage, the call.
     """
 
-    def __init__(self, *, max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS, source: str = "local tools") -> None:
+    def __init__(
+        self, *functions: Never, max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS, source: str = "local tools"
+    ) -> None:
+        if functions:  # ToolRegistry([f, g]): the functions go in one by one, or the list to Agent
+            msg = "ToolRegistry() takes no tools: register each with tools.register(f), or pass Agent(model, [f, ...])"
+            raise TypeError(msg)
         self._tools: dict[str, Tool] = {}
         self._sources: dict[str, str] = {}
         self.max_output_chars = max_output_chars_of(max_output_chars)
@@ -220,16 +221,15 @@ class ToolRegistry:
         server, bring their own); the registry then only checks that the
         arguments are a JSON object, and ``call_id`` is not filled.
         """
+        if not isinstance(self, ToolRegistry):  # ToolRegistry.register(f): f taken for the registry, nothing kept
+            msg = "register is a registry's method: make one with tools = ToolRegistry(), then use @tools.register"
+            raise TypeError(msg)
         if function is None:
             return lambda fn: self.register(fn, name=name, description=description, parameters=parameters)
-        if not callable(function):
-            msg = f"a tool must be a function (or another callable), got {type(function).__name__}"
-            raise TypeError(msg)
-        if name is not None and not isinstance(name, str):
-            msg = f"a tool's name must be a str, got {type(name).__name__}"
-            raise TypeError(msg)
+        check_given(function, name)
         tool_name = name if name else str(getattr(function, "__name__", ""))
         self._check_free(tool_name, self.source)
+        check_bound(function, tool_name)
         doc = description if description is not None else (inspect.getdoc(function) or "")
         if parameters is None:
             schema, context = parameters_schema(function, tool_name), context_parameter(function)
@@ -264,14 +264,11 @@ class ToolRegistry:
         return self._sources.get(name, self.source)
 
     def _check_free(self, name: str, source: str, *, including: bool = False) -> None:
-        if not _TOOL_NAME.fullmatch(name):
-            # Providers reject other names, but only at the first model call; "<lambda>" is the usual culprit.
-            msg = f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'; pass name=... (e.g. for a lambda)"
-            raise ValueError(msg)
+        check_name(name)
         if name in self._tools:
             taken = self._sources[name]
             if taken == source == self.source and not including:
-                msg = f"a tool named {name!r} is already registered"
+                msg = f"a tool named {name!r} is already registered: register the other under a new name, with name=..."
             else:
                 msg = f"tool {name!r} from {source} clashes with {name!r} from {taken}; include one with prefix=..."
             raise ValueError(msg)
