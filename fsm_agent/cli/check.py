@@ -36,7 +36,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote {_draw(found, proof, Path(args.draw))}: the counterexample drawn on the machine")
     if not isinstance(found, Agent):
         return EXIT_DONE if proof.ok and proof.crash_safe else EXIT_SETUP
-    exercised = exercise(found, plans(proof))
+    try:
+        exercised = exercise(found, plans(proof))
+    except Exception as exc:  # noqa: BLE001 - a fault in driving the paths is told in one line, after the proof
+        print(f"error: cannot drive the stop paths through the engine: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_SETUP
     print(
         f"driven through the engine: {len(exercised.taken)} stop path(s) as proven, cut and resumed at "
         f"{exercised.cuts} transition(s), every call held for a decision: "

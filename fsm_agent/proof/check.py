@@ -121,11 +121,14 @@ def check(agent_or_table: Any, *, calls_per_reply: int | None = None, every: str
 
     An ``Agent`` is checked with its own table, limits, policies and parts;
     a ``Table`` with default limits and every optional part present (a typed
-    answer, strict hooks, a sub-agent that passes its stop on), so no reason
-    is called unreachable for want of a part.  ``calls_per_reply`` caps the
-    tool calls a reply is taken to ask for (the ``max_tool_calls`` cap, when
-    the agent has one, is used if not given).  ``every`` is the store's
-    checkpoint setting the crash safety is judged under.
+    answer, strict hooks, a sub-agent that passes its stop on, an approval
+    rule, and each stop under any policy: a ``finalize`` call, ``compact``,
+    or the end of the run), so no reason or row is called unreachable for
+    want of a part.  ``calls_per_reply`` caps the tool calls a reply is
+    taken to ask for (the total ``max_tool_calls`` cap, when the agent has
+    one, is used if not given).  ``every`` is the store's checkpoint setting
+    the crash safety is judged under.  ``limits`` are ``Limits`` fields; any
+    other name is a ``TypeError`` naming them.
     """
     every = check_every(every)
     proof = prove(attrs.evolve(setup_of(agent_or_table, calls_per_reply, limits), every=every))
@@ -161,10 +164,7 @@ def prove(setup: Setup) -> Proof:
     bound, model_calls = graph.longest() if loop is None else (None, None)
     notes = []
     if loop is None and bound is None:
-        notes.append(
-            "a reply may ask for any number of tool calls: "
-            "give calls_per_reply (or max_tool_calls) for a bound in transitions"
-        )
+        notes.append(_open_bound(setup.limits))
     window = graph.crash_window(setup.every)
     gap = graph.approval_gap(HOLDS) if setup.gated else None
     return Proof(
@@ -191,12 +191,19 @@ def prove(setup: Setup) -> Proof:
     )
 
 
+def _open_bound(limits: Limits) -> str:
+    """The note on an open bound in transitions, naming what would close it (a per-tool cap does not)."""
+    said = "a reply may ask for any number of tool calls"
+    if limits.max_tool_calls is not None and limits.total_tool_calls is None:  # per-tool caps only
+        said += ", and caps per tool do not bound them"
+    close = "give calls_per_reply, or a total cap (max_tool_calls=N or its '*' entry), for a bound in transitions"
+    return f"{said}: {close}"
+
+
 def _finalizes(setup: Setup, row: Row) -> bool:
     """A finalize row counts as dead only when its stop's policy asks for finalize (else it is off by choice)."""
     name = row.guard_name or ""
-    return any(
-        setup.policies.get(reason) == "finalize" for reason in setup.table.reasons if name.endswith("_" + reason)
-    )
+    return any(setup.may(reason, "finalize") for reason in setup.table.reasons if name.endswith("_" + reason))
 
 
 def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[str, Any]) -> Setup:
@@ -206,6 +213,14 @@ def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[s
     ):
         msg = f"calls_per_reply must be None or an integer >= 1, got {calls_per_reply!r}"
         raise ValueError(msg)
+    known = tuple(field.name for field in attrs.fields(Limits))
+    unknown = [name for name in limits if name not in known]
+    if unknown:
+        msg = (
+            f"check() got an unknown limit {unknown[0]!r}; the limits it takes: {', '.join(known)} "
+            "(besides calls_per_reply and every)"
+        )
+        raise TypeError(msg)
     if isinstance(agent_or_table, Table):
         base = Limits()
         found = attrs.evolve(base, **limits) if limits else base
@@ -220,6 +235,7 @@ def setup_of(agent_or_table: Any, calls_per_reply: int | None, limits: Mapping[s
             gated=True,
             calls_per_reply=cap,
             children=True,
+            any_policy=True,
         )
     from fsm_agent.drivers.agent import Agent  # the checker reads an agent; the drivers never read the checker
 

@@ -71,7 +71,8 @@ class Scripted:
     def build(self, made: int = 0) -> Agent:
         """A fresh scripted agent whose model goes on from reply ``made``."""
         registry = ToolRegistry()
-        registry.register(self.act, name="act")
+        for name in (self.script.tool, *self.script.capped):  # every tool a per-tool cap names, as the agent has
+            registry.register(self.act, name=name)
         settings = self.agent.settings
         kwargs: dict[str, Any] = {}
         if settings.output is not None:

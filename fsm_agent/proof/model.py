@@ -73,6 +73,13 @@ class Setup:
     """When the run's store writes (``persist.every.EVERY``): what crash safety is judged under."""
     children: bool = False
     """The agent has sub-agent tools: one tool call also counts the calls its sub-agent made (``ledger``)."""
+    any_policy: bool = False
+    """A bare table: each stop may be met under any policy the table gives it an edge for (a ``finalize`` call,
+    ``compact``, or the end of the run), as one agent on the table or another sets ``on_stop``."""
+
+    def may(self, reason: str, policy: str) -> bool:
+        """A run may meet the stop ``reason`` under ``policy``."""
+        return self.any_policy or self.policies.get(reason) == policy
 
     @property
     def replies(self) -> tuple[int, ...]:
@@ -82,8 +89,18 @@ class Setup:
 
     @property
     def calls_counted(self) -> int:
-        """Tool calls are counted up to this many: the run's cap, and 4 for the cycle guard's window."""
-        return max(self.limits.total_tool_calls or 0, 4 if self.limits.cycle_window >= 4 else 1)
+        """Tool calls are counted up to this many: the run's cap, the least per-tool cap, 4 for the cycle window."""
+        least = least_tool_cap(self.limits) or 0
+        return max(self.limits.total_tool_calls or 0, least, 4 if self.limits.cycle_window >= 4 else 1)
+
+
+def least_tool_cap(limits: Limits) -> int | None:
+    """The smallest cap on one tool's calls: no tool's cap is reached before the run made that many of its own calls.
+
+    (A sub-agent's calls count towards the run's total only, never towards a tool's own count.)
+    """
+    caps = limits.max_tool_calls
+    return min((cap for name, cap in caps.items() if name != "*"), default=None) if isinstance(caps, dict) else None
 
 
 class Config(NamedTuple):
@@ -185,9 +202,10 @@ class Explorer:
                 return NO
             return NO if c.turns >= limits.max_steps else self._steps_left()
         if name == "compacts_history":
-            if s.policies.get("context_overflow") != "compact" or not world.get("overflow") or c.compacted:
+            if not s.may("context_overflow", "compact") or not world.get("overflow") or c.compacted:
                 return NO
-            return NO if c.turns >= limits.max_steps else self._steps_left()
+            holds = NO if c.turns >= limits.max_steps else self._steps_left()
+            return holds | NO if s.any_policy else holds  # under another policy the overflow ends the run
         if name == "awaits_decision":
             return YES if world.get("undecided") else NO
         if name == "asks_tools_while_finalizing":
@@ -215,8 +233,8 @@ class Explorer:
             return YES
         if total is not None and c.shared:
             return MAYBE  # a sub-agent's calls may have brought the count to the cap
-        per_tool = isinstance(caps, dict) and any(name != "*" for name in caps)
-        return MAYBE if per_tool else NO
+        least = least_tool_cap(self.setup.limits)
+        return MAYBE if least is not None and c.calls >= least else NO  # the calls made may be of the capped tool
 
     # --- moves ------------------------------------------------------------------------------------------------
 
@@ -323,23 +341,33 @@ class Explorer:
         for row in rows:
             truth = self.truth(row.guard, c, world)
             if True in truth:
-                taken, after = self._take(c, row, trigger)
                 said = (*choice, _said(row))
-                yield Move(taken.entry, taken, after, model_call, tool_call, shrinks, said, via_child)
+                for taken, after in self._takes(c, row, trigger):
+                    yield Move(taken.entry, taken, after, model_call, tool_call, shrinks, said, via_child)
             if False not in truth:
                 return
         if not rows and not only_taken:
             return  # a trigger with no rows here: the run never fires it in this state
 
-    def _take(self, c: Config, row: Row, trigger: str) -> tuple[Row, Config]:
-        """Move along ``row``, or the finalize edge its stop's policy asks for (as ``firing.take`` does)."""
+    def _takes(self, c: Config, row: Row, trigger: str) -> Iterator[tuple[Row, Config]]:
+        """Move along ``row``, or the finalize edge its stop's policy asks for (as ``firing.take`` does).
+
+        Both, for a bare table (``Setup.any_policy``): one agent on it finalizes that stop, another ends on it.
+        """
         reason = row.reason
-        if reason is not None and not c.finalizing and self.setup.policies.get(reason) == "finalize":
+        if reason is not None and not c.finalizing and self.setup.may(reason, "finalize"):
             for finalize in self.index.get((c.state, FINALIZE), ()):
                 guard = finalize.guard
                 if isinstance(guard, Lookahead) and guard.trigger == trigger and guard.__name__.endswith(reason):
-                    after = c._replace(state=State.AwaitModel, finalizing=True, pending=0, asked=False)
-                    return finalize, after
+                    yield finalize, c._replace(state=State.AwaitModel, finalizing=True, pending=0, asked=False)
+                    if not self.setup.any_policy:
+                        return
+                    break
+        yield self._along(c, row)
+
+    def _along(self, c: Config, row: Row) -> tuple[Row, Config]:
+        """Move along ``row`` itself."""
+        reason = row.reason
         dest = row.dest
         if dest in TERMINAL:
             return row, Config(dest, reason=reason or "done")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fsm_agent.definition.states import State
-from fsm_agent.definition.stops import StopCondition
+from fsm_agent.definition.stops import GUARDRAILS, At, StopCondition
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.errors import ContextOverflowError, Retry
 from fsm_agent.records import Message, ModelResponse, ToolCall, Transition, Usage
@@ -49,6 +49,12 @@ class Script:
         self.raises: set[str] = set()  # stop conditions whose check raises on that call instead
         self.answers: list[str] = []
         self.asked: dict[str, int] = {}  # stop condition reason -> its checks asked so far, across agents
+        caps = agent.settings.limits.max_tool_calls
+        self.capped = sorted(name for name in caps if name != "*") if isinstance(caps, dict) else []
+        self.tool = "act"  # the scripted tool; named after no capped tool, so no per-tool cap counts its calls
+        while self.tool in self.capped:
+            self.tool += "_"
+        self.names: dict[int, str] = {}  # call number -> the capped tool it is made as (else ``tool``)
         self._read(plan)
 
     def _read(self, plan: Plan) -> None:
@@ -58,7 +64,7 @@ class Script:
         turn_calls: list[int] = []
         sizes = _turn_sizes(plan)
         for n, (edge, choice) in enumerate(plan):
-            self._count_checks(edge, asked)
+            self._count_checks(edge, asked, answering=not turn_calls)
             words = dict(word.split(":", 1) for word in choice if ":" in word)
             held = words.get("held")
             kind = words.get("reply")
@@ -93,9 +99,13 @@ class Script:
                 self.outcomes[number] = words["tool"] == "fails"
             self._world(n, held, words, queued)
 
-    def _count_checks(self, edge: Transition, asked: dict[str, int]) -> None:
-        """Count the stop conditions' checks the walk to ``edge`` asks; the one on ``edge`` answers yes."""
-        users = {stop.reason for stop in self.agent.settings.stop_conditions}
+    def _count_checks(self, edge: Transition, asked: dict[str, int], *, answering: bool) -> None:
+        """Count the stop conditions' checks the walk to ``edge`` asks; the one on ``edge`` answers yes.
+
+        An ``at="answer"`` guardrail's check is asked only of a reply without tool calls (``answering``).
+        """
+        stops = self.agent.settings.stop_conditions
+        users = {stop.reason for stop in stops if answering or At.ANSWER not in stop.at}
         raising = False  # the walk took stop_condition_error: the next stop condition's check raised
         for row in self.agent.settings.table.index.get((State(edge.source), edge.trigger), ()):
             taken = row.entry == edge
@@ -123,8 +133,12 @@ class Script:
         elif held == "hook_raised" and "reply" in words:
             self.hook_on_reply = len(self.replies)
         elif held == "repeats_last_call":
-            number = queued[0]
-            self.args[number] = self.args[max(self.outcomes)]  # the call made last
+            number, before = queued[0], max(self.outcomes)  # the call made last
+            self.args[number] = self.args[before]
+            if before in self.names:
+                self.names[number] = self.names[before]
+        elif held == "tool_calls_exhausted":
+            self._cap_reached(n, queued[0])
         elif held == "is_cycling":
             made = sorted(self.outcomes)[-4:]
             for number, arg in zip(made, ("a", "b", "a", "b"), strict=True):
@@ -137,6 +151,24 @@ class Script:
             last.cost = self.agent.settings.limits.cost_budget or 0.0
         elif held not in _AUTOMATIC and held not in self._user_guards():
             raise Unscriptable(f"the guard {held} holding (transition {n})")
+
+    def _cap_reached(self, n: int, number: int) -> None:
+        """Call ``number`` would exceed a cap: the run's, by the count alone; else the least per-tool cap's.
+
+        For the least cap, the calls made last (as many as it allows) and call ``number`` are made as that tool.
+        """
+        made = sorted(self.outcomes)
+        total = self.agent.settings.limits.total_tool_calls
+        if total is not None and len(made) >= total:
+            return
+        caps = self.agent.settings.limits.max_tool_calls
+        if not isinstance(caps, dict) or not self.capped:  # the total, not reached by the run's own calls
+            raise Unscriptable(f"a tool-call cap reached by a sub-agent's calls (transition {n})")
+        cap, name = min((caps[name], name) for name in self.capped)
+        if cap > len(made):
+            raise Unscriptable(f"a per-tool cap reached before its calls were made (transition {n})")
+        for call in (*made[len(made) - cap :], number):
+            self.names[call] = name
 
     def _user_guards(self) -> set[str]:
         """The guards of the agent's stop conditions (and of their checks raising): ``_count_checks`` scripts them."""
@@ -153,7 +185,9 @@ class Script:
         if not pending.calls:
             text = self.answers.pop(0) if self.answers else "the scripted answer"
             return ModelResponse(Message("assistant", _ANSWER_TEXT.get(text, text)), pending.stop, usage)
-        calls = tuple(ToolCall(f"call_{n}", "act", {"what": self.args[n]}) for n in pending.calls)
+        calls = tuple(
+            ToolCall(f"call_{n}", self.names.get(n, self.tool), {"what": self.args[n]}) for n in pending.calls
+        )
         return ModelResponse(
             Message("assistant", "", calls), pending.stop if pending.stop != "end_turn" else "tool_use", usage
         )
@@ -196,14 +230,21 @@ _AUTOMATIC = frozenset({
 
 
 def _turn_sizes(plan: Plan) -> list[int]:
-    """The tool calls each model call's turn makes on the path: "2 or more" calls are as many as are made."""
+    """The tool calls each model call's turn asks for on the path: "2 or more" calls are as many as it reads.
+
+    Those made, and the one a stop on the next call (a repeat, a cap) reads, which the turn asks for but never makes.
+    """
     sizes: list[int] = []
     for _, choice in plan:
         if any(word.startswith(("reply:", "model:")) for word in choice):
             sizes.append(0)
-        if sizes and any(word.startswith("tool:") for word in choice):
+        if sizes and any(word.startswith("tool:") or word in _NEXT_CALL for word in choice):
             sizes[-1] += 1
     return sizes
+
+
+_NEXT_CALL = frozenset({"held:repeats_last_call", "held:tool_calls_exhausted"})
+"""Stops that read the turn's next call (``queued[0]``)."""
 
 
 def _said(what: str) -> str:
@@ -236,5 +277,6 @@ def forced(stop: StopCondition, script: Script) -> StopCondition:
         return yes is not None and asked == yes
 
     check.__name__ = stop.guard.__name__ if stop.guard is not None else stop.reason
-    at: State | str = stop.state
+    # A guardrail ("input", "answer") is checked at its own checkpoint, not where a stop at its state would be.
+    at: State | str = next((name for name, (place, _) in GUARDRAILS.items() if place in stop.at), stop.state)
     return StopCondition(stop.reason, at, check, stop.description, policy="raise")

@@ -36,23 +36,28 @@ class TwoCallsEachTurn:
 
 
 def test_the_built_in_table_stops_within_its_max_steps_model_calls() -> None:
-    """Every run of the built-in table stops; at most max_steps model calls, whatever a reply asks for."""
+    """Every run of the built-in table stops; at most max_steps model calls and a finalize call (a table is checked
+    with every policy an agent on it may set), whatever a reply asks for."""
     proof = check(TABLE)
     assert proof.ok
-    assert proof.model_calls == 8
+    assert proof.model_calls == 8 + 1
     assert proof.bound is None  # a reply may ask for any number of calls
-    assert check(TABLE, max_steps=3).model_calls == 3
+    assert check(TABLE, max_steps=3).model_calls == 3 + 1
 
 
 @pytest.mark.parametrize("max_steps", [1, 3, 8])
 def test_the_bound_is_the_longest_run_the_engine_really_takes(max_steps: int) -> None:
-    """A run asking for two new calls every turn takes exactly the proven bound of transitions."""
+    """A run asking for two new calls every turn, its finalize reply too, takes exactly the proven bound."""
     proof = check(TABLE, calls_per_reply=2, max_steps=max_steps, cycle_window=0)
-    agent = Agent(TwoCallsEachTurn(), demo_registry(), max_steps=max_steps, cycle_window=0)
+    finalizing = {"max_steps": "finalize"}  # the longest runs of the table: the finalize reply asks for tools anyway
+    agent = Agent(TwoCallsEachTurn(), demo_registry(), max_steps=max_steps, cycle_window=0, on_stop=finalizing)
     with pytest.raises(AgentLoopError) as stopped:
         agent.run("go on forever")
     assert stopped.value.reason == "max_steps"
-    assert len(stopped.value.result.trace) == proof.bound == 6 * max_steps
+    assert stopped.value.result.trace[-1].reason == "finalize_failed"
+    assert len(stopped.value.result.trace) == proof.bound == 6 * max_steps + 3
+    plain = Agent(TwoCallsEachTurn(), demo_registry(), max_steps=max_steps, cycle_window=0)
+    assert check(plain, calls_per_reply=2).bound == 6 * max_steps  # without the policy: no finalize call
 
 
 def test_a_users_unbounded_row_is_refuted_with_its_loop_as_the_counterexample() -> None:
