@@ -137,7 +137,7 @@ _CALLED = ("complete", "acomplete")
 
 
 def check_model(model: Any) -> None:
-    """A ``TypeError`` for a model the drivers could not call: a class instead of an instance, an ``async def complete``.
+    """A ``TypeError`` for a model the drivers cannot call: its class, not an instance; an ``async def complete``.
 
     Each would otherwise be found only by the first model call, as a
     ``model_error`` stop, once per run.  The signature is not read: that
