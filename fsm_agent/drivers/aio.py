@@ -6,7 +6,8 @@ finished are kept) and the ``CancelledError`` propagates; if the run's
 timeout passes, the calls in flight are cancelled and the run stops on
 ``timeout``.  A call's ``KeyboardInterrupt`` or ``SystemExit`` propagates
 and leaves the run unfinished, written as it stands (``RunBase._keep_cut``),
-as on the sync driver.
+as on the sync driver; so does a sub-agent's run in flight beside that call,
+which the loop's teardown cancels (``_left_above``), nobody stopping it.
 
 ``asyncio`` is imported by the methods that await, never by ``import
 fsm_agent``: it brings ``ssl``, sockets and subprocesses, most of the cost of
@@ -15,6 +16,7 @@ importing the package, which a program that never awaits a run need not pay.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -49,6 +51,24 @@ def _left_the_loop(tasks: list[Any]) -> BaseException | None:
         if isinstance(raised, KeyboardInterrupt | SystemExit):
             return raised
     return None
+
+
+_LEAVING: contextvars.ContextVar[list[BaseException]] = contextvars.ContextVar("fsm_agent_leaving")
+"""The interrupt a call of a batch raised, once one did: one list shared by the tasks of a run's outermost batch and
+of every batch under them (its sub-agents' runs'), as each task inherits its context from the one that made it."""
+
+
+def _left_above() -> BaseException | None:
+    """The ``KeyboardInterrupt`` or ``SystemExit`` a call of a batch this task runs under raised, if any.
+
+    A sub-agent's run in flight beside that call (in its parent's batch, or
+    further up) is cancelled by the loop's teardown, or by its parent's
+    batch, with no cause the run could see: that cancel is the interrupt's
+    doing too, and the run is left unfinished for its next owner, as its
+    parent is (``AsyncDriver._acarry``).
+    """
+    leaving = _LEAVING.get(None)
+    return leaving[0] if leaving else None
 
 
 class AsyncDriver(RunBase):
@@ -137,7 +157,10 @@ class AsyncDriver(RunBase):
         """Await the call (a turn's tool calls at once), the lease renewed meanwhile; past the deadline, the stop.
 
         A cancel while the calls are in flight records the run as stopped
-        ``cancelled`` with what finished, and propagates.
+        ``cancelled`` with what finished, and propagates; unless an
+        interrupt (a call's ``KeyboardInterrupt`` or ``SystemExit``, here or
+        in a batch this run is a sub-agent call of) is leaving the loop: then
+        the run is left unfinished, written as it stands, as on the sync driver.
         """
         import asyncio
 
@@ -157,11 +180,18 @@ class AsyncDriver(RunBase):
                 raise
             return self._interrupt(EXPIRED, self._aunfinished(effect))
         except asyncio.CancelledError as exc:
-            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see _left_the_loop): then the run
-            # stays unfinished for its next owner, as on the sync driver.
-            if not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit):
+            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see _left_the_loop and _left_above):
+            # then the run stays unfinished for its next owner, as on the sync driver.
+            cause = exc.__cause__
+            left = cause if isinstance(cause, KeyboardInterrupt | SystemExit) else _left_above()
+            if left is None:
                 self._interrupt(INTERRUPTED, self._aunfinished(effect))
                 raise
+            if cause is not left:
+                # A call beside this run's (it is a sub-agent's) raised it: this run's calls were cut as whole as
+                # by the interrupt itself, at an await; its parent reads the cancel as the interrupt's (_cut_in_call).
+                exc.__cause__ = left
+                self._cut_in_call(exc)
             await self._akeep_cut(exc)  # written if the interrupt cut a call itself (_cut_in_call)
             if self._observed and isinstance(effect, ToolBatch):
                 self._batch_cut_events()  # the calls that came back are kept for the next owner: heard ending now
@@ -266,6 +296,11 @@ class AsyncDriver(RunBase):
         # starts from it).
         writing = asyncio.Lock()
         writes: list[asyncio.Task[None]] = []
+        leaving = _LEAVING.get(None)
+        outermost = None
+        if leaving is None:  # the outermost batch: its tasks, and every batch under them, share this list
+            leaving = []
+            outermost = _LEAVING.set(leaving)
 
         async def kept() -> None:
             assert journal is not None
@@ -273,14 +308,22 @@ class AsyncDriver(RunBase):
                 await journal.akeep_outcome(self.position)
 
         async def one(call: ToolCall) -> None:
-            async with limit:
-                await self._acall_tool(call)
+            try:
+                async with limit:
+                    await self._acall_tool(call)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                leaving.append(exc)  # the loop is left: the sub-agent runs in flight under this batch hear it
+                raise
             if journal is not None:
                 write = asyncio.ensure_future(kept())
                 writes.append(write)
                 await asyncio.shield(write)
 
-        tasks = [asyncio.ensure_future(one(call)) for call in batch]
+        try:
+            tasks = [asyncio.ensure_future(one(call)) for call in batch]
+        finally:
+            if outermost is not None:
+                _LEAVING.reset(outermost)  # the task running the batch is under none: its next batch starts afresh
         try:
             await asyncio.gather(*tasks)
         except BaseException as exc:

@@ -46,9 +46,10 @@ class RunBase(WatchedRun):
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
     # The sub-agent calls in flight, by call id: each reads what its child's run spent so far (drivers.child_spend).
     _flying: dict[str, Callable[[], tuple[ChildOutcome, ChildOutcome]]] | None = None
-    # The Ctrl-C (KeyboardInterrupt, SystemExit, or the cancel one became) that came out of a model or tool call,
-    # the run whole, until _keep_cut reads it; and the sub-agent calls whose hand-down (a fork's) was taken from
-    # this run and is not yet stored with the child's run (child_runs), while no Ctrl-C writes this run.
+    # The Ctrl-C (KeyboardInterrupt, SystemExit) that came out of a model or tool call, itself or as the cause of
+    # the cancel it became, the run whole, until _keep_cut reads it; and the sub-agent calls whose hand-down (a
+    # fork's) was taken from this run and is not yet stored with the child's run (child_runs), while no Ctrl-C
+    # writes this run.
     _cut: BaseException | None = None
     _handing_down = 0
     _hands_down = False  # a sub-agent's run: it holds what its parent's run handed down, not yet stored
@@ -311,12 +312,14 @@ class RunBase(WatchedRun):
         between two transitions), never around the run's changes before or
         after it: only there is the run known not to be in the middle of one.
         A ``KeyboardInterrupt`` or ``SystemExit``, or the ``CancelledError``
-        that one raised in a call of an async batch became (``aio._left_the_loop``).
+        that one raised in a call of an async batch became (``aio._left_the_loop``,
+        ``aio._left_above``): the interrupt itself is kept, so each call of a
+        batch it cut, whichever way it came out, names the same cut.
         """
-        if isinstance(exc, KeyboardInterrupt | SystemExit) or (
-            not isinstance(exc, Exception) and isinstance(exc.__cause__, KeyboardInterrupt | SystemExit)
-        ):
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
             self._cut = exc
+        elif not isinstance(exc, Exception) and isinstance(exc.__cause__, KeyboardInterrupt | SystemExit):
+            self._cut = exc.__cause__
 
     def _cut_here(self, exc: BaseException) -> bool:
         """Whether ``exc``, leaving the run, is the Ctrl-C a call was cut by (or the cancel it became) and the run is
