@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.exactly_once import ataken_over, taken_over
@@ -133,16 +134,7 @@ def test_a_fork_at_each_transition_of_a_parent_cut_in_its_grandchild_makes_only_
         trace = len(store.load("cut")["trace"])
         for at in range(trace):
             tally = Tally(tmp_path / f"fork{at}")
-            agent = nested_agent(tally)
-            if fork_driver == "sync":
-                result = agent.fork("cut", at, store=store, run_id=f"f{at}").finish()
-            else:
-
-                async def go(agent: Agent = agent, at: int = at) -> RunResult:
-                    return await (await agent.afork("cut", at, store=store, run_id=f"f{at}")).afinish()
-
-                result = asyncio.run(go())
-            assert result.final == NESTED_FINAL, at
+            assert _fork(nested_agent(tally), store, at, fork_driver).final == NESTED_FINAL, at
             assert tally.counts("done") == {"g": 1}, at
 
 
@@ -158,18 +150,20 @@ def test_a_fork_of_a_parent_cut_after_its_grandchild_finished_runs_no_call_of_th
     with open_store(store_target) as store:
         for at in range(len(store.load("cut")["trace"])):
             tally = Tally(tmp_path / f"fork{at}")
-            agent = nested_agent(tally)
-            if fork_driver == "sync":
-                result = agent.fork("cut", at, store=store, run_id=f"f{at}").finish()
-            else:
-
-                async def go(agent: Agent = agent, at: int = at) -> RunResult:
-                    return await (await agent.afork("cut", at, store=store, run_id=f"f{at}")).afinish()
-
-                result = asyncio.run(go())
-            assert result.final == NESTED_FINAL, at
+            assert _fork(nested_agent(tally), store, at, fork_driver).final == NESTED_FINAL, at
             assert tally.counts("done") == {}, at
             assert tally.counts("model").get("grand", 0) == 0, at
+
+
+def _fork(agent: Agent, store: Any, at: int, driver: str) -> RunResult:
+    """A fork of the stored run ``cut`` at transition ``at``, as ``f<at>``, finished on ``driver``."""
+    if driver == "sync":
+        return agent.fork("cut", at, store=store, run_id=f"f{at}").finish()
+
+    async def go() -> RunResult:
+        return await (await agent.afork("cut", at, store=store, run_id=f"f{at}")).afinish()
+
+    return asyncio.run(go())
 
 
 def _made(tally: Tally, *labels: str) -> bool:

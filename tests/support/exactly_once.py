@@ -13,6 +13,7 @@ as a Ctrl-C in the middle of a batch), once.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections import Counter
@@ -49,13 +50,16 @@ class Effects:
 
 
 class Cut:
-    """Arms the call with label ``at`` to raise ``KeyboardInterrupt`` once, after ``ready()`` holds (e.g. a sibling's
-    outcome is durable), before its side effect; ``z`` is ``finish_up``, ``sub.w`` the sub-agent's own call."""
+    """Arms the call with label ``at`` to be cut once, after ``ready()`` holds (e.g. a sibling's outcome is durable),
+    before its side effect; ``z`` is ``finish_up``, ``sub.w`` the sub-agent's own call.  ``how``: ``"ctrl_c"``
+    raises ``KeyboardInterrupt``, ``"kill"`` ends the process at once (``os._exit(9)``: no cleanup, no lease given
+    up), ``"error"`` raises ``ConnectionError`` (in a model call: a ``model_error`` stop)."""
 
-    def __init__(self, ready: Callable[[], bool] | None = None, at: str = "z") -> None:
+    def __init__(self, ready: Callable[[], bool] | None = None, at: str = "z", *, how: str = "ctrl_c") -> None:
         self.armed = True
         self.ready = ready
         self.at = at
+        self.how = how
 
     def fire(self, label: str) -> None:
         if not self.armed or label != self.at:
@@ -63,8 +67,12 @@ class Cut:
         self.armed = False
         deadline = time.monotonic() + WAIT
         while self.ready is not None and not self.ready():
-            assert time.monotonic() < deadline, "the siblings' outcomes never reached the store"
+            assert time.monotonic() < deadline, "the outcomes the cut waits for never reached the store"
             time.sleep(0.02)
+        if self.how == "kill":
+            os._exit(9)
+        if self.how == "error":
+            raise ConnectionError("the provider went away")
         raise KeyboardInterrupt
 
 

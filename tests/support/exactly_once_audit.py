@@ -19,7 +19,6 @@ import asyncio
 import multiprocessing
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from fsm_agent import Agent, Message, ModelResponse, ToolRegistry
 from fsm_agent.persist import open_store
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
+from support.exactly_once import Cut
 from support.store_cases import durable_calls
 
 WAIT = 60.0
@@ -69,29 +69,12 @@ class Tally:
 Ready = Callable[[], bool]
 
 
-class Cutter:
-    """How a call with label ``at`` (a tool's label, or ``answer:<who>``: a model's answer) is cut, once, after
-    ``ready()`` holds: ``"ctrl_c"`` raises ``KeyboardInterrupt``, ``"kill"`` ends the process at once
-    (``os._exit(9)``: no cleanup, no lease given up), ``"error"`` raises ``ConnectionError`` (a model call that
-    fails: a ``model_error`` stop)."""
+class Cutter(Cut):
+    """``Cut`` named by label first: how a call with label ``at`` (a tool's label, or ``answer:<who>``: a model's
+    answer) is cut, once, after ``ready()`` holds."""
 
     def __init__(self, at: str, ready: Ready | None = None, how: str = "ctrl_c") -> None:
-        self.at, self.ready, self.how = at, ready, how
-        self.armed = True
-
-    def fire(self, label: str) -> None:
-        if not self.armed or label != self.at:
-            return
-        self.armed = False
-        deadline = time.monotonic() + WAIT
-        while self.ready is not None and not self.ready():
-            assert time.monotonic() < deadline, "the outcomes the cut waits for never reached the store"
-            time.sleep(0.02)
-        if self.how == "kill":
-            os._exit(9)
-        if self.how == "error":
-            raise ConnectionError("the provider went away")
-        raise KeyboardInterrupt
+        super().__init__(ready, at, how=how)
 
 
 class ByHistory:
