@@ -6,7 +6,7 @@ import importlib
 import inspect
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
-from types import FunctionType, MappingProxyType
+from types import MappingProxyType
 from typing import Any, cast
 
 from fsm_agent.core.approval import HeldBack, approval_rule
@@ -165,7 +165,7 @@ def _instance_methods(model: type) -> bool:
     """
     for name in _CALLED:
         owner = next((vars(klass) for klass in model.__mro__ if name in vars(klass)), None)
-        if owner is not None and isinstance(owner[name], FunctionType):
+        if owner is not None and inspect.isfunction(owner[name]):
             return True
     return False
 

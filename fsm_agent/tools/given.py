@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import types
 from typing import Any
 
 from fsm_agent.tools.schema import ToolFunction
@@ -45,7 +44,7 @@ def check_bound(function: ToolFunction, name: str) -> None:
     The model would be shown ``self`` as a parameter to fill, and every call
     it made without one would fail; the bound method of an instance has none.
     """
-    if not isinstance(function, types.FunctionType):
+    if not inspect.isfunction(function):
         return
     owner, _, _ = function.__qualname__.rpartition(".")
     if not owner or owner.endswith("<locals>"):  # a module's function, or one defined inside a function
