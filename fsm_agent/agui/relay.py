@@ -1,7 +1,7 @@
 """A turn's run as AG-UI events, as it goes: a step per state, text as it streams, tool calls, sub-agents, counters.
 
 The relay watches the request's agent through its hooks (``transition``,
-``text``, ``before_tool``), and each sub-agent's agent the same way, so a
+``text``, ``before_tool``, ``after_tool``), and each sub-agent's agent the same way, so a
 sub-agent run's steps and text reach the client attributed to it
 (``subagentRunId``, the child's run id ``<parent run id>/<call id>``) between
 its ``SUBAGENT_STARTED`` and ``SUBAGENT_FINISHED``/``SUBAGENT_ERROR``.  Hooks
@@ -13,6 +13,12 @@ unless it streamed, and the tool calls it asks for; a tool's result), then
 ``STEP_FINISHED`` of that state, a ``STATE_SNAPSHOT`` of the counters (the
 request's own run only: the protocol's state is the run's, not a sub-agent's),
 and ``STEP_STARTED`` of the next state.
+
+A tool's result is sent when its ``after_tool`` event is heard, which comes
+before the transition recording the call, or alone for the calls a cut or a
+stop keeps beside the call it records (evidence ``also_ran``); the
+transition that records a call already sent sends it no more.  A transition
+whose call's end was heard by an earlier owner of the run (a resume) sends it.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class Track:
     """Whether the reply in the making streamed its text (then its transition does not send it again)."""
     children: dict[str, ToolCall] = attrs.field(factory=dict)
     """The sub-agent calls of this run under way, by their child run's id."""
+    sent: set[str] = attrs.field(factory=set)
+    """Ids of the calls whose result went out from ``after_tool``, not yet recorded by a transition."""
 
     def reply_id(self) -> str:
         """The id of the message the model's current reply becomes."""
@@ -97,6 +105,12 @@ class Watch:
         if track is not None and call is not None and call.name in self.children:
             self.relay.child_started(track, call, f"{event.run_id}/{call.id}", self.descriptions.get(call.name))
 
+    def after_tool(self, event: CallEvent) -> None:
+        """The ``after_tool`` hook: a call's outcome (``TOOL_CALL_RESULT``; a sub-agent's call ends it first)."""
+        track, call = self.track(event.run_id), event.tool_call
+        if track is not None and call is not None and event.tool_result is not None:
+            self.relay.tool_ended(track, call, event.tool_result, event.tool_error)
+
 
 class Relay:
     """Turns the events of one request's run, and of its sub-agents' runs, into AG-UI events handed to ``push``."""
@@ -126,6 +140,7 @@ class Relay:
             watched.on("transition", hooks.transition)
             watched.on("text", hooks.text)
             watched.on("before_tool", hooks.before_tool)
+            watched.on("after_tool", hooks.after_tool)
 
     def child(self, run_id: str) -> Track | None:
         """The track of a sub-agent run this request started (its id renamed with ``@digest`` included)."""
@@ -151,8 +166,12 @@ class Relay:
         elif event.error is not None and event.source == "AwaitModel":
             track.replies += 1  # a failed call: its message id is spent, nothing was said
             track.streamed = False
-        if event.source == "ExecuteTool" and event.tool_call is not None and event.tool_result is not None:
-            self._tool_done(track, event.tool_call, event.tool_result, event.tool_error)
+        call = event.tool_call
+        if event.source == "ExecuteTool" and call is not None and event.tool_result is not None:
+            if call.id in track.sent:
+                track.sent.discard(call.id)  # its result went out when its end was heard (tool_ended)
+            else:
+                self._tool_done(track, call, event.tool_result, event.tool_error)
         self.push(StepFinishedEvent(step_name=event.source, subagent_run_id=track.owner))
         track.step = None
         if own:
@@ -177,6 +196,12 @@ class Relay:
             parent_message_id=f"{parent.prefix}:reply-{parent.replies}",
         )
         self.push(started)
+
+    def tool_ended(self, track: Track, call: ToolCall, content: str, error: str | None) -> None:
+        """A call's end, heard before the transition recording it, or alone for a call kept at a cut or a stop."""
+        self._enter(track, "ExecuteTool")
+        self._tool_done(track, call, content, error)
+        track.sent.add(call.id)
 
     def close(self) -> None:
         """The run ended, however: every text message and step still open is closed, and each sub-agent ended."""
