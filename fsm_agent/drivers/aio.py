@@ -125,6 +125,8 @@ class AsyncDriver(RunBase):
                 await journal.ahold(self.position)  # no call on a run this object let go of or may have lost
             if self._out_of_time():
                 return self._interrupt(EXPIRED, None)
+            if self._observed and not self._heard_before(effect):
+                return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
             expired = await self._acarry(effect)
             if expired is not None:
                 return expired
@@ -161,31 +163,34 @@ class AsyncDriver(RunBase):
         interrupt (a call's ``KeyboardInterrupt`` or ``SystemExit``, here or
         in a batch this run is a sub-agent call of) is leaving the loop: then
         the run is left unfinished, written as it stands, as on the sync driver.
+        A parallel batch's call whose hooks took the time left is not made
+        (``_heard_in_time``): the run stops ``timeout``, that call unmade.
         """
         import asyncio
 
         remaining = self._remaining()
         deadline = None
+        unmade: list[str] = []  # the ids of a parallel batch's calls the deadline left unmade
         journal = self._journal
         if journal is not None:
             journal.abeat()  # the lease is renewed while the calls are in flight (no store: no task)
         try:
             if remaining is None:  # no deadline: no timeout context, which costs as much as a transition
-                await self._amake_call(effect)
+                await self._amake_call(effect, unmade)
             else:
                 async with asyncio.timeout(remaining) as deadline:
-                    await self._amake_call(effect)
+                    await self._amake_call(effect, unmade)
         except TimeoutError:
             if deadline is None or not deadline.expired():
                 raise
-            return self._interrupt(EXPIRED, self._aunfinished(effect))
+            return self._interrupt(EXPIRED, self._aunfinished(effect, unmade))
         except asyncio.CancelledError as exc:
             # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see _left_the_loop and _left_above):
             # then the run stays unfinished for its next owner, as on the sync driver.
             cause = exc.__cause__
             left = cause if isinstance(cause, KeyboardInterrupt | SystemExit) else _left_above()
             if left is None:
-                self._interrupt(INTERRUPTED, self._aunfinished(effect))
+                self._interrupt(INTERRUPTED, self._aunfinished(effect, unmade))
                 raise
             if cause is not left:
                 # A call beside this run's (it is a sub-agent's) raised it: this run's calls were cut as whole as
@@ -202,13 +207,15 @@ class AsyncDriver(RunBase):
         finally:
             if journal is not None:
                 journal.rest()
+        if unmade:  # the calls beside them came back, or ran to their end
+            return self._interrupt(EXPIRED, self._aunfinished(effect, unmade))
         return None
 
-    async def _amake_call(self, effect: ModelCall | ToolBatch) -> None:
+    async def _amake_call(self, effect: ModelCall | ToolBatch, unmade: list[str]) -> None:
         if isinstance(effect, ModelCall):
             await self._acall_model(effect)
         else:
-            await self._run_batch(effect.calls)
+            await self._run_batch(effect.calls, unmade)
 
     @adriving
     async def afinish(self) -> RunResult:
@@ -226,8 +233,6 @@ class AsyncDriver(RunBase):
         return self._outcome_of_run()
 
     async def _acall_model(self, effect: ModelCall) -> None:
-        if self._observed:
-            self._before_model()
         if self._settings.history_processors:
             try:
                 messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
@@ -265,8 +270,6 @@ class AsyncDriver(RunBase):
         return await in_daemon_worker(lambda: complete(effect.messages, effect.tools, **keywords))
 
     async def _acall_tool(self, call: ToolCall) -> None:
-        if self._observed:
-            self._before_tool(call)
         try:
             child = self._children.get(call.name) if self._children else None
             if child is not None:
@@ -281,10 +284,10 @@ class AsyncDriver(RunBase):
         # Kept the moment it exists: whatever happens to the rest of the batch, this call never runs again.
         self.stepper.accept_tool(call, outcome)
 
-    async def _run_batch(self, batch: tuple[ToolCall, ...]) -> None:
+    async def _run_batch(self, batch: tuple[ToolCall, ...], unmade: list[str]) -> None:
         if len(batch) == 1:
             # One call needs no tasks: awaiting it directly keeps the common case cheap (its outcome is written
-            # with the transition that records it, right after).
+            # with the transition that records it, right after; its hooks were heard before, by _amove).
             await self._acall_tool(batch[0])
             return
         import asyncio
@@ -310,6 +313,10 @@ class AsyncDriver(RunBase):
         async def one(call: ToolCall) -> None:
             try:
                 async with limit:
+                    # Unmade, neither heard of, once a call's hooks took the time left; else unmade if its own did.
+                    if unmade or (self._observed and not self._heard_in_time(call)):
+                        unmade.append(call.id)  # never started: the stop names it as no call in flight
+                        return
                     await self._acall_tool(call)
             except (KeyboardInterrupt, SystemExit) as exc:
                 leaving.append(exc)  # the loop is left: the sub-agent runs in flight under this batch hear it
@@ -381,8 +388,9 @@ class AsyncDriver(RunBase):
         except BaseException:  # noqa: BLE001 - the interrupt propagates; the next owner hears those transitions again
             logger.warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)
 
-    def _aunfinished(self, effect: ModelCall | ToolBatch) -> str | None:
+    def _aunfinished(self, effect: ModelCall | ToolBatch, unmade: list[str]) -> str | None:
         if isinstance(effect, ModelCall):
             return f"model call of turn {effect.turn}"
-        waiting = [call.id for call in effect.calls if call.id not in self.position.calls.ran]
+        ran = self.position.calls.ran
+        waiting = [call.id for call in effect.calls if call.id not in ran and call.id not in unmade]
         return ", ".join(waiting) or None

@@ -85,6 +85,8 @@ class SyncDriver(RunBase):
                 journal.hold(self.position)  # no call on a run this object let go of or may have lost
             if self._out_of_time():
                 return self._interrupt(EXPIRED, None)
+            if self._observed and not self._heard_before(effect):
+                return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
             self._make_call(effect)
             self._observe()
         elif isinstance(effect, CheckOutput):
@@ -202,8 +204,6 @@ class SyncDriver(RunBase):
                 raise _Abandoned
 
     def _call_model(self, effect: ModelCall) -> None:
-        if self._observed:
-            self._before_model()
         if self._settings.history_processors:
             try:
                 messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
@@ -249,8 +249,6 @@ class SyncDriver(RunBase):
 
     def _call_tool(self, effect: ToolBatch) -> None:
         call = effect.calls[0]
-        if self._observed:
-            self._before_tool(call)
         held = self._clock_each_transition and (self._journal is not None or self._mutex is not None)
         mutex = self._let_go(effect) if held else None
         try:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fsm_agent.core.effects import ModelCall, ToolBatch
 from fsm_agent.definition.states import ExecuteTool, Failed
-from fsm_agent.observe.events import CallEvent, Hooks, TextDelta, TransitionEvent, logger
+from fsm_agent.observe.events import CallEvent, Hooks, TextDelta, TransitionEvent, logger, notify
 from fsm_agent.records import ModelResponse, ToolCall, Transition
 from fsm_agent.tools import ToolResult
 
@@ -63,6 +64,39 @@ class WatchedRun:
 
         def _paused_result(self) -> RunResult: ...
 
+        def _out_of_time(self) -> bool: ...
+
+    def _heard_before(self, effect: ModelCall | ToolBatch) -> bool:
+        """The ``before_model`` or ``before_tool`` event of the call about to be made; whether it may still be made.
+
+        A hook is a watcher: one slow enough for the run's deadline to pass
+        in it must not change what the run does.  Had the deadline passed just
+        before the hooks, the call would not have been made (the drivers look
+        before each call), so past it after them, it is not made either: the
+        driver stops the run ``timeout`` with the call left unmade, and a
+        resume makes it once.  A parallel batch's calls are heard each as it
+        starts (``_heard_in_time``, from the async driver's batch).
+        """
+        if isinstance(effect, ModelCall):
+            self._before_model()
+        elif len(effect.calls) == 1:
+            self._before_tool(effect.calls[0])
+        else:
+            return True
+        return not self._out_of_time()
+
+    def _heard_in_time(self, call: ToolCall) -> bool:
+        """``_heard_before`` for one call of a parallel batch, as it starts: False if the deadline passed in its hooks.
+
+        Only in its hooks: time a call beside it took (up already as this one
+        starts) is the deadline's own business, cutting the calls in flight,
+        as in a run nobody watches.  The batch leaves the calls after one so
+        left unmade (``AsyncDriver._run_batch``), as the sync driver stops there.
+        """
+        before = self._out_of_time()
+        self._before_tool(call)
+        return before or not self._out_of_time()
+
     def _before_model(self) -> None:
         """The ``before_model`` event (only for an observed run)."""
         self._call_hooks(CallEvent("before_model", self.position.counts.turns + 1, self.counters(), run_id=self.run_id))
@@ -90,8 +124,8 @@ class WatchedRun:
         delta = TextDelta(piece, self.position.counts.turns + 1, self.run_id)
         if self._hooks:
             self._hook_failed(self._hooks.call("text", delta), False)
-        for observer in self._text_observers:
-            observer(delta)
+        if self._text_observers:
+            self._hook_failed(notify(self._text_observers, delta), False)
 
     def _model_replied(self, response: object) -> None:
         self.stepper.accept_reply(response)
@@ -237,9 +271,9 @@ class WatchedRun:
             paused=self._paused_result() if paused else None,
         )
         raised = self._hooks.announce(event, run.at.state is Failed) if self._hooks else None
-        for observer in self._observers:
-            observer(event)
-        self._hook_failed(raised, terminal)
+        # Observers (a log= file among them) fail as hooks do: logged, and a strict agent's stop (hook_error).
+        told = notify(self._observers, event) if self._observers else None
+        self._hook_failed(raised or told, terminal)
         if paused and self._hooks:
             self._paused_event()
 

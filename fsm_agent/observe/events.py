@@ -3,7 +3,8 @@
 Hooks and streams are observers: they receive frozen records and cannot
 change the run.  A hook that raises is logged and the run goes on, unless the
 agent was built with ``strict_hooks=True``; then the run stops at its next
-transition out of a non-terminal state with reason ``hook_error``.
+transition out of a non-terminal state with reason ``hook_error``.  An
+observer handed to a run (``observers=``, the file of ``log=``) fails the same way.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import contextlib
 import io
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TextIO, get_args
 
@@ -214,6 +215,24 @@ class Hooks:
         return (self.call("failed", event) or raised) if failed else raised
 
 
+def notify(observers: Iterable[Callable[[Any], object]], event: object) -> BaseException | None:
+    """Hand ``event`` to every observer as ``Hooks.call`` hands it to hooks; the first exception one raised, else None.
+
+    An observer (``observers=``, the file of ``log=``, a text observer) is
+    a watcher like a hook: one that raises is logged and the others are
+    still told, and the run goes on, unless the agent has ``strict_hooks``.
+    """
+    first: BaseException | None = None
+    for observer in observers:
+        try:
+            observer(event)
+        except Exception as exc:
+            name = getattr(observer, "__qualname__", None) or type(observer).__qualname__
+            logger.exception("fsm_agent observer (%s) raised", name)
+            first = first or exc
+    return first
+
+
 class JsonlLog:
     """A ready-made ``transition`` hook writing one JSON object per line, readable by people and by the diagrams.
 
@@ -279,4 +298,7 @@ def log_observers(path: str | Path | None) -> Iterator[list[Callable[[Transition
     try:
         yield [log]
     finally:
-        log.close()
+        try:
+            log.close()
+        except Exception:  # a line the disk refused, flushed again as the file closes: the run's result stands
+            logger.exception("fsm_agent: the log %s could not be closed", path)
