@@ -7,7 +7,10 @@ progress bar and to receive Ctrl-C.  On Ctrl-C (or the caller dropping the
 iterator) each run in flight stops at its next check, as ``Failed``/
 ``cancelled`` with its lease given up, and the next pass over the batch
 resumes it; a run still waiting on a call after ``GRACE`` seconds (or at a
-second Ctrl-C) has its task cancelled where it waits.
+second Ctrl-C) has its task cancelled where it waits.  A call that raises
+``KeyboardInterrupt`` or ``SystemExit`` stops the batch the same way, its
+own run left as the driver leaves it (written, unfinished), and the
+caller's thread raises it.
 
 A run another owner still holds (a crashed driver's, until its lease
 lapses) does not keep its worker waiting: it is put back, the worker takes
@@ -72,7 +75,16 @@ def iter_local(
 
     def drive() -> None:
         try:
-            loop.run_until_complete(task)
+            while True:
+                try:
+                    loop.run_until_complete(task)
+                    break
+                except (KeyboardInterrupt, SystemExit) as exc:
+                    # A call of a run's parallel batch raised it, and asyncio let it leave the loop at once: the
+                    # loop goes on, so the other runs stop as at a Ctrl-C (the run itself hears it: see _Line.leave).
+                    if task.done():
+                        raise
+                    line.leave(exc)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which re-raises it
             done.put(exc)
         finally:
@@ -91,7 +103,8 @@ def iter_local(
             yield got
     finally:
         # Gently first: each run stops at its next check as Failed/cancelled, checkpointed, its lease given up.
-        stop.cancel("the batch was interrupted")
+        if not stop.cancelled:  # else stopped already (a cancel, a call's interrupt): its reason stands
+            stop.cancel("the batch was interrupted")
         try:
             thread.join(GRACE)
         finally:
@@ -123,6 +136,7 @@ class _Line:
         # (at, index, item, give_up).
         self.later: list[tuple[float, int, BatchItem, float]] = []
         self.busy = 0  # workers in the middle of an attempt, which may yet put their run back
+        self.left: BaseException | None = None  # the KeyboardInterrupt or SystemExit a call raised, once one did
 
     def take(self) -> tuple[BatchItem, float | None] | None:
         """The next run to try: one put back whose lease is due (or any, once stopped), else the next new one."""
@@ -152,6 +166,11 @@ class _Line:
             self.busy += 1
             try:
                 outcome = await atry_item(self.make_agent, self.store, item, self.stop, give_up, self.make_deps)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # A call asked the program to leave: the run is left as the driver leaves it (written, unfinished)
+                # and the batch stops, the interrupt raised to the caller.
+                self.leave(exc)
+                continue
             finally:
                 self.busy -= 1
                 # Before the result is put on the queue: once the caller can read it, the run is out of flight.
@@ -162,6 +181,19 @@ class _Line:
                 heapq.heappush(self.later, (outcome.at, item.index, item, outcome.give_up))
             else:
                 self.done.put((item, outcome))
+
+    def leave(self, exc: BaseException) -> None:
+        """A call raised ``exc`` (``KeyboardInterrupt``, ``SystemExit``): stop every run, and raise it to the caller.
+
+        The runs in flight stop at their next check as a Ctrl-C stops them
+        (``Failed``/``cancelled``, checkpointed, their leases given up); the
+        caller's thread raises ``exc`` as soon as it reads it, then gives
+        them ``GRACE`` seconds, as when it is left by a Ctrl-C of its own.
+        """
+        if self.left is None:
+            self.left = exc
+            self.stop.cancel(f"a call raised {type(exc).__name__}")
+            self.done.put(exc)
 
     async def follow(self, cancel: CancelToken | None) -> None:
         """Pass the caller's cancel on to the runs' own token."""

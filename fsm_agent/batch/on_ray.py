@@ -42,6 +42,7 @@ from fsm_agent.batch.worker import (
     error_result,
     failed_result,
     open_store,
+    unstarted,
 )
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.read_back import stored_result
@@ -121,6 +122,11 @@ def iter_ray(
     checkpoint and is reported ``cancelled`` with that snapshot.  The next
     pass over the batch resumes them all.
     """
+    if cancel is not None and cancel.cancelled:
+        # Cancelled before it began: looked at before the first round is sent (``batch.submit`` below), so every
+        # run ends unstarted, as on the local executor, and no pool is started.
+        yield from unstarted(items, cancel.why)
+        return
     ray = ray_module()
     size = actors or pool_size(max_in_flight, len(items))
     runs = math.ceil(max_in_flight / size)

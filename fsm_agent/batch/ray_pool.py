@@ -12,7 +12,16 @@ from typing import Any
 
 from fsm_agent import persist
 from fsm_agent.batch.items import BatchItem
-from fsm_agent.batch.worker import AgentFactory, DepsFactory, Later, Opened, atry_item, error_result, is_sqlite
+from fsm_agent.batch.worker import (
+    AgentFactory,
+    DepsFactory,
+    Later,
+    Opened,
+    atry_item,
+    error_result,
+    is_sqlite,
+    left_result,
+)
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.records import RunResult
 
@@ -97,7 +106,11 @@ class PoolWorker:
                 self.store = pool_store(self.spec, self.lease, self.runs)
         except Exception as exc:  # noqa: BLE001 - a store this worker cannot open is this run's result, not a crash
             return error_result(item, exc), os.getpid()
-        outcome = await atry_item(self.make_agent, self.store, item, self.token, give_up, self.make_deps)
+        try:
+            outcome = await atry_item(self.make_agent, self.store, item, self.token, give_up, self.make_deps)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # Raised out of this task it would end the actor's event loop, and every run on it would hang.
+            return left_result(item, exc), os.getpid()
         return outcome, os.getpid()
 
     async def ready(self) -> int:

@@ -16,7 +16,16 @@ from typing import IO, Any, Literal
 from fsm_agent.batch.items import BatchItem, batch_items
 from fsm_agent.batch.local import DEFAULT_IN_FLIGHT, iter_local
 from fsm_agent.batch.progress import Bar, Tally
-from fsm_agent.batch.worker import DEFAULT_LEASE, AgentFactory, DepsFactory, Opened, StoreSpec, absolute, open_store
+from fsm_agent.batch.worker import (
+    DEFAULT_LEASE,
+    AgentFactory,
+    DepsFactory,
+    Opened,
+    StoreSpec,
+    absolute,
+    open_store,
+    unstarted,
+)
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.persist import SqliteStore
 from fsm_agent.persist.store import Store
@@ -62,6 +71,7 @@ def iter_batch(
     starting its workers), before the first run.
     """
     items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
+    _check_store(store)
     deps_for = _deps_for(deps, make_deps, executor)
     return _iter(
         make_agent,
@@ -134,6 +144,10 @@ def _iter(
     # Opened here first: a store that cannot be used fails the batch before any run, and a new SQLite file
     # gets its tables now rather than from many workers at once.
     _close(open_store(spec, lease))
+    if cancel is not None and cancel.cancelled:
+        # Cancelled before it began: as on the local executor, every run ends unstarted, and Ray is not even joined.
+        yield from unstarted(items, cancel.why)
+        return
     say = on_status or (lambda _: None)
     if not ray_cluster.connected():
         say(ray_cluster.connecting(ray_address))
@@ -217,6 +231,7 @@ def run_batch(
     is given its deps again the same way.
     """
     items = _check(make_agent, inputs, executor, max_retries, max_in_flight, cancel)
+    _check_store(store)
     deps_for = _deps_for(deps, make_deps, executor)
     results: dict[int, RunResult] = {}
     tally = Tally(len(items))
@@ -299,6 +314,18 @@ def _deps_for(deps: Any, make_deps: DepsFactory | None, executor: str) -> DepsFa
 
 def _is_store(store: object) -> bool:
     return not isinstance(store, str | os.PathLike)
+
+
+def _check_store(store: object) -> None:
+    """``store`` is a path, a URL or a store object, whichever the executor; refused before any run if not.
+
+    Without this a local batch would hand ``None`` (or any object) to each
+    run, and every input would end an ``error`` result of the same mistake.
+    """
+    if _is_store(store) and not isinstance(store, Store):
+        kind = type(store).__name__
+        msg = f"store must be a SQLite file path, a store URL or a store object (wants, save, load), got {kind}"
+        raise TypeError(msg)
 
 
 def _spec_for_workers(store: StoreSpec | Store) -> str:

@@ -5,8 +5,11 @@ the store: a run that ended is returned as stored (no model call), a run
 that was cut off (a dead worker, Ctrl-C) continues from its last checkpoint,
 and only a run the store has never seen starts.  So retrying a task, or
 running a whole batch again, never repeats a completed model or tool call.
-Everything a worker is given (the agent factory, the store's address, the
-item) pickles; the agent and the store are built where the run executes.
+A stored run that asked another question than the item (an input edited
+under its explicit run id) is the item's ``error``: neither answered with
+the old answer nor resumed.  Everything a worker is given (the agent
+factory, the store's address, the item) pickles; the agent and the store
+are built where the run executes.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent, AgentRun
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import awaited
-from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError
+from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError, RunStateError
 from fsm_agent.persist.store import DEFAULT_LEASE as STORE_LEASE
 from fsm_agent.persist.store import Store, traits
 from fsm_agent.records import Message, RunResult
@@ -95,10 +98,28 @@ def failed_result(item: BatchItem, reason: str, **evidence: Any) -> RunResult:
     return RunResult(messages=(Message("user", item.input),), steps=(), final="", reason=reason, evidence=evidence)
 
 
+def unstarted(items: Iterable[BatchItem], why: str) -> Iterator[tuple[BatchItem, RunResult]]:
+    """Each of ``items`` as a run a cancel (``why``) stopped before it began: ``cancelled``, never started."""
+    for item in items:
+        yield item, failed_result(item, "cancelled", why=why, started=False)
+
+
 def error_result(item: BatchItem, exc: BaseException) -> RunResult:
     """A run the worker could not carry out, as a result: ``leased`` if another worker holds it, else ``error``."""
     reason = LEASED if isinstance(exc, RunLeasedError) else ERROR
     return failed_result(item, reason, type=type(exc).__name__, error=str(exc), run_id=item.run_id)
+
+
+def left_result(item: BatchItem, exc: BaseException) -> RunResult:
+    """A run a call's ``KeyboardInterrupt`` or ``SystemExit`` left in a worker process: an ``error`` saying so.
+
+    The driver left the run as a Ctrl-C in a call leaves it: written as it
+    stood, unfinished, its lease left to lapse; a later pass resumes it and
+    makes that call again.
+    """
+    what = f"{type(exc).__name__}({exc})" if str(exc) else type(exc).__name__
+    error = f"a call raised {what} in a worker: the run is left unfinished at its last checkpoint for a later pass"
+    return failed_result(item, ERROR, type=type(exc).__name__, error=error, run_id=item.run_id)
 
 
 def prepare(
@@ -114,6 +135,9 @@ def prepare(
         data = store.load(item.run_id)
     except KeyError:
         return agent.start(item.input, store=store, run_id=item.run_id, cancel=cancel, deps=deps)
+    other = _asked_otherwise(item, data)
+    if other is not None:
+        return other
     if data.get("paused") or data["state"] == "Done":
         return stored_result(agent, data)
     if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
@@ -133,6 +157,9 @@ async def aprepare(
         data = await awaited(store, "load", item.run_id)
     except KeyError:
         return await agent.astart(item.input, store=store, run_id=item.run_id, cancel=cancel, deps=deps)
+    other = _asked_otherwise(item, data)
+    if other is not None:
+        return other
     if data.get("paused") or data["state"] == "Done":
         return stored_result(agent, data)
     if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
@@ -142,6 +169,28 @@ async def aprepare(
     except ValueError:
         # Limits that do not lift the stop: the stored run stands as it ended.
         return stored_result(agent, data)
+
+
+def _asked_otherwise(item: BatchItem, data: dict[str, Any]) -> RunResult | None:
+    """An ``error`` result if the stored run ``data`` under ``item``'s run id asked another question, else ``None``.
+
+    The run's own question is its first message after those it started
+    from (``prior``: the system prompt, a history), as ``Agent.start``
+    wrote it.  An input edited under an explicit ``run_id`` is not the
+    stored conversation: it is neither answered with the old answer nor
+    resumed as if it were.  Nothing is run for it.
+    """
+    messages, prior = data.get("messages") or [], data.get("prior") or 0
+    first = messages[prior] if isinstance(prior, int) and 0 <= prior < len(messages) else None
+    asked = first.get("content") if isinstance(first, dict) and first.get("role") == "user" else None
+    if asked == item.input:
+        return None
+    said = f"{asked!r}" if isinstance(asked, str) else "no question this batch can compare"
+    msg = (
+        f"run_id {item.run_id!r} holds a run that asked {said}, not input {item.index}'s {item.input!r}: "
+        "give this input a new run_id, or delete the stored run (store.delete(run_id)) to ask it afresh"
+    )
+    return error_result(item, RunStateError(msg))
 
 
 def _outcome(run: AgentRun) -> RunResult:
