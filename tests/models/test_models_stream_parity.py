@@ -256,6 +256,28 @@ def _both_ways(
     return plain, streamed, pieces
 
 
+def _subclasses(cls: type[ProviderModel]) -> set[type[ProviderModel]]:
+    below = set(cls.__subclasses__())
+    return below.union(*(_subclasses(sub) for sub in below))
+
+
+def test_every_adapter_of_the_package_is_named_by_a_string_and_held_to_this_table() -> None:
+    """A new ``ProviderModel`` is found here, not left untested: it must be in ``ADAPTERS`` and in ``PROVIDERS``.
+
+    ``fsm_agent.models`` imports every adapter module, so every adapter class exists once it is imported.
+    """
+    from fsm_agent.models.named import ADAPTERS
+
+    package = {  # the leaves: a base shared by two adapters (OpenAIClientModel) is no adapter itself
+        cls
+        for cls in _subclasses(ProviderModel)
+        if cls.__module__.startswith("fsm_agent.models.") and not cls.__subclasses__()
+    }
+    tabled = {type(build("http://127.0.0.1:9")) for _, build, _, _ in PROVIDERS.values()}
+    assert set(ADAPTERS.values()) == package
+    assert tabled == package
+
+
 @pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize(("provider", "name"), CASES, ids=[f"{p}:{n}" for p, n in CASES])
 def test_a_reply_streamed_gives_the_record_it_gives_unstreamed(
