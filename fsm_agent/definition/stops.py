@@ -301,7 +301,10 @@ class StopCondition(Stop):
 
 def user_stops(stops: Iterable[Any], builtin: Collection[str]) -> tuple[StopCondition, ...]:
     """Check a user's stop conditions: the right type, no clash with built-in or reserved reasons or each other."""
-    if isinstance(stops, StopCondition | str | bytes | Mapping) or not isinstance(stops, Iterable):
+    # A list or tuple, the usual and the default, first: the checks of other shapes cost more than the rest.
+    if not isinstance(stops, list | tuple) and (
+        isinstance(stops, StopCondition | str | bytes | Mapping) or not isinstance(stops, Iterable)
+    ):
         kind = "one StopCondition" if isinstance(stops, StopCondition) else type(stops).__name__
         msg = f"stop_conditions must be a list of StopCondition objects, got {kind}: pass [condition, ...]"
         raise TypeError(msg)
