@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from support.sdk import skip_unless_installed
+from support.spans import Spans, attributes
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult, ToolRegistry, Usage
 from fsm_agent.testing import CounterModel, FakeModel, ManualClock, demo_registry, edges, reply, tool_call, tool_turn
@@ -19,42 +20,7 @@ from fsm_agent.testing import CounterModel, FakeModel, ManualClock, demo_registr
 skip_unless_installed("opentelemetry.sdk", reason="the otel extra is not installed: pip install -e '.[otel]'")
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
-
-
-class Spans:
-    """A tracer provider whose finished spans are exported in memory and whose open spans are kept by id."""
-
-    def __init__(self) -> None:
-        from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.open: dict[int, str] = {}
-        opened = self.open
-
-        class KeepOpen(SpanProcessor):
-            def on_start(self, span: Any, parent_context: Any = None) -> None:
-                opened[span.context.span_id] = span.name
-
-            def on_end(self, span: Any) -> None:
-                opened.pop(span.context.span_id, None)
-
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.provider.add_span_processor(KeepOpen())
-
-    def finished(self) -> list[ReadableSpan]:
-        return list(self.exporter.get_finished_spans())
-
-    def named(self, prefix: str) -> list[ReadableSpan]:
-        return [span for span in self.finished() if span.name.startswith(prefix)]
-
-
-@pytest.fixture
-def spans() -> Spans:
-    return Spans()
+    pass
 
 
 def traced(agent: Agent, spans: Spans, **options: Any) -> Any:
@@ -70,10 +36,6 @@ def drive(agent: Agent, driver: str, question: str = "q", **keywords: Any) -> Ru
         return agent.run(question, **keywords)
     except AgentLoopError as stop:
         return stop.result
-
-
-def attributes(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
 
 
 def slow_registry() -> ToolRegistry:

@@ -7,11 +7,11 @@ spans started and not yet ended, so one left open is seen directly.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pytest
 from support.counted_calls import Counted
 from support.sdk import skip_unless_installed
+from support.spans import Spans, attributes
 from support.watch_audit import batch_stopped_beside_a_sub_agent
 
 from fsm_agent import Agent, Usage
@@ -20,46 +20,10 @@ from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_t
 skip_unless_installed("opentelemetry.sdk", reason="the otel extra is not installed: pip install -e '.[otel]'")
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    pass
 
 
-class Exported:
-    """A tracer provider exporting to memory, and the spans started but not ended, by id."""
-
-    def __init__(self) -> None:
-        from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-        self.exporter = InMemorySpanExporter()
-        self.provider: TracerProvider = TracerProvider()
-        self.open: dict[int, str] = {}
-        opened = self.open
-
-        class KeepOpen(SpanProcessor):
-            def on_start(self, span: Any, parent_context: Any = None) -> None:
-                opened[span.context.span_id] = span.name
-
-            def on_end(self, span: Any) -> None:
-                opened.pop(span.context.span_id, None)
-
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.provider.add_span_processor(KeepOpen())
-
-    def named(self, prefix: str) -> list[ReadableSpan]:
-        return [span for span in self.exporter.get_finished_spans() if span.name.startswith(prefix)]
-
-
-@pytest.fixture
-def exported() -> Exported:
-    return Exported()
-
-
-def attributes(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
-
-
-def test_a_fork_is_one_run_span_marked_resumed_with_only_its_own_transitions_and_calls(exported: Exported) -> None:
+def test_a_fork_is_one_run_span_marked_resumed_with_only_its_own_transitions_and_calls(spans: Spans) -> None:
     from fsm_agent.otel import instrument
 
     script = (
@@ -69,12 +33,12 @@ def test_a_fork_is_one_run_span_marked_resumed_with_only_its_own_transitions_and
     )
     source = Agent(FakeModel(*script), demo_registry()).run("q", run_id="source")
     again = Agent(FakeModel(reply("other", usage=Usage(7, 1))), demo_registry())
-    instrument(again, exported.provider)
+    instrument(again, spans.provider)
     fork = again.fork(source, 3, run_id="fork").finish()
-    assert exported.open == {}
-    [run_span] = exported.named("invoke_agent")
-    [chat] = exported.named("chat")
-    assert exported.named("execute_tool") == []  # the fork made no tool call: the source's are not told again
+    assert spans.open == {}
+    [run_span] = spans.named("invoke_agent")
+    [chat] = spans.named("chat")
+    assert spans.named("execute_tool") == []  # the fork made no tool call: the source's are not told again
     run = attributes(run_span)
     assert run["gen_ai.conversation.id"] == "fork"
     assert run["fsm_agent.resumed"] is True
@@ -89,27 +53,27 @@ def test_a_fork_is_one_run_span_marked_resumed_with_only_its_own_transitions_and
     )
 
 
-def test_a_batch_stopped_beside_a_sub_agent_ends_every_span_nested_and_finished(exported: Exported) -> None:
+def test_a_batch_stopped_beside_a_sub_agent_ends_every_span_nested_and_finished(spans: Spans) -> None:
     """Async: the sub-agent and ``quick`` ran beside the stop: their spans end finished, the child's under its call."""
     from fsm_agent.otel import instrument
 
     tools = Counted()
     agent = batch_stopped_beside_a_sub_agent(tools.registry)
-    instrument(agent, exported.provider)
+    instrument(agent, spans.provider)
     result = asyncio.run(agent.arun("q", run_id="boss"))
     assert result.reason == "tool_failures"
-    assert exported.open == {}
-    tools_by_call = {attributes(s)["gen_ai.tool.call.id"]: s for s in exported.named("execute_tool")}
+    assert spans.open == {}
+    tools_by_call = {attributes(s)["gen_ai.tool.call.id"]: s for s in spans.named("execute_tool")}
     assert sorted(tools_by_call) == ["f1", "f2", "h3", "q4"]
     for call_id in ("h3", "q4"):
         assert "fsm_agent.unfinished" not in attributes(tools_by_call[call_id])
     for call_id in ("f1", "f2"):
         assert tools_by_call[call_id].status.status_code.name == "ERROR"
-    [child] = [s for s in exported.named("invoke_agent") if attributes(s)["gen_ai.conversation.id"] == "boss/h3"]
+    [child] = [s for s in spans.named("invoke_agent") if attributes(s)["gen_ai.conversation.id"] == "boss/h3"]
     assert child.parent is not None
     assert child.parent.span_id == tools_by_call["h3"].context.span_id
     assert attributes(child)["fsm_agent.parent_run_id"] == "boss"
     assert attributes(child)["fsm_agent.stop_reason"] == "done"
-    [boss] = [s for s in exported.named("invoke_agent") if attributes(s)["gen_ai.conversation.id"] == "boss"]
+    [boss] = [s for s in spans.named("invoke_agent") if attributes(s)["gen_ai.conversation.id"] == "boss"]
     assert attributes(boss)["fsm_agent.stop_reason"] == "tool_failures"
     assert attributes(boss)["gen_ai.usage.input_tokens"] == result.usage.input_tokens
