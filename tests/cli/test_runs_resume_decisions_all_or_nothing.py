@@ -10,46 +10,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.office_cli import RUN, paused
+from support.office_cli import resume as _resume
+from support.office_cli import stored as _stored
 from support.shared_runs import Effects, counted, office
 
-from fsm_agent.__main__ import main as cli
 from fsm_agent.persist import open_store
 
-RUN = "job"
 ROOT = Path(__file__).resolve().parents[2]
-
-AGENT_MODULE = """
-from pathlib import Path
-import os
-from support.shared_runs import Effects, office
-
-def make():
-    return office(Effects(Path(os.environ["OFFICE_EFFECTS"])), approve=False)[0]
-"""
 
 
 def _setup(store_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> Path:
     """The office run paused in ``store_target``; an agent module ``module:make`` logging its calls; the log's path."""
-    with open_store(store_target) as store:
-        agent, _ = office(Effects())
-        assert agent.run("tidy up", store=store, run_id=RUN).reason == "paused"
-    log = tmp_path / "effects.txt"
-    (tmp_path / f"{module}.py").write_text(AGENT_MODULE, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OFFICE_EFFECTS", str(log))
-    return log
-
-
-def _stored(store_target: str) -> dict[str, Any]:
-    with open_store(store_target) as store:
-        return store.load(RUN)
-
-
-def _resume(store_target: str, module: str, *decisions: str) -> int:
-    return cli(["runs", "resume", RUN, "--store", store_target, "--agent", f"{module}:make", "--quiet", *decisions])
+    return paused(store_target, tmp_path, monkeypatch, module, office(Effects())[0])
 
 
 def test_an_unknown_call_id_given_first_stores_no_decision(

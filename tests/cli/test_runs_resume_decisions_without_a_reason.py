@@ -7,48 +7,24 @@ made by any process (or made twice) shows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.office_cli import RUN, paused
+from support.office_cli import resume as _resume
+from support.office_cli import stored as _stored
 from support.shared_runs import Effects, counted, office_registry
 from support.shared_runs import Office as OfficeModel
 
 from fsm_agent import Agent
-from fsm_agent.__main__ import main as cli
 from fsm_agent.persist import open_store
-
-RUN = "job"
-
-AGENT_MODULE = """
-from pathlib import Path
-import os
-from support.shared_runs import Effects, office
-
-def make():
-    return office(Effects(Path(os.environ["OFFICE_EFFECTS"])), approve=False)[0]
-"""
 
 
 def _setup(store_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, held: set[str]) -> Path:
     """The office run paused in ``store_target``, the ``held`` tools held back; an agent module ``module:make`` (no
     ``approve=``) logging its calls; the log's path."""
-    with open_store(store_target) as store:
-        agent = Agent(OfficeModel(), office_registry(Effects()), approve=held)
-        assert agent.run("tidy up", store=store, run_id=RUN).reason == "paused"
-    log = tmp_path / "effects.txt"
-    (tmp_path / f"{module}.py").write_text(AGENT_MODULE, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OFFICE_EFFECTS", str(log))
-    return log
-
-
-def _stored(store_target: str) -> dict[str, Any]:
-    with open_store(store_target) as store:
-        return store.load(RUN)
-
-
-def _resume(store_target: str, module: str, *decisions: str) -> int:
-    return cli(["runs", "resume", RUN, "--store", store_target, "--agent", f"{module}:make", "--quiet", *decisions])
+    return paused(
+        store_target, tmp_path, monkeypatch, module, Agent(OfficeModel(), office_registry(Effects()), approve=held)
+    )
 
 
 def test_reject_without_a_reason_after_an_empty_reason_was_stored_goes_on_and_the_call_never_runs(
