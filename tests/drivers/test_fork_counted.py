@@ -16,6 +16,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from support.by_turn import ByTurn
 
 from fsm_agent import (
     Agent,
@@ -64,18 +65,6 @@ RICH = [
     reply("not json"),  # the typed answer is retried once
     reply('{"total": 10}'),
 ]
-
-
-class ByTurn:
-    """The n-th reply of ``script`` to a conversation holding n assistant messages."""
-
-    def __init__(self, script: Sequence[ModelResponse]) -> None:
-        self.script = script
-        self.calls = 0
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema], output: Any = None) -> ModelResponse:
-        self.calls += 1
-        return self.script[sum(1 for m in messages if m.role == "assistant")]
 
 
 class Answer(pydantic.BaseModel):

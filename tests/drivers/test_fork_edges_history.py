@@ -9,27 +9,15 @@ script serves a source and every fork of it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.by_turn import ByTurn
 from support.counted_calls import Counted, finish
 
-from fsm_agent import Agent, AgentRun, ForkEdit, ForkError, Message, ModelResponse, RunResult, SqliteStore
+from fsm_agent import Agent, AgentRun, ForkEdit, ForkError, Message, RunResult, SqliteStore
 from fsm_agent.testing import reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
-
-
-class ByTurn:
-    """The n-th reply of ``script`` to a conversation holding n assistant messages."""
-
-    def __init__(self, script: Sequence[ModelResponse]) -> None:
-        self.script = script
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema], output: Any = None) -> ModelResponse:
-        return self.script[sum(1 for m in messages if m.role == "assistant")]
-
 
 SENDS = [
     tool_turn(tool_call("send", id="s1", to="bob")),

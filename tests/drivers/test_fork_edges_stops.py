@@ -6,25 +6,13 @@ Every tool counts its executions by call id (``support.counted_calls``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
 
 import pytest
+from support.by_turn import ByTurn
 from support.counted_calls import Counted, finish
 
-from fsm_agent import Agent, AgentLoopError, ForkEdit, Message, ModelResponse, RunResult
+from fsm_agent import Agent, AgentLoopError, ForkEdit, RunResult
 from fsm_agent.testing import FakeModel, edges, reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
-
-
-class ByTurn:
-    """The n-th reply of ``script`` to a conversation holding n assistant messages."""
-
-    def __init__(self, script: Sequence[ModelResponse]) -> None:
-        self.script = script
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema], output: Any = None) -> ModelResponse:
-        return self.script[sum(1 for m in messages if m.role == "assistant")]
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
