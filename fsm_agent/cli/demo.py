@@ -87,7 +87,7 @@ def scenarios(store: SqliteStore | None = None, words: dict[str, Any] = ENGLISH)
         _scenario(
             "A",
             lambda: run(CounterModel(), words["start"], name="A_max_steps", max_steps=3),
-            lambda exc: f"{exc.reason} | {words['steps'](len(exc.result.steps))}",
+            lambda exc: words["steps"](len(exc.result.steps)),
         ),
     )
     same = ToolCall(id="c1", name="echo", arguments={"text": "ping"})
@@ -96,7 +96,7 @@ def scenarios(store: SqliteStore | None = None, words: dict[str, Any] = ENGLISH)
         _scenario(
             "B",
             lambda: run(LoopingModel(same), words["start"], name="B_repeated_action", max_steps=8),
-            lambda exc: f"{exc.reason} | {words['steps'](len(exc.result.steps))}",
+            lambda exc: words["steps"](len(exc.result.steps)),
         ),
     )
     truncated = reply(words["cut_off"], stop_reason="max_tokens")
@@ -105,7 +105,7 @@ def scenarios(store: SqliteStore | None = None, words: dict[str, Any] = ENGLISH)
         _scenario(
             "C",
             lambda: run(FakeModel([truncated]), words["question"], name="C_max_tokens"),
-            lambda exc: f"{exc.reason} | {words['kept'](exc.result.final)}",
+            lambda exc: words["kept"](exc.result.final),
         ),
     )
     # Three different mistakes in a row: a string for a number, an unknown tool, a tool that reports an error.
@@ -121,7 +121,7 @@ def scenarios(store: SqliteStore | None = None, words: dict[str, Any] = ENGLISH)
         _scenario(
             "D",
             lambda: run(stuck, words["question"], name="D_tool_failures"),
-            lambda exc: f"{exc.reason} | {words['failed'](exc.evidence['failures'], exc.evidence['last_error'])}",
+            lambda exc: words["failed"](exc.evidence["failures"], exc.evidence["last_error"]),
         ),
     )
     solved = FakeModel(

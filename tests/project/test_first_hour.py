@@ -196,10 +196,10 @@ def test_the_demo_speaks_english_by_default(tmp_path: Path, capsys: pytest.Captu
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line[:2] in ("A)", "B)", "C)", "D)", "E)")]
     assert lines == [
-        "A) max_steps: max_steps | 3 steps done",
-        "B) repeated_action: repeated_action | 1 step done",
-        "C) max_tokens: max_tokens | text kept 'First I add, which gives'",
-        "D) tool_failures: tool_failures | 3 failures in a row, last error quota exceeded",
+        "A) max_steps: 3 steps done",
+        "B) repeated_action: 1 step done",
+        "C) max_tokens: text kept 'First I add, which gives'",
+        "D) tool_failures: 3 failures in a row, last error quota exceeded",
         "E) done: (2+3)*4 = 20",
     ]
     assert not re.search(r"[\u4e00-\u9fff]", out)
@@ -211,10 +211,10 @@ def test_the_original_text_is_kept_behind_a_flag(tmp_path: Path, capsys: pytest.
     assert main(["demo", "--original-text", "--out", str(tmp_path / "runs"), "--store", str(tmp_path / "r.db")]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line[:2] in ("A)", "B)", "C)", "D)", "E)")]
     assert lines == [
-        "A) max_steps: max_steps | 已完成 3 步",
-        "B) repeated_action: repeated_action | 已完成 1 步",
-        "C) max_tokens: max_tokens | 保留文本 '我先算加法得'",
-        "D) tool_failures: tool_failures | 连续失败 3 次, 最后错误 quota exceeded",
+        "A) max_steps: 已完成 3 步",
+        "B) repeated_action: 已完成 1 步",
+        "C) max_tokens: 保留文本 '我先算加法得'",
+        "D) tool_failures: 连续失败 3 次, 最后错误 quota exceeded",
         "E) done: (2+3)*4 = 20",
     ]
 
