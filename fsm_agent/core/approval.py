@@ -17,6 +17,7 @@ import attrs
 
 from fsm_agent.core import ledger
 from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import TERMINAL
 from fsm_agent.errors import DecisionError
 from fsm_agent.records import ToolCall
 from fsm_agent.tools import ToolResult
@@ -71,6 +72,8 @@ def same_decision(kept: bool | str, given: bool | str) -> bool:
 
 
 NO_REASON = "no reason given"
+ENDED = frozenset(str(state) for state in TERMINAL)
+"""The states of a run that ended (``Done``, ``Failed``), as a snapshot names them: no decision is taken there."""
 
 
 def rejection_text(tool: str, decision: bool | str) -> str:
@@ -110,6 +113,21 @@ def check_decision_value(decision: object) -> None:
         raise TypeError(msg)
 
 
+def check_approvals(approvals: object) -> None:
+    """A ``TypeError`` unless ``approvals`` maps call ids to True, False or a reason text: checked before the run is.
+
+    Why first: as ``check_decision_value``, a wrong value is the caller's
+    mistake whatever the run's state (an ended run's included).
+    """
+    if not isinstance(approvals, Mapping):
+        msg = f"approvals must map call ids to True, False or a reason text, got {type(approvals).__name__}"
+        raise TypeError(msg)
+    for call_id, decision in approvals.items():
+        if not isinstance(decision, bool | str):
+            msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
+            raise TypeError(msg)
+
+
 def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bool | str) -> bool:
     """Check that ``decision`` on ``call_id`` may be taken on the stored run ``data``; ``DecisionError`` if not.
 
@@ -124,6 +142,9 @@ def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bo
     check_decision_value(decision)
     pending = [call.get("id") for call in data.get("pending") or [] if isinstance(call, dict)]
     approvals: dict[str, Any] = data.get("approvals") or {}
+    if data.get("state") in ENDED:
+        ended = f"it already ended ({data.get('state')}, reason {data.get('reason')!r})"
+        raise DecisionError(run_id, call_id, f"the run is not paused for approval: {ended}; a decision comes too late")
     if not data.get("paused"):
         raise DecisionError(run_id, call_id, f"the run is not paused for approval (it is in {data.get('state')})")
     if call_id not in pending:
@@ -216,16 +237,12 @@ class ApprovalGate:
         ``False`` and ``""`` are one decision (rejected, no reason given), kept
         as ``False``.  Every decision is checked before any is recorded: a call
         that is not pending, already ran, needs no approval or was decided
-        otherwise is a ``ValueError``, and the run is left as it was.
+        otherwise is a ``ValueError``, and the run is left as it was.  (The
+        stepper refuses every decision on a run that ended first.)
         """
-        if not isinstance(approvals, Mapping):
-            msg = f"approvals must map call ids to True, False or a reason text, got {type(approvals).__name__}"
-            raise TypeError(msg)
+        check_approvals(approvals)
         calls = self.run.calls
         for call_id, decision in approvals.items():
-            if not isinstance(decision, bool | str):
-                msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
-                raise TypeError(msg)
             if not any(call.id == call_id for call in calls.pending):
                 known = ", ".join(call.id for call in calls.pending) or "none"
                 msg = f"no pending tool call has id {call_id!r} (pending: {known})"

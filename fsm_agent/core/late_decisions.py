@@ -8,6 +8,8 @@ was made has its outcome among the run's calls (``run.talk.io``), and a
 rejected one was answered with the rejection the model was told.  So the
 late decision is refused naming the decision that stood, the way a store
 refuses a second decision on a paused run (``approval.check_decision``).
+A decision given to a run object that ended is refused the same way
+(``on_ended_run``): a stopped run's pending calls are decided by its resume.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Mapping
 from fsm_agent.core.approval import describe_decision, rejection_in, same_decision
 from fsm_agent.core.exchanges import ToolExchange
 from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import State
 from fsm_agent.records import Message, ToolCall
 
 
@@ -28,6 +31,24 @@ def too_late(run: Run, approvals: Mapping[str, bool | str], held: Callable[[Tool
     made was approved (nothing else runs a held-back call).
     """
     return "; ".join(_became_of(run, call_id, decision, held) for call_id, decision in approvals.items())
+
+
+def on_ended_run(run: Run, approvals: Mapping[str, bool | str], held: Callable[[ToolCall], bool] | None) -> str:
+    """Why no decision of ``approvals`` is taken on ``run``, which ended: how it ended, and what became of each call.
+
+    Why refused, not kept: an ended run makes no call, so a decision kept
+    in it would change what a stored run says was decided without deciding
+    anything (a store refuses it on a stored run too).  A stopped run's
+    pending calls are decided by the resume that lifts its stop.
+    """
+    became = too_late(run, approvals, held)
+    if run.at.state is State.Done:
+        return f"the run already finished in Done: a decision comes too late, and none was taken: {became}"
+    return (
+        f"the run already stopped ({run.at.reason!r}), and a stopped run takes no decision: {became}; to decide on "
+        "the calls it left pending, give the decisions to the resume that lifts its stop: "
+        "agent.resume(result, approvals={...})"
+    )
 
 
 def _became_of(run: Run, call_id: str, given: bool | str, held: Callable[[ToolCall], bool] | None) -> str:

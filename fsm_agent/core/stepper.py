@@ -17,13 +17,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fsm_agent.core import ledger
-from fsm_agent.core.approval import ApprovalGate
+from fsm_agent.core.approval import ApprovalGate, check_approvals
 from fsm_agent.core.batch import plan_batch
 from fsm_agent.core.effects import CheckOutput, CompactHistory, Effect, ModelCall, ToolBatch
 from fsm_agent.core.exchanges import ExchangeLog
 from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
 from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
+from fsm_agent.core.late_decisions import on_ended_run
 from fsm_agent.core.output import Invalid
 from fsm_agent.core.outside import OutsideEvents
 from fsm_agent.core.result import conclude, evidence_for
@@ -116,6 +117,13 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     def gated(self) -> bool:
         """Whether this run can pause: its agent asks for approvals, or it holds calls that wait for one."""
         return self.approve is not None or bool(self.run.calls.to_approve)
+
+    def decide(self, approvals: Mapping[str, bool | str]) -> None:
+        """``ApprovalGate.decide``; on a run that ended, a ``ValueError`` saying what became of each call, none kept."""
+        check_approvals(approvals)
+        if self.run.at.state in TERMINAL:
+            raise ValueError(on_ended_run(self.run, approvals, self.approve))
+        super().decide(approvals)
 
     def effect(self, *, parallel: bool = False) -> Effect | None:
         """The I/O the next transition needs, or None (none needed, or the run is finished or paused).

@@ -147,6 +147,7 @@ def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, t
             problems.append(f"{row}: a reason belongs on an edge if and only if it goes to Failed")
         if row.reason is not None and row.reason not in reasons:
             problems.append(f"{row}: reason {row.reason!r} is not declared")
+        problems += _without_a_call(row)
     by_trigger: dict[tuple[State, str], list[Row]] = {}
     for row in rows:
         by_trigger.setdefault((row.source, row.trigger), []).append(row)
@@ -179,6 +180,26 @@ def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, t
     if unused:
         problems.append(f"reasons no edge uses: {', '.join(unused)}")
     return problems
+
+
+def _without_a_call(row: Row) -> list[str]:
+    """Why ``row`` could bring a run to a tool call with none pending, if it could: the engine reads the next one there.
+
+    Why: ``ExecuteTool`` runs the turn's next pending call, and ``Dispatch``
+    after a tool call dispatches the next one.  Only ``Dispatch`` (past its
+    rows for a reply that asks for no tool) leads to the one, and
+    ``ExecuteTool`` goes back to the other only on ``has_pending_calls``: a
+    row of ``with_rows`` comes after that one, so it could fire only once no
+    call is left, and a guard of one's own cannot tell that a call is pending.
+    """
+    if row.dest is State.ExecuteTool and row.source is not State.Dispatch:
+        return [f"{row}: ExecuteTool runs the turn's next pending call; only Dispatch, which has one, leads to it"]
+    if row.source is State.ExecuteTool and row.dest is State.Dispatch and row.guard is not has_pending_calls:
+        return [
+            f"{row}: ExecuteTool goes back to Dispatch only while a call of the turn is pending, on the "
+            f"{has_pending_calls.__name__} row; this one could enter Dispatch with no call pending"
+        ]
+    return []
 
 
 def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:

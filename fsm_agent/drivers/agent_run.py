@@ -90,6 +90,7 @@ class AgentRun(SyncDriver, AsyncDriver):
             forked_from=forked_from_of(data),
             deps=deps,
         )
+        run._resumes = True  # its call events say the run was under way (a run cut before its first transition too)
         run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         if position.at.state is State.Done:
             msg = "the run finished in Done; there is nothing to resume"

@@ -41,6 +41,8 @@ class WatchedRun:
     # transition that records them: taking one in announces it no more.  A run built from a position whose
     # ``Calls.ran`` holds outcomes starts with their ids (``RunBase``): the owner that cut the run announced them.
     _heard: set[str] | frozenset[str] = frozenset()
+    # A run handle that goes on from a run begun before (AgentRun._resumed: a resume, a fork): its call events say so.
+    _resumes = False
     position: Run
     stepper: Stepper
     _settings: AgentSettings
@@ -99,7 +101,7 @@ class WatchedRun:
 
     def _before_model(self) -> None:
         """The ``before_model`` event (only for an observed run)."""
-        self._call_hooks(CallEvent("before_model", self.position.counts.turns + 1, self.counters(), run_id=self.run_id))
+        self._call_hooks(self._call_event("before_model", self.position.counts.turns + 1))
 
     def on_text(self, observer: Callable[[TextDelta], object]) -> None:
         """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.
@@ -144,18 +146,15 @@ class WatchedRun:
             self._after_model()
 
     def _after_model(self) -> None:
-        turn, counters = self.position.counts.turns, self.counters()
+        turn = self.position.counts.turns
         if self._error is not None:
-            self._call_hooks(CallEvent("after_model", turn, counters, error=self._error, run_id=self.run_id))
+            self._call_hooks(self._call_event("after_model", turn, error=self._error))
         else:
-            self._call_hooks(CallEvent("after_model", turn, counters, response=self._response, run_id=self.run_id))
+            self._call_hooks(self._call_event("after_model", turn, response=self._response))
 
     def _before_tool(self, call: ToolCall) -> None:
         """The ``before_tool`` event (only for an observed run)."""
-        event = CallEvent(
-            "before_tool", self.position.counts.turns, self.counters(), tool_call=call, run_id=self.run_id
-        )
-        self._call_hooks(event)
+        self._call_hooks(self._call_event("before_tool", self.position.counts.turns, tool_call=call))
 
     def _tool_done_event(self) -> None:
         """The ``after_tool`` event of the call the next transition records (a rejected one included)."""
@@ -202,17 +201,8 @@ class WatchedRun:
         self._after_tool(call, outcome)
 
     def _after_tool(self, call: ToolCall, outcome: ToolResult) -> None:
-        run = self.position
-        event = CallEvent(
-            "after_tool",
-            run.counts.turns,
-            self.counters(),
-            tool_call=call,
-            tool_result=outcome.content,
-            tool_error=outcome.error,
-            run_id=self.run_id,
-        )
-        self._call_hooks(event)
+        turn, result, error = self.position.counts.turns, outcome.content, outcome.error
+        self._call_hooks(self._call_event("after_tool", turn, tool_call=call, tool_result=result, tool_error=error))
 
     def _left_unfinished(self, exc: BaseException) -> None:
         """The ``unfinished`` event: ``exc`` left the run where it was, neither ended nor paused.
@@ -227,8 +217,7 @@ class WatchedRun:
         if isinstance(cause, KeyboardInterrupt | SystemExit) and not isinstance(exc, Exception):
             exc = cause  # the async driver's batch: the cancel that a call's interrupt made (aio._left_the_loop)
         error = f"{type(exc).__name__}: {exc}"
-        run = self.position
-        self._call_hooks(CallEvent("unfinished", run.counts.turns, self.counters(), error=error, run_id=self.run_id))
+        self._call_hooks(self._call_event("unfinished", self.position.counts.turns, error=error))
 
     def _batch_cut_events(self) -> None:
         """The ``after_tool`` events of a batch's calls that returned before the batch was cut.
@@ -286,8 +275,11 @@ class WatchedRun:
         """
         run = self.position
         call = run.calls.pending[0] if run.calls.pending else None
-        event = CallEvent("paused", run.counts.turns, self.counters(), tool_call=call, run_id=self.run_id)
-        self._call_hooks(event)
+        self._call_hooks(self._call_event("paused", run.counts.turns, tool_call=call))
+
+    def _call_event(self, kind: str, turn: int, **payload: Any) -> CallEvent:
+        """A call event of this run: the counters now, the run's id, whether it goes on from an earlier handle."""
+        return CallEvent(kind, turn, self.counters(), run_id=self.run_id, resumed=self._resumes, **payload)
 
     def _call_hooks(self, event: CallEvent) -> None:
         self._hook_failed(self._hooks.call(event.kind, event), False)

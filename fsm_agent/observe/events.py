@@ -145,6 +145,10 @@ class CallEvent:
     tool_error: str | None = None
     run_id: str = ""
     """The run the call belongs to (``AgentRun.run_id``)."""
+    resumed: bool = False
+    """True for every call event of a run handle that goes on from a run begun before (``Agent.resume``, a fork):
+    the run was under way, though its ``before_model`` of turn 1 (a run cut before its first transition) looks as a
+    fresh run's does."""
 
 
 @attrs.frozen

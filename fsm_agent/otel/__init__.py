@@ -49,7 +49,9 @@ question and the answer) are recorded only with ``capture_content=True``, as
 the conventions advise: they may hold personal data.  A run that a resume
 continues gets a new run span, marked ``fsm_agent.resumed``: every run span
 that starts after its run's first transition is (a resume from a stop, a
-pause or an ``unfinished`` exit, and a fork).  A run paused for approval
+pause or an ``unfinished`` exit, and a fork), and so is one of a run resumed
+before its first transition (cut in its first model call: its call events
+say so, ``CallEvent.resumed``).  A run paused for approval
 ends its span at the pause (the ``paused`` hook), marked ``fsm_agent.paused``:
 the process that paused it may never see it again; its resume, by this agent
 or another, here or in another process, is a new span.
@@ -300,7 +302,7 @@ class Instrumentation:
     # --- model calls --------------------------------------------------------------------------------------
 
     def _before_model(self, event: CallEvent) -> None:
-        spans = self._run(event.run_id, resumed=event.turn > 1)
+        spans = self._run(event.run_id, resumed=event.resumed or event.turn > 1)
         operation = self._operation
         name = operation if self._model is None else f"{operation} {self._model}"
         attributes: dict[str, str | int] = {"gen_ai.operation.name": operation, "fsm_agent.turn": event.turn}

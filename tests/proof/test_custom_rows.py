@@ -59,8 +59,12 @@ def _explore(setup: Setup, cap: int) -> set[Config]:
 
 
 def test_a_row_back_to_dispatch_keeps_the_abstract_system_finite() -> None:
-    """The claim: counters stop at their limit, so the system is finite and ``check`` ends."""
-    table = TABLE.with_rows([Row(State.ExecuteTool, "tool_done", State.Dispatch, guard=another_look)], [])
+    """The claim: counters stop at their limit, so the system is finite and ``check`` ends.
+
+    The row skips the reply's check on its way to Dispatch (one from ExecuteTool other than ``has_pending_calls``
+    is refused when the table is built: it could enter Dispatch with no call pending).
+    """
+    table = TABLE.with_rows([Row(State.AwaitModel, "replied", State.Dispatch, guard=another_look)], [])
     plain = _explore(Setup(TABLE, Limits(max_steps=2), calls_per_reply=1), 100_000)
     seen = _explore(Setup(table, Limits(max_steps=2), calls_per_reply=1), 20 * len(plain))
     assert min(config.pending for config in seen) >= 0, "a turn cannot have fewer than no calls left"
