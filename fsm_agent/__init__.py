@@ -15,7 +15,7 @@ from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.fork import ForkEdit
+from fsm_agent.drivers.fork_edit import ForkEdit
 from fsm_agent.drivers.model import Model
 from fsm_agent.drivers.oneshot import arun, run
 from fsm_agent.drivers.session import Session

@@ -47,15 +47,20 @@ class RunExistsError(FsmAgentError, ValueError):
     """A new run was given a ``run_id`` the store already holds; pass ``overwrite=True`` to replace that run.
 
     Silently replacing it would lose the stored run, even one paused for a person's approval.
+    ``advice`` says what the caller can do instead, where starting the run
+    is not what failed (a fork takes no ``overwrite``); None: resume the
+    stored run, or start the new one with ``overwrite=True``.
     """
 
-    def __init__(self, run_id: str, where: str) -> None:
-        super().__init__(run_id, where)
+    def __init__(self, run_id: str, where: str, advice: str | None = None) -> None:
+        super().__init__(run_id, where, advice)
         self.run_id = run_id
         self.where = where
+        self.advice = advice
 
     def __str__(self) -> str:
-        return f"run {self.run_id!r} already exists in {self.where}; resume it, or start it with overwrite=True"
+        advice = self.advice or "resume it, or start it with overwrite=True"
+        return f"run {self.run_id!r} already exists in {self.where}; {advice}"
 
 
 class RunLeasedError(FsmAgentError, RuntimeError):

@@ -57,7 +57,11 @@ def main(store: Any, args: argparse.Namespace) -> int:
         rerun = "all" if args.rerun_all else set(args.rerun) or None
         try:
             run = agent.fork(args.run_id, args.at, store=store, run_id=args.fork_id, rerun=rerun)
-        except (ValueError, TypeError, IndexError, RunExistsError, RunLeasedError) as exc:
+        except RunExistsError as exc:
+            taken = f"--run-id: run {exc.run_id!r} already exists in the store"
+            msg = f"{taken}; give the fork another --run-id, or leave it out for a fresh one"
+            raise SetupError(msg) from None
+        except (ValueError, TypeError, IndexError, RunLeasedError) as exc:
             raise SetupError(str(exc)) from None
         print(printable(f"forked {args.run_id} at {args.at} as {run.run_id}"), file=sys.stderr)
         return finish(run, agent, args)

@@ -44,11 +44,17 @@ class ModelExchange:
 
 @attrs.frozen
 class ToolExchange:
-    """One tool call's outcome, by the call's id (its arguments are in the reply that asked for it)."""
+    """One tool call's outcome, by the call's id (its arguments are in the reply that asked for it).
+
+    ``held`` says whether the call waited for a person's decision (and was
+    approved, since it ran): what a replay checks its agent's ``approve=``
+    against.  None in an entry kept before it was recorded.
+    """
 
     id: str
     name: str
     result: ToolResult
+    held: bool | None = None
 
 
 Exchange = ModelExchange | ToolExchange
@@ -93,7 +99,9 @@ class ExchangeLog:
         io[-1] = attrs.evolve(io[-1], reply=reply)
 
     def _log_tool(self, call: ToolCall, outcome: ToolResult) -> None:
-        self.run.talk.io.append(ToolExchange(call.id, call.name, outcome))
+        """Keep a tool call's outcome, and whether it waited for a person (it is held until its outcome is replayed)."""
+        run = self.run
+        run.talk.io.append(ToolExchange(call.id, call.name, outcome, call.id in run.calls.to_approve))
 
 
 def exchange_of(data: dict[str, Any]) -> Exchange:
@@ -101,7 +109,11 @@ def exchange_of(data: dict[str, Any]) -> Exchange:
     if "result" in data:
         result = data["result"]
         outcome = ToolResult(**{**result, "child": child_outcome(result.get("child"))})
-        return ToolExchange(str(data["id"]), str(data["name"]), outcome)
+        held = data.get("held")  # none kept before it was recorded
+        if held is not None and not isinstance(held, bool):
+            msg = f"held must be true, false or null, got {held!r}"
+            raise TypeError(msg)
+        return ToolExchange(str(data["id"]), str(data["name"]), outcome, held)
     messages = data["messages"]
     if not isinstance(messages, int):
         messages = tuple(message_from(m) for m in messages)

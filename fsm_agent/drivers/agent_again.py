@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any, cast
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent_parts import AgentParts
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.fork import ForkEdit, forked, prepared
-from fsm_agent.drivers.rebuild import ForkSource, Rerun, arebuilt, arecording_of_source, rebuilt, recording_of_source
+from fsm_agent.drivers.fork import forked, prepared
+from fsm_agent.drivers.fork_edit import ForkEdit, checked_edit, edited_source, unpaired
+from fsm_agent.drivers.fork_source import ForkSource, Rerun, arecording_of_source, recording_of_source
+from fsm_agent.drivers.rebuild import arebuilt, rebuilt
 from fsm_agent.drivers.stored import astore_for, store_for
 from fsm_agent.drivers.watched import Observer
+from fsm_agent.errors import ForkError, RunExistsError
 from fsm_agent.records import RunResult
 
 if TYPE_CHECKING:
@@ -127,10 +130,19 @@ class RunsAgain(AgentParts):
         ``fsm_agent.drivers.fork``.
         """
         opened = store_for(store)
-        recording = recording_of_source(source, opened)
-        ready = prepared(rebuilt(_agent(self), recording, at), recording, at, run_id, edit, rerun)
+        edit = checked_edit(edit)
+        edited = edited_source(recording_of_source(source, opened), edit)
+        try:
+            rebuilt_run = rebuilt(_agent(self), edited, at)
+        except ForkError as exc:
+            _refuse_unpaired(edited, edit, exc)
+            raise
+        ready = prepared(rebuilt_run, edited, at, run_id, edit, rerun)
         run, entry = forked(_agent(self), ready, cancel=cancel, observers=observers, store=opened, deps=deps)
-        run._open_store(new=True)  # noqa: SLF001 - the agent opens its own runs' stores
+        try:
+            run._open_store(new=True)  # noqa: SLF001 - the agent opens its own runs' stores
+        except RunExistsError as exc:
+            raise _taken(exc) from None
         if entry is not None:
             run._after(entry)  # noqa: SLF001 - forked at a stop its edit lifts: the resume edge, as resume() takes it
         return run
@@ -150,13 +162,34 @@ class RunsAgain(AgentParts):
     ) -> AgentRun:
         """``fork``, awaited: the source read and the fork written with the store's async methods."""
         opened = await astore_for(store)
-        recording = await arecording_of_source(source, opened)  # type: ignore[arg-type]
-        ready = prepared(await arebuilt(_agent(self), recording, at), recording, at, run_id, edit, rerun)
+        edit = checked_edit(edit)
+        edited = edited_source(await arecording_of_source(source, opened), edit)  # type: ignore[arg-type]
+        try:
+            rebuilt_run = await arebuilt(_agent(self), edited, at)
+        except ForkError as exc:
+            _refuse_unpaired(edited, edit, exc)
+            raise
+        ready = prepared(rebuilt_run, edited, at, run_id, edit, rerun)
         run, entry = forked(_agent(self), ready, cancel=cancel, observers=observers, store=opened, deps=deps)
-        await run._aopen_store(new=True)  # noqa: SLF001 - the agent opens its own runs' stores
+        try:
+            await run._aopen_store(new=True)  # noqa: SLF001 - the agent opens its own runs' stores
+        except RunExistsError as exc:
+            raise _taken(exc) from None
         if entry is not None:
             await run._aafter(entry)  # noqa: SLF001 - see fork
         return run
+
+
+def _refuse_unpaired(edited: dict[str, Any], edit: ForkEdit, exc: ForkError) -> None:
+    """The edited source could not be rebuilt: a ``ForkError`` saying so if its edited messages are unpaired."""
+    problem = unpaired(edited, edit)
+    if problem is not None:
+        raise ForkError(problem) from exc
+
+
+def _taken(exc: RunExistsError) -> RunExistsError:
+    """A fork's ``run_id`` that the store holds already: the same error, with what a fork can do about it."""
+    return RunExistsError(exc.run_id, exc.where, "fork under another run_id, or with none for a fresh one")
 
 
 def _agent(half: RunsAgain) -> Agent:

@@ -1,9 +1,9 @@
 """Fork a run: a new run whose history is another's up to one of its transitions, going on from there.
 
 The source (a ``RunResult``, a snapshot, a recording, or a stored run's id)
-is rebuilt up to transition ``at`` (``drivers.rebuild``), nothing called.
-The rebuilt position may be edited (``ForkEdit``), and the fork starts there
-as a new run that names its source (``forked_from``).  The outcomes of the
+is edited (``ForkEdit``, ``drivers.fork_edit``) and rebuilt up to transition
+``at`` (``drivers.rebuild``), nothing called, and the fork starts there as a
+new run that names its source (``forked_from``).  The outcomes of the
 calls the source completed after ``at`` go with it (``Calls.carried``): a
 call of the fork with the same tool and arguments takes the recorded outcome
 instead of being made again (its step's ``reused_from`` says so), unless
@@ -26,38 +26,16 @@ from fsm_agent.core.history import check_paired
 from fsm_agent.core.ledger import canonical_arguments
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.rebuild import Rerun, forkable_stops
+from fsm_agent.drivers.fork_edit import ForkEdit, in_source
+from fsm_agent.drivers.fork_source import Rerun, error_in
+from fsm_agent.drivers.rebuild import forkable_stops
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import ForkError
-from fsm_agent.records import Message, Transition, plain
+from fsm_agent.records import Transition
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.persist.store import Store
-
-
-def _copied(value: Mapping[Any, Any]) -> dict[Any, Any]:
-    """A mapping given to ``ForkEdit``, copied so that the record does not change if the caller's does."""
-    return dict(value)
-
-
-@attrs.frozen
-class ForkEdit:
-    """Changes made to a fork's position before it goes on (``Agent.fork(..., edit=ForkEdit(...))``).
-
-    ``messages`` replaces messages of the history by index (a ``Message``,
-    or a text that keeps the message's role); ``results`` replaces the result
-    of a tool call by the source's call id, one already in the history or
-    one the source made after the fork point (the fork then takes the new
-    text); ``limits`` sets limits by name (``max_steps=20``), which also
-    lifts a stop the fork was taken at; ``approvals`` decides calls the fork
-    is paused on, as ``Agent.resume`` does.
-    """
-
-    messages: Mapping[int, Message | str] = attrs.field(factory=dict, converter=_copied)
-    results: Mapping[str, str] = attrs.field(factory=dict, converter=_copied)
-    limits: Mapping[str, Any] = attrs.field(factory=dict, converter=_copied)
-    approvals: Mapping[str, bool | str] = attrs.field(factory=dict, converter=_copied)
 
 
 @attrs.frozen
@@ -70,42 +48,43 @@ class Prepared:
 
 
 def prepared(
-    run: AgentRun, recording: dict[str, Any], at: int, run_id: str | None, edit: ForkEdit | None, rerun: Rerun
+    run: AgentRun, source: dict[str, Any], at: int, run_id: str | None, edit: ForkEdit, rerun: Rerun
 ) -> Prepared:
-    """The fork's snapshot from the rebuilt ``run``: the source's history, ``edit`` applied, carried outcomes added."""
+    """The fork's snapshot from the rebuilt ``run``: the source's history, ``edit`` checked, carried outcomes added.
+
+    ``source`` is the recording ``run`` was rebuilt from, ``edit``'s messages
+    and results already in it (``drivers.fork_edit``): what is left here is
+    to check that they fit the fork's position.
+    """
     from fsm_agent.persist.journal import LINK  # as every store module, loaded by the first call that needs it
     from fsm_agent.persist.store import VERSION_KEY, check_run_id
 
     if run_id is not None:
         run_id = check_run_id(run_id)  # as start(run_id=...): an empty id is refused, not made a fresh one
-    edit = ForkEdit() if edit is None else edit
-    if not isinstance(edit, ForkEdit):
-        msg = f"edit must be a ForkEdit, got {type(edit).__name__}"
-        raise TypeError(msg)
     # What the rebuilt snapshot says of the run it belongs to (its id, version, session, parent): none is the fork's.
     links = {"run_id", VERSION_KEY, "session_id", "request_id", *LINK, "forked_from"}
     data = {k: v for k, v in run.snapshot().items() if k not in links}
-    data["messages"] = list(recording["messages"][: len(data["messages"])])  # the source's own, system prompt too
-    origin = recording.get("run_id")
+    data["messages"] = list(source["messages"][: len(data["messages"])])  # the source's own, system prompt too
+    # A call the rebuilt run still holds undecided waited, in the source, for a decision taken after the fork point:
+    # whether the fork holds it is its own agent's approve= (the source's rejections held it for the rebuild only).
+    data["to_approve"] = [i for i in data["to_approve"] if i in data["approvals"]]
+    origin = source.get("run_id")
     data["forked_from"] = [origin, at]
     if run_id is not None:
         data["run_id"] = run_id
     known = {m["tool_call_id"] for m in data["messages"] if m["role"] == "tool"} | set(data["ran"])
-    after = [c for c in recording["tool_calls"] if c["id"] not in known]
+    after = [c for c in source["tool_calls"] if c["id"] not in known]
     again = _rerun(rerun, after, known)
     carried = {
         c["id"]: [c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)]
         for c in after
         if c["id"] not in again
     }
-    _edit_messages(data, edit.messages)
-    if edit.messages:  # only an edited message can leave a call without its answer, or an answer without its call
-        _check_paired(data)
-    _edit_results(data, carried, edit.results)
+    _check_edited(data, source, edit)
     # A fork of a fork: what its source still carried (from the runs it was forked from) is carried on too.
-    inherited = [] if rerun == "all" else [list(entry) for entry in recording.get("carried") or ()]
+    inherited = [] if rerun == "all" else [list(entry) for entry in source.get("carried") or ()]
     data["carried"] = [*carried.values(), *inherited]
-    data["carried_down"] = [] if rerun == "all" else _carried_down(recording, after, again, known)
+    data["carried_down"] = [] if rerun == "all" else _carried_down(source, after, again, known)
     unknown = sorted(set(edit.limits) - {f.name for f in attrs.fields(Limits)})
     if unknown:
         names = ", ".join(f.name for f in attrs.fields(Limits))
@@ -178,19 +157,25 @@ def _rerun(rerun: Rerun, after: list[dict[str, Any]], known: set[str]) -> set[st
     return wanted
 
 
-def _edit_messages(data: dict[str, Any], edits: Mapping[int, Message | str]) -> None:
+def _check_edited(data: dict[str, Any], source: dict[str, Any], edit: ForkEdit) -> None:
+    """``edit``'s messages are of the fork's and leave them paired, and its results name calls the source answered.
+
+    A result still kept in ``ran`` (a call of a cut batch, not recorded
+    yet) takes the edited text here, where the fork's run will record it.
+    """
     messages = data["messages"]
-    for index, new in edits.items():
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(messages):
+    for index in edit.messages:
+        if not 0 <= index < len(messages):
             msg = f"ForkEdit.messages: {index!r} is not the index of a message of the fork (0 to {len(messages) - 1})"
             raise ForkError(msg)
-        if isinstance(new, str):
-            messages[index] = {**messages[index], "content": new}
-        elif isinstance(new, Message):
-            messages[index] = plain(new)
-        else:
-            msg = f"ForkEdit.messages[{index}] must be a Message or a text, got {type(new).__name__}"
-            raise TypeError(msg)
+    if edit.messages:  # only an edited message can leave a call without its answer, or an answer without its call
+        _check_paired(data)
+    for call_id, text in edit.results.items():
+        if call_id in data["ran"]:
+            data["ran"][call_id] = {**data["ran"][call_id], "content": text, "error": error_in(text)}
+        elif not in_source(source, call_id):
+            msg = f"ForkEdit.results: the source has no result of call {call_id!r} to change"
+            raise ForkError(msg)
 
 
 def _check_paired(data: dict[str, Any]) -> None:
@@ -206,31 +191,6 @@ def _check_paired(data: dict[str, Any]) -> None:
     except ValueError as exc:
         msg = f"ForkEdit.messages leave a history providers refuse: {exc}"
         raise ForkError(msg) from exc
-
-
-def _edit_results(data: dict[str, Any], carried: dict[str, list[Any]], edits: Mapping[str, str]) -> None:
-    """Each edited result where the call's outcome is: its tool message (and kept exchange), kept, or carried."""
-    for call_id, text in edits.items():
-        if not isinstance(text, str):
-            msg = f"ForkEdit.results[{call_id!r}] must be the result's text, got {type(text).__name__}"
-            raise TypeError(msg)
-        found = False
-        for i, message in enumerate(data["messages"]):
-            if message["role"] == "tool" and message.get("tool_call_id") == call_id:
-                data["messages"][i] = {**message, "content": text}
-                found = True
-        for item in data.get("io") or ():
-            if item.get("id") == call_id and "result" in item:
-                item["result"] = {**item["result"], "content": text, "error": None}
-        if call_id in data["ran"]:
-            data["ran"][call_id] = {**data["ran"][call_id], "content": text, "error": None}
-            found = True
-        if call_id in carried:
-            carried[call_id][2] = {**carried[call_id][2], "content": text, "error": None}
-            found = True
-        if not found:
-            msg = f"ForkEdit.results: the source has no result of call {call_id!r} to change"
-            raise ForkError(msg)
 
 
 def forked(

@@ -1,11 +1,14 @@
 """A run rebuilt up to one of its transitions from its recording, nothing called: the first half of a fork.
 
 The source (a ``RunResult``, a snapshot, a recording, or a stored run's id)
-becomes a recording; the agent runs again on a copy whose model answers the
-source's replies in order (``_Replies``) and whose tools return the source's
-results by call id (``_Results``), and each rebuilt transition is checked
-against the source's.  A call the rebuilt run pauses on is decided as the
-source's person decided it (``decisions``), and a stop the source was
+becomes a recording (``drivers.fork_source``), edited by the fork's
+``ForkEdit`` (``drivers.fork_edit``); the agent runs again on a copy whose
+model answers the recorded replies in order (``_Replies``) and whose tools
+return the recorded results by call id (``_Results``), so the core counts
+each of them as it came (an edited one as edited), and each rebuilt
+transition is checked against the source's.  A call the source's person
+rejected waits for a decision in the rebuilt run too, whatever the agent's
+``approve=``, and is rejected again (``decisions``); a stop the source was
 resumed from is resumed as it was (``resumed_as_recorded``); a replay uses
 both too.
 """
@@ -13,9 +16,8 @@ both too.
 from __future__ import annotations
 
 import copy
-import json
-from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -24,155 +26,15 @@ from fsm_agent.core.approval import rejection_in
 from fsm_agent.core.exchanges import message_from, response_from
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.stored import awaited
+from fsm_agent.drivers.fork_source import error_in
 from fsm_agent.errors import ContextOverflowError, ForkError
-from fsm_agent.records import Message, ModelResponse, OutputSchema, RunResult, ToolCall, Transition, plain
+from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
 
 if TYPE_CHECKING:
     from fsm_agent.core.cancellation import CancelToken
     from fsm_agent.definition.stops import Stop
     from fsm_agent.drivers.agent import Agent
-    from fsm_agent.persist.store import AsyncStore, Store
-
-ForkSource = RunResult | dict[str, Any] | str
-"""What a fork is taken from: a ``RunResult``, a snapshot or recording (dict or JSON text), or a stored run's id."""
-Rerun = Collection[str] | Literal["all"] | None
-"""The source's call ids a fork makes again although the source completed them (``"all"``: every one)."""
-
-
-def recording_of_source(source: ForkSource, store: Store | None) -> dict[str, Any]:
-    """The source as a recording (a stored run's id is exported from ``store``).
-
-    A text is a stored run's id or the JSON text of a snapshot or recording;
-    which one, is decided in this order: with ``store`` given, a text that is
-    the id of a run the store holds is that run (any id a store takes, ``{``
-    first too); else a text that is a JSON object is a snapshot or recording;
-    else it is a stored run's id (a ``KeyError`` if ``store`` lacks it, a
-    ``ForkError`` without ``store``).
-    """
-    from fsm_agent.persist.recording import export
-
-    if isinstance(source, str):
-        data = _json_object(source)
-        if data is None or (store is not None and _holds(store, source)):
-            return export(_store_of(source, store), source)
-        source = data
-    return _recording_of_data(source)
-
-
-async def arecording_of_source(source: ForkSource, store: AsyncStore | None) -> dict[str, Any]:
-    """``recording_of_source``, a stored run read with the store's async methods."""
-    from fsm_agent.persist.recording import aexport
-
-    if isinstance(source, str) and store is not None:
-        data = _json_object(source)
-        if data is None or await _aholds(store, source):
-
-            async def load(run_id: str) -> dict[str, Any]:
-                return dict(await awaited(store, "load", run_id))
-
-            return await aexport(store, source, load=load)
-        return _recording_of_data(data)
-    return recording_of_source(source, None)
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    """``text`` as the JSON object it is, or None: a text that is no JSON object can only be a run id."""
-    if not text.lstrip().startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _holds(store: Store, run_id: str) -> bool:
-    try:
-        store.load(run_id)
-    except KeyError:
-        return False
-    return True
-
-
-async def _aholds(store: AsyncStore, run_id: str) -> bool:
-    """``_holds``, awaited: the store's ``aload`` twin if it has one, else its ``load`` in a worker thread."""
-    try:
-        await awaited(store, "load", run_id)
-    except KeyError:
-        return False
-    return True
-
-
-def _store_of(run_id: str, store: Store | None) -> Store:
-    """The store a text that is no JSON object names a run of; a ``ForkError`` without one."""
-    if store is None:
-        shown = run_id if len(run_id) <= 60 else f"{run_id[:57]}..."
-        msg = f"fork of the stored run {shown!r} needs store=, the store that holds it"
-        if run_id.lstrip().startswith("{"):
-            msg += " (the text is no JSON object, so no snapshot or recording)"
-        raise ForkError(msg)
-    return store
-
-
-def _recording_of_data(source: RunResult | dict[str, Any]) -> dict[str, Any]:
-    """A source given as data (a ``RunResult``, a snapshot or a recording) as a recording."""
-    from fsm_agent.persist.recording import RECORDING_FORMAT, read_recording, recording_of
-
-    if isinstance(source, RunResult):
-        if source.snapshot is None:
-            return _recording_of_result(source)
-        source = source.snapshot
-    if not isinstance(source, dict):
-        msg = f"a fork's source is a RunResult, a snapshot, a recording or a run id, got {type(source).__name__}"
-        raise ForkError(msg)
-    if source.get("format") == RECORDING_FORMAT:
-        return read_recording(source)
-    return recording_of(snapshot.parse(source), {})
-
-
-def _recording_of_result(result: RunResult) -> dict[str, Any]:
-    """A finished run's recording from its messages alone: its replies and tool results, without their requests.
-
-    A ``RunResult`` of a run that finished in ``Done`` keeps no snapshot:
-    its assistant messages are the replies (no usage), its tool messages
-    the results (an ``{"error": ...}`` text is a failed call, as tools report
-    failures), and its limits are unknown, so the agent's own apply.
-    """
-    names = {c.id: c for m in result.messages for c in m.tool_calls}
-    replies = [m for m in result.messages[result.prior :] if m.role == "assistant"]
-    model_calls = [
-        {"reply": {"message": plain(m), "stop_reason": "tool_use" if m.tool_calls else "end_turn", "usage": None}}
-        for m in replies
-    ]
-    tool_calls = []
-    for message in result.messages[result.prior :]:
-        call = names.get(message.tool_call_id or "")
-        if message.role == "tool" and call is not None:
-            result_of = {"content": message.content, "error": _error_in(message.content)}
-            tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments, "result": result_of})
-    return {
-        "run_id": None,
-        "messages": [plain(m) for m in result.messages],
-        "prior": result.prior,
-        "trace": [plain(t) for t in result.trace],
-        "limits": None,
-        "model_calls": model_calls,
-        "tool_calls": tool_calls,
-        "from_messages": True,
-    }
-
-
-def _error_in(content: str) -> str | None:
-    """The message of a failed call's ``{"error": ...}`` text, else None."""
-    try:
-        data = json.loads(content)
-    except ValueError:
-        return None
-    if isinstance(data, dict) and list(data) == ["error"] and isinstance(data["error"], str):
-        return data["error"]
-    return None
 
 
 class _Replies:
@@ -210,6 +72,8 @@ class _Results:
     def __init__(self, registry: Any, recording: dict[str, Any]) -> None:
         self.registry = registry
         self.results = {c["id"]: c for c in recording["tool_calls"]}
+        # The calls a ForkEdit changed in the reply that asked for them: answered with the source's result all the same.
+        self.edited = frozenset(recording.get("edited_calls") or ())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.registry, name)
@@ -217,7 +81,7 @@ class _Results:
     def execute(self, call: ToolCall, *args: Any, **kwargs: Any) -> ToolResult:
         """The recorded result of ``call``."""
         kept = self.results.get(call.id)
-        if kept is None or kept["name"] != call.name:
+        if kept is None or (kept["name"] != call.name and call.id not in self.edited):
             msg = f"the source holds no result of tool call {call.id!r} ({call.name}), which the rebuilt run made"
             raise ForkError(msg)
         return tool_result(kept["result"])
@@ -246,6 +110,7 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
     if trace[at]["dest"] == "Done":
         msg = f"transition {at} ends the source in Done: nothing comes after it to fork; fork at an earlier one"
         raise ForkError(msg)
+    _check_replies_kept(recording)
     double = copy.copy(agent)
     double.model = _Replies(recording["model_calls"])
     parts = agent.run_parts if agent.run_parts[0] == agent.registry.version else agent.refresh_parts()
@@ -259,10 +124,48 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
     if system != double.settings.system:
         double.settings = attrs.evolve(double.settings, system=system)
+    # A call waits for a decision as in the source, whatever the agent's approve= says: only a rejected call needs
+    # one, to be rejected again (one the source approved returns its recorded result as it is).
+    rejected = frozenset(i for i, (_, decision) in recorded_decisions(recording).items() if _rejection(decision))
+    double.settings = attrs.evolve(double.settings, approve=_HeldAsRejected(rejected))
     history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
     earlier = snapshot.earlier_limits_of(recording)  # the source ran under the first until it was first resumed
     limits = None if recording["limits"] is None else earlier[0][1] if earlier else snapshot.limits_of(recording)
     return double._begin(messages[prior]["content"], None, (), None, None, history or None, limits=limits)  # noqa: SLF001
+
+
+def _check_replies_kept(recording: dict[str, Any]) -> None:
+    """A ``ForkError`` if the recording lacks replies its messages hold: a run stored before model calls were kept.
+
+    Why refused rather than rebuilt from its messages: those keep no usage,
+    so the fork would count none of the tokens and dollars the source spent,
+    and its budgets would read less than was spent.
+    """
+    replies = sum(1 for m in recording["messages"][recording["prior"] :] if m["role"] == "assistant")
+    kept = sum(1 for call in recording["model_calls"] if call.get("reply") is not None)
+    if kept < replies:
+        name = recording.get("run_id")
+        source = f"the stored run {name!r}" if name else "the source"
+        msg = (
+            f"{source} holds {replies} model replies but kept {kept} of its model calls: it was stored by an older "
+            "release, before model calls were kept, and a fork rebuilds a run from each call's reply and usage; "
+            "to go on from its conversation, start a new run with its messages as history="
+        )
+        raise ForkError(msg)
+
+
+@attrs.frozen
+class _HeldAsRejected:
+    """The rebuilt run's ``approve=``: a call waits for a decision if the source's person rejected it."""
+
+    ids: frozenset[str]
+
+    def __call__(self, call: ToolCall) -> bool:
+        return call.id in self.ids
+
+
+def _rejection(decision: bool | str | None) -> bool:
+    return decision is not None and decision is not True
 
 
 def rebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
@@ -383,6 +286,13 @@ def _checked(run: AgentRun, recording: dict[str, Any], entry: Transition) -> Non
             f"the source cannot be rebuilt up to this transition: at transition {index} it took {_edge(expected)}, "
             f"the rebuilt run {_edge(entry)} (a stop the source was resumed from, or an agent whose rows differ)"
         )
+        if recording.get("edited_calls") is not None:
+            msg += (
+                f"; or the ForkEdit changes what the source did before the fork point: an edited message or result "
+                f"comes into the rebuilt run as it is, so to go on from it fork at {index - 1} or earlier"
+                if index
+                else "; or the ForkEdit changes the run's question"
+            )
         if recording.get("from_messages"):
             msg += (
                 "; a RunResult that ended in Done keeps its messages only: fork run.snapshot() or the stored run, "
@@ -393,15 +303,39 @@ def _checked(run: AgentRun, recording: dict[str, Any], entry: Transition) -> Non
 
 def decisions(run: AgentRun, recording: dict[str, Any]) -> dict[str, bool | str]:
     """The source's decisions on the calls the rebuilt run is paused on: approved where a result was recorded."""
+    known = recorded_decisions(recording)
     made = {c["id"] for c in recording["tool_calls"]}
-    answers = {m.get("tool_call_id"): m["content"] for m in recording["messages"] if m["role"] == "tool"}
     found: dict[str, bool | str] = {}
     for call in run.awaiting():
-        if call.id in made:
-            found[call.id] = True
+        decision = known.get(call.id, (call.name, None))[1]
+        found[call.id] = (call.id in made) if decision is None else decision
+    return found
+
+
+def recorded_decisions(recording: dict[str, Any]) -> dict[str, tuple[str, bool | str | None]]:
+    """What the recording says of each call a person could have decided on: by call id, its tool and the decision.
+
+    None: the call ran without waiting for anyone; True: it waited and was
+    approved; False or a reason text: a person rejected it.  A call that
+    ran is known where the recording kept whether it waited (``held``, kept
+    for runs made since it was); a rejected one in any recording, from the
+    answer the model was given.  Calls the recording says nothing of are
+    left out.
+    """
+    found: dict[str, tuple[str, bool | str | None]] = {}
+    for call in recording["tool_calls"]:
+        if isinstance(call.get("held"), bool):
+            found[call["id"]] = (call["name"], True if call["held"] else None)
+    ran = {c["id"] for c in recording["tool_calls"]}
+    own = recording["messages"][recording["prior"] :]
+    names = {c["id"]: c["name"] for m in own for c in m.get("tool_calls") or ()}
+    for message in own:
+        call_id = message.get("tool_call_id")
+        if message["role"] != "tool" or call_id in ran or call_id not in names:
             continue
-        rejected = rejection_in(call.name, _error_in(answers.get(call.id, "")) or "")
-        found[call.id] = False if rejected is None else rejected
+        rejected = rejection_in(names[call_id], error_in(message["content"]) or "")
+        if rejected is not None:
+            found[call_id] = (names[call_id], rejected)
     return found
 
 

@@ -2,7 +2,9 @@
 
 A recording holds, for each model call, the request the agent made (the
 messages sent, the tool schemas, the output schema) with a canonical hash,
-and the reply; each tool call with its arguments and result; the run's
+and the reply; each tool call with its arguments and result (and, for
+runs stored since it was kept, ``held``: whether it waited for a person's
+decision, an optional field of version 1); the run's
 trace, steps, limits and outcome; and the runs of its sub-agents, nested
 under the id of the call they answered.  It is built from what the store
 keeps (the snapshot's ``io``, see ``fsm_agent.core.exchanges``), so a run
@@ -60,6 +62,8 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         if "result" in item:
             call_id = item["id"]
             kept = {"id": call_id, "name": item["name"], "arguments": arguments.get(call_id), "result": item["result"]}
+            if isinstance(item.get("held"), bool):  # whether it waited for a person: kept for runs since it was
+                kept["held"] = item["held"]
             tool_calls.append(kept)
             continue
         if item["offered"]:
@@ -382,6 +386,9 @@ def _tool_call(value: Any, where: str) -> None:
         msg = f"recording field {where}.result.content must be a string, got {_kind(result['content'])}"
         raise RecordingError(msg)
     _text_or_null(result.get("error"), f"{where}.result.error")
+    if call.get("held") is not None and not isinstance(call["held"], bool):
+        msg = f"recording field {where}.held must be true, false or null, got {_kind(call['held'])}"
+        raise RecordingError(msg)
     try:
         ToolResult(**{**result, "child": child_outcome(result.get("child"))})
     except (KeyError, TypeError, ValueError) as exc:

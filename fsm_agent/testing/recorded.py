@@ -6,7 +6,9 @@ first that differs is kept (``departure``) for the divergence's diff, and
 is answered by the live model if there is one, else refused (the run stops
 with ``model_error`` there).  ``RecordedTools`` returns each call's
 recorded result by call id, tool name and arguments (compared as canonical
-JSON) and is the agent's own registry in all else.
+JSON) and is the agent's own registry in all else.  ``RecordedHolds`` is
+the agent's ``approve=`` rule, asked as in any run and compared with what
+the recording says of each call it asks about.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import attrs
 
 from fsm_agent.core.exchanges import response_from
 from fsm_agent.core.ledger import canonical_arguments
+from fsm_agent.drivers.rebuild import recorded_decisions
 from fsm_agent.errors import ContextOverflowError
 from fsm_agent.persist.recording import canonical
 from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, child_outcome, plain
 from fsm_agent.tools import JSONSchema, ToolResult
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fsm_agent.drivers.model import Model
 
 
@@ -169,3 +174,63 @@ class RecordedTools:
 def _unrecorded(call: ToolCall) -> ToolResult:
     why = f"tool call {call.id!r} ({call.name}) with these arguments is not in the recording"
     return ToolResult(why, why)
+
+
+@attrs.define
+class HoldDeparture:
+    """The first call the replayed agent's ``approve=`` held otherwise than the recorded run did.
+
+    ``recorded`` is what became of it there (None: it ran without waiting;
+    True: a person approved it; False or a reason: a person rejected it),
+    ``held`` whether the replayed agent holds it, and ``index`` the
+    transition the replay stopped before (it pauses there, making no call).
+    """
+
+    call: ToolCall
+    recorded: bool | str | None
+    held: bool
+    index: int | None = None
+
+    def diff(self) -> str:
+        """The recorded and the replayed approval of the call, as a unified diff."""
+        what = f"approval of tool call {self.call.id!r} ({self.call.name})"
+        if self.recorded is None:
+            recorded = "not held: it ran without a person's decision"
+        elif self.recorded is True:
+            recorded = "held for a person's decision: approved"
+        else:
+            recorded = f"held for a person's decision: rejected ({self.recorded or 'no reason given'})"
+        replayed = "held for a person's decision" if self.held else "not held: approve= lets it run undecided"
+        return f"--- recorded {what}\n+++ replayed {what}\n-{recorded}\n+{replayed}"
+
+
+class RecordedHolds:
+    """A replayed agent's ``approve=`` rule, held to what the recording says of each call it is asked about.
+
+    The rule decides, as in any run; a call whose hold the recording knows
+    (``rebuild.recorded_decisions``: whether each call it ran waited, and
+    every rejected call) and that the rule decides otherwise is kept as
+    ``departure`` (the first such call) and held either way, so the replay
+    pauses there and makes no call.  A call the recording says nothing of (one
+    recorded before holds were kept) is the rule's alone.
+    """
+
+    def __init__(self, rule: Callable[[ToolCall], bool] | None, recording: dict[str, Any]) -> None:
+        self.rule = rule
+        self.recorded = recorded_decisions(recording)
+        self.departure: HoldDeparture | None = None
+
+    @property
+    def needed(self) -> bool:
+        """Whether a run can be held at all: the agent has a rule, or the recorded run held a call."""
+        return self.rule is not None or any(decision is not None for _, decision in self.recorded.values())
+
+    def __call__(self, call: ToolCall) -> bool:
+        held = self.rule is not None and bool(self.rule(call))
+        known = self.recorded.get(call.id)
+        if known is None or known[0] != call.name:
+            return held
+        waited = known[1] is not None
+        if waited != held and self.departure is None:
+            self.departure = HoldDeparture(call, known[1], held)
+        return held or waited

@@ -54,7 +54,7 @@ from fsm_agent.drivers.rebuild import decisions, resumed_as_recorded
 from fsm_agent.errors import AgentLoopError, FsmAgentError, SnapshotError
 from fsm_agent.persist.recording import read_recording, recording_of
 from fsm_agent.records import RunResult, Transition
-from fsm_agent.testing.recorded import Departure, RecordedModel, RecordedTools
+from fsm_agent.testing.recorded import Departure, RecordedHolds, RecordedModel, RecordedTools
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
@@ -139,7 +139,7 @@ def replay(
         except AgentLoopError as stop:
             result = stop.result
         onward = _onward(handle, result, data, player, outside)
-    return _judged(data, handle, result, player, strict)
+    return _judged(data, handle, result, player, strict, outside.holds)
 
 
 @overload
@@ -178,7 +178,7 @@ async def areplay(
         except AgentLoopError as stop:
             result = stop.result
         onward = _onward(handle, result, data, player, outside)
-    return _judged(data, handle, result, player, strict)
+    return _judged(data, handle, result, player, strict, outside.holds)
 
 
 def _onward(
@@ -196,6 +196,10 @@ def _onward(
     if player.departure is not None and player.live is None:
         return None  # a request departed: _judged says where
     if result.reason == "paused":
+        departed = None if outside.holds is None else outside.holds.departure
+        if departed is not None:  # held by one side only: the replay departs here, the call not made
+            departed.index = index
+            return None
         handle.decide(decisions(handle, data))
         return handle
     if handle.trace != [Transition(**t) for t in data["trace"][:index]]:
@@ -239,6 +243,7 @@ class _Outside:
             if reason in ("timeout", "cancelled"):
                 self.stops[index] = (reason, entry["source"] == "ExecuteTool" and trigger in _AFTER_CALL)
         self.run: AgentRun | None = None
+        self.holds: RecordedHolds | None = None  # a person's decisions: the agent's approve= against the recorded
         self.now = 0.0
         self._met: set[int] = set()
         self._token: CancelToken | None = None
@@ -291,6 +296,10 @@ def _prepare(
     double = copy.copy(agent)
     double.model = player
     double.settings = attrs.evolve(agent.settings, clock=outside.clock)
+    holds = RecordedHolds(agent.settings.approve, data)
+    if strict and holds.needed:  # re-recording (strict=False) takes the agent's rule as the new truth
+        outside.holds = holds
+        double.settings = attrs.evolve(double.settings, approve=holds)
     if tools == "recorded":
         parts = agent.run_parts if agent.run_parts[0] == agent.registry.version else agent.refresh_parts()
         double.registry = RecordedTools(agent.registry, data, live=not strict)  # type: ignore[assignment]
@@ -302,7 +311,12 @@ def _prepare(
 
 
 def _judged(
-    data: dict[str, Any], handle: AgentRun, result: RunResult, player: RecordedModel, strict: bool
+    data: dict[str, Any],
+    handle: AgentRun,
+    result: RunResult,
+    player: RecordedModel,
+    strict: bool,
+    holds: RecordedHolds | None = None,
 ) -> RunResult | dict[str, Any]:
     """``result`` if the run took the recorded transitions, the new recording if not ``strict``, else the divergence.
 
@@ -325,10 +339,16 @@ def _judged(
     departed = None if player.departure is None else _transition_of_call(actual, player.departure.call)
     if departed is not None and (index is None or departed < index):
         index = departed
+    held = None if holds is None or holds.departure is None else holds.departure
+    held_at = None if held is None else len(actual) if held.index is None else held.index
+    if held_at is not None and (index is None or held_at <= index):
+        index = held_at
     if index is None:
         return result
     limits = _diff(_limits_at(data, index), snapshot["limits"], "limits")
     diff = (_request_diff(player.departure) or limits) if departed == index else limits
+    if held is not None and held_at == index:
+        diff = held.diff()
     at = expected[index] if index < len(expected) else None
     raise ReplayDivergence(index, at, actual[index] if index < len(actual) else None, diff)
 
