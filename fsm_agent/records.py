@@ -175,6 +175,16 @@ class OutputSchema:
     strict: bool = False
 
 
+def _one_priced_call(kept: ChildOutcome) -> int:
+    """The priced calls of an outcome that names none (kept before they were counted): one if it cost dollars."""
+    return 1 if kept.cost else 0
+
+
+def _one_unpriced_call(kept: ChildOutcome) -> int:
+    """The unpriced calls of an outcome that names none (kept before they were counted): one if its cost is unknown."""
+    return 1 if kept.cost is None else 0
+
+
 @attrs.frozen
 class ChildOutcome:
     """What a sub-agent's run brought its parent's tool call: its id, its tokens and tool calls, a stop to pass on.
@@ -186,6 +196,12 @@ class ChildOutcome:
     against the parent's ``max_tool_calls`` total.  A call made again after
     the parent was cut with it in flight brings only what its child's run
     spent beyond what the parent counted at the cut (``drivers.child_spend``).
+    ``priced_calls`` and ``unpriced_calls`` are the model calls of that
+    spend (the child's own, and its sub-agents'), whose cost was known and
+    unknown: the parent counts each of them as one of its own (its
+    ``cost_budget`` evidence).  An outcome kept before they were counted
+    (an older snapshot) names none: it counts as the one call it counted as
+    then, priced if it cost dollars, unpriced if its cost is unknown.
     """
 
     run_id: str
@@ -197,6 +213,8 @@ class ChildOutcome:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    priced_calls: int = attrs.field(default=attrs.Factory(_one_priced_call, takes_self=True))
+    unpriced_calls: int = attrs.field(default=attrs.Factory(_one_unpriced_call, takes_self=True))
 
 
 def child_outcome(value: ChildOutcome | dict[str, Any] | None) -> ChildOutcome | None:

@@ -298,10 +298,20 @@ def record_tool(run: Run, call: ToolCall, outcome: ToolResult) -> None:
 
 
 def count_child(run: Run, child: ChildOutcome) -> None:
-    """Add what a sub-agent's run brought its parent: its tokens, its cost (as one call's) and its tool calls."""
+    """Add what a sub-agent's run brought its parent: its tokens, its cost and model calls, and its tool calls.
+
+    Each model call of the child's run (its own sub-agents' included) is a
+    priced or unpriced call of the parent's, as if the parent had made it:
+    the ``cost_budget`` evidence counts them one by one.  An unknown cost
+    adds no dollars; its unpriced calls make the parent's cost unknown.
+    """
     count_tokens(run, child)
-    count_cost(run, child.cost)
-    run.counts.tool_calls += child.tool_calls
+    counts = run.counts
+    if child.cost is not None:
+        counts.cost = round(counts.cost + child.cost, 12)
+    counts.priced += child.priced_calls
+    counts.unpriced += child.unpriced_calls
+    counts.tool_calls += child.tool_calls
 
 
 def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: ChildOutcome) -> None:
@@ -314,25 +324,10 @@ def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: Chil
     back, that run's outcome brings only what it spent beyond what was
     counted here (``drivers.child_spend``), so nothing is counted twice.
     ``uncounted`` is ``spent`` less what an earlier cut of the same call
-    counted already.  A cut child that spent nothing adds no call to count.
+    counted already: a cut child that made no model call adds none.
     """
     run.calls.cut_children[call_id] = spent
-    if spent_anything(uncounted):
-        count_child(run, uncounted)
-
-
-def spent_anything(child: ChildOutcome) -> bool:
-    """Whether a sub-agent's run spent any token, tool call or dollar (an unknown cost counts as spent)."""
-    return bool(
-        child.input_tokens
-        or child.output_tokens
-        or child.tool_calls
-        or child.cost is None
-        or child.cost
-        or child.cache_read_tokens
-        or child.cache_write_tokens
-        or child.reasoning_tokens
-    )
+    count_child(run, uncounted)
 
 
 def take_carried(run: Run, call: ToolCall) -> ToolResult | None:

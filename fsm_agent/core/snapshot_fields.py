@@ -187,4 +187,13 @@ def cut_children(value: object, name: str) -> dict[str, ChildOutcome]:
     return kept
 
 
-_SPENT = ("input_tokens", "output_tokens", "tool_calls", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+_SPENT = (
+    "input_tokens",
+    "output_tokens",
+    "tool_calls",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "priced_calls",
+    "unpriced_calls",
+)

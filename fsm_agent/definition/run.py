@@ -143,7 +143,7 @@ class Counts:
         self.cache_read_tokens = 0
         self.cache_write_tokens = 0
         self.reasoning_tokens = 0
-        # US dollars of the calls priced (a sub-agent's run is one call here), and the calls whose price is unknown.
+        # US dollars of the calls priced (a sub-agent's calls each count here), and the calls whose price is unknown.
         self.cost = 0.0
         self.priced = 0
         self.unpriced = 0

@@ -3,11 +3,11 @@
 The tool is an ordinary function a registry accepts (one string argument,
 ``input``); a parent's driver recognises it and runs the child itself, so the
 child is bounded by what the parent's run already knows, never by globals:
-the parent's remaining deadline and token budget become the child's limits
-(each no larger than the child agent's own), the parent's cancel token is the
-child's, and the child's tokens count against the parent
-(``drivers.child_runs`` runs the call).  The child's tools get the parent
-run's ``deps`` unless the tool was given its own.  A child that stops is a tool error
+the parent's remaining deadline, token budget and cost budget become the
+child's limits (each no larger than the child agent's own), the parent's
+cancel token is the child's, and the child's tokens, dollars and model calls
+count against the parent (``drivers.child_runs`` runs the call).  The child's
+tools get the parent run's ``deps`` unless the tool was given its own.  A child that stops is a tool error
 carrying its reason and evidence (and the text it ended with, a finalize
 call's answer say, or its typed output), or, with ``on_child_stop="raise"``,
 stops the parent with ``child_stopped``.

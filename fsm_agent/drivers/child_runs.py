@@ -5,13 +5,13 @@ stored there, linked to its parent (``parent_run_id``, ``parent_call_id``, the
 digest of its input), so resuming a parent after a crash finds the child: a
 finished one is read back, never run again, and an unfinished one goes on
 from its own last checkpoint (waiting out a dead owner's lease).  The
-parent's remaining deadline and token budget, shared among the sub-agent
-calls of its turn, become the child's limits; its deps, unless the tool
-has its own, become the child's deps (never stored: a child taken over is
-given them again).  A call the parent gives up in flight (its deadline, a
-cancel) leaves what the child spent until then counted by the parent; made
-again, it brings only what the child's run spends beyond that
-(``drivers.child_spend``).
+parent's remaining deadline, and what it has left of its token and cost
+budgets shared among the sub-agent calls of its turn (``child_spend.shares``),
+become the child's limits; its deps, unless the tool has its own, become the
+child's deps (never stored: a child taken over is given them again).  A call
+the parent gives up in flight (its deadline, a cancel) leaves what the child
+spent until then counted by the parent; made again, it brings only what the
+child's run spends beyond that (``drivers.child_spend``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fsm_agent.core.batch import unrun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
-from fsm_agent.drivers.child_spend import beyond, fly, lent_back, shared, spent_in
+from fsm_agent.drivers.child_spend import (
+    Shares,
+    beyond,
+    calls_of,
+    fly,
+    shared,
+    shares,
+    spent_by,
+    spent_in,
+    with_lent_back,
+)
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import astored, awaited, stored
 from fsm_agent.errors import AgentLoopError, RunLeasedError
@@ -50,100 +59,82 @@ def _bad_input(call: ToolCall) -> ToolResult | None:
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
 
 
-def shares(parent: RunBase) -> tuple[int | None, int | None]:
-    """The tokens and tool calls of the parent's limits this sub-agent call may spend (None: no such limit).
-
-    What the parent has not spent (its own calls, and the calls whose
-    outcomes it holds but has not recorded yet, a child's with all its
-    tokens and tool calls) is shared equally among the turn's sub-agent
-    calls still to finish, this one included: children run in parallel draw
-    on the parent's limits together, never each on all of them.  Each of
-    those calls is one of the parent's tool calls itself, so it is set
-    aside first, and so is each ordinary call planned to run beside them
-    (the async driver's batch, ``core.batch``) that has not run yet: it
-    runs whatever the children make.  A child stops after the model call
-    that reaches its token share, so the parent's budget is passed by at
-    most one model call per child in flight; its tool-call share it never
-    passes.
-    """
-    run = parent.position
-    budget, cap = run.limits.token_budget, run.limits.total_tool_calls
-    if budget is None and cap is None:
-        return None, None
-    children = parent._children  # noqa: SLF001 - the parent's driver hands over its own run
-    held = [outcome.child for outcome in run.calls.ran.values() if outcome.child is not None]
-    to_finish = sum(1 for call in run.calls.pending if call.name in children and call.id not in run.calls.ran)
-    tokens = calls = None
-    if budget is not None:
-        spent = run.counts.tokens + sum(child.input_tokens + child.output_tokens for child in held)
-        tokens = max(budget - spent, 0) // max(to_finish, 1)
-    if cap is not None:
-        made = run.counts.tool_calls + len(run.calls.ran) + sum(child.tool_calls for child in held)
-        cleared = parent.stepper._cleared  # noqa: SLF001 - the batch was planned with the stepper's own rule
-        beside = sum(1 for call in unrun(run, cleared) if call.name not in children)
-        calls = max(cap - made - to_finish - beside, 0) // max(to_finish, 1)
-    return tokens, calls
-
-
-def _with_lent_back(
-    parent: RunBase, call: ToolCall, run_id: str, data: dict[str, Any] | None, tokens: int | None, calls: int | None
-) -> tuple[int | None, int | None]:
-    """The child's shares of tokens and tool calls, with what its stored run holds that a cut counted already.
-
-    The child counts against its limits from its stored counts on; what a
-    cut of this call counted of those is the parent's already, so it is no
-    part of what the parent has left (``child_spend.lent_back``).
-    """
-    lent_tokens, lent_calls = lent_back(parent, call, run_id, data)
-    return (
-        None if tokens is None else tokens + lent_tokens,
-        None if calls is None else calls + lent_calls,
-    )
-
-
-def _limits(parent: RunBase, agent: Agent, tokens: int | None, calls: int | None) -> Limits:
-    """The child agent's limits, each cut to what the parent has left (time, and its shares of tokens and calls)."""
+def _limits(parent: RunBase, agent: Agent, share: Shares) -> Limits:
+    """The child agent's limits, each cut to what the parent has left (time, its shares of tokens, calls, dollars)."""
     own = agent.limits
-    timeout, budget, caps = own.timeout, own.token_budget, own.max_tool_calls
+    timeout, budget, caps, dollars = own.timeout, own.token_budget, own.max_tool_calls, own.cost_budget
     remaining = parent._remaining()  # noqa: SLF001 - the parent's driver hands over its own run
     if remaining is not None:
         timeout = remaining if timeout is None else min(timeout, remaining)
-    if tokens is not None:
-        budget = tokens if budget is None else min(budget, tokens)
-    if calls is not None:
+    if share.tokens is not None:
+        budget = share.tokens if budget is None else min(budget, share.tokens)
+    if share.calls is not None:
+        calls = share.calls
         if isinstance(caps, dict):
             caps = {**caps, "*": min(caps.get("*", calls), calls)}
         else:
             caps = calls if caps is None else min(caps, calls)
-    # A parent already out of time still asks: the child then stops at once, saying so (no tokens: not asked;
-    # no tool calls left: it may still answer, and stops at its first call).
+    if share.dollars is not None:
+        dollars = share.dollars if dollars is None else min(dollars, share.dollars)
+    # A parent already out of time still asks: the child then stops at once, saying so (no tokens or dollars: not
+    # asked; no tool calls left: it may still answer, and stops at its first call).
     return attrs.evolve(
         own,
         timeout=max(timeout, 1e-9) if timeout is not None else None,
         token_budget=budget,
         max_tool_calls=caps,
+        cost_budget=dollars,
     )
 
 
-def _no_tokens(child: ChildTool, run_id: str, parent: RunBase) -> ToolResult:
-    """A sub-agent call the parent's token budget leaves nothing for: a ``token_budget`` stop, never run."""
+def _used_up(share: Shares) -> str | None:
+    """The budget of the parent's that leaves this call nothing (``token_budget``, ``cost_budget``), or None."""
+    if share.tokens == 0:
+        return "token_budget"
+    if share.dollars is not None and share.dollars <= 0:
+        return "cost_budget"
+    return None
+
+
+def _not_run(child: ChildTool, run_id: str, parent: RunBase, reason: str) -> ToolResult:
+    """A sub-agent call the parent's ``reason`` budget leaves nothing for: a stop of that reason, never run."""
     run = parent.position
-    evidence = {"token_budget": run.limits.token_budget, "tokens": run.counts.tokens, "share": 0}
-    facts = {"reason": "token_budget", "evidence": evidence}
-    message = f"sub-agent {child.name!r} not run: the parent's token budget is used up (run {run_id!r})"
+    if reason == "token_budget":
+        evidence: dict[str, Any] = {"token_budget": run.limits.token_budget, "tokens": run.counts.tokens, "share": 0}
+        spent = "token budget"
+    else:
+        evidence = {"cost_budget": run.limits.cost_budget, "cost": run.counts.cost, "share": 0}
+        spent = "cost budget"
+    facts = {"reason": reason, "evidence": evidence}
+    message = f"sub-agent {child.name!r} not run: the parent's {spent} is used up (run {run_id!r})"
     content = json.dumps({"error": message, **facts}, ensure_ascii=False)
     stop = facts if child.on_child_stop == "raise" else None
     return ToolResult(content, message, child=ChildOutcome(run_id, 0, 0, stop))
 
 
-def _outcome(child: ChildTool, run_id: str, result: RunResult, counted: ChildOutcome | None = None) -> ToolResult:
-    """The call's outcome from its child's result; it brings the parent what the child spent beyond ``counted``.
+@attrs.frozen
+class ReadBack:
+    """A stored child that finished, read back (never run again): its result, and what its run spent."""
+
+    result: RunResult
+    spent: ChildOutcome
+
+
+def _read_back(agent: Agent, run_id: str, data: dict[str, Any]) -> ReadBack:
+    """The finished stored child ``data``: its result, and its spend (its model calls from its stored counters)."""
+    result = stored_result(agent, data)
+    counters = data.get("counters")
+    return ReadBack(result, spent_in(run_id, result, counters if isinstance(counters, dict) else {}))
+
+
+def _outcome(child: ChildTool, result: RunResult, spent: ChildOutcome, counted: ChildOutcome | None) -> ToolResult:
+    """The call's outcome from its child's result; it brings the parent what the child ``spent`` beyond ``counted``.
 
     ``counted`` is what the parent counted already of this child's run, at
     a cut of this call (``child_spend.shared``): the call made again brings
-    only the rest, so no token is counted twice.
+    only the rest, so no token, dollar or model call is counted twice.
     """
-    spent = spent_in(run_id, result)
+    run_id = spent.run_id
     if result.ok:
         content = _answer_json(result)
         return ToolResult(content, child=beyond(spent, counted))
@@ -168,12 +159,12 @@ def _answer_json(result: RunResult) -> str:
         return json.dumps(result.final, ensure_ascii=False)
 
 
-def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:
+def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, AgentRun | ReadBack | ToolResult, bool]:
     """The child's run and whether it is new (its store entry still to be written), or its result if it finished.
 
     A finished child is read back, never run again; one under way goes on
     from its own last checkpoint; otherwise a new one starts, unless the
-    parent's token budget leaves it nothing (then the call's outcome says so).
+    parent's token or cost budget leaves it nothing (then the call's outcome says so).
     ``_abegin`` is the same, awaited.
     """
     from fsm_agent.persist.journal import link_of  # as every store module, loaded by the first call that needs it
@@ -185,10 +176,11 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
         data = stored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
-    tokens, calls = shares(parent)
-    if tokens == 0 and not _finished(data):
-        return run_id, _no_tokens(child, run_id, parent), False
-    limits = _limits(parent, child.agent, *_with_lent_back(parent, call, run_id, data, tokens, calls))
+    share = shares(parent)
+    used_up = _used_up(share)
+    if used_up is not None and not _finished(data):
+        return run_id, _not_run(child, run_id, parent, used_up), False
+    limits = _limits(parent, child.agent, with_lent_back(parent, call, run_id, data, share))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, _taken_over(child, store, run_id, data, parent, limits), False
@@ -196,7 +188,7 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
 
 async def _abegin(
     parent: RunBase, child: ChildTool, call: ToolCall
-) -> tuple[str, AgentRun | RunResult | ToolResult, bool]:
+) -> tuple[str, AgentRun | ReadBack | ToolResult, bool]:
     """``_begin``, awaited: the store is read (and the child claimed) through its async methods."""
     from fsm_agent.persist.journal import link_of
 
@@ -207,10 +199,11 @@ async def _abegin(
         data = await astored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
-    tokens, calls = shares(parent)
-    if tokens == 0 and not _finished(data):
-        return run_id, _no_tokens(child, run_id, parent), False
-    limits = _limits(parent, child.agent, *_with_lent_back(parent, call, run_id, data, tokens, calls))
+    share = shares(parent)
+    used_up = _used_up(share)
+    if used_up is not None and not _finished(data):
+        return run_id, _not_run(child, run_id, parent, used_up), False
+    limits = _limits(parent, child.agent, with_lent_back(parent, call, run_id, data, share))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, await _ataken_over(child, store, run_id, data, parent, limits), False
@@ -276,7 +269,7 @@ def _deps(parent: RunBase, child: ChildTool) -> Any:
 
 def _taken_over(
     child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits
-) -> AgentRun | RunResult:
+) -> AgentRun | ReadBack:
     """The stored child's result if it finished, else its run resumed here once nobody else holds it.
 
     A parent resumed after its process died finds its child still leased
@@ -292,11 +285,9 @@ def _taken_over(
     patience = time.time() + 2 * traits(store).lease
     while True:
         if _finished(data):
-            return stored_result(agent, data)
+            return _read_back(agent, run_id, data)
         try:
-            return agent.resume(
-                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget, deps=deps
-            )
+            return agent.resume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
         except RunLeasedError as busy:
             time.sleep(_lease_wait(busy, patience))
         data = dict(store.load(run_id))
@@ -304,7 +295,7 @@ def _taken_over(
 
 async def _ataken_over(
     child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits
-) -> AgentRun | RunResult:
+) -> AgentRun | ReadBack:
     """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
@@ -314,14 +305,17 @@ async def _ataken_over(
     patience = time.time() + 2 * traits(store).lease
     while True:
         if _finished(data):
-            return stored_result(agent, data)
+            return _read_back(agent, run_id, data)
         try:
-            return await agent.aresume(
-                data, cancel=cancel, store=store, timeout=limits.timeout, token_budget=limits.token_budget, deps=deps
-            )
+            return await agent.aresume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
         except RunLeasedError as busy:
             await asyncio.sleep(_lease_wait(busy, patience))
         data = dict(await awaited(store, "load", run_id))
+
+
+def _resumed_under(limits: Limits) -> dict[str, Any]:
+    """The limits a stored child taken over goes on under: the time, tokens and dollars its parent has left for it."""
+    return {"timeout": limits.timeout, "token_budget": limits.token_budget, "cost_budget": limits.cost_budget}
 
 
 def _lease_wait(busy: RunLeasedError, patience: float) -> float:
@@ -344,9 +338,9 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
     run_id, begun, new = _begin(parent, child, call)
     if isinstance(begun, ToolResult):
         return begun
-    counted = shared(parent, call, run_id, begun)
-    if isinstance(begun, RunResult):
-        return _outcome(child, run_id, begun, counted)
+    if isinstance(begun, ReadBack):
+        return _outcome(child, begun.result, begun.spent, shared(parent, call, begun.spent))
+    counted = shared(parent, call, spent_by(begun))
     if new:
         begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
         _opened(parent, begun)
@@ -355,7 +349,7 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
         result = begun.finish()
     except AgentLoopError as stop:
         result = stop.result
-    return _outcome(child, run_id, result, counted)
+    return _outcome(child, result, spent_in(run_id, result, calls_of(begun)), counted)
 
 
 async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
@@ -366,9 +360,9 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
     run_id, begun, new = await _abegin(parent, child, call)
     if isinstance(begun, ToolResult):
         return begun
-    counted = shared(parent, call, run_id, begun)
-    if isinstance(begun, RunResult):
-        return _outcome(child, run_id, begun, counted)
+    if isinstance(begun, ReadBack):
+        return _outcome(child, begun.result, begun.spent, shared(parent, call, begun.spent))
+    counted = shared(parent, call, spent_by(begun))
     if new:
         await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
         _opened(parent, begun)
@@ -377,4 +371,4 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         result = await begun.afinish()
     except AgentLoopError as stop:
         result = stop.result
-    return _outcome(child, run_id, result, counted)
+    return _outcome(child, result, spent_in(run_id, result, calls_of(begun)), counted)

@@ -1,4 +1,8 @@
-"""What a sub-agent's run spent, as its parent counts it: so far, at a cut, and once the call is made again.
+"""What a sub-agent's run may spend of its parent's limits, and what it spent: so far, at a cut, and made again.
+
+A sub-agent call may spend its share of what the parent has left of its
+token budget, cost budget and tool calls (``shares``): the children of one
+turn draw on the parent's limits together.
 
 A parent that gives a sub-agent call up in flight (its deadline, a cancel)
 still counts what the child's run spent until then: the child's model calls
@@ -24,6 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
+from fsm_agent.core.batch import unrun
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -53,6 +60,8 @@ def spent_by(run: RunBase) -> ChildOutcome:
         usage.cache_read_tokens,
         usage.cache_write_tokens,
         usage.reasoning_tokens,
+        counts.priced,
+        counts.unpriced,
     )
     flying = run._flying  # noqa: SLF001 - the run's calls in flight, as its own cut reads them
     if flying:
@@ -63,8 +72,12 @@ def spent_by(run: RunBase) -> ChildOutcome:
     return spent
 
 
-def spent_in(run_id: str, result: RunResult) -> ChildOutcome:
-    """What a finished child's run spent, from its result (``tool_calls``: as its last step counted them)."""
+def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> ChildOutcome:
+    """What a finished child's run spent, from its result (``tool_calls``: as its last step counted them).
+
+    ``counters`` are the run's own (a snapshot's ``counters``): the model
+    calls it priced and could not price, which a result does not hold.
+    """
     usage = result.usage
     used = result.steps[-1].counters.get("tool_calls", [0])[0] if result.steps else 0
     return ChildOutcome(
@@ -77,23 +90,36 @@ def spent_in(run_id: str, result: RunResult) -> ChildOutcome:
         usage.cache_read_tokens,
         usage.cache_write_tokens,
         usage.reasoning_tokens,
+        _count(counters, "priced"),
+        _count(counters, "unpriced"),
     )
 
 
-def shared(parent: RunBase, call: ToolCall, run_id: str, begun: RunBase | RunResult) -> ChildOutcome | None:
-    """What the parent counted already of the child run ``begun`` takes up for ``call``; None: nothing.
+def calls_of(run: RunBase) -> dict[str, int]:
+    """The model calls ``run`` priced and could not price, as its snapshot's ``counters`` name them."""
+    counts = run.position.counts
+    return {"priced": counts.priced, "unpriced": counts.unpriced}
+
+
+def _count(counters: Mapping[str, Any], name: str) -> int:
+    """A whole count >= 0 of ``counters`` (0 where a snapshot from before runs were priced has none)."""
+    value = counters.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def shared(parent: RunBase, call: ToolCall, start: ChildOutcome) -> ChildOutcome | None:
+    """What the parent counted already of the child run that ``start`` (its spend so far) takes up for ``call``.
 
     That is what the parent counted when the call was cut, as far as the
-    child's run holds it where ``begun`` starts (or ends, read back): the
-    smaller of the two, count by count.  A cut of another run (the call's
-    child renamed) shares nothing.
+    child's run holds it where it starts (or ends, read back): the smaller
+    of the two, count by count.  None: nothing; a cut of another run (the
+    call's child renamed) shares nothing.
     """
     cut = parent.position.calls.cut_children.get(call.id)
-    if cut is None or cut.run_id != run_id:
+    if cut is None or cut.run_id != start.run_id:
         return None
-    start = spent_in(run_id, begun) if isinstance(begun, RunResult) else spent_by(begun)
     return ChildOutcome(
-        run_id,
+        start.run_id,
         min(cut.input_tokens, start.input_tokens),
         min(cut.output_tokens, start.output_tokens),
         None,
@@ -102,30 +128,33 @@ def shared(parent: RunBase, call: ToolCall, run_id: str, begun: RunBase | RunRes
         min(cut.cache_read_tokens, start.cache_read_tokens),
         min(cut.cache_write_tokens, start.cache_write_tokens),
         min(cut.reasoning_tokens, start.reasoning_tokens),
+        min(cut.priced_calls, start.priced_calls),
+        min(cut.unpriced_calls, start.unpriced_calls),
     )
 
 
-def lent_back(parent: RunBase, call: ToolCall, run_id: str, data: Mapping[str, Any] | None) -> tuple[int, int]:
-    """The tokens and tool calls of the stored child run ``data`` that the parent counted already at a cut of ``call``.
+def lent_back(parent: RunBase, call: ToolCall, run_id: str, data: Mapping[str, Any] | None) -> tuple[int, int, float]:
+    """The tokens, tool calls and dollars of the stored child run ``data`` the parent counted at a cut of ``call``.
 
     Why: the child taking its stored run up gets its share of what the
     parent has left as its limits, and counts against them from its stored
     counts on; the part both count (``shared``, as far as ``data`` holds it)
     would be held against the parent's limits twice, so it is added back.
+    Dollars of a cut whose cost was unknown the parent never counted: none.
     """
     cut = parent.position.calls.cut_children.get(call.id)
     if cut is None or cut.run_id != run_id or data is None:
-        return 0, 0
+        return 0, 0, 0.0
     counters = data.get("counters")
     if not isinstance(counters, Mapping):
-        return 0, 0
-
-    def stored(name: str) -> int:
-        value = counters.get(name)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-    tokens = min(cut.input_tokens, stored("input_tokens")) + min(cut.output_tokens, stored("output_tokens"))
-    return tokens, min(cut.tool_calls, stored("tool_calls"))
+        return 0, 0, 0.0
+    tokens = min(cut.input_tokens, _count(counters, "input_tokens")) + min(
+        cut.output_tokens, _count(counters, "output_tokens")
+    )
+    cost = counters.get("cost")
+    stored_cost = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0 else 0.0
+    dollars = 0.0 if cut.cost is None else min(cut.cost, stored_cost)
+    return tokens, min(cut.tool_calls, _count(counters, "tool_calls")), dollars
 
 
 def beyond(whole: ChildOutcome, counted: ChildOutcome | None) -> ChildOutcome:
@@ -145,6 +174,8 @@ def beyond(whole: ChildOutcome, counted: ChildOutcome | None) -> ChildOutcome:
         whole.cache_read_tokens - counted.cache_read_tokens,
         whole.cache_write_tokens - counted.cache_write_tokens,
         whole.reasoning_tokens - counted.reasoning_tokens,
+        whole.priced_calls - counted.priced_calls,
+        whole.unpriced_calls - counted.unpriced_calls,
     )
 
 
@@ -161,6 +192,8 @@ def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
         one.cache_read_tokens + other.cache_read_tokens,
         one.cache_write_tokens + other.cache_write_tokens,
         one.reasoning_tokens + other.reasoning_tokens,
+        one.priced_calls + other.priced_calls,
+        one.unpriced_calls + other.unpriced_calls,
     )
 
 
@@ -184,3 +217,69 @@ def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome |
 
     kept[call.id] = read
     parent._flying = kept  # noqa: SLF001
+
+
+@attrs.frozen
+class Shares:
+    """What of the parent's limits one sub-agent call may spend: tokens, tool calls, US dollars (None: no limit)."""
+
+    tokens: int | None = None
+    calls: int | None = None
+    dollars: float | None = None
+
+
+def shares(parent: RunBase) -> Shares:
+    """The tokens, tool calls and dollars of the parent's limits this sub-agent call may spend.
+
+    What the parent has not spent (its own calls, and the calls whose
+    outcomes it holds but has not recorded yet, a child's with all its
+    tokens, dollars and tool calls) is shared equally among the turn's
+    sub-agent calls still to finish, this one included: children run in
+    parallel draw on the parent's limits together, never each on all of
+    them.  Each of those calls is one of the parent's tool calls itself, so
+    it is set aside first, and so is each ordinary call planned to run
+    beside them (the async driver's batch, ``core.batch``) that has not run
+    yet: it runs whatever the children make.  A child stops after the model
+    call that reaches its token or dollar share, so the parent's budgets are
+    passed by at most one model call per child in flight; its tool-call
+    share it never passes.  Dollars are shared to a millionth of a cent, as
+    they are counted (``core.ledger.count_cost``).
+    """
+    run = parent.position
+    limits = run.limits
+    budget, cap, dollars_budget = limits.token_budget, limits.total_tool_calls, limits.cost_budget
+    if budget is None and cap is None and dollars_budget is None:
+        return Shares()
+    children = parent._children  # noqa: SLF001 - the parent's driver hands over its own run
+    held = [outcome.child for outcome in run.calls.ran.values() if outcome.child is not None]
+    to_finish = sum(1 for call in run.calls.pending if call.name in children and call.id not in run.calls.ran)
+    tokens = calls = dollars = None
+    if budget is not None:
+        spent = run.counts.tokens + sum(child.input_tokens + child.output_tokens for child in held)
+        tokens = max(budget - spent, 0) // max(to_finish, 1)
+    if cap is not None:
+        made = run.counts.tool_calls + len(run.calls.ran) + sum(child.tool_calls for child in held)
+        cleared = parent.stepper._cleared  # noqa: SLF001 - the batch was planned with the stepper's own rule
+        beside = sum(1 for call in unrun(run, cleared) if call.name not in children)
+        calls = max(cap - made - to_finish - beside, 0) // max(to_finish, 1)
+    if dollars_budget is not None:
+        paid = run.counts.cost + sum(child.cost or 0.0 for child in held)  # an unknown cost adds no known dollar
+        dollars = round(max(dollars_budget - paid, 0.0) / max(to_finish, 1), 12)
+    return Shares(tokens, calls, dollars)
+
+
+def with_lent_back(
+    parent: RunBase, call: ToolCall, run_id: str, data: Mapping[str, Any] | None, share: Shares
+) -> Shares:
+    """The child's shares, with what its stored run holds that a cut counted already.
+
+    The child counts against its limits from its stored counts on; what a
+    cut of this call counted of those is the parent's already, so it is no
+    part of what the parent has left (``lent_back``).
+    """
+    lent_tokens, lent_calls, lent_dollars = lent_back(parent, call, run_id, data)
+    return Shares(
+        None if share.tokens is None else share.tokens + lent_tokens,
+        None if share.calls is None else share.calls + lent_calls,
+        None if share.dollars is None else round(share.dollars + lent_dollars, 12),
+    )

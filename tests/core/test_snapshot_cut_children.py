@@ -26,6 +26,8 @@ SPENT = {
     "cache_read_tokens": 0,
     "cache_write_tokens": 0,
     "reasoning_tokens": 0,
+    "priced_calls": 1,
+    "unpriced_calls": 0,
 }
 
 
@@ -59,6 +61,18 @@ def test_what_a_cut_child_spent_survives_a_resume_and_the_next_snapshot() -> Non
     assert run.snapshot()["cut_children"] == {"c1": SPENT}
 
 
+@pytest.mark.parametrize(("cost", "calls"), [(0.00055, (1, 0)), (None, (0, 1)), (0.0, (0, 0))])
+def test_a_cut_child_kept_before_its_model_calls_were_counted_is_one_call(
+    cost: float | None, calls: tuple[int, int]
+) -> None:
+    """An entry without ``priced_calls`` and ``unpriced_calls`` loads as one call of its cost, as it counted then."""
+    data = _stopped()
+    older = {key: value for key, value in SPENT.items() if key not in ("priced_calls", "unpriced_calls")}
+    data["cut_children"] = {"c1": {**older, "cost": cost}}
+    kept = _agent().resume(data, max_steps=5).snapshot()["cut_children"]["c1"]
+    assert (kept["priced_calls"], kept["unpriced_calls"]) == calls
+
+
 def test_a_snapshot_from_before_cut_children_loads_with_none() -> None:
     data = _stopped()
     del data["cut_children"]
@@ -70,6 +84,10 @@ def test_a_snapshot_from_before_cut_children_loads_with_none() -> None:
 BAD = {
     "negative tokens": ({**SPENT, "input_tokens": -500}, r"cut_children\['c1'\]\.input_tokens must be a whole number"),
     "fractional calls": ({**SPENT, "tool_calls": 0.5}, r"cut_children\['c1'\]\.tool_calls must be a whole number"),
+    "negative priced calls": (
+        {**SPENT, "priced_calls": -1},
+        r"cut_children\['c1'\]\.priced_calls must be a whole number",
+    ),
     "negative cost": ({**SPENT, "cost": -1.0}, r"cut_children\['c1'\]\.cost must be None or a finite number"),
     "a stop": ({**SPENT, "stop": {"reason": "timeout"}}, r"cut_children\['c1'\] must name its run and no stop"),
     "an unknown key": ({**SPENT, "tokens": 1}, "unexpected keyword argument 'tokens'"),

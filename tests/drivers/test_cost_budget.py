@@ -8,6 +8,7 @@ one cent.
 from __future__ import annotations
 
 import asyncio
+import json
 from decimal import Decimal
 
 import pytest
@@ -93,7 +94,13 @@ def test_a_finalize_policy_makes_one_last_call_without_tools(driver: str) -> Non
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_sub_agents_cost_counts_against_the_parent_and_stops_it(driver: str) -> None:
-    """The child spends 5 cents within one tool call: the parent's 3-cent budget stops it before its next call."""
+    """A child that would spend 5 cents runs under the 2 cents its parent has left: it stops, and so does the parent.
+
+    As for ``token_budget``: the parent's first call spent 1 of its 3 cents,
+    so the child's ``cost_budget`` is the 2 left; it stops on it after its
+    second call (a tool error the parent's model would read), and the
+    parent, its own and its child's calls counted, stops before its next.
+    """
     child_tools, child_ran = _counted()
     child = Agent(FakeModel([*_looks(1, 2, 3, 4), reply("done", usage=CENT)]), child_tools, prices=DEAR)
     tools = ToolRegistry()
@@ -101,11 +108,15 @@ def test_a_sub_agents_cost_counts_against_the_parent_and_stops_it(driver: str) -
     parent_model = FakeModel([tool_turn(tool_call("helper", id="h1", input="look"), usage=CENT), reply("never")])
     parent = Agent(parent_model, tools, cost_budget=0.03, prices=DEAR)
     result = _finish(parent, driver)
-    assert len(child_ran) == 4
+    assert child_ran == ["look 1", "look 2"]
     assert len(parent_model.seen) == 1
     assert result.reason == "cost_budget"
     assert edges(result)[-1] == "ExecuteTool->Failed[cost_budget]"
-    assert result.usage.cost == pytest.approx(0.01 + 0.05)  # the parent's call and the child's five
+    assert result.usage.cost == pytest.approx(0.01 + 0.02)  # the parent's call and the child's two
+    assert (result.evidence["priced_calls"], result.evidence["unpriced_calls"]) == (3, 0)
+    told = json.loads(result.messages[-1].content)
+    assert (told["reason"], told["evidence"]["cost"], told["evidence"]["budget"]) == ("cost_budget", 0.02, 0.02)
+    assert told["error"] == f"sub-agent 'helper' stopped (cost_budget) in run {result.steps[0].child!r}"
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
