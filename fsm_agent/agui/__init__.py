@@ -16,6 +16,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     msg = "fsm_agent.agui needs ag-ui-protocol and Starlette: pip install 'fsm-agent[agui]'"
     raise ImportError(msg) from exc
 
-from fsm_agent.agui.server import AgentFactory, AgUiApp, app
+from fsm_agent.agui.server import AgentFactory, AgUiApp, DepsFactory, app
 
-__all__ = ["AgUiApp", "AgentFactory", "app"]
+__all__ = ["AgUiApp", "AgentFactory", "DepsFactory", "app"]

@@ -15,9 +15,10 @@ cancels it: the run records the call it was in as cut off, with reason
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 
 AgentFactory = Callable[[RunAgentInput], Agent]
 """Builds the agent for one request, from the request (its ``context`` and ``forwardedProps`` are the app's to read)."""
+DepsFactory = Callable[[RunAgentInput], Any]
+"""Builds one request's deps (``RunContext.deps`` of its tools), from the request; may be ``async``."""
 Push = Callable[[BaseEvent | None], None]
 
 NOTHING_SPENT = Usage(cost=0.0)
@@ -56,26 +59,38 @@ NOTHING_SPENT = Usage(cost=0.0)
 """Hands an event to the response (None: the stream ends)."""
 
 
-def app(agent_factory: AgentFactory, *, store: StoreTarget | None = None) -> AgUiApp:
+def app(
+    agent_factory: AgentFactory, *, store: StoreTarget | None = None, deps_factory: DepsFactory | None = None
+) -> AgUiApp:
     """The AG-UI endpoint as an ASGI app: serve it with any ASGI server (``uvicorn.run(app(make_agent))``).
 
     ``agent_factory(run_input)`` builds a fresh ``Agent`` (and fresh
     sub-agents) for each request.  ``store`` keeps the threads'
     conversations and their paused turns (a store, a SQLite path or a
     ``postgresql://`` URL); by default a SQLite database in memory, which
-    lives as long as the app.
+    lives as long as the app.  ``deps_factory(run_input)``, if given,
+    builds the request's deps (a function or a coroutine function): the
+    turn the request takes, or the paused turn it resumes, is given them
+    (``Session.arun(..., deps=...)``), and its tools read them as
+    ``ctx.deps``.  Without it a turn has none (``NoDepsError``).
     """
-    return AgUiApp(agent_factory, store)
+    return AgUiApp(agent_factory, store, deps_factory)
 
 
 class AgUiApp:
     """The ASGI app ``app()`` returns; ``cancel(thread_id)`` stops a thread's turn from the server's side."""
 
-    def __init__(self, agent_factory: AgentFactory, store: StoreTarget | None) -> None:
+    def __init__(
+        self, agent_factory: AgentFactory, store: StoreTarget | None, deps_factory: DepsFactory | None = None
+    ) -> None:
         if not callable(agent_factory):
             msg = f"agent_factory must be callable (run_input -> Agent), got {type(agent_factory).__name__}"
             raise TypeError(msg)
+        if deps_factory is not None and not callable(deps_factory):
+            msg = f"deps_factory must be callable (run_input -> deps) or None, got {type(deps_factory).__name__}"
+            raise TypeError(msg)
         self.agent_factory = agent_factory
+        self.deps_factory = deps_factory
         self.store: Store = store_for(store) or SqliteStore(":memory:")
         # The tokens of the requests going on now, by thread id: the turn's, and any other request's for the same
         # thread (refused while the turn is taken), so cancelling the thread reaches the turn whichever ends first.
@@ -155,14 +170,15 @@ class AgUiApp:
         try:
             agent = self._agent_for(run_input)
             relay.watch(agent)
+            deps = await self._deps_for(run_input)
             session = await Session.aopen(agent, self.store, thread)
             if run_input.resume:
                 approvals = decisions(run_input.resume)
                 before = await self._paused_usage(session, agent)
-                result = await session.aresume(approvals, cancel=token)
+                result = await session.aresume(approvals, cancel=token, deps=deps)
             else:
                 # The runId is kept with the turn: the same request again is answered from it (Session.run).
-                result = await session.arun(user_text(run_input), cancel=token, request_id=run_id)
+                result = await session.arun(user_text(run_input), cancel=token, request_id=run_id, deps=deps)
         except AgentLoopError as stop:
             relay.close()
             push(stopped(thread, run_id, stop, less(stop.result.usage, before)))
@@ -186,6 +202,13 @@ class AgUiApp:
             msg = f"agent_factory must return an Agent, got {type(agent).__name__}"
             raise TypeError(msg)
         return agent
+
+    async def _deps_for(self, run_input: RunAgentInput) -> Any:
+        """The request's deps, from ``deps_factory`` (awaited if it returned an awaitable); None without one."""
+        if self.deps_factory is None:
+            return None
+        deps = self.deps_factory(run_input)
+        return await deps if inspect.isawaitable(deps) else deps
 
     async def _paused_usage(self, session: Session, agent: Agent) -> Usage:
         """What the thread's paused turn had spent, so the resumed run reports only its own calls."""

@@ -95,8 +95,9 @@ class AsyncDriver(RunBase):
 
         closing = self._closing
         if closing is not None:
-            # A cancel cut the checkpoint of the transition last taken: it is written now, then announced (a
-            # transition observers hear of is a kept one), and the run goes on from there.
+            # A cancel cut the checkpoint of the transition last taken: it is written now (or read back, if the store
+            # committed it all the same), then announced (a transition observers hear of is a kept one), and the run
+            # goes on from there.
             await self._asave()
             return closing
         # The checkpoint is awaited after the transition, not written while the transition closes.
@@ -373,6 +374,30 @@ class AsyncDriver(RunBase):
             entry, self._closing = self._closing, None
             if entry is not None:
                 self._close(entry)
+
+    async def _aend_cut(self) -> None:
+        """Its task cancelled, with its token, while a write was under way: ended, no call made (a session's turn).
+
+        The cut write is written or read back, the transitions needing no call
+        are taken (an answer that had come ends it ``Done``), and the run stops
+        ``cancelled`` on the ``interrupted`` edge before any call: ``afinish()``
+        makes it first if the token was cancelled after the last check before it.
+        """
+        stepper = self.stepper
+        while self._result is None:
+            if self._closing is None:
+                if stepper.gated and stepper.paused:
+                    return  # written paused: nothing is called until a decision
+                self._observe()
+                if isinstance(stepper.effect(), ModelCall | ToolBatch | CompactHistory) and not self.finalizing:
+                    self._deferred = True
+                    try:
+                        self._interrupt(INTERRUPTED, None)
+                    finally:
+                        self._deferred = False
+                    await self._asave()
+                    return
+            await self.aadvance()
 
     async def _akeep_cut(self, exc: BaseException) -> None:
         """``_keep_cut``, awaited; also when ``exc`` is the cancel a call's Ctrl-C became (``_left_the_loop``).

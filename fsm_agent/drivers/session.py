@@ -35,7 +35,14 @@ from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.read_back import stored_result
-from fsm_agent.drivers.session_turns import StoredTurns, astop_cut, closed, paused_message
+from fsm_agent.drivers.session_turns import (
+    StoredTurns,
+    astop_cut,
+    closed,
+    kept_of,
+    paused_message,
+    refuse_cut_decisions,
+)
 from fsm_agent.drivers.stored import astore_for, awaited, store_for
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunStateError
@@ -225,6 +232,9 @@ class Session(StoredTurns):
                 except RunExistsError:
                     await self._acheck_ours(self._turns + 1)
                     continue
+                except BaseException:
+                    await astop_cut(run)  # cut while the turn was stored: ended, if the store has it
+                    raise
                 self._last_request = request
                 return await self._afinished(run)
             raise self._busy(self._turns + 1)
@@ -236,7 +246,9 @@ class Session(StoredTurns):
     ) -> RunResult:
         """Continue the last turn (paused for approval, or stopped on a limit new ones lift), like ``Agent.resume``.
 
-        ``deps``: the turn's, instead of the session's.
+        ``deps``: the turn's, instead of the session's.  A decision on a call
+        the turn's stop cut while it ran (a cancel, a deadline) comes too
+        late: a ``ValueError`` naming the decision that stood, nothing called.
         """
         deps = self.deps if deps is None else deps
         with self._lock:
@@ -248,6 +260,7 @@ class Session(StoredTurns):
                 source = self._last
             else:
                 raise self._no_turn()
+            refuse_cut_decisions(self.turn_id(self._turns), source, approvals)
             run = self.agent.resume(source, approvals=approvals, store=self.store, deps=deps, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return self._finished(run)
@@ -267,6 +280,7 @@ class Session(StoredTurns):
                 source = self._last
             else:
                 raise self._no_turn()
+            refuse_cut_decisions(self.turn_id(self._turns), source, approvals)
             run = await self.agent.aresume(source, approvals=approvals, store=self.store, deps=deps, **options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return await self._afinished(run)
@@ -359,7 +373,8 @@ class Session(StoredTurns):
         self._last = None
         self._turns += 1
         self._paused = None
-        self._messages = closed(run.messages, run.reason or "stopped", run.position.at.unfinished)
+        came_back = {call_id: outcome.content for call_id, outcome in run.position.calls.ran.items()}
+        self._messages = closed(run.messages, run.reason or "stopped", run.position.at.unfinished, came_back)
 
     def _take_in(self, result: RunResult) -> None:
         """The conversation after a turn: its messages; a stopped turn's calls never made answered as not run."""
@@ -370,7 +385,9 @@ class Session(StoredTurns):
             self._paused = paused_message(self.session_id, self._turns, [(c.name, c.id) for c in result.pending])
             self._messages = [m for m in result.messages if m.role != "system"]
             return
-        self._messages = closed(result.messages, result.reason, result.evidence.get("unfinished"))
+        self._messages = closed(
+            result.messages, result.reason, result.evidence.get("unfinished"), kept_of(result.snapshot)
+        )
 
 
 def _request(request_id: object) -> str | None:

@@ -7,18 +7,19 @@ turn-taking reads without the bookkeeping of who holds which turn.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fsm_agent.core.approval import describe_decision, same_decision
 from fsm_agent.core.ledger import error_text
 from fsm_agent.core.snapshot import message_of
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import AgentLoopError, RunLeasedError, RunStateError, StaleRunError
+from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
+from fsm_agent.observe.events import logger
 from fsm_agent.records import Message, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class StoredTurns:
             if strict and self._repeated is None:
                 raise RunStateError(self._paused)
             return None
-        self._messages = closed(messages, data.get("reason") or "stopped", cut_of(data))
+        self._messages = closed(messages, data.get("reason") or "stopped", cut_of(data), kept_of(data))
         if data["state"] not in _TERMINAL and strict:
             return last, data
         return None
@@ -195,7 +196,9 @@ def paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:
     return f"turn {n} of session {session!r} is paused for a decision on {calls}: resume it (Session.resume) first"
 
 
-def closed(messages: Sequence[Message], reason: str, cut: object = None) -> list[Message]:
+def closed(
+    messages: Sequence[Message], reason: str, cut: object = None, came_back: Mapping[str, str] | None = None
+) -> list[Message]:
     """A turn's messages without the system prompt, each call it asked for and never made answered as not run.
 
     Those are the calls of its last assistant message that no tool message
@@ -204,7 +207,10 @@ def closed(messages: Sequence[Message], reason: str, cut: object = None) -> list
     earlier in the conversation never stands for one of them.  A call the
     stop cut off while it ran (``cut``, the stop's ``unfinished``: a cancel
     or a deadline) is answered as such (``cut_text``), never as not
-    run: it may have had its effect (a sync tool goes on in its thread).
+    run: it may have had its effect (a sync tool goes on in its thread).  A
+    call of a parallel batch that came back while another was cut (the
+    stop's ``came_back``: its outcome kept for a resume, ``came_back`` maps
+    its id to its tool message) is answered with its outcome: it ran.
     """
     kept = [m for m in messages if m.role != "system"]
     asked = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].role == "assistant"), None)
@@ -213,12 +219,29 @@ def closed(messages: Sequence[Message], reason: str, cut: object = None) -> list
     answered = {m.tool_call_id for m in kept[asked + 1 :] if m.role == "tool"}
     why = error_text(f"not executed: the turn stopped ({reason}) before this call")
     in_flight = cut_calls(cut)
+    outcomes = came_back or {}
     for call in kept[asked].tool_calls:
         if call.id not in answered:
             answered.add(call.id)
             text = cut_text(reason) if call.id in in_flight else why
-            kept.append(Message("tool", text, tool_call_id=call.id))
+            kept.append(Message("tool", outcomes.get(call.id, text), tool_call_id=call.id))
     return kept
+
+
+def kept_of(snapshot: Mapping[str, Any] | None) -> dict[str, str]:
+    """The tool messages of the calls a stored turn ran and kept unrecorded (its snapshot's ``ran``), by call id.
+
+    A stop that cut a parallel batch keeps the outcomes of the calls after
+    the cut one that came back (``came_back``); a resume would take them in.
+    """
+    ran = snapshot.get("ran") if snapshot is not None else None
+    if not isinstance(ran, Mapping):
+        return {}
+    return {
+        str(call_id): outcome["content"]
+        for call_id, outcome in ran.items()
+        if isinstance(outcome, Mapping) and isinstance(outcome.get("content"), str)
+    }
 
 
 def cut_calls(unfinished: object) -> frozenset[str]:
@@ -232,6 +255,9 @@ def cut_calls(unfinished: object) -> frozenset[str]:
     return frozenset({unfinished, *unfinished.split(", ")})
 
 
+_MAY_HAVE_RUN = "it may have run; its outcome is unknown"
+
+
 def cut_text(reason: str) -> str:
     """The tool message of a call cut off while it ran: it may have had its effect, so it is never told as not run.
 
@@ -239,7 +265,35 @@ def cut_text(reason: str) -> str:
     (Python cannot stop a thread), and an async one may have acted before its
     task was cancelled: whether it did is unknown.
     """
-    return error_text(f"cut off while running ({reason}): it may have run; its outcome is unknown")
+    return error_text(f"cut off while running ({reason}): {_MAY_HAVE_RUN}")
+
+
+def refuse_cut_decisions(turn: str, source: object, approvals: Mapping[str, bool | str] | None) -> None:
+    """A ``ValueError`` if ``approvals`` decide on a call the stop of the turn ``source`` cut while it ran.
+
+    Why: such a call was acted on (a decision let it start, or it needed
+    none), and a decision given again, say an answer a client sends twice,
+    must not resume the turn to make it again: it may have had its effect.
+    The error names the decision that stood.  ``source`` is the turn's
+    snapshot or ``RunResult``; a turn that did not stop passes.
+    """
+    data = getattr(source, "snapshot", source)
+    if not approvals or not isinstance(data, dict) or data.get("state") != "Failed":
+        return
+    cut = [call_id for call_id in approvals if call_id in cut_calls(cut_of(data))]
+    if not cut:
+        return
+    reason, stood = data.get("reason") or "stopped", data.get("approvals") or {}
+    said = []
+    for call_id in cut:
+        kept = stood.get(call_id)
+        done = "started (it needed no decision)" if kept is None else f"{describe_decision(kept)} and started"
+        told = f"tool call {call_id!r} was already {done}, then cut off while running ({reason}): {_MAY_HAVE_RUN}"
+        if kept is not None and not same_decision(kept, approvals[call_id]):
+            told += f", and a decision holds: this one ({describe_decision(approvals[call_id])}) was not taken"
+        said.append(told)
+    msg = f"run {turn!r} stopped ({reason}); a decision comes too late: {'; '.join(said)}"
+    raise ValueError(msg)
 
 
 def cut_of(data: dict[str, Any]) -> object:
@@ -249,23 +303,33 @@ def cut_of(data: dict[str, Any]) -> object:
 
 
 async def astop_cut(run: AgentRun) -> None:
-    """A turn whose task was cancelled, with its token, while a transition's checkpoint was written: ended.
+    """A turn whose task was cancelled, with its token, while one of its writes was under way: ended.
 
     Nobody goes on with a session's run once its turn is cut, so the
-    transition left closing (see ``AsyncDriver._aadvance``) would keep the
-    turn unfinished in the store, its lease held until it lapses.  The run is
-    finished here instead, out of reach of the cancel: the checkpoint is
-    written, the cancelled token stops the run before its next call (none is
-    made), or, when the model's answer had come, the run ends ``Done`` with
-    it (nothing it produced is dropped); the end is stored and lets the turn go.
+    transition left closing (see ``AsyncDriver._aadvance``), or the turn's
+    first write, which the store may have committed all the same
+    (``persist/cut_writes``), would keep the turn unfinished in the store,
+    its lease held until it lapses.  The run is finished here instead, out of
+    reach of the cancel (``AsyncDriver._aend_cut``): the cut write is read
+    back or written again, and the run stops ``cancelled`` before its next
+    call (none is made), or, when the model's answer had come, ends ``Done``
+    with it (nothing it produced is dropped); the end is stored and lets the
+    turn go.  A turn
+    whose first write never landed is not in the store (``KeyError``): there
+    is nothing to end.  The cancel propagates as it came, whatever happens here.
     """
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
-    token = run._cancel  # noqa: SLF001 - the run's own token, set by whoever cancelled the turn
-    if run._closing is None or token is None or not token.cancelled:  # noqa: SLF001 - as _aadvance reads it
+    token, journal = run._cancel, run._journal  # noqa: SLF001 - the run's own token, set by whoever cut the turn
+    cut = run._closing is not None or (journal is not None and journal.cut_pending())  # noqa: SLF001 - as _aadvance
+    if not cut or token is None or not token.cancelled:
         return
-    with contextlib.suppress(AgentLoopError):  # the stop, stored: the cancel propagates as it came
-        await asyncio.shield(run.afinish())
+    try:
+        await asyncio.shield(run._aend_cut())  # noqa: SLF001 - the session ends the turn it took
+    except KeyError:  # the turn was never stored
+        pass
+    except Exception:  # noqa: BLE001 - the cancel is what propagates; the turn's lease lapses as a dead owner's
+        logger.warning("fsm_agent: the cut turn %s could not be ended", run.run_id, exc_info=True)
 
 
 class _TurnLeasedError(RunLeasedError):

@@ -29,9 +29,10 @@ from typing import Any, cast
 from fsm_agent.core import snapshot
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, State
-from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
+from fsm_agent.errors import RunExistsError, RunLeasedError
 from fsm_agent.jsontext import dumps
-from fsm_agent.persist.heartbeat import CallInFlight, Heartbeats, HeartbeatThread
+from fsm_agent.persist.cut_writes import CutWrite, CutWrites, Point
+from fsm_agent.persist.heartbeat import CallInFlight, HeartbeatThread
 from fsm_agent.persist.store import VERSION_KEY, Entry, JournaledStore, Store, Summary, new_owner, traits
 
 LINK = ("parent_run_id", "parent_call_id", "input_digest")
@@ -63,7 +64,7 @@ _BY_REFERENCE = ("evidence", "finalize_evidence")
 """Fields ``dump_small`` hands out as the run's own dicts: remembered as copies, so a later change is seen."""
 
 
-class Journal(Heartbeats):
+class Journal(CutWrites):
     """Ownership of one stored run and the bookkeeping of what its next checkpoint must append."""
 
     def __init__(
@@ -103,12 +104,12 @@ class Journal(Heartbeats):
         self._marks: tuple[int, ...] = (0, 0, 0, 0)
         self._tails: tuple[object, ...] = (None, None, None, None)
         self._small: dict[str, Any] = {}
-        self._next: tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]] | None = None
+        self._next: Point | None = None
         self._renew_at = math.inf
         self._early: set[str] = set()  # calls of a parallel batch whose outcome was written before they were recorded
-        # An entry whose awaited append was cancelled while the store had it, with the point it would start the
-        # next entry from: the store may have written it anyway (see akeep).
-        self._unsure: tuple[Entry, tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]] | None] | None = None
+        # A write (an entry, or a claim) whose await a cancel cut while the store had it: the store may have
+        # committed it all the same, so the next write first reads which (``_resolve``, persist/cut_writes).
+        self._unsure: CutWrite | None = None
         # The call in flight (its heartbeat's task, async), this run's heartbeat thread (sync: it outlives one
         # call, so a call costs no thread start), and why a renewal was refused, if one was.
         self._beat: CallInFlight | asyncio.Task[None] | None = None
@@ -129,7 +130,7 @@ class Journal(Heartbeats):
         return whole
 
     @staticmethod
-    def _position(run: Run, small: dict[str, Any]) -> tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]]:
+    def _position(run: Run, small: dict[str, Any]) -> Point:
         lists = (run.talk.messages, run.talk.steps, run.at.trace, run.talk.io)
         marks = tuple(len(items) for items in lists)
         kept = {**small, **{k: copy.deepcopy(small[k]) for k in _BY_REFERENCE if small.get(k)}}
@@ -223,14 +224,21 @@ class Journal(Heartbeats):
         ahead and never on a run another owner took over meanwhile (a
         ``StaleRunError`` if anyone decided, resumed or saved it since).
         """
+        self._resolve()
         self._write(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
 
     async def ahold(self, run: Run) -> None:
         """``hold``, awaited."""
+        await self._aresolve()
         await self._awrite(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
 
     def save(self, run: Run, paused: bool) -> None:
-        """Checkpoint the transition just taken if the store wants it or it ended a call, or renew a due lease."""
+        """Checkpoint the transition just taken if the store wants it or it ended a call, or renew a due lease.
+
+        Nothing is written when the write a cancel cut landed and holds the run as it is (``_resolve``).
+        """
+        if self._resolve() and not self._moved(run, paused):
+            return
         action = self._plan(run, paused, force=self._called(run))
         if action is not None:
             self._write(action, run, paused)
@@ -244,6 +252,7 @@ class Journal(Heartbeats):
         asked.  The calls still in flight keep the lease (a new heartbeat, at
         the version just written).
         """
+        await self._aresolve()
         self._early.intersection_update(call.id for call in run.calls.pending)  # earlier batches' calls are recorded
         if not (self.after_calls or self.store.wants(run.at.state, False)) or self._early.issuperset(run.calls.ran):
             return  # not wanted, or already written with a sibling's
@@ -274,6 +283,7 @@ class Journal(Heartbeats):
         whose lease renewal was refused.  The lease is kept, not given up: the
         run is unfinished, and its owner may be gone a moment later.
         """
+        self._resolve()
         self._write(self._plan(run, paused, force=True), run, paused)
 
     async def akeep(self, run: Run, paused: bool) -> None:
@@ -281,36 +291,14 @@ class Journal(Heartbeats):
 
         A Ctrl-C in a call of an async batch ends the event loop, whose
         teardown cancels every task: a batch's outcome write among them, which
-        the store may still commit unawaited.  If so the store refuses this
-        write as stale; when the stored run is exactly what that cut write
-        held, it is this object's own, taken as written, and this write made
-        after it.
+        the store may still commit unawaited (``_aresolve`` reads whether).
         """
-        try:
-            await self._awrite(self._plan(run, paused, force=True), run, paused)
-        except StaleRunError:
-            if not await self._alanded():
-                raise
-            await self._awrite(self._plan(run, paused, force=True), run, paused)
+        await self._aresolve()
+        await self._awrite(self._plan(run, paused, force=True), run, paused)
 
-    async def _alanded(self) -> bool:
-        """Whether the append cut in flight (``_unsure``) is what the store holds now; if so it counts as written."""
-        unsure, self._unsure = self._unsure, None
-        if unsure is None:
-            return False
-        entry, planned = unsure
-        if planned is None:
-            return False
-        stored = await self._await("load", self.run_id)
-        marks, _, small = planned
-        lengths = tuple(len(stored.get(name) or ()) for name in snapshot.GROWING)
-        if stored.get(VERSION_KEY) != entry.seq or lengths != marks:
-            return False
-        if any(stored.get(name, _MISSING) != value for name, value in small.items()):
-            return False  # another write of that version: another owner's
-        self._next = planned
-        self._written(entry.seq, entry.release)
-        return True
+    def _moved(self, run: Run, paused: bool) -> bool:
+        """Whether the run holds more than its last write: grown, or a small field (state, counters, ...) changed."""
+        return self.unwritten(run) or snapshot.dump_small(run, **self._named, paused=paused) != self._small
 
     def _called(self, run: Run) -> bool:
         """Whether (``every="call"``) the transition just taken recorded a call's outcome not written yet.
@@ -368,9 +356,11 @@ class Journal(Heartbeats):
             seq = 0
         else:
             if new:
-                seq = await self._await("create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
+                create = self._await("create", self.run_id, whole, owner=self.owner, overwrite=overwrite)
+                seq = await (create if overwrite else self._guarded(create, 1, False))  # a new run's version is 1
             else:
-                seq = await self._await("claim", self.run_id, _at(whole, expected), owner=self.owner)
+                claim = self._await("claim", self.run_id, _at(whole, expected), owner=self.owner)
+                seq = await (claim if expected is None else self._guarded(claim, expected + 1, False))
             released = paused or run.at.state in TERMINAL
             if released:
                 await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
@@ -378,6 +368,8 @@ class Journal(Heartbeats):
 
     async def asave(self, run: Run, paused: bool) -> None:
         """``save``, awaited: a checkpoint never blocks the event loop."""
+        if await self._aresolve() and not self._moved(run, paused):
+            return
         action = self._plan(run, paused, force=self._called(run))
         if action is not None:
             await self._awrite(action, run, paused)
@@ -389,12 +381,7 @@ class Journal(Heartbeats):
             await self._await("save", self.run_id, whole)
             self._written(0)
         elif isinstance(action, Entry):
-            planned = self._next
-            try:
-                await self._await("append", action, owner=self.owner)
-            except asyncio.CancelledError:
-                self._unsure = (action, planned)  # the store may commit it all the same (akeep)
-                raise
+            await self._guarded(self._await("append", action, owner=self.owner), action.seq, action.release)
             self._written(action.seq, action.release)
         elif action is _RENEW:
             await self._await("renew", self.run_id, owner=self.owner, seq=self.seq)
@@ -402,7 +389,8 @@ class Journal(Heartbeats):
         else:
             whole = cast("dict[str, Any]", action)
             released = paused or run.at.state in TERMINAL
-            seq = await self._await("claim", self.run_id, _at(whole, self.seq), owner=self.owner)
+            claim = self._await("claim", self.run_id, _at(whole, self.seq), owner=self.owner)
+            seq = await self._guarded(claim, self.seq + 1, False)  # a claim writes the next version
             if released:
                 await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
             self._written(seq, released)

@@ -299,7 +299,8 @@ class SqliteStore(PlannedStore):
 
         Its own savepoint keeps the plan's failure its own; it returns once
         the transaction committed.  A cancelled caller's plan still runs,
-        and may commit, if the writer had already taken it.
+        and may commit, if the writer had already taken it (a run's journal
+        reads back whether it did: ``persist/cut_writes``).
         """
         return await self._writer.run(plan, write)
 

@@ -1,0 +1,99 @@
+"""A stored run's write whose await a cancel cut: whether the store committed it all the same.
+
+A cancelled caller stops waiting, but the store may have its write already
+(SQLite's writer thread took it, or a PostgreSQL statement ran before the
+cancel reached the server) and commit it.  Planned as if it failed, the
+run's next write would be refused against the run's own (``StaleRunError``)
+and its lease held until it lapses; planned as if it landed, a write that
+failed would be lost.  So the journal keeps what the cut write would mean
+(``CutWrite``), and its next write first reads the stored run to learn
+which (``landed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+from fsm_agent.core import snapshot
+from fsm_agent.persist.heartbeat import Heartbeats
+from fsm_agent.persist.store import VERSION_KEY
+
+T = TypeVar("T")
+
+Point = tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]]
+"""Where a journal's next entry starts: the lengths of the run's growing lists, their last items, its small fields."""
+
+_MISSING = object()
+
+
+@attrs.frozen
+class CutWrite:
+    """A write cut in flight: the version it writes, whether it gives the lease up, and where the next entry starts."""
+
+    seq: int
+    release: bool
+    planned: Point
+
+
+def landed(cut: CutWrite, stored: dict[str, Any]) -> bool:
+    """Whether ``stored`` (the run as the store holds it now) is what ``cut`` wrote: this owner's write, committed.
+
+    The version, the lengths of the growing lists and every small field
+    must be the cut write's: another owner's write of the same version
+    differs in them.
+    """
+    marks, _, small = cut.planned
+    lengths = tuple(len(stored.get(name) or ()) for name in snapshot.GROWING)
+    if stored.get(VERSION_KEY) != cut.seq or lengths != marks:
+        return False
+    return all(stored.get(name, _MISSING) == value for name, value in small.items())
+
+
+class CutWrites(Heartbeats):
+    """The half of a ``Journal`` that learns, before its next write, whether the write a cancel cut landed."""
+
+    _unsure: CutWrite | None
+    _next: Point | None
+
+    if TYPE_CHECKING:
+
+        def _written(self, seq: int, released: bool = False, *, wrote: bool = True) -> None:
+            """The ``Journal``'s: the planned write succeeded."""
+
+    def cut_pending(self) -> bool:
+        """Whether a write a cancel cut is yet to be read back (the next write does it first)."""
+        return self._unsure is not None
+
+    async def _guarded(self, write: Awaitable[T], seq: int, release: bool) -> T:
+        """Await ``write``, which writes version ``seq``; if a cancel cuts it, it is kept as a write that may land."""
+        planned = self._next
+        try:
+            return await write
+        except asyncio.CancelledError:
+            if planned is not None:  # where the next entry starts once it is written: taken with the plan
+                self._unsure = CutWrite(seq, release, planned)
+            raise
+
+    def _resolve(self) -> bool:
+        """Whether the write a cancel cut (``_unsure``) landed, read from the store; if so it counts as written.
+
+        False also when no write was cut, and when it was refused or withdrawn: the next write is planned as usual.
+        """
+        return self._unsure is not None and self._take(self.store.load(self.run_id))
+
+    async def _aresolve(self) -> bool:
+        """``_resolve``, awaited: read with the store's ``aload`` (on SQLite, queued after the cut write)."""
+        return self._unsure is not None and self._take(await self._await("load", self.run_id))
+
+    def _take(self, stored: dict[str, Any]) -> bool:
+        """The cut write taken as written if ``stored`` is what it held; forgotten either way."""
+        cut, self._unsure = self._unsure, None
+        if cut is None or not landed(cut, stored):
+            return False
+        self._next = cut.planned
+        self._written(cut.seq, cut.release)
+        return True
