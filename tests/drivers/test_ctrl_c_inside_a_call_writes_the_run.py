@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -397,14 +397,27 @@ def test_a_ctrl_c_outside_any_call_writes_nothing(tmp_path: Path, driver: str) -
 # --- a real SIGINT -----------------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt``, as in a terminal, even in a suite started in the background.
+
+    A process started by a shell in the background ignores SIGINT, and Python
+    then installs no handler of its own: the signal would be lost.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to its own process")
 @pytest.mark.parametrize("timeout", [None, 60.0])
+@pytest.mark.usefixtures("sigint_raises")
 def test_a_real_sigint_while_a_tool_runs_writes_the_run(tmp_path: Path, timeout: float | None) -> None:
     """The process is sent SIGINT while s2 runs (sync driver).  Without a ``timeout`` the tool runs in the main thread,
     where the interrupt is raised; with one, the run is driven on a worker and the interrupt is raised in the caller's
     thread, waiting for it: the run is written there while the worker's call is in flight."""
     counts = Counts()
-    release, ended = threading.Event(), threading.Event()
+    release, ended, missed = threading.Event(), threading.Event(), threading.Event()
     tools = ToolRegistry()
 
     @tools.register
@@ -415,6 +428,7 @@ def test_a_real_sigint_while_a_tool_runs_writes_the_run(tmp_path: Path, timeout:
             os.kill(os.getpid(), signal.SIGINT)
             if timeout is None:
                 time.sleep(30)  # the SIGINT's KeyboardInterrupt is raised here, in the main thread
+                missed.set()  # not reached when the signal does its work
             release.wait(30)  # on the worker: the caller's thread takes the interrupt meanwhile
             ended.set()
             raise KeyboardInterrupt  # the worker goes no further
@@ -440,3 +454,4 @@ def test_a_real_sigint_while_a_tool_runs_writes_the_run(tmp_path: Path, timeout:
         result = agent.resume(store.load("r"), store=store).finish()
     assert result.final == "sent"
     assert counts.tools == {"s1": 1, "s2": 2}
+    assert not missed.is_set()  # the interrupt came from the signal, not from the tool's own raise
