@@ -177,11 +177,15 @@ class UnpricedModelError(FsmAgentError, ValueError):
     say how, with ``explain``, instead of matching the text.
     """
 
-    def __init__(self, model: object, pricing: Pricing, sub_agent: str | None = None) -> None:
+    def __init__(
+        self, model: object, pricing: Pricing, sub_agent: str | None = None, through: tuple[str, ...] = ()
+    ) -> None:
         self.model = model
         self.pricing = pricing
         self.sub_agent = sub_agent
         """The name of the sub-agent tool whose model it is, or None for the agent's own."""
+        self.through = through
+        """The sub-agent tools above ``sub_agent``, from the agent's own down: () for its direct sub-agent."""
         super().__init__(self.explain(PRICES_KEYWORD))
 
     def explain(self, remedy: str) -> str:
@@ -192,4 +196,6 @@ class UnpricedModelError(FsmAgentError, ValueError):
             f"cost_budget needs a price for every model call, and model {shown} has none: {remedy}, "
             "or install genai-prices (pip install 'fsm-agent[prices]') for a model it lists"
         )
-        return text if self.sub_agent is None else f"sub-agent {self.sub_agent!r}: {text}"
+        if self.sub_agent is None:
+            return text
+        return f"sub-agent {' -> '.join(repr(name) for name in (*self.through, self.sub_agent))}: {text}"

@@ -62,9 +62,7 @@ class RunsAgain(AgentParts):
         run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
             _agent(self), source, approvals, retry, cancel, observers, opened, lifted, deps
         )
-        run._open_store(new=False, expected=expected)  # noqa: SLF001 - the agent opens its own runs' stores
-        if entry is not None:
-            run._after(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
+        run._claimed(expected, entry)  # noqa: SLF001 - the agent opens its own runs' stores
         return run
 
     async def aresume(
@@ -93,9 +91,7 @@ class RunsAgain(AgentParts):
         run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
             _agent(self), source, approvals, retry, cancel, observers, opened, lifted, deps
         )
-        await run._aopen_store(new=False, expected=expected)  # noqa: SLF001 - the agent opens its own runs' stores
-        if entry is not None:
-            await run._aafter(entry)  # noqa: SLF001 - observers and the store see the resume edge like any other
+        await run._aclaimed(expected, entry)  # noqa: SLF001 - the agent opens its own runs' stores
         return run
 
     def fork(

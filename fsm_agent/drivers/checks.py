@@ -227,12 +227,23 @@ def check_tools_named(settings: AgentSettings, registry: ToolRegistry) -> None:
 def check_children_priced(children: Mapping[str, ChildTool]) -> None:
     """A ``ValueError`` naming the first sub-agent whose model has no price: under a ``cost_budget``, none may lack one.
 
-    Asked when the agent is built and again when its tools change (a sub-agent registered later), before a run.
+    Sub-agents of sub-agents too, at any depth: each one's calls are the
+    parent's spending (``drivers/child_spend``), so an unpriced one deep
+    down would spend dollars the budget never sees.  The error names the
+    path of sub-agent tools down to it.  Asked when the agent is built and
+    again when its tools change (a sub-agent registered later), before a run.
     """
-    for child in children.values():
-        child_pricing = child.agent.settings.pricing
-        if not child_pricing.known:
-            raise UnpricedModelError(child.agent.model, child_pricing, child.name)
+    stack: list[tuple[Mapping[str, ChildTool], tuple[str, ...]]] = [(children, ())]
+    seen: list[object] = []
+    while stack:
+        level, through = stack.pop()
+        for child in level.values():
+            child_pricing = child.agent.settings.pricing
+            if not child_pricing.known:
+                raise UnpricedModelError(child.agent.model, child_pricing, child.name, through)
+            if not any(child.agent is known for known in seen):  # a cycle is check_no_cycle's to refuse
+                seen.append(child.agent)
+                stack.append((children_in(child.agent.registry)[0], (*through, child.name)))
 
 
 def model_of(model: Any) -> Model:

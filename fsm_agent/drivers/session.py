@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
-from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.drivers.agent_run import AgentRun, astop_cut
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.session_turns import (
     StoredTurns,
-    astop_cut,
     closed,
     kept_of,
     paused_message,

@@ -19,7 +19,6 @@ from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
-from fsm_agent.observe.events import logger
 from fsm_agent.records import Message, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -300,36 +299,6 @@ def cut_of(data: dict[str, Any]) -> object:
     """The calls a stored turn's stop cut off while they ran: its ``unfinished`` (also in its evidence), if any."""
     evidence = data.get("evidence")
     return data.get("unfinished") or (evidence.get("unfinished") if isinstance(evidence, dict) else None)
-
-
-async def astop_cut(run: AgentRun) -> None:
-    """A turn whose task was cancelled, with its token, while one of its writes was under way: ended.
-
-    Nobody goes on with a session's run once its turn is cut, so the
-    transition left closing (see ``AsyncDriver._aadvance``), or the turn's
-    first write, which the store may have committed all the same
-    (``persist/cut_writes``), would keep the turn unfinished in the store,
-    its lease held until it lapses.  The run is finished here instead, out of
-    reach of the cancel (``AsyncDriver._aend_cut``): the cut write is read
-    back or written again, and the run stops ``cancelled`` before its next
-    call (none is made), or, when the model's answer had come, ends ``Done``
-    with it (nothing it produced is dropped); the end is stored and lets the
-    turn go.  A turn
-    whose first write never landed is not in the store (``KeyError``): there
-    is nothing to end.  The cancel propagates as it came, whatever happens here.
-    """
-    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
-
-    token, journal = run._cancel, run._journal  # noqa: SLF001 - the run's own token, set by whoever cut the turn
-    cut = run._closing is not None or (journal is not None and journal.cut_pending())  # noqa: SLF001 - as _aadvance
-    if not cut or token is None or not token.cancelled:
-        return
-    try:
-        await asyncio.shield(run._aend_cut())  # noqa: SLF001 - the session ends the turn it took
-    except KeyError:  # the turn was never stored
-        pass
-    except Exception:  # noqa: BLE001 - the cancel is what propagates; the turn's lease lapses as a dead owner's
-        logger.warning("fsm_agent: the cut turn %s could not be ended", run.run_id, exc_info=True)
 
 
 class _TurnLeasedError(RunLeasedError):

@@ -201,6 +201,14 @@ class WatchedRun:
         self._after_tool(call, outcome)
 
     def _after_tool(self, call: ToolCall, outcome: ToolResult) -> None:
+        """The ``after_tool`` event of a call that ran: none for one a fork took from its source (``reused_from``).
+
+        Such a call was not made (no ``before_tool`` opened it): the hooks hear
+        only executions, and the transition that records it, with
+        ``reused_from`` set, is how a watcher sees it taken.
+        """
+        if outcome.reused_from is not None:
+            return
         turn, result, error = self.position.counts.turns, outcome.content, outcome.error
         self._call_hooks(self._call_event("after_tool", turn, tool_call=call, tool_result=result, tool_error=error))
 
@@ -254,6 +262,7 @@ class WatchedRun:
             tool_call=call,
             tool_result=None if self._outcome is None else self._outcome.content,
             tool_error=None if self._outcome is None else self._outcome.error,
+            reused_from=None if self._outcome is None else self._outcome.reused_from,
             evidence=run.at.evidence if run.at.state is Failed else None,
             result=self._result if terminal else None,
             run_id=self.run_id,

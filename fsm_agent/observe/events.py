@@ -87,6 +87,9 @@ class TransitionEvent:
     paused: RunResult | None = None
     """The paused result (reason ``"paused"``, with its snapshot) on the edge that leaves the run waiting for a
     decision: a reader of ``Agent.stream`` has no other way to it."""
+    reused_from: str | None = None
+    """On a fork, the edge out of ``ExecuteTool`` of a call not made but taken from the source's outcome: the
+    source's call (``Step.reused_from``).  No ``before_tool`` or ``after_tool`` is heard for such a call."""
 
     @property
     def transition(self) -> Transition:
@@ -121,6 +124,8 @@ class TransitionEvent:
         if self.tool_result is not None:
             out["tool_result"] = self.tool_result
             out["tool_error"] = self.tool_error
+        if self.reused_from is not None:
+            out["reused_from"] = self.reused_from
         if self.evidence is not None:
             out["evidence"] = self.evidence
         return out

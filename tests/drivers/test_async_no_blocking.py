@@ -278,6 +278,7 @@ SYNC_NAMES = {
     "asyncio.sleep": "time.sleep",
     "_aopen_store": "_open_store",
     "_aafter": "_after",
+    "_aclaimed": "_claimed",
     "astore_for": "store_for",
 }
 
