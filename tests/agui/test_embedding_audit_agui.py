@@ -22,6 +22,7 @@ import httpx
 from starlette.testclient import TestClient
 from support.agui_apps import Served, post, run_input
 from support.app_owners import ending, stream
+from support.turn_models import RetriesWhatWasNotRun
 
 from fsm_agent import Agent, Message, ModelResponse, RunContext, SqliteStore, ToolRegistry
 from fsm_agent.agui import app
@@ -269,29 +270,6 @@ def test_a_client_leaving_while_the_tools_checkpoint_is_written_makes_no_further
 
 
 # --- a client that leaves in the middle of a parallel batch ------------------------------------------------------
-
-
-class RetriesWhatWasNotRun:
-    """First message: ``slow`` then two charges in one reply.  Later: asks again for each charge told not executed."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[Message, ...]] = []
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        self.seen.append(tuple(messages))
-        last = max(i for i, m in enumerate(messages) if m.role == "user")
-        if messages[last].content == "Charge 2 and 3 cents.":
-            calls = [tool_call("slow", id="c1", n=1), tool_call("charge", id="c2", cents=2)]
-            return tool_turn(*calls, tool_call("charge", id="c3", cents=3))
-        if any(m.role == "tool" for m in messages[last:]):
-            return reply("done")
-        asked = {c.id: c for m in messages if m.role == "assistant" for c in m.tool_calls}
-        again = [
-            tool_call("charge", id=f"{m.tool_call_id}-again", cents=asked[m.tool_call_id].arguments["cents"])
-            for m in messages[:last]
-            if m.role == "tool" and "not executed" in m.content and asked[m.tool_call_id].name == "charge"
-        ]
-        return tool_turn(*again) if again else reply("nothing to redo")
 
 
 def test_charges_that_ran_before_the_client_left_mid_batch_are_not_told_as_not_executed(tmp_path: Path) -> None:

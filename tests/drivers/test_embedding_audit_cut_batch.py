@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.turn_models import RetriesWhatWasNotRun
 
-from fsm_agent import Agent, CancelToken, Message, ModelResponse, Session, SqliteStore, ToolRegistry
-from fsm_agent.testing import reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
+from fsm_agent import Agent, CancelToken, Session, SqliteStore, ToolRegistry
 
 
 class Shop:
@@ -44,29 +42,6 @@ class Shop:
         """Charge the card (counted)."""
         self.charged[cents] += 1
         return f"charged {cents}"
-
-
-class RetriesWhatWasNotRun:
-    """First question: ``slow`` then two charges in one reply.  Later: asks again for each charge told not executed."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[Message, ...]] = []
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        self.seen.append(tuple(messages))
-        last = max(i for i, m in enumerate(messages) if m.role == "user")
-        if messages[last].content == "Charge 2 and 3 cents.":
-            calls = [tool_call("slow", id="c1", n=1), tool_call("charge", id="c2", cents=2)]
-            return tool_turn(*calls, tool_call("charge", id="c3", cents=3))
-        if any(m.role == "tool" for m in messages[last:]):
-            return reply("done")
-        asked = {c.id: c for m in messages if m.role == "assistant" for c in m.tool_calls}
-        again = [
-            tool_call("charge", id=f"{m.tool_call_id}-again", cents=asked[m.tool_call_id].arguments["cents"])
-            for m in messages[:last]
-            if m.role == "tool" and "not executed" in m.content and asked[m.tool_call_id].name == "charge"
-        ]
-        return tool_turn(*again) if again else reply("nothing to redo")
 
 
 @pytest.mark.parametrize("kept", ["in a store", "in memory"])

@@ -16,14 +16,13 @@ import asyncio
 import sqlite3
 import sys
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.turn_models import Mailer
 
-from fsm_agent import Agent, CancelToken, Message, ModelResponse, RunLeasedError, Session, SqliteStore, ToolRegistry
+from fsm_agent import Agent, CancelToken, RunLeasedError, Session, SqliteStore, ToolRegistry
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
 
 
 def writer_holds_a_write() -> bool:
@@ -72,22 +71,6 @@ def _model() -> FakeModel:
     return FakeModel(tool_turn(tool_call("send", id="c1", to="ada")), reply("sent"), reply("second turn"))
 
 
-class Mailer:
-    """Asks for ``send`` on "Mail Ada.", says "sent" once a tool answered, and "second turn" on "Thanks."; counted."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        last = max(i for i, m in enumerate(messages) if m.role == "user")
-        self.asked.append(messages[last].content)
-        if messages[last].content == "Thanks.":
-            return reply("second turn")
-        if any(m.role == "tool" for m in messages[last:]):
-            return reply("sent")
-        return tool_turn(tool_call("send", id="c1", to="ada"))
-
-
 def test_a_run_whose_task_was_cancelled_while_its_checkpoint_committed_finishes_on_the_next_afinish(
     tmp_path: Path,
 ) -> None:
@@ -122,7 +105,7 @@ def test_a_session_turn_cancelled_while_its_checkpoint_committed_raises_the_canc
     The cut turn stops before its next call (ag-ui.md): the model is asked once for it, once for the next turn.
     """
     tool = OtherWriter(tmp_path / "runs.db")
-    model = Mailer()
+    model = Mailer(thanks="second turn")
 
     async def main() -> tuple[BaseException | None, str, str]:
         store = SqliteStore(tool.path)

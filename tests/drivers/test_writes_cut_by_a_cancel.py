@@ -14,31 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from support.turn_models import Mailer
 
-from fsm_agent import Agent, CancelToken, Message, ModelResponse, PostgresStore, Session, SqliteStore, ToolRegistry
+from fsm_agent import Agent, CancelToken, PostgresStore, Session, SqliteStore, ToolRegistry
 from fsm_agent.persist.store import Entry
-from fsm_agent.testing import reply, tool_call, tool_turn
-from fsm_agent.tools import JSONSchema
-
-
-class Mailer:
-    """Asks for ``send`` on "Mail Ada.", says "sent" once a tool answered it, and "welcome" on "Thanks."."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        last = max(i for i, m in enumerate(messages) if m.role == "user")
-        self.asked.append(messages[last].content)
-        if messages[last].content == "Thanks.":
-            return reply("welcome")
-        if any(m.role == "tool" for m in messages[last:]):
-            return reply("sent")
-        return tool_turn(tool_call("send", id="c1", to="ada"))
 
 
 def held_store(target: str, landed: bool) -> Any:
