@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.pg_cluster import HOW_TO_GET, Cluster, find_bindir
+from support.pg_cluster import HOW_TO_GET, Cluster, find_bindir, memory_folder
 from support.programs import require_program
 from support.provider_server import ProviderServer
 
@@ -46,13 +46,14 @@ def unused_port() -> int:
 
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[Cluster]:
-    """A throwaway PostgreSQL server for the session; skipped (failed under CI) where PostgreSQL is not installed."""
+    """A throwaway PostgreSQL server for the session, in memory where there is room (``support.pg_cluster``); skipped
+    (failed under CI) where PostgreSQL is not installed."""
     bindir = find_bindir()
     if bindir is None:
         require_program("initdb", HOW_TO_GET)
         raise AssertionError  # require_program skipped or failed
     pytest.importorskip("psycopg", reason="pip install 'fsm-agent[postgres]'")
-    cluster = Cluster(bindir).start()
+    cluster = Cluster(bindir, folder=memory_folder()).start()
     try:
         yield cluster
     finally:
@@ -60,9 +61,13 @@ def postgres_cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a store test keeps its runs: a fresh SQLite file, then a fresh PostgreSQL database (same tests)."""
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Where a store test keeps its runs: a fresh SQLite file, then a fresh PostgreSQL database (same tests), which
+    is dropped after the test."""
     if request.param == "sqlite":
-        return str(tmp_path / "runs.db")
+        yield str(tmp_path / "runs.db")
+        return
     cluster: Cluster = request.getfixturevalue("postgres_cluster")
-    return cluster.new_database(f"t_{uuid.uuid4().hex[:16]}")
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield cluster.new_database(name)
+    cluster.drop_database(name)

@@ -11,11 +11,11 @@ flight).
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import pytest
 from support.batch_agents import MODEL_LOG, TOOL_LOG, counts, factory, tag
+from support.store_cases import child_process
 
 from fsm_agent.batch import batch_items, run_batch
 from fsm_agent.persist import open_store
@@ -41,7 +41,7 @@ def test_a_crashed_batch_process_leaves_runs_the_next_pass_takes_over_after_thei
     store_target: str, tmp_path: Path
 ) -> None:
     """Every run ends done; the ended ones make no call; a completed call repeats only if it was in flight."""
-    child = multiprocessing.get_context("spawn").Process(target=_crashing_batch, args=(store_target, str(tmp_path)))
+    child = child_process(_crashing_batch, store_target, str(tmp_path))
     child.start()
     child.join(120)
     assert child.exitcode == 1, "the batch process died in the doomed call"

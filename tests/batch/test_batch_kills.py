@@ -1,8 +1,8 @@
 """A process killed while one call of a turn is in flight: on resume, no call whose outcome had returned runs again.
 
 Each case draws a turn of 1-4 tool calls (quick ones, a slow one that is
-cut, sometimes a sub-agent), runs it in a fresh interpreter on one driver
-and one store, and kills that process with SIGKILL once the quick calls
+cut, sometimes a sub-agent), runs it in a new process (``support.store_cases.child_process``)
+on one driver and one store, and kills that process with SIGKILL once the quick calls
 returned and the store holds their outcomes, while the slow call is still
 in flight.  The run is resumed in another process.  Every call start is
 counted in a log file: each call must start exactly once, except the call
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.store_cases import durable_calls, in_child
+from support.store_cases import child_process, durable_calls, in_child
 
 from fsm_agent import Agent, RunLeasedError, RunResult, ToolRegistry
 from fsm_agent.persist import open_store
@@ -153,17 +153,13 @@ def test_a_process_killed_mid_batch_resumes_making_only_the_call_in_flight_again
     store_target: str, tmp_path: Path, driver: str, case: int
 ) -> None:
     """Killed with SIGKILL while a call is in flight: each returned call starts once, one in flight exactly twice."""
-    import multiprocessing
-
     plan, cut = _plan(case, driver)
     log, flag, out = tmp_path / "calls.log", tmp_path / "slow.flag", tmp_path / "result.json"
     flag.touch()
     labels = [label if not label.startswith("sub") else f"{label}.work" for label, _ in plan]
     # The calls that return before the kill: the quick ones (on the sync driver, only those before the cut one).
     returned = {i for i, (_, seconds) in enumerate(plan) if seconds < 1 and (driver == "async" or i < cut)}
-    process = multiprocessing.get_context("spawn").Process(
-        target=_go, args=(store_target, driver, plan, str(log), str(flag))
-    )
+    process = child_process(_go, store_target, driver, plan, str(log), str(flag))
     process.start()
     try:
         ended = {f"end {labels[i]}" for i in returned}
@@ -203,14 +199,10 @@ def test_a_parent_resumed_while_its_childs_run_is_still_leased_waits_for_the_lea
     store_target: str, tmp_path: Path, driver: str
 ) -> None:
     """The killed child's run still leased when its parent resumes: waited for, taken over, each call made once."""
-    import multiprocessing
-
     plan = [("quick0", 0.05), ("sub1", 600.0)]
     log, flag, out = tmp_path / "calls.log", tmp_path / "slow.flag", tmp_path / "result.json"
     flag.touch()
-    process = multiprocessing.get_context("spawn").Process(
-        target=_go, args=(store_target, driver, plan, str(log), str(flag))
-    )
+    process = child_process(_go, store_target, driver, plan, str(log), str(flag))
     process.start()
     try:
         _wait_for("the child's call to start", lambda: "start sub1.work" in _lines(log))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from support.store_cases import child_process
 
 import fsm_agent
 from fsm_agent import (
@@ -341,7 +341,7 @@ def test_a_killed_process_loses_at_most_the_transition_in_flight(store_target: s
     """A child killed mid-call leaves its last transition (every="call": its last call's outcome) in the store;
     the parent resumes and finishes."""
     path = store_target
-    child = multiprocessing.get_context("spawn").Process(target=_child, args=(path, every))
+    child = child_process(_child, path, every)
     child.start()
     child.join(60)
     assert child.exitcode == 9

@@ -23,8 +23,9 @@ from fsm_agent.testing import ManualClock, edges
 DRIVERS = ["sync", "async"]
 ABC = ("a", "b", "c")
 ABCD = ("a", "b", "c", "d")
-TOOL_DEADLINE = 2.0
-"""``tool_timeout`` (real seconds): the trivial calls of a batch finish far inside it, beside a CPU hog too."""
+TOOL_DEADLINE = 1.0
+"""``tool_timeout`` (real seconds): the trivial calls of a batch finish far inside it, beside a CPU hog too (they are
+done within 0.12 s of the run's start at worst under two hogs: ``support.inflight_stops.DEADLINE``)."""
 
 
 def _ran(agent: Agent, driver: str, **options: object) -> RunResult:

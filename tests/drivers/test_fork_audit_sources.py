@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import re
 import shutil
 from collections import Counter
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.by_turn import ByTurn
-from support.store_cases import tick_agent
+from support.store_cases import CHILDREN, child_process, tick_agent
 
 from fsm_agent import (
     Agent,
@@ -186,7 +185,6 @@ def test_a_run_an_older_release_stored_forks_or_says_its_model_calls_were_not_ke
 
 # --- two processes forking one run under one id ------------------------------------------------------------------
 
-_spawn = multiprocessing.get_context("spawn")
 BATCH = [tool_turn(tool_call("send", id="s1", to="ada"), tool_call("send", id="s2", to="bob")), reply("both sent")]
 
 
@@ -228,10 +226,8 @@ def test_two_processes_forking_one_run_under_one_id_store_one_fork_and_send_noth
     with open_store(store_target) as store:
         Agent(ByTurn(BATCH), _writing_registry(counter)).run("go", store=store, run_id="src")
     assert Path(counter).read_text(encoding="utf-8").split() == ["ada", "bob"]
-    start, answers = _spawn.Barrier(2), _spawn.Queue()
-    workers = [
-        _spawn.Process(target=_fork_in_process, args=(store_target, driver, counter, start, answers)) for _ in range(2)
-    ]
+    start, answers = CHILDREN.Barrier(2), CHILDREN.Queue()
+    workers = [child_process(_fork_in_process, store_target, driver, counter, start, answers) for _ in range(2)]
     for worker in workers:
         worker.start()
     got = sorted(answers.get(timeout=120) for _ in workers)

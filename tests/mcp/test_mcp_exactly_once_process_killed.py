@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import signal
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from support.exactly_once import ataken_over, taken_over
 from support.exactly_once_audit import LEASE, WAIT, McpBatch, mcp_run_until_killed, mcp_tools
 from support.sdk import skip_unless_installed
-from support.store_cases import durable_calls
+from support.store_cases import child_process, durable_calls
 
 from fsm_agent import Agent, RunResult
 from fsm_agent.persist import open_store
@@ -68,9 +67,7 @@ def test_an_mcp_batch_whose_process_is_killed_mid_call_is_finished_by_a_new_owne
     store_target: str, tmp_path: Path, driver: str, resumer: str
 ) -> None:
     counts = tmp_path / "counts.json"
-    process = multiprocessing.get_context("spawn").Process(
-        target=mcp_run_until_killed, args=(store_target, driver, str(counts), "call")
-    )
+    process = child_process(mcp_run_until_killed, store_target, driver, str(counts), "call")
     process.start()
     deadline = time.monotonic() + WAIT
     while not _bump_durable_and_hang_started(store_target, counts):

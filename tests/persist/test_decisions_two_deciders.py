@@ -10,18 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import multiprocessing
 import threading
 from typing import Any
 
 import pytest
 from support.shared_runs import SECRET, Effects, office
+from support.store_cases import CHILDREN, child_process
 
 from fsm_agent import DecisionError, RunLeasedError
 from fsm_agent.persist import open_store
 
 RUN = "job"
-_spawn = multiprocessing.get_context("spawn")
 
 
 def _paused(store: Any) -> dict[str, Any]:
@@ -101,10 +100,9 @@ def test_two_processes_deciding_one_call_differently_at_once_keep_exactly_one(st
     """Two processes decide ``mail`` (approve, reject) released by one barrier: one is taken, the other refused."""
     with open_store(store_target) as store:
         _paused(store)
-    start, answers = _spawn.Barrier(2), _spawn.Queue()
+    start, answers = CHILDREN.Barrier(2), CHILDREN.Queue()
     workers = [
-        _spawn.Process(target=_decide_in_process, args=(store_target, decision, start, answers))
-        for decision in (True, "no mail")
+        child_process(_decide_in_process, store_target, decision, start, answers) for decision in (True, "no mail")
     ]
     for worker in workers:
         worker.start()

@@ -1,7 +1,7 @@
 """Leases that follow the owner: renewed by a heartbeat while a call is in flight, fenced, free soon after a crash.
 
 Each test runs against a SQLite file and a PostgreSQL database.  A killed
-owner is a spawned process ended with SIGKILL (no cleanup, no lease given
+owner is a new process (``support.store_cases.child_process``) ended with SIGKILL (no cleanup, no lease given
 up); the run is taken over by yet another process.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import sqlite3
 import threading
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.store_cases import child_process
 
 from fsm_agent import Agent, Message, ModelResponse, RunLeasedError, RunResult, StaleRunError, ToolRegistry
 from fsm_agent.persist import SqliteStore, is_url, open_store
@@ -27,7 +27,6 @@ from fsm_agent.tools import JSONSchema
 
 RUN = "slow"
 BEAT = "fsm_agent lease"  # how a heartbeat thread or task is named
-_spawn = multiprocessing.get_context("spawn")
 
 
 class TickThenSlow:
@@ -137,8 +136,8 @@ def test_an_owner_killed_mid_call_frees_its_run_within_one_lease_and_no_finished
 ) -> None:
     """Leased while its owner lives (two leases into the call), taken within 1.5 leases of the kill; tick ran once."""
     folder = str(tmp_path)
-    owner = _spawn.Process(target=_owner, args=(store_target, folder))
-    taker = _spawn.Process(target=_taker, args=(store_target, folder))
+    owner = child_process(_owner, store_target, folder)
+    taker = child_process(_taker, store_target, folder)
     owner.start()
     try:
         _wait_for(lambda: bool(_lines(folder, "slow-started.txt")))

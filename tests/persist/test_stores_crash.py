@@ -1,13 +1,12 @@
 """Processes that die or race: a killed run resumes elsewhere exactly, and only one owner advances a run at a time.
 
 Each test runs against a SQLite file and a PostgreSQL database.  Children
-are spawned (a fresh interpreter each), killed with ``os._exit`` (no
-cleanup, no lease released), and the run is resumed in yet another process.
+are new processes that share nothing with the test (``support.store_cases.child_process``), killed with
+``os._exit`` (no cleanup, no lease released), and the run is resumed in yet another process.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import time
@@ -15,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.store_cases import dying_store, in_child, tick_agent
+from support.store_cases import CHILDREN, child_process, dying_store, in_child, tick_agent
 
 from fsm_agent import AgentLoopError, RunLeasedError, RunResult
 from fsm_agent.persist import open_store
 
 K = 30
 LEASE = 0.5
-_spawn = multiprocessing.get_context("spawn")
 
 
 def _killed_at(target: str, counter: str, kill_at: int, every: str = "call") -> None:
@@ -90,8 +88,8 @@ def test_two_processes_racing_for_one_run_let_exactly_one_proceed(store_target: 
     with open_store(store_target) as store, pytest.raises(AgentLoopError) as stopped:
         tick_agent(K, max_steps=1).run("go", store=store, run_id="long")
     expected = tick_agent(K).resume(stopped.value.result, max_steps=K + 1).finish()
-    barrier = _spawn.Barrier(2)
-    racers = [_spawn.Process(target=_racer, args=(store_target, barrier, str(tmp_path), n)) for n in ("a", "b")]
+    barrier = CHILDREN.Barrier(2)
+    racers = [child_process(_racer, store_target, barrier, str(tmp_path), n) for n in ("a", "b")]
     for racer in racers:
         racer.start()
     for racer in racers:

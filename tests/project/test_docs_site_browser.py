@@ -136,6 +136,19 @@ def _pages(site: Path) -> list[str]:
     return ["" if page == "./" else page for page in pages]
 
 
+_SHOWN = """nodes => nodes.map(node => ({
+    text: node.innerText.trim(),
+    mermaid: node.matches('.mermaid'),
+    cut: node.tagName === 'PRE'
+        ? [...node.children].filter(code => code.tagName === 'CODE' && code.scrollWidth > code.clientWidth + 1)
+            .map(code => code.innerText.split('\\n')[0].slice(0, 40))
+        : [],
+}))"""
+"""For each code block and drawing of a page's article (``article pre, article .mermaid``): its text, whether it is
+of class mermaid (left undrawn), and the first line of each of its ``code`` children wider than its box (cut off).
+One round trip to the browser a page, where three selectors took three."""
+
+
 def test_every_page_loads_offline_shows_no_drawing_source_and_cuts_off_no_code(site: Path, visit: Visit) -> None:
     """On each page: nothing fetched elsewhere, no Mermaid or DOT text in place of a drawing, no code line hidden."""
     pages = _pages(site)
@@ -144,18 +157,12 @@ def test_every_page_loads_offline_shows_no_drawing_source_and_cuts_off_no_code(s
     cut: dict[str, list[str]] = {}
     for path in pages:
         page = visit.open(path)
-        blocks: list[str] = page.eval_on_selector_all(
-            "article pre, article .mermaid", "nodes => nodes.map(node => node.innerText.trim())"
-        )
-        shown = [block[:40] for block in blocks if block.startswith(SOURCE_STARTS)]
-        shown += ["(an element of class mermaid)"] * page.locator("article .mermaid").count()
+        nodes: list[dict[str, Any]] = page.eval_on_selector_all("article pre, article .mermaid", _SHOWN)
+        shown = [node["text"][:40] for node in nodes if node["text"].startswith(SOURCE_STARTS)]
+        shown += ["(an element of class mermaid)"] * sum(node["mermaid"] for node in nodes)
         if shown:
             undrawn[path] = shown
-        hidden: list[str] = page.eval_on_selector_all(
-            "article pre > code",
-            "codes => codes.filter(code => code.scrollWidth > code.clientWidth + 1)"
-            ".map(code => code.innerText.split('\\n')[0].slice(0, 40))",
-        )
+        hidden = [line for node in nodes for line in node["cut"]]
         if hidden:
             cut[path] = hidden
     assert visit.elsewhere == []

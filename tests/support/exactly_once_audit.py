@@ -16,7 +16,6 @@ side effect is made, ``model <who>`` for each model call.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import threading
 from collections import Counter
@@ -29,7 +28,7 @@ from fsm_agent.persist import open_store
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 from support.exactly_once import Cut
-from support.store_cases import durable_calls
+from support.store_cases import child_process, durable_calls
 
 WAIT = 60.0
 """How long a cut waits for the outcomes it needs to be durable; measured well under 2 s on a loaded machine."""
@@ -187,8 +186,8 @@ def cut_in_process(target: str, driver: str, tally_path: str, at: str, wanted: M
 
 
 def in_child(function: Callable[..., None], *args: Any) -> int | None:
-    """Run ``function(*args)`` in a fresh interpreter and return its exit code."""
-    process = multiprocessing.get_context("spawn").Process(target=function, args=args)
+    """Run ``function(*args)`` in a new process (``support.store_cases.child_process``) and return its exit code."""
+    process = child_process(function, *args)
     process.start()
     process.join(120)
     return process.exitcode

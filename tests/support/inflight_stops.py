@@ -24,9 +24,12 @@ from fsm_agent.testing import tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 from support.exactly_once import WAIT, ByHistory, Effects
 
-DEADLINE = 2.0
+DEADLINE = 1.0
 """A run's ``timeout`` (real seconds) when a held call must be cut by it: the other calls of the batch are trivial
-and start at once, so they finish far inside it even beside a CPU hog; only the held call is still in flight."""
+and start at once, so they finish far inside it even beside a CPU hog; only the held call is still in flight.
+From the ``Hold``'s making to the held call in flight, its siblings done: at most 0.12 s in 92 tests of
+test_exactly_once_stops.py and test_exactly_once_stop_policies.py under ``.ci/under-load`` (two CPU hogs on two
+cores, other work running; 0.02 s in half of them), so 1 s leaves eight times the worst seen."""
 
 
 class Hold:

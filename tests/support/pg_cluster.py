@@ -6,6 +6,13 @@ searched.  The server refuses to run as root, and CI runs as root: then the
 cluster is created and started as an unprivileged system user (``nobody``),
 which owns the temporary directory.  Nothing outside that directory is
 touched, and ``stop()`` removes it.
+
+The suite's cluster keeps its directory in memory (``/dev/shm``) where there
+is room (``memory_folder``): a ``CREATE DATABASE``, one per PostgreSQL test,
+took 0.2 s on this machine's busy disk and 0.015 s there (300 in a row), and
+the 487 PostgreSQL tests took 18 s less in all on an idle machine.  It is the
+same server with the same settings (``fsync`` is off either way); the
+benchmark and the tests that kill a server keep theirs on disk.
 """
 
 from __future__ import annotations
@@ -23,6 +30,21 @@ HOW_TO_GET = "apt-get install postgresql (Debian/Ubuntu) or put initdb and pg_ct
 
 UNPRIVILEGED = "nobody"
 """The user the server runs as when we are root: it exists on every Debian system."""
+
+MEMORY = Path("/dev/shm")
+ROOM = 1 << 30
+"""Free bytes ``memory_folder`` asks of ``/dev/shm``: a container's default of 64 MB is far too little.  The suite's
+cluster took at most 222 MB there in a whole ``make test``: its databases are dropped after their tests
+(``drop_database``); all kept, they came to about 3 GB."""
+
+
+def memory_folder() -> str | None:
+    """``/dev/shm`` when it is a writable folder with ``ROOM`` free, else None (the system's temporary folder)."""
+    try:
+        free = shutil.disk_usage(MEMORY).free
+    except OSError:
+        return None
+    return str(MEMORY) if free >= ROOM and os.access(MEMORY, os.W_OK | os.X_OK) else None
 
 
 def find_bindir() -> Path | None:
@@ -44,14 +66,15 @@ def _free_port() -> int:
 class Cluster:
     """One PostgreSQL server in its own temporary directory, with a ``dsn`` for the superuser ``fsm``."""
 
-    def __init__(self, bindir: Path, *, fsync: bool = False) -> None:
+    def __init__(self, bindir: Path, *, fsync: bool = False, folder: str | None = None) -> None:
         self.bindir = bindir
         self.fsync = fsync
-        self.root = Path(tempfile.mkdtemp(prefix="fsm-agent-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="fsm-agent-pg-", dir=folder))  # folder None: the temporary one
         self.data = self.root / "data"
         self.port = _free_port()
         self.dsn = f"postgresql://fsm@127.0.0.1:{self.port}/postgres"
         self._as_user: list[str] = []
+        self._to_drop: list[str] = []
         if os.geteuid() == 0:
             # The server will not run as root: hand the directory to an unprivileged user and run as it.
             shutil.chown(self.root, UNPRIVILEGED)
@@ -99,3 +122,23 @@ class Cluster:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')  # a fixed test name, not user input
         return self.dsn.rsplit("/", 1)[0] + f"/{name}"
+
+    def drop_database(self, name: str) -> None:
+        """Drop a test's database, once its test is over, if no session is connected to it any more.
+
+        Never cuts a connection: a database someone is still connected to (a
+        store a test left open, a connection whose server process has not
+        quite exited yet) is left, and dropped by a later call once it is
+        free, or stays until ``stop()``.
+        """
+        import psycopg
+
+        self._to_drop.append(name)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            busy = {row[0] for row in conn.execute("SELECT DISTINCT datname FROM pg_stat_activity")}
+            for each in [n for n in self._to_drop if n not in busy]:
+                try:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{each}"')  # a fixed test name, not user input
+                except psycopg.errors.ObjectInUse:  # connected to since the look: leave it for a later call
+                    continue
+                self._to_drop.remove(each)
