@@ -21,7 +21,7 @@ demo: $(STAMP)  ## run the scripted demonstration: four stops and a natural fini
 	$(PY) -m fsm_agent demo --out diagrams/runs
 
 # The suite's stop-path coverage goes to build/ (ignored by git); `make docs` shows it on docs/how-to/stop-coverage.md.
-test: $(STAMP)  ## run the whole test suite (about 12 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
+test: $(STAMP)  ## run the whole test suite (about 15 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
 	$(PY) -m pytest -q --fsm-coverage=build/fsm-coverage/report.json
 
 # .ci/under-load starts the hogs, always stops them (however the suite ends), and prints how long it took.
