@@ -236,7 +236,8 @@ def resumed_as_recorded(
     resumes under exactly those that came next; a replay under its agent's
     own, lifted where the recorded run was lifted.  A ``ValueError`` if the
     new limits do not lift the run's stop.  ``cancel`` is the resumed run's
-    cancel token (a replay's, which it cancels where the recorded run was).
+    cancel token (a replay's, which it cancels where the recorded run was);
+    its ``deps`` are ``run``'s.
     """
     index = len(run.trace)
     earlier = snapshot.earlier_limits_of(recording)
@@ -248,8 +249,9 @@ def resumed_as_recorded(
     after = later[0] if later else snapshot.limits_of(recording)
     changed = {f.name: getattr(after, f.name) for f in attrs.fields(Limits)}
     changed = {name: value for name, value in changed.items() if value != getattr(before, name)}
+    deps = run._deps  # noqa: SLF001 - the run's deps go on with it
     resumed, _, entry = AgentRun._resumed(  # noqa: SLF001 - the recorded resume, taken again
-        run.agent, run.snapshot(), None, True, cancel, (), None, changed
+        run.agent, run.snapshot(), None, True, cancel, (), None, changed, deps
     )
     assert entry is not None  # a stopped run: _resumed raises where its edge is not taken
     return resumed, entry

@@ -79,7 +79,7 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
                 "error": item["error"],
             }
         )
-    return {
+    kept = {
         "format": RECORDING_FORMAT,
         "version": RECORDING_VERSION,
         "run_id": data.get("run_id"),
@@ -99,6 +99,9 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         "carried": data.get("carried") or [],
         "carried_down": data.get("carried_down") or [],
     }
+    if data.get("forked_from") is not None:  # a fork's source run and the transition it was taken after
+        kept["forked_from"] = data["forked_from"]
+    return kept
 
 
 def _child_ids(data: dict[str, Any]) -> dict[str, str]:
@@ -224,6 +227,10 @@ def check_recording(data: dict[str, Any]) -> None:
         raise RecordingError(msg)
     for name in ("run_id", "state", "reason", "final"):
         _text_or_null(data.get(name), name)
+    forked_from = data.get("forked_from")
+    if forked_from is not None and not _fork_origin(forked_from):
+        msg = f"recording field forked_from must be [source run id or null, transition index], got {forked_from!r}"
+        raise RecordingError(msg)
     messages = _list(data["messages"], "messages")
     if not messages:
         msg = "recording field messages is empty: it holds at least the run's question"
@@ -266,6 +273,15 @@ def check_recording(data: dict[str, Any]) -> None:
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def _fork_origin(value: Any) -> bool:
+    """Whether ``value`` is a fork's origin as a snapshot keeps it: its source run's id (None for a source that was
+    not stored) and the index of the transition it was taken after."""
+    match value:
+        case [str() | None, int(at)] if not isinstance(at, bool) and at >= 0:
+            return True
+    return False
 
 
 def _text_or_null(value: Any, where: str) -> None:

@@ -103,6 +103,7 @@ def replay(
     strict: Literal[True] = True,
     model: Model | None = None,
     tools: Literal["recorded", "live"] = "recorded",
+    deps: Any = None,
 ) -> RunResult: ...
 @overload
 def replay(
@@ -112,6 +113,7 @@ def replay(
     strict: Literal[False],
     model: Model,
     tools: Literal["recorded", "live"] = "recorded",
+    deps: Any = None,
 ) -> dict[str, Any]: ...
 def replay(
     agent: Agent,
@@ -120,17 +122,19 @@ def replay(
     strict: bool = True,
     model: Model | None = None,
     tools: Literal["recorded", "live"] = "recorded",
+    deps: Any = None,
 ) -> RunResult | dict[str, Any]:
     """Run ``agent`` on the recorded question with the recorded replies and tool results; see the module.
 
     Returns the run's result (a stopped run's too: a recorded stop is
     replayed as one), or raises ``ReplayDivergence`` at the first transition
     that departs from the recording.  ``tools="live"`` calls the agent's
-    tools (and sub-agents) instead of returning the recorded results.  With
-    ``strict=False``, model calls past a divergence go to ``model`` and the
-    new recording is returned.
+    tools (and sub-agents) instead of returning the recorded results, with
+    ``deps`` as their ``RunContext.deps`` (no recording holds them; a run
+    resumed in the recording gets them again).  With ``strict=False``, model
+    calls past a divergence go to ``model`` and the new recording is returned.
     """
-    data, handle, player, outside = _prepare(agent, recording, strict, model, tools)
+    data, handle, player, outside = _prepare(agent, recording, strict, model, tools, deps)
     onward: AgentRun | None = handle
     while onward is not None:
         handle = outside.run = onward
@@ -150,6 +154,7 @@ async def areplay(
     strict: Literal[True] = True,
     model: Model | None = None,
     tools: Literal["recorded", "live"] = "recorded",
+    deps: Any = None,
 ) -> RunResult: ...
 @overload
 async def areplay(
@@ -159,6 +164,7 @@ async def areplay(
     strict: Literal[False],
     model: Model,
     tools: Literal["recorded", "live"] = "recorded",
+    deps: Any = None,
 ) -> dict[str, Any]: ...
 async def areplay(
     agent: Agent,
@@ -167,9 +173,10 @@ async def areplay(
     strict: bool = True,
     model: Model | None = None,
     tools: Literal["recorded", "live"] = "recorded",
+    deps: Any = None,
 ) -> RunResult | dict[str, Any]:
     """``replay`` on the async driver."""
-    data, handle, player, outside = _prepare(agent, recording, strict, model, tools)
+    data, handle, player, outside = _prepare(agent, recording, strict, model, tools, deps)
     onward: AgentRun | None = handle
     while onward is not None:
         handle = outside.run = onward
@@ -280,7 +287,7 @@ class _Outside:
 
 
 def _prepare(
-    agent: Agent, recording: Recording, strict: bool, model: Model | None, tools: str
+    agent: Agent, recording: Recording, strict: bool, model: Model | None, tools: str, deps: Any
 ) -> tuple[dict[str, Any], AgentRun, RecordedModel, _Outside]:
     """The recording read, and the recorded run started again on a copy of ``agent`` that answers from it."""
     if not strict and model is None:
@@ -306,7 +313,7 @@ def _prepare(
         double.run_parts = (parts[0], {}, parts[2], parts[3])  # a sub-agent's call returns its recorded outcome
     messages, prior = data["messages"], data["prior"]
     history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
-    handle = double.start(messages[prior]["content"], history=history or None, cancel=outside.token())
+    handle = double.start(messages[prior]["content"], history=history or None, cancel=outside.token(), deps=deps)
     return data, handle, player, outside
 
 

@@ -12,6 +12,7 @@ from support.pg_cluster import Cluster
 from support.store_cases import tick_agent
 
 from fsm_agent.persist import SqliteStore, open_store
+from fsm_agent.persist.recording import RecordingError, read_recording
 from fsm_agent.persist.store import Summary, fork_origin
 
 
@@ -31,6 +32,18 @@ def test_a_fork_s_origin_round_trips_through_the_listing(store_target: str) -> N
         listed = {run.run_id: run.forked_from for run in store.list_runs()}
         assert listed == {"source": None, "fork": ("source", 2), "forked": ("source", 3)}
         assert store.load("fork")["forked_from"] == ["source", 2]
+
+
+def test_a_fork_s_recording_names_its_source_and_a_recording_s_bad_origin_is_refused(store_target: str) -> None:
+    """``export`` of a fork keeps ``forked_from``; a run that is no fork has none; a malformed one is named."""
+    with open_store(store_target) as store:
+        tick_agent(2).run("go", store=store, run_id="source")
+        tick_agent(2).fork("source", 3, store=store, run_id="forked").finish()
+        recording, source = store.export("forked"), store.export("source")
+    assert read_recording(recording)["forked_from"] == ["source", 3]
+    assert "forked_from" not in source
+    with pytest.raises(RecordingError, match=r"forked_from must be \[source run id or null, transition index\]"):
+        read_recording({**recording, "forked_from": ["source", "3"]})
 
 
 @pytest.mark.parametrize(
