@@ -21,7 +21,6 @@ from fsm_agent.definition.table import Row, Table
 from fsm_agent.drivers.checks import (
     PLAIN_UNUSED,
     Parts,
-    check_children_priced,
     check_tools_named,
     parts_of,
     plain_parts,
@@ -68,22 +67,16 @@ class AgentParts:
         unused = self.settings.unused_guards
         if unused is PLAIN_UNUSED:
             parts = registry.cached("plain parts", plain_parts)
-            if parts[1]:
-                self._check_children(parts[1])
+            if parts[1]:  # the sub-agents, found again after the tools changed: none is the agent itself
+                check_no_cycle(self)
             self.run_parts = parts
             return parts
         children, raising, schemas = registry.cached("parts", parts_of)
         if children:
-            self._check_children(children)
+            check_no_cycle(self)
         dormant = unused if raising else (*unused, passes_child_stop)
         self.run_parts = (registry.version, children, dormant, schemas)
         return self.run_parts
-
-    def _check_children(self, children: Mapping[str, ChildTool]) -> None:
-        """The sub-agents, found again after the tools changed: no cycle, and each priced under a ``cost_budget``."""
-        check_no_cycle(self)
-        if self.settings.limits.cost_budget is not None:
-            check_children_priced(children)
 
     def rows_for(
         self, run: Run, cancellable: bool, unused: tuple[Guard, ...]

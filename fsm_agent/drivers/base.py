@@ -21,6 +21,7 @@ from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
 from fsm_agent.definition.table import EXPIRED
+from fsm_agent.drivers.checks import check_children_priced
 from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
@@ -77,6 +78,9 @@ class RunBase(WatchedRun):
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
         parts = agent.run_parts  # (tools version, sub-agents, dormant guards, schemas): read, not called, as most runs
         _, self._children, unused, schemas = parts if parts[0] == agent.registry.version else agent.refresh_parts()
+        if self._children and position.limits.cost_budget is not None:
+            # Each run under a budget (a sub-agent's share too): a sub-agent's own tools may have changed since.
+            check_children_priced(self._children)
         rows = agent.rows_for(position, cancel is not None, unused)
         # agent.tool_schemas(), from the parts: a list of this run's own.
         settings = self._settings = agent.settings

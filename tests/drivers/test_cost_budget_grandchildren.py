@@ -6,11 +6,15 @@ reach the budget.  The refusal names the path of sub-agent tools down to it.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
 import pytest
 
-from fsm_agent import Agent, Price, ToolRegistry
+from fsm_agent import Agent, Message, ModelResponse, Price, ToolRegistry, Usage
 from fsm_agent.core.pricing import UnpricedModelError
-from fsm_agent.testing import FakeModel, reply
+from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
+from fsm_agent.tools import JSONSchema
 
 DEAR = Price(input_per_mtok=1000, output_per_mtok=1000)
 
@@ -39,3 +43,35 @@ def test_an_unpriced_great_grandchild_is_refused_and_a_priced_tree_is_not() -> N
         Agent(FakeModel([reply("x")]), tools, cost_budget=1, prices=DEAR)
     priced = _helper(Agent(FakeModel([reply("x")]), ToolRegistry(), prices=DEAR))
     Agent(FakeModel([reply("x")]), priced, cost_budget=1, prices=DEAR)
+
+
+class Counted:
+    """Asks ``helper`` once per question, then answers; counts its calls.  ``ask=False``: answers at once."""
+
+    def __init__(self, *, ask: bool = True) -> None:
+        self.ask = ask
+        self.calls = 0
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        self.calls += 1
+        if self.ask and messages[-1].role == "user":
+            return tool_turn(tool_call("helper", id=f"h{self.calls}", input="go"), usage=Usage(10, 1))
+        return reply("done", usage=Usage(10, 1))
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_an_unpriced_grandchild_registered_after_the_parent_ran_is_refused_before_its_next_run(driver: str) -> None:
+    """The helper's own tools gain an unpriced sub-agent later: the parent's next run is refused, nothing called."""
+    middle, tools = ToolRegistry(), ToolRegistry()
+    helper_model, parent_model, deep_model = Counted(ask=False), Counted(), Counted(ask=False)
+    tools.register(Agent(helper_model, middle, prices=DEAR).as_tool("helper", "Helps."))
+    parent = Agent(parent_model, tools, cost_budget=1, prices=DEAR)
+    assert parent.run("first").final == "done"  # a priced tree: it runs
+    middle.register(Agent(deep_model, ToolRegistry()).as_tool("deep", "Goes deeper."))  # no price, after the fact
+    calls = (parent_model.calls, helper_model.calls)
+    with pytest.raises(UnpricedModelError, match="sub-agent 'helper' -> 'deep': cost_budget needs a price"):
+        if driver == "sync":
+            parent.run("second")
+        else:
+            asyncio.run(parent.arun("second"))
+    assert (parent_model.calls, helper_model.calls, deep_model.calls) == (*calls, 0)  # refused before any call
