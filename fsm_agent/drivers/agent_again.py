@@ -20,11 +20,12 @@ from fsm_agent.drivers.rebuild import arebuilt, rebuilt
 from fsm_agent.drivers.stored import astore_for, store_for
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import ForkError, RunExistsError
-from fsm_agent.records import RunResult
+from fsm_agent.records import RunResult, Transition
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
     from fsm_agent.persist import StoreTarget
+    from fsm_agent.persist.store import Store
 
 
 class RunsAgain(AgentParts):
@@ -59,8 +60,8 @@ class RunsAgain(AgentParts):
         """
         lifted = _lifted(max_steps, token_budget, timeout, max_tool_calls, cost_budget)
         opened = store_for(store)
-        run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
-            _agent(self), source, approvals, retry, cancel, observers, opened, lifted, deps
+        run, expected, entry = unclaimed(
+            _agent(self), source, opened, deps, approvals, retry, cancel, observers, **lifted
         )
         run._claimed(expected, entry)  # noqa: SLF001 - the agent opens its own runs' stores
         return run
@@ -88,8 +89,8 @@ class RunsAgain(AgentParts):
         """
         lifted = _lifted(max_steps, token_budget, timeout, max_tool_calls, cost_budget)
         opened = await astore_for(store)
-        run, expected, entry = AgentRun._resumed(  # noqa: SLF001 - the agent builds its own runs
-            _agent(self), source, approvals, retry, cancel, observers, opened, lifted, deps
+        run, expected, entry = unclaimed(
+            _agent(self), source, opened, deps, approvals, retry, cancel, observers, **lifted
         )
         await run._aclaimed(expected, entry)  # noqa: SLF001 - the agent opens its own runs' stores
         return run
@@ -191,6 +192,35 @@ def _taken(exc: RunExistsError) -> RunExistsError:
 def _agent(half: RunsAgain) -> Agent:
     """This half as the ``Agent`` it is always part of (the runs it builds read the whole agent)."""
     return cast("Agent", half)
+
+
+def unclaimed(
+    agent: Agent,
+    source: RunResult | dict[str, Any] | str,
+    store: Store | None,
+    deps: Any,
+    approvals: Mapping[str, bool | str] | None = None,
+    retry: bool = False,
+    cancel: CancelToken | None = None,
+    observers: Sequence[Observer] = (),
+    **limits: Any,
+) -> tuple[AgentRun, int | None, Transition | None]:
+    """``Agent.resume``'s run before its claim: the run, the stored version to claim it at, and its resume edge.
+
+    ``limits`` are ``resume``'s by name (``max_steps=``, ...; None: the
+    run's own).  A ``Session`` claims its last turn itself, to check between
+    the claim and the edge that no other owner took a turn after it
+    (``StoredTurns._resumed_last``).
+    """
+    lifted = _lifted(**{name: limits.pop(name, None) for name in _LIMITS})
+    if limits:
+        msg = f"resume() got unexpected keyword arguments: {', '.join(sorted(limits))}"
+        raise TypeError(msg)
+    return AgentRun._resumed(agent, source, approvals, retry, cancel, observers, store, lifted, deps)  # noqa: SLF001
+
+
+_LIMITS = ("max_steps", "token_budget", "timeout", "max_tool_calls", "cost_budget")
+"""The limits ``resume`` takes by name."""
 
 
 def _lifted(

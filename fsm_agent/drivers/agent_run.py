@@ -9,7 +9,7 @@ run in its store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
@@ -119,13 +119,22 @@ class AgentRun(SyncDriver, AsyncDriver):
         # keeps the lease; claimed while still Failed it would be let go at once, and a second owner could take it.
         return run, expected, entry
 
-    def _claimed(self, expected: int | None, entry: Transition | None) -> None:
-        """The resumed run claimed in its store at ``expected`` (``_resumed``), and its resume edge taken, heard."""
+    def _claimed(self, expected: int | None, entry: Transition | None, still: Callable[[], None] | None = None) -> None:
+        """The resumed run claimed in its store at ``expected`` (``_resumed``), and its resume edge taken, heard.
+
+        ``still`` is asked between the claim and the edge, and may refuse the
+        resume by raising: the claim of a stopped or paused run gives its
+        lease up at once, so the run is left as it was, nothing called.
+        """
         self._open_store(new=False, expected=expected)
+        if still is not None:
+            still()
         if entry is not None:
             self._after(entry)  # observers and the store see the resume edge like any other
 
-    async def _aclaimed(self, expected: int | None, entry: Transition | None) -> None:
+    async def _aclaimed(
+        self, expected: int | None, entry: Transition | None, still: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """``_claimed``, awaited; a cancel that cuts it ends the run (``astop_cut``) before it propagates.
 
         The caller (``Agent.aresume``) never gets the run, so nobody would go
@@ -134,6 +143,8 @@ class AgentRun(SyncDriver, AsyncDriver):
         """
         try:
             await self._aopen_store(new=False, expected=expected)
+            if still is not None:
+                await still()
             if entry is not None:
                 await self._aafter(entry)
         except BaseException:

@@ -181,6 +181,7 @@ class Session(StoredTurns):
                         if self._repeated is not None:  # this request's own turn, its owner gone: its answer
                             return self._finished(taken)
                         self._finished(taken, quiet=True)
+                        self._finished_here(taken)
                     elif self._repeated is not None:
                         return self._again(stored_result(self.agent, self._repeated))
                 run = self._next(text, cancel, observers, deps, request)
@@ -188,6 +189,8 @@ class Session(StoredTurns):
                     run._open_store(new=True)  # noqa: SLF001 - as Agent.start does
                 except RunExistsError:
                     self._check_ours(self._turns + 1)  # another object took this turn meanwhile: read it, go on after
+                    continue
+                if not self._still_based(run):  # another object resumed the last turn meanwhile: read it again
                     continue
                 self._last_request = request
                 return self._finished(run)
@@ -223,6 +226,7 @@ class Session(StoredTurns):
                         if self._repeated is not None:
                             return await self._afinished(taken)
                         await self._afinished(taken, quiet=True)
+                        self._finished_here(taken)
                     elif self._repeated is not None:
                         return self._again(stored_result(self.agent, self._repeated))
                 run = self._next(text, cancel, observers, deps, request)
@@ -234,6 +238,8 @@ class Session(StoredTurns):
                 except BaseException:
                     await astop_cut(run)  # cut while the turn was stored: ended, if the store has it
                     raise
+                if not await self._astill_based(run):
+                    continue
                 self._last_request = request
                 return await self._afinished(run)
             raise self._busy(self._turns + 1)
@@ -260,7 +266,7 @@ class Session(StoredTurns):
             else:
                 raise self._no_turn()
             refuse_cut_decisions(self.turn_id(self._turns), source, approvals)
-            run = self.agent.resume(source, approvals=approvals, store=self.store, deps=deps, **options)
+            run = self._resumed_last(source, approvals, deps, options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return self._finished(run)
 
@@ -280,7 +286,7 @@ class Session(StoredTurns):
             else:
                 raise self._no_turn()
             refuse_cut_decisions(self.turn_id(self._turns), source, approvals)
-            run = await self.agent.aresume(source, approvals=approvals, store=self.store, deps=deps, **options)
+            run = await self._aresumed_last(source, approvals, deps, options)
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return await self._afinished(run)
         finally:

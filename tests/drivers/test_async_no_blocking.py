@@ -270,6 +270,9 @@ TWINS = [
     (Session._catch_up, Session._acatch_up),
     (Session._take_over, Session._atake_over),
     (Session._check_ours, Session._acheck_ours),
+    (Session._resumed_last, Session._aresumed_last),
+    (Session._still_last, Session._astill_last),
+    (Session._still_based, Session._astill_based),
 ]
 SYNC_NAMES = {
     "astored": "stored",
@@ -280,6 +283,7 @@ SYNC_NAMES = {
     "_aafter": "_after",
     "_aclaimed": "_claimed",
     "astore_for": "store_for",
+    "_astill_last": "_still_last",
 }
 
 

@@ -69,9 +69,7 @@ def test_an_unpriced_grandchild_registered_after_the_parent_ran_is_refused_befor
     assert parent.run("first").final == "done"  # a priced tree: it runs
     middle.register(Agent(deep_model, ToolRegistry()).as_tool("deep", "Goes deeper."))  # no price, after the fact
     calls = (parent_model.calls, helper_model.calls)
+    second = (lambda: parent.run("second")) if driver == "sync" else (lambda: asyncio.run(parent.arun("second")))
     with pytest.raises(UnpricedModelError, match="sub-agent 'helper' -> 'deep': cost_budget needs a price"):
-        if driver == "sync":
-            parent.run("second")
-        else:
-            asyncio.run(parent.arun("second"))
+        second()
     assert (parent_model.calls, helper_model.calls, deep_model.calls) == (*calls, 0)  # refused before any call
