@@ -4,7 +4,10 @@ The plan walks ``Dispatch`` with the one row walker on a copy of the run,
 after ``count_call`` has done to the copy what each earlier call of the batch
 will have done, so the batch is exactly the calls the machine would let run
 one after another, given the clock and cancel token as they are now (the
-stepper freezes both until the batch is replayed).  What a call's result
+stepper freezes both until the batch is replayed).  A user's check on
+``Dispatch`` (an opaque guard) reads the run as it is, messages and all,
+which the copy does not carry forward: with one, a batch is its first call
+alone, so the check is asked before each call as on the sync driver.  What a call's result
 decides (``tool_failures``, ``cycle``) cannot be known before it runs: those
 stops may fire in the middle of a replayed batch, and the later calls, which
 already ran, are kept and recorded.
@@ -21,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 
 from fsm_agent.core.ledger import count_call
+from fsm_agent.definition.guards import is_opaque
 from fsm_agent.definition.run import Faults, Run
 from fsm_agent.definition.states import Dispatch, ExecuteTool
 from fsm_agent.definition.stops import ConditionError
@@ -56,8 +60,8 @@ def unrun(run: Run, cleared: Callable[[ToolCall], bool]) -> list[ToolCall]:
 
 def _plan(run: Run, cleared: Callable[[ToolCall], bool], faults: Faults) -> list[ToolCall]:
     calls = list(run.calls.pending)
-    if len(calls) == 1:
-        return calls
+    if len(calls) == 1 or _asks_the_user(run):
+        return calls[:1]
     probe = copy.copy(run)
     # count_call and the probe write only the records copied here (and calls_by_tool in them); the Dispatch walk
     # reads but never writes the rest.
@@ -80,3 +84,13 @@ def _plan(run: Run, cleared: Callable[[ToolCall], bool], faults: Faults) -> list
         planned.append(calls[i])
         ids.add(calls[i].id)
     return planned
+
+
+def _asks_the_user(run: Run) -> bool:
+    """Whether a row of ``Dispatch`` has an opaque guard (a user's check), which only the real run can answer.
+
+    Why: the plan's copy has only ``count_call`` applied, not the earlier
+    calls' results, so such a check would clear a call it stops once the
+    results are in, and the call would already have run beside them.
+    """
+    return any(row.guard is not None and is_opaque(row.guard) for row in run.rows.get((Dispatch, DISPATCH), ()))

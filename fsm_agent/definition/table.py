@@ -148,6 +148,7 @@ def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, t
         if row.reason is not None and row.reason not in reasons:
             problems.append(f"{row}: reason {row.reason!r} is not declared")
         problems += _without_a_call(row)
+        problems += _without_a_reply(row)
     by_trigger: dict[tuple[State, str], list[Row]] = {}
     for row in rows:
         by_trigger.setdefault((row.source, row.trigger), []).append(row)
@@ -200,6 +201,31 @@ def _without_a_call(row: Row) -> list[str]:
             f"{has_pending_calls.__name__} row; this one could enter Dispatch with no call pending"
         ]
     return []
+
+
+AFTER_A_REPLY = frozenset({(State.AwaitModel, REPLIED), (State.CheckTruncation, CHECK)})
+"""The states and triggers a run leaves with a reply just arrived: the only ways into the reply's checks."""
+
+
+def _without_a_reply(row: Row) -> list[str]:
+    """Why ``row`` could bring a run to ``Dispatch`` or ``CheckTruncation`` with no fresh reply, if it could.
+
+    Why: both read the latest reply and ``Dispatch`` goes on to its tool
+    calls, so a run arriving on another trigger (a model error, the start)
+    finds an old reply, or none, and the engine reads a call not pending.
+    Besides ``AFTER_A_REPLY``, only ``ExecuteTool`` on ``has_pending_calls``
+    (``_without_a_call``) and a resume on ``resumes_before_tool`` lead there.
+    """
+    if row.dest not in (State.Dispatch, State.CheckTruncation) or (row.source, row.trigger) in AFTER_A_REPLY:
+        return []
+    if row.dest is State.Dispatch and row.source is State.ExecuteTool:
+        return []  # _without_a_call's to judge
+    if row.dest is State.Dispatch and row.source is State.Failed and row.guard is resumes_before_tool:
+        return []
+    return [
+        f"{row} on {row.trigger!r}: {row.dest} reads the reply just arrived, which only AwaitModel on {REPLIED!r} "
+        f"and CheckTruncation on {CHECK!r} bring; this row could enter it with an old reply (or none), no call pending"
+    ]
 
 
 def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:

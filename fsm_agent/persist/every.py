@@ -30,9 +30,10 @@ so a viewer following a run live sees it move at its calls.
 object at every transition (what a viewer following a run live shows at
 every step, and what earlier releases did by default).
 
-``"turn"``: before each model call, at the end and when paused; a tool call's
-outcome may be written only after later tool calls of its turn ran, so a crash
-in between runs them again."""
+``"turn"``: before each model call, at the end and when paused; the model's
+reply and a tool call's outcome are written only after the turn's tool calls
+ran, so a crash in between makes the completed calls (the model call included)
+again."""
 
 
 def check_every(every: str) -> str:

@@ -65,8 +65,8 @@ class Proof:
     loop_start: int | None = None
     """The index in ``counterexample`` where the endless loop begins."""
     crash_safe: bool = True
-    """A process killed anywhere runs again at most the call in flight: no tool call's outcome is still unwritten
-    when the next call begins, under the store's ``every`` (see ``persist.every.EVERY``)."""
+    """A process killed anywhere runs again at most the call in flight: no call's outcome (a model's reply, a tool's
+    result) is still unwritten when the next call begins, under the store's ``every`` (see ``persist.every.EVERY``)."""
     approval_safe: bool = True
     """No tool call the approval rule holds back is made before a person's decision (vacuous without ``approve=``)."""
     approval_counterexample: tuple[Transition, ...] = ()
@@ -78,6 +78,8 @@ class Proof:
     configs: int = 0
     """How many abstract configs the checker explored."""
     notes: tuple[str, ...] = ()
+    children: Mapping[str, Proof] = attrs.field(factory=dict, repr=False)
+    """Each sub-agent tool's proof, of its runs under this agent: with the limits this agent hands down added."""
 
     def report(self) -> str:
         """The proof in words, as ``python -m fsm_agent check`` prints it."""
@@ -105,6 +107,11 @@ class Proof:
         lines.append("unreachable: " + (", ".join(self.unreachable) or "none"))
         if self.dead_rows:
             lines.append("rows no run takes: " + ", ".join(f"{row} on {row.trigger}" for row in self.dead_rows))
+        for name, inner in self.children.items():
+            lines.append(
+                f"sub-agent {name!r}, under the limits handed down: every run stops: {'yes' if inner.ok else 'NO'}; "
+                "reachable: " + (", ".join(inner.reachable) or "none")
+            )
         lines.extend(f"note: {note}" for note in self.notes)
         lines.append(f"({self.configs} abstract configs explored)")
         return "\n".join(lines)
@@ -130,28 +137,53 @@ def check(agent_or_table: Any, *, calls_per_reply: int | None = None, every: str
     the crash safety is judged under.  ``limits`` are ``Limits`` fields; any
     other name is a ``TypeError`` naming them.
     """
-    every = check_every(every)
-    proof = prove(attrs.evolve(setup_of(agent_or_table, calls_per_reply, limits), every=every))
-    return _with_children(proof, agent_or_table, every) if proof.crash_safe else proof
+    setup = attrs.evolve(setup_of(agent_or_table, calls_per_reply, limits), every=check_every(every))
+    return _with_children(prove(setup), agent_or_table, setup.limits)
 
 
-def _with_children(proof: Proof, agent_or_table: Any, every: str) -> Proof:
-    """The proof, not crash safe if a sub-agent is not: a crash inside one re-runs what its own run left unwritten.
+def _with_children(proof: Proof, agent_or_table: Any, limits: Limits) -> Proof:
+    """The proof with each sub-agent's (``Proof.children``), and not crash safe if a sub-agent is not.
 
-    A sub-agent's run writes to the parent's store under the same ``every``,
-    with replies of its own (``calls_per_reply`` is the parent's), so each
-    is checked as an agent of its own; its counterexample is of its run.
+    A sub-agent's run gets what this agent has left of its time, budgets and
+    tool calls as limits (``drivers.child_runs``), so each is checked under
+    its own limits with this agent's added where it has none of the kind: it
+    may stop on them.  Its run writes to the parent's store under the same
+    ``every``, with replies of its own (``calls_per_reply`` is the parent's);
+    a crash inside one re-runs what its own run left unwritten, so its
+    counterexample is of its run.
     """
     if isinstance(agent_or_table, Table):
         return proof
-    for name, child in agent_or_table.children().items():
-        inner = check(child.agent, every=every)
-        if not inner.crash_safe:
-            note = f"the sub-agent tool {name!r} is not crash safe under every={every!r}: the counterexample is its run"
-            return attrs.evolve(
-                proof, crash_safe=False, crash_counterexample=inner.crash_counterexample, notes=(*proof.notes, note)
-            )
-    return proof
+    children = {
+        name: check(child.agent, every=proof.every, **handed_down(limits, child.agent.limits))
+        for name, child in agent_or_table.children().items()
+    }
+    proof = attrs.evolve(proof, children=children)
+    unsafe = next((name for name, inner in children.items() if not inner.crash_safe), None)
+    if not proof.crash_safe or unsafe is None:
+        return proof
+    note = f"the sub-agent tool {unsafe!r} is not crash safe under every={proof.every!r}: the counterexample is its run"
+    counterexample = children[unsafe].crash_counterexample
+    return attrs.evolve(proof, crash_safe=False, crash_counterexample=counterexample, notes=(*proof.notes, note))
+
+
+def handed_down(parent: Limits, own: Limits) -> dict[str, Any]:
+    """The limits of ``parent``'s kinds a sub-agent with ``own`` limits does not have, which its runs get.
+
+    Why: a sub-agent's run is held to the parent's remaining time, and to
+    shares of its tokens, dollars and tool calls (``drivers.child_runs``),
+    whatever its own agent says; the parent's whole limit bounds each share.
+    """
+    added: dict[str, Any] = {
+        name: getattr(parent, name)
+        for name in ("timeout", "token_budget", "cost_budget")
+        if getattr(parent, name) is not None and getattr(own, name) is None
+    }
+    total = parent.total_tool_calls
+    if total is not None and own.total_tool_calls is None:
+        caps = own.max_tool_calls
+        added["max_tool_calls"] = {**caps, "*": total} if isinstance(caps, dict) else total
+    return added
 
 
 def prove(setup: Setup) -> Proof:

@@ -168,11 +168,13 @@ class Graph:
     # --- crashes ----------------------------------------------------------------------------------------------
 
     def crash_window(self, every: str) -> list[Move] | None:
-        """The shortest run to a call that begins while an earlier tool call's outcome is not yet written, or None.
+        """The shortest run to a call that begins while an earlier call's outcome is not yet written, or None.
 
         The writes are the store's own rule (``persist.every.wants``, and with
         ``every="call"`` each transition that records a call's outcome), so a
-        crash in such a window would run a completed call again.
+        crash in such a window would run a completed call again.  A model
+        call is a call too: its reply, unwritten when the turn's first tool
+        call begins (``every="turn"``), is asked for again on resume.
         """
         start = (INITIAL, False)
         back: dict[tuple[Config, bool], tuple[tuple[Config, bool], Move] | None] = {start: None}
@@ -189,7 +191,7 @@ class Graph:
                         step = back[step[0]]
                     return path[::-1]
                 written = wants(every, move.after.state, False) or (every == "call" and move.entry.source in CALLING)
-                after = (move.after, (unwritten or move.tool_call) and not written)
+                after = (move.after, (unwritten or move.tool_call or move.model_call) and not written)
                 if after not in back:
                     back[after] = (here, move)
                     queue.append(after)

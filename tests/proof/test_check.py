@@ -173,9 +173,9 @@ def test_the_crash_check_matches_what_a_store_really_keeps(tmp_path: Path, every
     result = agent().resume(stored).finish()
     assert result.final == "both done"
     assert runs == {"a": again, "b": 1}
-    if again > 1:  # the counterexample: the first call's outcome, unwritten, and the second call
+    if again > 1:  # the counterexample, shortest: the model's reply, unwritten, and the turn's first call
         shown = [edge_id(edge) for edge in proof.crash_counterexample]
-        assert shown[-3:-1] == ["ExecuteTool->Dispatch[has_pending_calls]", "Dispatch->ExecuteTool"]
+        assert shown[:3] == ["AwaitModel->CheckTruncation", "CheckTruncation->Dispatch", "Dispatch->ExecuteTool"]
         assert proof.crash_counterexample[-1].source == "ExecuteTool"
 
 

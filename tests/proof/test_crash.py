@@ -1,4 +1,4 @@
-"""``Proof.crash_safe`` against a real SQLite store: cut after every transition, resumed, calls counted."""
+"""``Proof.crash_safe`` against a real SQLite store: cut after every transition, resumed, every call counted."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ TURNS = 3
 
 
 def _agent(runs: Counter[str], per_reply: int, interrupt: str | None = None) -> Agent:
-    """``TURNS`` turns of ``per_reply`` calls each, then an answer; the model goes by the conversation it is sent."""
+    """``TURNS`` turns of ``per_reply`` calls each, then an answer; the model goes by the conversation it is sent.
+
+    ``runs`` counts each tool call by its id and each model call as ``m<turn>``: a model call is a call too.
+    """
     registry = ToolRegistry()
 
     def act(what: str, call_id: str) -> str:
@@ -36,6 +39,7 @@ def _agent(runs: Counter[str], per_reply: int, interrupt: str | None = None) -> 
     class Model:
         def complete(self, messages: Sequence[Message], tools: object) -> ModelResponse:
             n = sum(1 for m in messages if m.role == "assistant")
+            runs[f"m{n}"] += 1
             if n >= TURNS:
                 return reply("done")
             return tool_turn(*[tool_call("act", id=f"t{n}c{i}", what=f"{n}.{i}") for i in range(per_reply)])
@@ -72,7 +76,8 @@ def test_crash_safe_iff_no_cut_between_transitions_runs_a_call_twice(
     tmp_path: Path, every: str, per_reply: int, driver: str
 ) -> None:
     """Cut after each transition, resume the stored run in a fresh agent: every call runs once iff the proof says
-    crash safe (every="turn" with one call per reply included); when refuted, some cut does run a call twice."""
+    crash safe; when refuted (every="turn": a reply is not written before the turn's tool calls), some cut does run
+    a completed call twice."""
     proof = check(_agent(Counter(), per_reply), every=every, calls_per_reply=per_reply)
     again: list[tuple[int, dict[str, int]]] = []
     cut = 0
@@ -84,7 +89,8 @@ def test_crash_safe_iff_no_cut_between_transitions_runs_a_call_twice(
             break
         result = _agent(runs, per_reply).resume(stored).finish()
         assert result.final == "done"
-        assert set(runs) == {f"t{n}c{i}" for n in range(TURNS) for i in range(per_reply)}  # none lost
+        tools = {f"t{n}c{i}" for n in range(TURNS) for i in range(per_reply)}
+        assert set(runs) == tools | {f"m{n}" for n in range(TURNS + 1)}  # none lost
         if any(n != 1 for n in runs.values()):
             again.append((cut, dict(runs)))
     assert cut > 6 * TURNS * per_reply // 2
@@ -107,4 +113,5 @@ def test_a_call_killed_in_flight_is_the_only_one_made_again(tmp_path: Path, ever
         stored = store.load("r")
     result = _agent(runs, 3).resume(stored).finish()
     assert result.final == "done"
-    assert runs == {f"t{n}c{i}": 2 if (n, i) == (1, 1) else 1 for n in range(TURNS) for i in range(3)}
+    tools = {f"t{n}c{i}": 2 if (n, i) == (1, 1) else 1 for n in range(TURNS) for i in range(3)}
+    assert runs == tools | {f"m{n}": 1 for n in range(TURNS + 1)}
