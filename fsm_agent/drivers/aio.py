@@ -249,7 +249,8 @@ class AsyncDriver(RunBase):
             astream = self._streaming("acomplete_stream") if self._wants_text else None
             keywords = self._settings.model_keywords or _PLAIN
             if astream is not None:
-                response = await astream(effect.messages, effect.tools, self._text, **keywords["acomplete_stream"])
+                stream, on_text = astream
+                response = await stream(effect.messages, effect.tools, on_text, **keywords["acomplete_stream"])
             elif acomplete is not None:
                 response = await acomplete(effect.messages, effect.tools, **keywords["acomplete"])
             else:

@@ -295,7 +295,7 @@ class RunBase(WatchedRun):
             self.stepper.children_cut({call_id: spent() for call_id, spent in flying.items()})
         if self._observed and self.position.at.state is ExecuteTool:
             self._batch_cut_events()
-        return self._after(self.stepper.interrupt(trigger, unfinished, "".join(self._shown)))
+        return self._after(self.stepper.interrupt(trigger, unfinished, self._take_shown()))
 
     def _after(self, entry: Transition) -> Transition:
         """Close the transition just taken: checkpoint (awaited in ``_asave``), build a result, notify observers.

@@ -217,9 +217,11 @@ class SyncDriver(RunBase):
         # Without a store or a deadline (so unclocked) there is nothing to let go of or take back: most runs
         # skip both calls.
         held = self._clock_each_transition and (self._journal is not None or self._mutex is not None)
+        # Before the run is let go: a deadline that stops it from then on takes this call's text, so the call's
+        # later pieces are dropped (watched._text).
+        stream = self._streaming("complete_stream") if self._wants_text else None
         mutex = self._let_go(effect) if held else None
         try:
-            stream = self._streaming("complete_stream") if self._wants_text else None
             # None unless the answer is typed: a call with **{} costs 5% of a short run
             keywords = self._settings.model_keywords
             if stream is None:
@@ -229,7 +231,8 @@ class SyncDriver(RunBase):
                     response = self._model.complete(effect.messages, effect.tools, **keywords["complete"])
             else:
                 extra = {} if keywords is None else keywords["complete_stream"]
-                response = stream(effect.messages, effect.tools, self._text, **extra)
+                complete_stream, on_text = stream
+                response = complete_stream(effect.messages, effect.tools, on_text, **extra)
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop
             if held:
                 self._take_back(mutex)

@@ -8,6 +8,7 @@ produce, and the one way a strict hook's failure reaches the stepper.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,9 @@ class WatchedRun:
     _observed: bool
     _wants_text: bool
     _shown: list[str]  # the text of the reply streaming in, kept for the stop's evidence if the reply never comes
+    # Made by a run's first streaming call: held while a piece of text is taken in and heard, and while a stop
+    # takes the text shown (_take_shown).
+    _showing: threading.Lock | None = None
     _model: Any
     _result: RunResult | None
 
@@ -112,22 +116,58 @@ class WatchedRun:
         self._text_observers = (*self._text_observers, observer)
         self._wants_text = True
 
-    def _streaming(self, method: str) -> Callable[..., Any] | None:
-        """The model's streaming ``method`` (``complete_stream``, ...) if it has one; asked only when text is read."""
-        found = getattr(self._model, method, None)
-        self._shown = []  # asked once per model call: a new reply's text
-        return found if callable(found) else None
+    def _streaming(self, method: str) -> tuple[Callable[..., Any], Callable[[str], None]] | None:
+        """The model's streaming ``method`` (``complete_stream``, ...), if it has one, and this call's ``on_text``.
 
-    def _text(self, piece: str) -> None:
-        """Hand a piece of the reply's text, as it streams in, to the ``text`` hooks and the text observers."""
+        Asked once per model call, before the call is made: the text handed
+        to that ``on_text`` is this call's alone, so a piece a cut call's
+        thread sends later cannot pass for the next call's (see ``_text``).
+        """
+        found = getattr(self._model, method, None)
+        shown: list[str] = []
+        self._shown = shown  # a new reply's text
+        if not callable(found):
+            return None
+        if self._showing is None:
+            self._showing = threading.Lock()
+        return found, lambda piece: self._text(shown, piece)
+
+    def _text(self, shown: list[str], piece: str) -> None:
+        """Hand a piece of a call's reply text to the ``text`` hooks and the text observers, unless the call was cut.
+
+        A model's thread cannot be stopped: a call the run was cut in may go on
+        streaming after the stop.  Its pieces then belong to no run, so once a
+        stop took the call's text (``_take_shown``: ``shown`` is no longer
+        ``_shown``) they are dropped.  The same lock makes a piece arriving as
+        the stop is taken either kept (and heard) or dropped (and not heard).
+        It is held only to keep the piece, not while hooks hear it: a hook
+        that hangs must not hold up the deadline's stop.
+        """
         if not piece:
             return
-        self._shown.append(piece)
+        showing = self._showing
+        assert showing is not None  # made with this call's on_text (_streaming)
+        with showing:
+            if shown is not self._shown:
+                return
+            shown.append(piece)
         delta = TextDelta(piece, self.position.counts.turns + 1, self.run_id)
         if self._hooks:
             self._hook_failed(self._hooks.call("text", delta), False)
         if self._text_observers:
             self._hook_failed(notify(self._text_observers, delta), False)
+
+    def _take_shown(self) -> str:
+        """The text the model call being ended had shown, for its stop; the call's later pieces are dropped (``_text``).
+
+        A run none of whose calls streamed has shown nothing, and needs no lock.
+        """
+        showing = self._showing
+        if showing is None:
+            return ""
+        with showing:
+            shown, self._shown = self._shown, []
+        return "".join(shown)
 
     def _model_replied(self, response: object) -> None:
         self.stepper.accept_reply(response)
@@ -140,7 +180,7 @@ class WatchedRun:
             self._after_model()
 
     def _model_failed(self, error: Exception) -> None:
-        self.stepper.accept_model_error(error, "".join(self._shown))
+        self.stepper.accept_model_error(error, self._take_shown())
         if self._observed:
             self._error = f"{type(error).__name__}: {error}"
             self._after_model()
