@@ -43,6 +43,7 @@ from fsm_agent.drivers.session_turns import (
     refuse_cut_decisions,
 )
 from fsm_agent.drivers.stored import astore_for, awaited, store_for
+from fsm_agent.drivers.turn_lock import acquire
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import AgentLoopError, RunExistsError, RunStateError
 from fsm_agent.records import Message, RunResult
@@ -54,15 +55,6 @@ if TYPE_CHECKING:
 _TERMINAL = ("Done", "Failed")
 _TRIES = 3
 """How often a turn reads the conversation again when another object stored the turn it was about to take."""
-_FIRST_POLL, _LAST_POLL = 0.001, 0.02
-"""Seconds an awaited turn first sleeps, then at most, between tries at a session's lock another turn holds.
-
-Measured against waiting in a worker thread (``asyncio.to_thread(lock.acquire)``): that hands the lock over
-in 0.15 ms, polling in 11 ms at the median (19 ms at most), nothing beside a model call of 300 ms or more;
-but each waiting turn would hold one of the default executor's few threads, which the turn holding the lock
-needs for its own model calls and store writes, and a cancelled wait would leave a thread to take the lock
-for nobody.  A poll holds no thread, and a cancelled one holds nothing.
-"""
 
 
 class Session(StoredTurns):
@@ -212,7 +204,7 @@ class Session(StoredTurns):
         """
         deps = self.deps if deps is None else deps
         request = _request(request_id)
-        await _acquire(self._lock)
+        await acquire(self._lock)
         try:
             if self.store is None and self._repeats(request):
                 return self._again(self._last)
@@ -275,7 +267,7 @@ class Session(StoredTurns):
     ) -> RunResult:
         """``resume``, awaited: ``Agent.aresume`` and ``afinish``, the store's reads and writes awaited."""
         deps = self.deps if deps is None else deps
-        await _acquire(self._lock)
+        await acquire(self._lock)
         try:
             if self.store is not None:
                 await self._acatch_up(strict=False)
@@ -411,17 +403,3 @@ def _request(request_id: object) -> str | None:
         msg = f"request_id must be text, not empty, without NUL or lone surrogates, got {request_id[:40]!r}"
         raise ValueError(msg)
     return request_id
-
-
-async def _acquire(lock: threading.Lock) -> None:
-    """Take ``lock`` from an event loop without blocking it: try, then sleep a little longer each time, and retry.
-
-    See ``_FIRST_POLL`` for why a poll and not a waiting thread.  A
-    cancelled wait has taken nothing.
-    """
-    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
-
-    pause = _FIRST_POLL
-    while not lock.acquire(blocking=False):
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, _LAST_POLL)

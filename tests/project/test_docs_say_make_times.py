@@ -1,4 +1,4 @@
-"""`make test`'s time is the same in the README, the development page and `make help`: about 12 minutes on 2 cores."""
+"""`make test`'s time is the same in the README, the development page and `make help`, each saying on 2 cores."""
 
 from __future__ import annotations
 
@@ -23,13 +23,14 @@ def test_make_test_takes_the_same_time_everywhere_it_is_stated() -> None:
         _minutes(development, r"\| `make test` \|[^|]*?about (\d+) minutes"),
         _minutes(makefile, r"^test: .*?## .*?about (\d+) minutes"),
     }
-    assert stated == {12}, stated
+    assert len(stated) == 1, stated
 
 
 def test_every_place_says_on_2_cores() -> None:
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     development = (ROOT / "docs" / "contributing" / "development.md").read_text(encoding="utf-8")
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    assert "runs the whole suite: about 12 minutes on 2 cores" in readme
-    assert "about 12 minutes on 2 cores (" in development
-    assert "(about 12 minutes on 2 cores:" in makefile
+    minutes = _minutes(readme, r"runs the whole suite: about (\d+) minutes")
+    assert f"runs the whole suite: about {minutes} minutes on 2 cores" in readme
+    assert f"about {minutes} minutes on 2 cores (" in development
+    assert f"(about {minutes} minutes on 2 cores:" in makefile
