@@ -57,6 +57,11 @@ def import_named(spec: str, flag: str, usable: Callable[[Any], bool] = callable)
     if not sep or not module_name or not name:
         msg = f"{flag} wants MODULE:FUNCTION, got {spec!r}"
         raise SetupError(msg)
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        raise SetupError(_a_path_given(module_name, name, flag))
+    if module_name.startswith("."):
+        msg = f"{flag}: {module_name!r} is a relative module name: write the module's full name, without the dot"
+        raise SetupError(msg)
     sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
@@ -70,6 +75,21 @@ def import_named(spec: str, flag: str, usable: Callable[[Any], bool] = callable)
     if not usable(found) or inspect.iscoroutinefunction(found):
         raise SetupError(f"{flag}: {module_name}.{_not_a_factory(found, name)}")
     return found
+
+
+def _a_path_given(path: str, name: str, flag: str) -> str:
+    """The one line for a file path where ``MODULE`` goes: the module spelling to write, or that no such file exists.
+
+    Why: importing ``./shop.py`` raises a traceback about relative imports and
+    ``shop.py`` says "No module named 'shop.py'": neither names the fix.
+    """
+    file = path if path.endswith(".py") else f"{path}.py"
+    module = os.path.splitext(os.path.basename(file))[0]
+    if not os.path.isfile(file) and not os.path.isdir(path):
+        return f"{flag}: no such file {file!r}; MODULE is a module name: write {module}:{name}, run from its directory"
+    where = os.path.dirname(os.path.abspath(file))
+    elsewhere = "" if where == os.getcwd() else f", run from the file's directory ({where})"
+    return f"{flag}: MODULE is a module name, not a file: write {module}:{name}{elsewhere}"
 
 
 def _not_a_factory(found: Any, name: str) -> str:

@@ -100,12 +100,9 @@ def add_command(commands: Any) -> None:
         description=described(__doc__),
     )
     parser.add_argument("question", help="what to ask the model")
-    who = parser.add_mutually_exclusive_group(required=True)
-    add_model_arguments(parser, model_in=who)
-    who.add_argument(
-        "--agent",
-        metavar="MODULE:FUNCTION",
-        help="your own agent (its model, tools, prompt and limits): a function with no arguments returning an "
+    add_model_arguments(
+        parser,
+        agent_help="your own agent (its model, tools, prompt and limits): a function with no arguments returning an "
         "Agent; instead of --model, which runs the built-in tools",
     )
     parser.add_argument("--system", default=DEFAULT_SYSTEM, help="the system prompt")
@@ -138,19 +135,21 @@ def add_command(commands: Any) -> None:
     parser.set_defaults(handler=main)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, model_in: Any = None) -> None:
-    """The flags that choose, reach and price a model, shared by ``run`` and ``runs resume``.
+def add_model_arguments(parser: argparse.ArgumentParser, *, agent_help: str) -> None:
+    """``--model`` or ``--agent`` (one required), then the flags that reach and price a model: ``run``, ``runs resume``.
 
-    ``model_in`` is a group of mutually exclusive flags ``--model`` joins
-    (``runs resume --agent``); without one, ``--model`` is required.
+    ``--agent`` is added right after ``--model``: argparse draws a group in
+    the usage as ``(--model ... | --agent ...)`` only when its flags are
+    added one after the other.
     """
-    (parser if model_in is None else model_in).add_argument(
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument(
         "--model",
-        required=model_in is None,
         metavar="PROVIDER:NAME",
         help="e.g. openai:gpt-4o-mini, openai-responses:o4-mini, anthropic:claude-sonnet-4-5, gemini:gemini-2.5-flash, "
         "or openai:llama3.1 with --base-url",
     )
+    who.add_argument("--agent", metavar="MODULE:FUNCTION", help=agent_help)
     parser.add_argument(
         "--base-url",
         metavar="URL",

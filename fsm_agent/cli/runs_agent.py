@@ -28,12 +28,9 @@ from fsm_agent.drivers.agent_run import AgentRun
 
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model`` (with the flags that reach it) or ``--agent``, one of them required; and ``--files``."""
-    who = parser.add_mutually_exclusive_group(required=True)
-    run_command.add_model_arguments(parser, model_in=who)
-    who.add_argument(
-        "--agent",
-        metavar="MODULE:FUNCTION",
-        help="your own agent (its model and tools): a function with no arguments returning an Agent; "
+    run_command.add_model_arguments(
+        parser,
+        agent_help="your own agent (its model and tools): a function with no arguments returning an Agent; "
         "instead of --model, which goes on with the built-in tools",
     )
     parser.add_argument("--files", type=Path, metavar="DIR", help="let the model read text files under DIR")

@@ -55,7 +55,9 @@ def add_command(commands: Any) -> None:
         help="a host name (or address) the viewer answers to, besides loopback and --host; repeatable; "
         "required with a --host that is not loopback",
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0 picks a free one)")
+    parser.add_argument(
+        "--port", type=port_number, default=DEFAULT_PORT, help="port (default %(default)s; 0 picks a free one)"
+    )
     parser.add_argument(
         "--allow-decisions",
         action="store_true",
@@ -73,6 +75,23 @@ def add_command(commands: Any) -> None:
         help="module:attribute of the Table (or Agent) the runs are drawn over (default: %(default)s)",
     )
     parser.set_defaults(handler=main)
+
+
+def port_number(text: str) -> int:
+    """``--port`` as a TCP port, 0 to 65535; a usage error naming the value otherwise.
+
+    Why: ``int`` alone lets 99999 through, and the resolver wraps it modulo
+    65536: the viewer would be served on a port nobody asked for.
+    """
+    try:
+        port = int(text)
+    except ValueError:
+        msg = f"wants a port number, 0 to 65535, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if not 0 <= port <= 65535:
+        msg = f"wants a port number, 0 to 65535, got {text}"
+        raise argparse.ArgumentTypeError(msg)
+    return port
 
 
 def is_loopback(host: str) -> bool:

@@ -10,6 +10,7 @@ given: both are kept as ``False`` (``settled``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
@@ -40,6 +41,10 @@ class HeldBack:
 
 def approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) -> Callable[[ToolCall], bool] | None:
     """Normalise ``approve``: a set of tool names (``HeldBack``) or a predicate on the call, as a predicate."""
+    if inspect.iscoroutinefunction(approve):
+        # Its coroutine, never awaited, is truthy: every call would wait for a person.
+        msg = "approve is an async def, which is called, not awaited: make it a plain def"
+        raise TypeError(msg)
     if approve is None or callable(approve):
         return approve
     if isinstance(approve, str):

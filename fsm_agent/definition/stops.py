@@ -11,6 +11,7 @@ it needs one).  A user's ``StopCondition`` is the same kind of object.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
@@ -245,8 +246,10 @@ class StopCondition(Stop):
     input is ``view.messages[-1]``), so a tripped input costs no call;
     ``"answer"``, on a reply without tool calls just before ``Done`` (it is
     ``view.last_response``, kept as the result's ``final`` if tripped).  A
-    check that raises stops the run with ``stop_condition_error``.  ``policy``
-    is the default ``on_stop`` (``raise`` or ``return``; never ``finalize``).
+    check that raises stops the run with ``stop_condition_error``; an
+    ``async def`` check is a ``TypeError`` (a check is called, not awaited).
+    ``policy`` is the default ``on_stop`` (``raise`` or ``return``; never
+    ``finalize``).
     """
 
     def __init__(
@@ -268,6 +271,10 @@ class StopCondition(Stop):
             raise ValueError(msg)
         name = getattr(check, "__name__", "")
         name = name if name.isidentifier() else f"check_{reason}"
+        if inspect.iscoroutinefunction(check):
+            # Its coroutine, never awaited, is truthy: the stop would trip on every run.
+            msg = f"StopCondition check {name!r} is an async def; a check is called, not awaited: make it a plain def"
+            raise TypeError(msg)
         place, state = _checkpoint(at)
         # The answer edge shares Dispatch's trigger with every tool call, where there is no answer to check.
         answer = place is At.ANSWER

@@ -158,6 +158,11 @@ class OpenAIClientModel(ProviderModel):
         return overflow
 
     def _new_client(self, options: dict[str, Any]) -> Any:
+        # The SDK refuses a missing key naming keys of other kinds (admin, workload identity): refused here instead.
+        if not options.get("api_key"):
+            kind = type(self).__name__
+            msg = f"{kind} has no key: set OPENAI_API_KEY, or pass api_key=... (any text for a server that checks none)"
+            raise ValueError(msg)
         return self._sdk.OpenAI(**options)
 
     def _new_async_client(self) -> Any:

@@ -6,8 +6,10 @@ header may carry one); a key with whitespace, a control or a non-ASCII
 character inside is a ``ValueError`` naming the position, never the key.
 ``user:password@`` in ``base_url`` is taken out of the URL and sent as the
 HTTP Basic ``Authorization`` header, as httpx would have sent it, so the
-URL that the SDK logs and puts into errors holds no password.  The adapter's
-``base_url`` attribute and ``repr()`` show ``[redacted]`` in its place.
+URL that the SDK logs and puts into errors holds no password, and neither
+do the adapter's ``base_url`` attribute and ``repr()``.  Only in the URL of
+a ``client=`` passed in, which keeps its userinfo, is the password shown as
+``[redacted]``.
 
 Errors.  Every exception leaving ``complete``/``acomplete`` is cleaned in
 place along its whole chain (``__cause__``, ``__context__``, exceptions held

@@ -10,6 +10,7 @@ observer handed to a run (``observers=``, the file of ``log=``) fails the same w
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import logging
@@ -188,12 +189,16 @@ class Hooks:
         self.active = False
 
     def add(self, name: str, hook: Hook) -> None:
-        """Register ``hook`` under ``name`` (one of ``HOOK_NAMES``)."""
+        """Register ``hook`` under ``name`` (one of ``HOOK_NAMES``); an ``async def`` hook is a ``TypeError``."""
         if name not in HOOK_NAMES:
             msg = f"unknown hook {name!r}; use one of: {', '.join(HOOK_NAMES)}"
             raise ValueError(msg)
         if not callable(hook):
             msg = f"hook for {name!r} must be callable, got {type(hook).__name__}"
+            raise TypeError(msg)
+        if inspect.iscoroutinefunction(hook):
+            # Every driver calls hooks and none awaits them: its body would never run.
+            msg = f"hook for {name!r} is an async def, which is called, not awaited: make it a plain def"
             raise TypeError(msg)
         self._by_name.setdefault(name, []).append(hook)
         self.active = True

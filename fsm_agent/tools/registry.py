@@ -10,10 +10,11 @@ has failed like any other.  ``KeyboardInterrupt`` and ``SystemExit`` still
 propagate, and so does a real cancellation of the task awaiting ``aexecute``.
 
 A return value that JSON cannot encode (a set, bytes, NaN, an object, a
-structure that contains itself) is an error result naming the tool, not a
-conversion: a guessed ``str(value)`` would hand the model text nobody
-designed.  Output longer than the registry's ``max_output_chars`` is cut, with
-a marker saying how much, so one tool cannot flood the conversation.
+structure that contains itself, a dict key that is not a string) is an
+error result naming the tool, not a conversion: a guessed ``str(value)``
+would hand the model text nobody designed.  Output longer than the
+registry's ``max_output_chars`` is cut, with a marker saying how much, so
+one tool cannot flood the conversation.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fsm_agent.tools.calling import DeadlineError, ToolExit, call_sync, call_wit
 from fsm_agent.tools.caps import DEFAULT_MAX_OUTPUT_CHARS, clip
 from fsm_agent.tools.caps import max_output_chars as max_output_chars_of
 from fsm_agent.tools.context import context_for, context_parameter
+from fsm_agent.tools.encoding import json_text
 from fsm_agent.tools.given import check_bound, check_given, check_name
 from fsm_agent.tools.schema import (
     CALL_ID,
@@ -135,7 +137,7 @@ def _encoded(call: ToolCall, value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
         return value
     try:
-        content = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        content = json_text(value)
     except (TypeError, ValueError) as exc:
         return _error(f"tool {call.name!r} returned a value that cannot be encoded as JSON: {exc}")
     if isinstance(value, Mapping) and "error" in value:
@@ -270,7 +272,8 @@ class ToolRegistry:
             if taken == source == self.source and not including:
                 msg = f"a tool named {name!r} is already registered: register the other under a new name, with name=..."
             else:
-                msg = f"tool {name!r} from {source} clashes with {name!r} from {taken}; include one with prefix=..."
+                theirs = f"the {name!r} already registered here" if taken == source else f"{name!r} from {taken}"
+                msg = f"tool {name!r} from {source} clashes with {theirs}; include one with prefix=..."
             raise ValueError(msg)
 
     def __contains__(self, name: object) -> bool:
