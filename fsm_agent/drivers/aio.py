@@ -26,6 +26,7 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
+from fsm_agent.drivers.model import awaitable_reply
 from fsm_agent.observe.events import logger
 from fsm_agent.records import RunResult, ToolCall, Transition
 from fsm_agent.tools.calling import in_daemon_worker
@@ -33,18 +34,6 @@ from fsm_agent.tools.context import adriving
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
 """An untyped agent's model calls: nothing besides messages and tools."""
-
-
-def _to_await(called: Any) -> Any:
-    """What a model's ``acomplete`` returned, to await; a ``TypeError`` naming the fix if it is no awaitable.
-
-    A plain-def ``acomplete`` ran on the event loop and returned its reply:
-    Python's own error at the ``await`` would not say what to change.
-    """
-    if not inspect.isawaitable(called):
-        msg = f"model.acomplete returned {type(called).__name__}, not an awaitable: make it an async def"
-        raise TypeError(msg)
-    return called
 
 
 async def _awaited(value: Any) -> Any:
@@ -264,7 +253,7 @@ class AsyncDriver(RunBase):
                 stream, on_text = astream
                 response = await stream(effect.messages, effect.tools, on_text, **keywords["acomplete_stream"])
             elif acomplete is not None:
-                response = await _to_await(acomplete(effect.messages, effect.tools, **keywords["acomplete"]))
+                response = await awaitable_reply(acomplete(effect.messages, effect.tools, **keywords["acomplete"]))
             else:
                 response = await self._athreaded(self._model.complete, effect, keywords["complete"])
         except Exception as exc:  # noqa: BLE001 - any model failure is a model_error stop

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from fsm_agent.records import Message, ModelResponse
 from fsm_agent.tools import JSONSchema
@@ -25,3 +26,15 @@ class Model(Protocol):
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
         """Return the model's next message."""
         ...
+
+
+def awaitable_reply(called: Any) -> Any:
+    """What a model's ``acomplete`` returned, to await; a ``TypeError`` naming the fix if it is no awaitable.
+
+    A plain-def ``acomplete`` ran on the event loop and returned its reply:
+    Python's own error at the ``await`` would not say what to change.
+    """
+    if not inspect.isawaitable(called):
+        msg = f"model.acomplete returned {type(called).__name__}, not an awaitable: make it an async def"
+        raise TypeError(msg)
+    return called

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 from fsm_agent.core.approval import describe_decision, same_decision
 from fsm_agent.core.ledger import error_text
 from fsm_agent.core.snapshot import message_of
-from fsm_agent.drivers.agent import Agent
-from fsm_agent.drivers.agent_again import unclaimed
 from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.drivers.session_owners import LastTurnOwners, version_of
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
@@ -24,29 +23,19 @@ from fsm_agent.records import Message, RunResult, ToolCall
 
 if TYPE_CHECKING:
     from fsm_agent.core.cancellation import CancelToken
-    from fsm_agent.persist.store import Store, StoredRun
+    from fsm_agent.persist.store import StoredRun
 
 _TERMINAL = ("Done", "Failed")
 
 
-class StoredTurns:
+class StoredTurns(LastTurnOwners):
     """The half of a ``Session`` that reads its turns from the store and decides who may take the next one."""
 
-    agent: Agent
-    store: Store | None
-    session_id: str
     _messages: list[Message]
-    _turns: int
     _last: RunResult | None
     _paused: str | None
     _repeated: dict[str, Any] | None = None
     """The last turn as stored, when the request asking for a turn is the one that took it (``request_id``)."""
-    _base: tuple[int, int | None] | None = None
-    """The last turn as this object read or finished it, and its stored version: what the next turn is built on."""
-
-    def turn_id(self, n: int) -> str:
-        """The run id of turn ``n`` (from 1) in a store."""
-        return f"{self.session_id}/{n}"
 
     def _busy(self, n: int, holder: str | None = None, until: float | None = None) -> RunLeasedError:
         """Turn ``n`` is being taken elsewhere: its conversation is not one to build on yet."""
@@ -99,97 +88,6 @@ class StoredTurns:
             raise self._busy(n, exc.holder, exc.until) from None
         self._turns = n - 1  # taken in again when it ends
         return run
-
-    # --- two owners: one resumes the last turn as another takes the next ---------------------------------------
-    #
-    # Each writes first and reads the other's write after: the resume claims turn n, then looks for turn n+1
-    # (``_still_last``); a new turn n+1 is stored, then turn n's version is read again (``_still_based``).  Of two
-    # owners racing, at least one sees the other (whichever wrote second reads after both writes) and backs off
-    # with nothing called: no reply is given that the conversation does not hold.
-
-    def _resumed_last(
-        self, source: Any, approvals: Mapping[str, bool | str] | None, deps: Any, options: Mapping[str, Any]
-    ) -> AgentRun:
-        """The last turn resumed (``Agent.resume``); a ``RunStateError`` if another owner took a turn after it."""
-        n, store = self._turns, self.store
-        run, expected, entry = unclaimed(self.agent, source, store, deps, approvals, **options)
-        run._claimed(expected, entry, None if store is None else lambda: self._still_last(n))  # noqa: SLF001
-        return run
-
-    async def _aresumed_last(
-        self, source: Any, approvals: Mapping[str, bool | str] | None, deps: Any, options: Mapping[str, Any]
-    ) -> AgentRun:
-        """``_resumed_last``, awaited."""
-        n, store = self._turns, self.store
-        run, expected, entry = unclaimed(self.agent, source, store, deps, approvals, **options)
-        await run._aclaimed(expected, entry, None if store is None else lambda: self._astill_last(n))  # noqa: SLF001
-        return run
-
-    def _still_last(self, n: int) -> None:
-        """Nothing if turn ``n``, just claimed, is still the session's last turn; else a ``RunStateError``.
-
-        The claim of a stopped or paused turn gives its lease up at once, so
-        refused here it is left as it was, nothing called.
-        """
-        store: Any = self.store
-        try:
-            store.load(self.turn_id(n + 1))
-        except KeyError:
-            return
-        raise self._went_on(n)
-
-    async def _astill_last(self, n: int) -> None:
-        """``_still_last``, awaited."""
-        store: Any = self.store
-        try:
-            await awaited(store, "load", self.turn_id(n + 1))
-        except KeyError:
-            return
-        raise self._went_on(n)
-
-    def _went_on(self, n: int) -> RunStateError:
-        msg = (
-            f"turn {n} of session {self.session_id!r} cannot be resumed: another owner took turn {n + 1} after it "
-            "meanwhile, so it is no longer the last turn (nothing was called; read the session again)"
-        )
-        return RunStateError(msg)
-
-    def _finished_here(self, run: AgentRun) -> None:
-        """The last turn, taken over and finished by this object: the next turn is built on its version as written."""
-        journal = run._journal  # noqa: SLF001 - the run this object just drove
-        self._base = (self._turns, None if journal is None else journal.seq)
-
-    def _still_based(self, run: AgentRun) -> bool:
-        """Whether the last turn is at the version the new turn (``run``, just stored) was built on; else forgotten.
-
-        A resume that claimed the last turn since moved its version: the new
-        turn is deleted (nothing of it ran) and the session is to be read again.
-        """
-        base = self._base
-        store: Any = self.store  # a session's store lists its turns and forgets them: a FullStore
-        if base is None or base[1] is None:  # no turn before it, or a store without versions
-            return True
-        try:
-            moved = _version(store.load(self.turn_id(base[0]))) != base[1]
-        except KeyError:
-            moved = True
-        if moved:
-            store.delete(run.run_id)
-        return not moved
-
-    async def _astill_based(self, run: AgentRun) -> bool:
-        """``_still_based``, awaited."""
-        base = self._base
-        store: Any = self.store
-        if base is None or base[1] is None:
-            return True
-        try:
-            moved = _version(await awaited(store, "load", self.turn_id(base[0]))) != base[1]
-        except KeyError:
-            moved = True
-        if moved:
-            await awaited(store, "delete", run.run_id)
-        return not moved
 
     def _check_ours(self, n: int) -> None:
         """Turn ``n``'s id is taken in the store: by another object's turn of this session, or a ``RunStateError``.
@@ -267,7 +165,7 @@ class StoredTurns:
         if last is None or data is None:
             self._turns, self._messages, self._base = 0, [], None
             return None
-        self._turns, self._base = last, (last, _version(data))
+        self._turns, self._base = last, (last, version_of(data))
         if request is not None and data.get("request_id") == request and data.get("reason") != "cancelled":
             self._repeated = data
         messages = [message_of(m) for m in data["messages"]]
@@ -282,13 +180,6 @@ class StoredTurns:
         if data["state"] not in _TERMINAL and strict:
             return last, data
         return None
-
-
-def _version(data: dict[str, Any]) -> int | None:
-    """The stored version a turn's snapshot was read at (None: a store without versions)."""
-    from fsm_agent.persist.store import stored_version  # as stored.store_for: import fsm_agent loads no store
-
-    return stored_version(data)
 
 
 def paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:

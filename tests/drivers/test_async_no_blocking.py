@@ -284,6 +284,7 @@ SYNC_NAMES = {
     "_aclaimed": "_claimed",
     "astore_for": "store_for",
     "_astill_last": "_still_last",
+    "_aput_back": "_put_back",
 }
 
 

@@ -151,5 +151,12 @@ def test_a_stopped_turn_resumed_as_another_owner_takes_the_next_turn_loses_no_re
     assert not lost, f"replies given to a caller but in no turn of the conversation: {lost} (refused: {refused})"
     assert len(given) + len(refused) == 2
     assert "b" not in refused or crossing != "B's turn between A's read and A's claim"
-    if "a" in refused and isinstance(refused["a"], RunStateError):
-        assert "another owner took turn 2" in str(refused["a"])
+    turn_1 = Session(agent, store=store_target, session_id="chat").store.load("chat/1")  # type: ignore[union-attr]
+    if "a" in refused:  # a refused resume leaves turn 1 as it stopped, free: nothing half-done
+        assert (turn_1["state"], turn_1["reason"]) == ("Failed", "max_steps")
+        if isinstance(refused["a"], RunStateError):
+            assert "another owner took turn 2" in str(refused["a"])
+    else:
+        assert (turn_1["state"], turn_1["final"]) == ("Done", "Mailed Ada.")
+    with _hooked_store(store_target) as store:
+        store.claim("chat/1", turn_1, owner="a third owner")  # free: no lease of a refused owner kept
