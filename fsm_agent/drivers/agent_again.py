@@ -169,11 +169,10 @@ class RunsAgain(AgentParts):
         ready = prepared(rebuilt_run, edited, at, run_id, edit, rerun)
         run, entry = forked(_agent(self), ready, cancel=cancel, observers=observers, store=opened, deps=deps)
         try:
-            await run._aopen_store(new=True)  # noqa: SLF001 - the agent opens its own runs' stores
+            # Written, then its resume edge taken (see fork); a cancel that cuts it ends the fork, as aresume's run.
+            await run._aopened(entry, new=True)  # noqa: SLF001 - the agent opens its own runs' stores
         except RunExistsError as exc:
             raise _taken(exc) from None
-        if entry is not None:
-            await run._aafter(entry)  # noqa: SLF001 - see fork
         return run
 
 

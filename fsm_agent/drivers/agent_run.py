@@ -19,10 +19,10 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import describe_resumable
 from fsm_agent.drivers.aio import AsyncDriver
+from fsm_agent.drivers.cut_runs import astop_cut
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import SnapshotError
-from fsm_agent.observe.events import logger
 from fsm_agent.records import RunResult, Transition
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ class AgentRun(SyncDriver, AsyncDriver):
         """The resumed run claimed in its store at ``expected`` (``_resumed``), and its resume edge taken, heard.
 
         ``still`` is asked between the claim and the edge, and may refuse the
-        resume by raising: the claim of a stopped or paused run gives its
-        lease up at once, so the run is left as it was, nothing called.
+        resume by raising, nothing called; it leaves the stored run as it
+        must be (a session's resume writes its turn back: ``session_owners``).
         """
         self._open_store(new=False, expected=expected)
         if still is not None:
@@ -135,20 +135,37 @@ class AgentRun(SyncDriver, AsyncDriver):
     async def _aclaimed(
         self, expected: int | None, entry: Transition | None, still: Callable[[], Awaitable[None]] | None = None
     ) -> None:
-        """``_claimed``, awaited; a cancel that cuts it ends the run (``astop_cut``) before it propagates.
+        """``_claimed``, awaited; a cancel that cuts it ends the run (``_aopened``) before it propagates."""
+        await self._aopened(entry, still, new=False, expected=expected)
 
-        The caller (``Agent.aresume``) never gets the run, so nobody would go
-        on with it: a claim the store committed all the same would hold the
-        run's lease until it lapses, and an answer sent again would wait for it.
+    async def _aopened(
+        self,
+        entry: Transition | None,
+        still: Callable[[], Awaitable[None]] | None = None,
+        *,
+        new: bool,
+        expected: int | None = None,
+    ) -> None:
+        """The run written whole (created, or claimed at ``expected``), ``still`` asked, its edge ``entry`` taken.
+
+        The caller (``Agent.aresume``, ``Agent.afork``, a session's resume)
+        never gets the run when a cancel cuts this, so nobody would go on
+        with it: a write the store committed, cut or not, would hold the
+        run's lease until it lapses, and an answer sent again would wait for
+        it.  So the cut run is ended (``astop_cut``).
         """
+        landed = False
         try:
-            await self._aopen_store(new=False, expected=expected)
+            await self._aopen_store(new=new, expected=expected)
+            landed = True
             if still is not None:
                 await still()
             if entry is not None:
                 await self._aafter(entry)
-        except BaseException:
-            await astop_cut(self)
+        except BaseException as exc:
+            # Only a cancel (a BaseException that is no Exception) ends a run whose write landed: an Exception is a
+            # refusal (``still``'s RunStateError, a StaleRunError), and whoever raised it left the run as it must be.
+            await astop_cut(self, landed=landed and not isinstance(exc, Exception))
             raise
 
 
@@ -170,34 +187,3 @@ def _no_json(source: object, exc: SnapshotError) -> None:
             f"agent.resume(store.load({shown!r}), store=store)"
         )
         raise SnapshotError(msg) from exc
-
-
-async def astop_cut(run: AgentRun) -> None:
-    """A run whose task was cancelled, with its token, while one of its writes was under way: ended.
-
-    Nobody goes on with a session's turn once it is cut, nor with a run
-    whose ``Agent.aresume`` was cut while claiming it (its caller never got
-    the run), so the transition left closing (see ``AsyncDriver._aadvance``),
-    or the run's first write or claim, which the store may have committed all
-    the same (``persist/cut_writes``), would keep the run unfinished in the
-    store, its lease held until it lapses.  The run is finished here instead,
-    out of reach of the cancel (``AsyncDriver._aend_cut``): the cut write is
-    read back or written again, and the run stops ``cancelled`` before its
-    next call (none is made), or, when the model's answer had come, ends
-    ``Done`` with it (nothing it produced is dropped); the end is stored and
-    lets the run go.  A run whose first write never landed is not in the
-    store (``KeyError``): there is nothing to end.  The cancel propagates as
-    it came, whatever happens here.
-    """
-    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
-
-    token, journal = run._cancel, run._journal  # noqa: SLF001 - the run's own token, set by whoever cut the turn
-    cut = run._closing is not None or (journal is not None and journal.cut_pending())  # noqa: SLF001 - as _aadvance
-    if not cut or token is None or not token.cancelled:
-        return
-    try:
-        await asyncio.shield(run._aend_cut())  # noqa: SLF001 - whoever cut the run ends it
-    except KeyError:  # the turn was never stored
-        pass
-    except Exception:  # noqa: BLE001 - the cancel is what propagates; the turn's lease lapses as a dead owner's
-        logger.warning("fsm_agent: the cut turn %s could not be ended", run.run_id, exc_info=True)

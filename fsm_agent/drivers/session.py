@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.drivers.agent import Agent
-from fsm_agent.drivers.agent_run import AgentRun, astop_cut
+from fsm_agent.drivers.agent_run import AgentRun
+from fsm_agent.drivers.cut_runs import adrop_cut, astop_cut
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.session_turns import (
     StoredTurns,
@@ -230,7 +231,12 @@ class Session(StoredTurns):
                 except BaseException:
                     await astop_cut(run)  # cut while the turn was stored: ended, if the store has it
                     raise
-                if not await self._astill_based(run):
+                try:
+                    based = await self._astill_based(run)
+                except BaseException:
+                    await adrop_cut(self.store, run.run_id)  # cut before anything of it ran: forgotten
+                    raise
+                if not based:
                     continue
                 self._last_request = request
                 return await self._afinished(run)

@@ -13,6 +13,7 @@ which (``landed``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +29,7 @@ Point = tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]]
 """Where a journal's next entry starts: the lengths of the run's growing lists, their last items, its small fields."""
 
 _MISSING = object()
+_log = logging.getLogger("fsm_agent")
 
 
 @attrs.frozen
@@ -76,6 +78,27 @@ class CutWrites(Heartbeats):
         except asyncio.CancelledError:
             if planned is not None:  # where the next entry starts once it is written: taken with the plan
                 self._unsure = CutWrite(seq, release, planned)
+            raise
+
+    async def _arelease(self, seq: int) -> None:
+        """Give the lease of the run just written at ``seq`` up (it is paused or finished), even if a cancel cuts it.
+
+        The write before it landed, so the run is this object's, and its
+        caller may never get it (``Agent.aresume`` of a still paused run is
+        cut): a release the cancel withdrew (SQLite drops a write its writer
+        had not taken) would keep the run leased until the lease lapses.  So
+        it is written again out of the cancel's reach (giving up a free lease
+        changes nothing), and the cancel propagates after.
+        """
+        try:
+            await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.shield(self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True))
+            except Exception:  # noqa: BLE001 - the cancel is what propagates; the lease lapses as a dead owner's
+                _log.warning("fsm_agent: the lease of the cut run %s could not be given up", self.run_id, exc_info=True)
+            else:
+                self._written(seq, True)
             raise
 
     def _resolve(self) -> bool:

@@ -363,7 +363,7 @@ class Journal(CutWrites):
                 seq = await (claim if expected is None else self._guarded(claim, expected + 1, False))
             released = paused or run.at.state in TERMINAL
             if released:
-                await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
+                await self._arelease(seq)
         self._written(seq, released)
 
     async def asave(self, run: Run, paused: bool) -> None:
@@ -392,7 +392,7 @@ class Journal(CutWrites):
             claim = self._await("claim", self.run_id, _at(whole, self.seq), owner=self.owner)
             seq = await self._guarded(claim, self.seq + 1, False)  # a claim writes the next version
             if released:
-                await self._await("renew", self.run_id, owner=self.owner, seq=seq, release=True)
+                await self._arelease(seq)
             self._written(seq, released)
 
 

@@ -185,7 +185,8 @@ def _named_edges() -> set[tuple[str, str]]:
             (f"drivers.{name}", "drivers.agent")
             for name in ("agent_again", "child_runs", "fork", "read_back", "rebuild")
         ),
-        ("drivers.child_runs", "drivers.agent_run"),  # `child_runs` and `streaming` name `AgentRun`
+        ("drivers.child_runs", "drivers.agent_run"),  # `child_runs`, `cut_runs` and `streaming` name `AgentRun`
+        ("drivers.cut_runs", "drivers.agent_run"),
         ("drivers.streaming", "drivers.agent_run"),
         ("drivers.child", "drivers.agent_parts"),  # `child` names `AgentParts`
         ("cli.run", "cli.batch"),  # `run` imports `batch` inside `own_agent`
