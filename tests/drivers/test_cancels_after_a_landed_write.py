@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from support.turn_models import Mailer
+from support.turn_models import Mailer, sender
 
-from fsm_agent import Agent, CancelToken, ForkEdit, RunStateError, Session, SqliteStore, ToolRegistry
+from fsm_agent import Agent, CancelToken, ForkEdit, RunStateError, Session, SqliteStore
 from fsm_agent.drivers.agent_again import unclaimed
 from fsm_agent.persist import PostgresStore, is_url
 from fsm_agent.persist.planned import PlannedStore
@@ -31,18 +31,6 @@ from fsm_agent.persist.store import VERSION_KEY
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 S = TypeVar("S", bound=PlannedStore)
-
-
-def _sender(made: Counter[str]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message: an effect in the world, counted per call id."""
-        made[call_id] += 1
-        return f"sent to {to}"
-
-    return tools
 
 
 def _opened(kind: type[S], target: str) -> S:
@@ -157,14 +145,14 @@ def test_a_turn_cut_while_it_checks_the_turn_it_was_built_on_is_forgotten(store_
     store = _opened(_Hangs, store_target)
 
     async def main() -> tuple[BaseException | None, bool, float, str | None]:
-        session = await Session.aopen(Agent(model, _sender(made)), store, "chat")
+        session = await Session.aopen(Agent(model, sender(made)), store, "chat")
         assert (await session.arun("Mail Ada.")).final == "sent"
         store.reached, store.arm_on, store.hang_load = asyncio.Event(), "chat/2", "chat/1"
         token = CancelToken()
         raised = await _cut(asyncio.create_task(session.arun("Thanks.", cancel=token)), store.reached, token)
         gone = _gone(store, "chat/2")
         started = time.monotonic()
-        again = await (await Session.aopen(Agent(model, _sender(made)), store, "chat")).arun("Thanks.")
+        again = await (await Session.aopen(Agent(model, sender(made)), store, "chat")).arun("Thanks.")
         return raised, gone, time.monotonic() - started, again.final
 
     try:
@@ -192,7 +180,7 @@ def test_an_answer_cut_while_the_session_looks_for_a_next_turn_is_served_at_once
     """
     made: Counter[str] = Counter()
     store = _opened(_Hangs, store_target)
-    session = Session(Agent(Mailer(), _sender(made), approve={"send"}), store=store, session_id="tab")
+    session = Session(Agent(Mailer(), sender(made), approve={"send"}), store=store, session_id="tab")
 
     async def go() -> tuple[BaseException | None, tuple[str, str | None, bool], float, str | None]:
         assert (await session.arun("Mail Ada.")).reason == "paused"
@@ -229,7 +217,7 @@ def test_a_resume_cut_while_it_lets_a_still_paused_run_go_leaves_the_run_free(st
     model = FakeModel(
         tool_turn(tool_call("send", id="c1", to="ada"), tool_call("send", id="c2", to="bob")), reply("sent")
     )
-    agent = Agent(model, _sender(made), approve={"send"})
+    agent = Agent(model, sender(made), approve={"send"})
 
     async def go() -> tuple[BaseException | None, tuple[str, str | None, bool], str | None]:
         paused = await agent.arun("Mail Ada and Bob.", store=store, run_id="r1")
@@ -262,7 +250,7 @@ def test_a_fork_cut_while_it_is_written_is_stopped_and_left_free(store_target: s
     """
     made: Counter[str] = Counter()
     store = _opened(_CreateLandsThenHangs, store_target)
-    agent = Agent(Mailer(), _sender(made), max_steps=1, on_stop={"max_steps": "return"})
+    agent = Agent(Mailer(), sender(made), max_steps=1, on_stop={"max_steps": "return"})
 
     async def go() -> tuple[BaseException | None, tuple[str, str | None, bool], str | None]:
         stopped = await agent.arun("Mail Ada.", store=store, run_id="src")
@@ -297,7 +285,7 @@ def test_a_refusal_after_a_landed_claim_is_no_cancel_even_with_the_token_cancell
     made: Counter[str] = Counter()
     store = SqliteStore(tmp_path / "runs.db")
     agent = Agent(
-        FakeModel(tool_turn(tool_call("send", id="c1", to="ada")), reply("sent")), _sender(made), approve={"send"}
+        FakeModel(tool_turn(tool_call("send", id="c1", to="ada")), reply("sent")), sender(made), approve={"send"}
     )
 
     async def refuse() -> None:

@@ -18,23 +18,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from support.turn_models import sender
 
-from fsm_agent import Agent, Message, ModelResponse, RunLeasedError, RunStateError, Session, ToolRegistry
+from fsm_agent import Agent, Message, ModelResponse, RunLeasedError, RunStateError, Session
 from fsm_agent.persist import PostgresStore, SqliteStore, is_url
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
-
-
-def _sender(made: Counter[str]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message: an effect in the world, counted per call id."""
-        made[call_id] += 1
-        return f"sent to {to}"
-
-    return tools
 
 
 class _Mailer:
@@ -110,7 +99,7 @@ def test_a_stopped_turn_resumed_as_another_owner_takes_the_next_turn_loses_no_re
 ) -> None:
     """Each reply a caller got is in the conversation; a refused owner gets ``RunStateError``/``RunLeasedError``."""
     made: Counter[str] = Counter()
-    agent = Agent(_Mailer(), _sender(made), max_steps=1, on_stop={"max_steps": "return"})
+    agent = Agent(_Mailer(), sender(made), max_steps=1, on_stop={"max_steps": "return"})
     stores = {"a": _hooked_store(store_target), "b": _hooked_store(store_target)}
     a = Session(agent, store=stores["a"], session_id="chat")
     b = Session(agent, store=stores["b"], session_id="chat")

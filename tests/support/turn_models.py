@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
-from fsm_agent import Message, ModelResponse
+from fsm_agent import Message, ModelResponse, ToolRegistry
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 
@@ -51,3 +52,16 @@ class Mailer:
         if any(m.role == "tool" for m in messages[last:]):
             return reply("sent")
         return tool_turn(tool_call("send", id="c1", to="ada"))
+
+
+def sender(made: Counter[str]) -> ToolRegistry:
+    """A registry with ``send``: an effect in the world, counted per call id in ``made``."""
+    tools = ToolRegistry()
+
+    @tools.register
+    def send(to: str, call_id: str) -> str:
+        """Send a message: an effect in the world, counted per call id."""
+        made[call_id] += 1
+        return f"sent to {to}"
+
+    return tools
