@@ -91,10 +91,14 @@ async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[Stre
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
     arrived = asyncio.Event()
+    loop, here = asyncio.get_running_loop(), threading.get_ident()
 
     def text(delta: TextDelta) -> None:
         feed.append(delta)
-        arrived.set()
+        if threading.get_ident() == here:
+            arrived.set()
+        else:  # a model streaming from a thread of its own: an asyncio.Event is set from its loop only
+            loop.call_soon_threadsafe(arrived.set)
 
     run.on_text(text)
     while not (run.done or run.paused):
