@@ -13,10 +13,11 @@ from collections.abc import Callable
 from reprlib import repr as _shown
 from typing import Any, TypeVar
 
+from fsm_agent.core.history import ROLES
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.errors import SnapshotError
-from fsm_agent.records import ChildOutcome, Message, ModelResponse, Step, ToolCall, Transition, Usage, child_outcome
+from fsm_agent.records import ChildOutcome, Message, ModelResponse, Step, ToolCall, Transition, Usage
 from fsm_agent.tools import ToolResult
 
 T = TypeVar("T")
@@ -116,7 +117,11 @@ def message(data: dict[str, Any]) -> Message:
     calls = tuple(tool_call(c) for c in data["tool_calls"])
     # Snapshots written before provider_data existed have no such key: nothing opaque to send back.
     message = Message(data["role"], data["content"], calls, data["tool_call_id"], data.get("provider_data"))
-    return typed(message, role=str, content=str, **({} if message.tool_call_id is None else {"tool_call_id": str}))
+    typed(message, role=str, content=str, **({} if message.tool_call_id is None else {"tool_call_id": str}))
+    if message.role not in ROLES:
+        msg = f"role must be one of {', '.join(sorted(ROLES))}, got {_shown(message.role)}"
+        raise ValueError(msg)
+    return message
 
 
 def response(data: dict[str, Any] | None) -> ModelResponse | None:
@@ -128,7 +133,39 @@ def response(data: dict[str, Any] | None) -> ModelResponse | None:
 
 def result(data: dict[str, Any]) -> ToolResult:
     """A kept tool outcome from its plain form (a sub-agent's outcome with it)."""
-    return ToolResult(**{**data, "child": child_outcome(data.get("child"))})
+    return ToolResult(**{**data, "child": child(data.get("child"))})
+
+
+_CHILD_COUNTS = (
+    *("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"),
+    *("tool_calls", "priced_calls", "unpriced_calls"),
+)
+
+
+def child(data: object) -> ChildOutcome | None:
+    """A sub-agent's outcome from its plain form: its run id a text, each count a whole number, its cost dollars.
+
+    The parent adds these to its own counters, so one of the wrong kind
+    would fail in the middle of a replay or resume, far from the field.
+    """
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        msg = f"child must be an object, got {_shown(data)}"
+        raise TypeError(msg)
+    outcome = typed(ChildOutcome(**data), run_id=str)
+    for name in _CHILD_COUNTS:
+        if isinstance(value := getattr(outcome, name), bool) or not isinstance(value, int) or value < 0:
+            msg = f"child.{name} must be a whole number >= 0, got {_shown(value)}"
+            raise TypeError(msg)
+    cost = outcome.cost
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf):
+        msg = f"child.cost must be a finite number of US dollars >= 0 or null, got {_shown(cost)}"
+        raise TypeError(msg)
+    if outcome.stop is not None and not isinstance(outcome.stop, dict):
+        msg = f"child.stop must be an object or null, got {_shown(outcome.stop)}"
+        raise TypeError(msg)
+    return outcome
 
 
 def prior(data: dict[str, Any], messages: int) -> int:

@@ -366,7 +366,9 @@ class Session(StoredTurns):
         messages are taken in here, each call it asked for and never made
         answered as not run: a cancelled turn's result (``Failed``,
         ``cancelled``), or an unfinished turn's messages so far, which no
-        ``resume`` can continue (it is in no store).
+        ``resume`` can continue (it is in no store).  A call a Ctrl-C cut
+        while it ran (the sync driver: the turn's first call not back) was
+        made: it is answered as cut off, never as not run.
         """
         if self.store is not None:
             return
@@ -376,8 +378,12 @@ class Session(StoredTurns):
         self._last = None
         self._turns += 1
         self._paused = None
-        came_back = {call_id: outcome.content for call_id, outcome in run.position.calls.ran.items()}
-        self._messages = closed(run.messages, run.reason or "stopped", run.position.at.unfinished, came_back)
+        calls = run.position.calls
+        came_back = {call_id: outcome.content for call_id, outcome in calls.ran.items()}
+        cut, reason = run.position.at.unfinished, run.reason or "stopped"
+        if cut is None and run._cut is not None:  # noqa: SLF001 - a Ctrl-C from inside a call (RunBase._cut_in_call)
+            cut, reason = next((c.id for c in calls.pending if c.id not in calls.ran), None), "interrupted"
+        self._messages = closed(run.messages, reason, cut, came_back)
 
     def _take_in(self, result: RunResult) -> None:
         """The conversation after a turn: its messages; a stopped turn's calls never made answered as not run."""

@@ -389,8 +389,7 @@ def _outcome(entry: list[Any], where: str) -> None:
 
 
 def _tool_call(value: Any, where: str) -> None:
-    from fsm_agent.records import child_outcome
-    from fsm_agent.tools import ToolResult
+    from fsm_agent.core import snapshot_fields as fields
 
     call = _object(value, where, "id", "name", "arguments", "result")
     for name in ("id", "name"):
@@ -406,7 +405,7 @@ def _tool_call(value: Any, where: str) -> None:
         msg = f"recording field {where}.held must be true, false or null, got {_kind(call['held'])}"
         raise RecordingError(msg)
     try:
-        ToolResult(**{**result, "child": child_outcome(result.get("child"))})
+        fields.result(result)
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"recording field {where}.result is not a tool result: {type(exc).__name__}: {exc}"
         raise RecordingError(msg) from exc

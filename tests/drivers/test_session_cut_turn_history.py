@@ -138,7 +138,7 @@ def test_session_resume_of_a_stopped_turn_keeps_every_message_and_the_next_turn_
 
 
 def test_a_store_less_sessions_turn_cut_by_ctrl_c_is_kept_in_the_next_turns_history() -> None:
-    """A ``KeyboardInterrupt`` from a tool on the sync driver leaves the turn unfinished: kept, its call not run."""
+    """A ``KeyboardInterrupt`` from a tool on the sync driver leaves the turn unfinished: kept, its call cut off."""
     done: list[int] = []
     tools = ToolRegistry()
 
@@ -156,5 +156,30 @@ def test_a_store_less_sessions_turn_cut_by_ctrl_c_is_kept_in_the_next_turns_hist
     assert session.turns == 1
     assert session.run("and now?").final == "2 questions"
     assert done == [1]
-    cut = '{"error": "not executed: the turn stopped (stopped) before this call"}'
+    cut = '{"error": "cut off while running (interrupted): it may have run; its outcome is unknown"}'
     assert [(m.role, m.content) for m in session.messages] == [*EXPECTED[:4], ("tool", cut), *EXPECTED[5:]]
+
+
+def test_a_call_cut_by_ctrl_c_in_a_store_less_session_is_never_told_as_not_run() -> None:
+    calls: list[str] = []
+    tools = ToolRegistry()
+
+    @tools.register
+    def weather(city: str) -> str:
+        """The weather in a city; the first call for Rome is cut short, as by Ctrl-C."""
+        calls.append(city)
+        if calls == ["Paris", "Rome"]:
+            raise KeyboardInterrupt
+        return f"sunny in {city}"
+
+    model = FakeModel(
+        tool_turn(tool_call("weather", id="c1", city="Paris"), tool_call("weather", id="c2", city="Rome")),
+        reply("You are welcome."),
+    )
+    chat = Session(Agent(model, tools))
+    with pytest.raises(KeyboardInterrupt):
+        chat.run("Weather in Paris and Rome?")
+    assert calls == ["Paris", "Rome"]  # Rome's call was made: it was running when the Ctrl-C came
+    told = {m.tool_call_id: m.content for m in chat.messages if m.role == "tool"}
+    assert told["c1"] == '"sunny in Paris"'
+    assert "not executed" not in told["c2"], told["c2"]  # today: not executed: the turn stopped (stopped) ...
