@@ -44,7 +44,8 @@ class LastTurnOwners:
         self, source: Any, approvals: Mapping[str, bool | str] | None, deps: Any, options: Mapping[str, Any]
     ) -> AgentRun:
         """The last turn resumed (``Agent.resume``); a ``RunStateError`` if another owner took a turn after it."""
-        n, store, stored = self._turns, self.store, copy.deepcopy(source)
+        n, store = self._turns, self.store
+        stored = {} if store is None else copy.deepcopy(source)  # the turn as loaded, to put back if refused
         run, expected, entry = unclaimed(self.agent, source, store, deps, approvals, **options)
         still = None if store is None else lambda: self._still_last(n, run, stored)
         run._claimed(expected, entry, still)  # noqa: SLF001 - the session claims its turn itself
@@ -54,7 +55,8 @@ class LastTurnOwners:
         self, source: Any, approvals: Mapping[str, bool | str] | None, deps: Any, options: Mapping[str, Any]
     ) -> AgentRun:
         """``_resumed_last``, awaited."""
-        n, store, stored = self._turns, self.store, copy.deepcopy(source)
+        n, store = self._turns, self.store
+        stored = {} if store is None else copy.deepcopy(source)  # the turn as loaded, to put back if refused
         run, expected, entry = unclaimed(self.agent, source, store, deps, approvals, **options)
         still = None if store is None else lambda: self._astill_last(n, run, stored)
         await run._aclaimed(expected, entry, still)  # noqa: SLF001 - the session claims its turn itself
