@@ -17,9 +17,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support.turn_models import Mailer
+from support.turn_models import Mailer, sender
 
-from fsm_agent import Agent, CancelToken, PostgresStore, Session, SqliteStore, ToolRegistry
+from fsm_agent import Agent, CancelToken, PostgresStore, Session, SqliteStore
 from fsm_agent.persist.store import Entry
 
 
@@ -39,18 +39,6 @@ def held_store(target: str, landed: bool) -> Any:
             await super().aappend(entry, owner=owner)
 
     return Held(target)
-
-
-def _tools(ran: Counter[str]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message (counted per call id)."""
-        ran[call_id] += 1
-        return f"sent to {to}"
-
-    return tools
 
 
 async def _cut(task: asyncio.Task[Any], held: asyncio.Event) -> BaseException | None:
@@ -76,7 +64,7 @@ def test_a_run_whose_checkpoint_a_cancel_cut_finishes_on_its_next_afinish_making
         store = held_store(store_target, landed)
         store.held = asyncio.Event()
         try:
-            run = Agent(model, _tools(ran)).start("Mail Ada.", store=store, run_id="r1")
+            run = Agent(model, sender(ran)).start("Mail Ada.", store=store, run_id="r1")
             raised = await _cut(asyncio.create_task(run.afinish()), store.held)
             final = (await run.afinish()).final
             stored = await store.aload("r1")
@@ -108,13 +96,13 @@ def test_a_session_turn_whose_checkpoint_a_cancel_cut_stops_before_its_next_call
         store.held = asyncio.Event()
         try:
             token = CancelToken()
-            session = Session(Agent(model, _tools(ran)), store, "chat")
+            session = Session(Agent(model, sender(ran)), store, "chat")
             turn = asyncio.create_task(session.arun("Mail Ada.", cancel=token))
             await store.held.wait()
             token.cancel("the client closed the stream")
             raised = await _cut(turn, store.held)
             first = await store.aload("chat/1")
-            following = await (await Session.aopen(Agent(model, _tools(ran)), store, "chat")).arun("Thanks.")
+            following = await (await Session.aopen(Agent(model, sender(ran)), store, "chat")).arun("Thanks.")
         finally:
             await store.aclose()
             if isinstance(store, SqliteStore):
@@ -161,12 +149,12 @@ def test_a_session_turn_cut_while_it_was_first_stored_is_ended_and_frees_the_ses
         try:
             token = CancelToken()
             turn = asyncio.create_task(
-                Session(Agent(model, _tools(ran)), store, "chat").arun("Mail Ada.", cancel=token)
+                Session(Agent(model, sender(ran)), store, "chat").arun("Mail Ada.", cancel=token)
             )
             await store.held.wait()
             token.cancel("the client closed the stream")
             raised = await _cut(turn, store.held)
-            following = await (await Session.aopen(Agent(model, _tools(ran)), store, "chat")).arun("Thanks.")
+            following = await (await Session.aopen(Agent(model, sender(ran)), store, "chat")).arun("Thanks.")
             turns = [(run.run_id, run.state, run.reason) for run in await store.alist_runs(session="chat")]
         finally:
             await store.aclose()
