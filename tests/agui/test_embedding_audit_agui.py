@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sqlite3
-import sys
 import threading
 import time
 from collections import Counter
@@ -22,6 +21,7 @@ import httpx
 from starlette.testclient import TestClient
 from support.agui_apps import Served, post, run_input
 from support.app_owners import ending, stream
+from support.sqlite_writer import writer_holds_a_write
 from support.turn_models import RetriesWhatWasNotRun
 
 from fsm_agent import Agent, Message, ModelResponse, RunContext, SqliteStore, ToolRegistry
@@ -57,18 +57,6 @@ def _until(check: Any, seconds: float = WAIT) -> bool:
             return False
         time.sleep(0.02)
     return True
-
-
-def writer_holds_a_write() -> bool:
-    """Whether the store's writer thread has taken a write and is in its transaction (waiting for SQLite's lock)."""
-    writers = {t.ident for t in threading.enumerate() if t.name.startswith("fsm_agent writer")}
-    for ident, frame in sys._current_frames().items():  # where the writer thread is, only read
-        if ident in writers:
-            while frame is not None:
-                if frame.f_code.co_name == "_transaction":
-                    return True
-                frame = frame.f_back
-    return False
 
 
 def _state(store: Store, run_id: str) -> tuple[str, str | None]:

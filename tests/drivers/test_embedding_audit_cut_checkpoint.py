@@ -14,27 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import sys
-import threading
 from pathlib import Path
 
 import pytest
+from support.sqlite_writer import writer_holds_a_write
 from support.turn_models import Mailer
 
 from fsm_agent import Agent, CancelToken, RunLeasedError, Session, SqliteStore, ToolRegistry
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
-
-
-def writer_holds_a_write() -> bool:
-    """Whether the store's writer thread has taken a write and is in its transaction (waiting for SQLite's lock)."""
-    writers = {t.ident for t in threading.enumerate() if t.name.startswith("fsm_agent writer")}
-    for ident, frame in sys._current_frames().items():  # where the writer thread is, only read
-        if ident in writers:
-            while frame is not None:
-                if frame.f_code.co_name == "_transaction":
-                    return True
-                frame = frame.f_back
-    return False
 
 
 class OtherWriter:
