@@ -165,7 +165,7 @@ class AgentRun(SyncDriver, AsyncDriver):
         except BaseException as exc:
             # Only a cancel (a BaseException that is no Exception) ends a run whose write landed: an Exception is a
             # refusal (``still``'s RunStateError, a StaleRunError), and whoever raised it left the run as it must be.
-            await astop_cut(self, landed=landed and not isinstance(exc, Exception))
+            await astop_cut(self, exc, landed=landed and not isinstance(exc, Exception))
             raise
 
 

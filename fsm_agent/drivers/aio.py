@@ -7,7 +7,7 @@ timeout passes, the calls in flight are cancelled and the run stops on
 ``timeout``.  A call's ``KeyboardInterrupt`` or ``SystemExit`` propagates
 and leaves the run unfinished, written as it stands (``RunBase._keep_cut``),
 as on the sync driver; so does a sub-agent's run in flight beside that call,
-which the loop's teardown cancels (``_left_above``), nobody stopping it.
+which the loop's teardown cancels (``left_above``), nobody stopping it.
 
 ``asyncio`` is imported by the methods that await, never by ``import
 fsm_agent``: it brings ``ssl``, sockets and subprocesses, most of the cost of
@@ -59,7 +59,7 @@ _LEAVING: contextvars.ContextVar[list[BaseException]] = contextvars.ContextVar("
 of every batch under them (its sub-agents' runs'), as each task inherits its context from the one that made it."""
 
 
-def _left_above() -> BaseException | None:
+def left_above() -> BaseException | None:
     """The ``KeyboardInterrupt`` or ``SystemExit`` a call of a batch this task runs under raised, if any.
 
     A sub-agent's run in flight beside that call (in its parent's batch, or
@@ -187,10 +187,10 @@ class AsyncDriver(RunBase):
                 raise
             return self._interrupt(EXPIRED, self._aunfinished(effect, unmade))
         except asyncio.CancelledError as exc:
-            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see _left_the_loop and _left_above):
+            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see _left_the_loop and left_above):
             # then the run stays unfinished for its next owner, as on the sync driver.
             cause = exc.__cause__
-            left = cause if isinstance(cause, KeyboardInterrupt | SystemExit) else _left_above()
+            left = cause if isinstance(cause, KeyboardInterrupt | SystemExit) else left_above()
             if left is None:
                 self._interrupt(INTERRUPTED, self._aunfinished(effect, unmade))
                 raise
@@ -378,7 +378,7 @@ class AsyncDriver(RunBase):
                 self._close(entry)
 
     async def _aend_cut(self) -> None:
-        """Its task cancelled, with its token, while a write was under way: ended, no call made (a session's turn).
+        """Its task cancelled while a write was under way or just after one: ended, no call made (``cut_runs``).
 
         The cut write is written or read back, the transitions needing no call
         are taken (an answer that had come ends it ``Done``), and the run stops

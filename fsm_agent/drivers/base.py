@@ -323,7 +323,7 @@ class RunBase(WatchedRun):
         after it: only there is the run known not to be in the middle of one.
         A ``KeyboardInterrupt`` or ``SystemExit``, or the ``CancelledError``
         that one raised in a call of an async batch became (``aio._left_the_loop``,
-        ``aio._left_above``): the interrupt itself is kept, so each call of a
+        ``aio.left_above``): the interrupt itself is kept, so each call of a
         batch it cut, whichever way it came out, names the same cut.
         """
         if isinstance(exc, KeyboardInterrupt | SystemExit):

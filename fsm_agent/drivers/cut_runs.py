@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fsm_agent.drivers.aio import left_above
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.observe.events import logger
 
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
     from fsm_agent.persist.store import Store
 
 
-async def astop_cut(run: AgentRun, *, landed: bool = False) -> None:
-    """A run whose task was cancelled, with its token, during one of its writes or (``landed``) after one: ended.
+async def astop_cut(run: AgentRun, exc: BaseException, *, landed: bool = False) -> None:
+    """A run whose task was cancelled during one of its writes or (``landed``) after one: ended.
 
     Nobody goes on with a session's turn once it is cut, nor with a run
     whose ``Agent.aresume`` or ``afork`` was cut while writing it (its caller
@@ -40,12 +41,19 @@ async def astop_cut(run: AgentRun, *, landed: bool = False) -> None:
     whose first write never landed is not in the store (``KeyError``):
     there is nothing to end.  The cancel propagates as it came, whatever
     happens here.
+
+    ``exc`` is what cut the run: a cancel (of the task, or of the run's
+    token), as a cancel during a call stops the run ``cancelled``.  A
+    ``KeyboardInterrupt`` or ``SystemExit`` (raised here, or by a call and
+    carried up as a cancel) leaves the run unfinished for its next owner, as
+    it does anywhere else; so does an ``Exception``, a refusal whose raiser
+    left the run as it must be.
     """
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
     token, journal = run._cancel, run._journal  # noqa: SLF001 - the run's own token, set by whoever cut the turn
     cut = landed or run._closing is not None or (journal is not None and journal.cut_pending())  # noqa: SLF001
-    if not cut or token is None or not token.cancelled:
+    if not cut or not (_a_cancel(exc) or (token is not None and token.cancelled)):
         return
     try:
         await asyncio.shield(run._aend_cut())  # noqa: SLF001 - whoever cut the run ends it
@@ -53,6 +61,17 @@ async def astop_cut(run: AgentRun, *, landed: bool = False) -> None:
         pass
     except Exception:  # noqa: BLE001 - the cancel is what propagates; the turn's lease lapses as a dead owner's
         logger.warning("fsm_agent: the cut turn %s could not be ended", run.run_id, exc_info=True)
+
+
+def _a_cancel(exc: BaseException) -> bool:
+    """Whether ``exc`` is a task's cancel (a caller's timeout, a client that left), not an interrupt carried up."""
+    import asyncio
+
+    return (
+        isinstance(exc, asyncio.CancelledError)
+        and not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit)
+        and left_above() is None
+    )
 
 
 async def adrop_cut(store: Store | None, run_id: str) -> None:

@@ -228,8 +228,8 @@ class Session(StoredTurns):
                 except RunExistsError:
                     await self._acheck_ours(self._turns + 1)
                     continue
-                except BaseException:
-                    await astop_cut(run)  # cut while the turn was stored: ended, if the store has it
+                except BaseException as exc:
+                    await astop_cut(run, exc)  # cut while the turn was stored: ended, if the store has it
                     raise
                 try:
                     based = await self._astill_based(run)
@@ -351,8 +351,8 @@ class Session(StoredTurns):
             if quiet:
                 return exc.result
             raise
-        except BaseException:
-            await astop_cut(run)
+        except BaseException as exc:
+            await astop_cut(run, exc)
             self._take_in_cut(run)
             raise
         self._take_in(result)

@@ -48,8 +48,9 @@ class Proof:
     any run makes.  Both count one attempt: a run resumed after a stop keeps
     its trace, and each resume adds its edge and at most ``bound`` more
     transitions under the limits it resumes with; its model calls stay
-    within ``model_calls`` of those limits, as its counters carry over.  ``reachable`` and ``unreachable``: the labels of the edges some
-    run can or no run can end on (``done`` included among the first): the
+    within ``model_calls`` of those limits, as its counters carry over.
+    ``reachable`` and ``unreachable``: the labels of the edges some run can
+    or no run can end on (``done`` included among the first): the
     reasons runs end with, except that a run a ``finalize`` policy finishes
     ends on ``done`` or ``finalize_failed`` while its ``RunResult.reason``
     stays the stop that asked for the finalize call;

@@ -1,4 +1,4 @@
-"""A task cancelled, with its token, after one of its run's writes landed: the run is left finished or gone, and free.
+"""A task cancelled after one of its run's writes landed: the run is left finished or gone, and free.
 
 An AG-UI client that leaves cancels its handler's task and token
 (``agui.server``).  When the cancel lands after a write the store completed
@@ -99,13 +99,22 @@ class _CreateLandsThenHangs(PlannedStore):
         return seq
 
 
-async def _cut(task: asyncio.Task[Any], reached: asyncio.Event, token: CancelToken) -> BaseException | None:
-    """Cancel ``task`` and ``token``, as agui.server does when a client leaves, once the store holds it."""
+CANCELS = ("token", "bare")
+"""How a test cuts its task: with the run's token cancelled too (as agui.server does), or the task alone."""
+
+
+def _token(how: str) -> CancelToken | None:
+    return CancelToken() if how == "token" else None
+
+
+async def _cut(task: asyncio.Task[Any], reached: asyncio.Event, token: CancelToken | None) -> BaseException | None:
+    """Cancel ``task`` (and ``token``, if any, as agui.server does when a client leaves), once the store holds it."""
     waiting = asyncio.ensure_future(reached.wait())
     await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
     waiting.cancel()
     assert reached.is_set(), f"the store's hang was never reached: {task.exception() if task.done() else task!r}"
-    token.cancel("the client closed the stream")
+    if token is not None:
+        token.cancel("the client closed the stream")
     task.cancel()
     try:
         await task
@@ -134,7 +143,8 @@ def _gone(store: PlannedStore, run_id: str) -> bool:
     return False
 
 
-def test_a_turn_cut_while_it_checks_the_turn_it_was_built_on_is_forgotten(store_target: str) -> None:
+@pytest.mark.parametrize("how", CANCELS)
+def test_a_turn_cut_while_it_checks_the_turn_it_was_built_on_is_forgotten(store_target: str, how: str) -> None:
     """Session.arun stores turn 2, then reads turn 1 again (``_astill_based``); the client leaves during that read.
 
     Nothing of turn 2 ran and its request answered nobody: it is deleted,
@@ -148,7 +158,7 @@ def test_a_turn_cut_while_it_checks_the_turn_it_was_built_on_is_forgotten(store_
         session = await Session.aopen(Agent(model, sender(made)), store, "chat")
         assert (await session.arun("Mail Ada.")).final == "sent"
         store.reached, store.arm_on, store.hang_load = asyncio.Event(), "chat/2", "chat/1"
-        token = CancelToken()
+        token = _token(how)
         raised = await _cut(asyncio.create_task(session.arun("Thanks.", cancel=token)), store.reached, token)
         gone = _gone(store, "chat/2")
         started = time.monotonic()
@@ -168,8 +178,10 @@ def test_a_turn_cut_while_it_checks_the_turn_it_was_built_on_is_forgotten(store_
     assert made == Counter({"c1": 1})
 
 
+@pytest.mark.parametrize("how", CANCELS)
 def test_an_answer_cut_while_the_session_looks_for_a_next_turn_is_served_at_once_when_sent_again(
     store_target: str,
+    how: str,
 ) -> None:
     """Session.aresume claims the paused turn, then looks for turn 2 (``_astill_last``); the client leaves there.
 
@@ -185,7 +197,7 @@ def test_an_answer_cut_while_the_session_looks_for_a_next_turn_is_served_at_once
     async def go() -> tuple[BaseException | None, tuple[str, str | None, bool], float, str | None]:
         assert (await session.arun("Mail Ada.")).reason == "paused"
         store.reached, store.arm_on, store.hang_load = asyncio.Event(), "tab/1", "tab/2"
-        token = CancelToken()
+        token = _token(how)
         raised = await _cut(asyncio.create_task(session.aresume({"c1": True}, cancel=token)), store.reached, token)
         assert made == Counter()
         cut = _free(store, "tab/1")
@@ -204,7 +216,8 @@ def test_an_answer_cut_while_the_session_looks_for_a_next_turn_is_served_at_once
     assert took < 5.0, f"the answer sent again waited {took:.1f}s for the cut claim's lease"
 
 
-def test_a_resume_cut_while_it_lets_a_still_paused_run_go_leaves_the_run_free(store_target: str) -> None:
+@pytest.mark.parametrize("how", CANCELS)
+def test_a_resume_cut_while_it_lets_a_still_paused_run_go_leaves_the_run_free(store_target: str, how: str) -> None:
     """Agent.aresume of a paused run with no decision claims it, then gives its lease up (it is still paused).
 
     A cancel cuts that release before the store has it.  The caller never
@@ -223,7 +236,7 @@ def test_a_resume_cut_while_it_lets_a_still_paused_run_go_leaves_the_run_free(st
         paused = await agent.arun("Mail Ada and Bob.", store=store, run_id="r1")
         assert paused.reason == "paused"
         store.reached, store.hang_release = asyncio.Event(), True
-        token = CancelToken()
+        token = _token(how)
         task = asyncio.create_task(agent.aresume(await store.aload("r1"), store=store, cancel=token))
         raised = await _cut(task, store.reached, token)
         cut = _free(store, "r1")
@@ -240,7 +253,8 @@ def test_a_resume_cut_while_it_lets_a_still_paused_run_go_leaves_the_run_free(st
     assert made == Counter({"c1": 1, "c2": 1})
 
 
-def test_a_fork_cut_while_it_is_written_is_stopped_and_left_free(store_target: str) -> None:
+@pytest.mark.parametrize("how", CANCELS)
+def test_a_fork_cut_while_it_is_written_is_stopped_and_left_free(store_target: str, how: str) -> None:
     """afork at a stop (its edit lifts max_steps) is cancelled, with its token, as the fork's creation lands.
 
     The caller never gets the fork, so nobody goes on with it: it is ended
@@ -256,7 +270,7 @@ def test_a_fork_cut_while_it_is_written_is_stopped_and_left_free(store_target: s
         stopped = await agent.arun("Mail Ada.", store=store, run_id="src")
         assert stopped.reason == "max_steps"
         at = len((await store.aload("src"))["trace"]) - 1  # the stop
-        store.reached, token = asyncio.Event(), CancelToken()
+        store.reached, token = asyncio.Event(), _token(how)
         edit = ForkEdit(limits={"max_steps": 4})
         task = asyncio.create_task(agent.afork("src", at, run_id="fork", store=store, edit=edit, cancel=token))
         raised = await _cut(task, store.reached, token)
