@@ -47,14 +47,15 @@ class Proof:
     stops: a turn's calls are finite); ``model_calls``: the most model calls
     any run makes.  Both count one attempt: a run resumed after a stop keeps
     its trace, and each resume adds its edge and at most ``bound`` more
-    transitions under the limits it resumes with; its model calls stay
-    within ``model_calls`` of those limits, as its counters carry over.
+    transitions and ``model_calls`` more model calls under the limits it
+    resumes with (across attempts they add up).
     ``reachable`` and ``unreachable``: the labels of the edges some run can
-    or no run can end on (``done`` included among the first): the
-    reasons runs end with, except that a run a ``finalize`` policy finishes
+    or no run can end on (``done`` included among the first), from its start
+    to its first stop (a resumed run starts mid-way, its counters carried
+    over): the reasons runs end with, except that a run a ``finalize`` policy finishes
     ends on ``done`` or ``finalize_failed`` while its ``RunResult.reason``
     stays the stop that asked for the finalize call;
-    ``dead_rows``: the rows no run can take.  ``counterexample``: on failure,
+    ``dead_rows``: the rows no run can take before its first stop.  ``counterexample``: on failure,
     the shortest run into a loop that can repeat forever, the loop last.
     ``paths``: the shortest run to each reachable ending, for the test writer.
     """
