@@ -8,7 +8,8 @@ apart so a driver reads what it may be asked without the stepper's code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -16,6 +17,7 @@ import attrs
 from fsm_agent.core.output import OutputSpec
 from fsm_agent.records import Message, ToolCall
 from fsm_agent.tools import JSONSchema
+from fsm_agent.tools.calling import DeadlineError, in_daemon_worker, settle, within_deadline
 
 
 @attrs.frozen
@@ -44,10 +46,56 @@ class CheckOutput:
 
 @attrs.frozen
 class CompactHistory:
-    """Shorten the history the model is sent with ``compact(messages)``, user code, after a context overflow."""
+    """Shorten the history the model is sent with ``compact(messages)``, user code, after a context overflow.
+
+    ``run`` and ``arun`` make it as a typed answer's check is made: within
+    the run's time left (``timeout``), on a daemon worker given up with
+    ``DeadlineError`` when it passes (a compaction may be a paid model call
+    of its own, which can hang as any call can); on the event loop, an
+    async ``compact`` is awaited there and a sync one runs on a thread, so
+    the loop is never held up.  What ``compact`` raised is returned: a
+    failed compaction leaves the overflow standing (``accept_compaction``).
+    """
 
     messages: tuple[Message, ...]
     compact: Callable[[list[Message]], Any]
+
+    def run(self, timeout: float | None) -> Any:
+        """The compacted history, or what compacting raised; ``DeadlineError`` once ``timeout`` seconds pass."""
+        if timeout is None:
+            return self._compacted()
+        return within_deadline(self._compacted, timeout, "compaction")
+
+    async def arun(self, timeout: float | None) -> Any:
+        """``run`` for the event loop: an async ``compact`` awaited on it, a sync one on a thread."""
+        import asyncio  # here, not at the top: import fsm_agent loads no asyncio
+
+        if inspect.iscoroutinefunction(self.compact):
+            work: Awaitable[Any] = self._acompacted()
+        else:
+            work = (asyncio.to_thread if timeout is None else in_daemon_worker)(self._compacted)
+        if timeout is None:
+            return await work
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await work
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise DeadlineError("compaction") from None
+
+    def _compacted(self) -> Any:
+        try:
+            return settle(self.compact(list(self.messages)))
+        except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
+            return exc
+
+    async def _acompacted(self) -> Any:
+        try:
+            return await self.compact(list(self.messages))
+        except Exception as exc:  # noqa: BLE001 - as in _compacted
+            return exc
 
 
 Effect = ModelCall | ToolBatch | CheckOutput | CompactHistory

@@ -16,7 +16,6 @@ importing the package, which a program that never awaits a run need not pay.
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -26,10 +25,11 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
+from fsm_agent.drivers.leaving import LEAVING, left_above, left_the_loop
 from fsm_agent.drivers.model import awaitable_reply
 from fsm_agent.observe.events import logger
 from fsm_agent.records import RunResult, ToolCall, Transition
-from fsm_agent.tools.calling import in_daemon_worker
+from fsm_agent.tools.calling import DeadlineError, in_daemon_worker
 from fsm_agent.tools.context import adriving
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
@@ -38,38 +38,6 @@ _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "c
 
 async def _awaited(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
-
-
-def _left_the_loop(tasks: list[Any]) -> BaseException | None:
-    """The ``KeyboardInterrupt`` or ``SystemExit`` a call of a batch raised, if any.
-
-    asyncio lets either leave the event loop at once, and the loop's
-    teardown (``asyncio.run``'s, say) then cancels the task that awaits the
-    batch: that cancel is the interrupt's doing, not a request to stop the run.
-    """
-    for task in tasks:
-        raised: BaseException | None = task.exception() if task.done() and not task.cancelled() else None
-        if isinstance(raised, KeyboardInterrupt | SystemExit):
-            return raised
-    return None
-
-
-_LEAVING: contextvars.ContextVar[list[BaseException]] = contextvars.ContextVar("fsm_agent_leaving")
-"""The interrupt a call of a batch raised, once one did: one list shared by the tasks of a run's outermost batch and
-of every batch under them (its sub-agents' runs'), as each task inherits its context from the one that made it."""
-
-
-def left_above() -> BaseException | None:
-    """The ``KeyboardInterrupt`` or ``SystemExit`` a call of a batch this task runs under raised, if any.
-
-    A sub-agent's run in flight beside that call (in its parent's batch, or
-    further up) is cancelled by the loop's teardown, or by its parent's
-    batch, with no cause the run could see: that cancel is the interrupt's
-    doing too, and the run is left unfinished for its next owner, as its
-    parent is (``AsyncDriver._acarry``).
-    """
-    leaving = _LEAVING.get(None)
-    return leaving[0] if leaving else None
 
 
 class AsyncDriver(RunBase):
@@ -138,17 +106,25 @@ class AsyncDriver(RunBase):
             if expired is not None:
                 return expired
         else:
-            await self._acompact(effect)
+            expired = await self._acompact(effect)
+            if expired is not None:
+                return expired
             return await self._amove()  # the call made again, or the stop when the compaction failed
         return self._step()
 
-    async def _acompact(self, effect: CompactHistory) -> None:
-        # Like the check below: a cancel while compacting leaves the compaction due, for a resume to do.
+    async def _acompact(self, effect: CompactHistory) -> Transition | None:
+        # Off the loop and within the time left (see CompactHistory.arun), as on the sync driver; a cancel while
+        # compacting leaves the compaction due, for a resume to do.
+        if self._out_of_time():
+            return self._interrupt(EXPIRED, None)
         try:
-            compacted = await _awaited(effect.compact(list(effect.messages)))
-        except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
-            compacted = exc
+            compacted = await effect.arun(self._remaining())
+        except DeadlineError:
+            return self._interrupt(EXPIRED, "the compaction")
         self.stepper.accept_compaction(compacted)
+        if self._journal is not None:  # kept before the call it shortens: a crash in that call must not compact again
+            await self._journal.akeep(self.position, self.paused)
+        return None
 
     async def _acheck(self, effect: CheckOutput) -> Transition | None:
         # Off the loop and within the time left (see OutputSpec.acheck): cut at the deadline, the run stops on
@@ -187,7 +163,7 @@ class AsyncDriver(RunBase):
                 raise
             return self._interrupt(EXPIRED, self._aunfinished(effect, unmade))
         except asyncio.CancelledError as exc:
-            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see _left_the_loop and left_above):
+            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see leaving.left_the_loop and left_above):
             # then the run stays unfinished for its next owner, as on the sync driver.
             cause = exc.__cause__
             left = cause if isinstance(cause, KeyboardInterrupt | SystemExit) else left_above()
@@ -302,11 +278,11 @@ class AsyncDriver(RunBase):
         # starts from it).
         writing = asyncio.Lock()
         writes: list[asyncio.Task[None]] = []
-        leaving = _LEAVING.get(None)
+        leaving = LEAVING.get(None)
         outermost = None
         if leaving is None:  # the outermost batch: its tasks, and every batch under them, share this list
             leaving = []
-            outermost = _LEAVING.set(leaving)
+            outermost = LEAVING.set(leaving)
 
         async def kept() -> None:
             assert journal is not None
@@ -333,7 +309,7 @@ class AsyncDriver(RunBase):
             tasks = [asyncio.ensure_future(one(call)) for call in batch]
         finally:
             if outermost is not None:
-                _LEAVING.reset(outermost)  # the task running the batch is under none: its next batch starts afresh
+                LEAVING.reset(outermost)  # the task running the batch is under none: its next batch starts afresh
         try:
             await asyncio.gather(*tasks)
         except BaseException as exc:
@@ -341,7 +317,7 @@ class AsyncDriver(RunBase):
                 task.cancel()
             # The writes of calls that finished are waited for: the stop recorded next is written after them.
             await asyncio.gather(*writes, return_exceptions=True)
-            left = _left_the_loop(tasks)
+            left = left_the_loop(tasks)
             if left is not None and isinstance(exc, asyncio.CancelledError):
                 raise exc from left  # the loop's teardown cancelled this task, nobody stopping the run: see _acarry
             this = asyncio.current_task()
@@ -402,7 +378,7 @@ class AsyncDriver(RunBase):
             await self.aadvance()
 
     async def _akeep_cut(self, exc: BaseException) -> None:
-        """``_keep_cut``, awaited; also when ``exc`` is the cancel a call's Ctrl-C became (``_left_the_loop``).
+        """``_keep_cut``, awaited; also when ``exc`` is the cancel a call's Ctrl-C became (``leaving.left_the_loop``).
 
         The run is whole there too: the batch's other calls are cut or came
         back, and a task of this loop changes the run only between two awaits.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fsm_agent.drivers.aio import left_above
+from fsm_agent.drivers.leaving import left_above
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.observe.events import logger
 

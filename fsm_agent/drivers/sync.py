@@ -20,7 +20,7 @@ from fsm_agent.definition.table import EXPIRED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import run_child
 from fsm_agent.records import RunResult, Transition
-from fsm_agent.tools.calling import Handoff, settle
+from fsm_agent.tools.calling import DeadlineError, Handoff, settle
 from fsm_agent.tools.context import driving
 
 T = TypeVar("T")
@@ -94,7 +94,9 @@ class SyncDriver(RunBase):
             if expired is not None:
                 return expired
         else:
-            self._compact(effect)
+            expired = self._compact(effect)
+            if expired is not None:
+                return expired
             return self._advance()  # the call made again, or the stop when the compaction failed
         return self._step()
 
@@ -104,12 +106,19 @@ class SyncDriver(RunBase):
             self._observe()
             self._journal.open(self.position, self.paused, new=new, overwrite=overwrite, expected=expected)
 
-    def _compact(self, effect: CompactHistory) -> None:
+    def _compact(self, effect: CompactHistory) -> Transition | None:
+        # Within the time left, on a worker (see CompactHistory.run): cut at the deadline, the run stops on timeout
+        # (that edge returned), the compaction still due for a resume with more time.
+        if self._out_of_time():
+            return self._interrupt(EXPIRED, None)
         try:
-            compacted = settle(effect.compact(list(effect.messages)))
-        except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the overflow standing
-            compacted = exc
+            compacted = effect.run(self._remaining())
+        except DeadlineError:
+            return self._interrupt(EXPIRED, "the compaction")
         self.stepper.accept_compaction(compacted)
+        if self._journal is not None:  # kept before the call it shortens: a crash in that call must not compact again
+            self._journal.keep(self.position, self.paused)
+        return None
 
     def _check(self, effect: CheckOutput) -> Transition | None:
         # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the run stops on timeout
@@ -146,17 +155,20 @@ class SyncDriver(RunBase):
                 mutex.release()
 
         handoff = Handoff(held)
+        wait: float | None = remaining
         try:
-            ended = handoff.wait(remaining)
+            while not handoff.wait(wait):
+                with mutex:
+                    if self._mutex is not mutex:
+                        break  # the work ended just as the deadline passed
+                    if self.position.at.finalizing is None:  # the worker is in a call: it will unwind
+                        self._abandoned = True
+                        return expired(self._interrupt(EXPIRED, self._unfinished(self._in_flight)))
+                wait = None  # the call in flight is a finalize call, which no deadline bounds (see _remaining)
         except (KeyboardInterrupt, SystemExit) as exc:  # a real Ctrl-C lands here, in the caller's (main) thread
             self._cut_while_waiting(mutex, exc)
             raise
-        if not ended:
-            with mutex:
-                if self._mutex is mutex:  # the worker is still in the run, so a call is in flight: it will unwind
-                    self._abandoned = True
-                    return expired(self._interrupt(EXPIRED, self._unfinished(self._in_flight)))
-        return handoff.result()  # the work ended, maybe just as the deadline passed
+        return handoff.result()
 
     def _cut_while_waiting(self, mutex: threading.Lock, exc: BaseException) -> None:
         """A Ctrl-C in the caller's thread while the worker drives the run: written if a call is in flight.
