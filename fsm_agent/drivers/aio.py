@@ -7,7 +7,7 @@ timeout passes, the calls in flight are cancelled and the run stops on
 ``timeout``.  A call's ``KeyboardInterrupt`` or ``SystemExit`` propagates
 and leaves the run unfinished, written as it stands (``RunBase._keep_cut``),
 as on the sync driver; so does a sub-agent's run in flight beside that call,
-which the loop's teardown cancels (``left_above``), nobody stopping it.
+which the batch cuts (``leaving.left_above``), nobody stopping it.
 
 ``asyncio`` is imported by the methods that await, never by ``import
 fsm_agent``: it brings ``ssl``, sockets and subprocesses, most of the cost of
@@ -25,7 +25,7 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
-from fsm_agent.drivers.leaving import LEAVING, left_above, left_the_loop
+from fsm_agent.drivers.leaving import LEAVING, left_above
 from fsm_agent.drivers.model import awaitable_reply
 from fsm_agent.observe.events import logger
 from fsm_agent.records import RunResult, ToolCall, Transition
@@ -163,7 +163,7 @@ class AsyncDriver(RunBase):
                 raise
             return self._interrupt(EXPIRED, self._aunfinished(effect, unmade))
         except asyncio.CancelledError as exc:
-            # Unless a call's KeyboardInterrupt or SystemExit ended the loop (see leaving.left_the_loop and left_above):
+            # Unless a call's KeyboardInterrupt or SystemExit cut a batch this run is under (see leaving.left_above):
             # then the run stays unfinished for its next owner, as on the sync driver.
             cause = exc.__cause__
             left = cause if isinstance(cause, KeyboardInterrupt | SystemExit) else left_above()
@@ -181,6 +181,8 @@ class AsyncDriver(RunBase):
             raise
         except (KeyboardInterrupt, SystemExit) as exc:
             await self._akeep_cut(exc)  # as the sync driver's _make_call
+            if self._observed and isinstance(effect, ToolBatch):
+                self._batch_cut_events()  # a parallel batch's calls that came back, as above
             raise
         finally:
             if journal is not None:
@@ -278,6 +280,7 @@ class AsyncDriver(RunBase):
         # starts from it).
         writing = asyncio.Lock()
         writes: list[asyncio.Task[None]] = []
+        interrupted: list[BaseException] = []  # a call's KeyboardInterrupt or SystemExit, raised here once all is cut
         leaving = LEAVING.get(None)
         outermost = None
         if leaving is None:  # the outermost batch: its tasks, and every batch under them, share this list
@@ -298,8 +301,17 @@ class AsyncDriver(RunBase):
                         return
                     await self._acall_tool(call)
             except (KeyboardInterrupt, SystemExit) as exc:
-                leaving.append(exc)  # the loop is left: the sub-agent runs in flight under this batch hear it
-                raise
+                # Raised out of this task it would leave the event loop at once, ending every run on it (a Ray
+                # worker's loop, which serves other runs, among them). So the batch's other calls are cut (its
+                # sub-agents' runs read the cancel as the interrupt's: leaving.left_above) and the run's own task
+                # raises it, as it does a single call's.
+                leaving.append(exc)
+                interrupted.append(exc)
+                this = asyncio.current_task()
+                for task in tasks:
+                    if task is not this:
+                        task.cancel()
+                return
             if journal is not None:
                 write = asyncio.ensure_future(kept())
                 writes.append(write)
@@ -312,21 +324,17 @@ class AsyncDriver(RunBase):
                 LEAVING.reset(outermost)  # the task running the batch is under none: its next batch starts afresh
         try:
             await asyncio.gather(*tasks)
-        except BaseException as exc:
+        except BaseException:
             for task in tasks:
                 task.cancel()
             # The writes of calls that finished are waited for: the stop recorded next is written after them.
             await asyncio.gather(*writes, return_exceptions=True)
-            left = left_the_loop(tasks)
-            if left is not None and isinstance(exc, asyncio.CancelledError):
-                raise exc from left  # the loop's teardown cancelled this task, nobody stopping the run: see _acarry
-            this = asyncio.current_task()
-            if left is not None and this is not None and this.cancelling():
-                # The same, the interrupt itself handed to this task by the batch's gather: the task ends cancelled,
-                # so the teardown goes on to close what the loop opened (a store's connections); the interrupt
-                # already left the loop.
-                raise asyncio.CancelledError from left
-            raise
+            if not interrupted:
+                raise
+        if interrupted:
+            # The cut calls' sub-agent runs are left as the interrupt leaves them (written unfinished) first.
+            await asyncio.gather(*tasks, *writes, return_exceptions=True)
+            raise interrupted[0]
 
     async def _aopen_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:
         """``_open_store``, awaited: the store's async methods write the run and take its lease."""
@@ -378,7 +386,7 @@ class AsyncDriver(RunBase):
             await self.aadvance()
 
     async def _akeep_cut(self, exc: BaseException) -> None:
-        """``_keep_cut``, awaited; also when ``exc`` is the cancel a call's Ctrl-C became (``leaving.left_the_loop``).
+        """``_keep_cut``, awaited; also when ``exc`` is the cancel a call's Ctrl-C became (``leaving.left_above``).
 
         The run is whole there too: the batch's other calls are cut or came
         back, and a task of this loop changes the run only between two awaits.

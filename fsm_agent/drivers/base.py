@@ -322,8 +322,8 @@ class RunBase(WatchedRun):
         between two transitions), never around the run's changes before or
         after it: only there is the run known not to be in the middle of one.
         A ``KeyboardInterrupt`` or ``SystemExit``, or the ``CancelledError``
-        that one raised in a call of an async batch became (``leaving.left_the_loop``,
-        ``leaving.left_above``): the interrupt itself is kept, so each call of a
+        that one raised in a call of an async batch became for the sub-agent runs
+        cut beside it (``leaving.left_above``): the interrupt itself is kept, so each call of a
         batch it cut, whichever way it came out, names the same cut.
         """
         if isinstance(exc, KeyboardInterrupt | SystemExit):

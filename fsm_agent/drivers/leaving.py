@@ -1,32 +1,16 @@
-"""The ``KeyboardInterrupt`` or ``SystemExit`` a call raised on the event loop, which leaves the loop at once.
+"""The ``KeyboardInterrupt`` or ``SystemExit`` a call of an async batch raised, which the batch's other calls hear.
 
-asyncio lets either out of the task that raised it, stopping the loop; the
-loop's teardown then cancels the tasks left, the ones running a run among
-them.  Those cancels are the interrupt's doing, not a request to stop the
-run: the async driver and the clean-up of cut runs (``cut_runs``) read them
-here, and leave such a run unfinished for its next owner, as the sync
-driver leaves a run a call's interrupt cut.
+Raised out of a call's own task, either would leave the event loop at
+once, ending every run on it; so the batch cuts its other calls and the
+run's own task raises it (``AsyncDriver._run_batch``).  A sub-agent's run
+in flight under that batch is cut by a cancel with no cause it could see:
+it reads the interrupt here, and is left unfinished for its next owner, as
+the sync driver leaves a run a call's interrupt cut.
 """
 
 from __future__ import annotations
 
 import contextvars
-from typing import Any
-
-
-def left_the_loop(tasks: list[Any]) -> BaseException | None:
-    """The ``KeyboardInterrupt`` or ``SystemExit`` a call of a batch raised, if any.
-
-    asyncio lets either leave the event loop at once, and the loop's
-    teardown (``asyncio.run``'s, say) then cancels the task that awaits the
-    batch: that cancel is the interrupt's doing, not a request to stop the run.
-    """
-    for task in tasks:
-        raised: BaseException | None = task.exception() if task.done() and not task.cancelled() else None
-        if isinstance(raised, KeyboardInterrupt | SystemExit):
-            return raised
-    return None
-
 
 LEAVING: contextvars.ContextVar[list[BaseException]] = contextvars.ContextVar("fsm_agent_leaving")
 """The interrupt a call of a batch raised, once one did: one list shared by the tasks of a run's outermost batch and

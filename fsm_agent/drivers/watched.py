@@ -263,7 +263,7 @@ class WatchedRun:
             return
         cause = exc.__cause__
         if isinstance(cause, KeyboardInterrupt | SystemExit) and not isinstance(exc, Exception):
-            exc = cause  # the async driver's batch: the cancel that a call's interrupt made (leaving.left_the_loop)
+            exc = cause  # a sub-agent's run cut beside a call's interrupt (leaving.left_above)
         error = f"{type(exc).__name__}: {exc}"
         self._call_hooks(self._call_event("unfinished", self.position.counts.turns, error=error))
 

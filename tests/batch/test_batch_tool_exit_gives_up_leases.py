@@ -72,10 +72,15 @@ def test_a_rerun_after_a_tool_exited_takes_the_cut_run_over_once_its_lease_lapse
 
 @pytest.mark.ray
 @pytest.mark.usefixtures("cluster")
-def test_a_tool_calling_sys_exit_on_ray_is_that_runs_error_and_the_batch_goes_on(tmp_path: Path) -> None:
-    """The exit came from a worker, not the program: that run is an ``error`` left unfinished; the others end done."""
+@pytest.mark.parametrize("paired", [False, True], ids=["one-call", "parallel-calls"])
+def test_a_tool_calling_sys_exit_on_ray_is_that_runs_error_and_the_batch_goes_on(tmp_path: Path, paired: bool) -> None:
+    """The exit came from a worker, not the program: that run is an ``error`` left unfinished; the others end done.
+
+    Also from one call of a parallel batch, which would end the worker's event loop were it raised out of the
+    call's own task (the other runs on that worker then never returning).
+    """
     store = str(tmp_path / "runs.db")
-    make = functools.partial(exiting_agent, str(tmp_path), QUESTIONS[0])
+    make = functools.partial(exiting_agent, str(tmp_path), QUESTIONS[0], paired)
     results = run_batch(make, QUESTIONS, store=store, max_in_flight=4, progress=False, lease=PROBE_LEASE)
     assert [r.reason for r in results] == ["error", "done", "done", "done"]
     assert results[0].evidence["type"] == "SystemExit"
