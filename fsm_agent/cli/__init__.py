@@ -17,7 +17,9 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 EXIT_DONE = 0
@@ -47,6 +49,27 @@ class SetupError(Exception):
     """Something the user chose prevents the command from starting; the message is the one line shown."""
 
 
+def out_file(path: Path, flag: str) -> Path:
+    """``path``, its folder made as every flag that writes a file makes it; a ``SetupError`` if it cannot be written.
+
+    Why: checked before the command makes anything (a run, a store file,
+    an emptied output file), so a refusal leaves nothing half-done, and a
+    file asked for is never lost after the work that fills it was done.
+    """
+    if path.is_dir():
+        msg = f"{flag} {path} is a directory: give the file to write, e.g. {path / 'out.json'}"
+        raise SetupError(msg)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        msg = f"cannot write {flag} {path}: {exc}"
+        raise SetupError(msg) from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        msg = f"cannot write {flag} {path}: permission denied"
+        raise SetupError(msg)
+    return path
+
+
 def import_named(spec: str, flag: str, usable: Callable[[Any], bool] = callable) -> Any:
     """What ``MODULE:NAME`` names, if ``usable`` says it is; else a ``SetupError`` in one line naming ``flag``.
 
@@ -68,6 +91,8 @@ def import_named(spec: str, flag: str, usable: Callable[[Any], bool] = callable)
     except ImportError as exc:
         msg = f"{flag}: cannot import {module_name!r}: {exc}"
         raise SetupError(msg) from None
+    except Exception as exc:  # noqa: BLE001  # a typo or a failing set-up in the user's module: one line, no frames
+        raise SetupError(f"{flag}: cannot import {module_name!r}: {_import_failure(exc)}") from None
     found = getattr(module, name, None)
     if found is None:
         msg = f"{flag}: {module_name} has no function {name!r}"
@@ -75,6 +100,24 @@ def import_named(spec: str, flag: str, usable: Callable[[Any], bool] = callable)
     if not usable(found) or inspect.iscoroutinefunction(found):
         raise SetupError(f"{flag}: {module_name}.{_not_a_factory(found, name)}")
     return found
+
+
+def _import_failure(exc: Exception) -> str:
+    """What went wrong running the user's module, in one line: the exception, its message and where it was raised.
+
+    Why: the frames of a traceback are mostly the package's own and the
+    import machinery's; the user needs their file and line, as Python's own
+    ``File "shop.py", line 4`` names it.
+    """
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename}, line {exc.lineno}"
+        said = exc.msg
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else "unknown place"
+        said = str(exc)
+    text = " ".join(said.split())
+    return f"{type(exc).__name__} in {where}" + (f": {text}" if text else "")
 
 
 def _a_path_given(path: str, name: str, flag: str) -> str:

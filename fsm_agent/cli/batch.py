@@ -35,6 +35,7 @@ from fsm_agent.cli import (
     SetupError,
     described,
     import_named,
+    out_file,
 )
 from fsm_agent.cli import run as run_command
 from fsm_agent.core.pricing import Price, UnpricedModelError
@@ -213,6 +214,8 @@ def main(args: argparse.Namespace) -> int:
         _check_counts(args)  # before anything is read, built, created or truncated
         items = read_inputs(args.inputs)
         make_agent = _factory(args, on_ray=not args.local)  # before the store: a refused agent leaves no file
+        if args.out is not None:  # its folder made and checked before the store: a refused --out leaves no file
+            out_file(args.out, "--out")
         _check_store(args.store)
         out = None if args.out is None else _open_out(args.out)
     except SetupError as exc:

@@ -36,7 +36,7 @@ from fsm_agent import (
     SqliteStore,
     persist,
 )
-from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described
+from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described, out_file
 from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable, report_pause
 from fsm_agent.core.pricing import UnpricedModelError
 from fsm_agent.jsontext import dumps
@@ -359,6 +359,8 @@ def main(args: argparse.Namespace) -> int:
             from fsm_agent.cli.diagram import diagram_format  # only with --diagram: no drawing code otherwise
 
             diagram_format(args.diagram)
+        if args.trace is not None:  # before the run too: a trace that cannot be written would be lost after it
+            out_file(args.trace, "--trace")
         if args.agent is not None:
             agent = own_agent(args)
             model: Any = agent.model
@@ -372,7 +374,11 @@ def main(args: argparse.Namespace) -> int:
             try:
                 try:
                     run = agent.start(args.question, store=store, run_id=args.run_id)
-                except (RunExistsError, RunLeasedError, ValueError) as exc:  # --run-id names a stored run, or is empty
+                except RunExistsError as exc:  # its advice (overwrite=True) is Python's: name what the command has
+                    again = f"runs resume {shlex.quote(exc.run_id)} goes on with it if it has not ended, runs fork"
+                    msg = f"--run-id: run {exc.run_id!r} already exists in the store; {again} runs it again from a step"
+                    raise SetupError(f"{msg}; or give another --run-id, or leave it out for a fresh one") from None
+                except (RunLeasedError, ValueError) as exc:  # --run-id names a leased stored run, or is empty
                     msg = f"--run-id: {exc}"
                     raise SetupError(msg) from None
                 if store is not None:
@@ -395,12 +401,14 @@ def main(args: argparse.Namespace) -> int:
     except SetupError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_SETUP
-    # The outcome is reported even when a file cannot be written: the run itself already happened.
+    # The outcome is reported even when a file cannot be written (the run itself already happened), never as exit 0.
+    unwritten = False
     if args.trace is not None:
         try:
             args.trace.write_text(trace_json(result), encoding="utf-8")
         except OSError as exc:
             print(f"error: cannot write --trace: {exc}", file=err)
+            unwritten = True
     if args.diagram is not None:
         from fsm_agent.cli.diagram import draw_run
 
@@ -408,7 +416,9 @@ def main(args: argparse.Namespace) -> int:
             print(draw_run(agent.table, result, args.diagram), file=err)
         except SetupError as exc:
             print(f"error: {exc}", file=err)
+            unwritten = True
     if run.paused:
         return report_pause(run, err, _how_to_decide(args, run.run_id))
     shown = printer is not None and result.ok and printer.last == result.final
-    return report(result, out, err, f"the model server at {endpoint(model, args.base_url)}", shown=shown)
+    code = report(result, out, err, f"the model server at {endpoint(model, args.base_url)}", shown=shown)
+    return EXIT_SETUP if unwritten and code == EXIT_DONE else code

@@ -28,7 +28,7 @@ from fsm_agent.cli import EXIT_DONE, EXIT_SETUP, SetupError, runs_agent, runs_ex
 from fsm_agent.cli import run as run_command
 from fsm_agent.cli.terminal import printable
 from fsm_agent.core import snapshot as snapshots
-from fsm_agent.core.approval import check_decision, describe_decision
+from fsm_agent.core.approval import check_decision, describe_decision, reads_as_approval
 from fsm_agent.definition.run import Run
 from fsm_agent.persist import is_url
 from fsm_agent.persist.store import fork_origin
@@ -118,19 +118,23 @@ def _approval(text: str) -> tuple[str, bool | str]:
     verdict, colon, why = answer.partition(":")
     if call_id and (not sep or answer.lower() == "yes"):
         return call_id, True
-    if call_id and verdict.lower() == "no" and (colon or not why):
+    if call_id and verdict.lower() == "no" and (colon or not why) and not reads_as_approval(why):
         return call_id, why.strip() or False
-    msg = f"not a decision: {text!r}; write {DECISION_FORMS}"
-    raise argparse.ArgumentTypeError(msg)
+    raise _not_a_decision(text, why if verdict.lower() == "no" else answer)
 
 
 def _rejection(text: str) -> tuple[str, bool | str]:
-    """``--reject ID``: rejected; ``ID=WHY``: rejected with the reason the model is told."""
+    """``--reject ID``: rejected; ``ID=WHY``: rejected with the reason the model is told, unless it reads as a yes."""
     call_id, _, why = text.partition("=")
-    if not call_id:
-        msg = f"not a decision: {text!r}; write {DECISION_FORMS}"
-        raise argparse.ArgumentTypeError(msg)
+    if not call_id or reads_as_approval(why):
+        raise _not_a_decision(text, why)
     return call_id, why.strip() or False
+
+
+def _not_a_decision(text: str, said: str) -> argparse.ArgumentTypeError:
+    """The usage error for ``text``, naming a reason that reads as a yes (``reads_as_approval``, as Python's API)."""
+    approving = f": {said!r} reads as an approval, not a rejection's reason" if reads_as_approval(said) else ""
+    return argparse.ArgumentTypeError(f"not a decision: {text!r}{approving}; write {DECISION_FORMS}")
 
 
 def _decisions(given: list[tuple[str, bool | str]]) -> dict[str, bool | str]:

@@ -18,7 +18,9 @@ import attrs
 
 from fsm_agent.core import ledger
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import TERMINAL
+from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.definition.stops import CONDITION_ERROR
+from fsm_agent.definition.table import REPLIED, Row, Table
 from fsm_agent.errors import DecisionError
 from fsm_agent.records import ToolCall
 from fsm_agent.tools import ToolResult
@@ -58,6 +60,31 @@ def approval_rule(approve: Collection[str] | Callable[[ToolCall], bool] | None) 
         msg = f"approve must be tool names or a predicate on the tool call, got {bad!r}"
         raise TypeError(msg)
     return HeldBack(names)
+
+
+RULE_RAISED = Row(State.AwaitModel, REPLIED, State.Failed, CONDITION_ERROR.guard, CONDITION_ERROR.reason)
+"""The edge an ``approve=`` predicate that raised takes once the reply that asked is kept: ``stop_condition_error``."""
+
+
+def approval_checked(table: Table, rule: Callable[[ToolCall], bool] | None) -> Table:
+    """``table`` with ``RULE_RAISED`` for an agent whose ``approve=`` is a predicate; else ``table`` itself.
+
+    Why: the predicate is the user's code, asked as each reply arrives, and
+    it can raise like a ``StopCondition``'s check; it stops the run the same
+    way, the reply and its calls kept, rather than escaping the driver with
+    the run half-written.  A set of tool names cannot raise: its agents'
+    tables (and diagrams) stay as they were.
+    """
+    if rule is None or isinstance(rule, HeldBack) or RULE_RAISED in table.rows:
+        return table
+    reasons = () if CONDITION_ERROR.reason in table.reasons else (CONDITION_ERROR.reason,)
+    placed = table.with_rows([RULE_RAISED], reasons)
+    return placed if CONDITION_ERROR in table.stops else attrs.evolve(placed, stops=(*table.stops, CONDITION_ERROR))
+
+
+def rule_name(rule: Callable[[ToolCall], bool]) -> str:
+    """How a ``stop_condition_error`` names an ``approve=`` predicate: ``approve=`` and its function's name."""
+    return f"approve={getattr(rule, '__qualname__', None) or type(rule).__name__}"
 
 
 def settled(decision: bool | str) -> bool | str:
@@ -107,22 +134,44 @@ def describe_decision(decision: bool | str) -> str:
     return f"rejected: {decision}" if isinstance(decision, str) and decision else "rejected"
 
 
+APPROVING = frozenset({"yes", "y", "true", "ok", "okay", "approve", "approved", "allow", "1"})
+"""Texts that read as an approval: as a decision each would be kept as a rejection's reason, so each is refused."""
+
+
+def reads_as_approval(decision: object) -> bool:
+    """Whether ``decision`` is a text that reads as an approval (``"yes"``, ``"true"``), case and spaces aside.
+
+    Why: a text is a rejection's reason, so ``decide(run, call, "yes")``
+    would reject the call the person meant to approve; the command line's
+    ``--approve`` and ``--reject`` and the Python API refuse it alike.
+    """
+    return isinstance(decision, str) and decision.strip().lower() in APPROVING
+
+
+def _approving_text(decision: str) -> str:
+    return f"{decision!r} reads as an approval, but a text decision is a rejection's reason: pass True to approve"
+
+
 def check_decision_value(decision: object) -> None:
     """A ``TypeError`` unless ``decision`` is True, False or a reason text: checked before the run is looked at.
 
     Why first: a wrong value is the caller's mistake whatever the run's
     state, and blaming a lease or a missing run would send them to wait.
+    A text that reads as an approval is a ``ValueError`` (``reads_as_approval``).
     """
     if not isinstance(decision, bool | str):
         msg = f"a decision is True, False or a reason text, got {decision!r}"
         raise TypeError(msg)
+    if reads_as_approval(decision):
+        raise ValueError(_approving_text(str(decision)))
 
 
 def check_approvals(approvals: object) -> None:
     """A ``TypeError`` unless ``approvals`` maps call ids to True, False or a reason text: checked before the run is.
 
     Why first: as ``check_decision_value``, a wrong value is the caller's
-    mistake whatever the run's state (an ended run's included).
+    mistake whatever the run's state (an ended run's included); a text that
+    reads as an approval is a ``ValueError`` there too.
     """
     if not isinstance(approvals, Mapping):
         msg = f"approvals must map call ids to True, False or a reason text, got {type(approvals).__name__}"
@@ -131,6 +180,9 @@ def check_approvals(approvals: object) -> None:
         if not isinstance(decision, bool | str):
             msg = f"approval for {call_id!r} must be True, False or a reason text, got {decision!r}"
             raise TypeError(msg)
+        if reads_as_approval(decision):
+            msg = f"approval for {call_id!r}: {_approving_text(str(decision))}"
+            raise ValueError(msg)
 
 
 def check_decision(run_id: str, data: dict[str, Any], call_id: str, decision: bool | str) -> bool:

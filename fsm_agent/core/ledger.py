@@ -40,7 +40,12 @@ def malformed(response: object) -> str | None:
     """Why a model's return value is not a usable ``ModelResponse``, or None; checked before anything is recorded."""
     if type(response) is ModelResponse:  # every reply is checked: the usual one is cleared on exact types first
         message = response.message
-        if type(message) is Message and type(message.content) is str and type(message.tool_calls) is tuple:
+        if (
+            type(message) is Message
+            and message.role == "assistant"
+            and type(message.content) is str
+            and type(message.tool_calls) is tuple
+        ):
             for call in message.tool_calls:
                 if type(call) is not ToolCall or type(call.id) is not str or type(call.name) is not str:
                     break
@@ -55,6 +60,8 @@ def malformed(response: object) -> str | None:
     message = response.message
     if not isinstance(message, Message):
         return f"ModelResponse.message is a {type(message).__name__}, expected Message"
+    if message.role != "assistant":  # kept, the next turn would send it to the provider as someone else's words
+        return f"Message.role is {message.role!r}, expected 'assistant': a reply is the model's own message"
     if not isinstance(message.content, str):
         return f"Message.content is a {type(message.content).__name__}, expected str"
     if not isinstance(message.tool_calls, tuple):
@@ -111,9 +118,11 @@ def _not_json_arguments(call: ToolCall) -> str | None:
     Checked after their nesting is bounded.  Such a reply could not be
     written to a snapshot, a store or ``RunResult.to_json``, so it is refused
     as it arrives (``model_error``, naming the part at fault) rather than
-    failing at the next write or losing that part.  Arguments JSON can hold
-    but that are no object (a list, a string) are the registry's to refuse,
-    as a bad-arguments result the model reads.
+    failing at the next write or losing that part.  Arguments that are no
+    dict are the adapter's mistake, not the model's: the built-in adapters
+    keep a model's text that is no JSON object in ``raw_arguments`` (which the
+    registry refuses as a result the model reads), so a str here is text
+    nobody decoded, and telling the model would only make it ask again.
     """
     raw = call.raw_arguments
     if raw is not None and not isinstance(raw, str):
@@ -121,7 +130,12 @@ def _not_json_arguments(call: ToolCall) -> str | None:
     else:
         problem = not_json(call.arguments, "arguments")
     if problem is None:
-        return None
+        if isinstance(call.arguments, dict):
+            return None
+        return (
+            f"tool call {call.name!r} ({call.id}) has ToolCall.arguments of type {type(call.arguments).__name__}, "
+            "expected the decoded dict: the adapter puts text it could not parse as a JSON object in raw_arguments"
+        )
     return f"tool call {call.name!r} ({call.id}) has arguments that are not JSON: {problem}; the reply is not kept"
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fsm_agent.core import ledger
-from fsm_agent.core.approval import ApprovalGate, check_approvals
+from fsm_agent.core.approval import ApprovalGate, check_approvals, rule_name
 from fsm_agent.core.batch import plan_batch
 from fsm_agent.core.effects import CheckOutput, CompactHistory, Effect, ModelCall, ToolBatch
 from fsm_agent.core.exchanges import ExchangeLog
@@ -270,7 +270,10 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             run.faults.model_exception, self._replied = ValueError(problem), MODEL_FAILED
             return
         if self.approve is not None and run.calls.pending:
-            self.gate()
+            try:
+                self.gate()
+            except Exception as exc:  # noqa: BLE001 - the user's predicate: a stop_condition_error (RULE_RAISED)
+                run.faults.condition_error, run.faults.condition_name = exc, rule_name(self.approve)
         self._replied = REPLIED
 
     def accept_model_error(self, error: BaseException, streamed: str = "") -> None:

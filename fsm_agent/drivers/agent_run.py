@@ -75,6 +75,8 @@ class AgentRun(SyncDriver, AsyncDriver):
             _no_json(source, exc)
             raise
         expected = stored_version(data)
+        if approvals and expected is not None and store is None:
+            raise ValueError(_decided_without_store(data.get("run_id")))
         position = Run(snapshot.limits_of(data, **lifted), [], table=agent.table, policies=agent.on_stop)
         snapshot.load(position, data, agent.table.states)
         run_id = data.get("run_id")
@@ -187,3 +189,18 @@ def _no_json(source: object, exc: SnapshotError) -> None:
             f"agent.resume(store.load({shown!r}), store=store)"
         )
         raise SnapshotError(msg) from exc
+
+
+def _decided_without_store(run_id: object) -> str:
+    """Why decisions on a snapshot loaded from a store are refused without that store: the call would run twice.
+
+    Why: the stored run would stay paused, undecided, while this one makes
+    the call; the next resume from the store (``runs resume``, the viewer)
+    would make it again.  Resuming such a snapshot without its store and
+    without decisions stays allowed: nothing is decided behind the store's back.
+    """
+    return (
+        f"approvals given for run {run_id!r}, a snapshot loaded from a store, without store=: the stored run would "
+        "stay paused and make the call again when resumed from the store; pass store= (the store it came from), "
+        "or record the decisions there with store.decide and resume with store="
+    )

@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
-from fsm_agent.core.approval import HeldBack, approval_rule
+from fsm_agent.core.approval import HeldBack, approval_checked, approval_rule
 from fsm_agent.core.history import history_settings
 from fsm_agent.core.output import OutputSpec, Validator, accepts_output, output_spec
 from fsm_agent.core.pricing import Price, Pricing, UnpricedModelError, pricing_of
@@ -83,7 +83,7 @@ def agent_settings(
     checked_limits = limits_of(limits, given)
     pricing = checked_pricing(model, registry, prices, checked_limits)
     stops = user_stops(stop_conditions, BUILTIN_REASONS)
-    walker = walker_for(TABLE.with_stops(stops))
+    walker = walker_for(approval_checked(TABLE.with_stops(stops), rule))
     policies = check_policies(on_stop, walker.table.stop_for)
     processors, compact = history_settings(history_processors, compact, policies)
     unused = (*(() if output else TYPED_GUARDS), *(() if compact else COMPACTING_GUARDS))

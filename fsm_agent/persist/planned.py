@@ -127,7 +127,8 @@ class PlannedStore(ABC):
         """Record a decision on a paused run's pending call in one transaction; return the run as stored now.
 
         ``True`` approves the call, ``False`` or a reason text rejects it
-        (anything else is a ``TypeError``, whatever the run's state); ``False``
+        (anything else is a ``TypeError``, and a text that reads as an approval,
+        such as ``"yes"``, a ``ValueError``, whatever the run's state); ``False``
         and ``""`` are one decision, rejected with no reason, stored as ``False``.
         ``DecisionError`` if the run is not paused, the call is not pending,
         already ran, needs no approval or has another decision; the same

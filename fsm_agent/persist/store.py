@@ -255,7 +255,8 @@ class FullStore(JournaledStore, Protocol):
         """Record a decision on a paused run's pending call in one transaction; the run as stored now.
 
         A value other than True, False or a reason text is a ``TypeError``
-        before the run is looked at.  ``DecisionError`` if the run is not
+        before the run is looked at, and a text that reads as an approval
+        (``"yes"``, ``"true"``) a ``ValueError``: pass True to approve.  ``DecisionError`` if the run is not
         paused, the call not pending, already ran, needs no approval (it is
         not in the run's ``to_approve``) or has another decision (the store is
         then unchanged); the same decision given again is taken as given,

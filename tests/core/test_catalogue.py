@@ -67,11 +67,15 @@ def test_arguments_that_are_not_a_json_object_are_an_error_result(arguments: Any
 
 
 def test_the_model_sees_the_argument_error_and_the_run_goes_on() -> None:
-    """A call with list arguments gets an error tool message; the model's next answer ends the run normally."""
-    script = FakeModel([tool_turn(ToolCall("c1", "echo", ["hi"])), reply("sorry")])  # type: ignore[arg-type]
+    """A model's list arguments (kept as text, as the adapters keep them) get an error tool message; the run goes on.
+
+    A ``ToolCall`` whose ``arguments`` is itself a list is the adapter's
+    mistake instead, a model_error (tests/core/test_reply_arguments.py).
+    """
+    script = FakeModel([tool_turn(ToolCall("c1", "echo", {}, raw_arguments='["hi"]')), reply("sorry")])
     result = Agent(script, demo_registry()).run("q")
     assert (result.ok, result.final) == (True, "sorry")
-    assert "arguments must be a JSON object, got array" in result.messages[-2].content
+    assert "not a JSON object: '[\"hi\"]'" in json.loads(result.messages[-2].content)["error"]
 
 
 # --- values JSON cannot encode -----------------------------------------------------------------------------

@@ -410,7 +410,7 @@ BAD_CALLS = st.sampled_from(
         Call("add", {"a": "1", "b": 2}),
         Call("echo"),
         Call("echo", {"text": "a", "extra": 1}),
-        Call("echo", ["a"]),
+        Call("echo", {}, raw='["a"]'),  # a model's JSON that is no object, as the adapters keep it
         Call("echo", {1: "a"}),
         Call("echo", {}, raw='{"text": "a'),
     ]
@@ -492,7 +492,8 @@ def well_formed(response: object) -> bool:
         isinstance(response, ModelResponse)
         and isinstance(response.message, Message)
         and isinstance(response.message.content, str)
-        and all(isinstance(call, ToolCall) for call in response.message.tool_calls)
+        and response.message.role == "assistant"
+        and all(isinstance(call, ToolCall) and isinstance(call.arguments, dict) for call in response.message.tool_calls)
     )
 
 
