@@ -8,6 +8,7 @@ runs that begin where another was.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from collections import deque
@@ -308,5 +309,7 @@ class Agent(RunsAgain):
         """The async twin of ``stream`` (a model streams through ``acomplete_stream``)."""
         feed: deque[StreamEvent] = deque()
         run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history, deps=deps)
-        async for event in streaming.aevents(run, feed):
-            yield event
+        # Closed with this generator (a reader that stops reading), as ``yield from`` closes the sync one's.
+        async with contextlib.aclosing(streaming.aevents(run, feed)) as events:
+            async for event in events:
+                yield event

@@ -362,7 +362,7 @@ class AsyncDriver(RunBase):
                 self._close(entry)
 
     async def _aend_cut(self) -> None:
-        """Its task cancelled while a write was under way or just after one: ended, no call made (``cut_runs``).
+        """Its task cancelled during or just after a write (``cut_runs``), or its stream's reader gone: ended, no call.
 
         The cut write is written or read back, the transitions needing no call
         are taken (an answer that had come ends it ``Done``), and the run stops

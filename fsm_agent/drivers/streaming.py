@@ -40,10 +40,14 @@ class _Raised:
 def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]:
     """Drive ``run`` (started with ``feed.put`` as observer), yielding what it puts there; then ``finish()`` it."""
     if not callable(getattr(run.agent.model, "complete_stream", None)):
-        while not (run.done or run.paused):
-            run.advance()
-            while not feed.empty():
-                yield feed.get_nowait()
+        try:
+            while not (run.done or run.paused):
+                run.advance()
+                while not feed.empty():
+                    yield feed.get_nowait()
+        except GeneratorExit:
+            run._end_cut()  # noqa: SLF001 - the reader stopped reading: nobody drives the run on
+            raise
         run.finish()
         return
     run.on_text(feed.put)
@@ -57,6 +61,7 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
                 feed.put(_STEPPED)
                 go.acquire()  # as lazy as a plain generator: the next transition waits until it is asked for
                 if stopped:
+                    run._end_cut()  # noqa: SLF001 - the reader stopped reading: nobody drives the run on
                     return
         except BaseException as exc:  # noqa: BLE001 - raised again in the reading thread
             feed.put(_Raised(exc))
@@ -73,7 +78,7 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
             else:
                 yield item
     finally:
-        # A reader that stops reading leaves the run where it is, as with a plain generator.
+        # A reader that stops reading lets the transition in progress end, then the run stops cancelled (drive).
         stopped = True
         go.release()
     run.finish()
@@ -82,10 +87,14 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
 async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[StreamEvent]:
     """The async twin of ``events``: ``run`` was started with ``feed.append`` as observer."""
     if not callable(getattr(run.agent.model, "acomplete_stream", None)):
-        while not (run.done or run.paused):
-            await run.aadvance()
-            while feed:
-                yield feed.popleft()
+        try:
+            while not (run.done or run.paused):
+                await run.aadvance()
+                while feed:
+                    yield feed.popleft()
+        except GeneratorExit:
+            await run._aend_cut()  # noqa: SLF001 - the reader stopped reading: nobody drives the run on
+            raise
         await run.afinish()
         return
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
@@ -101,23 +110,27 @@ async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[Stre
             loop.call_soon_threadsafe(arrived.set)
 
     run.on_text(text)
-    while not (run.done or run.paused):
-        step = asyncio.ensure_future(run.aadvance())
-        try:
-            while not step.done():
-                waiter = asyncio.ensure_future(arrived.wait())
-                await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                arrived.clear()
-                while feed:
-                    yield feed.popleft()
-        except BaseException:
-            # The reader stopped or was cancelled: the run records the call cut off, as a cancelled arun would.
-            step.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await step
-            raise
-        step.result()
-        while feed:
-            yield feed.popleft()
+    try:
+        while not (run.done or run.paused):
+            step = asyncio.ensure_future(run.aadvance())
+            try:
+                while not step.done():
+                    waiter = asyncio.ensure_future(arrived.wait())
+                    await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    arrived.clear()
+                    while feed:
+                        yield feed.popleft()
+            except BaseException:
+                # The reader stopped or was cancelled: the run records the call cut off, as a cancelled arun would.
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await step
+                raise
+            step.result()
+            while feed:
+                yield feed.popleft()
+    except GeneratorExit:
+        await run._aend_cut()  # noqa: SLF001 - the reader stopped between calls: nobody drives the run on
+        raise
     await run.afinish()

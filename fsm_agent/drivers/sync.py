@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.core.history import processor_name, sendable
-from fsm_agent.definition.table import EXPIRED
+from fsm_agent.definition.table import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import run_child
 from fsm_agent.records import RunResult, Transition
@@ -125,6 +125,24 @@ class SyncDriver(RunBase):
         # (that edge returned).
         remaining = self._remaining()
         return self._checked(effect.output.check(effect.text, remaining), remaining)
+
+    def _end_cut(self) -> None:
+        """A run nobody drives on (its stream's reader stopped): ended, no call made; ``AsyncDriver._aend_cut``.
+
+        The transitions needing no call are taken (an answer that had come
+        ends it ``Done``), and the run stops ``cancelled`` on the
+        ``interrupted`` edge before any call, written and let go: left where
+        it was, it would be neither ended nor resumable by anyone holding it.
+        """
+        stepper = self.stepper
+        while self._result is None:
+            if stepper.gated and stepper.paused:
+                return  # written paused: nothing is called until a decision
+            self._observe()
+            if isinstance(stepper.effect(), ModelCall | ToolBatch | CompactHistory) and not self.finalizing:
+                self._interrupt(INTERRUPTED, None)
+                return
+            self.advance()
 
     def _make_call(self, effect: ModelCall | ToolBatch) -> None:
         # A deadline past while the call is in flight stops the run from the caller's thread (see _bounded).
