@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.agui_apps import Served, StreamingModel, run_input
+from support.agui_apps import Served, StreamingModel, run_input, within
 from support.app_owners import at_once, ending, stream
 from support.embedding_round_six import ChargesOnce, Gates, Traced, charges
 
@@ -34,15 +33,6 @@ pytest.importorskip("opentelemetry.sdk", reason="pip install 'fsm-agent[otel]'")
 
 WAIT = 30.0
 """Seconds a test waits for the server to get where it wants it (milliseconds when idle)."""
-
-
-def _until(check: Any, seconds: float = WAIT) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 # --- astream readers that stop between transitions ---------------------------------------------------------------
@@ -232,12 +222,12 @@ def test_traced_ag_ui_turns_of_concurrent_clients_end_every_span_and_a_client_le
             *[lambda n=n: stream(server.url, run_input(f"tab-{n}", "x", f"q{n}")) for n in range(1, CLIENTS)],
         )
         assert left.is_set()
-        assert _until(lambda: store.load("tab-0/1")["state"] == "Failed")
+        assert within(lambda: store.load("tab-0/1")["state"] == "Failed", WAIT)
         gates.release["q0"].set()  # the cut sync charge goes on in its worker thread and returns
         nexts = at_once(
             *[lambda n=n: stream(server.url, run_input(f"tab-{n}", "x", f"n{n}", run_id="r2")) for n in range(CLIENTS)]
         )
-        assert _until(lambda: not traced.open_spans())
+        assert within(lambda: not traced.open_spans(), WAIT)
     finally:
         for n in range(CLIENTS):
             gates.release[f"q{n}"].set()
