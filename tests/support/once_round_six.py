@@ -89,6 +89,20 @@ def _turn(messages: Sequence[Message]) -> int:
     return sum(1 for m in messages if m.role == "assistant")
 
 
+def _asked(tally: Tally, cuts: Cuts, messages: Sequence[Message]) -> int:
+    """The turn a model is asked for (by the conversation it is sent), counted, and cut there if a cut is set."""
+    turn = _turn(messages)
+    with tally.lock:
+        tally.model.append(turn)
+    cuts.fire("model", turn)
+    return turn
+
+
+def _batch() -> ModelResponse:
+    """The parallel batch both models open with: ``work`` a and b."""
+    return tool_turn(tool_call("work", id="a", label="a"), tool_call("work", id="b", label="b"), usage=BATCH_USAGE)
+
+
 class TypedModel:
     """A parallel batch (a, b), then a rejected answer, then an accepted one, by the conversation it is sent."""
 
@@ -96,14 +110,9 @@ class TypedModel:
         self.tally, self.cuts = tally, cuts
 
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema], output: Any = None) -> ModelResponse:
-        turn = _turn(messages)
-        with self.tally.lock:
-            self.tally.model.append(turn)
-        self.cuts.fire("model", turn)
+        turn = _asked(self.tally, self.cuts, messages)
         if turn == 0:
-            return tool_turn(
-                tool_call("work", id="a", label="a"), tool_call("work", id="b", label="b"), usage=BATCH_USAGE
-            )
+            return _batch()
         if turn == 1:
             return reply(REJECTED, usage=REJECTED_USAGE)
         return reply(ACCEPTED, usage=ANSWER_USAGE)
@@ -152,14 +161,9 @@ class FinalizeModel:
         self.hold = hold
 
     def _answer(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        turn = _turn(messages)
-        with self.tally.lock:
-            self.tally.model.append(turn)
-        self.cuts.fire("model", turn)
+        turn = _asked(self.tally, self.cuts, messages)
         if turn == 0:
-            return tool_turn(
-                tool_call("work", id="a", label="a"), tool_call("work", id="b", label="b"), usage=BATCH_USAGE
-            )
+            return _batch()
         return reply("final from a and b", usage=ANSWER_USAGE)
 
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
