@@ -15,7 +15,7 @@ import contextlib
 import queue
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.observe.events import TextDelta, TransitionEvent
@@ -84,7 +84,7 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
     run.finish()
 
 
-async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncIterator[StreamEvent]:
+async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncGenerator[StreamEvent, None]:
     """The async twin of ``events``: ``run`` was started with ``feed.append`` as observer."""
     if not callable(getattr(run.agent.model, "acomplete_stream", None)):
         try:
