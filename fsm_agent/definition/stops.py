@@ -115,10 +115,38 @@ def blocking_stop(run: Run) -> str | None:
     Several stops can hold at once and only the first is recorded, so a
     resume, and an answer sent back for another try, check them all.
     """
+    stop = _forbidding(run, At.BEFORE_MODEL)
+    return None if stop is None else stop.reason
+
+
+def _forbidding(run: Run, at: At, *, limited: bool = False) -> Stop | None:
     for stop in run.table_stops.values():
-        if stop.resume == "lift" and At.BEFORE_MODEL in stop.at and stop.guard is not None and stop.guard(run):
-            return stop.reason
+        if stop.resume != "lift" or at not in stop.at or stop.guard is None or (limited and stop.limit is None):
+            continue
+        if stop.guard(run):
+            return stop
     return None
+
+
+def next_call_forbidden(run: Run) -> Stop | None:
+    """The stop of a limit that forbids the call a run in ``AwaitModel`` or ``ExecuteTool`` makes next (None: none).
+
+    Why: those stops are checked on the edge into the state, under the
+    limits of then; a run that comes back there under other limits (a
+    resume or a fork that sets them) would make the call unchecked.  None
+    where no call is next: a finalize call (it answers a stop), a run
+    before its first (its ``start`` rows check it), a call that ran or was
+    rejected.  A cancel is no limit: the next transition takes it.
+    """
+    state, calls = run.at.state, run.calls
+    if state is State.AwaitModel and run.at.finalizing is None and run.counts.turns:
+        return _forbidding(run, At.BEFORE_MODEL, limited=True)
+    if state is not State.ExecuteTool or not calls.pending:
+        return None
+    call = calls.pending[0]
+    if call.id in calls.ran or calls.approvals.get(call.id, True) is not True:
+        return None
+    return _forbidding(run, At.BEFORE_TOOL, limited=True)
 
 
 def _output_invalid(run: Run) -> dict[str, Any]:

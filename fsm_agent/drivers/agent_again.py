@@ -55,7 +55,8 @@ class RunsAgain(AgentParts):
         ``max_tool_calls`` or ``cancelled`` continues if the new limits (or a fresh token) lift the
         stop, and a ``model_error`` run with ``retry=True``; the trace shows
         that as a ``resume`` edge out of ``Failed``.  Anything else is a
-        ``ValueError`` saying why.  With a ``store`` the run is claimed here,
+        ``ValueError`` saying why, as are new limits that forbid the call a
+        run that did not stop comes back to make.  With a ``store`` the run is claimed here,
         before anything is called (see ``aresume`` to await that); ``deps`` are given again (no snapshot holds them).
         """
         lifted = _lifted(max_steps, token_budget, timeout, max_tool_calls, cost_budget)

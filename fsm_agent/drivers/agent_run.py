@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Self
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.late_decisions import too_late
+from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
+from fsm_agent.definition.stops import next_call_forbidden
 from fsm_agent.definition.table import describe_resumable
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.cut_runs import astop_cut
@@ -47,6 +49,7 @@ class AgentRun(SyncDriver, AsyncDriver):
         deps: Any = None,
         *,
         resumable: str | None = None,
+        instead: str | None = None,
     ) -> tuple[Self, int | None, Transition | None]:
         """A run of ``agent`` back from its snapshot (``Agent.resume``), the version to claim it at, and its edge.
 
@@ -56,7 +59,8 @@ class AgentRun(SyncDriver, AsyncDriver):
         run that was paused, not stopped).  ``deps`` are the new owner's: a
         snapshot never holds them.  ``resumable`` says, in the error at a stop
         these limits do not lift, which stops the caller goes on from
-        (default: those ``Agent.resume`` does).
+        (default: those ``Agent.resume`` does), and ``instead`` what else it
+        can do where they forbid the call the run goes on with.
         """
         from fsm_agent.persist.journal import (  # see stored: import fsm_agent loads no store module
             forked_from_of,
@@ -115,6 +119,8 @@ class AgentRun(SyncDriver, AsyncDriver):
             # Decided before the claim, so the claim stores the decisions and, with nothing left to wait
             # for, keeps the lease: nobody can decide or resume in between, and a refused decision writes nothing.
             run.decide(approvals)
+        if entry is None:
+            _refuse_spent(position, snapshot.limits_of(data), instead or "resume with the run's own limits")
         # The caller takes the run over before anything is called: a run another owner is advancing is a
         # RunLeasedError there, and one that moved on since this snapshot was read (or that the snapshot was never
         # read from) a StaleRunError.  A stopped run is claimed with its resume edge already taken, so the claim
@@ -169,6 +175,37 @@ class AgentRun(SyncDriver, AsyncDriver):
             # refusal (``still``'s RunStateError, a StaleRunError), and whoever raised it left the run as it must be.
             await astop_cut(self, exc, landed=landed and not isinstance(exc, Exception))
             raise
+
+
+def _refuse_spent(position: Run, own: Limits, instead: str) -> None:
+    """A ``ValueError`` if new limits forbid the call the run comes back to make (``next_call_forbidden``).
+
+    Why refused rather than stopped: the run is past the checkpoint where
+    that stop is taken (passed under its own limits), so it would make the
+    call first; refused, nothing is called or written.  Limits equal to the
+    run's own (a takeover) are not checked: they let the call through when
+    the run got there.
+    """
+    if position.limits == own:
+        return
+    stop = next_call_forbidden(position)
+    if stop is None:
+        return
+    pending = position.calls.pending
+    call = f"tool call {pending[0].id!r} ({pending[0].name})" if pending else "a model call"
+    assert stop.limit is not None  # a limit's stop: next_call_forbidden's
+    assert stop.counter is not None
+    used, what = position.counters()[stop.counter.name][0], stop.counter.name
+    scope = stop.evidence(position).get("scope", "*")  # a tool's own cap (max_tool_calls={"send": 3}): its count
+    if scope != "*":
+        used, what = stop.evidence(position)["used"], f"calls of {scope}"
+    was = getattr(own, stop.limit)
+    msg = (
+        f"the run goes on with {call}, which these limits forbid: {stop.limit}={getattr(position.limits, stop.limit)!r}"
+        f", with {what} at {used!r} already ({stop.reason}; counters {position.counters()}); give a higher "
+        f"{stop.limit} (the run's own {'has none' if was is None else f'is {was!r}'}), or {instead}"
+    )
+    raise ValueError(msg)
 
 
 def _no_json(source: object, exc: SnapshotError) -> None:

@@ -216,6 +216,7 @@ def forked(
             ready.lifted,
             deps,
             resumable=forkable_stops(agent.table.stops),
+            instead="fork at an earlier transition, before that much was used",
         )
     except ValueError as exc:
         raise ForkError(f"the fork cannot go on: {exc}") from exc

@@ -47,7 +47,8 @@ class ForkEdit:
     source made after the fork point (the fork then takes the new text); a
     text of the form ``{"error": "..."}`` is a failed call's, any other a
     success, and the fork counts it so.  ``limits`` sets limits by name
-    (``max_steps=20``), which also lifts a stop the fork was taken at;
+    (``max_steps=20``), which also lifts a stop the fork was taken at (one
+    already used up where the fork's next call is made is refused);
     ``approvals`` decides calls the fork is paused on, as ``Agent.resume`` does.
     """
 

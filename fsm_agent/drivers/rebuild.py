@@ -6,11 +6,11 @@ becomes a recording (``drivers.fork_source``), edited by the fork's
 model answers the recorded replies in order (``_Replies``) and whose tools
 return the recorded results by call id (``_Results``), so the core counts
 each of them as it came (an edited one as edited), and each rebuilt
-transition is checked against the source's.  A call the source's person
-rejected waits for a decision in the rebuilt run too, whatever the agent's
-``approve=``, and is rejected again (``decisions``); a stop the source was
-resumed from is resumed as it was (``resumed_as_recorded``); a replay uses
-both too.
+transition is checked against the source's.  A call that waited for the
+source's person waits for a decision in the rebuilt run too, whatever the
+agent's ``approve=``, and is decided again as it was, approved or rejected
+(``decisions``); a stop the source was resumed from is resumed as it was
+(``resumed_as_recorded``); a replay uses both too.
 """
 
 from __future__ import annotations
@@ -124,10 +124,11 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
     if system != double.settings.system:
         double.settings = attrs.evolve(double.settings, system=system)
-    # A call waits for a decision as in the source, whatever the agent's approve= says: only a rejected call needs
-    # one, to be rejected again (one the source approved returns its recorded result as it is).
-    rejected = frozenset(i for i, (_, decision) in recorded_decisions(recording).items() if _rejection(decision))
-    double.settings = attrs.evolve(double.settings, approve=_HeldAsRejected(rejected))
+    # A call waits for a decision as in the source, whatever the agent's approve= says, and is decided as it was
+    # (``decisions``): a rejected one rejected again, an approved one approved, so the rebuilt run's record says it
+    # waited for a person as the source's does (a fork's history keeps it, and its replay holds it).
+    held = frozenset(i for i, (_, decision) in recorded_decisions(recording).items() if decision is not None)
+    double.settings = attrs.evolve(double.settings, approve=_HeldAsRecorded(held))
     history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
     earlier = snapshot.earlier_limits_of(recording)  # the source ran under the first until it was first resumed
     limits = None if recording["limits"] is None else earlier[0][1] if earlier else snapshot.limits_of(recording)
@@ -155,17 +156,18 @@ def _check_replies_kept(recording: dict[str, Any]) -> None:
 
 
 @attrs.frozen
-class _HeldAsRejected:
-    """The rebuilt run's ``approve=``: a call waits for a decision if the source's person rejected it."""
+class _HeldAsRecorded:
+    """The rebuilt run's ``approve=``: a call waits for a decision if it waited for the source's person.
+
+    Why not the agent's own rule: the rebuilt run's history is the
+    source's, so a call is held exactly where the source's was (approved or
+    rejected), whatever the agent's ``approve=`` says now.
+    """
 
     ids: frozenset[str]
 
     def __call__(self, call: ToolCall) -> bool:
         return call.id in self.ids
-
-
-def _rejection(decision: bool | str | None) -> bool:
-    return decision is not None and decision is not True
 
 
 def rebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
