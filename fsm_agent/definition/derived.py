@@ -10,9 +10,11 @@ output-retry and compaction rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fsm_agent.definition.guards import Declared, context_overflowed, fact
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.stops import CATALOGUE, blocking_stop
+from fsm_agent.definition.stops import CATALOGUE, Stop, blocking_stop
 
 LIFTABLE = tuple(
     sorted(
@@ -36,6 +38,25 @@ def _lifted(run: Run) -> bool:
 def resumes_before_tool(run: Run) -> bool:
     """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
     return bool(run.calls.pending) and _lifted(run)
+
+
+@fact("last_response", "output_checked", "pending", "trace", "reason", *LIFTABLE)
+def resumes_before_answer(run: Run) -> bool:
+    """The run stopped in ``Dispatch`` with its answer not yet taken (its check cut at the deadline): take it now.
+
+    Why not ``resumes_before_model``: the answer came and was paid for; a
+    resume with more time checks it again, as the stop's evidence says, and
+    asks the model only if the check sends it back.
+    """
+    answer = run.talk.last_response
+    return (
+        answer is not None
+        and not answer.message.tool_calls
+        and not run.calls.pending
+        and not run.talk.output_checked
+        and run.at.trace[-1].source == "Dispatch"
+        and _lifted(run)
+    )
 
 
 @fact("pending", "reason", *LIFTABLE)
@@ -84,3 +105,14 @@ def retries_model_call(run: Run) -> bool:
     """The run stopped on a model error, was resumed with ``retry=True``, and no limit forbids another call."""
     stop = run.table_stops.get(run.at.reason or "")
     return stop is not None and stop.resume == "retry" and run.at.retry_model and blocking_stop(run) is None
+
+
+def describe_resumable(stops: Iterable[Stop]) -> str:
+    """The resume rules in words, for the error a resume that lifts nothing raises (the rows above say them)."""
+    lifted = [stop.reason for stop in stops if stop.resume == "lift"]
+    retried = [stop.reason for stop in stops if stop.resume == "retry"]
+    return (
+        f"resumable stops: {', '.join(lifted)}"
+        + "".join(f", and {reason} with retry=True" for reason in retried)
+        + ", each only while no other limit forbids the next call"
+    )

@@ -23,6 +23,7 @@ import attrs
 from fsm_agent.definition.derived import (
     compacts_history,
     output_invalid,
+    resumes_before_answer,
     resumes_before_model,
     resumes_before_tool,
     retries_model_call,
@@ -214,13 +215,18 @@ def _without_a_reply(row: Row) -> list[str]:
     calls, so a run arriving on another trigger (a model error, the start)
     finds an old reply, or none, and the engine reads a call not pending.
     Besides ``AFTER_A_REPLY``, only ``ExecuteTool`` on ``has_pending_calls``
-    (``_without_a_call``) and a resume on ``resumes_before_tool`` lead there.
+    (``_without_a_call``) and a resume on ``resumes_before_tool`` or
+    ``resumes_before_answer`` (the reply it stopped at) lead there.
     """
     if row.dest not in (State.Dispatch, State.CheckTruncation) or (row.source, row.trigger) in AFTER_A_REPLY:
         return []
     if row.dest is State.Dispatch and row.source is State.ExecuteTool:
         return []  # _without_a_call's to judge
-    if row.dest is State.Dispatch and row.source is State.Failed and row.guard is resumes_before_tool:
+    if (
+        row.dest is State.Dispatch
+        and row.source is State.Failed
+        and row.guard in (resumes_before_tool, resumes_before_answer)
+    ):
         return []
     return [
         f"{row} on {row.trigger!r}: {row.dest} reads the reply just arrived, which only AwaitModel on {REPLIED!r} "
@@ -394,6 +400,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
     ]
     resume = [
         Row(S.Failed, RESUME, S.Dispatch, resumes_before_tool),
+        Row(S.Failed, RESUME, S.Dispatch, resumes_before_answer),
         Row(S.Failed, RESUME, S.AwaitModel, resumes_before_model),
         Row(S.Failed, RESUME, S.AwaitModel, retries_model_call),
     ]
@@ -410,14 +417,3 @@ TABLE = build_table(CATALOGUE)
 """The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""
 BUILTIN_REASONS = frozenset(stop.reason for stop in (*CATALOGUE, CONDITION_ERROR))
 """The reasons of the built-in stops, which no user's stop condition may take (the table with user stops has all)."""
-
-
-def describe_resumable(stops: Iterable[Stop]) -> str:
-    """The resume rules in words, for the error a resume that lifts nothing raises."""
-    lifted = [stop.reason for stop in stops if stop.resume == "lift"]
-    retried = [stop.reason for stop in stops if stop.resume == "retry"]
-    return (
-        f"resumable stops: {', '.join(lifted)}"
-        + "".join(f", and {reason} with retry=True" for reason in retried)
-        + ", each only while no other limit forbids the next call"
-    )

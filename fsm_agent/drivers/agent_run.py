@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Self
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.late_decisions import too_late
+from fsm_agent.definition.derived import describe_resumable
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.stops import next_call_forbidden
-from fsm_agent.definition.table import describe_resumable
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.cut_runs import astop_cut
 from fsm_agent.drivers.sync import SyncDriver

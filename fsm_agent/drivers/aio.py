@@ -117,13 +117,22 @@ class AsyncDriver(RunBase):
         # compacting leaves the compaction due, for a resume to do.
         if self._out_of_time():
             return self._interrupt(EXPIRED, None)
+        journal = self._journal
+        if journal is not None:
+            journal.abeat()  # the lease is renewed while compact runs, as during a call: it may be a model's call
         try:
             compacted = await effect.arun(self._remaining())
         except DeadlineError:
             return self._interrupt(EXPIRED, "the compaction")
+        finally:
+            if journal is not None:
+                journal.rest()
         self.stepper.accept_compaction(compacted)
-        if self._journal is not None:  # kept before the call it shortens: a crash in that call must not compact again
-            await self._journal.akeep(self.position, self.paused)
+        if journal is not None:  # kept before the call it shortens: a crash in that call must not compact again
+            await journal.akeep(self.position, self.paused)
+        self._observe()
+        if self.position.counts.cancelled and not self.position.talk.compact_error:
+            return self._interrupt(INTERRUPTED, None)  # cancelled while compacting: stopped before the call it shortens
         return None
 
     async def _acheck(self, effect: CheckOutput) -> Transition | None:

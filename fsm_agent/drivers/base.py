@@ -277,9 +277,12 @@ class RunBase(WatchedRun):
         return self._after(self.stepper.step())
 
     def _checked(self, checked: Any, remaining: float | None) -> Transition | None:
-        """Hand the stepper a typed answer's check; if the deadline cut the check (``remaining`` was set), the stop."""
-        if remaining is not None:
-            self._observe()
+        """Hand the stepper a typed answer's check; if the deadline cut the check (``remaining`` was set), the stop.
+
+        The time and a cancel are read first, deadline or not: a validator can
+        take long, and the retry row must see a cancel that came meanwhile.
+        """
+        self._observe()
         expired, in_flight = past_deadline(checked)
         if expired:
             return self._interrupt(EXPIRED, in_flight)

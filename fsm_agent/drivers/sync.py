@@ -111,13 +111,22 @@ class SyncDriver(RunBase):
         # (that edge returned), the compaction still due for a resume with more time.
         if self._out_of_time():
             return self._interrupt(EXPIRED, None)
+        journal = self._journal
+        if journal is not None:
+            journal.beat()  # the lease is renewed while compact runs, as during a call: it may be a model's call
         try:
             compacted = effect.run(self._remaining())
         except DeadlineError:
             return self._interrupt(EXPIRED, "the compaction")
+        finally:
+            if journal is not None:
+                journal.rest()
         self.stepper.accept_compaction(compacted)
-        if self._journal is not None:  # kept before the call it shortens: a crash in that call must not compact again
-            self._journal.keep(self.position, self.paused)
+        if journal is not None:  # kept before the call it shortens: a crash in that call must not compact again
+            journal.keep(self.position, self.paused)
+        self._observe()
+        if self.position.counts.cancelled and not self.position.talk.compact_error:
+            return self._interrupt(INTERRUPTED, None)  # cancelled while compacting: stopped before the call it shortens
         return None
 
     def _check(self, effect: CheckOutput) -> Transition | None:

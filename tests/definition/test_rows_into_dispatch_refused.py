@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from fsm_agent import TABLE, DefinitionError, Row, State, Table
-from fsm_agent.definition.derived import resumes_before_tool
+from fsm_agent.definition.derived import resumes_before_answer, resumes_before_tool
 from fsm_agent.definition.guards import has_pending_calls
 
 S = State
@@ -65,7 +65,7 @@ def test_a_row_into_dispatch_right_after_the_reply_is_accepted() -> None:
 
 def test_the_built_in_rows_into_dispatch_and_check_truncation_still_build() -> None:
     """The rule names what the built-in table does: the reply's checks after ``replied``, back to Dispatch with a
-    call pending, and a resume before the tool call the run stopped at."""
+    call pending, and a resume before the tool call, or the answer's check, the run stopped at."""
     into = {
         (str(row.source), row.trigger, row.guard) for row in TABLE.rows if row.dest in (S.Dispatch, S.CheckTruncation)
     }
@@ -74,5 +74,6 @@ def test_the_built_in_rows_into_dispatch_and_check_truncation_still_build() -> N
         ("CheckTruncation", "check", None),
         ("ExecuteTool", "tool_done", has_pending_calls),
         ("Failed", "resume", resumes_before_tool),
+        ("Failed", "resume", resumes_before_answer),
     }
     assert Table(TABLE.rows, TABLE.reasons, stops=TABLE.stops) == TABLE

@@ -266,9 +266,28 @@ def _stopped(model: Any, **options: Any) -> tuple[Agent, RunResult]:
     return agent, info.value.result
 
 
+class _SlowAnswer:
+    """Answers ``{"x": 1}`` while the run's (manual) clock passes ``seconds``: its check starts with no time left."""
+
+    def __init__(self, clock: ManualClock, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+
+    def complete(self, messages: object, tools: object, output: object = None) -> ModelResponse:
+        self.clock.advance(self.seconds)
+        return reply('{"x": 1}')
+
+
+def _answer_unchecked() -> tuple[Agent, RunResult]:
+    clock = ManualClock()
+    return _stopped(_SlowAnswer(clock, 11.0), output_type=POINT, timeout=10.0, clock=clock)
+
+
 RESUMED: dict[str, Callable[[], AgentRun]] = {
     "Failed->Dispatch[resumes_before_tool]": lambda: (lambda agent, result: agent.resume(result, max_tool_calls=5))(
         *_stopped(FakeModel([tool_turn(ECHO, ECHO2), reply("ok")]), max_tool_calls=1)
+    ),
+    "Failed->Dispatch[resumes_before_answer]": lambda: (lambda agent, result: agent.resume(result, timeout=100.0))(
+        *_answer_unchecked()
     ),
     "Failed->AwaitModel[resumes_before_model]": lambda: (lambda agent, result: agent.resume(result, max_steps=3))(
         *_stopped(CounterModel(), max_steps=1)

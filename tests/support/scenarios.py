@@ -631,6 +631,7 @@ class Shadow:
             "gave_up": lambda: last is not None and "give up" in last.message.content,
             "five_calls": lambda: len(executed) >= 5,
             "resumes_before_tool": lambda: bool(pending) and self.lifted(),
+            "resumes_before_answer": lambda: False,  # generated agents have no output_type: an answer is taken at once
             "resumes_before_model": lambda: not pending and self.lifted() and self.model_call_allowed(),
             "retries_model_call": lambda: self.stopped == "model_error" and self.retry and self.model_call_allowed(),
         }
