@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,13 @@ MakeStore = Callable[[float], Any]
 LoseEntry = Callable[[str, int], None]
 """``lose_entry(run_id, seq)``: delete one journal entry behind the store's back, as a damaged database would."""
 
+ReopenStore = Callable[[float], Any]
+"""``reopen_store(lease)``: one more store object on the location ``make_store`` opened in this test.
+
+As another process would open it: two such objects share the runs, and
+nothing but the store's own transactions keeps their owners apart.
+"""
+
 LONG = 60.0
 """A lease no test outlives, however loaded the machine: a run leased for it is held for the whole test."""
 
@@ -36,6 +44,15 @@ LAPSE = 3 * SHORT
 
 RACERS = 8
 """Threads that race for one run at the same moment."""
+
+START = 0.01
+"""Seconds from the moment every racer is ready to the moment they all start: time for each to fall asleep."""
+
+ROUNDS = 50
+"""Races between store objects of their own in one check: two owners winning one race shows only in some rounds."""
+
+TRIES = 3
+"""Tries of a check that a stalled machine can leave undecided (a whole lease between two writes) before it skips."""
 
 BAD_SNAPSHOTS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], str]] = {
     "steps not objects": (
@@ -94,12 +111,23 @@ def entry(run_id: str, seq: int, base: dict[str, Any], mark: object = None, *, r
 
 
 def race(attempts: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Run each attempt in a thread of its own, all let go at the same moment; what each returned or raised."""
-    start = threading.Barrier(len(attempts))
+    """Run each attempt in a thread of its own, all let go at the same moment; what each returned or raised.
+
+    Once every thread is ready (a barrier), each sleeps until one moment a
+    little later: the clock wakes them together, where a barrier alone
+    would let its last thread run ahead while it wakes the others.
+    """
+    go = [0.0]
+
+    def at_once() -> None:
+        go[0] = time.monotonic() + START
+
+    start = threading.Barrier(len(attempts), action=at_once)
     outcomes: list[Any] = [None] * len(attempts)
 
     def attempt(i: int) -> None:
         start.wait()
+        time.sleep(max(0.0, go[0] - time.monotonic()))
         try:
             outcomes[i] = attempts[i]()
         except Exception as exc:  # noqa: BLE001 - every refusal is an outcome the test then checks
@@ -119,9 +147,22 @@ def need(store: object, method: str) -> None:
         pytest.skip(f"{type(store).__name__} has no {method}() (a FullStore method; the engine does without it)")
 
 
+def need_twin(store: object, method: str) -> None:
+    """Skip the check, naming the twin, unless ``store`` has the async twin of ``method`` (each twin is optional)."""
+    if not has_twin(store, method):
+        pytest.skip(f"{type(store).__name__} has no a{method}() (an async twin, each optional on its own)")
+
+
 def has_twin(store: object, name: str) -> bool:
     """Whether ``store`` has the async twin of ``name`` (``a`` + name)."""
     return callable(getattr(store, f"a{name}", None))
+
+
+async def closed(store: object) -> None:
+    """Close what the store opened on this event loop (``aclose``), where it has that, before the loop ends."""
+    aclose = getattr(store, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def without_version(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,8 @@ Part of ``fsm_agent.testing.stores.StoreConformance``, beside ``store_writes``
 and ``store_owners``.  A person paging through a store's runs (the run
 viewer's "older" link) reads one page, then asks for the runs after its last
 one (``list_runs(order="created", after=RunCursor.of(page[-1]))``); each
-run there must be shown once, however many runs were added or saved again
-between the pages.  Each test asks for the ``make_store`` fixture the
+run there must be shown once, however many runs were added, saved again or
+resumed between the pages.  Each test asks for the ``make_store`` fixture the
 subclass gives, and is skipped for a store without ``list_runs``.
 """
 
@@ -45,30 +45,43 @@ def _saved_again(store: Any, run_id: str) -> None:
     store.save(run_id, store.load(run_id))
 
 
+def _claimed(store: Any, run_id: str) -> None:
+    """Claim the run, as a resume does, and give it up: it is written anew, and its creation must not move."""
+    seq = store.claim(run_id, store.load(run_id), owner="B")
+    store.renew(run_id, owner="B", seq=seq, release=True)
+
+
 class ListingChecks:
     """``list_runs(order="created", after=...)``: the creation order, and pages that show each run once."""
 
     def test_paging_by_cursor_shows_each_run_once_while_runs_are_added_and_saved_again(
         self, make_store: MakeStore
     ) -> None:
-        """Pages of two, a run added and older ones saved again between pages: r4 to r0, each once, none skipped."""
+        """Pages of two, a run added, older ones saved again or claimed (resumed) between pages: r4 to r0, each once.
+
+        A claim writes a run anew, as a resume or a takeover does: like a
+        save, it must leave the run's creation, and so its place, as it was.
+        """
         store = make_store(LONG)
         need(store, "list_runs")
         _started(store, "r0", "r1", "r2", "r3", "r4")
         before = {run.run_id: run for run in store.list_runs(order="created")}
         pages = [store.list_runs(order="created", limit=2)]
-        between = [("r5", ["r1", "r3"]), ("r6", ["r0"]), ("r7", [])]
-        for added, saved in between:
+        between = [("r5", ["r1", "r3"], ["r2", "r4"]), ("r6", ["r0"], []), ("r7", [], [])]
+        for added, saved, claimed in between:
             _started(store, added)
             for run_id in saved:
                 _saved_again(store, run_id)
+            for run_id in claimed:
+                _claimed(store, run_id)
             pages.append(store.list_runs(order="created", limit=2, after=RunCursor.of(pages[-1][-1])))
             if not pages[-1]:
                 break
         assert [_ids(page) for page in pages] == [["r4", "r3"], ["r2", "r1"], ["r0"], []]
         after = {run.run_id: run for run in store.list_runs(order="created")}
+        for run_id, written in (("r0", "saving"), ("r1", "saving"), ("r3", "saving"), ("r2", "claiming")):
+            assert after[run_id].created == before[run_id].created, f"{written} {run_id} again moved its creation"
         for run_id in ("r0", "r1", "r3"):
-            assert after[run_id].created == before[run_id].created, f"saving {run_id} again moved its creation"
             assert after[run_id].updated > before[run_id].updated, f"saving {run_id} again kept its last save"
         assert _ids(store.list_runs(limit=2)) == ["r7", "r0"], "list_runs() is no longer latest saved first"
         if callable(getattr(store, "alist_runs", None)):

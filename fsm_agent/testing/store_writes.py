@@ -1,8 +1,8 @@
-"""The store conformance checks of what a store holds: versioned writes, rebuilt snapshots, refusals, async twins.
+"""The store conformance checks of what a store holds: versioned writes, rebuilt snapshots, refusals, deletions.
 
-Half of ``fsm_agent.testing.stores.StoreConformance`` (the other half,
-``store_owners``, checks who may write).  Each test asks for the
-``make_store`` fixture the subclass gives.
+Part of ``fsm_agent.testing.stores.StoreConformance`` (``store_owners``
+checks who may write, ``store_twins`` the async twins, ``store_listing`` the
+paging).  Each test asks for the ``make_store`` fixture the subclass gives.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from fsm_agent.testing.store_kit import (
     adding_agent,
     entry,
     fresh_snapshot,
-    has_twin,
+    need,
     plain,
     without_version,
 )
 
 
 class WriteChecks:
-    """Which writes a store takes and what it then holds; refusals of what no store may hold."""
+    """Which writes a store takes and what it then holds; refusals of what no store may hold; forgetting a run."""
 
     # --- the declared protocol --------------------------------------------------------------------------------
 
@@ -183,127 +183,56 @@ class WriteChecks:
             with pytest.raises(SnapshotError, match=rf"version {gone}\b"):
                 asyncio.run(store.aload("r"))
 
-    # --- awaited ----------------------------------------------------------------------------------------------
+    # --- forgetting -------------------------------------------------------------------------------------------
 
-    def test_the_async_driver_stores_the_run_it_returns(self, make_store: MakeStore) -> None:
-        """arun with the store (its async twins, or its sync methods in a thread) leaves the result stored."""
-        store = make_store(LONG)
+    def test_delete_forgets_the_run_its_journal_and_its_lease_and_frees_its_id(self, make_store: MakeStore) -> None:
+        """After delete(r), r is gone: load is KeyError, it is not listed, and another owner creates r anew.
 
-        async def main() -> Any:
-            result = await adding_agent(2).arun("add", store=store, run_id="r")
-            aclose = getattr(store, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            return result
-
-        result = asyncio.run(main())
-        loaded = store.load("r")
-        assert (loaded["state"], loaded["final"], len(loaded["steps"])) == ("Done", result.final, len(result.steps))
-
-    def test_each_async_twin_does_what_its_sync_method_does(self, make_store: MakeStore) -> None:
-        """acreate, aappend, arenew, akeep, aclaim, aload and asave, where the store has them, keep the same rules."""
-        store = make_store(LONG)
-        twins = [
-            name for name in ("create", "append", "renew", "keep", "claim", "load", "save") if has_twin(store, name)
-        ]
-        if not twins:
-            pytest.skip(f"{type(store).__name__} has no async twins (the async driver runs its methods in a thread)")
-        base = fresh_snapshot("r")
-
-        async def call(name: str, *args: Any, **kwargs: Any) -> Any:
-            if name in twins:
-                return await getattr(store, f"a{name}")(*args, **kwargs)
-            return getattr(store, name)(*args, **kwargs)
-
-        async def main() -> None:
-            v = await call("create", "r", base, owner="A")
-            with pytest.raises(RunExistsError):
-                await call("create", "r", base, owner="A")
-            await call("append", entry("r", v + 1, base, 1), owner="A")
-            with pytest.raises(StaleRunError):
-                await call("append", entry("r", v + 1, base, 2), owner="A")
-            with pytest.raises(RunLeasedError):
-                await call("renew", "r", owner="B", seq=v + 1)
-            if callable(getattr(store, "keep", None)):
-                await call("keep", "r", owner="A", seq=v + 1)
-            loaded = await call("load", "r")
-            assert loaded == store.load("r")
-            assert (loaded["stored_seq"], loaded["evidence"]) == (v + 1, {"mark": 1})
-            with pytest.raises(RunLeasedError):
-                await call("claim", "r", loaded, owner="B")
-            await call("renew", "r", owner="A", seq=v + 1, release=True)
-            assert await call("claim", "r", loaded, owner="B") == v + 2
-            await call("renew", "r", owner="B", seq=v + 2, release=True)
-            assert await call("save", "r", await call("load", "r")) == v + 3
-            aclose = getattr(store, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-        asyncio.run(main())
-
-    def test_each_async_twin_refuses_what_its_sync_method_refuses(self, make_store: MakeStore) -> None:
-        """Where the store has them, the twins refuse what the sync methods do: the async driver writes with them.
-
-        ``arenew`` at a version the run is not at, ``akeep`` of a run its
-        owner gave up or another owner took (it never takes a run back),
-        ``asave`` and ``aclaim`` of a version the run moved past or under
-        another owner's live lease: each is refused, and nothing is changed.
+        A's run is deleted while A's lease on it is live: the lease goes with
+        it (B's create is neither RunExistsError nor RunLeasedError), and what
+        B then loads is B's run alone, no journal entry of A's.
         """
         store = make_store(LONG)
-        twins = [
-            name for name in ("create", "append", "renew", "keep", "claim", "load", "save") if has_twin(store, name)
-        ]
-        if not twins:
-            pytest.skip(f"{type(store).__name__} has no async twins (the async driver runs its methods in a thread)")
-        keeps = "keep" in twins or callable(getattr(store, "keep", None))
+        need(store, "delete")
         base = fresh_snapshot("r")
+        v = store.create("r", base, owner="A")
+        store.append(entry("r", v + 1, base, "A's"), owner="A")
+        adding_agent(1).run("add", store=store, run_id="other")
+        other = store.load("other")
+        assert store.delete("r") is True
+        with pytest.raises(KeyError):
+            store.load("r")
+        if callable(getattr(store, "list_runs", None)):
+            assert [run.run_id for run in store.list_runs()] == ["other"], "a deleted run is still listed"
+        assert store.delete("r") is False
+        assert store.delete("never stored") is False
+        again = fresh_snapshot("r", "again")
+        store.create("r", again, owner="B")
+        assert without_version(store.load("r")) == again, "the deleted run came back"
+        with pytest.raises(RunLeasedError) as leased:
+            store.append(entry("r", v + 2, base, "A's"), owner="A")
+        assert leased.value.holder == "B"
+        assert store.load("other") == other, "delete(r) changed another run"
 
-        async def call(name: str, *args: Any, **kwargs: Any) -> Any:
-            if name in twins:
-                return await getattr(store, f"a{name}")(*args, **kwargs)
-            return getattr(store, name)(*args, **kwargs)
-
-        async def refused(error: type[Exception], name: str, *args: Any, **kwargs: Any) -> Exception:
-            before = store.load("r")
-            with pytest.raises(error) as refusal:
-                await call(name, *args, **kwargs)
-            assert store.load("r") == before, f"a refused {name} changed the run"
-            return refusal.value
-
-        async def main() -> None:
-            v = await call("create", "r", base, owner="A")
-            read = await call("load", "r")
-            for name, args, kwargs in (
-                ("create", ("r", fresh_snapshot("r", "another")), {"owner": "B", "overwrite": True}),
-                ("claim", ("r", read), {"owner": "B"}),
-                ("save", ("r", read), {}),
-                ("renew", ("r",), {"owner": "B", "seq": v}),
-            ):
-                leased = await refused(RunLeasedError, name, *args, **kwargs)
-                assert getattr(leased, "holder", None) == "A", f"{name} refused naming {leased!r}, not the holder A"
-            for seq in (v + 1, v - 1):
-                await refused(StaleRunError, "renew", "r", owner="A", seq=seq)
-                if keeps:
-                    await refused(RunLeasedError, "keep", "r", owner="A", seq=seq)
-            if keeps:
-                await refused(RunLeasedError, "keep", "r", owner="B", seq=v)
-            await call("append", entry("r", v + 1, base, 1), owner="A")
-            await refused(StaleRunError, "claim", "r", read, owner="A")
-            await call("renew", "r", owner="A", seq=v + 1, release=True)
-            if keeps:
-                await refused(RunLeasedError, "keep", "r", owner="A", seq=v + 1)  # given up: keep never takes it back
-            await refused(StaleRunError, "save", "r", read)
-            await refused(StaleRunError, "claim", "r", read, owner="B")
-            await refused(StaleRunError, "renew", "r", owner="A", seq=v)
-            current = await call("load", "r")
-            assert await call("save", "r", current) == v + 2
-            await refused(StaleRunError, "save", "r", current)
-            assert await call("claim", "r", await call("load", "r"), owner="B") == v + 3
-            if keeps:
-                await refused(RunLeasedError, "keep", "r", owner="A", seq=v + 1)
-            await refused(RunLeasedError, "save", "r", await call("load", "r"))  # B's lease is live
-            aclose = getattr(store, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-        asyncio.run(main())
+    def test_delete_finished_forgets_the_done_and_failed_runs_only(self, make_store: MakeStore) -> None:
+        """delete_finished forgets Done and Failed runs, once old enough; a paused run and a running one stay."""
+        store = make_store(LONG)
+        need(store, "delete_finished")
+        adding_agent(1).run("add", store=store, run_id="done")
+        with pytest.raises(AgentLoopError):
+            adding_agent(3, max_steps=1).run("add", store=store, run_id="failed")
+        adding_agent(1, approve={"add"}).run("add", store=store, run_id="paused")
+        base = fresh_snapshot("running")
+        v = store.create("running", base, owner="A")
+        kept = {run_id: store.load(run_id) for run_id in ("paused", "running")}
+        assert store.delete_finished(older_than=LONG) == 0, "it forgot runs saved just now, not a minute ago"
+        assert store.load("done")["state"] == "Done"
+        assert store.delete_finished() == 2
+        for run_id in ("done", "failed"):
+            with pytest.raises(KeyError):
+                store.load(run_id)
+        assert {run_id: store.load(run_id) for run_id in kept} == kept, "it forgot or changed an unfinished run"
+        if callable(getattr(store, "list_runs", None)):
+            assert sorted(run.run_id for run in store.list_runs()) == ["paused", "running"]
+        store.append(entry("running", v + 1, base), owner="A")  # the running run's owner holds it still
+        assert store.delete_finished() == 0

@@ -36,7 +36,7 @@ from fsm_agent.persist.store import DEFAULT_LEASE, TWINS, FullStore, Traits, jou
 from fsm_agent.records import plain
 from fsm_agent.testing import ManualClock
 from fsm_agent.testing.replay import replay
-from fsm_agent.testing.stores import LoseEntry, MakeStore, StoreConformance
+from fsm_agent.testing.stores import LoseEntry, MakeStore, ReopenStore, StoreConformance
 
 Store = SqliteStore | PostgresStore
 
@@ -371,6 +371,11 @@ class TestBundledStores(StoreConformance):
             return store
 
         return make
+
+    @pytest.fixture
+    def reopen_store(self, make_store: MakeStore) -> ReopenStore:
+        """Another store object on the same SQLite file or PostgreSQL database: ``make_store`` opens one each call."""
+        return make_store
 
     @pytest.fixture
     def lose_entry(self, store_target: str) -> LoseEntry:
