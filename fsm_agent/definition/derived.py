@@ -54,6 +54,7 @@ def resumes_before_answer(run: Run) -> bool:
         and not answer.message.tool_calls
         and not run.calls.pending
         and not run.talk.output_checked
+        and bool(run.at.trace)
         and run.at.trace[-1].source == "Dispatch"
         and _lifted(run)
     )
