@@ -77,3 +77,16 @@ def input_digest(text: str) -> str:
     import hashlib  # OpenSSL's, loaded by the first sub-agent call rather than by import fsm_agent
 
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def no_json_text(source: object, exc: BaseException) -> str | None:
+    """``source`` as an error shows it (60 characters at most) if it is a text that is no JSON at all (``exc``'s cause).
+
+    Such a text is most often a name given where a document's own text is
+    read (a run id, a file's path): the caller's error says what to pass
+    instead.  Any other source, or a text that starts like a document
+    (``{``), gets None: ``exc`` says where that breaks.
+    """
+    if not isinstance(source, str) or not isinstance(exc.__cause__, ValueError) or source.lstrip().startswith("{"):
+        return None
+    return source if len(source) <= 60 else f"{source[:57]}..."

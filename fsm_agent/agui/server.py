@@ -122,6 +122,10 @@ class AgUiApp:
         except ValueError as exc:  # not JSON, or JSON that is no RunAgentInput (pydantic's error is a ValueError)
             what = "is not JSON" if not isinstance(exc, ValidationError) else f"is not an AG-UI RunAgentInput: {exc}"
             return JSONResponse({"error": f"the request body {what}"}, status_code=422)
+        empty = [name for name, value in (("threadId", run_input.thread_id), ("runId", run_input.run_id)) if not value]
+        if empty:  # as malformed as a missing one: the thread is the conversation, the run the request's own turn
+            said = f"{' and '.join(empty)} must not be empty: threadId names the conversation, runId this request"
+            return JSONResponse({"error": f"the request body's {said}"}, status_code=422)
         headers = {"cache-control": "no-cache"}
         return StreamingResponse(self._stream(run_input), media_type=self._encoder.get_content_type(), headers=headers)
 

@@ -39,6 +39,7 @@ from fsm_agent.batch.worker import (
     AgentFactory,
     DepsFactory,
     Later,
+    agent_of,
     error_result,
     failed_result,
     open_store,
@@ -375,7 +376,7 @@ def _checkpoint(item: BatchItem, spec: str, why: str, make_agent: AgentFactory) 
     agent: Agent | None = None
     facts: dict[str, str] = {}
     try:
-        agent = make_agent()
+        agent = agent_of(make_agent)
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is in that run's result
         facts["agent_error"] = f"{type(exc).__name__}: {exc}"
     if data["state"] in ("Done", "Failed") or data.get("paused"):

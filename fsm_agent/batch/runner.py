@@ -28,6 +28,7 @@ from fsm_agent.batch.worker import (
 )
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.persist import SqliteStore
+from fsm_agent.persist.checks import check_store
 from fsm_agent.persist.store import Store
 from fsm_agent.records import RunResult
 
@@ -322,10 +323,8 @@ def _check_store(store: object) -> None:
     Without this a local batch would hand ``None`` (or any object) to each
     run, and every input would end an ``error`` result of the same mistake.
     """
-    if _is_store(store) and not isinstance(store, Store):
-        kind = type(store).__name__
-        msg = f"store must be a SQLite file path, a store URL or a store object (wants, save, load), got {kind}"
-        raise TypeError(msg)
+    if _is_store(store):
+        check_store(store, given_as="a SQLite file path, a store URL or a store object (wants, save, load)")
 
 
 def _spec_for_workers(store: StoreSpec | Store) -> str:

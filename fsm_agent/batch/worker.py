@@ -122,6 +122,21 @@ def left_result(item: BatchItem, exc: BaseException) -> RunResult:
     return failed_result(item, ERROR, type=type(exc).__name__, error=error, run_id=item.run_id)
 
 
+def agent_of(make_agent: AgentFactory) -> Agent:
+    """The agent ``make_agent()`` built, or a ``TypeError`` saying what it returned instead of an Agent.
+
+    Used as an agent, another value fails later with an error naming
+    neither the factory nor the Agent it should have returned (``'str'
+    object has no attribute 'astart'``), in every result of the batch.
+    """
+    agent = make_agent()
+    if not isinstance(agent, Agent):
+        name = getattr(make_agent, "__qualname__", type(make_agent).__name__)
+        msg = f"make_agent ({name}) returned a {type(agent).__name__} where an Agent was wanted: return the Agent"
+        raise TypeError(msg)
+    return agent
+
+
 def prepare(
     agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None = None, deps: Any = None
 ) -> AgentRun | RunResult:
@@ -278,7 +293,7 @@ def try_item(
     the run its deps; what it raises is the run's ``error`` result.
     """
     try:
-        agent = make_agent()
+        agent = agent_of(make_agent)
         deps = None if make_deps is None else make_deps(item)
         plan = _plan(agent, store, item, cancel, _deadline(store, give_up), deps)
         return plan if isinstance(plan, RunResult | Later) else _outcome(plan)
@@ -296,7 +311,7 @@ async def atry_item(
 ) -> RunResult | Later:
     """One attempt at a run with the async driver (see ``try_item``); cancelling the task checkpoints the run."""
     try:
-        agent = make_agent()
+        agent = agent_of(make_agent)
         deps = None if make_deps is None else make_deps(item)
         plan = await _aplan(agent, store, item, cancel, _deadline(store, give_up), deps)
         return plan if isinstance(plan, RunResult | Later) else await _aoutcome(plan)

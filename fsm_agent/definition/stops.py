@@ -233,7 +233,7 @@ CONDITION_ERROR = Stop(
     (),
     g.condition_raised,
     ev.condition_error,
-    "a StopCondition's check raised",
+    "a StopCondition's check raised, or returned no bool",
 )
 """Checked just before the user's stops of a checkpoint, so it exists only in tables that have some."""
 
@@ -274,8 +274,9 @@ class StopCondition(Stop):
     input is ``view.messages[-1]``), so a tripped input costs no call;
     ``"answer"``, on a reply without tool calls just before ``Done`` (it is
     ``view.last_response``, kept as the result's ``final`` if tripped).  A
-    check that raises stops the run with ``stop_condition_error``; an
-    ``async def`` check is a ``TypeError`` (a check is called, not awaited).
+    check that raises, or returns anything but a bool (None, a str), stops
+    the run with ``stop_condition_error``; an ``async def`` check is a
+    ``TypeError`` (a check is called, not awaited).
     ``policy`` is the default ``on_stop`` (``raise`` or ``return``; never
     ``finalize``).
     """
@@ -311,9 +312,13 @@ class StopCondition(Stop):
             if answer and not g.has_no_tool_calls(run):
                 return False
             try:
-                return bool(check(RunView(run)))
+                said = check(RunView(run))
             except Exception as exc:
                 raise ConditionError(name, exc) from exc
+            if said is True or said is False:  # None (a forgotten return) would never trip, a str always
+                return said
+            wrong = TypeError(f"check {name!r} returned {type(said).__name__}, expected bool (True stops the run)")
+            raise ConditionError(name, wrong)
 
         guard.__name__ = guard.__qualname__ = name
         # The guard's docstring is what the rendered documentation says about the edge.

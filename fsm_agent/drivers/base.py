@@ -29,6 +29,7 @@ from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext
+from fsm_agent.tools.context import deps_types, refuse_deps
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
@@ -74,6 +75,8 @@ class RunBase(WatchedRun):
         if position.calls.ran:  # a run cut mid-batch: the owner that cut it heard these calls end (watched._heard)
             self._heard = set(position.calls.ran)
         if deps is not None:
+            if parent is None:  # a sub-agent's run is handed them by its parent's, mid-call: its tools say so
+                refuse_deps(agent.registry.cached("deps_types", deps_types), deps)
             self._deps = deps
         # Each run walks only the rows that can fire for it: a guard of a limit it does not have is left out.
         parts = agent.run_parts  # (tools version, sub-agents, dormant guards, schemas): read, not called, as most runs

@@ -27,7 +27,6 @@ store: a new ``Session`` over the same conversation is given them again.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -41,7 +40,10 @@ from fsm_agent.drivers.session_turns import (
     closed,
     kept_of,
     paused_message,
+    refuse_another_question,
     refuse_cut_decisions,
+    request_of,
+    session_id_of,
 )
 from fsm_agent.drivers.stored import astore_for, awaited, store_for
 from fsm_agent.drivers.turn_lock import acquire
@@ -83,16 +85,14 @@ class Session(StoredTurns):
         if not isinstance(agent, Agent):
             msg = f"agent must be an Agent, got {type(agent).__name__}"
             raise TypeError(msg)
-        from fsm_agent.persist.store import check_run_id  # as stored.store_for: import fsm_agent loads no store
-
+        self.session_id = session_id_of(session_id)  # checked first: nothing is opened for a wrong one
         self.agent = agent
         self.deps = deps
         self.store: Store | None = store_for(store)
-        self.session_id = uuid.uuid4().hex if session_id is None else check_run_id(session_id)
         self._messages: list[Message] = []
         self._turns = 0
         self._last: RunResult | None = None  # the last turn this object took, for a store-less resume
-        self._last_request: str | None = None  # the request_id it was taken for, for a store-less session's repeat
+        self._last_request: tuple[str, str] | None = None  # its request_id and text, for a store-less repeat
         self._paused: str | None = None  # why no new turn may start: the last one waits for a decision
         # One lock for every turn of this object, sync or awaited, from any thread or event loop: an
         # asyncio.Lock would serve one loop only, and two locks would let a sync and an async turn interleave.
@@ -157,16 +157,18 @@ class Session(StoredTurns):
         included; one still being taken is a ``RunLeasedError``, and one whose
         owner died is finished first, as above, and is the answer.  A turn
         that stopped ``cancelled`` answered nobody, so the same request takes
-        a new turn after it.
+        a new turn after it.  A ``request_id`` whose turn asked another
+        question than ``text`` is a ``ValueError`` naming both: another request.
         """
         deps = self.deps if deps is None else deps
-        request = _request(request_id)
+        request = request_of(request_id)
         with self._lock:
-            if self.store is None and self._repeats(request):
+            if self.store is None and self._repeats(request, text):
                 return self._again(self._last)
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = self._catch_up(request=request)
+                    self._same_question(request, text)
                     if unfinished is not None:
                         taken = self._take_over(*unfinished, cancel, observers, deps)
                         if taken is None:
@@ -185,7 +187,7 @@ class Session(StoredTurns):
                     continue
                 if not self._still_based(run):  # another object resumed the last turn meanwhile: read it again
                     continue
-                self._last_request = request
+                self._last_request = None if request is None else (request, text)
                 return self._finished(run)
             raise self._busy(self._turns + 1)
 
@@ -204,14 +206,15 @@ class Session(StoredTurns):
         one ``Session`` serves turns from threads and from any number of loops.
         """
         deps = self.deps if deps is None else deps
-        request = _request(request_id)
+        request = request_of(request_id)
         await acquire(self._lock)
         try:
-            if self.store is None and self._repeats(request):
+            if self.store is None and self._repeats(request, text):
                 return self._again(self._last)
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = await self._acatch_up(request=request)
+                    self._same_question(request, text)
                     if unfinished is not None:
                         taken = await self._atake_over(*unfinished, cancel, observers, deps)
                         if taken is None:
@@ -238,7 +241,7 @@ class Session(StoredTurns):
                     raise
                 if not based:
                     continue
-                self._last_request = request
+                self._last_request = None if request is None else (request, text)
                 return await self._afinished(run)
             raise self._busy(self._turns + 1)
         finally:
@@ -309,10 +312,16 @@ class Session(StoredTurns):
         agent = self.agent
         return agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps, request=request)  # noqa: SLF001
 
-    def _repeats(self, request: str | None) -> bool:
-        """Whether a store-less session's last turn was taken for ``request`` and answered it (not cancelled)."""
-        last = self._last
-        return request is not None and last is not None and self._last_request == request and last.reason != "cancelled"
+    def _repeats(self, request: str | None, text: str) -> bool:
+        """Whether a store-less session's last turn was taken for ``request`` and answered it (not cancelled).
+
+        One taken for it that asked another question than ``text`` is a ``ValueError``: it is another request.
+        """
+        last, taken = self._last, self._last_request
+        if request is None or last is None or taken is None or taken[0] != request or last.reason == "cancelled":
+            return False
+        refuse_another_question(self.session_id, request, taken[1], text)
+        return True
 
     def _again(self, result: RunResult | None) -> RunResult:
         """The answer of the turn the request took already, as it was given: a stop its policy raised, raised again."""
@@ -397,21 +406,3 @@ class Session(StoredTurns):
         self._messages = closed(
             result.messages, result.reason, result.evidence.get("unfinished"), kept_of(result.snapshot)
         )
-
-
-def _request(request_id: object) -> str | None:
-    """``request_id`` as a turn keeps it: None, or text a store can hold; else ``TypeError``/``ValueError``."""
-    if request_id is None:
-        return None
-    if not isinstance(request_id, str):
-        msg = f"request_id must be a str, got {type(request_id).__name__}"
-        raise TypeError(msg)
-    try:
-        request_id.encode("utf-8")
-        storable = bool(request_id) and "\x00" not in request_id
-    except UnicodeEncodeError:  # a lone surrogate: no store can hold it
-        storable = False
-    if not storable:
-        msg = f"request_id must be text, not empty, without NUL or lone surrogates, got {request_id[:40]!r}"
-        raise ValueError(msg)
-    return request_id

@@ -8,6 +8,7 @@ turn-taking reads without the bookkeeping of who holds which turn.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,11 @@ class StoredTurns(LastTurnOwners):
     _paused: str | None
     _repeated: dict[str, Any] | None = None
     """The last turn as stored, when the request asking for a turn is the one that took it (``request_id``)."""
+
+    def _same_question(self, request: str | None, text: str) -> None:
+        """A ``ValueError`` if the stored last turn ``request`` took (``_repeated``) asked another question."""
+        if request is not None and self._repeated is not None:
+            refuse_another_question(self.session_id, request, asked_in(self._repeated), text)
 
     def _busy(self, n: int, holder: str | None = None, until: float | None = None) -> RunLeasedError:
         """Turn ``n`` is being taken elsewhere: its conversation is not one to build on yet."""
@@ -180,6 +186,78 @@ class StoredTurns(LastTurnOwners):
         if data["state"] not in _TERMINAL and strict:
             return last, data
         return None
+
+
+def asked_in(data: Mapping[str, Any]) -> str | None:
+    """The question a stored turn asked: its first message after those it started from (``prior``), if a user's."""
+    messages, prior = data.get("messages") or [], data.get("prior") or 0
+    first = messages[prior] if isinstance(prior, int) and 0 <= prior < len(messages) else None
+    asked = first.get("content") if isinstance(first, dict) and first.get("role") == "user" else None
+    return asked if isinstance(asked, str) else None
+
+
+def refuse_another_question(session: str, request: str, asked: str | None, text: str) -> None:
+    """A ``ValueError`` if the turn ``request`` took asked ``asked``, another question than ``text``; nothing is called.
+
+    Why: a request sent again asks what it asked; answered from its turn,
+    another question would be in no message and the model never asked (a
+    client reusing AG-UI's ``runId`` would lose its users' messages).  As
+    ``run_batch`` refuses an input edited under its run id.
+    """
+    if asked == text:
+        return
+    said = "a question this session cannot read" if asked is None else _shown(asked)
+    msg = (
+        f"request_id {request!r} took a turn of session {session!r} that asked {said}, and now asks {_shown(text)}: "
+        "the same request sent again asks the same question; give this one a request_id of its own"
+    )
+    raise ValueError(msg)
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else f"{text[:77]}...")
+
+
+def session_id_of(session_id: object) -> str:
+    """``session_id`` as a session keeps it: a fresh id for None, else an id its turns' run ids are built on.
+
+    Checked as a run id is, but named by its own name: an empty one (an
+    unset environment variable, say) is no conversation to continue, and a
+    fresh id would start another user's conversation anew.
+    """
+    if session_id is None:
+        return uuid.uuid4().hex
+    if not isinstance(session_id, str):
+        msg = f"session_id must be a str, got {type(session_id).__name__}"
+        raise TypeError(msg)
+    if not session_id:
+        msg = "session_id must not be empty: leave it out (or None) for a new conversation, or name the one to continue"
+        raise ValueError(msg)
+    from fsm_agent.persist.store import check_run_id  # as stored.store_for: import fsm_agent loads no store
+
+    try:
+        return check_run_id(session_id)
+    except ValueError as exc:
+        msg = f"session_id {session_id[:40]!r} cannot name a conversation's stored turns: {exc}"
+        raise ValueError(msg) from None
+
+
+def request_of(request_id: object) -> str | None:
+    """``request_id`` as a turn keeps it: None, or text a store can hold; else ``TypeError``/``ValueError``."""
+    if request_id is None:
+        return None
+    if not isinstance(request_id, str):
+        msg = f"request_id must be a str, got {type(request_id).__name__}"
+        raise TypeError(msg)
+    try:
+        request_id.encode("utf-8")
+        storable = bool(request_id) and "\x00" not in request_id
+    except UnicodeEncodeError:  # a lone surrogate: no store can hold it
+        storable = False
+    if not storable:
+        msg = f"request_id must be text, not empty, without NUL or lone surrogates, got {request_id[:40]!r}"
+        raise ValueError(msg)
+    return request_id
 
 
 def paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:

@@ -31,7 +31,7 @@ def store_for(target: StoreTarget | None) -> Store | None:
 async def astore_for(target: StoreTarget | None) -> Store | None:
     """``store_for``, awaited: a path or URL opened for the first time (a file, a pool, a migration) in a thread."""
     if target is None or not isinstance(target, str | os.PathLike):
-        return target
+        return store_for(target)  # a store object is checked, not opened: nothing to wait for
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
     return await asyncio.to_thread(store_for, target)

@@ -53,7 +53,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -90,6 +90,19 @@ def _max_result_bytes(value: Any) -> int | None:
         msg = f"max_result_bytes must be an integer >= 1, or None for no cap, got {value!r}"
         raise ValueError(msg)
     return value
+
+
+def _args(args: Any) -> list[str]:
+    """The server's arguments as a list of strings, or a TypeError before any process starts.
+
+    A str is itself a sequence of str: ``"server.py"`` would start the
+    command with the arguments ``s e r v e r . p y``.
+    """
+    listed = None if isinstance(args, (str, bytes)) or not isinstance(args, Iterable) else list(args)
+    if listed is None or not all(isinstance(arg, str) for arg in listed):
+        msg = f'args must be a list of strings (one per argument, as in ["server.py"]), got {args!r}'
+        raise TypeError(msg)
+    return listed
 
 
 def _caller(connection: Connection, name: str) -> Callable[..., Any]:
@@ -178,9 +191,8 @@ def stdio_tools(
     ``max_result_bytes`` (default ``DEFAULT_MAX_RESULT_BYTES``, 10 MiB;
     ``None`` for no cap) is skipped as it arrives and fails its call.
     """
-    parameters = StdioServerParameters(
-        command=command, args=list(args), env=None if env is None else dict(env), cwd=cwd
-    )
+    arguments = _args(args)
+    parameters = StdioServerParameters(command=command, args=arguments, env=None if env is None else dict(env), cwd=cwd)
     log = sys.stderr if errlog is None else errlog
     cap = _max_result_bytes(max_result_bytes)
 
@@ -189,7 +201,7 @@ def stdio_tools(
             return stdio_client(parameters, errlog=log)  # (no exit code; the cap is checked once a result is read)
         return StdioServer(parameters, log, cap).connect()
 
-    return McpTools(f"MCP server {' '.join([command, *args])!r}", open_stdio, max_result_bytes=cap)
+    return McpTools(f"MCP server {' '.join([command, *arguments])!r}", open_stdio, max_result_bytes=cap)
 
 
 def http_tools(

@@ -36,11 +36,11 @@ run's ``invoke_agent`` span is a child of the parent's ``execute_tool``
 span of the call that ran it, on either driver, whatever thread the call
 ran on and however many calls of one async turn ran at once; that
 ``execute_tool`` span carries ``fsm_agent.child_run_id`` and the child's
-run span ``fsm_agent.parent_run_id``.  Instrumenting is idempotent across
-the nesting: a sub-agent instrumented by its user, before or after its
-parent, is traced once (an ``instrument(child, ...)`` call after the
-parent's takes over the instrumentation the parent made, with its own
-settings).  The sub-agent's runs outside any parent's call (a child run
+run span ``fsm_agent.parent_run_id``.  Instrumenting is idempotent: an
+agent instrumented twice (a factory run at import and in ``main``), or a
+sub-agent instrumented by its user before or after its parent, is traced
+once; each later ``instrument`` call takes the instrumentation over with
+its own settings.  The sub-agent's runs outside any parent's call (a child run
 resumed on its own included) are traced too, as any run is; a finished
 child a resumed parent reads back instead of running makes no span.
 
@@ -127,7 +127,7 @@ class Instrumentation:
         agent.on("unfinished", self._unfinished)
         agent.on("paused", self._paused)
         self.automatic = False
-        """Made by a parent's ``instrument`` for a sub-agent; an ``instrument`` call of its own takes it over."""
+        """Made by a parent's ``instrument`` for a sub-agent, until an ``instrument`` call of its own takes it over."""
         self._parents: list[Instrumentation] = []
         """The instrumentations of the agents that call this one as a sub-agent (whose tool spans its runs nest in)."""
         self._adopted: list[Agent] = []
@@ -401,16 +401,17 @@ def instrument(
     as the GenAI conventions advise); ``agent_name`` names the run spans
     (``invoke_agent <name>``, ``gen_ai.agent.name``).  The sub-agents in the
     agent's registry are instrumented with it (see the module's docstring);
-    for a sub-agent a parent's call instrumented already, this call takes
-    that instrumentation over with these settings and returns it.
+    for an agent instrumented already (by an earlier call, or a parent's),
+    this call takes that instrumentation over with these settings and
+    returns it: a second set of hooks would trace every run twice.
     """
     if not isinstance(agent, Agent):
         msg = f"instrument() takes an Agent, got {type(agent).__name__}"
         raise TypeError(msg)
     tracer = trace.get_tracer("fsm_agent", tracer_provider=tracer_provider)
     with _ADOPTING:
-        made_for_parent = next((found for found in _instrumentations(agent) if found.automatic), None)
-        if made_for_parent is not None:
-            made_for_parent._take_over(tracer, capture_content=capture_content, agent_name=agent_name)  # noqa: SLF001
-            return made_for_parent
+        earlier = next(iter(_instrumentations(agent)), None)
+        if earlier is not None:
+            earlier._take_over(tracer, capture_content=capture_content, agent_name=agent_name)  # noqa: SLF001
+            return earlier
         return Instrumentation(agent, tracer, capture_content=capture_content, agent_name=agent_name)

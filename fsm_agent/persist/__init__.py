@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fsm_agent.persist.checks import check_snapshot
+from fsm_agent.persist.checks import check_snapshot, check_store
 from fsm_agent.persist.cursor import RunCursor
 from fsm_agent.persist.postgres import PostgresStore
 from fsm_agent.persist.sqlite import EMPTY_PATH, SqliteStore
@@ -77,6 +77,8 @@ def open_store(target: str | Path, **options: Any) -> SqliteStore | PostgresStor
     return SqliteStore(target, **options)
 
 
+_BUILT_IN = (SqliteStore, PostgresStore)
+"""The stores whose methods are known to fit: a store object of another class has them checked as a run starts."""
 _opened: dict[tuple[int, str], SqliteStore | PostgresStore] = {}
 _opening = threading.Lock()
 
@@ -92,10 +94,8 @@ def store_for(target: StoreTarget | None) -> Store | None:
     if target is None:
         return None
     if not isinstance(target, str | os.PathLike):
-        if not isinstance(target, Store):  # checked before the run begins, not found missing at its first write
-            kind = type(target).__name__
-            msg = f"store must be a store (wants, save, load), a path or a postgresql:// URL, got {kind}"
-            raise TypeError(msg)
+        if type(target) not in _BUILT_IN:  # checked before the run begins, not found wrong at a later write
+            check_store(target, given_as="a store (wants, save, load), a path or a postgresql:// URL")
         return target
     where = os.fspath(target)
     if not where:

@@ -7,6 +7,7 @@ PostgreSQL cannot take a NUL in a query's text, nor an integer past 64 bits.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from datetime import datetime, timedelta
@@ -14,6 +15,7 @@ from typing import Any
 
 from fsm_agent.core import snapshot as snapshots
 from fsm_agent.definition.run import Run
+from fsm_agent.definition.states import State
 from fsm_agent.definition.table import TABLE
 from fsm_agent.errors import SnapshotError
 
@@ -50,6 +52,41 @@ def check_run_id(run_id: object) -> str:
         msg = f"run_id must be at most {MAX_RUN_ID_BYTES} bytes of UTF-8, got {size} ({run_id[:40]!r}...)"
         raise ValueError(msg)
     return run_id
+
+
+STORE_CALLS: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
+    ("wants", "wants(state, paused)", (State.AwaitModel, False)),
+    ("save", "save(run_id, snapshot)", ("run", {})),
+    ("load", "load(run_id)", ("run",)),
+)
+"""The methods every store has, as the journal calls them, with arguments of the kinds it passes."""
+
+
+def check_store(store: object, *, given_as: str) -> None:
+    """Refuse a store object that lacks ``wants``, ``save`` or ``load``, or whose method takes other arguments.
+
+    Checked as a run starts, before any call: the journal first asks
+    ``wants`` at a run's second checkpoint, after a paid model call, so a
+    wrong signature found there loses the reply.  ``given_as`` says what a
+    store may be in the place it was given (a path, a URL, ...).
+    """
+    kind = type(store).__name__
+    missing = [name for name, _, _ in STORE_CALLS if not callable(getattr(store, name, None))]
+    if missing:  # one without any is no store at all; one with some is a store missing a method, named
+        lacks = "" if len(missing) == len(STORE_CALLS) else f", which has no {' or '.join(missing)} method"
+        msg = f"store must be {given_as}, got {kind}{lacks}"
+        raise TypeError(msg)
+    for name, call, sample in STORE_CALLS:
+        method = getattr(store, name)
+        try:
+            signature = inspect.signature(method)
+        except (TypeError, ValueError):  # a method without a readable signature (a builtin): not checked
+            continue
+        try:
+            signature.bind(*sample)
+        except TypeError as exc:
+            msg = f"store {kind}'s {name}{signature} cannot be called as {call}, as the journal calls it: {exc}"
+            raise TypeError(msg) from None
 
 
 def filter_text(name: str, value: str | None) -> str | None:

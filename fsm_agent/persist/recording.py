@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.jsontext import dumps as json_text
-from fsm_agent.jsontext import input_digest, versioned
+from fsm_agent.jsontext import input_digest, no_json_text, versioned
 
 if TYPE_CHECKING:
     from fsm_agent.persist.store import AsyncStore, Store
@@ -207,9 +207,18 @@ def read_recording(source: dict[str, Any] | str | Path) -> dict[str, Any]:
     """
     if isinstance(source, Path):
         source = source.read_text(encoding="utf-8")
-    source = versioned(source, "recording", (RECORDING_FORMAT, RECORDING_VERSION), MIGRATIONS, RecordingError)
-    check_recording(source)
-    return source
+    try:
+        read = versioned(source, "recording", (RECORDING_FORMAT, RECORDING_VERSION), MIGRATIONS, RecordingError)
+    except RecordingError as exc:
+        shown = no_json_text(source, exc)
+        if shown is None:
+            raise
+        # Most often a file's path, given as a str: a text is the recording's own JSON, never opened as a file.
+        msg = f"a recording is a dict, its JSON text or a file's Path, and the text {shown!r} is no JSON"
+        msg += f"; to read the file of that name, pass its Path: Path({shown!r})" if shown.strip() else ""
+        raise RecordingError(msg) from exc
+    check_recording(read)
+    return read
 
 
 _TRANSITION_FIELDS = ("source", "trigger", "dest", "guard", "reason")

@@ -20,7 +20,7 @@ import contextvars
 import functools
 import inspect
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 import attrs
@@ -161,3 +161,59 @@ def context_parameter(function: Callable[..., Any]) -> str | None:
                 raise TypeError(msg)
             return name
     return None
+
+
+def deps_class(function: Callable[..., Any], parameter: str) -> type | None:
+    """The plain class ``T`` of ``function``'s ``RunContext[T]`` parameter, or None for any other ``T``.
+
+    A generic, a Protocol, a union, ``Any``, a TypedDict or a bare
+    ``RunContext`` is not checked: ``isinstance`` cannot judge them, or
+    would judge them by more than the declaration says.
+    """
+    try:
+        args = typing.get_args(typing.get_type_hints(function).get(parameter))
+    except Exception:  # noqa: BLE001 - hints that no longer resolve: nothing to check against
+        return None
+    wanted = args[0] if len(args) == 1 else None
+    if (
+        not isinstance(wanted, type)
+        or wanted.__module__ in ("typing", "typing_extensions")
+        or getattr(wanted, "_is_protocol", False)
+        or typing.is_typeddict(wanted)
+    ):
+        return None
+    return wanted
+
+
+def deps_types(registry: Any) -> tuple[tuple[str, type], ...]:
+    """The name and ``T`` of each tool of ``registry`` (a ``ToolRegistry``) whose ``RunContext[T]`` is a plain class.
+
+    Built once per set of tools (``ToolRegistry.cached``): reading a
+    function's type hints costs more than starting a run.
+    """
+    found = []
+    for name in registry:
+        tool = registry.get(name)
+        wanted = None if tool is None or tool.takes_context is None else deps_class(tool.function, tool.takes_context)
+        if wanted is not None:
+            found.append((name, wanted))
+    return tuple(found)
+
+
+def refuse_deps(wanted: Iterable[tuple[str, type]], deps: Any) -> None:
+    """A ``TypeError`` naming the first tool (of ``deps_types``) whose ``RunContext[T]`` the ``deps`` are not.
+
+    Checked as a run starts, before its first call: the tool would fail on
+    them, told only to the model, which would answer from nothing.
+    """
+    for name, cls in wanted:
+        try:
+            fits = isinstance(deps, cls)
+        except TypeError:  # a class whose isinstance refuses to judge (a metaclass of its own): not checked
+            continue
+        if not fits:
+            msg = (
+                f"tool {name!r} takes RunContext[{cls.__qualname__}], and the run was given deps of type "
+                f"{type(deps).__qualname__}: pass deps={cls.__qualname__}(...), or no deps at all"
+            )
+            raise TypeError(msg)

@@ -1,8 +1,10 @@
 """deps reach every tool call exactly once, on both drivers, in parallel batches, streams and resumed stored runs.
 
 A tool reading the deps of a run given none gets ``NoDepsError`` as its
-error result (docs/how-to/deps.md), which counts as that call's failure;
-deps of the wrong type are the tool's own error, counted the same way.
+error result (docs/how-to/deps.md), which counts as that call's failure.
+Deps that are no instance of a tool's ``RunContext[T]`` plain class are
+refused as the run starts, nothing called; for a ``T`` that is no plain
+class (a generic) they are the tool's own error, counted the same way.
 """
 
 from __future__ import annotations
@@ -77,8 +79,25 @@ def test_a_tool_that_needs_deps_of_a_run_given_none_is_a_counted_tool_failure(dr
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_deps_of_the_wrong_type_are_the_tools_error_result_not_a_setup_error(driver: str) -> None:
-    result = ended(Agent(FakeModel(batch("a"), reply("sorry")), [record]), driver, deps=["not", "a", "ledger"])
+def test_deps_of_another_class_than_the_tools_are_refused_before_any_call(driver: str) -> None:
+    model = FakeModel(batch("a"), reply("sorry"))
+    with pytest.raises(TypeError, match=r"tool 'record' takes RunContext\[Ledger\].*deps of type list"):
+        ended(Agent(model, [record]), driver, deps=["not", "a", "ledger"])
+    assert model.seen == []
+    assert executions == []
+
+
+def tally(key: str, ctx: RunContext[dict[str, int]]) -> str:
+    """Count ``key`` in the app's tally (a generic ``T``: not checked when the run starts)."""
+    executions.append(key)
+    ctx.deps[key] = ctx.deps.get(key, 0) + 1
+    return key
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_deps_that_do_not_fit_a_generic_t_are_the_tools_error_result_not_a_setup_error(driver: str) -> None:
+    model = FakeModel(tool_turn(tool_call("tally", id="c-a", key="a")), reply("sorry"))
+    result = ended(Agent(model, [tally]), driver, deps=["not", "a", "dict"])
     assert result.reason == "done"
     (answer,) = [m.content for m in result.messages if m.role == "tool"]
     assert "AttributeError" in answer
