@@ -40,26 +40,17 @@ from support.once_round_six import (
     Tally,
     compacting_agent,
     finalize_agent,
+    texts_of,
+    tokens_of,
     typed_agent,
+    usage_of,
 )
 
-from fsm_agent import RunResult, RunView, StopCondition, Usage
+from fsm_agent import RunResult, RunView, StopCondition
 from fsm_agent.persist import open_store
 from fsm_agent.testing import edges
 
 DRIVERS = ["sync", "async"]
-
-
-def _usage(*replies: Usage) -> tuple[int, int]:
-    return sum(u.input_tokens for u in replies), sum(u.output_tokens for u in replies)
-
-
-def _tokens(result: RunResult) -> tuple[int, int]:
-    return result.usage.input_tokens, result.usage.output_tokens
-
-
-def _texts(result: RunResult, role: str) -> list[str]:
-    return [m.content for m in result.messages if m.role == role]
 
 
 # --- a cancel token cancelled while user code runs ---------------------------------------------------------------
@@ -86,7 +77,7 @@ def test_a_token_cancelled_while_a_validator_rejects_forbids_the_retry_call_with
             result = drive(agent, driver, store, f"r{len(outcomes)}", cancel=cancel.token)
         outcomes.append((result.reason, result.evidence.get("blocked_by"), tally.model, dict(tally.validated)))
         assert tally.tools == {"a": 1, "b": 1}
-        assert _texts(result, "assistant")[1] == REJECTED  # the rejected answer is kept either way
+        assert texts_of(result, "assistant")[1] == REJECTED  # the rejected answer is kept either way
     assert outcomes[0] == ("output_invalid", "cancelled", [0, 1], {-1: 1})
     assert outcomes[1] == outcomes[0], "the run without a timeout made the retry call after the cancel"
 
@@ -144,8 +135,8 @@ def test_a_token_cancelled_during_a_finalize_call_keeps_its_answer_and_nothing_i
     assert result.final == "final from a and b"
     assert tally.model == [0, 1]
     assert tally.tools == {"a": 1, "b": 1}
-    assert _texts(result, "tool") == ['"a ok"', '"b ok"']
-    assert _tokens(result) == _usage(BATCH_USAGE, ANSWER_USAGE)
+    assert texts_of(result, "tool") == ['"a ok"', '"b ok"']
+    assert tokens_of(result) == usage_of(BATCH_USAGE, ANSWER_USAGE)
     assert (stored["state"], stored["reason"]) == ("Done", "max_steps")
     assert stored["messages"][-1]["content"] == "final from a and b"
 
@@ -172,8 +163,8 @@ def test_a_token_cancelled_during_an_answer_guardrail_lets_its_verdict_stand_wit
     assert tally.guarded == [ACCEPTED]
     assert tally.model == [0, 1, 2]
     assert tally.tools == {"a": 1, "b": 1}
-    assert _texts(result, "assistant")[1:] == [REJECTED, ACCEPTED]
-    assert _tokens(result) == _usage(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
+    assert texts_of(result, "assistant")[1:] == [REJECTED, ACCEPTED]
+    assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
     with open_store(store_target) as store:
         stored = store.load("r")
     assert (stored["state"], stored["reason"]) == ("Failed", "leaked")
@@ -204,7 +195,7 @@ def test_an_answer_check_cut_at_the_deadline_is_checked_again_by_a_new_owner_wit
             stopped = drive(first, driver, store)
         assert (stopped.reason, stopped.evidence["unfinished"]) == ("timeout", "the answer's check")
         assert edges(stopped)[-1] == "Dispatch->Failed[timeout]"
-        assert _texts(stopped, "assistant")[1:] == [REJECTED, ACCEPTED]  # kept, unchecked
+        assert texts_of(stopped, "assistant")[1:] == [REJECTED, ACCEPTED]  # kept, unchecked
         result = resumed_by_new_owner(store_target, "r", driver, validated_agent(tally), timeout=600)
     finally:
         gate.open()
@@ -212,8 +203,8 @@ def test_an_answer_check_cut_at_the_deadline_is_checked_again_by_a_new_owner_wit
     assert tally.tools == {"a": 1, "b": 1}
     assert dict(tally.validated) == {-1: 1, 5: 2}  # the cut check, then the new owner's
     assert tally.model == [0, 1, 2], "the new owner asked the model again for the answer it holds"
-    assert _texts(result, "assistant")[1:] == [REJECTED, ACCEPTED]
-    assert _tokens(result) == _usage(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
+    assert texts_of(result, "assistant")[1:] == [REJECTED, ACCEPTED]
+    assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
 
 
 def test_a_sync_deadline_met_while_a_store_write_is_in_flight_lets_the_write_land_and_repeats_no_call(
@@ -241,8 +232,8 @@ def test_a_sync_deadline_met_while_a_store_write_is_in_flight_lets_the_write_lan
     assert tally.tools == {"a": 1, "b": 1}
     assert tally.model == [0, 1, 2]
     assert dict(tally.validated) == {-1: 1, 5: 1}
-    assert _texts(result, "tool") == ['"a ok"', '"b ok"']
-    assert _tokens(result) == _usage(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
+    assert texts_of(result, "tool") == ['"a ok"', '"b ok"']
+    assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
 
 
 # --- leases -------------------------------------------------------------------------------------------------------

@@ -35,11 +35,14 @@ from support.once_round_six import (
     finalize_agent,
     leaks,
     ledger_compacting_agent,
+    texts_of,
+    tokens_of,
     typed_agent,
+    usage_of,
 )
 from support.store_cases import in_child
 
-from fsm_agent import Agent, AgentLoopError, Message, RunResult, Usage
+from fsm_agent import Agent, AgentLoopError, Message, RunResult
 from fsm_agent.persist import open_store
 from fsm_agent.testing import edges
 
@@ -64,18 +67,6 @@ def _drive(agent: Agent, driver: str, store: Any) -> None:
         agent.run("q", store=store, run_id="r")
     else:
         asyncio.run(agent.arun("q", store=store, run_id="r"))
-
-
-def _usage(*replies: Usage) -> tuple[int, int]:
-    return sum(u.input_tokens for u in replies), sum(u.output_tokens for u in replies)
-
-
-def _tokens(result: RunResult) -> tuple[int, int]:
-    return result.usage.input_tokens, result.usage.output_tokens
-
-
-def _texts(result: RunResult, role: str) -> list[str]:
-    return [m.content for m in result.messages if m.role == role]
 
 
 # --- typed answers ----------------------------------------------------------------------------------------------
@@ -106,12 +97,12 @@ def test_a_typed_answer_cut_by_ctrl_c_is_finished_by_a_new_owner_each_call_once_
     cut_value = cuts.get("validator")
     assert dict(tally.validated) == {x: 2 if x == cut_value else 1 for x in (-1, 5)}
     # nothing dropped: the batch's results, the rejected answer, the message sending it back, the answer
-    assert _texts(result, "tool") == ['"a ok"', '"b ok"']
-    assert _texts(result, "assistant")[1:] == [REJECTED, ACCEPTED]
-    assert _texts(result, "user")[1].startswith("Your final answer was not accepted:\n- x must be positive")
+    assert texts_of(result, "tool") == ['"a ok"', '"b ok"']
+    assert texts_of(result, "assistant")[1:] == [REJECTED, ACCEPTED]
+    assert texts_of(result, "user")[1].startswith("Your final answer was not accepted:\n- x must be positive")
     assert [step.kind for step in result.steps].count("output_invalid") == 1
     assert edges(result).count("Dispatch->AwaitModel[output_invalid]") == 1
-    assert _tokens(result) == _usage(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
+    assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
@@ -144,14 +135,14 @@ def test_a_retry_call_cut_at_the_deadline_is_made_once_more_by_a_new_owner_and_t
         release.set()
         store.close()
     assert (stopped.reason, stopped.evidence["unfinished"]) == ("timeout", "model call of turn 3")
-    assert _texts(stopped, "assistant")[1:] == [REJECTED]
+    assert texts_of(stopped, "assistant")[1:] == [REJECTED]
     result = resumed_by_new_owner(store_target, "r", "sync", typed_agent(tally, Cuts()), timeout=600)
     assert (result.reason, result.output) == ("done", Point(5))
     assert tally.tools == {"a": 1, "b": 1}
     assert tally.model == [0, 1, 2, 2]
     assert dict(tally.validated) == {-1: 1, 5: 1}
-    assert _texts(result, "assistant")[1:] == [REJECTED, ACCEPTED]
-    assert _tokens(result) == _usage(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
+    assert texts_of(result, "assistant")[1:] == [REJECTED, ACCEPTED]
+    assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
 
 
 def _stopped(go: Any) -> RunResult:
@@ -182,8 +173,8 @@ def test_an_answer_guardrail_cut_by_ctrl_c_trips_for_the_new_owner_with_no_call_
     assert tally.model == [0, 1, 2]
     assert tally.tools == {"a": 1, "b": 1}
     assert tally.guarded == [ACCEPTED, ACCEPTED]  # the cut check, and the new owner's
-    assert _texts(result, "assistant")[1:] == [REJECTED, ACCEPTED]
-    assert _tokens(result) == _usage(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
+    assert texts_of(result, "assistant")[1:] == [REJECTED, ACCEPTED]
+    assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
     with open_store(store_target) as store:
         stored = store.load("r")
         assert (stored["state"], stored["reason"]) == ("Failed", "leaked")
@@ -206,9 +197,9 @@ def test_a_finalize_call_cut_by_ctrl_c_after_a_batch_is_made_once_more_by_a_new_
     assert result.final == "final from a and b"
     assert tally.tools == {"a": 1, "b": 1}
     assert tally.model == [0, 1, 1]  # the finalize call, cut, then made once more
-    assert _texts(result, "tool") == ['"a ok"', '"b ok"']
+    assert texts_of(result, "tool") == ['"a ok"', '"b ok"']
     assert edges(result).count("ExecuteTool->AwaitModel[finalize_on_max_steps]") == 1
-    assert _tokens(result) == _usage(BATCH_USAGE, ANSWER_USAGE)
+    assert tokens_of(result) == usage_of(BATCH_USAGE, ANSWER_USAGE)
 
 
 def test_a_task_cancelled_in_a_finalize_call_keeps_its_stop_and_a_resume_with_room_runs_no_tool_again(
@@ -237,8 +228,8 @@ def test_a_task_cancelled_in_a_finalize_call_keeps_its_stop_and_a_resume_with_ro
     assert result.final == "final from a and b"
     assert tally.tools == {"a": 1, "b": 1}
     assert tally.model == [0, 1]  # the cut finalize call (counted on entry), then the resumed run's one call
-    assert _texts(result, "tool") == ['"a ok"', '"b ok"']
-    assert _tokens(result) == _usage(BATCH_USAGE, ANSWER_USAGE)
+    assert texts_of(result, "tool") == ['"a ok"', '"b ok"']
+    assert tokens_of(result) == usage_of(BATCH_USAGE, ANSWER_USAGE)
 
 
 @pytest.mark.parametrize(
@@ -307,7 +298,7 @@ def test_a_ctrl_c_in_the_call_made_after_a_compaction_keeps_the_compaction_for_t
     assert tally.model == [2, 4, 1, 1]
     assert [m.content for m in result.messages] == ["SYS", "q", "", '"step1 ok"', "end"]
     assert [step.kind for step in result.steps] == ["tool_call", "compaction", "final"]
-    assert _tokens(result) == _usage(BATCH_USAGE, ANSWER_USAGE)
+    assert tokens_of(result) == usage_of(BATCH_USAGE, ANSWER_USAGE)
 
 
 def test_a_task_cancelled_while_compacting_leaves_the_compaction_to_the_next_owner_and_no_call_is_made_twice(

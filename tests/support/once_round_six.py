@@ -24,6 +24,7 @@ from fsm_agent import (
     Message,
     ModelResponse,
     Retry,
+    RunResult,
     RunView,
     StopCondition,
     ToolRegistry,
@@ -298,3 +299,18 @@ def die_in_the_call_after_compacting(target: str, folder: str, driver: str, ever
         agent.run("go", store=store, run_id="long")
     else:
         asyncio.run(agent.arun("go", store=store, run_id="long"))
+
+
+def usage_of(*replies: Usage) -> tuple[int, int]:
+    """The input and output tokens the scripted ``replies`` report, summed: what a run that kept them counts."""
+    return sum(u.input_tokens for u in replies), sum(u.output_tokens for u in replies)
+
+
+def tokens_of(result: RunResult) -> tuple[int, int]:
+    """The input and output tokens ``result`` counted."""
+    return result.usage.input_tokens, result.usage.output_tokens
+
+
+def texts_of(result: RunResult, role: str) -> list[str]:
+    """The contents of ``result``'s messages of ``role``, in order: what was kept."""
+    return [m.content for m in result.messages if m.role == role]
