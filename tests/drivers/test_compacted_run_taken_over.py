@@ -8,15 +8,13 @@ model call and compaction is counted, on both drivers and both stores.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from support.exactly_once import resumed_by_new_owner
+from support.exactly_once import cut_by_interrupt, resumed_by_new_owner
 
 from fsm_agent import Agent, ContextOverflowError, Message, ModelResponse, RunResult, ToolRegistry
-from fsm_agent.persist import open_store
 from fsm_agent.testing import edges, reply, tool_call, tool_turn
 
 DRIVERS = ["sync", "async"]
@@ -72,23 +70,6 @@ def _agent(counts: _Counts, cut: dict[str, str | None]) -> Agent:
     return Agent(_Window(counts), tools, "SYS", on_stop={"context_overflow": "compact"}, compact=compact)
 
 
-def _cut_run(target: str, driver: str, counts: _Counts, cut: dict[str, str | None]) -> None:
-    store = open_store(target, lease=LEASE)
-    agent = _agent(counts, cut)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _drive(agent, driver, store)
-    finally:
-        store.close()
-
-
-def _drive(agent: Agent, driver: str, store: Any) -> None:
-    if driver == "sync":
-        agent.run("go", store=store, run_id="long")
-    else:
-        asyncio.run(agent.arun("go", store=store, run_id="long"))
-
-
 def _whole(result: RunResult) -> list[str]:
     return [m.content for m in result.messages]
 
@@ -102,7 +83,7 @@ def test_a_run_cut_after_its_compaction_resumes_from_the_compacted_history(
     store_target: str, cutter: str, resumer: str
 ) -> None:
     counts = _Counts()
-    _cut_run(store_target, cutter, counts, {"tool": "step2"})
+    cut_by_interrupt(store_target, "long", cutter, _agent(counts, {"tool": "step2"}), "go")
     assert counts.done == ["step1"]
     assert counts.compacted == [4]
     assert counts.sent[-1] == ['summary: "step1 done"']
@@ -124,7 +105,7 @@ def test_a_run_cut_inside_compact_compacts_on_resume_without_asking_the_model_ag
 ) -> None:
     """Ctrl-C inside ``compact``: the overflow was recorded, so the new owner compacts and makes the call once."""
     counts = _Counts()
-    _cut_run(store_target, cutter, counts, {"compact": "yes"})
+    cut_by_interrupt(store_target, "long", cutter, _agent(counts, {"compact": "yes"}), "go")
     assert counts.done == ["step1"]
     assert len(counts.sent) == 2  # step1's reply, then the call that overflowed
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.exactly_once import LEASE, resumed_by_new_owner
+from support.exactly_once import LEASE, cut_by_interrupt, resumed_by_new_owner
 from support.once_round_six import (
     ACCEPTED,
     ANSWER_USAGE,
@@ -42,7 +42,7 @@ from support.once_round_six import (
 )
 from support.store_cases import in_child
 
-from fsm_agent import Agent, AgentLoopError, Message, RunResult
+from fsm_agent import AgentLoopError, Message, RunResult
 from fsm_agent.persist import open_store
 from fsm_agent.testing import edges
 
@@ -50,23 +50,6 @@ from fsm_agent.testing import edges
 CROSSED = [("sync", "async"), ("async", "sync")]
 WAIT = 60.0
 """A bound on waits for something that happens within a second (an event set by a call)."""
-
-
-def _cut(agent: Agent, target: str, driver: str) -> None:
-    """``agent``'s run ``r`` on ``driver``, cut by the ``KeyboardInterrupt`` one of its parts raises."""
-    store = open_store(target, lease=LEASE)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _drive(agent, driver, store)
-    finally:
-        store.close()
-
-
-def _drive(agent: Agent, driver: str, store: Any) -> None:
-    if driver == "sync":
-        agent.run("q", store=store, run_id="r")
-    else:
-        asyncio.run(agent.arun("q", store=store, run_id="r"))
 
 
 # --- typed answers ----------------------------------------------------------------------------------------------
@@ -87,7 +70,7 @@ def test_a_typed_answer_cut_by_ctrl_c_is_finished_by_a_new_owner_each_call_once_
 ) -> None:
     """A batch (a, b), a rejected answer, the retry: cut at ``where``, a new owner makes only what was cut again."""
     tally = Tally()
-    _cut(typed_agent(tally, Cuts(**cuts)), store_target, cutter)
+    cut_by_interrupt(store_target, "r", cutter, typed_agent(tally, Cuts(**cuts)))
     result = resumed_by_new_owner(store_target, "r", resumer, typed_agent(tally, Cuts()))
     assert (result.reason, result.output) == ("done", Point(5))
     assert tally.tools == {"a": 1, "b": 1}
@@ -165,7 +148,7 @@ def test_an_answer_guardrail_cut_by_ctrl_c_trips_for_the_new_owner_with_no_call_
     one are kept."""
     tally = Tally()
     cuts = Cuts(guardrail=ACCEPTED)
-    _cut(typed_agent(tally, cuts, stop_conditions=[leaks(tally, cuts)]), store_target, cutter)
+    cut_by_interrupt(store_target, "r", cutter, typed_agent(tally, cuts, stop_conditions=[leaks(tally, cuts)]))
     owner = typed_agent(tally, Cuts(), stop_conditions=[leaks(tally, Cuts())])
     result = resumed_by_new_owner(store_target, "r", resumer, owner)
     assert (result.reason, result.final) == ("leaked", ACCEPTED)
@@ -191,7 +174,7 @@ def test_a_finalize_call_cut_by_ctrl_c_after_a_batch_is_made_once_more_by_a_new_
     store_target: str, cutter: str, resumer: str
 ) -> None:
     tally = Tally()
-    _cut(finalize_agent(tally, Cuts(model=1)), store_target, cutter)
+    cut_by_interrupt(store_target, "r", cutter, finalize_agent(tally, Cuts(model=1)))
     result = resumed_by_new_owner(store_target, "r", resumer, finalize_agent(tally, Cuts()))
     assert (result.reason, result.evidence["finalize"]) == ("max_steps", {"outcome": "answered"})
     assert result.final == "final from a and b"
@@ -288,7 +271,7 @@ def test_a_ctrl_c_in_the_call_made_after_a_compaction_keeps_the_compaction_for_t
     """The Ctrl-C in the compacted call writes the run with its compaction: the new owner does not compact again,
     and makes only the cut call again."""
     tally = Tally()
-    _cut(compacting_agent(tally, Cuts(model="compacted")), store_target, cutter)
+    cut_by_interrupt(store_target, "r", cutter, compacting_agent(tally, Cuts(model="compacted")))
     assert tally.compacted == [4]
     result = resumed_by_new_owner(store_target, "r", resumer, compacting_agent(tally, Cuts()))
     assert result.final == "end"

@@ -197,3 +197,23 @@ def resumed_by_new_owner(target: str, run_id: str, driver: str, agent: Agent, **
         return asyncio.run(go())
     finally:
         store.close()
+
+
+def cut_by_interrupt(target: str, run_id: str, driver: str, agent: Agent, question: str = "q") -> None:
+    """``agent``'s run ``run_id`` on ``driver``, cut by the ``KeyboardInterrupt`` one of its parts raises.
+
+    The owner that cut it is gone once this returns (its store object
+    closed); ``resumed_by_new_owner`` takes the run over.
+    """
+    store = open_store(target, lease=LEASE)
+    try:
+        if driver == "sync":
+            agent.run(question, store=store, run_id=run_id)
+        else:
+            asyncio.run(agent.arun(question, store=store, run_id=run_id))
+    except KeyboardInterrupt:
+        return
+    finally:
+        store.close()
+    msg = f"run {run_id!r} on {driver} ended without the KeyboardInterrupt that was to cut it"
+    raise AssertionError(msg)
