@@ -44,7 +44,13 @@ stderr); every later call to it fails at once with that reason, without
 being sent.  A server that cannot be started or connected to is a
 ``ConnectionError`` when the context manager is entered, one line long (a
 stdio server that exits at once: its exit code and the last lines of its
-stderr).
+stderr).  Start-up (the process started or the server reached, the
+``initialize`` handshake, the first ``tools/list``) is bounded by
+``startup_timeout`` (default ``DEFAULT_STARTUP_TIMEOUT``, 30 s; ``None``
+waits without limit): a server that does not answer in time is stopped and
+the block raises ``StartupTimeoutError`` (a ``ConnectionError`` and a
+``TimeoutError``) saying what did not come.  A ``KeyboardInterrupt`` or a
+cancelled task during start-up stops it too, and is raised as it is.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -68,18 +75,33 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     msg = "fsm_agent.mcp needs the mcp package (2.x): pip install 'fsm-agent[mcp]'"
     raise ImportError(msg) from exc
 
-from fsm_agent.mcp.connection import Connection, Opener, Streams
+from fsm_agent.mcp.connection import Connection, Opener, StartupTimeoutError, Streams
 from fsm_agent.mcp.names import provider_names, replaced
 from fsm_agent.mcp.results import tool_message
 from fsm_agent.mcp.stdio import StdioServer
 
-__all__ = ["DEFAULT_MAX_RESULT_BYTES", "McpTools", "http_tools", "stdio_tools", "tool_message"]
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "DEFAULT_STARTUP_TIMEOUT",
+    "McpTools",
+    "StartupTimeoutError",
+    "http_tools",
+    "stdio_tools",
+    "tool_message",
+]
 
 DEFAULT_MAX_RESULT_BYTES = 10 * 1024 * 1024
 """The default cap on one result, 10 MiB: room for a large screenshot in base64, and read in a fraction of a second.
 
 The registry's ``max_output_chars`` then cuts what the model sees; this cap
 bounds what is read at all.
+"""
+
+DEFAULT_STARTUP_TIMEOUT = 30.0
+"""Seconds a server gets to start, answer the handshake and list its tools: the SDK's own server took 1.5 s here.
+
+A server that downloads something first (``npx`` a package, say) may need
+more; pass ``startup_timeout=`` then.
 """
 
 logger = logging.getLogger("fsm_agent.mcp")
@@ -90,6 +112,18 @@ def _max_result_bytes(value: Any) -> int | None:
         msg = f"max_result_bytes must be an integer >= 1, or None for no cap, got {value!r}"
         raise ValueError(msg)
     return value
+
+
+def _startup_timeout(value: Any) -> float | None:
+    """Seconds > 0 and finite, or None; anything else is refused before any process starts or anything is sent."""
+    if value is None:
+        return None
+    said = f"startup_timeout must be a number of seconds > 0, or None to wait without limit, got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(said)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(said)
+    return float(value)
 
 
 def _args(args: Any) -> list[str]:
@@ -117,20 +151,38 @@ class McpTools:
 
     Leaving the block closes the session (and stops a stdio server); tools
     of the registry called after that fail without being sent.  A result
-    over ``max_result_bytes`` (``None``: no cap) fails its call.
+    over ``max_result_bytes`` (``None``: no cap) fails its call.  Entering
+    waits ``startup_timeout`` seconds at most (``None``: no limit) for the
+    server's tools, then raises ``StartupTimeoutError``.
     """
 
-    def __init__(self, source: str, opener: Opener, *, max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES) -> None:
+    def __init__(
+        self,
+        source: str,
+        opener: Opener,
+        *,
+        max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
+        startup_timeout: float | None = DEFAULT_STARTUP_TIMEOUT,
+    ) -> None:
         self.source = source
         self._opener = opener
         self._max_result_bytes = _max_result_bytes(max_result_bytes)
+        self._startup_timeout = _startup_timeout(startup_timeout)
         self._connection: Connection | None = None
 
     def __enter__(self) -> ToolRegistry:
+        return self._enter(self._begin())
+
+    def _begin(self) -> Connection:
+        """The block's connection, not yet open; a second block on the same object is refused."""
         if self._connection is not None:
             msg = f"the connection to {self.source} is already open; make a new one for another block"
             raise RuntimeError(msg)
-        connection = self._connection = Connection(self.source, self._opener, self._max_result_bytes)
+        self._connection = Connection(self.source, self._opener, self._max_result_bytes, self._startup_timeout)
+        return self._connection
+
+    def _enter(self, connection: Connection) -> ToolRegistry:
+        """Open ``connection`` and register the server's tools (blocking: the async side runs it on a thread)."""
         listed = connection.open()
         registry = ToolRegistry(source=self.source)
         try:
@@ -165,7 +217,20 @@ class McpTools:
             self._connection.close()
 
     async def __aenter__(self) -> ToolRegistry:
-        return await asyncio.to_thread(self.__enter__)
+        """``__enter__`` on a worker thread; a task cancelled meanwhile stops the start-up before it is cancelled.
+
+        Without that, the thread would go on and open a connection nobody
+        holds, leaving the server running.
+        """
+        connection = self._begin()
+        entering = asyncio.ensure_future(asyncio.to_thread(self._enter, connection))
+        try:
+            return await asyncio.shield(entering)
+        except asyncio.CancelledError:
+            await asyncio.to_thread(connection.abandon)  # the server stopped, the thread ended
+            with contextlib.suppress(Exception):
+                await entering  # done now: its ConnectionError, or a registry whose connection is closed
+            raise
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -181,6 +246,7 @@ def stdio_tools(
     cwd: str | Path | None = None,
     errlog: TextIO | None = None,
     max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
+    startup_timeout: float | None = DEFAULT_STARTUP_TIMEOUT,
 ) -> McpTools:
     """The tools of an MCP server started as ``command args...``, spoken to over its stdin and stdout.
 
@@ -190,8 +256,13 @@ def stdio_tools(
     stream), and its last lines explain a server that exits.  A result over
     ``max_result_bytes`` (default ``DEFAULT_MAX_RESULT_BYTES``, 10 MiB;
     ``None`` for no cap) is skipped as it arrives and fails its call.
+    Starting the process, the ``initialize`` handshake and the first
+    ``tools/list`` must be done within ``startup_timeout`` seconds (``None``:
+    no limit), or the process is stopped and entering the block raises
+    ``StartupTimeoutError``.
     """
     arguments = _args(args)
+    timeout = _startup_timeout(startup_timeout)
     parameters = StdioServerParameters(command=command, args=arguments, env=None if env is None else dict(env), cwd=cwd)
     log = sys.stderr if errlog is None else errlog
     cap = _max_result_bytes(max_result_bytes)
@@ -201,20 +272,29 @@ def stdio_tools(
             return stdio_client(parameters, errlog=log)  # (no exit code; the cap is checked once a result is read)
         return StdioServer(parameters, log, cap).connect()
 
-    return McpTools(f"MCP server {' '.join([command, *arguments])!r}", open_stdio, max_result_bytes=cap)
+    source = f"MCP server {' '.join([command, *arguments])!r}"
+    return McpTools(source, open_stdio, max_result_bytes=cap, startup_timeout=timeout)
 
 
 def http_tools(
-    url: str, headers: Mapping[str, str] | None = None, *, max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
+    startup_timeout: float | None = DEFAULT_STARTUP_TIMEOUT,
 ) -> McpTools:
     """The tools of an MCP server at ``url`` (streamable HTTP); ``headers`` go with every request (auth, ...).
 
     A result over ``max_result_bytes`` (default ``DEFAULT_MAX_RESULT_BYTES``,
     10 MiB; ``None`` for no cap) fails its call: the SDK stops reading an
     event stream at the cap, and a plain JSON answer is checked once read.
+    The ``initialize`` handshake and the first ``tools/list`` must be
+    answered within ``startup_timeout`` seconds (``None``: no limit), or
+    entering the block raises ``StartupTimeoutError``.
     """
     sent = dict(headers or {})
     cap = _max_result_bytes(max_result_bytes)
+    timeout = _startup_timeout(startup_timeout)
 
     @contextlib.asynccontextmanager
     async def open_http() -> AsyncIterator[Streams]:
@@ -224,4 +304,4 @@ def http_tools(
         ):
             yield Streams(streams[0], streams[1])
 
-    return McpTools(f"MCP server {url}", open_http, max_result_bytes=cap)
+    return McpTools(f"MCP server {url}", open_http, max_result_bytes=cap, startup_timeout=timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import math
 import re
 import threading
 from collections.abc import Callable
@@ -25,11 +26,42 @@ def _unknown() -> str | None:
 
 
 class Streams(NamedTuple):
-    """What a transport hands the session: its two streams, and why the server went away once it has (or None)."""
+    """What a transport hands the session: its two streams, and what it knows of how the server ended.
+
+    ``ended`` says why the server went away (once it has); ``stopped`` says
+    what became of it once the client stopped it (a stdio server's exit
+    code and stderr), which is how a start-up that timed out ends.  Each is
+    None when unknown.
+    """
 
     read: Any
     write: Any
     ended: Callable[[], str | None] = _unknown
+    stopped: Callable[[], str | None] = _unknown
+
+
+class StartupTimeoutError(ConnectionError, TimeoutError):
+    """A server that did not start, answer the handshake or list its tools within ``startup_timeout`` seconds.
+
+    A ``ConnectionError``, as every failure to connect is, and a
+    ``TimeoutError``, so either ``except`` catches it; by the time it is
+    raised the server was stopped (a stdio server's process ended).
+    """
+
+
+_WAITED_FOR = {
+    "open": "it could not be started or reached",
+    "initialize": "it did not answer the initialize request",
+    "list": "it answered the initialize request but not the tools/list request",
+}
+"""What did not come, by the step start-up had reached when its time ran out."""
+
+_WENT_AWAY = {
+    "open": "it went away as it started",
+    "initialize": "it went away before answering the initialize request",
+    "list": "it went away before answering the tools/list request",
+}
+"""What was awaited when the connection was lost, by the step start-up had reached."""
 
 
 Opener = Callable[[], AbstractAsyncContextManager[Any]]
@@ -68,31 +100,62 @@ def _connection_lost(exc: BaseException) -> bool:
 class Connection:
     """One MCP session on an event loop in a thread of its own; tool calls from any thread or loop are handed to it."""
 
-    def __init__(self, source: str, opener: Opener, max_result_bytes: int | None) -> None:
+    def __init__(
+        self, source: str, opener: Opener, max_result_bytes: int | None, startup_timeout: float | None = None
+    ) -> None:
         self.source = source
         self._opener = opener
         self._cap = max_result_bytes
+        self._startup_timeout = startup_timeout
         self._ready: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: ClientSession | None = None
         self._stop: asyncio.Event | None = None
         self._ended: Callable[[], str | None] = _unknown
+        self._stopped: Callable[[], str | None] = _unknown
+        self._step = "open"
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._startup: tuple[asyncio.AbstractEventLoop, anyio.CancelScope] | None = None
         self._thread = threading.Thread(target=self._serve, name=f"fsm_agent {source}", daemon=True)
         self.gone: str | None = None
         """Why the connection is gone, once it is; every later call fails with it, unsent."""
 
     def open(self) -> list[Any]:
-        """Start the connection's thread, and return the server's tools once the session is initialized."""
+        """Start the connection's thread, and return the server's tools once the session is initialized.
+
+        Interrupted while waiting (``KeyboardInterrupt``, ``SystemExit``), it
+        stops the start-up (and the server) and raises what interrupted it, as
+        it is.
+        """
         self._thread.start()
         try:
             return self._ready.result()
         except BaseException as exc:
+            if not self._ready.done() or self._ready.exception() is not exc:  # the wait itself was interrupted
+                self.abandon()
+                raise
             self._thread.join(CLOSE_WAIT)
+            if isinstance(exc, StartupTimeoutError):
+                raise
             # How the server ended says why only when the connection was lost; otherwise the client gave up on it
             # (a listing it refused, say) and stopped the server itself.
             ended = self._ended() if _connection_lost(exc) else None
-            msg = f"could not connect to {self.source}: {ended or describe(exc)}"
+            why = f"{_WENT_AWAY[self._step]}: {ended}" if ended else describe(exc)
+            msg = f"could not connect to {self.source}: {why}"
             raise ConnectionError(msg) from exc
+
+    def abandon(self) -> None:
+        """Stop the start-up, or the session it has just opened, from any thread, and wait for the thread to end."""
+        self.gone = self.gone or "the connection was abandoned while it started"
+        with self._lock:
+            self._abandoned = True
+            startup = self._startup
+        if startup is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                startup[0].call_soon_threadsafe(startup[1].cancel)
+        if self._thread.is_alive():
+            self._thread.join(CLOSE_WAIT)
 
     def close(self) -> None:
         """End the session (the transport stops a stdio server) and wait for the thread; later calls fail unsent."""
@@ -108,21 +171,48 @@ class Connection:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        """The session, start-up bounded by ``startup_timeout``: process or connection, handshake, first listing."""
+        deadline = math.inf if self._startup_timeout is None else anyio.current_time() + self._startup_timeout
+        scope = anyio.CancelScope(deadline=deadline)
+        with self._lock:
+            self._startup = (asyncio.get_running_loop(), scope)
+            if self._abandoned:
+                scope.cancel()
+        failed: BaseException | None = None
         try:
-            async with self._opener() as streams:
-                if isinstance(streams, Streams):
-                    self._ended = streams.ended
-                async with ClientSession(streams[0], streams[1]) as session:
-                    await session.initialize()
-                    tools = await _listed_tools(session)
-                    self._loop, self._session, self._stop = asyncio.get_running_loop(), session, asyncio.Event()
-                    self._ready.set_result(tools)
-                    await self._stop.wait()
+            with scope:
+                async with self._opener() as streams:
+                    if isinstance(streams, Streams):
+                        self._ended, self._stopped = streams.ended, streams.stopped
+                    self._step = "initialize"
+                    async with ClientSession(streams[0], streams[1]) as session:
+                        await session.initialize()
+                        self._step = "list"
+                        tools = await _listed_tools(session)
+                        scope.deadline = math.inf  # started: calls have their own deadlines
+                        self._loop, self._session, self._stop = asyncio.get_running_loop(), session, asyncio.Event()
+                        self._ready.set_result(tools)
+                        await self._stop.wait()
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits: the opener, or the next call
-            if not self._ready.done():
-                self._ready.set_exception(exc)
-            else:
-                self.gone = self.gone or f"the session ended: {self._ended() or describe(exc)}"
+            failed = exc
+        if not self._ready.done():
+            self._ready.set_exception(self._not_started(scope, failed))
+        elif failed is not None:
+            self.gone = self.gone or f"the session ended: {self._ended() or describe(failed)}"
+
+    def _not_started(self, scope: anyio.CancelScope, failed: BaseException | None) -> BaseException:
+        """Why start-up ended without a session: the start-up timeout, an abandoned start, or what went wrong."""
+        if scope.cancel_called and not self._abandoned:
+            seconds = self._startup_timeout
+            stopped = self._stopped()
+            what = f"it was stopped: {stopped}" if stopped else "the connection was closed"
+            said = f"{_WAITED_FOR[self._step]} within {seconds:g} s (startup_timeout={seconds!r}); {what}"
+            error = StartupTimeoutError(f"could not connect to {self.source}: {said}")
+            error.__cause__ = failed
+            return error
+        if failed is None:
+            return ConnectionError(f"could not connect to {self.source}: the start-up was abandoned")
+        return failed
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Call the server's tool ``name``; every outcome but a real cancellation of the caller is a ``ToolResult``."""

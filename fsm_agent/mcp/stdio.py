@@ -145,6 +145,8 @@ class StdioServer:
         self._stderr = b""
         self.ended: str | None = None
         """Why the server went away (how the process ended, or what it sent), once it has."""
+        self.stopped: str | None = None
+        """How the process ended once the client stopped it (its exit code or signal, the end of its stderr)."""
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[Streams]:
@@ -165,10 +167,11 @@ class StdioServer:
             tasks.start_soon(self._read_stdout, process, stdout, to_session, stderr_done)
             tasks.start_soon(self._write_stdin, process, stdin, from_session, to_session, stderr_done)
             try:
-                yield Streams(from_server, to_server, lambda: self.ended)
+                yield Streams(from_server, to_server, lambda: self.ended, lambda: self.stopped)
             finally:
                 with anyio.CancelScope(shield=True):  # a cancelled caller must not leave the server running
-                    await _stop(process, stdin)
+                    await _stop(process, stdin, stderr_done)
+                    self.stopped = exit_note(process.returncode, self._stderr)
                     for stream in (to_session, from_server, to_server, from_session):
                         stream.close()
                 tasks.cancel_scope.cancel()  # a child of the server may still hold a pipe open
@@ -271,14 +274,21 @@ class StdioServer:
                 self._errlog.flush()
 
 
-async def _stop(process: Process, stdin: ByteSendStream) -> None:
-    """Close stdin, give the server time to exit, then end its process group; every wait is bounded."""
+async def _stop(process: Process, stdin: ByteSendStream, stderr_done: anyio.Event) -> None:
+    """Close stdin, give the server time to exit, then end its process group; every wait is bounded.
+
+    Once it has exited, what it wrote to stderr last is read before the pipe
+    is closed (a child that keeps the pipe open gets ``_EXIT_WAIT``).
+    """
     with contextlib.suppress(*_PIPE_GONE):
         await stdin.aclose()
     if not await _exited(process, _GRACE):
         await terminate_posix_process_tree(process, _GRACE)  # POSIX only: stdio_tools uses the SDK's on Windows
         if not await _exited(process, _GRACE):
             logger.warning("MCP server process %d is still alive after SIGKILL; leaving it", process.pid)
+    if process.returncode is not None:
+        with anyio.move_on_after(_EXIT_WAIT):
+            await stderr_done.wait()
     for pipe in (process.stdout, process.stderr):
         if pipe is not None:
             with contextlib.suppress(*_PIPE_GONE):
