@@ -35,6 +35,7 @@ from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.cut_runs import adrop_cut, astop_cut
 from fsm_agent.drivers.read_back import stored_result
+from fsm_agent.drivers.session_owners import taken_over
 from fsm_agent.drivers.session_turns import (
     StoredTurns,
     closed,
@@ -336,7 +337,9 @@ class Session(StoredTurns):
         """The result of ``run.finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over).
 
         A turn cut by anything else (a Ctrl-C, its task cancelled) is raised
-        again too, once the session has kept what it did (``_take_in_cut``).
+        again too, once the session has kept what it did (``_take_in_cut``);
+        a write refused because another owner took the turn over, as a
+        ``StaleRunError`` that says so (``session_owners.taken_over``).
         """
         try:
             result = run.finish()
@@ -345,9 +348,12 @@ class Session(StoredTurns):
             if quiet:
                 return exc.result
             raise
-        except BaseException:
+        except BaseException as exc:
             self._take_in_cut(run)
-            raise
+            told = taken_over(run, exc)
+            if told is exc:
+                raise
+            raise told from exc
         self._take_in(result)
         return result
 
@@ -363,7 +369,10 @@ class Session(StoredTurns):
         except BaseException as exc:
             await astop_cut(run, exc)
             self._take_in_cut(run)
-            raise
+            told = taken_over(run, exc)
+            if told is exc:
+                raise
+            raise told from exc
         self._take_in(result)
         return result
 
