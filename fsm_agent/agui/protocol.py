@@ -1,7 +1,8 @@
 """What an AG-UI request asks for, and how a turn's end is told: its outcome, usage, interrupts and stop.
 
 The request side: the user's text is the last message of ``RunAgentInput``
-(the thread's earlier messages are the store's, not the client's), and a
+(the thread's earlier messages are the store's, not the client's; its text
+parts as paragraphs, ``PART_BREAK``, any other part refused), and a
 ``resume`` list answers the interrupts of a paused turn, one decision per
 held-back tool call.  The answer side: every way a turn can end becomes the
 one terminal event AG-UI has for it: ``RUN_FINISHED`` with a success,
@@ -46,12 +47,28 @@ DECISION_SCHEMA: dict[str, Any] = {
 """The ``resume`` payload an interrupt asks for: ``{"approved": true}``, or false with the reason told to the model."""
 
 
+PART_BREAK = "\n\n"
+"""What stands between a user message's text parts in the turn's text: a blank line, each part a block of its own.
+
+Why: AG-UI's parts are an ordered list of separate parts (the same parts a
+tool result carries), which a UI builds from separate pieces (the typed
+question, a quoted selection, an instruction it adds); joined as sent,
+``["2+3?", "In French."]`` would reach the model as ``"2+3?In French."``.
+A ``Message`` holds one text, so the parts become its paragraphs, in order,
+each as sent; an empty part adds no paragraph.
+"""
+
+
 class RequestError(ValueError):
     """A request the adapter cannot serve (no user text, a resume payload it cannot read); the message says why."""
 
 
 def user_text(run_input: RunAgentInput) -> str:
-    """The new turn's text: the last message, which must be the user's, its text parts joined."""
+    """The new turn's text: the last message, which must be the user's, its text parts joined by ``PART_BREAK``.
+
+    A part the agent cannot take (an image, audio, a video, a document) is
+    refused, naming its type, rather than dropped.
+    """
     if not run_input.messages or not isinstance(run_input.messages[-1], UserMessage):
         last = run_input.messages[-1].role if run_input.messages else "none"
         msg = f"a new turn needs the user's message last in RunAgentInput.messages (the last is {last})"
@@ -63,7 +80,7 @@ def user_text(run_input: RunAgentInput) -> str:
     if kinds:
         msg = f"the agent takes text only; the user's message holds {', '.join(kinds)} parts"
         raise RequestError(msg)
-    return "".join(part.text for part in content if isinstance(part, TextPart))
+    return PART_BREAK.join(part.text for part in content if isinstance(part, TextPart) and part.text)
 
 
 def decisions(resume: list[ResumeEntry]) -> dict[str, bool | str]:

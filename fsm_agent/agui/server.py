@@ -172,6 +172,8 @@ class AgUiApp:
         agent: Agent | None = None
         before = NOTHING_SPENT
         try:
+            # Read first: a request the agent cannot take (an image part) is refused before anything is built.
+            text = "" if run_input.resume else user_text(run_input)
             agent = self._agent_for(run_input)
             relay.watch(agent)
             deps = await self._deps_for(run_input)
@@ -182,7 +184,7 @@ class AgUiApp:
                 result = await session.aresume(approvals, cancel=token, deps=deps)
             else:
                 # The runId is kept with the turn: the same request again is answered from it (Session.run).
-                result = await session.arun(user_text(run_input), cancel=token, request_id=run_id, deps=deps)
+                result = await session.arun(text, cancel=token, request_id=run_id, deps=deps)
         except AgentLoopError as stop:
             relay.close()
             push(stopped(thread, run_id, stop, less(stop.result.usage, before)))

@@ -14,11 +14,11 @@ def _input(*messages: dict[str, object]) -> RunAgentInput:
 
 
 def test_the_turns_text_is_the_last_user_message_its_text_parts_joined() -> None:
-    """Plain content is taken as it is; text parts are joined; earlier messages are the store's business."""
+    """Plain content is taken as it is; text parts become paragraphs; earlier messages are the store's business."""
     earlier = {"id": "0", "role": "assistant", "content": "ignored"}
     assert user_text(_input(earlier, {"id": "1", "role": "user", "content": "hello"})) == "hello"
     parts = [{"type": "text", "text": "two "}, {"type": "text", "text": "parts"}]
-    assert user_text(_input({"id": "1", "role": "user", "content": parts})) == "two parts"
+    assert user_text(_input({"id": "1", "role": "user", "content": parts})) == "two \n\nparts"
     with pytest.raises(RequestError, match="the last is none"):
         user_text(_input())
 
