@@ -4,8 +4,9 @@ A recording holds, for each model call, the request the agent made (the
 messages sent, the tool schemas, the output schema) with a canonical hash,
 and the reply; each tool call with its arguments and result (and, for
 runs stored since it was kept, ``held``: whether it waited for a person's
-decision, an optional field of version 1); the run's
-trace, steps, limits and outcome; and the runs of its sub-agents, nested
+decision, an optional field of version 1); the run's trace, steps, limits
+and outcome (``unfinished``, optional too: the call its last stop cut off,
+which a replay cuts again); and the runs of its sub-agents, nested
 under the id of the call they answered.  It is built from what the store
 keeps (the snapshot's ``io``, see ``fsm_agent.core.exchanges``), so a run
 stored before calls were kept has no requests to export.  It holds what the
@@ -99,6 +100,8 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         "carried": data.get("carried") or [],
         "carried_down": data.get("carried_down") or [],
     }
+    if data.get("unfinished") is not None:  # the call its last stop cut off (a cancel, a deadline): a replay cuts it
+        kept["unfinished"] = data["unfinished"]
     if data.get("forked_from") is not None:  # a fork's source run and the transition it was taken after
         kept["forked_from"] = data["forked_from"]
     return kept
@@ -234,7 +237,7 @@ def check_recording(data: dict[str, Any]) -> None:
     if missing:
         msg = f"recording lacks {', '.join(missing)}"
         raise RecordingError(msg)
-    for name in ("run_id", "state", "reason", "final"):
+    for name in ("run_id", "state", "reason", "final", "unfinished"):
         _text_or_null(data.get(name), name)
     forked_from = data.get("forked_from")
     if forked_from is not None and not _fork_origin(forked_from):

@@ -32,10 +32,12 @@ the recording holds.  The replay's clock stands still, and its cancel token
 is never cancelled, except where the recorded run met them: just before each
 transition where it stopped with ``timeout`` (or finalized on it) the clock
 passes the run's ``timeout``, and just before each where it stopped with
-``cancelled`` the token is cancelled (``_Outside``), so such a stop replays
-as one.  A run cancelled by cancelling the task that drove it, while a call
-was in flight (a ``cancelled`` stop on an ``interrupted`` edge), cannot be:
-it departs there.
+``cancelled`` the token is cancelled (``RecordedOutside``), so such a stop
+replays as one.  Where the recorded run's task was cancelled with a call due
+(a ``cancelled`` stop on an ``interrupted`` edge: a bare ``task.cancel()``
+mid-call, a stream's reader gone), the replay is taken there a transition at
+a time and cut as it was (``RecordedCuts``), the call unmade, so it replays
+past the resume to the recorded end.
 """
 
 from __future__ import annotations
@@ -48,13 +50,12 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import attrs
 
-from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.exchanges import message_from
 from fsm_agent.drivers.rebuild import decisions, resumed_as_recorded
 from fsm_agent.errors import AgentLoopError, FsmAgentError, SnapshotError
 from fsm_agent.persist.recording import read_recording, recording_of
 from fsm_agent.records import RunResult, Transition
-from fsm_agent.testing.recorded import Departure, RecordedHolds, RecordedModel, RecordedTools
+from fsm_agent.testing.recorded import Departure, RecordedHolds, RecordedModel, RecordedOutside, RecordedTools
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
@@ -139,6 +140,9 @@ def replay(
     while onward is not None:
         handle = outside.run = onward
         try:
+            while outside.cuts.ahead(handle):
+                handle.advance()
+            outside.cuts.take(handle)
             result = handle.finish()
         except AgentLoopError as stop:
             result = stop.result
@@ -181,6 +185,9 @@ async def areplay(
     while onward is not None:
         handle = outside.run = onward
         try:
+            while outside.cuts.ahead(handle):
+                await handle.aadvance()
+            await outside.cuts.atake(handle)
             result = await handle.afinish()
         except AgentLoopError as stop:
             result = stop.result
@@ -189,7 +196,7 @@ async def areplay(
 
 
 def _onward(
-    handle: AgentRun, result: RunResult, data: dict[str, Any], player: RecordedModel, outside: _Outside
+    handle: AgentRun, result: RunResult, data: dict[str, Any], player: RecordedModel, outside: RecordedOutside
 ) -> AgentRun | None:
     """The replay taken on as the recorded run was: decided where it paused, resumed where it stopped; else None.
 
@@ -220,75 +227,9 @@ def _onward(
     return None if resumed is None else resumed[0]
 
 
-_AFTER_CALL = ("tool_done", "finalize")
-"""The triggers of a stop from ``ExecuteTool`` that the recorded run saw once the call it closes had come back."""
-
-
-class _Outside:
-    """What the recorded run met from outside the machine, met again by its replay just before the same transitions.
-
-    A replay's calls come back at once, so its clock would never reach a
-    recorded deadline, nor would anybody cancel its token.  ``clock`` stands
-    still but for passing the run's ``timeout`` at each transition where the
-    recorded run stopped on it (or finalized on it), and ``token()`` (a
-    recording that stopped with ``cancelled`` only) is cancelled at each where
-    it stopped with ``cancelled``.  "Just before" that transition: once the
-    call it closes came back, for a stop after a tool call; at once for any
-    other, so a stop before a call (``expired``) is taken without making it.
-    The transition comes next when the run being replayed (``run``) holds as
-    many transitions as its index.
-    """
-
-    def __init__(self, trace: list[dict[str, Any]]) -> None:
-        self.stops: dict[int, tuple[str, bool]] = {}  # index: (reason, whether the call before it must be back)
-        for index, entry in enumerate(trace):
-            dest, trigger, reason = entry["dest"], entry["trigger"], entry.get("reason")
-            if trigger == "finalize" and entry.get("guard") == "finalize_on_timeout":
-                reason = "timeout"
-            elif dest != "Failed" or trigger == "interrupted":
-                continue
-            if reason in ("timeout", "cancelled"):
-                self.stops[index] = (reason, entry["source"] == "ExecuteTool" and trigger in _AFTER_CALL)
-        self.run: AgentRun | None = None
-        self.holds: RecordedHolds | None = None  # a person's decisions: the agent's approve= against the recorded
-        self.now = 0.0
-        self._met: set[int] = set()
-        self._token: CancelToken | None = None
-
-    def token(self) -> CancelToken | None:
-        """A fresh cancel token for the next run of the replay (a resumed one too); None if no cancel was recorded."""
-        if not any(reason == "cancelled" for reason, _ in self.stops.values()):
-            return None
-        self._token = CancelToken()
-        return self._token
-
-    def clock(self) -> float:
-        """The replay's time, in seconds since it started: still, but past the deadline where the recorded run was."""
-        run = self.run
-        if run is None:
-            return self.now
-        index = len(run.trace)
-        stop = self.stops.get(index)
-        if stop is None or index in self._met:
-            return self.now
-        reason, after_call = stop
-        if after_call:
-            pending, ran = run.position.calls.pending, run.position.calls.ran
-            if not pending or pending[0].id not in ran:
-                return self.now  # the tool call this transition closes has not come back yet
-        self._met.add(index)
-        if reason == "timeout":
-            timeout = run.limits.timeout
-            if timeout is not None:
-                self.now = max(self.now, timeout)
-        elif self._token is not None:
-            self._token.cancel("the recorded run was cancelled here")
-        return self.now
-
-
 def _prepare(
     agent: Agent, recording: Recording, strict: bool, model: Model | None, tools: str, deps: Any
-) -> tuple[dict[str, Any], AgentRun, RecordedModel, _Outside]:
+) -> tuple[dict[str, Any], AgentRun, RecordedModel, RecordedOutside]:
     """The recording read, and the recorded run started again on a copy of ``agent`` that answers from it."""
     if not strict and model is None:
         msg = "replay(strict=False) needs model=, the live model that answers past a divergence"
@@ -299,7 +240,7 @@ def _prepare(
     data = read_recording(recording)
     output = None if agent.output is None else agent.output.request
     player = RecordedModel(data, output, None if strict else model)
-    outside = _Outside(data["trace"])
+    outside = RecordedOutside(data, player)
     double = copy.copy(agent)
     double.model = player
     double.settings = attrs.evolve(agent.settings, clock=outside.clock)
