@@ -19,6 +19,7 @@ import argparse
 import ipaddress
 import socket
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,21 @@ def _agent(spec: str) -> Any:
     return built(imported(spec))
 
 
+def _stopping_server(base: type[Any], stopping: threading.Event) -> type[Any]:
+    """uvicorn's ``Server`` that sets ``stopping`` as its shutdown begins, so the runs followed live end first.
+
+    A page open on a paused run keeps its event stream open: without this,
+    the graceful shutdown's second ran out and cut it, printing a traceback.
+    """
+
+    class Stopping(base):  # type: ignore[misc]
+        async def shutdown(self, sockets: Any = None) -> None:
+            stopping.set()
+            await super().shutdown(sockets)
+
+    return Stopping
+
+
 def main(args: argparse.Namespace) -> int:
     """Serve the viewer until Ctrl-C; exit 0, or 1 for a set-up error."""
     try:
@@ -217,8 +233,10 @@ def main(args: argparse.Namespace) -> int:
         store.close()
         print(f"error: ui: {exc}", file=sys.stderr)
         return EXIT_SETUP
+    stopping = threading.Event()
     app = create_app(
         store,
+        stopping=stopping,
         table=table,
         allow_decisions=args.allow_decisions,
         hosts=hosts,
@@ -236,7 +254,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"fsm_agent ui: {shown} ({mode}); Ctrl-C stops", flush=True)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
     try:
-        uvicorn.Server(config).run(sockets=[server])
+        _stopping_server(uvicorn.Server, stopping)(config).run(sockets=[server])
     finally:
         server.close()
         store.close()

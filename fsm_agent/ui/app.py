@@ -20,12 +20,11 @@ the store's index alone.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable, Sequence
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -35,12 +34,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fsm_agent import TABLE, DecisionError, SnapshotError, Table
+from fsm_agent.core.approval import check_decision_value
 from fsm_agent.persist.cursor import Order, RunCursor
 from fsm_agent.persist.store import StoredRun, filter_text
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
-from fsm_agent.ui.answers import JSONText, event_data
+from fsm_agent.ui.answers import JSONText
 from fsm_agent.ui.forks import NO_AGENT, fork_routes, refused_post
 from fsm_agent.ui.listing import UNPAGED, page_answer, page_start
+from fsm_agent.ui.live import follow
 from fsm_agent.ui.replay import digest
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ def create_app(
     poll: float = 0.5,
     agent: Agent | None = None,
     agent_spec: str | None = None,
+    stopping: threading.Event | None = None,
 ) -> ASGIApp:
     """The viewer over ``store``: pages ``/`` (the runs), ``/run?id=`` (one run), ``/compare``; the API under ``/api``.
 
@@ -158,6 +160,7 @@ def create_app(
     ``poll`` how often (seconds) a followed run is read again.  With
     ``agent``, a run can be re-run from any of its transitions (``forks.py``);
     ``agent_spec``, its ``MODULE:FUNCTION``, is what a run saved as a test imports.
+    ``stopping``, set as the server stops, ends the runs followed live (``live.py``).
     """
     if (allow_decisions or agent is not None) and hosts is None:
         # A DNS-rebound page is its own origin on any Host: with every Host answered, it could decide or re-run.
@@ -172,7 +175,15 @@ def create_app(
         Route("/", page),
         Route("/run", page),
         Route("/compare", page),
-        *_read_routes(store, table, store_name, poll, allow_decisions=allow_decisions, can_fork=agent is not None),
+        *_read_routes(
+            store,
+            table,
+            store_name,
+            poll,
+            stopping or threading.Event(),
+            allow_decisions=allow_decisions,
+            can_fork=agent is not None,
+        ),
         *_decision_routes(store, table, allow_decisions),
         *fork_routes(store, table, agent, agent_spec),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -181,7 +192,14 @@ def create_app(
 
 
 def _read_routes(
-    store: Runs, table: Table, store_name: str, poll: float, *, allow_decisions: bool, can_fork: bool
+    store: Runs,
+    table: Table,
+    store_name: str,
+    poll: float,
+    stopping: threading.Event,
+    *,
+    allow_decisions: bool,
+    can_fork: bool,
 ) -> list[Route]:
     """The API's reading routes: the viewer's settings, the machine's drawing, the list, one run, a run followed."""
     drawing: list[bytes] = []
@@ -247,7 +265,7 @@ def _read_routes(
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
         return StreamingResponse(
-            _follow(store, run_id, table, poll, request.is_disconnected),
+            follow(store, run_id, table, poll, request.is_disconnected, stopping, run_view),
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
         )
@@ -272,14 +290,11 @@ def _decision_routes(store: Runs, table: Table, allow_decisions: bool) -> list[R
             return refusal
         run_id = request.query_params.get("id", "")
         try:
-            body = await request.json()
-            call_id, approve, why = str(body["call_id"]), body["approve"], str(body.get("why") or "").strip()
-            if not isinstance(approve, bool):
-                raise TypeError("approve must be true or false")  # noqa: TRY301 - one answer for every bad body
+            call_id, decision = _decision(await request.json())
         except (ValueError, KeyError, TypeError) as exc:
             return _error(f"a decision is {{call_id, approve: true|false, why}}: {exc}", 400)
         try:
-            data = await run_in_threadpool(_record, store, run_id, call_id, True if approve else (why or False))
+            data = await run_in_threadpool(_record, store, run_id, call_id, decision)
         except KeyError:
             return _error(f"no run {run_id!r} in this store", 404)
         except SnapshotError as exc:
@@ -289,6 +304,23 @@ def _decision_routes(store: Runs, table: Table, allow_decisions: bool) -> list[R
         return JSONText(await run_in_threadpool(run_view, store, run_id, data, table))
 
     return [Route("/api/decide", decide, methods=["POST"])]
+
+
+def _decision(body: Any) -> tuple[str, bool | str]:
+    """The call id and decision a request's JSON body holds; ``TypeError`` or ``ValueError`` saying what is wrong.
+
+    Checked whole before the store is asked, so a body that is not a
+    decision is a 400 and changes nothing: a reason that is not text is not
+    turned into one, nor a call id that is not text into a call's name.
+    """
+    call_id, approve, why = body["call_id"], body["approve"], body.get("why")
+    for name, value, kind in (("call_id", call_id, str), ("approve", approve, bool), ("why", why, str | None)):
+        if not isinstance(value, kind):
+            wanted = "true or false" if kind is bool else "text"
+            raise TypeError(f"{name} must be {wanted}, got {type(value).__name__}")
+    decision = True if approve else ((why or "").strip() or False)
+    check_decision_value(decision)  # a reason that reads as an approval: the person meant the other button
+    return call_id, decision
 
 
 def _record(store: Runs, run_id: str, call_id: str, decision: bool | str) -> dict[str, Any]:
@@ -360,41 +392,3 @@ def _standing(data: dict[str, Any] | SnapshotError | None, table: Table) -> dict
         "reason": data.get("reason"),
         "paused": bool(data.get("paused")),
     }
-
-
-async def _follow(store: Runs, run_id: str, table: Table, poll: float, gone: Callable[[], Any]) -> AsyncIterator[str]:
-    """Server-sent events: the run's digest each time it changes; ``end`` once it is in a terminal state."""
-    last: tuple[Any, ...] | None = None
-    quiet = 0.0
-    while not await gone():
-        try:
-            data = await run_in_threadpool(store.load, run_id)
-        except KeyError:
-            yield "event: gone\ndata: {}\n\n"
-            return
-        except SnapshotError as exc:
-            yield f"event: corrupted\ndata: {event_data({'error': str(exc)})}\n\n"
-            return
-        key = (
-            data.get("state"),
-            len(data.get("trace") or ()),
-            len(data.get("messages") or ()),
-            bool(data.get("paused")),
-            json.dumps(data.get("approvals"), sort_keys=True),
-        )
-        if key != last:
-            last, quiet = key, 0.0
-            try:
-                page = await run_in_threadpool(run_view, store, run_id, data, table)
-            except SnapshotError as exc:  # the rows are there, but the snapshot they add up to is not a run's
-                yield f"event: corrupted\ndata: {event_data({'error': str(exc)})}\n\n"
-                return
-            yield f"data: {event_data(page)}\n\n"
-            if str(data.get("state")) in {str(state) for state in table.terminal}:
-                yield "event: end\ndata: {}\n\n"
-                return
-        elif quiet >= 15:
-            quiet = 0.0
-            yield ": still following\n\n"  # a comment line keeps proxies from closing a quiet stream
-        await anyio.sleep(poll)
-        quiet += poll

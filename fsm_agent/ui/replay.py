@@ -22,7 +22,7 @@ from typing import Any
 from fsm_agent import TABLE, State, Table, Transition
 from fsm_agent.core import snapshot as snapshots
 from fsm_agent.definition.run import Run
-from fsm_agent.persist.store import fork_origin
+from fsm_agent.persist.store import VERSION_KEY, fork_origin
 from fsm_agent.render.model import diagram_edges, row_index
 
 MODEL_EDGES = frozenset({"replied"})
@@ -239,6 +239,8 @@ def digest(run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str,
     raw = data.get("counters") or {}
     return {
         "run_id": run_id,
+        # The stored version this page was read at: two pages of one version are the same run, a later one is newer.
+        "version": data.get(VERSION_KEY),
         "state": state,
         "reason": data.get("reason"),
         "paused": paused,
