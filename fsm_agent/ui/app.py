@@ -265,7 +265,15 @@ def _read_routes(
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
         return StreamingResponse(
-            follow(store, run_id, table, poll, request.is_disconnected, stopping, run_view),
+            follow(
+                store.load,
+                run_id,
+                table,
+                poll,
+                request.is_disconnected,
+                stopping,
+                lambda data: run_view(store, run_id, data, table),
+            ),
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
         )

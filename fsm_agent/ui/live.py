@@ -15,16 +15,13 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from starlette.concurrency import run_in_threadpool
 
 from fsm_agent import SnapshotError, Table
 from fsm_agent.ui.answers import event_data
-
-if TYPE_CHECKING:
-    from fsm_agent.ui.app import Runs
 
 QUIET = 15.0
 """Seconds without a change after which a comment line is sent, so no proxy closes a quiet stream."""
@@ -33,20 +30,23 @@ SLICE = 0.05
 
 
 async def follow(
-    store: Runs,
+    load: Callable[[str], dict[str, Any]],
     run_id: str,
     table: Table,
     poll: float,
     gone: Callable[[], Any],
     stopping: threading.Event,
-    view: Callable[[Runs, str, dict[str, Any], Table], dict[str, Any]],
+    view: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> AsyncIterator[str]:
-    """Server-sent events: the run's page (``view``) each time it changes; ``end`` once it is in a terminal state."""
+    """Server-sent events: the run's page (``view`` of its stored data) each time it changes; ``end`` once it ends.
+
+    ``load`` reads the stored run (the store's ``load``), off the event loop.
+    """
     last: tuple[Any, ...] | None = None
     quiet = 0.0
     while not stopping.is_set() and not await gone():
         try:
-            data = await run_in_threadpool(store.load, run_id)
+            data = await run_in_threadpool(load, run_id)
         except KeyError:
             yield "event: gone\ndata: {}\n\n"
             return
@@ -63,7 +63,7 @@ async def follow(
         if key != last:
             last, quiet = key, 0.0
             try:
-                page = await run_in_threadpool(view, store, run_id, data, table)
+                page = await run_in_threadpool(view, data)
             except SnapshotError as exc:  # the rows are there, but the snapshot they add up to is not a run's
                 yield f"event: corrupted\ndata: {event_data({'error': str(exc)})}\n\n"
                 return
