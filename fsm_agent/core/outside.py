@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
+
 from fsm_agent.core.ledger import answer_unexecuted, count_cut_child
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
@@ -21,6 +23,19 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
 from fsm_agent.definition.table import RESUME
 from fsm_agent.records import ChildOutcome, Transition
+from fsm_agent.tools import ToolResult
+
+
+@attrs.frozen
+class CutWithRun(ToolResult):
+    """No outcome: a sub-agent call whose child the cancel token it shares with this run stopped, cut with the run.
+
+    Why: the cancel is the run's stop, not the child's answer (``child_runs``).
+    The call stays pending, counted as a cut (``spent``; ``child``: the part
+    not counted yet), and the run stops ``cancelled``; a resume makes it again.
+    """
+
+    spent: ChildOutcome | None = None
 
 
 class OutsideEvents:

@@ -26,7 +26,7 @@ from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
 from fsm_agent.core.late_decisions import on_ended_run
 from fsm_agent.core.output import Invalid
-from fsm_agent.core.outside import OutsideEvents
+from fsm_agent.core.outside import CutWithRun, OutsideEvents
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.settings import AgentSettings
 from fsm_agent.definition.guards import HOLDS
@@ -36,6 +36,7 @@ from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import (
     CHECK,
     DISPATCH,
+    INTERRUPTED,
     MODEL_FAILED,
     REPLIED,
     START,
@@ -48,6 +49,8 @@ from fsm_agent.records import ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
 
 _START = (AwaitModel, START)
+
+
 _NOWHERE: frozenset[State] = frozenset()
 
 
@@ -55,6 +58,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     """The pure core of one run; every driver carries out its effects."""
 
     __slots__ = (
+        "_cut",
         "_messages",
         "_replied",
         "_start",
@@ -97,6 +101,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self._replied: str | None = None
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
         self._start: Row | None = None
+        self._cut: tuple[str, ...] = ()  # sub-agent calls cut with the run (CutWithRun), until step() stops there
         ExchangeLog.__init__(self)
 
     # --- what is needed -------------------------------------------------------------------------------------
@@ -308,6 +313,11 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if not (pending and pending[0].id == call.id) and not any(waiting.id == call.id for waiting in pending):
             msg = f"no pending tool call has id {call.id!r}"
             raise RunStateError(msg)
+        if isinstance(outcome, CutWithRun):
+            if outcome.spent is not None and outcome.child is not None:  # child_runs builds it whole
+                self.children_cut({call.id: (outcome.spent, outcome.child)})
+            self._cut = (*self._cut, call.id)
+            return
         self.run.calls.ran[call.id] = outcome
         self._log_tool(call, outcome)
 
@@ -335,6 +345,9 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         elif state in TERMINAL:
             msg = f"the run already finished in {state} (reason {run.at.reason!r}); start a new run"
             raise RunStateError(msg)
+        elif self._cut and run.calls.pending[0].id in self._cut:
+            cut, self._cut = run.calls.pending[0].id, ()
+            return self.interrupt(INTERRUPTED, cut)  # the cancel cut a sub-agent call: the run stops with it
         else:
             self._replay_tool()
             trigger = TOOL_DONE

@@ -23,13 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.child_spend import (
     Shares,
     beyond,
     calls_of,
+    cut_by_cancel,
+    cut_record,
+    cut_with_parent,
     fly,
+    landed,
     shared,
     shares,
     spent_by,
@@ -176,14 +181,14 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
         data = stored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
-    share = shares(parent)
+    share, again = shares(parent), cut_by_cancel(parent, call, run_id)
     used_up = _used_up(share)
-    if used_up is not None and not _finished(data):
+    if used_up is not None and not _finished(data, again):
         return run_id, _not_run(child, run_id, parent, used_up), False
     limits = _limits(parent, child.agent, with_lent_back(parent, call, run_id, data, share))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
-    return run_id, _taken_over(child, store, run_id, data, parent, limits), False
+    return run_id, _taken_over(child, store, run_id, data, parent, limits, again), False
 
 
 async def _abegin(
@@ -199,14 +204,14 @@ async def _abegin(
         data = await astored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
-    share = shares(parent)
+    share, again = shares(parent), cut_by_cancel(parent, call, run_id)
     used_up = _used_up(share)
-    if used_up is not None and not _finished(data):
+    if used_up is not None and not _finished(data, again):
         return run_id, _not_run(child, run_id, parent, used_up), False
     limits = _limits(parent, child.agent, with_lent_back(parent, call, run_id, data, share))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
-    return run_id, await _ataken_over(child, store, run_id, data, parent, limits), False
+    return run_id, await _ataken_over(child, store, run_id, data, parent, limits, again), False
 
 
 def _named(parent: RunBase, call: ToolCall) -> tuple[str, dict[str, str]]:
@@ -232,9 +237,16 @@ def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
     return renamed
 
 
-def _finished(data: dict[str, Any] | None) -> bool:
-    """Whether a stored child (None: none stored) finished, so its result is read back, never run again."""
-    return data is not None and data.get("state") in FINISHED and not data.get("paused")
+def _finished(data: dict[str, Any] | None, again: bool = False) -> bool:
+    """Whether a stored child (None: none stored) finished, so its result is read back, never run again.
+
+    ``again``: the parent's cancel cut this call (``cut_by_cancel``), so a
+    child that stopped ``cancelled`` stopped with its parent, not of itself:
+    it is resumed, as the parent is, from where it stopped.
+    """
+    if data is None or data.get("state") not in FINISHED or data.get("paused"):
+        return False
+    return not (again and data.get("state") == "Failed" and data.get("reason") == "cancelled")
 
 
 def _new_run(
@@ -268,7 +280,7 @@ def _deps(parent: RunBase, child: ChildTool) -> Any:
 
 
 def _taken_over(
-    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits
+    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: bool
 ) -> AgentRun | ReadBack:
     """The stored child's result if it finished, else its run resumed here once nobody else holds it.
 
@@ -284,7 +296,7 @@ def _taken_over(
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * traits(store).lease
     while True:
-        if _finished(data):
+        if _finished(data, again):
             return _read_back(agent, run_id, data)
         try:
             return agent.resume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
@@ -294,7 +306,7 @@ def _taken_over(
 
 
 async def _ataken_over(
-    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits
+    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: bool
 ) -> AgentRun | ReadBack:
     """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
@@ -304,7 +316,7 @@ async def _ataken_over(
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * traits(store).lease
     while True:
-        if _finished(data):
+        if _finished(data, again):
             return _read_back(agent, run_id, data)
         try:
             return await agent.aresume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
@@ -349,7 +361,7 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
         result = begun.finish()
     except AgentLoopError as stop:
         result = stop.result
-    return _outcome(child, result, spent_in(run_id, result, calls_of(begun)), counted)
+    return _ended(parent, child, call, result, spent_in(run_id, result, calls_of(begun)), counted)
 
 
 async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
@@ -371,4 +383,26 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         result = await begun.afinish()
     except AgentLoopError as stop:
         result = stop.result
-    return _outcome(child, result, spent_in(run_id, result, calls_of(begun)), counted)
+    return _ended(parent, child, call, result, spent_in(run_id, result, calls_of(begun)), counted)
+
+
+def _ended(
+    parent: RunBase,
+    child: ChildTool,
+    call: ToolCall,
+    result: RunResult,
+    spent: ChildOutcome,
+    counted: ChildOutcome | None,
+) -> ToolResult:
+    """The call's outcome from its child's ended run; none (``CutWithRun``) if the parent's cancel stopped the child.
+
+    Why none: the cancel is the parent's stop, not the child's answer.  The
+    call stays pending, as one the parent's deadline cut, what the child
+    spent is counted once (its tool calls with the call's outcome:
+    ``cut_record``), and the parent's resume resumes the child.
+    """
+    if not cut_with_parent(parent, result):
+        return _outcome(child, result, spent, counted)
+    landed(parent, call)  # no longer in flight: a later cut of the parent must not count it again
+    kept, uncounted = cut_record(spent, counted)
+    return CutWithRun("", child=uncounted, spent=kept)

@@ -179,6 +179,19 @@ def beyond(whole: ChildOutcome, counted: ChildOutcome | None) -> ChildOutcome:
     )
 
 
+def cut_record(spent: ChildOutcome, counted: ChildOutcome | None) -> tuple[ChildOutcome, ChildOutcome]:
+    """What a cut of a sub-agent call keeps of its child's ``spent``, and the part of that not counted yet.
+
+    The child's tool calls are left for the call's outcome (beyond what an
+    earlier cut of it counted): a parent counts them with the step that
+    records the call, and a loaded snapshot is checked so (more tool calls
+    than tool steps only beside a step naming a child), so a cut that
+    counted them made the stopped parent's snapshot refuse to load.
+    """
+    kept = attrs.evolve(spent, tool_calls=0 if counted is None else counted.tool_calls)
+    return kept, beyond(kept, counted)
+
+
 def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
     """Two spends added up, under ``one``'s run id (a cost unknown in either is unknown)."""
     cost = None if one.cost is None or other.cost is None else round(one.cost + other.cost, 12)
@@ -212,11 +225,39 @@ def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome |
     kept = {call_id: read for call_id, read in flying.items() if call_id in pending and call_id not in ran}
 
     def read() -> tuple[ChildOutcome, ChildOutcome]:
-        spent = spent_by(child)
-        return spent, beyond(spent, counted)
+        return cut_record(spent_by(child), counted)
 
     kept[call.id] = read
     parent._flying = kept  # noqa: SLF001
+
+
+def landed(parent: RunBase, call: ToolCall) -> None:
+    """``call``'s child came back: no longer in flight, so no cut of the parent reads its spend (``fly``)."""
+    flying = parent._flying  # noqa: SLF001 - the parent's driver hands over its own run
+    if flying and call.id in flying:
+        parent._flying = {call_id: read for call_id, read in flying.items() if call_id != call.id}  # noqa: SLF001
+
+
+def cut_by_cancel(parent: RunBase, call: ToolCall, run_id: str) -> bool:
+    """Whether the parent's last stop was ``cancelled`` with ``call``'s child ``run_id`` cut in flight.
+
+    Why: a cancel of the parent reaches its children through the token (or
+    the task) they share; the child's ``cancelled`` is then the parent's stop,
+    and the parent's resume lifts it for both.  A parent cut at its deadline
+    reads its child's stop back as it ended, as before.
+    """
+    run = parent.position
+    cut = run.calls.cut_children.get(call.id)
+    if cut is None or cut.run_id != run_id:
+        return False
+    stops = [entry.reason for entry in run.at.trace if entry.dest == "Failed"]
+    return bool(stops) and stops[-1] == "cancelled"
+
+
+def cut_with_parent(parent: RunBase, result: RunResult) -> bool:
+    """Whether the child's run stopped ``cancelled`` by the token it shares with the parent (cancelled now)."""
+    token = parent._cancel  # noqa: SLF001 - the parent's driver hands over its own run
+    return result.reason == "cancelled" and token is not None and token.cancelled
 
 
 @attrs.frozen
