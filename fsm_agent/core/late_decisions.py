@@ -69,7 +69,7 @@ def _became_of(run: Run, call_id: str, given: bool | str, held: Callable[[ToolCa
     answer = next((m for m in own[at + 1 :] if m.role == "tool" and m.tool_call_id == call_id), None)
     made = any(isinstance(x, ToolExchange) and x.id == call_id for x in run.talk.io)
     if made:
-        stood: bool | str | None = True if held is not None and held(call) else None
+        stood: bool | str | None = True if _held_back(held, call) else None
         done = "approved and made" if stood is True else "made (it needed no decision)"
     elif (reason := _rejection(call, answer)) is not None:
         stood = reason
@@ -81,6 +81,21 @@ def _became_of(run: Run, call_id: str, given: bool | str, held: Callable[[ToolCa
     if stood is not None and not same_decision(stood, given):
         said += f", and a decision holds: this one ({describe_decision(given)}) was not taken"
     return said
+
+
+def _held_back(held: Callable[[ToolCall], bool] | None, call: ToolCall) -> bool:
+    """Whether the agent's rule holds ``call`` back; False if it has none, or if it raised.
+
+    Why False on a raise: the rule is the user's code, asked here only to word
+    a refusal; its failure must not replace the refusal (a resume's
+    ``ValueError``) with a bare exception, and the call was made either way.
+    """
+    if held is None:
+        return False
+    try:
+        return bool(held(call))
+    except Exception:  # noqa: BLE001 - the user's predicate: the refusal is worded without it
+        return False
 
 
 def _rejection(call: ToolCall, answer: Message | None) -> str | bool | None:

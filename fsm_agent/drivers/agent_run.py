@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
+from fsm_agent.core.approval import rule_name
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.late_decisions import too_late
 from fsm_agent.definition.derived import describe_resumable
@@ -98,7 +99,16 @@ class AgentRun(SyncDriver, AsyncDriver):
             deps=deps,
         )
         run._resumes = True  # its call events say the run was under way (a run cut before its first transition too)
-        run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
+        try:
+            run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
+        except Exception as exc:
+            # Asked before anything is claimed: the user's error is raised as it is, the run left as it was.
+            assert run.stepper.approve is not None  # gate() asks nothing without a predicate
+            exc.add_note(
+                f"raised by {rule_name(run.stepper.approve)} while resuming run {run.run_id or '(no id)'}: "
+                "nothing was claimed, written or called; resume it again once the predicate answers"
+            )
+            raise
         if position.at.state is State.Done:
             msg = "the run finished in Done; there is nothing to resume"
             if isinstance(approvals, Mapping) and approvals:
