@@ -111,6 +111,25 @@ def check_texts(data: dict[str, Any]) -> None:
         if not isinstance(value := data.get(name), dict):
             msg = f"snapshot field {name} must be an object, got {_shown(value)}"
             raise SnapshotError(msg)
+    request_turns(data)
+
+
+def request_turns(data: dict[str, Any]) -> dict[str, int]:
+    """A session's turn's ``request_turns``: the request ids its earlier turns took, by turn number (none: {}).
+
+    Why checked: ``Session.run`` answers a request sent again from the turn
+    named here, so a number of the wrong kind would load another turn, or
+    none.  Snapshots written before the field have none.
+    """
+    value = data.get("request_turns")
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and type(n) is int and n >= 1 for k, n in value.items()
+    ):
+        msg = f"snapshot field request_turns must map request ids to turn numbers >= 1, got {_shown(value)}"
+        raise SnapshotError(msg)
+    return dict(value)
 
 
 def message(data: dict[str, Any]) -> Message:

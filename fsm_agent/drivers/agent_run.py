@@ -16,6 +16,7 @@ from fsm_agent.core import snapshot
 from fsm_agent.core.approval import rule_name
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.late_decisions import too_late
+from fsm_agent.core.snapshot_fields import request_turns
 from fsm_agent.definition.derived import describe_resumable
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -99,6 +100,8 @@ class AgentRun(SyncDriver, AsyncDriver):
             deps=deps,
         )
         run._resumes = True  # its call events say the run was under way (a run cut before its first transition too)
+        if run._journal is not None and (turns := request_turns(data)):
+            run._journal.name_requests(turns)  # a session's turn keeps the request ids its session's turns took
         try:
             run.stepper.gate()  # this agent's approve= holds back calls too, beside those the run already holds back
         except Exception as exc:

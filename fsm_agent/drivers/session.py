@@ -36,20 +36,19 @@ from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.cut_runs import adrop_cut, astop_cut
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.session_owners import taken_over
+from fsm_agent.drivers.session_requests import request_of
 from fsm_agent.drivers.session_turns import (
     StoredTurns,
     closed,
     kept_of,
     paused_message,
-    refuse_another_question,
     refuse_cut_decisions,
-    request_of,
     session_id_of,
 )
 from fsm_agent.drivers.stored import astore_for, awaited, store_for
 from fsm_agent.drivers.turn_lock import acquire
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import AgentLoopError, RunExistsError, RunStateError
+from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError, RunStateError
 from fsm_agent.records import Message, RunResult
 
 if TYPE_CHECKING:
@@ -75,7 +74,8 @@ class Session(StoredTurns):
     lease lapses, and refused (``RunLeasedError``) until then.  ``deps``
     reach every turn's tools (a turn's own ``deps=`` instead, if given).
     A turn taken with a ``request_id`` keeps it: the same request asked
-    again is answered from that turn, which is not taken twice (``run``).
+    again is answered from that turn, whichever it was, and nothing is
+    called again (``run``).
     The constructor reads the store with its sync methods; on an event loop,
     build the session with ``await Session.aopen(...)``, which awaits them.
     """
@@ -93,7 +93,9 @@ class Session(StoredTurns):
         self._messages: list[Message] = []
         self._turns = 0
         self._last: RunResult | None = None  # the last turn this object took, for a store-less resume
-        self._last_request: tuple[str, str] | None = None  # its request_id and text, for a store-less repeat
+        self._last_request: tuple[str, str] | None = None  # the request_id and text of the turn being taken
+        self._answers: dict[str, tuple[str, RunResult]] = {}  # a store-less session's answers, by request_id
+        self._carry: tuple[Mapping[str, int], str | None] = ({}, None)  # the request ids the next turn carries
         self._paused: str | None = None  # why no new turn may start: the last one waits for a decision
         # One lock for every turn of this object, sync or awaited, from any thread or event loop: an
         # asyncio.Lock would serve one loop only, and two locks would let a sync and an async turn interleave.
@@ -152,20 +154,23 @@ class Session(StoredTurns):
 
         ``request_id`` names the request asking for the turn (an AG-UI
         ``runId``, a web request's idempotency key) and is stored with it.
-        Asked again by a request whose turn is the session's last, no turn is
-        taken and nothing is called: that turn's result is returned as it was
-        (its stop raised again, if its policy raised it), a paused one
-        included; one still being taken is a ``RunLeasedError``, and one whose
-        owner died is finished first, as above, and is the answer.  A turn
-        that stopped ``cancelled`` answered nobody, so the same request takes
-        a new turn after it.  A ``request_id`` whose turn asked another
-        question than ``text`` is a ``ValueError`` naming both: another request.
+        Asked again by a request that took a turn, any turn of the session
+        (of the last ``session_requests.REQUESTS_KEPT`` that took one), no
+        turn is taken and nothing is called: that turn's result is returned as
+        it was (its stop raised again, if its policy raised it), a paused one
+        included.  Its turn still the last: one still being taken is a
+        ``RunLeasedError``, and one whose owner died is finished first, as
+        above, and is the answer.  A turn that stopped ``cancelled`` answered
+        nobody, so the same request takes a new turn after it.  A
+        ``request_id`` whose turn asked another question than ``text`` is a
+        ``ValueError`` naming both: another request; one whose turn the store
+        no longer holds (deleted) is a ``RunStateError``.
         """
         deps = self.deps if deps is None else deps
         request = request_of(request_id)
         with self._lock:
-            if self.store is None and self._repeats(request, text):
-                return self._again(self._last)
+            if self.store is None and (answered := self._answered_here(request, text)) is not None:
+                return self._again(answered)
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = self._catch_up(request=request)
@@ -176,7 +181,7 @@ class Session(StoredTurns):
                             continue
                         if self._repeated is not None:  # this request's own turn, its owner gone: its answer
                             return self._finished(taken)
-                        self._finished(taken, quiet=True)
+                        self._went_on_from(self._finished(taken, quiet=True))
                         self._finished_here(taken)
                     elif self._repeated is not None:
                         return self._again(stored_result(self.agent, self._repeated))
@@ -210,8 +215,8 @@ class Session(StoredTurns):
         request = request_of(request_id)
         await acquire(self._lock)
         try:
-            if self.store is None and self._repeats(request, text):
-                return self._again(self._last)
+            if self.store is None and (answered := self._answered_here(request, text)) is not None:
+                return self._again(answered)
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = await self._acatch_up(request=request)
@@ -222,7 +227,7 @@ class Session(StoredTurns):
                             continue
                         if self._repeated is not None:
                             return await self._afinished(taken)
-                        await self._afinished(taken, quiet=True)
+                        self._went_on_from(await self._afinished(taken, quiet=True))
                         self._finished_here(taken)
                     elif self._repeated is not None:
                         return self._again(stored_result(self.agent, self._repeated))
@@ -268,7 +273,10 @@ class Session(StoredTurns):
             else:
                 raise self._no_turn()
             refuse_cut_decisions(self.turn_id(self._turns), source, approvals)
-            run = self._resumed_last(source, approvals, deps, options)
+            try:
+                run = self._resumed_last(source, approvals, deps, options)
+            except RunLeasedError as exc:
+                raise self._held(exc) from None
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return self._finished(run)
 
@@ -288,7 +296,10 @@ class Session(StoredTurns):
             else:
                 raise self._no_turn()
             refuse_cut_decisions(self.turn_id(self._turns), source, approvals)
-            run = await self._aresumed_last(source, approvals, deps, options)
+            try:
+                run = await self._aresumed_last(source, approvals, deps, options)
+            except RunLeasedError as exc:
+                raise self._held(exc) from None
             self._turns -= 1  # the resumed turn is taken in again when it ends
             return await self._afinished(run)
         finally:
@@ -311,27 +322,9 @@ class Session(StoredTurns):
         # A session starts its turns as the agent starts its runs, with the conversation as history.
         messages = self._messages
         agent = self.agent
-        return agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps, request=request)  # noqa: SLF001
-
-    def _repeats(self, request: str | None, text: str) -> bool:
-        """Whether a store-less session's last turn was taken for ``request`` and answered it (not cancelled).
-
-        One taken for it that asked another question than ``text`` is a ``ValueError``: it is another request.
-        """
-        last, taken = self._last, self._last_request
-        if request is None or last is None or taken is None or taken[0] != request or last.reason == "cancelled":
-            return False
-        refuse_another_question(self.session_id, request, taken[1], text)
-        return True
-
-    def _again(self, result: RunResult | None) -> RunResult:
-        """The answer of the turn the request took already, as it was given: a stop its policy raised, raised again."""
-        assert result is not None  # _repeats and _repeated say there is one
-        snapshot = result.snapshot
-        stopped = snapshot is not None and snapshot.get("state") == "Failed"
-        if stopped and self.agent.on_stop.get(result.reason, "raise") != "return":
-            raise AgentLoopError(result.reason, result)
-        return result
+        run = agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps, request=request)  # noqa: SLF001
+        self._carry_on(run)  # with a store: the request ids of the turns before it, stored with it
+        return run
 
     def _finished(self, run: AgentRun, *, quiet: bool = False) -> RunResult:
         """The result of ``run.finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over).
@@ -394,6 +387,7 @@ class Session(StoredTurns):
             self._take_in(run.result)
             return
         self._last = None
+        self._keep_answer(None)  # an unfinished turn, in no store: no answer to give its request again
         self._turns += 1
         self._paused = None
         calls = run.position.calls
@@ -406,6 +400,8 @@ class Session(StoredTurns):
     def _take_in(self, result: RunResult) -> None:
         """The conversation after a turn: its messages; a stopped turn's calls never made answered as not run."""
         self._last = result
+        if self.store is None:
+            self._keep_answer(result)
         self._turns += 1
         self._paused = None
         if result.reason == "paused":

@@ -173,6 +173,18 @@ def _as_stored(run: AgentRun, stored: dict[str, Any]) -> tuple[dict[str, Any], s
     return {**stored, VERSION_KEY: journal.seq}, journal.owner
 
 
+def carry_requests(run: AgentRun, turns: Mapping[str, int]) -> None:
+    """``run``'s stored snapshots made to hold ``turns``, its ``request_turns``: called before its first write.
+
+    Why here: a new turn is written whole when it is stored, and the agent's
+    start knows no session's request ids (``session_requests``); a resume
+    keeps those its snapshot carries (``AgentRun._resumed``).
+    """
+    journal = run._journal  # noqa: SLF001 - a session's own turn, not written yet
+    if journal is not None and turns:
+        journal.name_requests(turns)
+
+
 def version_of(data: dict[str, Any]) -> int | None:
     """The stored version a turn's snapshot was read at (None: a store without versions)."""
     from fsm_agent.persist.store import stored_version  # as stored.store_for: import fsm_agent loads no store
@@ -224,6 +236,6 @@ class _TurnTakenError(StaleRunError):
             " this one's lease lapsed (its process stalled, or could not reach the store, for longer than the lease)."
             " Nothing more was written or called here; the other owner goes on with the turn and stores its answer,"
             f" so read the session again for it (a new Session, or store.load({self.run_id!r})). Asking the"
-            " question again takes a new turn, which makes its calls again (the same request_id, while this turn"
-            " is the session's last, is answered from it)"
+            " question again takes a new turn, which makes its calls again, unless it comes with this turn's"
+            " request_id: the same request_id is answered from it, nothing called, however many turns came after"
         )

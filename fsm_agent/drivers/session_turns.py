@@ -16,7 +16,14 @@ from fsm_agent.core.approval import describe_decision, same_decision
 from fsm_agent.core.ledger import error_text
 from fsm_agent.core.snapshot import message_of
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.session_owners import LastTurnOwners, version_of
+from fsm_agent.drivers.session_owners import version_of
+from fsm_agent.drivers.session_requests import (
+    RequestAnswers,
+    answer_of,
+    asked_in,
+    earlier_turn,
+    refuse_another_question,
+)
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
@@ -29,14 +36,14 @@ if TYPE_CHECKING:
 _TERMINAL = ("Done", "Failed")
 
 
-class StoredTurns(LastTurnOwners):
+class StoredTurns(RequestAnswers):
     """The half of a ``Session`` that reads its turns from the store and decides who may take the next one."""
 
     _messages: list[Message]
     _last: RunResult | None
     _paused: str | None
     _repeated: dict[str, Any] | None = None
-    """The last turn as stored, when the request asking for a turn is the one that took it (``request_id``)."""
+    """The turn the request asking for a turn took already, as stored (``request_id``): the last one, or earlier."""
 
     def _same_question(self, request: str | None, text: str) -> None:
         """A ``ValueError`` if the stored last turn ``request`` took (``_repeated``) asked another question."""
@@ -51,6 +58,12 @@ class StoredTurns(LastTurnOwners):
             store = self.store  # a store of whole snapshots leases nothing
             until = time.time() + (traits(store).lease if store is not None and journaled(store) else 0.0)
         return _TurnLeasedError(self.turn_id(n), holder or "another owner", until)
+
+    def _held(self, refused: RunLeasedError) -> RunLeasedError:
+        """A resume of the last turn refused by its live owner, told as a turn asked for then is (``_busy``)."""
+        if isinstance(refused, StaleRunError) or refused.stale or refused.run_id != self.turn_id(self._turns):
+            return refused
+        return self._busy(self._turns, refused.holder, refused.until)
 
     def _take_over(
         self, n: int, data: dict[str, Any], cancel: CancelToken | None, observers: Sequence[Observer], deps: Any
@@ -140,14 +153,28 @@ class StoredTurns(LastTurnOwners):
         store: Any = self.store
         last = self._last_turn(store.list_runs(session=self.session_id))
         data = None if last is None else store.load(self.turn_id(last))
-        return self._caught_up(last, data, strict, request)
+        earlier = earlier_turn(data, request)
+        if earlier is None:
+            return self._caught_up(last, data, strict, request)
+        try:
+            found = store.load(self.turn_id(earlier))
+        except KeyError:
+            found = None
+        return self._caught_up(last, data, strict, request, answer_of(self.session_id, request or "", earlier, found))
 
     async def _acatch_up(self, *, strict: bool = True, request: str | None = None) -> tuple[int, dict[str, Any]] | None:
         """``_catch_up``, awaited: the store's ``alist_runs`` and ``aload``."""
         store: Any = self.store
         last = self._last_turn(await awaited(store, "list_runs", session=self.session_id))
         data = None if last is None else await awaited(store, "load", self.turn_id(last))
-        return self._caught_up(last, data, strict, request)
+        earlier = earlier_turn(data, request)
+        if earlier is None:
+            return self._caught_up(last, data, strict, request)
+        try:
+            found = await awaited(store, "load", self.turn_id(earlier))
+        except KeyError:
+            found = None
+        return self._caught_up(last, data, strict, request, answer_of(self.session_id, request or "", earlier, found))
 
     def _last_turn(self, runs: Sequence[StoredRun]) -> int | None:
         """The number of the session's last stored turn among ``runs`` (its listing); None before its first."""
@@ -158,20 +185,29 @@ class StoredTurns(LastTurnOwners):
         return max(numbers, default=None)
 
     def _caught_up(
-        self, last: int | None, data: dict[str, Any] | None, strict: bool, request: str | None = None
+        self,
+        last: int | None,
+        data: dict[str, Any] | None,
+        strict: bool,
+        request: str | None = None,
+        answer: dict[str, Any] | None = None,
     ) -> tuple[int, dict[str, Any]] | None:
         """``_catch_up``'s reading of the last turn ``last``, stored as ``data`` (None: no turn yet).
 
         A last turn taken for ``request`` (its stored ``request_id``) is that
         request's answer, kept in ``_repeated`` and never refused as paused;
         unless it was cancelled, which answered nobody (see ``Session.run``).
+        So is an earlier turn that took it, ``answer`` (read by the number
+        ``data`` carries, ``session_requests``), whatever the last turn is:
+        paused, or unfinished, it is neither refused nor taken over.
         """
         self._paused = None
-        self._repeated = None
+        self._repeated = answer
         if last is None or data is None:
-            self._turns, self._messages, self._base = 0, [], None
+            self._turns, self._messages, self._base, self._carry = 0, [], None, ({}, None)
             return None
         self._turns, self._base = last, (last, version_of(data))
+        self._carried_by(data)
         if request is not None and data.get("request_id") == request and data.get("reason") != "cancelled":
             self._repeated = data
         messages = [message_of(m) for m in data["messages"]]
@@ -183,39 +219,9 @@ class StoredTurns(LastTurnOwners):
                 raise RunStateError(self._paused)
             return None
         self._messages = closed(messages, data.get("reason") or "stopped", cut_of(data), kept_of(data))
-        if data["state"] not in _TERMINAL and strict:
+        if data["state"] not in _TERMINAL and strict and answer is None:
             return last, data
         return None
-
-
-def asked_in(data: Mapping[str, Any]) -> str | None:
-    """The question a stored turn asked: its first message after those it started from (``prior``), if a user's."""
-    messages, prior = data.get("messages") or [], data.get("prior") or 0
-    first = messages[prior] if isinstance(prior, int) and 0 <= prior < len(messages) else None
-    asked = first.get("content") if isinstance(first, dict) and first.get("role") == "user" else None
-    return asked if isinstance(asked, str) else None
-
-
-def refuse_another_question(session: str, request: str, asked: str | None, text: str) -> None:
-    """A ``ValueError`` if the turn ``request`` took asked ``asked``, another question than ``text``; nothing is called.
-
-    Why: a request sent again asks what it asked; answered from its turn,
-    another question would be in no message and the model never asked (a
-    client reusing AG-UI's ``runId`` would lose its users' messages).  As
-    ``run_batch`` refuses an input edited under its run id.
-    """
-    if asked == text:
-        return
-    said = "a question this session cannot read" if asked is None else _shown(asked)
-    msg = (
-        f"request_id {request!r} took a turn of session {session!r} that asked {said}, and now asks {_shown(text)}: "
-        "the same request sent again asks the same question; give this one a request_id of its own"
-    )
-    raise ValueError(msg)
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 80 else f"{text[:77]}...")
 
 
 def session_id_of(session_id: object) -> str:
@@ -240,24 +246,6 @@ def session_id_of(session_id: object) -> str:
     except ValueError as exc:
         msg = f"session_id {session_id[:40]!r} cannot name a conversation's stored turns: {exc}"
         raise ValueError(msg) from None
-
-
-def request_of(request_id: object) -> str | None:
-    """``request_id`` as a turn keeps it: None, or text a store can hold; else ``TypeError``/``ValueError``."""
-    if request_id is None:
-        return None
-    if not isinstance(request_id, str):
-        msg = f"request_id must be a str, got {type(request_id).__name__}"
-        raise TypeError(msg)
-    try:
-        request_id.encode("utf-8")
-        storable = bool(request_id) and "\x00" not in request_id
-    except UnicodeEncodeError:  # a lone surrogate: no store can hold it
-        storable = False
-    if not storable:
-        msg = f"request_id must be text, not empty, without NUL or lone surrogates, got {request_id[:40]!r}"
-        raise ValueError(msg)
-    return request_id
 
 
 def paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:

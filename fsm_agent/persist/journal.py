@@ -117,6 +117,14 @@ class Journal(CutWrites):
         self._beat_lock = threading.Lock()
         self.lost: RunLeasedError | KeyError | None = None
 
+    def name_requests(self, turns: Mapping[str, int]) -> None:
+        """Write with the run the request ids its session's earlier turns took, by turn number (``request_turns``).
+
+        Called before the run's first write: ``Session.run`` reads them from
+        its last turn to answer a request sent again from its turn.
+        """
+        self._named["request_turns"] = dict(turns)
+
     # --- what to write (no I/O) ------------------------------------------------------------------------------
 
     def _whole(self, run: Run, paused: bool) -> dict[str, Any]:
@@ -155,7 +163,7 @@ class Journal(CutWrites):
     def stamp(self) -> dict[str, Any]:
         """What this run's snapshots carry beside its position: the stored version last written, and its session."""
         stamp: dict[str, Any] = {VERSION_KEY: self.seq} if self.full and self.seq else {}
-        for name in ("session_id", "request_id", *LINK, "forked_from"):
+        for name in ("session_id", "request_id", "request_turns", *LINK, "forked_from"):
             if name in self._named:
                 stamp[name] = self._named[name]
         return stamp
