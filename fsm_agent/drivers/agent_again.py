@@ -122,8 +122,11 @@ class RunsAgain(AgentParts):
         taken (``Step.reused_from``) unless ``rerun`` names the call (or is
         ``"all"``).  The fork keeps the source's system prompt (or none), not
         the agent's.  Taken at a stop, it goes on where ``edit``'s limits lift
-        the stop, or asks its model again at a failed model call
-        (``model_error``, ``context_overflow``).  A ``ForkError`` says why a
+        the stop (a ``timeout`` too), from ``cancelled`` with a token nobody
+        cancelled (or none), or asks its model again at a failed model call
+        (``model_error``, ``context_overflow``).  The source's deadlines and
+        cancels before ``at`` are met again where they were, nothing called
+        (``recorded_outside``).  A ``ForkError`` says why a
         fork cannot be taken; nothing is stored then.  See
         ``fsm_agent.drivers.fork``.
         """

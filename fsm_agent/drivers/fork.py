@@ -62,7 +62,7 @@ def prepared(
     if run_id is not None:
         run_id = check_run_id(run_id)  # as start(run_id=...): an empty id is refused, not made a fresh one
     # What the rebuilt snapshot says of the run it belongs to (its id, version, session, parent): none is the fork's.
-    links = {"run_id", VERSION_KEY, "session_id", "request_id", *LINK, "forked_from"}
+    links = {"run_id", VERSION_KEY, "session_id", "request_id", "request_turns", *LINK, "forked_from"}
     data = {k: v for k, v in run.snapshot().items() if k not in links}
     data["messages"] = list(source["messages"][: len(data["messages"])])  # the source's own, system prompt too
     # A call the rebuilt run still holds undecided waited, in the source, for a decision taken after the fork point:

@@ -10,7 +10,11 @@ transition is checked against the source's.  A call that waited for the
 source's person waits for a decision in the rebuilt run too, whatever the
 agent's ``approve=``, and is decided again as it was, approved or rejected
 (``decisions``); a stop the source was resumed from is resumed as it was
-(``resumed_as_recorded``); a replay uses both too.
+(``resumed_as_recorded``); a replay uses both too.  What the source met from
+outside its replies and results (its deadline, its cancel token, its task
+cut with a call in flight) is met again at the same transition
+(``drivers.recorded_outside``, which a replay shares), so a fork is taken
+past a ``timeout`` or ``cancelled`` stop as past any other.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from fsm_agent.core.exchanges import message_from, response_from
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.fork_source import error_in
+from fsm_agent.drivers.recorded_outside import RecordedOutside
 from fsm_agent.errors import ContextOverflowError, ForkError
 from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
@@ -39,6 +44,8 @@ if TYPE_CHECKING:
 
 class _Replies:
     """The source's model replies, in order, whatever the rebuilt run sends: the fork's history is the source's."""
+
+    departure = None  # never departs from the source (RecordedOutside's model): it refuses a call it does not hold
 
     def __init__(self, calls: list[dict[str, Any]]) -> None:
         self.calls = calls
@@ -98,8 +105,13 @@ def tool_result(data: dict[str, Any]) -> ToolResult:
     return ToolResult(**{**data, "child": child_outcome(data.get("child"))})
 
 
-def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
-    """The source's run started again on a copy of ``agent`` that answers from ``recording``; nothing is called."""
+def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> tuple[AgentRun, RecordedOutside]:
+    """The source's run started again on a copy of ``agent`` that answers from ``recording``; nothing is called.
+
+    With it, what the source met from outside (``RecordedOutside``): the
+    rebuilt run's clock and cancel token are its, so the source's deadlines
+    and cancels are met at the transitions where the source met them.
+    """
     trace = recording["trace"]
     if isinstance(at, bool) or not isinstance(at, int):
         msg = f"at must be the index of a transition of the source's trace, got {at!r}"
@@ -112,7 +124,8 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
         raise ForkError(msg)
     _check_replies_kept(recording)
     double = copy.copy(agent)
-    double.model = _Replies(recording["model_calls"])
+    double.model = replies = _Replies(recording["model_calls"])
+    outside = RecordedOutside(recording, replies)
     parts = agent.run_parts if agent.run_parts[0] == agent.registry.version else agent.refresh_parts()
     double.registry = _Results(agent.registry, recording)  # type: ignore[assignment]
     double.run_parts = (parts[0], {}, parts[2], parts[3])  # a sub-agent's call returns its recorded outcome
@@ -128,11 +141,13 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
     # (``decisions``): a rejected one rejected again, an approved one approved, so the rebuilt run's record says it
     # waited for a person as the source's does (a fork's history keeps it, and its replay holds it).
     held = frozenset(i for i, (_, decision) in recorded_decisions(recording).items() if decision is not None)
-    double.settings = attrs.evolve(double.settings, approve=_HeldAsRecorded(held))
+    double.settings = attrs.evolve(double.settings, approve=_HeldAsRecorded(held), clock=outside.clock)
     history = [message_from(m) for m in messages[:prior] if m["role"] != "system"]
     earlier = snapshot.earlier_limits_of(recording)  # the source ran under the first until it was first resumed
     limits = None if recording["limits"] is None else earlier[0][1] if earlier else snapshot.limits_of(recording)
-    return double._begin(messages[prior]["content"], None, (), None, None, history or None, limits=limits)  # noqa: SLF001
+    cancel = outside.token()
+    run = double._begin(messages[prior]["content"], cancel, (), None, None, history or None, limits=limits)  # noqa: SLF001
+    return run, outside
 
 
 def _check_replies_kept(recording: dict[str, Any]) -> None:
@@ -171,12 +186,21 @@ class _HeldAsRecorded:
 
 
 def rebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun:
-    """The source's run rebuilt up to and including transition ``at`` (see the module); nothing is called."""
-    run = rebuilding(agent, recording, at)
+    """The source's run rebuilt up to and including transition ``at`` (see the module); nothing is called.
+
+    Each transition is the recorded cut where the source's task was cut
+    there (``RecordedCuts``), the recorded resume where it was resumed, else
+    the next one the run takes.
+    """
+    run, outside = rebuilding(agent, recording, at)
     while len(run.trace) <= at:
+        outside.run = run
         if run.paused:
             run.decide(decisions(run, recording))
-        run, entry = _resumed(run, recording) if run.done else (run, run.advance())
+        if run.done:
+            run, entry = _resumed(run, recording, outside)
+        else:
+            entry = outside.cuts.take(run) or run.advance()
         _checked(run, recording, entry)
     return run
 
@@ -188,18 +212,25 @@ async def arebuilt(agent: Agent, recording: dict[str, Any], at: int) -> AgentRun
     source made on the sync driver holds no result of the calls after the
     one it stopped at, which a planned batch would ask for.
     """
-    run = rebuilding(agent, recording, at)
+    run, outside = rebuilding(agent, recording, at)
     while len(run.trace) <= at:
+        outside.run = run
         run._batches = False  # noqa: SLF001 - the rebuilt run (and each it is resumed as) is this module's own
         if run.paused:
             run.decide(decisions(run, recording))
-        run, entry = _resumed(run, recording) if run.done else (run, await run.aadvance())
+        if run.done:
+            run, entry = _resumed(run, recording, outside)
+        else:
+            entry = await outside.cuts.atake(run) or await run.aadvance()
         _checked(run, recording, entry)
     return run
 
 
-def _resumed(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transition]:
+def _resumed(run: AgentRun, recording: dict[str, Any], outside: RecordedOutside) -> tuple[AgentRun, Transition]:
     """The stopped rebuilt run resumed as the source was (``resumed_as_recorded``), retrying a model call.
+
+    The resumed run gets a fresh token from ``outside`` (cancelled where the
+    source was cancelled again), as the source's resume was given one.
 
     A source that kept no limits for the edge (a snapshot from before they
     were kept, or a ``RunResult`` that ended in ``Done``) is resumed under
@@ -208,7 +239,7 @@ def _resumed(run: AgentRun, recording: dict[str, Any]) -> tuple[AgentRun, Transi
     index = len(run.trace)
     expected = Transition(**recording["trace"][index])
     try:
-        resumed = resumed_as_recorded(run, recording)
+        resumed = resumed_as_recorded(run, recording, cancel=outside.token())
     except ValueError as exc:
         msg = f"the source cannot be rebuilt up to this transition: its resume at transition {index} failed: {exc}"
         raise ForkError(msg) from exc
@@ -259,16 +290,20 @@ def resumed_as_recorded(
     return resumed, entry
 
 
-UNRECORDED_STOPS = {"timeout": "the clock", "cancelled": "a cancel token"}
-"""The stops that come from no recorded reply or result, so a rebuild does not take them: a fork is taken before."""
-
-
 def forkable_stops(stops: Iterable[Stop]) -> str:
-    """The stops a fork taken at one goes on from, in words, for the error at a stop it cannot go on from."""
-    lifted = [stop.reason for stop in stops if stop.resume == "lift" and stop.reason not in UNRECORDED_STOPS]
+    """The stops a fork taken at one goes on from, in words, for the error at a stop it cannot go on from.
+
+    A stop a limit lifts goes on when ``ForkEdit(limits=...)`` lifts it; one
+    lifted by no limit (``cancelled``) goes on with the fork's own cancel
+    token, which nobody cancelled yet.
+    """
+    stops = list(stops)
+    lifted = [stop.reason for stop in stops if stop.resume == "lift" and stop.limit is not None]
+    freed = [stop.reason for stop in stops if stop.resume == "lift" and stop.limit is None]
     retried = [stop.reason for stop in stops if stop.resume == "retry"]
     return (
         f"a fork taken at a stop goes on from {', '.join(lifted)} when its ForkEdit(limits=...) lifts the limit, "
+        f"from {' and '.join(freed)} with a cancel token not cancelled (or none), "
         f"and from {' and '.join(retried)}, asking its model again; at any other stop, fork at an earlier transition"
     )
 
@@ -277,14 +312,6 @@ def _checked(run: AgentRun, recording: dict[str, Any], entry: Transition) -> Non
     """Check the transition just rebuilt against the source's; a ``ForkError`` naming both if they differ."""
     index = len(run.trace) - 1
     expected = Transition(**recording["trace"][index])
-    if entry != expected and expected.dest == "Failed" and expected.reason in UNRECORDED_STOPS:
-        before = f"at transition {index - 1} or earlier" if index else "nothing comes before it"
-        msg = (
-            f"the source cannot be rebuilt up to this transition: at transition {index} it stopped with "
-            f"{expected.reason!r}, which came from {UNRECORDED_STOPS[expected.reason]}, not from its recorded replies "
-            f"and results, so a fork is taken before that stop ({before}); {forkable_stops(run.agent.table.stops)}"
-        )
-        raise ForkError(msg)
     if entry != expected:
         msg = (
             f"the source cannot be rebuilt up to this transition: at transition {index} it took {_edge(expected)}, "

@@ -11,7 +11,8 @@ the agent's ``approve=`` rule, asked as in any run and compared with what
 the recording says of each call it asks about.  ``RecordedOutside`` is
 what the recorded run met from outside the machine, met again where it met
 it: its clock, its cancel token, and (``RecordedCuts``) the cuts of its task
-with a call due.
+with a call due; both live in ``drivers.recorded_outside``, where a fork's
+rebuild meets them too, and are named here for the replay.
 """
 
 from __future__ import annotations
@@ -22,21 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.exchanges import response_from
 from fsm_agent.core.ledger import canonical_arguments
-from fsm_agent.definition.states import AwaitModel
-from fsm_agent.definition.table import INTERRUPTED
 from fsm_agent.drivers.rebuild import recorded_decisions
+from fsm_agent.drivers.recorded_outside import RecordedOutside as Outside
 from fsm_agent.errors import ContextOverflowError
 from fsm_agent.persist.recording import canonical
-from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, Transition, child_outcome, plain
+from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, child_outcome, plain
 from fsm_agent.tools import JSONSchema, ToolResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from fsm_agent.drivers.agent_run import AgentRun
     from fsm_agent.drivers.model import Model
 
 
@@ -243,148 +241,13 @@ class RecordedHolds:
         return held or waited
 
 
-class RecordedCuts:
-    """Where the recorded run was cut with a call due: its ``interrupted`` edges, each taken again in the replay.
+class RecordedOutside(Outside):
+    """``drivers.recorded_outside.RecordedOutside``, with what a replay alone judges: a person's recorded decisions.
 
-    Why a replay needs them: its calls come back at once and nobody cancels
-    its task, so the call the recorded run's task was cancelled in would be
-    made and the replay depart there.  At a cut the replay makes no call:
-    a model call in flight counted as a turn (it may be billed) and left no
-    reply, so the recording's next model call is of a later turn (one cut
-    before it started left the turn uncounted); a tool batch's leading calls
-    that came back before the cut are kept by its stop, so the replay takes
-    their outcomes first (as many as the resume did not make again; the
-    recording's last stop names its cut calls, ``unfinished``).
+    ``holds`` is the replayed agent's ``approve=`` held to the recording
+    (``RecordedHolds``) where the replay checks it, else None.
     """
 
     def __init__(self, recording: dict[str, Any], model: RecordedModel) -> None:
-        self.model = model  # a replay whose request departed is a new run past there (re-recording): never cut
-        self.trace: list[dict[str, Any]] = recording["trace"]
-        self.at = [i for i, entry in enumerate(self.trace) if entry["trigger"] == "interrupted"]
-        self.turns = [call.get("turn") for call in recording["model_calls"]]
-        self.last = (len(self.trace) - 1, recording.get("unfinished"))
-
-    def ahead(self, run: AgentRun) -> bool:
-        """Whether ``run`` has transitions to take, one at a time, before its next cut (else ``finish()`` it)."""
-        index = len(run.trace)
-        return index < next((at for at in self.at if at >= index), -1) and not run.done and not run.paused
-
-    def take(self, run: AgentRun) -> None:
-        """Cut ``run`` as the recorded run was if it is about to take a recorded cut, the calls that came back first."""
-        back = self._due(run)
-        if back is not None:
-            for call in back:
-                run.stepper.accept_tool(call, run._registry.execute(call))  # noqa: SLF001 - the call the driver made
-            self._cut(run)
-
-    async def atake(self, run: AgentRun) -> None:
-        """``take``, the calls that came back first awaited."""
-        back = self._due(run)
-        if back is not None:
-            for call in back:
-                run.stepper.accept_tool(call, await run._registry.aexecute(call))  # noqa: SLF001 - as in take
-            self._cut(run)
-
-    def _due(self, run: AgentRun) -> list[ToolCall] | None:
-        """None if ``run`` is not about to take a recorded cut; else the calls of its batch that came back before it."""
-        index, position = len(run.trace), run.position
-        if index not in self.at or run.done or run.paused or position.at.state != self.trace[index]["source"]:
-            return None
-        if self.model.departure is not None or list(run.trace) != [Transition(**e) for e in self.trace[:index]]:
-            return None  # departed before (re-recording goes on live): the recorded cut is not this run's
-        if position.at.state is AwaitModel:
-            return []
-        pending = list(position.calls.pending)
-        if index == self.last[0]:  # its stop named the calls it cut, those before the first came back (none: none)
-            cut = set(str(self.last[1]).split(", ")) if self.last[1] is not None else {c.id for c in pending}
-            return pending[: next((n for n, call in enumerate(pending) if call.id in cut), len(pending))]
-        made = 0  # the calls of the batch the resume made (or took in) one transition each, up to the turn's end
-        for entry in self.trace[index + 1 :]:
-            if entry["source"] == "ExecuteTool":
-                made += 1
-                if entry["dest"] != "Dispatch":
-                    break
-        return pending[: max(len(pending) - made, 0)]
-
-    def _cut(self, run: AgentRun) -> None:
-        """The driver's stop for the call its task's cancel cut: the stepper takes the ``interrupted`` edge."""
-        index, position = len(run.trace), run.position
-        if index == self.last[0]:  # the recording ends on this stop: it names what it cut (none: cut before a call)
-            named = str(self.last[1] or "")
-        elif position.at.state is AwaitModel:
-            turn = position.counts.turns + 1
-            made = turn not in self.turns and any(isinstance(t, int) and t > turn for t in self.turns)
-            named = f"model call of turn {turn}" if made else ""
-        else:
-            ran = position.calls.ran
-            named = ", ".join(call.id for call in position.calls.pending if call.id not in ran)
-        run._interrupt(INTERRUPTED, named or None)  # noqa: SLF001 - the driver's own stop, as it took it
-
-
-_AFTER_CALL = ("tool_done", "finalize")
-"""The triggers of a stop from ``ExecuteTool`` that the recorded run saw once the call it closes had come back."""
-
-
-class RecordedOutside:
-    """What the recorded run met from outside the machine, met again by its replay just before the same transitions.
-
-    A replay's calls come back at once, so its clock would never reach a
-    recorded deadline, nor would anybody cancel its token.  ``clock`` stands
-    still but for passing the run's ``timeout`` at each transition where the
-    recorded run stopped on it (or finalized on it), and ``token()`` (a
-    recording that stopped with ``cancelled`` only) is cancelled at each where
-    it stopped with ``cancelled``.  "Just before" that transition: once the
-    call it closes came back, for a stop after a tool call; at once for any
-    other, so a stop before a call (``expired``) is taken without making it.
-    The transition comes next when the run being replayed (``run``) holds as
-    many transitions as its index.  ``cuts`` are where its task was cancelled
-    with a call due (``interrupted`` edges, see ``RecordedCuts``).
-    """
-
-    def __init__(self, recording: dict[str, Any], model: RecordedModel) -> None:
-        trace = recording["trace"]
-        self.cuts = RecordedCuts(recording, model)
-        self.stops: dict[int, tuple[str, bool]] = {}  # index: (reason, whether the call before it must be back)
-        for index, entry in enumerate(trace):
-            dest, trigger, reason = entry["dest"], entry["trigger"], entry.get("reason")
-            if trigger == "finalize" and entry.get("guard") == "finalize_on_timeout":
-                reason = "timeout"
-            elif dest != "Failed" or trigger == "interrupted":
-                continue
-            if reason in ("timeout", "cancelled"):
-                self.stops[index] = (reason, entry["source"] == "ExecuteTool" and trigger in _AFTER_CALL)
-        self.run: AgentRun | None = None
-        self.holds: RecordedHolds | None = None  # a person's decisions: the agent's approve= against the recorded
-        self.now = 0.0
-        self._met: set[int] = set()
-        self._token: CancelToken | None = None
-
-    def token(self) -> CancelToken | None:
-        """A fresh cancel token for the next run of the replay (a resumed one too); None if no cancel was recorded."""
-        if not any(reason == "cancelled" for reason, _ in self.stops.values()):
-            return None
-        self._token = CancelToken()
-        return self._token
-
-    def clock(self) -> float:
-        """The replay's time, in seconds since it started: still, but past the deadline where the recorded run was."""
-        run = self.run
-        if run is None:
-            return self.now
-        index = len(run.trace)
-        stop = self.stops.get(index)
-        if stop is None or index in self._met:
-            return self.now
-        reason, after_call = stop
-        if after_call:
-            pending, ran = run.position.calls.pending, run.position.calls.ran
-            if not pending or pending[0].id not in ran:
-                return self.now  # the tool call this transition closes has not come back yet
-        self._met.add(index)
-        if reason == "timeout":
-            timeout = run.limits.timeout
-            if timeout is not None:
-                self.now = max(self.now, timeout)
-        elif self._token is not None:
-            self._token.cancel("the recorded run was cancelled here")
-        return self.now
+        super().__init__(recording, model)
+        self.holds: RecordedHolds | None = None

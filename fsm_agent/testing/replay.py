@@ -37,7 +37,8 @@ replays as one.  Where the recorded run's task was cancelled with a call due
 (a ``cancelled`` stop on an ``interrupted`` edge: a bare ``task.cancel()``
 mid-call, a stream's reader gone), the replay is taken there a transition at
 a time and cut as it was (``RecordedCuts``), the call unmade, so it replays
-past the resume to the recorded end.
+past the resume to the recorded end.  Both live in
+``drivers.recorded_outside``, where a fork's rebuild meets them too.
 """
 
 from __future__ import annotations

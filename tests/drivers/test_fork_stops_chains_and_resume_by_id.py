@@ -57,9 +57,9 @@ def test_a_fork_at_a_context_overflow_asks_its_own_model_again(driver: str) -> N
     assert result.trace[last + 1].trigger == "resume"
 
 
-def test_a_fork_at_a_cancelled_stop_says_where_a_fork_can_be_taken_and_which_stops_it_goes_on_from() -> None:
-    """A cancel comes from no recorded reply: the error names the stop, the transition before it, and the stops a fork
-    goes on from; forked just before it, nothing completed is made again."""
+def test_a_fork_at_a_cancelled_stop_goes_on_with_a_token_nobody_cancelled_making_nothing_again() -> None:
+    """A cancel comes from no recorded reply: the rebuild meets it at the same transition, and the fork, its own
+    token uncancelled, goes on from the stop; the call made before the cancel is not made again."""
     token = CancelToken()
     counted = Counted()
     registry = ToolRegistry()
@@ -75,18 +75,12 @@ def test_a_fork_at_a_cancelled_stop_says_where_a_fork_can_be_taken_and_which_sto
     assert (source.reason, dict(counted.ran)) == ("cancelled", {"s1": 1})
     stop = len(source.trace) - 1
     assert edges(source)[stop] == "ExecuteTool->Failed[cancelled]"
-    with pytest.raises(ForkError) as refused:
-        Agent(ByTurn(ONE_SEND), registry).fork(source, stop)
-    said = str(refused.value)
-    assert "stopped with 'cancelled', which came from a cancel token" in said
-    assert f"at transition {stop - 1} or earlier" in said
-    assert "goes on from max_tool_calls, token_budget, cost_budget, max_steps when its ForkEdit(limits=...)" in said
-    assert "and from context_overflow and model_error, asking its model again" in said
-    assert "resumed from" not in said
-    assert "retry=True" not in said
     counted.ran.clear()
-    result = Agent(ByTurn(ONE_SEND), registry).fork(source, stop - 1).finish()
-    assert (result.final, dict(counted.ran)) == ("done", {})
+    model = ByTurn(ONE_SEND)
+    result = Agent(model, registry).fork(source, stop).finish()
+    assert (result.final, dict(counted.ran), model.calls) == ("done", {}, 1)
+    assert result.trace[: stop + 1] == source.trace
+    assert edges(result)[stop + 1] == "Failed->AwaitModel[resumes_before_model]"
 
 
 def test_a_fork_at_a_stop_no_limit_lifts_names_the_stops_a_fork_goes_on_from() -> None:

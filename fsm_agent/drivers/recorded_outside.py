@@ -1,0 +1,188 @@
+"""What a recorded run met from outside the machine, met again where it met it: its clock, its cancel token, its cuts.
+
+A recorded run's calls came back when they came back, its deadline passed,
+its token was cancelled, its task was cut with a call in flight: none of
+that is in its replies or results, but each left its stop in the trace at
+one index.  A run taken again from the recording (a replay,
+``fsm_agent.testing.replay``; a fork's rebuild, ``drivers.rebuild``) makes
+no real call, so its calls come back at once and nobody cancels it; it
+meets each of those stops again here, at the same index.  Why in
+``drivers``: both a fork (a driver's) and a replay (``testing``) use it,
+and the drivers import nothing of ``testing``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.definition.states import AwaitModel
+from fsm_agent.definition.table import INTERRUPTED
+from fsm_agent.records import ToolCall, Transition
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.agent_run import AgentRun
+
+
+class Departs(Protocol):
+    """The model a recorded run is taken again with: ``departure`` is not None once a request left the recording.
+
+    A fork's rebuild never departs (it refuses instead); a replay's
+    ``RecordedModel`` may, and past there the run is new (re-recording):
+    no recorded cut is its own.
+    """
+
+    @property
+    def departure(self) -> object | None: ...
+
+
+class RecordedCuts:
+    """Where the recorded run was cut with a call due: its ``interrupted`` edges, each taken again where it was.
+
+    Why a replay or a fork's rebuild needs them: its calls come back at once
+    and nobody cancels its task, so the call the recorded run's task was
+    cancelled in would be made, and the run depart there.  At a cut no call
+    is made:
+    a model call in flight counted as a turn (it may be billed) and left no
+    reply, so the recording's next model call is of a later turn (one cut
+    before it started left the turn uncounted); a tool batch's leading calls
+    that came back before the cut are kept by its stop, so the run takes
+    their outcomes first (as many as the resume did not make again; the
+    recording's last stop names its cut calls, ``unfinished``).
+    """
+
+    def __init__(self, recording: dict[str, Any], model: Departs) -> None:
+        self.model = model  # a replay whose request departed is a new run past there (re-recording): never cut
+        self.trace: list[dict[str, Any]] = recording["trace"]
+        self.at = [i for i, entry in enumerate(self.trace) if entry["trigger"] == "interrupted"]
+        self.turns = [call.get("turn") for call in recording["model_calls"]]
+        self.last = (len(self.trace) - 1, recording.get("unfinished"))
+
+    def ahead(self, run: AgentRun) -> bool:
+        """Whether ``run`` has transitions to take, one at a time, before its next cut (else ``finish()`` it)."""
+        index = len(run.trace)
+        return index < next((at for at in self.at if at >= index), -1) and not run.done and not run.paused
+
+    def take(self, run: AgentRun) -> Transition | None:
+        """Cut ``run`` as the recorded run was if it is about to take a recorded cut (the calls that came back first).
+
+        The cut's transition, or None where no recorded cut comes next.
+        """
+        back = self._due(run)
+        if back is None:
+            return None
+        for call in back:
+            run.stepper.accept_tool(call, run._registry.execute(call))  # noqa: SLF001 - the call the driver made
+        return self._cut(run)
+
+    async def atake(self, run: AgentRun) -> Transition | None:
+        """``take``, the calls that came back first awaited."""
+        back = self._due(run)
+        if back is None:
+            return None
+        for call in back:
+            run.stepper.accept_tool(call, await run._registry.aexecute(call))  # noqa: SLF001 - as in take
+        return self._cut(run)
+
+    def _due(self, run: AgentRun) -> list[ToolCall] | None:
+        """None if ``run`` is not about to take a recorded cut; else the calls of its batch that came back before it."""
+        index, position = len(run.trace), run.position
+        if index not in self.at or run.done or run.paused or position.at.state != self.trace[index]["source"]:
+            return None
+        if self.model.departure is not None or list(run.trace) != [Transition(**e) for e in self.trace[:index]]:
+            return None  # departed before (re-recording goes on live): the recorded cut is not this run's
+        if position.at.state is AwaitModel:
+            return []
+        pending = list(position.calls.pending)
+        if index == self.last[0]:  # its stop named the calls it cut, those before the first came back (none: none)
+            cut = set(str(self.last[1]).split(", ")) if self.last[1] is not None else {c.id for c in pending}
+            return pending[: next((n for n, call in enumerate(pending) if call.id in cut), len(pending))]
+        made = 0  # the calls of the batch the resume made (or took in) one transition each, up to the turn's end
+        for entry in self.trace[index + 1 :]:
+            if entry["source"] == "ExecuteTool":
+                made += 1
+                if entry["dest"] != "Dispatch":
+                    break
+        return pending[: max(len(pending) - made, 0)]
+
+    def _cut(self, run: AgentRun) -> Transition:
+        """The driver's stop for the call its task's cancel cut: the stepper takes the ``interrupted`` edge."""
+        index, position = len(run.trace), run.position
+        if index == self.last[0]:  # the recording ends on this stop: it names what it cut (none: cut before a call)
+            named = str(self.last[1] or "")
+        elif position.at.state is AwaitModel:
+            turn = position.counts.turns + 1
+            made = turn not in self.turns and any(isinstance(t, int) and t > turn for t in self.turns)
+            named = f"model call of turn {turn}" if made else ""
+        else:
+            ran = position.calls.ran
+            named = ", ".join(call.id for call in position.calls.pending if call.id not in ran)
+        return run._interrupt(INTERRUPTED, named or None)  # noqa: SLF001 - the driver's own stop, as it took it
+
+
+_AFTER_CALL = ("tool_done", "finalize")
+"""The triggers of a stop from ``ExecuteTool`` that the recorded run saw once the call it closes had come back."""
+
+
+class RecordedOutside:
+    """What the recorded run met from outside the machine, met again just before the same transitions.
+
+    A replay's (or a fork's rebuild's) calls come back at once, so its clock would never reach a
+    recorded deadline, nor would anybody cancel its token.  ``clock`` stands
+    still but for passing the run's ``timeout`` at each transition where the
+    recorded run stopped on it (or finalized on it), and ``token()`` (a
+    recording that stopped with ``cancelled`` only) is cancelled at each where
+    it stopped with ``cancelled``.  "Just before" that transition: once the
+    call it closes came back, for a stop after a tool call; at once for any
+    other, so a stop before a call (``expired``) is taken without making it.
+    The transition comes next when the run taken again (``run``) holds as
+    many transitions as its index.  ``cuts`` are where its task was cancelled
+    with a call due (``interrupted`` edges, see ``RecordedCuts``).
+    """
+
+    def __init__(self, recording: dict[str, Any], model: Departs) -> None:
+        trace = recording["trace"]
+        self.cuts = RecordedCuts(recording, model)
+        self.stops: dict[int, tuple[str, bool]] = {}  # index: (reason, whether the call before it must be back)
+        for index, entry in enumerate(trace):
+            dest, trigger, reason = entry["dest"], entry["trigger"], entry.get("reason")
+            if trigger == "finalize" and entry.get("guard") == "finalize_on_timeout":
+                reason = "timeout"
+            elif dest != "Failed" or trigger == "interrupted":
+                continue
+            if reason in ("timeout", "cancelled"):
+                self.stops[index] = (reason, entry["source"] == "ExecuteTool" and trigger in _AFTER_CALL)
+        self.run: AgentRun | None = None
+        self.now = 0.0
+        self._met: set[int] = set()
+        self._token: CancelToken | None = None
+
+    def token(self) -> CancelToken | None:
+        """A fresh cancel token for the next run taken again (a resumed one too); None if no cancel was recorded."""
+        if not any(reason == "cancelled" for reason, _ in self.stops.values()):
+            return None
+        self._token = CancelToken()
+        return self._token
+
+    def clock(self) -> float:
+        """Seconds since the run was taken again: still, but past the deadline where the recorded run was."""
+        run = self.run
+        if run is None:
+            return self.now
+        index = len(run.trace)
+        stop = self.stops.get(index)
+        if stop is None or index in self._met:
+            return self.now
+        reason, after_call = stop
+        if after_call:
+            pending, ran = run.position.calls.pending, run.position.calls.ran
+            if not pending or pending[0].id not in ran:
+                return self.now  # the tool call this transition closes has not come back yet
+        self._met.add(index)
+        if reason == "timeout":
+            timeout = run.limits.timeout
+            if timeout is not None:
+                self.now = max(self.now, timeout)
+        elif self._token is not None:
+            self._token.cancel("the recorded run was cancelled here")
+        return self.now
