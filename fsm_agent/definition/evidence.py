@@ -33,7 +33,9 @@ def model_error(run: Run) -> dict[str, Any]:
 
 def cancelled(run: Run) -> dict[str, Any]:
     """`why` (the text given to `cancel()`), `state` the run was leaving, the `unfinished` call cut off, `streamed`."""
-    out: dict[str, Any] = {"why": run.counts.cancel_why or "the task running the run was cancelled"}
+    # No text given: said by what cancelled it, the token (``cancel()``) or the task running the run.
+    told = "its cancel token was cancelled, with no reason given" if run.counts.cancelled else ""
+    out: dict[str, Any] = {"why": run.counts.cancel_why or told or "the task running the run was cancelled"}
     out["state"] = str(run.at.trace[-1].source)
     return _cut(run, out)
 

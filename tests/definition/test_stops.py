@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -229,6 +230,24 @@ def test_cancelled_before_start_makes_no_model_call() -> None:
     exc = _stop(lambda: Agent(model, demo_registry()).run("q", cancel=token))
     assert (exc.reason, exc.evidence["why"], model.seen) == ("cancelled", "not needed any more", [])
     assert [(t.trigger, t.reason) for t in exc.result.trace] == [("start", "cancelled")]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_token_cancelled_with_no_reason_says_so_not_that_a_task_was_cancelled(driver: str) -> None:
+    """``cancel()`` with no text: the evidence says the token was cancelled; nothing is called."""
+    token = CancelToken()
+    token.cancel()
+    model = FakeModel([reply("quick")])
+    agent = Agent(model, demo_registry())
+    if driver == "sync":
+        exc = _stop(lambda: agent.run("q", cancel=token))
+    else:
+        exc = _stop(lambda: asyncio.run(agent.arun("q", cancel=token)))
+    assert (exc.reason, exc.evidence["why"], model.seen) == (
+        "cancelled",
+        "its cancel token was cancelled, with no reason given",
+        [],
+    )
 
 
 def test_cancel_token_must_be_a_cancel_token() -> None:
