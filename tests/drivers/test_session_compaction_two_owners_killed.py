@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,23 @@ def test_a_turn_killed_after_its_summary_was_stored_is_not_summarized_again(
     _check_the_record(target, ledger, _SUMMARY)
 
 
+def _stalled(child: subprocess.Popen[bytes], flag: Path, elsewhere: Callable[[], None]) -> str:
+    """``child`` stopped (SIGSTOP) in ``compact``, ``elsewhere`` done meanwhile, then woken: what it is told."""
+    try:
+        _wait_for(Path(f"{flag}.entered"), child)
+        child.send_signal(signal.SIGSTOP)
+        elsewhere()
+        Path(f"{flag}.go").touch()
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.wait(WAIT)
+    error = child.stderr.read().decode() if child.stderr else ""
+    if child.stderr:
+        child.stderr.close()
+    assert child.returncode == 0, error
+    return Path(f"{flag}.told").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("owner", ["sync", "async"])
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_an_owner_stalled_in_its_summary_call_past_its_lease_writes_nothing_and_calls_nothing_after_it(
@@ -259,22 +277,14 @@ def test_an_owner_stalled_in_its_summary_call_past_its_lease_writes_nothing_and_
     ledger = str(tmp_path / "ledger")
     flag = tmp_path / "hold"
     child = _child(target, tmp_path, driver)
-    try:
-        _wait_for(Path(f"{flag}.entered"), child)
-        child.send_signal(signal.SIGSTOP)
+
+    def elsewhere() -> None:
         answer = _next_turn(target, ledger, owner, dead=child.pid)
         assert isinstance(answer, RunResult), answer
         assert answer.final == "noted three"
-        Path(f"{flag}.go").touch()
-    finally:
-        child.send_signal(signal.SIGCONT)
-        child.wait(WAIT)
-    error = child.stderr.read().decode() if child.stderr else ""
-    if child.stderr:
-        child.stderr.close()
-    assert child.returncode == 0, error
+
     # Woken, the old owner's caller is told its turn went on elsewhere, where its answer is, and not to ask again.
-    told = Path(f"{flag}.told").read_text(encoding="utf-8")
+    told = _stalled(child, flag, elsewhere)
     assert told.startswith("stale turn 2 of session 'chat' was taken over by another owner"), told
     assert "Nothing more was written or called here" in told, told
     assert "read the session again" in told, told
@@ -294,22 +304,16 @@ def test_a_stalled_owner_asking_its_request_again_is_answered_from_the_turn_take
     ledger = str(tmp_path / "ledger")
     flag = tmp_path / "hold"
     child = _child(target, tmp_path, driver, again=True)
-    try:
-        _wait_for(Path(f"{flag}.entered"), child)
-        child.send_signal(signal.SIGSTOP)
+
+    before: Counter[str] = Counter()  # what was called before it woke
+
+    def elsewhere() -> None:
         answer = _next_turn(target, ledger, owner, dead=child.pid, resume=True)
         assert isinstance(answer, RunResult), answer
         assert answer.final == "noted two"
-        before = of_kind(ledger, "model") + of_kind(ledger, "tool")
-        Path(f"{flag}.go").touch()
-    finally:
-        child.send_signal(signal.SIGCONT)
-        child.wait(WAIT)
-    error = child.stderr.read().decode() if child.stderr else ""
-    if child.stderr:
-        child.stderr.close()
-    assert child.returncode == 0, error
-    told, again = Path(f"{flag}.told").read_text(encoding="utf-8").split(" | again: ")
+        before.update(of_kind(ledger, "model") + of_kind(ledger, "tool"))
+
+    told, again = _stalled(child, flag, elsewhere).split(" | again: ")
     assert told.startswith("stale turn 2 of session 'chat' was taken over by another owner"), told
     final, seen = again.split(" | ", 1)
     assert final == "noted two"  # its own question's answer, from the turn the other owner finished
