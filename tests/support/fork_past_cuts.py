@@ -32,10 +32,10 @@ from fsm_agent.tools import JSONSchema
 
 WAIT = 30.0
 """Seconds any wait for milliseconds of work may take (under 5 ms idle, under 50 ms beside two CPU hogs): 600x."""
-DEADLINE = 2.0
+DEADLINE = 0.5
 """The source's timeout, passed while ``c1`` is held: a whole source run without the hold (four scripted model calls,
 three tool calls, a resume, their store writes) measured 6 to 19 ms idle and up to 36 ms beside two CPU hogs, so
-2 s is 50x the worst of them."""
+0.5 s is 14x the worst of them (each source waits it out: 2 s cost the suite half a minute)."""
 LIFTED = 600.0
 """The timeout a source is resumed (or a fork at its timeout stop goes on) under: 300x its first, never reached."""
 
