@@ -21,8 +21,9 @@ demo: $(STAMP)  ## run the scripted demonstration: four stops and a natural fini
 	$(PY) -m fsm_agent demo --out diagrams/runs
 
 # The suite's stop-path coverage goes to build/ (ignored by git); `make docs` shows it on docs/how-to/stop-coverage.md.
-test: $(STAMP)  ## run the whole test suite (about 15 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
-	$(PY) -m pytest -q --fsm-coverage=build/fsm-coverage/report.json
+# --durations: the 30 slowest tests are printed, so a CI run says where its time went (CI is kept under 25 minutes).
+test: $(STAMP)  ## run the whole test suite (about 30 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
+	$(PY) -m pytest -q --durations=30 --fsm-coverage=build/fsm-coverage/report.json
 
 # .ci/under-load starts the hogs, always stops them (however the suite ends), and prints how long it took.
 test-load: $(STAMP)  ## the same suite with two CPU hogs beside it, as on a busy CI machine; prints how long it took
