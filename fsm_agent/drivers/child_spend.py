@@ -250,8 +250,8 @@ def cut_by_cancel(parent: RunBase, call: ToolCall, run_id: str) -> bool:
     cut = run.calls.cut_children.get(call.id)
     if cut is None or cut.run_id != run_id:
         return False
-    stops = [entry.reason for entry in run.at.trace if entry.dest == "Failed"]
-    return bool(stops) and stops[-1] == "cancelled"
+    last_stop = next((entry.reason for entry in reversed(run.at.trace) if entry.dest == "Failed"), None)
+    return last_stop == "cancelled"
 
 
 def cut_with_parent(parent: RunBase, result: RunResult) -> bool:
