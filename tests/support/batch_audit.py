@@ -45,7 +45,10 @@ def exiting_agent(ledger: str, who: str, paired: bool = False) -> Agent:
     So when the exit comes, every other run of the batch is in flight,
     holding its lease, its call waiting in a thread of the loop.
     ``paired``: each turn asks for two calls at once (``Paired``), so the
-    exit comes from one task of a parallel batch of calls.
+    exit comes from one task of a parallel batch of calls.  The twins do
+    not wait: eight waiting calls would fill the loop's executor (six
+    threads on two cores), the exiting call would queue behind them and
+    come only once they gave up (``WAIT``: a minute measured in CI).
     """
     where = Path(ledger)
     tools = ToolRegistry()
@@ -57,7 +60,7 @@ def exiting_agent(ledger: str, who: str, paired: bool = False) -> Agent:
             (where / EXITED).touch()
             sys.exit(3)
         deadline = time.monotonic() + WAIT
-        while step == 1 and not (where / EXITED).exists() and time.monotonic() < deadline:
+        while step == 1 and not twin and not (where / EXITED).exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         _append(where / TOOL_LOG, call_id)
         return f"step {step} done"
