@@ -22,8 +22,12 @@ demo: $(STAMP)  ## run the scripted demonstration: four stops and a natural fini
 
 # The suite's stop-path coverage goes to build/ (ignored by git); `make docs` shows it on docs/how-to/stop-coverage.md.
 # --durations: the 30 slowest tests are printed, so a CI run says where its time went (CI is kept under 25 minutes).
-test: $(STAMP)  ## run the whole test suite (about 30 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
-	$(PY) -m pytest -q --durations=30 --fsm-coverage=build/fsm-coverage/report.json
+# -n: pytest-xdist's workers, each test file on one of them (--dist loadfile: a file's fixtures, such as its Ray
+# instance, are made once).  Two on two cores: most tests wait on a server, a lease or a child process, so one
+# process kept the machine at a load of about 1.
+WORKERS ?= 2
+test: $(STAMP)  ## run the whole test suite (about 16 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=30 --fsm-coverage=build/fsm-coverage/report.json
 
 # .ci/under-load starts the hogs, always stops them (however the suite ends), and prints how long it took.
 test-load: $(STAMP)  ## the same suite with two CPU hogs beside it, as on a busy CI machine; prints how long it took
@@ -32,7 +36,7 @@ test-load: $(STAMP)  ## the same suite with two CPU hogs beside it, as on a busy
 # Left out: every test marked `system` (it starts PostgreSQL, headless Chromium, Ray or a process: the command line,
 # mkdocs, node, a wheel build, a child it kills) and every one marked `slow` (see docs/contributing/testing.md).
 test-quick: $(STAMP)  ## the suite without the tests that start a real component or are slow: for while you work
-	$(PY) -m pytest -q -m "not system and not slow"
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "not system and not slow"
 
 dist: $(STAMP)  ## build the sdist and the wheel into dist/ (install one: pip install --find-links dist fsm-agent)
 	rm -rf dist

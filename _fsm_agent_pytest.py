@@ -80,8 +80,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # nargs="?" takes the next word: `--fsm-coverage tests/` would make tests/ the report.
         msg = f"--fsm-coverage takes a .json path after '=' (--fsm-coverage=report.json), got {path!r}"
         raise pytest.UsageError(msg)
-    if hasattr(config, "workerinput"):
-        return  # a pytest-xdist worker: its own process, whose runs the main session cannot count anyway
     from fsm_agent.pytest_plugin import CoveragePlugin
 
     config.pluginmanager.register(CoveragePlugin(config.invocation_params.dir / path, fail_under), "fsm-coverage")

@@ -9,7 +9,8 @@ count towards the percentage.  A row of a user's stop condition (a table
 built with ``with_stops`` or ``with_rows``) is listed when a run took it,
 by its edge id; a row no run took cannot be seen, since a trace entry names
 its row but not its table.  Runs in subprocesses, Ray workers or other
-processes are not seen.
+processes are not seen (pytest-xdist's workers are: the plugin adds up
+their counts).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ class Recorder:
         self.counts: Counter[Transition] = Counter()
         self._lock = threading.Lock()
 
-    def __call__(self, entry: Transition) -> None:
-        """Count one taken row."""
+    def __call__(self, entry: Transition, times: int = 1) -> None:
+        """Count one taken row (``times`` over, for counts made elsewhere: another process's)."""
         with self._lock:
-            self.counts[entry] += 1
+            self.counts[entry] += times
 
     def start(self) -> None:
         """Watch every row taken from now on."""

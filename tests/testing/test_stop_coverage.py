@@ -123,6 +123,20 @@ def test_the_report_counts_exactly_the_rows_the_sessions_runs_took(pytester: pyt
     outcome.stdout.fnmatch_lines([f"rows taken {taken}/{len(TABLE.rows)} (*%); rows of users' stops taken: 1; *"])
 
 
+def test_under_xdist_one_report_counts_the_rows_of_every_worker_s_runs(pytester: pytest.Pytester) -> None:
+    """``pytest -n 2 --dist each``: both workers run every test; the controller's one report counts all their runs."""
+    outcome = _session(pytester, "-n", "2", "--dist", "each", "--fsm-coverage=report.json")
+    outcome.assert_outcomes(passed=8)
+    expected = _taken_by_the_runs(pytester)
+    assert len((pytester.path / "traces.jsonl").read_text(encoding="utf-8").splitlines()) == 8
+    report = _report(pytester)
+    assert {_key(row): row["taken"] for row in report["rows"] if row["taken"]} == expected
+    assert report["totals"]["transitions"] == sum(expected.values())
+    assert [(row["id"], row["taken"]) for row in report["rows"] if row["row"] is None] == [
+        ("Dispatch->Failed[needs_review]", 2)
+    ]
+
+
 def test_rows_sharing_an_edge_id_carry_their_trigger() -> None:
     """``cancelled`` on ``start`` and on ``interrupted`` leave AwaitModel alike: their ids name the trigger."""
     from fsm_agent.testing.coverage import coverage_report
