@@ -1,7 +1,8 @@
 """The local executor: every run of the batch in this process, on the async driver, at most ``max_in_flight`` at once.
 
 Agent runs mostly wait (on the model, on tools), so one event loop keeps
-hundreds of them going on one core.  The loop runs in a thread of its own
+hundreds of them going on one core; its executor has threads enough for
+each run's sync calls (``worker.blocking_calls``).  The loop runs in a thread of its own
 and hands results over a queue, so the caller's thread stays free to draw a
 progress bar and to receive Ctrl-C.  On Ctrl-C (or the caller dropping the
 iterator) each run in flight stops at its next check, as ``Failed``/
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from fsm_agent.batch.items import BatchItem
-from fsm_agent.batch.worker import AgentFactory, DepsFactory, Later, atry_item, failed_result
+from fsm_agent.batch.worker import AgentFactory, DepsFactory, Later, atry_item, blocking_calls, failed_result
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.persist.store import Store
 from fsm_agent.records import RunResult
@@ -68,6 +69,7 @@ def iter_local(
     """
     done: queue.Queue[Finished | BaseException] = queue.Queue()
     loop = asyncio.new_event_loop()
+    loop.set_default_executor(blocking_calls(min(max_in_flight, len(items))))
     # The runs hold this token, not the caller's: it is also how leaving the loop (Ctrl-C) stops them gently.
     stop = CancelToken()
     line = _Line(make_agent, store, items, stop, done, on_start, on_end, make_deps)

@@ -18,6 +18,7 @@ from fsm_agent.batch.worker import (
     Later,
     Opened,
     atry_item,
+    blocking_calls,
     error_result,
     is_sqlite,
     left_result,
@@ -99,7 +100,8 @@ class PoolWorker:
 
     async def run(self, item: BatchItem, give_up: float | None = None) -> tuple[RunResult | Later, int]:
         """One attempt at ``item`` here: its result (or ``Later``: leased elsewhere), and this process's id."""
-        if self.listener is None:
+        if self.listener is None:  # this actor's first run
+            asyncio.get_running_loop().set_default_executor(blocking_calls(self.runs))
             self.listener = asyncio.ensure_future(self._listen())
         try:
             if self.store is None:

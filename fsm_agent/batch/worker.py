@@ -15,6 +15,7 @@ are built where the run executes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -64,6 +65,22 @@ _MARGIN = 0.05
 
 RESUMABLE = frozenset({"cancelled"})
 """Stops a batch resumes by itself: a cancelled batch (Ctrl-C, ``cancel``) continues where it was cut off."""
+
+
+THREADS_PER_RUN = 4
+"""Blocking calls one run of a batch may have waiting at once: a sync model's or a store's call, or a parallel batch of
+sync tool calls.  Threads start only as calls need them, so the bound costs nothing until it is used."""
+
+
+def blocking_calls(runs: int) -> concurrent.futures.ThreadPoolExecutor:
+    """The executor of a batch's event loop: enough threads that no run in flight waits for another's call to end.
+
+    The async driver hands sync tools and a sync model's ``complete`` to
+    its loop's executor.  asyncio's default has ``min(32, CPUs + 4)``
+    threads, six on two cores: a batch of 64 runs in flight made six such
+    calls at a time, the other runs waiting for a thread.
+    """
+    return concurrent.futures.ThreadPoolExecutor(max(runs, 1) * THREADS_PER_RUN, "fsm_agent-batch-call")
 
 
 def open_store(spec: StoreSpec, lease: float = DEFAULT_LEASE) -> Opened:
