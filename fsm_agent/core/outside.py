@@ -16,14 +16,17 @@ from collections.abc import Mapping
 
 import attrs
 
-from fsm_agent.core.ledger import answer_unexecuted, count_cut_child
+from fsm_agent.core.ledger import answer_unexecuted, canonical_arguments, count_cut_child
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
-from fsm_agent.definition.table import RESUME
-from fsm_agent.records import ChildOutcome, Transition
+from fsm_agent.definition.table import INTERRUPTED, RESUME
+from fsm_agent.records import ChildOutcome, ToolCall, Transition
 from fsm_agent.tools import ToolResult
+
+Carried = tuple[str, str, ToolResult]
+"""A completed tool call's outcome kept for another run: (tool name, arguments as canonical JSON, result)."""
 
 
 @attrs.frozen
@@ -33,9 +36,13 @@ class CutWithRun(ToolResult):
     Why: the cancel is the run's stop, not the child's answer (``child_runs``).
     The call stays pending, counted as a cut (``spent``; ``child``: the part
     not counted yet), and the run stops ``cancelled``; a resume makes it again.
+    ``done``: the tool calls the child's run completed, when no store keeps
+    that run: the new child run of the call made again takes their outcomes
+    instead of calling its tools again (``Calls.carried_down``).
     """
 
     spent: ChildOutcome | None = None
+    done: tuple[Carried, ...] = ()
 
 
 class OutsideEvents:
@@ -44,6 +51,7 @@ class OutsideEvents:
     __slots__ = ()
     run: Run
     walker: Walker
+    _left: dict[str, tuple[ToolCall, tuple[Carried, ...]]]
 
     def tell_time(self, elapsed: float) -> None:
         """The run has been going ``elapsed`` seconds by the driver's clock: the guards of a deadline read it."""
@@ -89,6 +97,35 @@ class OutsideEvents:
         for call_id, (whole, uncounted) in spent.items():
             if call_id in pending and call_id not in run.calls.ran:
                 count_cut_child(run, call_id, whole, uncounted)
+
+    def hand_down(self, call: ToolCall, done: tuple[Carried, ...]) -> None:
+        """Sub-agent call ``call``, still pending, was cut with this run's cancel: keep its child's ``done`` outcomes.
+
+        Why: without a store nothing else keeps what the cut child did; the
+        new child run of the call made again takes them (``child_runs``), so
+        no tool call it completed runs twice.  Kept in ``Calls.carried_down``,
+        part of the snapshot, beside a fork's.
+        """
+        run = self.run
+        if done and call.id not in run.calls.ran and any(waiting.id == call.id for waiting in run.calls.pending):
+            run.calls.carried_down.append((call.name, canonical_arguments(call.arguments), list(done)))
+
+    def child_left(self, call: ToolCall, done: tuple[Carried, ...]) -> None:
+        """Sub-agent call ``call`` was cut in flight by its task's cancel (async): its child's ``done`` outcomes.
+
+        Held (not run state) until the run stops: a cancel of its task keeps
+        them (``hand_down``, from ``interrupt``); its deadline, which cuts the
+        task the same way, does not, as the sync driver's deadline keeps none.
+        """
+        self._left[call.id] = (call, done)
+
+    def _settle_left(self, trigger: str) -> None:
+        """The run stops on ``trigger``: the cut children's outcomes held by ``child_left`` are kept on a cancel."""
+        left = dict(self._left)
+        self._left.clear()
+        if trigger == INTERRUPTED:
+            for call, done in left.values():
+                self.hand_down(call, done)
 
     def resume(self, retry: bool, before: Limits | None = None) -> Transition | None:
         """Take the ``resume`` edge out of ``Failed`` if the run's limits now lift its stop; None if they do not.

@@ -59,6 +59,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
 
     __slots__ = (
         "_cut",
+        "_left",
         "_messages",
         "_replied",
         "_start",
@@ -102,6 +103,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
         self._start: Row | None = None
         self._cut: tuple[str, ...] = ()  # sub-agent calls cut with the run (CutWithRun), until step() stops there
+        self._left = {}  # sub-agent calls cut by a cancel of the run's task (child_left), until it stops
         ExchangeLog.__init__(self)
 
     # --- what is needed -------------------------------------------------------------------------------------
@@ -316,6 +318,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if isinstance(outcome, CutWithRun):
             if outcome.spent is not None and outcome.child is not None:  # child_runs builds it whole
                 self.children_cut({call.id: (outcome.spent, outcome.child)})
+            self.hand_down(call, outcome.done)
             self._cut = (*self._cut, call.id)
             return
         self.run.calls.ran[call.id] = outcome
@@ -396,6 +399,8 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         kept for the stop's evidence.
         """
         run = self.run
+        if self._left:
+            self._settle_left(trigger)
         if run.at.frozen:
             self.thaw()  # the batch was cut: its stop sees the time and a cancel held since its plan
         in_flight = run.at.state is AwaitModel and self._replied is None and unfinished is not None

@@ -30,6 +30,7 @@ from fsm_agent.drivers.child_spend import (
     Shares,
     beyond,
     calls_of,
+    completed_by,
     cut_by_cancel,
     cut_record,
     cut_with_parent,
@@ -347,7 +348,7 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
     bad = _bad_input(call)
     if bad is not None:
         return bad
-    run_id, begun, new = _begin(parent, child, call)
+    _, begun, new = _begin(parent, child, call)
     if isinstance(begun, ToolResult):
         return begun
     if isinstance(begun, ReadBack):
@@ -361,7 +362,7 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
         result = begun.finish()
     except AgentLoopError as stop:
         result = stop.result
-    return _ended(parent, child, call, result, spent_in(run_id, result, calls_of(begun)), counted)
+    return _ended(parent, child, call, result, begun, counted)
 
 
 async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
@@ -369,7 +370,7 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
     bad = _bad_input(call)
     if bad is not None:
         return bad
-    run_id, begun, new = await _abegin(parent, child, call)
+    _, begun, new = await _abegin(parent, child, call)
     if isinstance(begun, ToolResult):
         return begun
     if isinstance(begun, ReadBack):
@@ -379,11 +380,17 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
         _opened(parent, begun)
     fly(parent, call, begun, counted)  # a cut of the parent (the child cancelled with it) counts what it spent
+    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
+
     try:
         result = await begun.afinish()
     except AgentLoopError as stop:
         result = stop.result
-    return _ended(parent, child, call, result, spent_in(run_id, result, calls_of(begun)), counted)
+    except asyncio.CancelledError:  # the parent's task was cancelled (or its deadline passed): the parent stops
+        if parent._store is None:  # noqa: SLF001 - no store keeps what the child did: the parent's run does
+            parent.stepper.child_left(call, completed_by(begun))
+        raise
+    return _ended(parent, child, call, result, begun, counted)
 
 
 def _ended(
@@ -391,18 +398,21 @@ def _ended(
     child: ChildTool,
     call: ToolCall,
     result: RunResult,
-    spent: ChildOutcome,
+    begun: RunBase,
     counted: ChildOutcome | None,
 ) -> ToolResult:
-    """The call's outcome from its child's ended run; none (``CutWithRun``) if the parent's cancel stopped the child.
+    """The call's outcome from its child's ended run ``begun``; none (``CutWithRun``) if the parent's cancel stopped it.
 
     Why none: the cancel is the parent's stop, not the child's answer.  The
     call stays pending, as one the parent's deadline cut, what the child
     spent is counted once (its tool calls with the call's outcome:
-    ``cut_record``), and the parent's resume resumes the child.
+    ``cut_record``), and the parent's resume resumes the child: its stored
+    run, or without a store a new one given the outcomes this one completed.
     """
+    spent = spent_in(begun.run_id, result, calls_of(begun))
     if not cut_with_parent(parent, result):
         return _outcome(child, result, spent, counted)
     landed(parent, call)  # no longer in flight: a later cut of the parent must not count it again
     kept, uncounted = cut_record(spent, counted)
-    return CutWithRun("", child=uncounted, spent=kept)
+    done = completed_by(begun) if parent._store is None else ()  # noqa: SLF001 - the parent's driver hands it over
+    return CutWithRun("", child=uncounted, spent=kept, done=done)

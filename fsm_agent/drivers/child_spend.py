@@ -21,6 +21,11 @@ part is each count's smaller value: a stored run that lags behind the cut
 (it had not written its last reply) makes that reply again, and it is
 counted again, as it was made again.  A call whose child starts afresh
 (no store, or none found) shares nothing with the cut.
+
+Without a store, a call cut with its parent's cancel hands the parent what
+its child's run completed (``completed_by``): the new child run of the call
+made again takes those outcomes instead of calling its tools again.  Their
+sub-agents' spend the cut counted already, so they bring none of it again.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core.batch import unrun
+from fsm_agent.core.exchanges import ToolExchange
+from fsm_agent.core.ledger import canonical_arguments
+from fsm_agent.core.outside import Carried
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -252,6 +260,31 @@ def cut_by_cancel(parent: RunBase, call: ToolCall, run_id: str) -> bool:
         return False
     last_stop = next((entry.reason for entry in reversed(run.at.trace) if entry.dest == "Failed"), None)
     return last_stop == "cancelled"
+
+
+def completed_by(child: RunBase) -> tuple[Carried, ...]:
+    """The tool calls ``child``'s run completed (and the outcomes it was handed and never took), to be handed on.
+
+    Each outcome names where it came from (``reused_from``).  One that is a
+    sub-agent's own, already counted in ``child``'s spend, keeps only its
+    tool calls (which a cut leaves for the call's outcome, ``cut_record``):
+    its tokens, dollars and model calls the cut of ``child`` counted.
+    """
+    run = child.position
+    asked = {call.id: call for message in run.talk.messages for call in message.tool_calls}
+    done: list[Carried] = []
+    for item in run.talk.io:
+        call = asked.get(item.id) if isinstance(item, ToolExchange) else None
+        if call is None or call.raw_arguments is not None:  # arguments that were not JSON ran nothing
+            continue
+        outcome = item.result
+        if outcome.reused_from is None:
+            outcome = attrs.evolve(outcome, reused_from=f"{child.run_id}/{call.id}")
+        if outcome.child is not None and call.id not in run.calls.ran:  # recorded: counted in the run's spend
+            spend = ChildOutcome(outcome.child.run_id, 0, 0, outcome.child.stop, outcome.child.tool_calls, 0.0)
+            outcome = attrs.evolve(outcome, child=spend)
+        done.append((call.name, canonical_arguments(call.arguments), outcome))
+    return (*done, *run.calls.carried)
 
 
 def cut_with_parent(parent: RunBase, result: RunResult) -> bool:

@@ -8,7 +8,8 @@ never ran the child again.  The decision: the call stays pending, as a call
 cut by the parent's deadline does, the parent stops ``cancelled`` naming it,
 and the parent's resume makes it again: with a store the child's stored run
 is resumed where it stopped (its tool not run again, its paid model call not
-made again); without one the call starts a fresh child, as after a deadline.
+made again); without one a fresh child takes the cut child's completed tool
+outcomes (its model calls are made again).
 Counted: each ``work`` execution by call id, the children's model calls and
 the parent's, across the cut and the resume, on both drivers.
 """
@@ -93,8 +94,10 @@ def test_a_stored_child_cancelled_with_its_parent_is_resumed_with_the_parent_eac
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_a_child_cancelled_with_its_parent_without_a_store_is_made_again_by_the_resume(driver: str) -> None:
-    """No store: the call is made again with a fresh child, as after the parent's deadline (its tool runs again)."""
+def test_a_child_cancelled_with_its_parent_without_a_store_is_made_again_its_finished_tool_not_run_again(
+    driver: str,
+) -> None:
+    """No store: a fresh child makes the call again, taking the cut child's finished tool outcome (not run again)."""
     counts = Counts()
     cut = _cut(parent_agent(counts, driver), driver, counts, None, expected=1)
     _check_cut(cut, ("c1",))
@@ -103,8 +106,8 @@ def test_a_child_cancelled_with_its_parent_without_a_store_is_made_again_by_the_
     result = _resumed(parent_agent(counts, driver), driver, cut, None)
     assert result.final == "done"
     assert _answers(result) == {"c1": '"found c1"'}
-    # The fresh child's two model calls and its tool: no stored run holds what the cut child did.
-    assert (counts.parent, counts.child, counts.work) == (2, 3, Counter({"w-c1": 2}))
+    # The fresh child's two model calls are made again; its tool's outcome comes from the parent's snapshot.
+    assert (counts.parent, counts.child, counts.work) == (2, 3, Counter({"w-c1": 1}))
 
 
 def test_a_parallel_batch_of_two_children_cancelled_with_their_parent_resumes_both_each_call_once(
