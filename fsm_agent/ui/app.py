@@ -264,6 +264,12 @@ def _read_routes(
 
     async def events(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
+        try:
+            await run_in_threadpool(store.load, run_id)
+        except KeyError:  # never in the store: unknown, as /api/run says; one deleted while followed ends with gone
+            return _error(f"no run {run_id!r} in this store", 404)
+        except SnapshotError:
+            pass  # the run is there: its stream says it is corrupted, as when it turns so while followed
         return StreamingResponse(
             follow(
                 store.load,
@@ -299,6 +305,8 @@ def _decision_routes(store: Runs, table: Table, allow_decisions: bool) -> list[R
         run_id = request.query_params.get("id", "")
         try:
             call_id, decision = _decision(await request.json())
+        except NoteRefused as exc:  # a decision, but one whose text the store has no place for
+            return _error(str(exc), 400)
         except (ValueError, KeyError, TypeError) as exc:
             return _error(f"a decision is {{call_id, approve: true|false, why}}: {exc}", 400)
         try:
@@ -314,6 +322,19 @@ def _decision_routes(store: Runs, table: Table, allow_decisions: bool) -> list[R
     return [Route("/api/decide", decide, methods=["POST"])]
 
 
+class NoteRefused(ValueError):
+    """An approval posted with a reason: refused (400), since the store keeps an approval as ``True``, with no text.
+
+    Why: a decision is True, False or a rejection's reason, so taken, the text would be dropped without a word.
+    """
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            f"an approval carries no reason: the store keeps an approval with no text, so {why!r:.80} would be lost; "
+            "clear the reason to approve, or reject the call with it"
+        )
+
+
 def _decision(body: Any) -> tuple[str, bool | str]:
     """The call id and decision a request's JSON body holds; ``TypeError`` or ``ValueError`` saying what is wrong.
 
@@ -326,6 +347,8 @@ def _decision(body: Any) -> tuple[str, bool | str]:
         if not isinstance(value, kind):
             wanted = "true or false" if kind is bool else "text"
             raise TypeError(f"{name} must be {wanted}, got {type(value).__name__}")
+    if approve and (why or "").strip():
+        raise NoteRefused(why)
     decision = True if approve else ((why or "").strip() or False)
     check_decision_value(decision)  # a reason that reads as an approval: the person meant the other button
     return call_id, decision

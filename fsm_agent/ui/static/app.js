@@ -302,9 +302,12 @@ function approvalView(run) {
     if (decided !== undefined) {
       item.append(el("p", { class: "decided", text: decided === true ? "approved" : `rejected: ${decided === false || decided === "" ? "no reason given" : decided}` }));
     } else if (state.config.allow_decisions) {
-      const why = el("input", { type: "text", class: "why", placeholder: "why (for a rejection)", "aria-label": "reason for rejecting" });
-      // The page is drawn again on every change of the run: what was typed is kept per call, not lost with the box.
+      const why = el("input", { type: "text", class: "why", placeholder: "why (for a rejection only)", "aria-label": "reason for rejecting" });
+      // The page is drawn again on every change of the run: what was typed is kept per call, not lost with the box,
+      // and so is the server's refusal of a decision (an approval keeps no text: one sent with a reason is refused),
+      // which may arrive after a redraw has replaced this item.
       const typed = (state.why ??= {});
+      const refused = (state.refused ??= {});
       why.value = typed[call.id] ?? "";
       why.addEventListener("input", () => { typed[call.id] = why.value; });
       const send = async (approve) => {
@@ -315,15 +318,18 @@ function approvalView(run) {
             headers: { "content-type": "application/json" },
             body,
           });
+          delete refused[call.id];
           renderRun(updated);
         } catch (error) {
-          item.append(el("p", { class: "error", role: "alert", text: String(error.message || error) }));
+          refused[call.id] = String(error.message || error);
+          renderRun(state.run);
         }
       };
       item.append(
         el("button", { type: "button", class: "approve", text: "Approve", on: { click: () => send(true) } }),
         el("button", { type: "button", class: "reject", text: "Reject", on: { click: () => send(false) } }),
         why,
+        refused[call.id] ? el("p", { class: "error", role: "alert", text: refused[call.id] }) : null,
       );
     } else {
       item.append(el("p", { class: "muted", text: "Read-only viewer: start it with --allow-decisions to decide here." }));
@@ -437,6 +443,9 @@ async function renderRun(run) {
   );
   const final = run.final ? el("section", { class: "final" }, el("h2", { text: "Final text" }), el("pre", { class: "text", id: "final", text: run.final })) : null;
   const error = run.error ? el("p", { class: "error", id: "run-error", text: run.error }) : null;
+  // A redraw must not take the reason box from under a person typing in it: what they type next would go nowhere.
+  const typing = document.activeElement;
+  const box = typing && typing.classList.contains("why") ? [typing.closest("li").dataset.call, typing.selectionStart, typing.selectionEnd] : null;
   show(
     header,
     error,
@@ -446,6 +455,13 @@ async function renderRun(run) {
     detailView(run, selected),
     final,
   );
+  if (box) {
+    const again = [...document.querySelectorAll("li.pending input.why")].find((input) => input.closest("li").dataset.call === box[0]);
+    if (again) {
+      again.focus();
+      again.setSelectionRange(box[1], box[2]);
+    }
+  }
 }
 
 function followRun(runId) {
@@ -463,6 +479,17 @@ function followRun(runId) {
     source.close();
     fail(new Error(`run ${runId} is no longer in the store`));
   });
+  source.onerror = async () => {
+    // A stream the server refused (a 404: the run was deleted before it started) is closed for good and says
+    // nothing itself: the run's own page gives the store's words. A dropped connection reconnects by itself.
+    if (source.readyState !== EventSource.CLOSED || state.source !== source) return;
+    try {
+      await getJSON("/api/run?" + new URLSearchParams({ id: runId }).toString());
+      fail(new Error(`run ${runId} can no longer be followed: reload the page to follow it again`));
+    } catch (error) {
+      fail(error);
+    }
+  };
 }
 
 async function runPage() {
