@@ -23,7 +23,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support.storeless_children import SCRIPT, USAGE, WAIT, Canceller, Counts, nested_parent_agent, parent_agent
+from support.cancelled_with_parent import Canceller  # reads only the counts' started, go and hold
+from support.storeless_children import SCRIPT, USAGE, WAIT, Counts, nested_parent_agent, parent_agent
 
 from fsm_agent import Agent, AgentLoopError, AgentRun, CancelToken, RunResult, Usage
 from fsm_agent.persist import open_store

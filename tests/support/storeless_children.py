@@ -20,7 +20,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 
-from fsm_agent import Agent, CancelToken, Message, ModelResponse, ToolRegistry, Usage
+from fsm_agent import Agent, Message, ModelResponse, ToolRegistry, Usage
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 
@@ -133,34 +133,6 @@ def parent_agent(counts: Counts, driver: str, asks: Sequence[str] = ("c1",)) -> 
     tools = ToolRegistry()
     tools.register(child.as_tool("helper", "Looks things up."))
     return Agent(ParentModel(counts, asks), tools)
-
-
-class Canceller:
-    """A thread that cancels ``token`` once ``expected`` held ``wait`` calls started, then lets them go."""
-
-    def __init__(self, counts: Counts, token: CancelToken, expected: int) -> None:
-        self.counts, self.token, self.expected = counts, token, expected
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            for _ in range(self.expected):
-                if not self.counts.started.acquire(timeout=WAIT):
-                    return
-            self.token.cancel("the user pressed stop")
-            self.done.set()
-        finally:
-            self.counts.go.set()
-
-    def __enter__(self) -> Canceller:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.counts.go.set()
-        self.thread.join(WAIT)
-        self.counts.hold = False
 
 
 USAGE = {"parent": Usage(1, 1), "child": Usage(5, 1), "deep": Usage(100, 10)}
