@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from fsm_agent import Agent, Message, ModelResponse, ToolRegistry, Usage
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
+from support.cancelled_with_parent import ParentModel  # reads only the counts' lock and parent
 
 WAIT = 30.0
 """Seconds a held tool or the canceller waits at most; each wait is ended by an event within milliseconds, a
@@ -48,20 +49,6 @@ class Counts:
     def arm(self) -> None:
         """Hold the next first-time ``wait`` calls again, with fresh events: for a second cut."""
         self.hold, self.started, self.go = True, threading.Semaphore(0), threading.Event()
-
-
-class ParentModel:
-    """Asks ``helper`` once per id of ``asks`` in one reply (its input is the id); once answered, says ``done``."""
-
-    def __init__(self, counts: Counts, asks: Sequence[str]) -> None:
-        self.counts, self.asks = counts, asks
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        with self.counts.lock:
-            self.counts.parent += 1
-        if not any(m.role == "assistant" for m in messages):
-            return tool_turn(*(tool_call("helper", id=call_id, input=call_id) for call_id in self.asks))
-        return reply("done")
 
 
 class ChildModel:
