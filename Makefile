@@ -26,17 +26,23 @@ demo: $(STAMP)  ## run the scripted demonstration: four stops and a natural fini
 # instance, are made once).  Two on two cores: most tests wait on a server, a lease or a child process, so one
 # process kept the machine at a load of about 1.
 WORKERS ?= 2
+# The test runs write bytecode caches (__pycache__, ignored by git) even where the environment says not to: without
+# them each run compiles the package and rewrites the asserts of every test module again, 6 of a quick run's seconds.
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 test: $(STAMP)  ## run the whole test suite (about 16 minutes on 2 cores: PostgreSQL, Chromium, Ray, a wheel install)
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=30 --fsm-coverage=build/fsm-coverage/report.json
+	$(PYTEST) -q -n $(WORKERS) --dist loadfile --durations=30 --fsm-coverage=build/fsm-coverage/report.json
 
 # .ci/under-load starts the hogs, always stops them (however the suite ends), and prints how long it took.
 test-load: $(STAMP)  ## the same suite with two CPU hogs beside it, as on a busy CI machine; prints how long it took
 	.ci/under-load $(MAKE) --no-print-directory test
 
 # Left out: every test marked `system` (it starts PostgreSQL, headless Chromium, Ray or a process: the command line,
-# mkdocs, node, a wheel build, a child it kills) and every one marked `slow` (see docs/contributing/testing.md).
+# mkdocs, node, a wheel build, a child it kills) and every one marked `slow` (it waits or searches for half a second
+# or more by design: see docs/contributing/testing.md).  The Hypothesis tests search a quarter of CI's examples
+# (FSM_AGENT_HYPOTHESIS=quick); --durations shows any test that has grown slow unmarked.  --dist worksteal: no test
+# left here shares a costly fixture across its file, so an idle worker takes the other's queued tests.
 test-quick: $(STAMP)  ## the suite without the tests that start a real component or are slow: for while you work
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "not system and not slow"
+	FSM_AGENT_HYPOTHESIS=quick $(PYTEST) -q -n $(WORKERS) --dist worksteal --durations=10 -m "not system and not slow"
 
 dist: $(STAMP)  ## build the sdist and the wheel into dist/ (install one: pip install --find-links dist fsm-agent)
 	rm -rf dist

@@ -75,6 +75,7 @@ def cut_beside_a_quick_call(tools: Counted) -> Agent:
     )
 
 
+@pytest.mark.slow
 def test_a_sub_agent_cut_beside_a_call_that_came_back_is_an_error_and_the_call_is_sent_once() -> None:
     """The call that came back before the cut reaches the client once; the sub-agent really cut is still an error."""
     tools = Counted()

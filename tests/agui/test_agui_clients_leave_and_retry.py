@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from support.agui_apps import Served, run_input
 from support.app_owners import at_once, ending, results_of, stream
 from support.sends import SendsPerQuestion, counted_send
@@ -28,6 +29,7 @@ CLIENTS = 12
 """Browsers sending their first message at the same moment, each on a thread of its own."""
 
 
+@pytest.mark.slow
 def test_many_clients_sending_their_first_message_at_once_each_get_their_turn_and_run_their_tool_once() -> None:
     """Twelve threads at once on the app's default store (SQLite in memory): twelve turns, one send each."""
     ran: Counter[str] = Counter()
@@ -106,6 +108,7 @@ def _leave_after(url: str, body: dict[str, Any], marker: str, then: threading.Ev
             time.sleep(0.1)  # the model's answer is back; its checkpoint (a second's write) is under way
 
 
+@pytest.mark.slow
 def test_a_client_leaving_while_the_answer_s_checkpoint_is_written_ends_the_turn_with_it_and_frees_the_thread(
     tmp_path: Path,
 ) -> None:

@@ -61,6 +61,7 @@ def _answer(url: str, thread: str, run_id: str, answer: list[dict[str, Any]]) ->
     return lambda: stream(url, body)
 
 
+@pytest.mark.slow
 def test_the_same_answer_to_an_interrupt_sent_twice_at_once_runs_the_call_once(
     served: tuple[AgUiApp, Scenarios, Served, Any],
 ) -> None:
@@ -79,6 +80,7 @@ def test_the_same_answer_to_an_interrupt_sent_twice_at_once_runs_the_call_once(
         assert [r.run_id for r in store.list_runs(session=thread)] == [f"{thread}/1"]
 
 
+@pytest.mark.slow
 def test_an_approval_and_a_rejection_sent_at_once_keep_one_decision_and_the_call_runs_only_if_approved(
     served: tuple[AgUiApp, Scenarios, Served, Any],
 ) -> None:
@@ -104,6 +106,7 @@ def test_an_approval_and_a_rejection_sent_at_once_keep_one_decision_and_the_call
         assert len(scenarios.models[thread].seen) == 2
 
 
+@pytest.mark.slow
 def test_a_viewer_rejection_racing_an_ag_ui_approval_keeps_one_decision_and_the_call_runs_only_if_approved(
     served: tuple[AgUiApp, Scenarios, Served, Any],
 ) -> None:

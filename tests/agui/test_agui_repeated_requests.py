@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 from typing import Any
 
+import pytest
 from support.agui_apps import Served, run_input
 from support.app_owners import at_once, ending, results_of, stream
 from support.sends import SendsPerQuestion, counted_send
@@ -33,6 +34,7 @@ def _served(models: dict[str, SendsPerQuestion], registry: ToolRegistry, **agent
     return Served(asgi), asgi
 
 
+@pytest.mark.slow
 def test_the_same_request_sent_twice_at_once_takes_one_turn_and_sends_once() -> None:
     """Two copies of one request race on each thread: one takes the turn, the other takes none and sends nothing."""
     ran: Counter[str] = Counter()

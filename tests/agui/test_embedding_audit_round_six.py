@@ -177,6 +177,7 @@ def test_many_session_requests_at_once_with_half_cancelled_mid_call_free_every_s
 CLIENTS = 6
 
 
+@pytest.mark.slow
 def test_traced_ag_ui_turns_of_concurrent_clients_end_every_span_and_a_client_leaving_mid_call_frees_its_thread(
     tmp_path: Any,
 ) -> None:

@@ -92,6 +92,7 @@ def test_the_turns_cached_and_reasoning_tokens_reach_the_client_as_parts() -> No
     assert parts == (30, 60, 10)
 
 
+@pytest.mark.slow
 def test_a_reply_with_a_lone_surrogate_reaches_the_client_and_the_turn_goes_on(tmp_path: Any) -> None:
     """A reply text holding half an emoji (which providers send) must not cut the stream nor cancel the turn."""
 

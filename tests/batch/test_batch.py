@@ -80,6 +80,7 @@ def test_a_finished_batch_run_again_makes_no_model_call(tmp_path: Path) -> None:
     assert len(lines(tmp_path / MODEL_LOG)) == calls
 
 
+@pytest.mark.slow
 def test_a_half_finished_batch_resumes_without_rerunning_the_finished_runs(tmp_path: Path) -> None:
     """Runs finished before are not called again; a run cut mid-way continues from its checkpoint."""
     store = tmp_path / "runs.db"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from support.batch_agents import MODEL_LOG, TOOL_LOG, counts, factory, tag
 from support.batch_leases import lease_free
 
@@ -23,6 +24,7 @@ LONG_LEASE = 300.0
 """Far longer than the test: a lease that was not given up would still be live when the store is probed."""
 
 
+@pytest.mark.slow
 def test_a_cancelled_local_batch_leaves_its_runs_cancelled_and_free_and_the_next_pass_finishes_them(
     store_target: str, tmp_path: Path
 ) -> None:

@@ -44,6 +44,7 @@ class JournaledOnly:
         self.inner.renew(run_id, owner=owner, seq=seq, release=release)
 
 
+@pytest.mark.slow
 def test_a_batch_waits_out_a_dead_holders_lease_in_a_store_that_declares_no_lease(tmp_path: Path) -> None:
     """The wait for a run's holder is the lease the engine uses (``traits``: the default here), not none at all."""
     question = "question 0"

@@ -6,6 +6,7 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
 from support.batch_agents import MODEL_LOG, TOOL_LOG, counts, factory
 from support.batch_leases import cancel_while_leased, crash_leaving_leases, numbered_questions
 
@@ -53,6 +54,7 @@ def _rerun_rate(where: Path, questions: list[str], held: range, lease: float) ->
     return free / elapsed
 
 
+@pytest.mark.slow
 def test_a_rerun_after_a_driver_crash_keeps_the_throughput_of_a_clean_batch(tmp_path: Path) -> None:
     """Eight runs leased by a dead driver for 5 s: the other runs go at least 2/3 as fast as a clean batch's."""
     questions = numbered_questions(64)
@@ -67,6 +69,7 @@ def test_a_rerun_after_a_driver_crash_keeps_the_throughput_of_a_clean_batch(tmp_
     assert ratio <= 1.5, f"clean {clean} runs/s, rerun {rerun} runs/s"
 
 
+@pytest.mark.slow
 def test_leased_runs_finish_once_their_leases_lapse_with_the_results_of_a_clean_batch(tmp_path: Path) -> None:
     """The dead driver's runs resume after their leases, the others before; same results, each call made once."""
     questions = numbered_questions(16)

@@ -74,6 +74,7 @@ def counting_agent(ledger: str) -> Agent:
 QUESTIONS = [f"question {i}" for i in range(12)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [1, 3])
 def test_a_local_batch_never_runs_more_than_max_in_flight_at_once(
     store_target: str, tmp_path: Path, limit: int

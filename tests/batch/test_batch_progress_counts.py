@@ -206,6 +206,7 @@ def test_a_reader_behind_the_executor_sees_every_ended_run_out_of_flight_and_wai
     assert watched.tally.counts() == Counts(total=24, done=24, failed_by=(), in_flight=0)
 
 
+@pytest.mark.slow
 def test_a_reader_keeping_up_never_takes_a_result_whose_run_is_still_counted_in_flight(tmp_path: Path) -> None:
     """64 runs, 4 at once, read as they come: every run ends before its result is read, and every count adds up."""
     questions = numbered_questions(64)

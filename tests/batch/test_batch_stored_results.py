@@ -21,6 +21,7 @@ from fsm_agent.batch import BatchItem, batch_items, run_batch
 from fsm_agent.batch.on_ray import _checkpoint
 from fsm_agent.persist import open_store
 from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
+from fsm_agent.testing.store_kit import SHORT
 from fsm_agent.tools import JSONSchema
 
 DEAR = Price(input_per_mtok=1000, output_per_mtok=1000)
@@ -157,9 +158,14 @@ def test_a_stopped_batch_run_read_back_keeps_its_snapshot_and_cost(tmp_path: Pat
 
 
 def _cut_after_one_call(bench: Bench, store: Path) -> BatchItem:
-    """A batch's first run, stored after its first model call: then its task is cancelled."""
+    """A batch's first run, stored after its first model call: then its task is cancelled.
+
+    Its owner never gives the run back, as a killed worker would not: it is
+    leased for ``SHORT``, so the batch that resumes it waits that long, not
+    a default lease.
+    """
     item = batch_items(QUESTIONS[:1])[0]
-    with SqliteStore(store) as opened:
+    with SqliteStore(store, lease=SHORT) as opened:
         bench().start(item.input, store=opened, run_id=item.run_id).advance()
     return item
 
@@ -249,6 +255,7 @@ def test_a_ray_run_cut_off_is_reported_cancelled_with_its_snapshot_when_its_agen
     assert (resumed.reason, len(bench.model_calls), len(bench.tool_calls)) == ("done", 2, 1)
 
 
+@pytest.mark.slow
 def test_a_local_batch_run_live_and_read_back_on_either_store_leaves_no_connection_open(store_target: str) -> None:
     """The batch's event loop closes its store connections before it ends: no warning of one left open, both passes."""
     live, stored = _twice(Bench(), store_target)

@@ -20,6 +20,7 @@ from fsm_agent.persist import open_store
 LONG_LEASE = 300.0
 
 
+@pytest.mark.slow
 def test_a_run_stuck_in_a_call_when_the_batch_is_left_is_cancelled_checkpointed_and_resumed(
     store_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

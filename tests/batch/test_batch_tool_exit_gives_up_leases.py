@@ -30,6 +30,7 @@ def _destroyed_pending(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paired", [False, True], ids=["one-call", "parallel-calls"])
 def test_a_tool_calling_sys_exit_leaves_no_run_of_the_local_batch_leased(
     paired: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -57,6 +58,7 @@ def test_a_tool_calling_sys_exit_leaves_no_run_of_the_local_batch_leased(
     assert _destroyed_pending(caplog) == []
 
 
+@pytest.mark.slow
 def test_a_rerun_after_a_tool_exited_takes_the_cut_run_over_once_its_lease_lapsed(tmp_path: Path) -> None:
     """Every run ends ``done``, and no call that completed before the exit is made again."""
     store = str(tmp_path / "runs.db")

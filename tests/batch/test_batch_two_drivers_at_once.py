@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
 from support.batch_agents import TOOL_LOG, counts, factory, tag
 from support.batch_leases import lease_free, numbered_questions
 
@@ -17,6 +18,7 @@ LEASE = 2.0
 """Seconds a driver holds a run past its last write: a run the other driver holds is tried again after it."""
 
 
+@pytest.mark.slow
 def test_two_drivers_of_one_batch_over_one_store_make_each_call_once(store_target: str, tmp_path: Path) -> None:
     """Two threads each run the batch: every index once for each, ``done`` or ``leased``; every run Done and free."""
     questions = numbered_questions(16)

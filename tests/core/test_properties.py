@@ -197,6 +197,7 @@ def test_engine_work_per_tool_turn_does_not_grow_with_the_run() -> None:
     assert late == pytest.approx(early, rel=0.01), f"{early:.1f} lines per turn near 64 turns, {late:.1f} near 512"
 
 
+@pytest.mark.slow
 def test_generated_cases_take_every_row_a_sync_run_can_take() -> None:
     """The generator is not degenerate: across a fixed sample of cases every reachable row of the table is taken.
 

@@ -166,6 +166,7 @@ def test_a_validator_returning_a_value_of_another_type_stops_the_run(
 # --- the check's time -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_validator_that_hangs_is_cut_at_the_runs_timeout(driver: str) -> None:
     """Dispatch->Failed[timeout] on expired: a validator still running at the deadline is abandoned, within 10 s."""
@@ -212,6 +213,7 @@ def test_a_sync_validator_does_not_block_the_async_drivers_event_loop() -> None:
     assert asyncio.run(main()).output == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_schema_pattern_that_backtracks_gives_up_and_the_answer_is_invalid(driver: str) -> None:
     """`^(a|a)*$` against 40 a's and a '!': the match gives up after PATTERN_SECONDS; the model is asked again."""

@@ -25,6 +25,7 @@ from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_t
 TIMEOUT = 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_call_delayed_past_the_deadline_by_its_hook_is_made_once(driver: str) -> None:
     ran: Counter[str] = Counter()
@@ -42,6 +43,7 @@ def test_a_call_delayed_past_the_deadline_by_its_hook_is_made_once(driver: str) 
     assert ran == Counter({"s1": 1})
 
 
+@pytest.mark.slow
 def test_a_parallel_batch_whose_first_hook_passes_the_deadline_makes_each_call_once() -> None:
     ran: Counter[str] = Counter()
     registry = sends_taking_a_while(ran, 0.3)
@@ -60,6 +62,7 @@ def test_a_parallel_batch_whose_first_hook_passes_the_deadline_makes_each_call_o
     assert ran == Counter({"s1": 1, "s2": 1, "s3": 1})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_model_call_delayed_past_the_deadline_by_its_hook_is_made_once(driver: str) -> None:
     model = FakeModel(reply("hello"))
@@ -74,6 +77,7 @@ def test_a_model_call_delayed_past_the_deadline_by_its_hook_is_made_once(driver:
     assert len(model.seen) == 1
 
 
+@pytest.mark.slow
 def test_a_batch_call_whose_hook_passes_the_deadline_keeps_the_one_that_ran_before_it() -> None:
     """One call at a time: ``s1`` runs and is kept, ``s2``'s hook takes the time left; the resume makes the rest."""
     ran: Counter[str] = Counter()

@@ -271,6 +271,7 @@ def _take_over(agent: Agent, driver: str, store: Any) -> RunResult:
             threading.Event().wait(LEASE / 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_an_owner_crashing_after_the_decision_was_stored_leaves_the_approved_call_to_run_once(
     store_target: str, driver: str

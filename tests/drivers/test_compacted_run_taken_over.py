@@ -77,6 +77,7 @@ def _whole(result: RunResult) -> list[str]:
 WHOLE = ["SYS", "go", "", '"step1 done"', "", '"step2 done"', "end"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_run_cut_after_its_compaction_resumes_from_the_compacted_history(
@@ -98,6 +99,7 @@ def test_a_run_cut_after_its_compaction_resumes_from_the_compacted_history(
     assert [step.kind for step in result.steps] == ["tool_call", "compaction", "tool_call", "final"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_run_cut_inside_compact_compacts_on_resume_without_asking_the_model_again(

@@ -173,6 +173,7 @@ def test_a_token_cancelled_during_an_answer_guardrail_lets_its_verdict_stand_wit
 # --- deadlines ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_an_answer_check_cut_at_the_deadline_is_checked_again_by_a_new_owner_without_a_model_call(
     store_target: str, driver: str
@@ -207,6 +208,7 @@ def test_an_answer_check_cut_at_the_deadline_is_checked_again_by_a_new_owner_wit
     assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
 
 
+@pytest.mark.slow
 def test_a_sync_deadline_met_while_a_store_write_is_in_flight_lets_the_write_land_and_repeats_no_call(
     store_target: str,
 ) -> None:
@@ -239,6 +241,7 @@ def test_a_sync_deadline_met_while_a_store_write_is_in_flight_lets_the_write_lan
 # --- leases -------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_compaction_that_outlasts_the_lease_keeps_the_run_from_a_second_owner(store_target: str, driver: str) -> None:
     """exactly-once.md: "while a model or tool call is in flight, by a heartbeat ... So a call may take any time,

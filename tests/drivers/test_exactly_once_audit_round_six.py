@@ -55,6 +55,7 @@ WAIT = 60.0
 # --- typed answers ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "cuts"),
     [
@@ -88,6 +89,7 @@ def test_a_typed_answer_cut_by_ctrl_c_is_finished_by_a_new_owner_each_call_once_
     assert tokens_of(result) == usage_of(BATCH_USAGE, REJECTED_USAGE, ANSWER_USAGE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_retry_call_cut_at_the_deadline_is_made_once_more_by_a_new_owner_and_the_rejected_answer_not_checked_again(
     store_target: str, driver: str
@@ -139,6 +141,7 @@ def _stopped(go: Any) -> RunResult:
 # --- guardrails -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("cutter", "resumer"), CROSSED)
 def test_an_answer_guardrail_cut_by_ctrl_c_trips_for_the_new_owner_with_no_call_made_again(
     store_target: str, cutter: str, resumer: str
@@ -169,6 +172,7 @@ def test_an_answer_guardrail_cut_by_ctrl_c_trips_for_the_new_owner_with_no_call_
 # --- finalize ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("cutter", "resumer"), CROSSED)
 def test_a_finalize_call_cut_by_ctrl_c_after_a_batch_is_made_once_more_by_a_new_owner_and_counted_once(
     store_target: str, cutter: str, resumer: str
@@ -215,6 +219,7 @@ def test_a_task_cancelled_in_a_finalize_call_keeps_its_stop_and_a_resume_with_ro
     assert tokens_of(result) == usage_of(BATCH_USAGE, ANSWER_USAGE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "way",
     [
@@ -264,6 +269,7 @@ def test_a_finalize_call_for_max_steps_is_not_cut_by_the_runs_deadline_on_any_dr
 # --- compaction -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("cutter", "resumer"), CROSSED)
 def test_a_ctrl_c_in_the_call_made_after_a_compaction_keeps_the_compaction_for_the_new_owner(
     store_target: str, cutter: str, resumer: str
@@ -284,6 +290,7 @@ def test_a_ctrl_c_in_the_call_made_after_a_compaction_keeps_the_compaction_for_t
     assert tokens_of(result) == usage_of(BATCH_USAGE, ANSWER_USAGE)
 
 
+@pytest.mark.slow
 def test_a_task_cancelled_while_compacting_leaves_the_compaction_to_the_next_owner_and_no_call_is_made_twice(
     store_target: str,
 ) -> None:
@@ -319,6 +326,7 @@ def test_a_task_cancelled_while_compacting_leaves_the_compaction_to_the_next_own
     assert edges(result).count("AwaitModel->AwaitModel[compacts_history]") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_compaction_still_running_at_the_deadline_is_given_up_and_the_run_stops_on_timeout(driver: str) -> None:
     """long-runs.md: "A compaction is a model turn like any other"; a call in flight at the deadline is abandoned
@@ -344,6 +352,7 @@ def test_a_compaction_still_running_at_the_deadline_is_given_up_and_the_run_stop
     assert took < 5.0, f"the run stopped {took:.1f} s after it started, its timeout 0.5 s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("every", ["call", "transition"])
 @pytest.mark.parametrize(("cutter", "resumer"), CROSSED)
 def test_a_process_dying_in_the_call_after_a_compaction_does_not_compact_again_on_resume(

@@ -61,6 +61,7 @@ def _resumed(target: str, driver: str, effects: Effects) -> RunResult:
     return resumed_by_new_owner(target, "cut", driver, batch_agent(effects))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_batch_with_a_sub_agent_cut_by_keyboard_interrupt_is_finished_by_a_new_owner_each_call_made_once(
@@ -161,6 +162,7 @@ def test_afork_inside_a_batch_of_a_run_recorded_on_the_sync_driver_is_taken_as_f
 # --- a session's turn cut in the middle of its batch ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("cutter", "resumer"),
     [

@@ -49,6 +49,7 @@ def _cut(target: str, tally: Tally) -> Hang:
     return hang
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 def test_a_ctrl_c_beside_a_sub_agent_in_flight_leaves_the_child_unfinished_and_a_new_owner_finishes_it(
     store_target: str, tmp_path: Path, resumer: str
@@ -68,6 +69,7 @@ def test_a_ctrl_c_beside_a_sub_agent_in_flight_leaves_the_child_unfinished_and_a
     assert tally.counts("model") == {"parent": 2, "child": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 def test_a_ctrl_c_beside_a_sub_agent_in_flight_never_makes_a_completed_call_again(
     store_target: str, tmp_path: Path, resumer: str

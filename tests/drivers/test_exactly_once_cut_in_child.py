@@ -61,6 +61,7 @@ TRIES = {"a": 1, "b": 1, "sub.w": 2, "z": 1}
 """Every call tried once, but the child's ``sub.w``: it was in flight at the cut, so it is made again."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_run_cut_inside_its_sub_agents_tool_is_finished_by_a_new_owner_each_completed_call_once(
@@ -90,6 +91,7 @@ def test_a_run_cut_inside_its_sub_agents_tool_is_finished_by_a_new_owner_each_co
         assert check.load("cut")["state"] == "Done"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_session_turn_cut_inside_its_sub_agent_is_finished_by_a_new_session_objects_next_turn(

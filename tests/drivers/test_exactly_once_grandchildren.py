@@ -60,6 +60,7 @@ def _every_level_done(target: str) -> None:
             assert store.load(run_id)["state"] == "Done", run_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_ctrl_c_inside_the_grandchild_s_call_is_finished_by_a_new_owner_each_completed_call_once(
@@ -81,6 +82,7 @@ def test_a_ctrl_c_inside_the_grandchild_s_call_is_finished_by_a_new_owner_each_c
     _every_level_done(store_target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_process_killed_inside_the_grandchild_s_call_is_finished_elsewhere_each_completed_call_once(
@@ -99,6 +101,7 @@ def test_a_process_killed_inside_the_grandchild_s_call_is_finished_elsewhere_eac
     _every_level_done(store_target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_ctrl_c_in_the_child_s_answer_after_its_grandchild_finished_reads_the_grandchild_back(
@@ -171,6 +174,7 @@ def _made(tally: Tally, *labels: str) -> bool:
     return all(done.get(label, 0) >= 1 for label in labels)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("every", ["turn", "transition"])
 @pytest.mark.parametrize("cutter", DRIVERS)
 def test_a_ctrl_c_inside_the_grandchild_keeps_every_level_s_completed_calls_whatever_the_store_s_every(

@@ -48,6 +48,7 @@ def _wait_for(condition: Callable[[], bool], what: str) -> None:
 # --- tool_timeout: an overrunning call of a batch is an error result, never made again ---------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("tool", ["work", "swork"])
@@ -135,6 +136,7 @@ def test_a_deadline_passed_during_a_batch_that_completed_is_finalized_once_on_bo
     assert max(effects.tries.values()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 def test_a_deadline_cutting_a_batch_with_finalize_policy_makes_no_finalize_call_and_a_resume_makes_only_the_cut_call(
     store_target: str, resumer: str

@@ -57,6 +57,7 @@ def released() -> Iterator[list[Hold]]:
 # --- the run's deadline passes while a parallel batch is in flight (async driver) ----------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 def test_a_deadline_mid_batch_cuts_only_the_call_in_flight_and_a_resume_makes_only_that_call_again(
     resumer: str,
@@ -77,6 +78,7 @@ def test_a_deadline_mid_batch_cuts_only_the_call_in_flight_and_a_resume_makes_on
     assert effects.parent_model == 2  # the batch's reply was kept: only the answer was asked for
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 def test_a_stored_run_cut_by_its_deadline_mid_batch_is_finished_by_a_new_owner_each_completed_call_made_once(
     store_target: str, resumer: str
@@ -97,6 +99,7 @@ def test_a_stored_run_cut_by_its_deadline_mid_batch_is_finished_by_a_new_owner_e
     assert effects.parent_model == 2
 
 
+@pytest.mark.slow
 def test_the_evidence_of_a_deadline_passing_mid_batch_says_the_time_was_up() -> None:
     """The timeout stop's evidence reads ``elapsed`` against ``timeout``: at the stop, elapsed reached timeout."""
     effects = Effects()
@@ -110,6 +113,7 @@ def test_the_evidence_of_a_deadline_passing_mid_batch_says_the_time_was_up() -> 
 # --- the run's deadline passes while one sync call is in flight (sync driver) ---------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 def test_a_deadline_on_a_sync_call_abandons_it_and_a_resume_makes_only_that_call_again(
     resumer: str, released: list[Hold]
@@ -131,6 +135,7 @@ def test_a_deadline_on_a_sync_call_abandons_it_and_a_resume_makes_only_that_call
     assert effects.parent_model == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 def test_a_stored_sync_run_cut_by_its_deadline_is_finished_by_a_new_owner_each_completed_call_made_once(
     store_target: str, resumer: str, released: list[Hold]
@@ -152,6 +157,7 @@ def test_a_stored_sync_run_cut_by_its_deadline_is_finished_by_a_new_owner_each_c
     assert effects.parent_model == 2
 
 
+@pytest.mark.slow
 def test_a_sync_call_abandoned_at_the_deadline_may_finish_after_the_stop_and_a_resume_makes_it_again() -> None:
     """As documented (exactly-once.md): a call given up in flight may still finish, and its outcome is not taken
     in, so the resume makes it again under the same id (a ``call_id`` tool does its effect once); nothing else."""
@@ -198,6 +204,7 @@ def _stopped_by_asyncio_run(agent: Agent, release: Callable[[], None]) -> AgentL
     return stop
 
 
+@pytest.mark.slow
 def test_asyncio_run_of_a_run_cut_by_its_deadline_does_not_wait_for_the_abandoned_sync_call() -> None:
     """``asyncio.run(agent.arun(...))`` returns at the deadline's stop, as the sync driver's ``run`` does."""
     effects = Effects()
@@ -220,6 +227,7 @@ class _StuckModel:
         return reply("too late")
 
 
+@pytest.mark.slow
 def test_asyncio_run_of_a_run_whose_sync_model_call_is_cut_by_its_deadline_does_not_wait_for_that_call() -> None:
     """The model's call, on a worker thread, is abandoned at the deadline: ``asyncio.run`` returns at the stop."""
     model = _StuckModel()

@@ -94,6 +94,7 @@ def _race(target: str, tally: Tally, owners: list[tuple[str, str]]) -> list[str]
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("first", "second"), [("sync", "sync"), ("sync", "async"), ("async", "async")])
 def test_two_owners_taking_over_one_parent_cut_in_its_grandchild_make_each_call_once(
     store_target: str, tmp_path: Path, first: str, second: str
@@ -109,6 +110,7 @@ def test_two_owners_taking_over_one_parent_cut_in_its_grandchild_make_each_call_
         assert store.load("cut")["final"] == NESTED_FINAL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_one_owner_taking_over_the_parent_and_another_its_child_at_once_make_each_call_once(
     store_target: str, tmp_path: Path, driver: str

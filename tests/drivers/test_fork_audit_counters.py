@@ -107,6 +107,7 @@ def test_a_fork_at_every_transition_ends_with_the_source_s_counters_and_spend(st
         assert dict(again) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_fork_cut_in_the_call_it_makes_again_is_finished_by_a_new_owner_reusing_the_source_s_results(

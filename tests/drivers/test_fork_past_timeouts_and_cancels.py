@@ -145,6 +145,7 @@ def test_a_fork_at_the_stop_itself_goes_on_from_it_making_each_later_call_once(s
             assert [step.reused_from for step in again.steps if step.kind == "tool_call"][-1] == f"fork-{driver}/c3"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_fork_at_a_timeout_stop_its_edit_does_not_lift_says_so_and_stores_nothing(
     store_target: str, driver: str

@@ -333,6 +333,7 @@ def _cut_after_second_turn(store: Store, made: Counter[str], model: ByTurn) -> d
     return store.load("u")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_resume_whose_limits_forbid_the_model_call_it_comes_back_to_make_is_refused(
     store_target: str, driver: str

@@ -57,6 +57,7 @@ def _agent(model: Noter, noted: list[str], lock: threading.Lock) -> Agent:
     return Agent(model, registry)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drivers", [("sync", "sync"), ("async", "async"), ("sync", "async")])
 def test_two_workers_taking_the_next_turn_at_once_take_one_whole_turn_each_or_are_refused(
     store_target: str, drivers: tuple[str, str]

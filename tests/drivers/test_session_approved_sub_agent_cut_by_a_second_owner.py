@@ -34,6 +34,7 @@ def _careful(tally: Tally, cut: Cutter | None = None) -> Agent:
     return nested_agent(tally, cut, approve={"outer"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("decider", "finisher"), [("sync", "async"), ("async", "sync"), ("async", "async")])
 def test_an_approved_sub_agent_call_cut_in_its_grandchild_is_finished_by_the_next_turn_of_a_third_owner(
     store_target: str, tmp_path: Path, decider: str, finisher: str

@@ -103,6 +103,7 @@ class _Owner(threading.Thread):
             store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("asks", ["next turn", "resume"])
 @pytest.mark.parametrize(("owner", "other"), [("sync", "async"), ("async", "sync"), ("sync, timeout", "sync")])
 def test_a_second_owner_asking_while_a_turn_compacts_is_refused_and_the_summary_is_made_once(

@@ -208,6 +208,7 @@ def _check_refusal(refusal: RunLeasedError, run_id: str) -> None:
     assert "Session.resume()" in text, text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_turn_interrupted_mid_call_is_finished_by_the_next_once_its_lease_lapses(
     store_target: str, tmp_path: Path, driver: str
@@ -253,6 +254,7 @@ def _interrupted(tmp_path: Path, **options: Any) -> tuple[Session, Any, str]:
     return session, store, counter
 
 
+@pytest.mark.slow
 def test_a_taken_over_turn_that_stops_is_closed_and_the_new_turn_goes_on(tmp_path: Path) -> None:
     """The finished-over turn stops on its own max_steps: stored so, and the new turn is taken, nothing raised."""
     session, store, counter = _interrupted(tmp_path, max_steps=2)
@@ -264,6 +266,7 @@ def test_a_taken_over_turn_that_stops_is_closed_and_the_new_turn_goes_on(tmp_pat
     store.close()
 
 
+@pytest.mark.slow
 def test_session_resume_finishes_a_turn_whose_owner_died(tmp_path: Path) -> None:
     """Session.resume() takes the unfinished turn over alone once its lease lapses; no completed call made again."""
     session, store, counter = _interrupted(tmp_path)

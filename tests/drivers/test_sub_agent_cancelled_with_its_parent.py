@@ -215,6 +215,7 @@ class _AnswersLate:
         raise AssertionError("the async driver awaits acomplete")
 
 
+@pytest.mark.slow
 def test_a_parent_cut_at_its_deadline_after_its_child_ran_a_tool_resumes_counting_that_tool_once() -> None:
     """Async, no store: the deadline cuts the child in its second model call, after its ``work`` ran.
 

@@ -218,6 +218,7 @@ def _cut_family(executed: Counter[str], cut: threading.Event | None) -> tuple[Ag
     return Agent(parent_model, _helper_tools(child), cost_budget=0.04, prices=DEAR), parent_model, child_model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", DRIVERS)
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_child_cut_by_ctrl_c_goes_on_under_what_its_parent_has_left_and_each_call_counts_once(
@@ -269,6 +270,7 @@ def _counted_once(parent: dict[str, Any], child: dict[str, Any], parent_calls: i
     assert parent["counters"]["unpriced"] == child["counters"]["unpriced"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("block", ["tool", "model"], ids=["after_a_reply", "before_any_reply"])
 def test_a_child_cut_at_the_deadline_and_read_back_counts_each_of_its_calls_once(

@@ -69,6 +69,7 @@ def _each_reply_once(calls: Calls) -> tuple[int, int, float | None]:
     return total.input_tokens, total.output_tokens, None if total.cost is None else round(total.cost, 12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_child_cut_without_a_store_still_brings_its_tokens_and_cost(driver: str, tmp_path: Path) -> None:
     """No store: the stopped parent's usage holds the child's first reply, and its snapshot keeps it by call."""
@@ -84,6 +85,7 @@ def test_a_child_cut_without_a_store_still_brings_its_tokens_and_cost(driver: st
     assert (kept["run_id"], kept["input_tokens"], kept["output_tokens"]) == ("p/c1", 500, 50)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_child_cut_before_its_first_reply_adds_nothing_at_the_cut(driver: str, tmp_path: Path) -> None:
     """Cut in its first model call, the child spent nothing known: the parent's usage is its own reply alone."""
@@ -101,6 +103,7 @@ def test_a_child_cut_before_its_first_reply_adds_nothing_at_the_cut(driver: str,
     assert (kept["input_tokens"], kept["output_tokens"], kept["tool_calls"]) == (0, 0, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("block", ["tool", "model"], ids=["after_a_reply", "before_any_reply"])
 def test_a_call_made_again_without_a_store_adds_its_fresh_child_whole(
@@ -119,6 +122,7 @@ def test_a_call_made_again_without_a_store_adds_its_fresh_child_whole(
     assert _spent(result) == _each_reply_once(calls)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("block", ["tool", "model"], ids=["after_a_reply", "before_any_reply"])
 def test_a_stored_child_cut_then_read_back_by_a_resume_is_counted_once(
@@ -148,6 +152,7 @@ def test_a_stored_child_cut_then_read_back_by_a_resume_is_counted_once(
     assert parent["cut_children"] == {}  # the call is answered: its cut is settled
 
 
+@pytest.mark.slow
 def test_a_batch_cut_at_its_deadline_counts_the_child_that_answered_and_the_one_cut_each_once(tmp_path: Path) -> None:
     """Async, two sub-agent calls in one reply: ``q1`` answers in time, ``c1`` is cut after its child's first reply."""
     calls = Calls(tmp_path / "calls.log", block="tool")

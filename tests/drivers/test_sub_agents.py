@@ -125,6 +125,7 @@ class Slow:
         return "late"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_parent_deadline_bounds_a_slow_child(driver: str) -> None:
     """The child's timeout is what is left of the parent's: neither runs past the parent's deadline."""

@@ -104,6 +104,7 @@ def held(provider_server: ProviderServer) -> Iterator[threading.Event]:
     release.set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("provider", PROVIDERS)

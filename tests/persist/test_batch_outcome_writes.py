@@ -86,6 +86,7 @@ def _held_and_cut(store: Any, run: dict[str, AgentRun], quick_written: asyncio.E
     return durable
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumer", ["sync", "async"])
 def test_a_call_that_returns_while_a_siblings_outcome_is_written_gets_its_own_write_and_never_runs_again(
     store_target: str, resumer: str

@@ -92,12 +92,14 @@ def _adding(calls: list[tuple[int, int]], wait: Callable[[], None] | None = None
 # --- the harness and the mutants the suite catches ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unbroken_sqlite_store_run_this_way_passes_every_check(pytester: pytest.Pytester) -> None:
     """The harness itself: ``SqliteStore`` (as the mutants' base, nothing broken) passes all 46 checks, none skipped."""
     result = _suite(pytester, "Mutant")
     result.assert_outcomes(passed=SUITE_SIZE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mutant", "caught_by"),
     [
@@ -125,6 +127,7 @@ def test_the_suite_fails_a_store_that_breaks_one_promise(
 # --- a heartbeat that extends nothing -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_suite_fails_a_store_whose_heartbeat_extends_no_lease(pytester: pytest.Pytester) -> None:
     """``keep`` (and ``akeep``) refuse and accept as they should, but leave the lease where it was.
 
@@ -134,6 +137,7 @@ def test_the_suite_fails_a_store_whose_heartbeat_extends_no_lease(pytester: pyte
     result.stdout.fnmatch_lines(["FAILED *::TestStore::test_keep_moves_the_lease_on_so_a_kept_run_outlives*"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("store_class", "made"), [(SqliteStore, 1), (HeartbeatDoesNotExtend, 2)])
 def test_a_heartbeat_that_extends_nothing_lets_a_second_owner_make_the_call_in_flight_again(
     tmp_path: Path, store_class: type[SqliteStore], made: int
@@ -180,6 +184,7 @@ def test_a_heartbeat_that_extends_nothing_lets_a_second_owner_make_the_call_in_f
 # --- two handles on one store, both claiming ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_suite_fails_a_store_whose_claim_is_atomic_only_within_one_handle(pytester: pytest.Pytester) -> None:
     """``claim`` checks in one transaction and writes in the next, under a lock of the store object only.
 
@@ -224,6 +229,7 @@ def _resumed(calls: list[tuple[int, int]], store: SqliteStore) -> object:
 # --- an async decide that overrules a decision --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_suite_fails_a_store_whose_adecide_overrules_a_decision(pytester: pytest.Pytester) -> None:
     """``adecide`` replaces a decision already taken on a call; ``decide`` refuses, as it should.
 
@@ -264,6 +270,7 @@ def test_an_adecide_that_overrules_runs_a_call_a_person_rejected(
 # --- a resume that moves the run in the creation order ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_suite_fails_a_store_whose_claim_moves_the_run_s_creation(pytester: pytest.Pytester) -> None:
     """A claim stamps the run as created anew; save and append keep its creation, as the checks look at.
 
@@ -299,6 +306,7 @@ def test_a_claim_that_moves_the_creation_makes_paging_skip_a_run_resumed_between
 # --- deletion ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_suite_fails_a_store_whose_delete_leaves_the_run(pytester: pytest.Pytester) -> None:
     """``delete`` drops the journal and says the run was there, but leaves its row (base, version, lease).
 
@@ -328,6 +336,7 @@ def test_a_delete_that_leaves_the_run_keeps_a_deleted_run_listed_and_its_id_take
     assert (again == "5") == (made == 2), again
 
 
+@pytest.mark.slow
 def test_the_suite_fails_a_store_whose_delete_finished_takes_unfinished_runs(pytester: pytest.Pytester) -> None:
     """``delete_finished`` forgets every run old enough, whatever its state.
 

@@ -35,6 +35,7 @@ def _take_over(target: str, driver: str, agent: Agent, **options: Any) -> RunRes
     return resumed_by_new_owner(target, "cut", driver, agent, **options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("second", DRIVERS)
 @pytest.mark.parametrize("first", DRIVERS)
 def test_a_half_decided_batch_cut_in_its_sub_agent_is_taken_over_then_decided_each_approved_call_once(
@@ -106,6 +107,7 @@ def _racer(target: str, driver: str, effects: Effects, barrier: threading.Barrie
         out["other"] = other
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("one", "two"), [("sync", "sync"), ("async", "async"), ("sync", "async")])
 def test_two_owners_racing_to_take_over_a_cut_batch_one_wins_the_other_is_refused_each_call_made_once(
     store_target: str, one: str, two: str

@@ -111,6 +111,7 @@ def test_owners_resuming_on_event_loops_of_their_own_at_once_one_goes_on() -> No
     assert effects.made == {"m0": 1, "m1": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_an_owner_whose_run_was_taken_over_and_finished_makes_no_call_after(driver: str) -> None:
     """A's lease lapses before its call; B takes the run over and finishes it; A's next step is refused, no mail."""

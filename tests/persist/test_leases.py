@@ -180,6 +180,7 @@ def _claims_during_the_call(target: str, seen: list[BaseException | None]) -> Ca
     return work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_call_three_leases_long_never_loses_its_lease(
     store_target: str, stores: Callable[..., Any], tmp_path: Path, driver: str
@@ -264,6 +265,7 @@ class _Script:
 # --- fencing: a renewal never takes back a run it lost -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_keep_extends_a_live_owners_lease_past_its_length(stores: Callable[..., Any]) -> None:
     """Renewed with keep() every half lease, a run stays leased for three leases; unrenewed, it lapses."""
     store = stores(lease=0.4)

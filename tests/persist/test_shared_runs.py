@@ -249,6 +249,7 @@ def _post(url: str, body: dict[str, Any]) -> int:
         return exc.code
 
 
+@pytest.mark.slow
 def test_two_people_deciding_through_the_viewer_never_let_a_rejected_call_run(
     store_target: str, tmp_path: Path
 ) -> None:

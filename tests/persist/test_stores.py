@@ -179,6 +179,7 @@ def test_a_lapsed_lease_is_taken_over_and_the_old_owner_is_then_refused(opened: 
     assert store.load("slow")["final"] == result.final
 
 
+@pytest.mark.slow
 def test_a_run_checkpointing_every_turn_still_renews_its_lease_in_between(opened: Any) -> None:
     """With every="turn", transitions that write nothing still renew a lease that is a third spent."""
     store = opened(every="turn", lease=0.6)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.hypothesis_profiles import examples
 from support.proof_round_six import (
     FINALIZABLE,
     HOOKS,
@@ -225,7 +226,7 @@ def _hold_generated(case: dict[str, Any], driver: str) -> None:
 
 
 PROFILE = settings(
-    max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=examples(150), deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
 )
 
 
@@ -305,7 +306,7 @@ def _hold_family(case: dict[str, Any], driver: str) -> None:
 
 
 FAMILIES = settings(
-    max_examples=80, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=examples(80), deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
 )
 
 

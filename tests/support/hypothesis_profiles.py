@@ -1,11 +1,13 @@
-"""Hypothesis budgets for the property, differential and stateful tests: a fixed one for CI, a big one for fuzzing.
+"""Hypothesis budgets for the property, differential and stateful tests: fixed for CI, small while working, big to fuzz.
 
-The profile is chosen by ``FSM_AGENT_HYPOTHESIS=ci|fuzz`` (default ``ci``) and
+The profile is chosen by ``FSM_AGENT_HYPOTHESIS=ci|quick|fuzz`` (default ``ci``) and
 applied with ``@PROFILE`` on each test rather than loaded globally, so other
 test modules keep Hypothesis' defaults.  ``ci`` is derandomized with a fixed
 example count: the same examples every run, a fixed cost, no flaky red builds.
 ``fuzz`` (``make fuzz``) draws fresh random examples, many more of them, and
-keeps failures in the example database so they replay next time.
+keeps failures in the example database so they replay next time.  ``quick``
+(``make test-quick``) is ``ci`` with a quarter of its examples: the same
+checks, a shorter search, for the loop of editing and rerunning.
 """
 
 from __future__ import annotations
@@ -22,11 +24,21 @@ from hypothesis import settings
 
 # deadline=None: a run's cost varies with the generated script and the machine, and time is not what these test.
 settings.register_profile("ci", max_examples=120, derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("quick", settings.get_profile("ci"), max_examples=30)
 settings.register_profile("fuzz", max_examples=4000, deadline=None, print_blob=True)
 
 PROFILE_NAME = os.environ.get("FSM_AGENT_HYPOTHESIS", "ci")
 PROFILE = settings.get_profile(PROFILE_NAME)
 """The chosen profile, used as a decorator: ``@PROFILE``."""
+
+
+def examples(ci: int) -> int:
+    """A test's own example budget under the chosen profile: ``ci`` as given, a quarter of it under ``quick``.
+
+    For the tests whose budget is their own rather than the profile's (a
+    search sized for what it looks for); ``fuzz`` leaves them as they are.
+    """
+    return max(ci // 4, 10) if PROFILE_NAME == "quick" else ci
 
 
 def _to_stderr(line: str) -> None:

@@ -119,6 +119,7 @@ def replayed(agent: Agent, recording: Any, driver: str, **keywords: Any) -> RunR
     return asyncio.run(areplay(agent, recording, **keywords))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_rich_run_exported_through_json_text_replays_clean_on_both_drivers(store_target: str, driver: str) -> None:
     """A parallel batch with a failing call, a 100 kB result, lone surrogates and a typed-answer retry replay clean."""

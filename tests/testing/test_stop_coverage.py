@@ -123,6 +123,7 @@ def test_the_report_counts_exactly_the_rows_the_sessions_runs_took(pytester: pyt
     outcome.stdout.fnmatch_lines([f"rows taken {taken}/{len(TABLE.rows)} (*%); rows of users' stops taken: 1; *"])
 
 
+@pytest.mark.slow
 def test_under_xdist_one_report_counts_the_rows_of_every_worker_s_runs(pytester: pytest.Pytester) -> None:
     """``pytest -n 2 --dist each``: both workers run every test; the controller's one report counts all their runs."""
     outcome = _session(pytester, "-n", "2", "--dist", "each", "--fsm-coverage=report.json")

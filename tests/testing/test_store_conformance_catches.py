@@ -272,6 +272,7 @@ def _session(pytester: pytest.Pytester, name: str, *sources: str, cls: str) -> p
     return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q", "-rfs", "-p", "no:randomly")
 
 
+@pytest.mark.slow
 def test_the_guide_s_memory_store_passes_the_suite_as_the_guide_says(pytester: pytest.Pytester) -> None:
     """MemoryStore, verbatim from the guide, subclassed as section 4 shows: 24 passed, 22 skipped, exit code 0."""
     result = _session(pytester, "guide", cls="MemoryStore")
@@ -279,12 +280,14 @@ def test_the_guide_s_memory_store_passes_the_suite_as_the_guide_says(pytester: p
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_a_store_with_decide_written_from_the_protocol_passes_the_decide_checks(pytester: pytest.Pytester) -> None:
     """The guide's store plus a decide() as FullStore describes it: the four decide checks run, and pass."""
     result = _session(pytester, "deciding", DECIDING, cls="DecidingStore")
     result.assert_outcomes(passed=28, skipped=18)
 
 
+@pytest.mark.slow
 def test_a_store_with_list_runs_written_from_the_protocol_passes_the_listing_checks(
     pytester: pytest.Pytester,
 ) -> None:
@@ -293,6 +296,7 @@ def test_a_store_with_list_runs_written_from_the_protocol_passes_the_listing_che
     result.assert_outcomes(passed=36, skipped=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("broken", "caught_by"),
     [
@@ -316,6 +320,7 @@ def test_a_store_that_pages_runs_otherwise_fails_the_listing_checks(
     result.stdout.fnmatch_lines([f"FAILED *::TestStore::{caught_by}*"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("broken", "caught_by"),
     [
@@ -333,6 +338,7 @@ def test_a_store_that_breaks_one_rule_fails_the_suite(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines([f"FAILED *::TestStore::{caught_by}*"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("broken", "caught_by"),
     [

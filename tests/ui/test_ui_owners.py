@@ -82,6 +82,7 @@ def test_a_viewer_rejection_racing_a_resume_that_approves_keeps_one_decision_and
             assert (effects, model.calls) == ({"mail": 1}, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_viewer_approval_repeated_by_a_racing_resume_runs_mail_once(viewed: tuple[Any, Viewer], driver: str) -> None:
     """The viewer approves mail while a resume approves it too: the same decision twice runs the call once at most."""

@@ -69,6 +69,7 @@ def page_run(page: dict[str, Any]) -> str:
     return str(page["error"].split(" of run ", 1)[1].split("'")[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_an_approval_and_a_rejection_at_once_leave_one_decision_and_mail_runs_once_or_never(
     store_target: str, driver: str
@@ -96,6 +97,7 @@ def test_an_approval_and_a_rejection_at_once_leave_one_decision_and_mail_runs_on
     assert outcomes  # which side wins is the machine's; each trial held exactly one
 
 
+@pytest.mark.slow
 def test_four_different_decisions_at_once_keep_exactly_one_and_name_it_to_the_other_three(store_target: str) -> None:
     """An approval and three rejections with different reasons, at once: one stands, three 409s naming it."""
     bodies = [APPROVE, *({"call_id": "mail", "approve": False, "why": f"reason {i}"} for i in range(3))]
@@ -111,6 +113,7 @@ def test_four_different_decisions_at_once_keep_exactly_one_and_name_it_to_the_ot
         assert not logged.records
 
 
+@pytest.mark.slow
 def test_the_same_approval_twice_at_once_is_taken_once_and_both_clients_are_shown_it(store_target: str) -> None:
     """Two tabs approve the same call at once: both 200 with the approval (the second wrote nothing), mail runs once."""
     with served(store_target, allow_decisions=True) as (store, viewer, logged):
@@ -130,6 +133,7 @@ def test_the_same_approval_twice_at_once_is_taken_once_and_both_clients_are_show
         assert not logged.records
 
 
+@pytest.mark.slow
 def test_decisions_on_the_two_calls_at_once_are_both_kept(store_target: str) -> None:
     """One tab rejects ``read`` as another approves ``mail``: both decisions are in the store, neither lost."""
     bodies = [{"call_id": "read", "approve": False, "why": "private"}, APPROVE]
@@ -278,6 +282,7 @@ def test_two_people_on_two_viewers_of_one_store_deciding_at_once_keep_one_decisi
     assert errors.read_text(encoding="utf-8") == ""
 
 
+@pytest.mark.slow
 def test_a_follower_sees_the_other_tabs_decision_live_and_the_end_of_the_resumed_run(store_target: str) -> None:
     """Tab A follows the paused run; tab B rejects read, then approves mail; a resume ends it: A saw each, in order."""
     with served(store_target, allow_decisions=True) as (store, viewer, logged):

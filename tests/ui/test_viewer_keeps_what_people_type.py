@@ -107,6 +107,7 @@ def test_a_rejection_reason_is_kept_in_the_store_the_page_runs_show_and_what_the
         assert not logged.records
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_an_approval_with_a_reason_racing_two_rejections_leaves_one_rejection_standing_with_its_text(
     store_target: str, driver: str
