@@ -91,7 +91,7 @@ def add_command(commands: Any) -> None:
         action="append",
         type=_rejection,
         metavar="ID[=WHY]",
-        help="reject the paused call ID, with the reason the model is told",
+        help="reject the paused call ID, with the reason the model is told (as given, spaces and all)",
     )
     resume.add_argument("--quiet", action="store_true", help="no live status on stderr")
     for flag, keyword, kind, text in run_command.LIMIT_FLAGS:
@@ -119,7 +119,7 @@ def _approval(text: str) -> tuple[str, bool | str]:
     if call_id and (not sep or answer.lower() == "yes"):
         return call_id, True
     if call_id and verdict.lower() == "no" and (colon or not why) and not reads_as_approval(why):
-        return call_id, why.strip() or False
+        return call_id, why or False
     raise _not_a_decision(text, why if verdict.lower() == "no" else answer)
 
 
@@ -128,7 +128,7 @@ def _rejection(text: str) -> tuple[str, bool | str]:
     call_id, _, why = text.partition("=")
     if not call_id or reads_as_approval(why):
         raise _not_a_decision(text, why)
-    return call_id, why.strip() or False
+    return call_id, why or False
 
 
 def _not_a_decision(text: str, said: str) -> argparse.ArgumentTypeError:

@@ -349,7 +349,7 @@ def _decision(body: Any) -> tuple[str, bool | str]:
             raise TypeError(f"{name} must be {wanted}, got {type(value).__name__}")
     if approve and (why or "").strip():
         raise NoteRefused(why)
-    decision = True if approve else ((why or "").strip() or False)
+    decision = True if approve else (why or False)  # a rejection's reason as typed, spaces and all
     check_decision_value(decision)  # a reason that reads as an approval: the person meant the other button
     return call_id, decision
 

@@ -58,3 +58,22 @@ def test_a_decision_on_a_call_the_run_does_not_hold_back_is_refused_and_nothing_
     assert "it needs no approval, so there is nothing to decide (held back for a decision: read)" in err
     assert _stored(store_target) == before
     assert counted(log) == Effects()
+
+
+@pytest.mark.parametrize(
+    "given", [("--reject", "mail=  not to the boss "), ("--approve", "mail=no:   ")], ids=["padded", "blank"]
+)
+def test_a_rejection_reason_given_on_the_command_line_is_stored_and_told_as_typed_spaces_and_all(
+    store_target: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    given: tuple[str, str],
+) -> None:
+    """The text after ``=`` (or ``no:``) is the reason the model is told, as ``agent.decide`` keeps it: not trimmed
+    into another reason or into "no reason given"; the mail never runs, the read once."""
+    why = given[1].partition("=")[2].removeprefix("no:")
+    log = _setup(store_target, tmp_path, monkeypatch, "cli_office_h", {"read_file", "send_email"})
+    assert _resume(store_target, "cli_office_h", "--approve", "read", *given) == 0
+    assert f"a person rejected this call to 'send_email': {why}\"" in capsys.readouterr().out  # its JSON's end
+    assert counted(log) == {"read": 1}

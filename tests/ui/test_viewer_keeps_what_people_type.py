@@ -86,12 +86,13 @@ def test_an_approval_with_an_empty_or_blank_reason_box_is_an_approval(store_targ
         assert not logged.records
 
 
+@pytest.mark.parametrize("why", ["not to the boss", "  not to the boss ", "   "], ids=["words", "padded", "blank"])
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_rejection_reason_is_kept_in_the_store_the_page_runs_show_and_what_the_model_is_told(
-    store_target: str, driver: str, capsys: pytest.CaptureFixture[str]
+    store_target: str, driver: str, why: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Reject with a reason: stored as typed, shown on the page and by ``runs show``, told to the model on resume."""
-    why = "not to the boss"
+    """Reject with a reason: stored as typed (spaces too, as ``agent.decide`` keeps them), shown on the page and by
+    ``runs show``, told to the model on resume."""
     with served(store_target, allow_decisions=True) as (store, viewer, logged):
         _paused(store, "rejected")
         status, page = post(viewer.url, "/api/decide", "rejected", {"call_id": "mail", "approve": False, "why": why})
