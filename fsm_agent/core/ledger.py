@@ -384,6 +384,8 @@ def answer_unexecuted(run: Run, why: str) -> list[str]:
             record_tool(run, call, outcome)
             kept.append(call.id)
         else:
+            if run.calls.carried_down:  # never run: what a cut child of it completed, no child of it takes
+                take_carried_down(run, call)
             run.talk.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
     return kept
 

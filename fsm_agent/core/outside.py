@@ -12,11 +12,12 @@ see them as the sync driver's would.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import attrs
 
-from fsm_agent.core.ledger import answer_unexecuted, canonical_arguments, count_cut_child
+from fsm_agent.core.ledger import answer_unexecuted, canonical_arguments, count_cut_child, take_carried_down
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -26,7 +27,53 @@ from fsm_agent.records import ChildOutcome, ToolCall, Transition
 from fsm_agent.tools import ToolResult
 
 Carried = tuple[str, str, ToolResult]
-"""A completed tool call's outcome kept for another run: (tool name, arguments as canonical JSON, result)."""
+"""A completed tool call's outcome kept for another run: (tool name, arguments as canonical JSON, result).
+
+One a sub-agent of that run's sub-agent completed (a level further down)
+has as arguments the JSON array text ``[arguments of the sub-agent call,
+tool name, arguments]`` (``below``): arguments are always a JSON object,
+so no call of the run itself ever matches it.
+"""
+
+
+def below(run: Run) -> list[Carried]:
+    """What ``run`` carries down for its own sub-agent calls, as outcomes its parent keeps one level further down.
+
+    Why: the parent hands them to the new run of its call made again, which
+    hands them on to the new run of its sub-agent call (``split_down``), so
+    what a grandchild completed runs no more than what a child completed.
+    """
+    return [
+        (name, json.dumps([arguments, tool, kept], ensure_ascii=False, separators=(",", ":")), result)
+        for name, arguments, outcomes in run.calls.carried_down
+        for tool, kept, result in outcomes
+    ]
+
+
+def below_problem(arguments: str) -> str | None:
+    """Why a handed outcome's arguments text, one a level down (``below``), is not as ``below`` writes it; or None."""
+    while arguments.startswith("["):
+        try:
+            path = json.loads(arguments)
+        except ValueError:
+            path = None
+        if not (isinstance(path, list) and len(path) == 3 and all(isinstance(part, str) for part in path)):
+            return f"{arguments!r:.80} is not [arguments of the sub-agent call, tool name, arguments]"
+        arguments = path[2]
+    return None
+
+
+def split_down(outcomes: list[Carried]) -> tuple[list[Carried], list[tuple[str, str, list[Carried]]]]:
+    """A new sub-agent run's handed outcomes: its own calls', and its sub-agent calls' carried down (``below``)."""
+    own: list[Carried] = []
+    down: dict[tuple[str, str], list[Carried]] = {}
+    for name, arguments, result in outcomes:
+        if arguments.startswith("["):
+            call_arguments, tool, kept = json.loads(arguments)
+            down.setdefault((name, call_arguments), []).append((tool, kept, result))
+        else:
+            own.append((name, arguments, result))
+    return own, [(name, arguments, kept) for (name, arguments), kept in down.items()]
 
 
 @attrs.frozen
@@ -52,6 +99,7 @@ class OutsideEvents:
     run: Run
     walker: Walker
     _left: dict[str, tuple[ToolCall, tuple[Carried, ...]]]
+    _took: set[str]
 
     def tell_time(self, elapsed: float) -> None:
         """The run has been going ``elapsed`` seconds by the driver's clock: the guards of a deadline read it."""
@@ -109,6 +157,34 @@ class OutsideEvents:
         run = self.run
         if done and call.id not in run.calls.ran and any(waiting.id == call.id for waiting in run.calls.pending):
             run.calls.carried_down.append((call.name, canonical_arguments(call.arguments), list(done)))
+
+    def handed_down(self, call: ToolCall) -> list[Carried] | None:
+        """What the new sub-agent run ``call`` starts takes (``carried_down``): a cut child's outcomes, or a fork's."""
+        handed = take_carried_down(self.run, call) if self.run.calls.carried_down else None
+        if handed is not None:
+            self._took.add(call.id)
+        return handed
+
+    def carry_in(self, outcomes: list[Carried]) -> None:
+        """Before a sub-agent run starts: the outcomes handed down to it, taken instead of its calls (``_carry``).
+
+        Those of its own sub-agent calls' runs it carries down in turn (``below``).
+        """
+        self.run.calls.carried, self.run.calls.carried_down = split_down(outcomes)
+
+    def answered(self, call: ToolCall) -> None:
+        """``call`` has its outcome: what was handed down for it and no child of it took is dropped.
+
+        Why: a call refused (a budget leaves it nothing), rejected or never
+        run starts no child, and what a cut child of it completed must not
+        be taken by another call of the same tool and arguments, a new
+        request; nor linger in later snapshots and forks.  The cut's own
+        snapshot keeps it (docs/how-to/sub-agents.md).
+        """
+        if call.id in self._took:
+            self._took.discard(call.id)
+        elif self.run.calls.carried_down:
+            take_carried_down(self.run, call)
 
     def child_left(self, call: ToolCall, done: tuple[Carried, ...]) -> None:
         """Sub-agent call ``call`` was cut in flight by its task's cancel (async): its child's ``done`` outcomes.

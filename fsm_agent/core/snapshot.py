@@ -19,6 +19,7 @@ import attrs
 from fsm_agent.core import snapshot_fields as fields
 from fsm_agent.core.consistency import contradictions
 from fsm_agent.core.exchanges import exchange_of
+from fsm_agent.core.outside import below_problem
 from fsm_agent.core.snapshot_migrations import MIGRATIONS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -224,6 +225,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
             (str(n), str(a), [(str(cn), str(ca), fields.result(cr)) for cn, ca, cr in outcomes])
             for n, a, outcomes in data.get("carried_down") or ()
         ]
+        _check_below(run)
         run.calls.to_approve = fields.to_approve(data, run)
         run.talk.last_response = fields.response(data["last_response"])
         signature = counters["last_signature"]
@@ -253,6 +255,16 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     if problems:
         msg = "snapshot contradicts itself: " + "; ".join(problems)
         raise SnapshotError(msg)
+
+
+def _check_below(run: Run) -> None:
+    """Each outcome carried down for a sub-agent's sub-agent is kept as ``core.outside.below`` writes it."""
+    for index, (_, _, outcomes) in enumerate(run.calls.carried_down):
+        for inner, (_, arguments, _) in enumerate(outcomes):
+            problem = below_problem(arguments)
+            if problem is not None:
+                msg = f"snapshot field carried_down[{index}][2][{inner}]: {problem}"
+                raise SnapshotError(msg)
 
 
 def _load_compaction(run: Run, data: Any) -> None:

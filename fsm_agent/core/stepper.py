@@ -63,6 +63,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         "_messages",
         "_replied",
         "_start",
+        "_took",
         "approve",
         "compact",
         "finalize_from",
@@ -104,6 +105,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self._start: Row | None = None
         self._cut: tuple[str, ...] = ()  # sub-agent calls cut with the run (CutWithRun), until step() stops there
         self._left = {}  # sub-agent calls cut by a cancel of the run's task (child_left), until it stops
+        self._took = set()  # sub-agent calls whose child took what was handed down (handed_down), until answered
         ExchangeLog.__init__(self)
 
     # --- what is needed -------------------------------------------------------------------------------------
@@ -184,14 +186,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         run.calls.ran[call.id] = outcome
         self._log_tool(call, outcome)
         return True
-
-    def handed_down(self, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
-        """On a fork: what the sub-agent run that ``call`` starts again carries from the source's (``carried_down``)."""
-        return ledger.take_carried_down(self.run, call) if self.run.calls.carried_down else None
-
-    def carry_in(self, outcomes: list[tuple[str, str, ToolResult]]) -> None:
-        """Before a sub-agent run starts: the outcomes its source run completed, taken instead of calls (``_carry``)."""
-        self.run.calls.carried = list(outcomes)
 
     def _compacted_call(self, tools: list[JSONSchema]) -> ModelCall | CompactHistory:
         """The model call of a run whose history was compacted (or the compaction, while it is due)."""
@@ -318,9 +312,11 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if isinstance(outcome, CutWithRun):
             if outcome.spent is not None and outcome.child is not None:  # child_runs builds it whole
                 self.children_cut({call.id: (outcome.spent, outcome.child)})
+            self._took.discard(call.id)
             self.hand_down(call, outcome.done)
             self._cut = (*self._cut, call.id)
             return
+        self.answered(call)
         self.run.calls.ran[call.id] = outcome
         self._log_tool(call, outcome)
 
@@ -377,6 +373,8 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         approvals = run.calls.approvals  # only a run with decisions can hold a rejection: the others skip asking
         decision = approvals.get(call.id, True) if approvals else True
         outcome = run.calls.ran.pop(call.id, None) if decision is True else self._rejection_result(call, decision)
+        if decision is not True:
+            self.answered(call)  # rejected: what was handed down for it no child takes
         if outcome is None:  # nothing was changed, so the decision given for the call is kept
             reason = "waits for a person's decision" if self.paused else "has not run yet"
             msg = f"tool call {call.name} ({call.id}) {reason}: carry out effect() and accept its outcome"

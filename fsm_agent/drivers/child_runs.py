@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fsm_agent.core.outside import CutWithRun
+from fsm_agent.core.outside import Carried, CutWithRun, below
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.child_spend import (
@@ -388,7 +388,7 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         result = stop.result
     except asyncio.CancelledError:  # the parent's task was cancelled (or its deadline passed): the parent stops
         if parent._store is None:  # noqa: SLF001 - no store keeps what the child did: the parent's run does
-            parent.stepper.child_left(call, completed_by(begun))
+            parent.stepper.child_left(call, _done(begun))
         raise
     return _ended(parent, child, call, result, begun, counted)
 
@@ -414,5 +414,10 @@ def _ended(
         return _outcome(child, result, spent, counted)
     landed(parent, call)  # no longer in flight: a later cut of the parent must not count it again
     kept, uncounted = cut_record(spent, counted)
-    done = completed_by(begun) if parent._store is None else ()  # noqa: SLF001 - the parent's driver hands it over
+    done = _done(begun) if parent._store is None else ()  # noqa: SLF001 - the parent's driver hands it over
     return CutWithRun("", child=uncounted, spent=kept, done=done)
+
+
+def _done(child: RunBase) -> tuple[Carried, ...]:
+    """What a store-less ``child`` cut with its parent hands it: its completed calls and its sub-agents' (``below``)."""
+    return (*completed_by(child), *below(child.position))
