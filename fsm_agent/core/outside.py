@@ -13,7 +13,8 @@ see them as the sync driver's would.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import attrs
 
@@ -26,6 +27,7 @@ from fsm_agent.definition.table import INTERRUPTED, RESUME
 from fsm_agent.records import ChildOutcome, ToolCall, Transition
 from fsm_agent.tools import ToolResult
 
+R = TypeVar("R")
 Carried = tuple[str, str, ToolResult]
 """A completed tool call's outcome kept for another run: (tool name, arguments as canonical JSON, result).
 
@@ -44,8 +46,19 @@ def below(run: Run) -> list[Carried]:
     what a grandchild completed runs no more than what a child completed.
     """
     return [
+        entry for name, arguments, outcomes in run.calls.carried_down for entry in one_down(name, arguments, outcomes)
+    ]
+
+
+def one_down(name: str, arguments: str, outcomes: Iterable[tuple[str, str, R]]) -> list[tuple[str, str, R]]:
+    """The ``outcomes`` of the run of sub-agent call ``name`` (canonical ``arguments``), one level further down.
+
+    Why one encoder: ``below`` (a cut run's, as results) and a fork's
+    (``drivers.fork``, as the recording's results) write the same text,
+    which ``split_down`` reads back at the next level.
+    """
+    return [
         (name, json.dumps([arguments, tool, kept], ensure_ascii=False, separators=(",", ":")), result)
-        for name, arguments, outcomes in run.calls.carried_down
         for tool, kept, result in outcomes
     ]
 

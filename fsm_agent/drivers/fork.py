@@ -24,6 +24,7 @@ from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.exchanges import message_from
 from fsm_agent.core.history import check_paired
 from fsm_agent.core.ledger import canonical_arguments
+from fsm_agent.core.outside import one_down
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.fork_edit import ForkEdit, in_source
@@ -105,10 +106,8 @@ def _carried_down(
     source itself still carried down (a fork of a fork) goes on down too.
     """
     children = recording.get("children") or {}
-    done = {c["id"] for c in recording["tool_calls"]}
-    asked = {c["id"]: c for m in recording["messages"] for c in m.get("tool_calls") or ()}
-    cut = [asked[i] for i in children if i in asked and i not in done and i not in known]
-    down = [list(entry) for entry in recording.get("carried_down") or ()]
+    cut = _cut(recording, known)
+    down = _not_taken(recording, cut)
     for call in [c for c in after if c["id"] in again] + cut:
         child = children.get(call["id"])
         if child is not None:
@@ -116,11 +115,50 @@ def _carried_down(
     return down
 
 
+def _not_taken(recording: dict[str, Any], cut: list[dict[str, Any]]) -> list[list[Any]]:
+    """What ``recording`` still carried down, but the entries the runs of its ``cut`` calls took (one each).
+
+    Why: a cut call's run started, so it took its entry (``carry_in``); the
+    run's stored snapshot may not say so (the cut came before its next
+    write), and the child's recording, which holds what that entry gave and
+    what the child did since, is handed instead: the stale entry, taken
+    first, would make the child's own completed calls again.
+    """
+    down = [list(entry) for entry in recording.get("carried_down") or ()]
+    for call in cut:
+        key = [call["name"], canonical_arguments(call["arguments"])]
+        taken = next((i for i, entry in enumerate(down) if entry[:2] == key), None)
+        if taken is not None:
+            del down[taken]
+    return down
+
+
+def _cut(recording: dict[str, Any], known: set[str]) -> list[dict[str, Any]]:
+    """The sub-agent calls ``recording`` was still making when it was cut: a run of theirs is in its ``children``,
+    but no result (nor in ``known``, the calls answered before a fork point)."""
+    done = {c["id"] for c in recording["tool_calls"]}
+    asked = {c["id"]: c for m in recording["messages"] for c in m.get("tool_calls") or ()}
+    return [asked[i] for i in recording.get("children") or {} if i in asked and i not in done and i not in known]
+
+
 def _outcomes(recording: dict[str, Any]) -> list[list[Any]]:
-    """A (sub-agent's) run's outcomes a run forked from it takes: its completed calls, and those it still carried."""
+    """A (sub-agent's) run's outcomes a run forked from it takes: its completed calls, and those it still carried.
+
+    Its own sub-agent calls' go with them, one level further down
+    (``one_down``, the text ``split_down`` reads at the next level): what it
+    still carried down, and what the runs of its calls cut in flight
+    completed, each level's in turn; so a grandchild's completed call runs
+    no more than a child's.
+    """
     origin = recording.get("run_id")
     made = [[c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)] for c in recording["tool_calls"]]
-    return made + [list(entry) for entry in recording.get("carried") or ()]
+    children = recording.get("children") or {}
+    cut = _cut(recording, set())
+    down = _not_taken(recording, cut)
+    for call in cut:
+        down.append([call["name"], canonical_arguments(call["arguments"]), _outcomes(children[call["id"]])])
+    deeper = [list(entry) for name, arguments, outcomes in down for entry in one_down(name, arguments, outcomes)]
+    return made + [list(entry) for entry in recording.get("carried") or ()] + deeper
 
 
 def _reused(call: dict[str, Any], origin: str | None) -> dict[str, Any]:
