@@ -3,7 +3,10 @@
 The stream polls the store (``poll`` seconds apart) and sends the run's
 page whenever what the page shows changed; ``end`` once the run is in a
 terminal state, ``gone`` if it is deleted, ``corrupted`` if it no longer
-loads.  A paused run's stream stays open (another person's decision, or a
+loads.  Writes that land between two polls (two decisions, a decision and
+the resume that ends the run) come as one page: a page is the whole run as
+stored, so it shows every one of them, and an ended run always sends
+``end``.  A paused run's stream stays open (another person's decision, or a
 resume, changes it), so it also ends, quietly, once the server is stopping
 (``stopping``): otherwise the server's graceful shutdown cuts it, and every
 tab left open on a paused run printed a traceback on Ctrl-C.

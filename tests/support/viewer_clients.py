@@ -49,15 +49,22 @@ class Logged(logging.Handler):
 
 
 @contextlib.contextmanager
-def served(target: str, **options: Any) -> Iterator[tuple[Any, Viewer, Logged]]:
-    """The store at ``target``, a viewer over it built with ``options``, and what the server logged meanwhile."""
+def served(
+    target: str, *, wrap: Callable[[Any], Any] | None = None, **options: Any
+) -> Iterator[tuple[Any, Viewer, Logged]]:
+    """The store at ``target``, a viewer over it built with ``options``, and what the server logged meanwhile.
+
+    With ``wrap``, the viewer is served over ``wrap(store)`` (a store that holds
+    some of its answers, ``support.held_viewer_store``); the test is handed the
+    store itself.
+    """
     logged = Logged()
     loggers = [logging.getLogger(name) for name in Logged.NAMES]
     for logger in loggers:
         logger.addHandler(logged)
     try:
         with open_store(target) as store:
-            viewer = Viewer(store, **options)
+            viewer = Viewer(store if wrap is None else wrap(store), **options)
             try:
                 yield store, viewer, logged
             finally:
@@ -111,6 +118,39 @@ def follow(url: str, run_id: str, seen: Callable[[dict[str, Any]], None]) -> lis
                     break
                 event = "message"
     return names
+
+
+class Shown:
+    """The pages a follower was shown (``follow``'s ``seen``), in order, and a wait for one that shows something.
+
+    Why: the tab that decides may hear back after the follower was already
+    shown its decision (the stream reads the store on its own clock; the
+    answer to the POST is built after the write and, on a busy machine, comes
+    late).  Counting the pages once the answer came and waiting for one more
+    then waits for a page that came already, and the test sat out its whole
+    deadline; waiting for a page that *shows* the decision holds in either order.
+    """
+
+    def __init__(self) -> None:
+        self.pages: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, page: dict[str, Any]) -> None:
+        with self._changed:
+            self.pages.append(page)
+            self._changed.notify_all()
+
+    def wait_for(self, showing: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        """The first page shown (or to be shown, within ``JOIN``) for which ``showing`` holds; fails naming ``what``."""
+
+        def first() -> dict[str, Any] | None:
+            return next((page for page in self.pages if showing(page)), None)
+
+        with self._changed:
+            assert self._changed.wait_for(lambda: first() is not None, JOIN), (what, self.pages)
+            found = first()
+        assert found is not None
+        return found
 
 
 def consistent(page: dict[str, Any]) -> None:
