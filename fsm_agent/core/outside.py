@@ -178,6 +178,43 @@ class OutsideEvents:
             self._took.add(call.id)
         return handed
 
+    def alike(self, call: ToolCall) -> list[ToolCall]:
+        """The other pending calls of ``call``'s tool and arguments, begun nowhere here, while one is handed down.
+
+        Why: one of them may have begun before (this run resumed): its run,
+        stored, took what was handed down for it then, and this run's stored
+        snapshot may still hold it (a Ctrl-C cut that run before this one's
+        next write).  The driver looks each up in the store (``child_runs``),
+        and those found are ``taken_back`` before ``call``'s new run takes any.
+        """
+        run, key = self.run, (call.name, canonical_arguments(call.arguments))
+        if not any((name, arguments) == key for name, arguments, _ in run.calls.carried_down):
+            return []
+        return [
+            other
+            for other in run.calls.pending
+            if other.id != call.id
+            and other.id not in self._took
+            and (other.name, canonical_arguments(other.arguments)) == key
+        ]
+
+    def taken_back(self, calls: Iterable[ToolCall]) -> None:
+        """Sub-agent calls whose stored runs began before (taken back, or read back): they take nothing handed down.
+
+        Why: each such run took what was handed down for its call when it
+        started (``handed_down``) and holds it in its own store entry; this
+        run's stored snapshot may still hold it (a Ctrl-C cut that run before
+        this one's next write).  Dropped here, once per call, it goes to no
+        other call of the same tool and arguments, a new request whose run
+        starts before the call is answered (a parallel batch, or ``alike``);
+        and ``answered`` drops nothing more for the call.
+        """
+        for call in calls:
+            if call.id not in self._took:
+                self._took.add(call.id)
+                if self.run.calls.carried_down:
+                    take_carried_down(self.run, call)
+
     def carry_in(self, outcomes: list[Carried]) -> None:
         """Before a sub-agent run starts: the outcomes handed down to it, taken instead of its calls (``_carry``).
 

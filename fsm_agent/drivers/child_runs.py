@@ -11,7 +11,9 @@ become the child's limits; its deps, unless the tool has its own, become the
 child's deps (never stored: a child taken over is given them again).  A call
 the parent gives up in flight (its deadline, a cancel) leaves what the child
 spent until then counted by the parent; made again, it brings only what the
-child's run spends beyond that (``drivers.child_spend``).
+child's run spends beyond that (``drivers.child_spend``).  A stored child run
+taken back took, when it started, what a fork handed down for its call:
+whatever the parent's stored snapshot still holds of it goes to no other call.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import attrs
 from fsm_agent.core.outside import Carried, CutWithRun, below
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
+from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run
 from fsm_agent.drivers.child_spend import (
-    Shares,
     beyond,
     calls_of,
     completed_by,
@@ -63,59 +65,6 @@ def _bad_input(call: ToolCall) -> ToolResult | None:
         return None
     message = f"bad arguments for tool {call.name!r}: {problem}"
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
-
-
-def _limits(parent: RunBase, agent: Agent, share: Shares) -> Limits:
-    """The child agent's limits, each cut to what the parent has left (time, its shares of tokens, calls, dollars)."""
-    own = agent.limits
-    timeout, budget, caps, dollars = own.timeout, own.token_budget, own.max_tool_calls, own.cost_budget
-    remaining = parent._remaining()  # noqa: SLF001 - the parent's driver hands over its own run
-    if remaining is not None:
-        timeout = remaining if timeout is None else min(timeout, remaining)
-    if share.tokens is not None:
-        budget = share.tokens if budget is None else min(budget, share.tokens)
-    if share.calls is not None:
-        calls = share.calls
-        if isinstance(caps, dict):
-            caps = {**caps, "*": min(caps.get("*", calls), calls)}
-        else:
-            caps = calls if caps is None else min(caps, calls)
-    if share.dollars is not None:
-        dollars = share.dollars if dollars is None else min(dollars, share.dollars)
-    # A parent already out of time still asks: the child then stops at once, saying so (no tokens or dollars: not
-    # asked; no tool calls left: it may still answer, and stops at its first call).
-    return attrs.evolve(
-        own,
-        timeout=max(timeout, 1e-9) if timeout is not None else None,
-        token_budget=budget,
-        max_tool_calls=caps,
-        cost_budget=dollars,
-    )
-
-
-def _used_up(share: Shares) -> str | None:
-    """The budget of the parent's that leaves this call nothing (``token_budget``, ``cost_budget``), or None."""
-    if share.tokens == 0:
-        return "token_budget"
-    if share.dollars is not None and share.dollars <= 0:
-        return "cost_budget"
-    return None
-
-
-def _not_run(child: ChildTool, run_id: str, parent: RunBase, reason: str) -> ToolResult:
-    """A sub-agent call the parent's ``reason`` budget leaves nothing for: a stop of that reason, never run."""
-    run = parent.position
-    if reason == "token_budget":
-        evidence: dict[str, Any] = {"token_budget": run.limits.token_budget, "tokens": run.counts.tokens, "share": 0}
-        spent = "token budget"
-    else:
-        evidence = {"cost_budget": run.limits.cost_budget, "cost": run.counts.cost, "share": 0}
-        spent = "cost budget"
-    facts = {"reason": reason, "evidence": evidence}
-    message = f"sub-agent {child.name!r} not run: the parent's {spent} is used up (run {run_id!r})"
-    content = json.dumps({"error": message, **facts}, ensure_ascii=False)
-    stop = facts if child.on_child_stop == "raise" else None
-    return ToolResult(content, message, child=ChildOutcome(run_id, 0, 0, stop))
 
 
 @attrs.frozen
@@ -182,11 +131,15 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
         data = stored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    # Its run, or a run of another call of the same arguments, began before and took what was handed down then.
+    alike = parent.stepper.alike(call) if data is None and store is not None else []
+    found = [(other, stored(store, _named(parent, other)[0])) for other in alike]
+    parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
     share, again = shares(parent), cut_by_cancel(parent, call, run_id)
-    used_up = _used_up(share)
+    used_up = budget_used_up(share)
     if used_up is not None and not _finished(data, again):
-        return run_id, _not_run(child, run_id, parent, used_up), False
-    limits = _limits(parent, child.agent, with_lent_back(parent, call, run_id, data, share))
+        return run_id, not_run(child, run_id, parent, used_up), False
+    limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, _taken_over(child, store, run_id, data, parent, limits, again), False
@@ -205,11 +158,15 @@ async def _abegin(
         data = await astored(store, run_id)
         if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    # Its run, or a run of another call of the same arguments, began before and took what was handed down then.
+    alike = parent.stepper.alike(call) if data is None and store is not None else []
+    found = [(other, await astored(store, _named(parent, other)[0])) for other in alike]
+    parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
     share, again = shares(parent), cut_by_cancel(parent, call, run_id)
-    used_up = _used_up(share)
+    used_up = budget_used_up(share)
     if used_up is not None and not _finished(data, again):
-        return run_id, _not_run(child, run_id, parent, used_up), False
-    limits = _limits(parent, child.agent, with_lent_back(parent, call, run_id, data, share))
+        return run_id, not_run(child, run_id, parent, used_up), False
+    limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, await _ataken_over(child, store, run_id, data, parent, limits, again), False
@@ -223,6 +180,16 @@ def _named(parent: RunBase, call: ToolCall) -> tuple[str, dict[str, str]]:
         "input_digest": input_digest(call.arguments["input"]),
     }
     return f"{parent.run_id}/{call.id}", link
+
+
+def _ours(parent: RunBase, call: ToolCall, data: dict[str, Any] | None) -> bool:
+    """Whether ``data``, stored under call ``call``'s child's id, is that call's run (not another run's child's).
+
+    Only its own id is looked at: a call whose child was renamed (``_renamed``) is one no store holds by hand.
+    """
+    from fsm_agent.persist.journal import link_of
+
+    return data is not None and link_of(data) == _named(parent, call)[1]
 
 
 def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
