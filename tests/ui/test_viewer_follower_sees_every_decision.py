@@ -108,11 +108,13 @@ def test_a_follower_shown_each_decision_before_the_deciding_tab_hears_back_is_sh
         assert not logged.records
 
 
+@pytest.mark.parametrize("resumed_too", [False, True], ids=["both-decisions", "decisions-and-resume"])
 @pytest.mark.parametrize("driver", ["sync", "async"])
-def test_two_decisions_landing_between_two_polls_are_both_on_the_followers_next_page(
-    store_target: str, driver: str
+def test_writes_landing_between_two_polls_are_all_on_the_followers_next_page_and_the_stream_ends(
+    store_target: str, driver: str, resumed_too: bool
 ) -> None:
-    """Both decisions written while the stream waits between polls: its next page holds both, then the end."""
+    """Both decisions (and the resume, ``resumed_too``) written while the stream waits between polls: its next page
+    holds them all (the finished run, when resumed), then the end."""
     shown = Shown()
     held: list[PollHeld] = []
     effects = Effects()
@@ -126,47 +128,22 @@ def test_two_decisions_landing_between_two_polls_are_both_on_the_followers_next_
             try:
                 for body in (REJECT_READ, APPROVE_MAIL):
                     assert post(viewer.url, "/api/decide", RUN, body)[0] == 200
+                if resumed_too:
+                    _resumed(store, driver, effects)
             finally:
                 held[0].release()
-            shown.wait_for(lambda page: page["approvals"] == BOTH, "the follower shown both decisions")
-            _resumed(store, driver, effects)
-
-        names, ended = at_once(lambda: follow(viewer.url, RUN, shown), other_tab)
-        assert ended is None, ended
-        _ended(names, shown)
-        assert [page["approvals"] for page in shown.pages][:2] == [{}, BOTH], shown.pages
-        _mail_ran(shown.pages[-1])
-        assert effects == {"mail": 1}
-        assert not logged.records
-
-
-@pytest.mark.parametrize("driver", ["sync", "async"])
-def test_the_last_decision_and_the_resume_landing_between_two_polls_still_end_the_followers_stream(
-    store_target: str, driver: str
-) -> None:
-    """Decided and resumed while the stream waits between polls: its next page is the finished run, then the end."""
-    shown = Shown()
-    held: list[PollHeld] = []
-    effects = Effects()
-    with served(store_target, wrap=_held_poll(held), allow_decisions=True) as (store, viewer, logged):
-        _paused(store)
-
-        def other_tab() -> None:
-            shown.wait_for(lambda page: page["paused"], "the paused run")
-            held[0].hold()
-            assert held[0].at_gate.wait(JOIN), "the stream never read the run again"
-            try:
-                for body in (REJECT_READ, APPROVE_MAIL):
-                    assert post(viewer.url, "/api/decide", RUN, body)[0] == 200
+            if not resumed_too:
+                shown.wait_for(lambda page: page["approvals"] == BOTH, "the follower shown both decisions")
                 _resumed(store, driver, effects)
-            finally:
-                held[0].release()
 
         names, ended = at_once(lambda: follow(viewer.url, RUN, shown), other_tab)
         assert ended is None, ended
         _ended(names, shown)
-        assert len(shown.pages) == 2, shown.pages  # the paused run, then at once the finished one
-        assert (shown.pages[0]["paused"], shown.pages[0]["approvals"]) == (True, {})
+        if resumed_too:
+            assert len(shown.pages) == 2, shown.pages  # the paused run, then at once the finished one
+            assert (shown.pages[0]["paused"], shown.pages[0]["approvals"]) == (True, {})
+        else:
+            assert [page["approvals"] for page in shown.pages][:2] == [{}, BOTH], shown.pages
         _mail_ran(shown.pages[-1])
         assert effects == {"mail": 1}
         assert not logged.records
