@@ -15,13 +15,12 @@ execution by (item, step), the parent's usage, across the cut and the resume.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from typing import Any
 
 import pytest
-from support.storeless_children import WAIT, Counts
+from support.storeless_children import Counts, task_cut
 from support.storeless_grandchildren import CHILD_SCRIPT, DEEP_SCRIPT, cut_together, parent_agent, resumed
 
 from fsm_agent import CancelToken, RunResult
@@ -40,28 +39,6 @@ def _once(*items: str) -> Counter[tuple[str, int]]:
     steps = [(item, step) for item in items for _, step in CHILD_SCRIPT if _ != "deep"]
     steps += [(f"deep {item}", step) for item in items for _, step in DEEP_SCRIPT]
     return Counter(dict.fromkeys(steps, 1))
-
-
-def _task_cut(counts: Counts) -> dict[str, Any]:
-    """Async: the parent whose task is cancelled while the deep run's ``wait`` is in flight (it never comes back)."""
-    agent = parent_agent(counts, "async")
-
-    async def cut() -> dict[str, Any]:
-        run = await agent.astart("go", run_id="p")
-        task = asyncio.create_task(run.afinish())
-        assert await asyncio.to_thread(counts.started.acquire, True, WAIT)
-        task.cancel()
-        counts.go.set()  # the held wait's thread ends (asyncio.run waits for it); its coroutine is cancelled
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert run.reason == "cancelled"
-        return run.snapshot()
-
-    try:
-        return asyncio.run(cut())
-    finally:
-        counts.go.set()
-        counts.hold = False
 
 
 def _resumed(counts: Counts, driver: str, asks: tuple[str, ...], source: Any, store: Any = None) -> RunResult:
@@ -182,7 +159,7 @@ def test_a_new_child_cut_again_before_its_sub_agent_call_hands_the_grandchilds_o
 def test_a_grandchild_cut_by_the_parents_task_cancel_resumed_runs_each_completed_tool_once() -> None:
     """Async: the task's cancel cuts the deep run's step 2 in flight (it never came back): only it runs again."""
     counts = Counts()
-    snapshot = _task_cut(counts)
+    snapshot = task_cut(parent_agent(counts, "async"), counts)
     [(_, _, outcomes)] = snapshot["carried_down"]
     assert _steps(outcomes) == [("work", '{"item":"c1","step":1}'), *_deep_done("c1", 1)]
 

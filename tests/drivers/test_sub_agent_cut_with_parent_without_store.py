@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from support.cancelled_with_parent import Canceller  # reads only the counts' started, go and hold
-from support.storeless_children import SCRIPT, USAGE, WAIT, Counts, nested_parent_agent, parent_agent
+from support.storeless_children import SCRIPT, USAGE, Counts, nested_parent_agent, parent_agent, task_cut
 
 from fsm_agent import Agent, AgentLoopError, AgentRun, CancelToken, RunResult, Usage
 from fsm_agent.persist import open_store
@@ -90,31 +90,6 @@ def _recut(counts: Counts, driver: str, source: Any) -> RunResult:
         run()
     assert canceller.done.is_set()
     return stop.value.result
-
-
-def _task_cut(counts: Counts, source: Any = None) -> dict[str, Any]:
-    """Async: the parent (started, or ``source`` resumed) whose task is cancelled while a held ``wait`` is in flight.
-
-    The cancel cuts the ``wait`` itself (it never comes back); the stopped parent's snapshot is returned.
-    """
-    agent = parent_agent(counts, "async")
-
-    async def cut() -> dict[str, Any]:
-        run = await (agent.astart("go", run_id="p") if source is None else agent.aresume(source))
-        task = asyncio.create_task(run.afinish())
-        assert await asyncio.to_thread(counts.started.acquire, True, WAIT)
-        task.cancel()
-        counts.go.set()  # the held wait's thread ends (asyncio.run waits for it); its coroutine is cancelled
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert run.reason == "cancelled"
-        return run.snapshot()
-
-    try:
-        return asyncio.run(cut())
-    finally:
-        counts.go.set()
-        counts.hold = False
 
 
 def _answers(result: RunResult) -> dict[str, str]:
@@ -196,7 +171,7 @@ def test_a_resumed_run_cut_again_and_resumed_again_runs_each_tool_once(driver: s
 def test_a_child_cut_by_the_parents_task_cancel_resumed_without_a_store_runs_each_completed_tool_once() -> None:
     """Async: the task's cancel cuts step 3 in flight (it never came back): it runs again; steps 1 and 2 do not."""
     counts = Counts()
-    snapshot = _task_cut(counts)
+    snapshot = task_cut(parent_agent(counts, "async"), counts)
     assert _carried(snapshot) == [("helper", "c1", [("work", 1), ("work", 2)])]
     assert (counts.parent, counts.child["c1"]) == (1, 3)
 
@@ -209,9 +184,9 @@ def test_a_child_cut_by_the_parents_task_cancel_resumed_without_a_store_runs_eac
 def test_a_run_cut_twice_by_its_tasks_cancel_runs_each_completed_tool_once() -> None:
     """Async: cut in step 3, resumed and cut in step 5, resumed: only the two calls cut in flight ran twice."""
     counts = Counts()
-    first = _task_cut(counts)
+    first = task_cut(parent_agent(counts, "async"), counts)
     counts.arm()
-    second = _task_cut(counts, json.loads(json.dumps(first)))
+    second = task_cut(parent_agent(counts, "async"), counts, json.loads(json.dumps(first)))
     assert _carried(second) == [("helper", "c1", [("work", 1), ("work", 2), ("wait", 3), ("work", 4)])]
 
     result = _resumed(counts, "async", ("c1",), json.loads(json.dumps(second)))

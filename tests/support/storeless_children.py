@@ -19,6 +19,9 @@ import asyncio
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
+
+import pytest
 
 from fsm_agent import Agent, Message, ModelResponse, ToolRegistry, Usage
 from fsm_agent.testing import reply, tool_call, tool_turn
@@ -173,3 +176,28 @@ def nested_parent_agent(counts: Counts, driver: str) -> Agent:
     tools = ToolRegistry()
     tools.register(child.as_tool("helper", "Looks things up."))
     return Agent(PricedParentModel(counts, ("c1",)), tools)
+
+
+def task_cut(agent: Agent, counts: Counts, source: Any = None) -> dict[str, Any]:
+    """Async: ``agent``'s run (started, or ``source`` resumed) whose task is cancelled while a held ``wait`` is in
+    flight.
+
+    The cancel cuts the ``wait`` itself (it never comes back); the stopped run's snapshot is returned.
+    """
+
+    async def cut() -> dict[str, Any]:
+        run = await (agent.astart("go", run_id="p") if source is None else agent.aresume(source))
+        task = asyncio.create_task(run.afinish())
+        assert await asyncio.to_thread(counts.started.acquire, True, WAIT)
+        task.cancel()
+        counts.go.set()  # the held wait's thread ends (asyncio.run waits for it); its coroutine is cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert run.reason == "cancelled"
+        return run.snapshot()
+
+    try:
+        return asyncio.run(cut())
+    finally:
+        counts.go.set()
+        counts.hold = False
