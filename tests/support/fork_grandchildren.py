@@ -32,29 +32,30 @@ class Counts(BaseCounts):
         self.cut = cut
         self.done: Counter[tuple[str, int]] = Counter()
 
-
-def _tools(counts: Counts) -> ToolRegistry:
-    """``work`` and ``wait`` (the same here): count the try, maybe raise the Ctrl-C, then count the side effect."""
-    tools = ToolRegistry()
-
-    def effect(item: str, step: int) -> str:
-        with counts.lock:
-            counts.tools[(item, step)] += 1
-            cut = counts.cut == (item, step)
-            counts.cut = None if cut else counts.cut
+    def effect(self, item: str, step: int) -> str:
+        """A tool's call: count the try, raise the Ctrl-C if it is the ``cut`` one (once), then count the effect."""
+        with self.lock:
+            self.tools[(item, step)] += 1
+            cut = self.cut == (item, step)
+            self.cut = None if cut else self.cut
         if cut:
             raise KeyboardInterrupt
-        with counts.lock:
-            counts.done[(item, step)] += 1
+        with self.lock:
+            self.done[(item, step)] += 1
         return f"did {item} ({step})"
+
+
+def _tools(counts: Counts) -> ToolRegistry:
+    """``work`` and ``wait`` (the same here): ``Counts.effect``."""
+    tools = ToolRegistry()
 
     def work(item: str, step: int) -> str:
         """Work on the item."""
-        return effect(item, step)
+        return counts.effect(item, step)
 
     def wait(item: str, step: int) -> str:
         """Wait for the item."""
-        return effect(item, step)
+        return counts.effect(item, step)
 
     tools.register(work)
     tools.register(wait)

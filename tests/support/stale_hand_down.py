@@ -74,15 +74,7 @@ def agent(
         """Work on the item."""
         if held and step == 2 and not asked.is_set():
             assert asked.wait(WAIT), "no other helper run started while step 2 was in flight"
-        with counts.lock:
-            counts.tools[(item, step)] += 1
-            cut_here = counts.cut == (item, step)
-            counts.cut = None if cut_here else counts.cut
-        if cut_here:
-            raise KeyboardInterrupt
-        with counts.lock:
-            counts.done[(item, step)] += 1
-        return f"did {item} ({step})"
+        return counts.effect(item, step)
 
     tools.register(work)
     helper = Agent(Worker(counts, SCRIPT, lambda _input, _made: asked.set()), tools)
