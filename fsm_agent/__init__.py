@@ -46,7 +46,7 @@ from fsm_agent.records import (
     Transition,
     Usage,
 )
-from fsm_agent.tools import RunContext, Tool, ToolRegistry, ToolResult, run_context
+from fsm_agent.tools import NoDepsError, RunContext, Tool, ToolRegistry, ToolResult, run_context
 
 if typing.TYPE_CHECKING:
     from fsm_agent.persist import PostgresStore, SqliteStore, Store, StoredRun
@@ -127,6 +127,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelResponse",
+    "NoDepsError",
     "OutputSchema",
     "Policy",
     "PostgresStore",
