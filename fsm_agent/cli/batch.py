@@ -35,6 +35,7 @@ from fsm_agent.cli import (
     SetupError,
     described,
     import_named,
+    model_flags,
     out_file,
 )
 from fsm_agent.cli import run as run_command
@@ -59,7 +60,7 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     parser.add_argument("--max-retries", type=int, default=2, help="retries of 429/5xx errors by the SDK (default 2)")
     parser.add_argument(
-        "--price", type=run_command.price_flag, metavar="INPUT,OUTPUT[,CACHED]", help=run_command.PRICE_HELP
+        "--price", type=model_flags.price_flag, metavar="INPUT,OUTPUT[,CACHED]", help=model_flags.PRICE_HELP
     )
     parser.add_argument("--system", default=run_command.DEFAULT_SYSTEM, help="the system prompt (with --model)")
     parser.add_argument("--max-steps", type=int, default=8, help="model turns before a run stops (default 8)")
@@ -119,11 +120,11 @@ def model_agent(
     """The ``--model`` agent, built in the worker: the provider's adapter, the built-in tools and ``--price``."""
     from fsm_agent.tools.builtin import builtin_registry  # a worker loads it when it runs
 
-    model = run_command.build_model(spec, base_url, api_key_env, max_retries)
+    model = model_flags.build_model(spec, base_url, api_key_env, max_retries)
     try:
         return Agent(model, builtin_registry(), system, prices=price, **limits)
     except UnpricedModelError as exc:  # its own words say prices=, which a command-line user cannot pass
-        raise SetupError(exc.explain(run_command.PRICE_FLAG)) from None
+        raise SetupError(exc.explain(model_flags.PRICE_FLAG)) from None
 
 
 def _factory(args: argparse.Namespace, on_ray: bool) -> Callable[[], Agent]:

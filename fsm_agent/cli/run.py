@@ -18,18 +18,15 @@ import argparse
 import contextlib
 import inspect
 import json
-import os
 import shlex
 import sqlite3
 import sys
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from fsm_agent import (
     Agent,
     PostgresStore,
-    Price,
     RunExistsError,
     RunLeasedError,
     RunResult,
@@ -37,28 +34,14 @@ from fsm_agent import (
     persist,
 )
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described, out_file
+from fsm_agent.cli.model_flags import PRICE_FLAG, UNREACHABLE, add_model_arguments, build_model, endpoint
 from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable, report_pause
 from fsm_agent.core.pricing import UnpricedModelError
 from fsm_agent.jsontext import dumps
-from fsm_agent.models.named import model_named
 from fsm_agent.models.provider import ProviderModel
 from fsm_agent.persist import StoreError
 from fsm_agent.persist.postgres import redact
 from fsm_agent.tools.builtin import builtin_registry
-
-PROVIDERS = {
-    "openai": "OPENAI_API_KEY",
-    "openai-responses": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "gemini": "GOOGLE_API_KEY",
-}
-"""Provider prefix of ``--model`` -> the environment variable its SDK reads the key from."""
-
-SECOND_KEY_VARIABLES = {"gemini": "GEMINI_API_KEY"}
-"""Where the key is looked for next, as the SDK does (google-genai reads ``GEMINI_API_KEY`` too)."""
-
-# Local OpenAI-compatible servers ignore the key, but the SDK refuses to start without one.
-PLACEHOLDER_KEY = "no-key-needed"
 
 DEFAULT_SYSTEM = (
     "You are a careful assistant. Use the tools for arithmetic, the current time and reading files "
@@ -74,18 +57,8 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
 )
 """Limit flags offered only when ``Agent`` accepts the keyword, so the command follows the engine's limits."""
 
-PRICE_HELP = (
-    "the model's price in US dollars per million input, output and (optionally) cached input tokens, for a model "
-    "genai-prices does not list (a local server): its calls are priced, and --cost-budget can count them"
-)
-PRICE_FLAG = "pass --price INPUT,OUTPUT (US dollars per million tokens, e.g. --price 0.15,0.60)"
-"""How a command-line user gives a model its price, in the engine's refusal of a budget over an unpriced model."""
-
 DECIDE = "--approve ID or --reject ID[=WHY]"
 """The flags of ``runs resume`` that decide on the calls a paused run waits on, as a pause names them."""
-
-UNREACHABLE = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError"})
-"""``model_error`` evidence types that mean the server was never reached: the SDKs' and the standard library's."""
 
 
 def _agent_keywords() -> set[str]:
@@ -135,86 +108,6 @@ def add_command(commands: Any) -> None:
     parser.set_defaults(handler=main)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, agent_help: str) -> None:
-    """``--model`` or ``--agent`` (one required), then the flags that reach and price a model: ``run``, ``runs resume``.
-
-    ``--agent`` is added right after ``--model``: argparse draws a group in
-    the usage as ``(--model ... | --agent ...)`` only when its flags are
-    added one after the other.
-    """
-    who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument(
-        "--model",
-        metavar="PROVIDER:NAME",
-        help="e.g. openai:gpt-4o-mini, openai-responses:o4-mini, anthropic:claude-sonnet-4-5, gemini:gemini-2.5-flash, "
-        "or openai:llama3.1 with --base-url",
-    )
-    who.add_argument("--agent", metavar="MODULE:FUNCTION", help=agent_help)
-    parser.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="the API endpoint, e.g. http://localhost:11434/v1 for Ollama (OpenAI-compatible); "
-        "with it, a missing key is not an error",
-    )
-    parser.add_argument(
-        "--api-key-env",
-        metavar="VAR",
-        help="environment variable holding the API key "
-        "(default: OPENAI_API_KEY, ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY)",
-    )
-    parser.add_argument(
-        "--max-retries", type=int, default=2, help="retries of 429/5xx/connection errors by the SDK (default 2)"
-    )
-    parser.add_argument("--price", type=price_flag, metavar="INPUT,OUTPUT[,CACHED]", help=PRICE_HELP)
-
-
-def price_flag(text: str) -> Price:
-    """``--price INPUT,OUTPUT[,CACHED]`` as a ``Price``; a usage error naming the flag if it is not one.
-
-    Each amount is US dollars per million tokens, as ``Price`` takes them;
-    ``Price`` refuses a negative or non-finite one in its own words.
-    """
-    amounts = text.split(",")
-    if len(amounts) not in (2, 3):
-        msg = f"wants INPUT,OUTPUT or INPUT,OUTPUT,CACHED (US dollars per million tokens), got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    try:
-        numbers = [float(amount) for amount in amounts]
-    except ValueError:
-        msg = f"wants numbers of US dollars per million tokens, got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-    try:
-        return Price(*numbers)
-    except ValueError as exc:  # negative, NaN or infinite
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def build_model(spec: str, base_url: str | None, api_key_env: str | None, max_retries: int) -> ProviderModel:
-    """The adapter for ``provider:name``, with its key read from the environment; ``SetupError`` if it cannot be."""
-    provider, _, name = spec.partition(":")
-    if provider not in PROVIDERS or not name:
-        msg = f"--model wants PROVIDER:NAME with PROVIDER one of {', '.join(PROVIDERS)}, got {spec!r}"
-        raise SetupError(msg)
-    if max_retries < 0:
-        msg = f"--max-retries must be >= 0, got {max_retries}"
-        raise SetupError(msg)
-    variable = api_key_env or PROVIDERS[provider]
-    api_key = os.environ.get(variable)
-    if not api_key and api_key_env is None and provider in SECOND_KEY_VARIABLES:
-        api_key = os.environ.get(SECOND_KEY_VARIABLES[provider])
-    if not api_key:
-        if base_url is None or api_key_env is not None:
-            msg = f"no API key: set {variable}" + ("" if api_key_env else " (or name another variable: --api-key-env)")
-            raise SetupError(msg)
-        api_key = PLACEHOLDER_KEY
-    try:
-        return model_named(spec, api_key=api_key, base_url=base_url, max_retries=max_retries)
-    except ImportError as exc:
-        raise SetupError(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - an SDK refusing its settings is a setup error, shown in one line
-        raise SetupError(f"cannot set up the {provider} client: {exc}") from None
-
-
 def trace_json(result: RunResult) -> str:
     """The whole result as indented ``RunResult`` JSON, which ``diagram --run`` and ``RunResult.from_json`` read."""
     return dumps(result.to_dict(), indent=2) + "\n"  # lone surrogates escaped: the file is valid UTF-8, read back exact
@@ -246,15 +139,6 @@ def open_store(target: str | Path) -> SqliteStore | PostgresStore:
         kind = "database URL" if persist.is_url(target) else "file path"
         msg = f"--store: not a usable {kind} ({exc})"
         raise SetupError(msg) from None
-
-
-def endpoint(model: object, fallback: str | None) -> str:
-    """The URL the model adapter talks to, without any user or password in it, for a one-line error."""
-    url = getattr(model, "base_url", None) or fallback
-    if url is None:
-        return "the provider's default URL"
-    parts = urlsplit(str(url))
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def agent_for(args: argparse.Namespace, model: ProviderModel) -> Agent:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent import Agent
-from fsm_agent.cli import SetupError
+from fsm_agent.cli import SetupError, model_flags
 from fsm_agent.cli import batch as batch_command
 from fsm_agent.cli import run as run_command
 from fsm_agent.cli.terminal import Status, drive, report_pause
@@ -28,7 +28,7 @@ from fsm_agent.drivers.agent_run import AgentRun
 
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model`` (with the flags that reach it) or ``--agent``, one of them required; and ``--files``."""
-    run_command.add_model_arguments(
+    model_flags.add_model_arguments(
         parser,
         agent_help="your own agent (its model and tools): a function with no arguments returning an Agent; "
         "instead of --model, which goes on with the built-in tools",
@@ -42,7 +42,7 @@ def agent_of(args: argparse.Namespace) -> Agent:
         return batch_command.built(batch_command.imported(args.agent))
     args.system = run_command.DEFAULT_SYSTEM
     args.max_consecutive_failures = 3
-    model = run_command.build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
+    model = model_flags.build_model(args.model, args.base_url, args.api_key_env, args.max_retries)
     args.max_steps = 8
     try:
         return run_command.agent_for(args, model)
@@ -106,5 +106,5 @@ def finish(run: AgentRun, agent: Agent, args: argparse.Namespace) -> int:
         drive(run, Status(sys.stderr, enabled=not args.quiet))
     if run.paused:
         return report_pause(run, sys.stderr, run_command.DECIDE, held=held)
-    server = f"the model server at {run_command.endpoint(agent.model, args.base_url)}"
+    server = f"the model server at {model_flags.endpoint(agent.model, args.base_url)}"
     return run_command.report(run.result, sys.stdout, sys.stderr, server)

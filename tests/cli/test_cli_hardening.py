@@ -178,7 +178,7 @@ def test_ctrl_c_in_runs_resume_exits_130(
     """An interrupt while a resumed run calls the model ends `runs resume` with 130, not a traceback."""
     store = tmp_path / "runs.db"
     _stopped_run(provider_server, store)
-    monkeypatch.setattr("fsm_agent.cli.run.build_model", lambda *args: _Interrupting())
+    monkeypatch.setattr("fsm_agent.cli.model_flags.build_model", lambda *args: _Interrupting())
     resume = ["runs", "resume", "r1", "--model", "openai:m", "--store", str(store), "--max-steps", "4", "--quiet"]
     assert _main(resume) == 130
 
