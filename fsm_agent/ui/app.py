@@ -13,9 +13,9 @@ a decision must come as JSON from the viewer's own origin, so a web page
 cannot forge one with a plain form.
 
 A run's page links its sub-agent calls to the runs they were and a
-sub-agent's run to its parent; the store is read for that on the run's
-page only (each child's state), never for the list, whose rows come from
-the store's index alone.
+sub-agent's run to its parent (``run_page.py``); the store is read for that
+on the run's page only (each child's state, at each poll of a followed
+run), never for the list, whose rows come from the store's index alone.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from fsm_agent.ui.forks import NO_AGENT, fork_routes, refused_post
 from fsm_agent.ui.listing import UNPAGED, page_answer, page_start
 from fsm_agent.ui.live import follow
 from fsm_agent.ui.replay import digest
+from fsm_agent.ui.run_page import run_view, with_children
 
 if TYPE_CHECKING:
     from fsm_agent import Agent
@@ -278,7 +279,8 @@ def _read_routes(
                 poll,
                 request.is_disconnected,
                 stopping,
-                lambda data: run_view(store, run_id, data, table),
+                lambda data: digest(run_id, data, table),
+                lambda data, page: with_children(store, run_id, data, page, table),
             ),
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
@@ -368,58 +370,3 @@ def _record(store: Runs, run_id: str, call_id: str, decision: bool | str) -> dic
     except Exception as exc:  # whichever store failed (a live lease, a locked file, a lost server), say so
         msg = f"the decision could not be saved: {type(exc).__name__}: {exc}"
         raise ValueError(msg) from exc
-
-
-def run_view(store: Runs, run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str, Any]:
-    """The run's digest, and where each of its sub-agent runs stands in the store (one load each, this page only).
-
-    A sub-agent call in flight has no step naming its run yet: for each call
-    the run has not finished, the run ``<run id>/<call id>`` is looked for,
-    and taken only if its snapshot names this run its parent.  A child the
-    store does not have (deleted, or a store that was not given to the
-    parent) is listed with ``stored`` false and no state.
-    """
-    page = digest(run_id, data, table)
-    children: list[dict[str, Any]] = page["children"]
-    for child in children:
-        child.update(_standing(_load(store, child["run_id"]), table))
-    listed = {child["run_id"] for child in children}
-    for call in data.get("pending") or ():
-        call_id = call.get("id") if isinstance(call, dict) else None
-        candidate = f"{run_id}/{call_id}"
-        if not isinstance(call_id, str) or candidate in listed:
-            continue
-        found = _load(store, candidate)
-        if not isinstance(found, dict) or (found.get("parent_run_id"), found.get("parent_call_id", call_id)) != (
-            run_id,
-            call_id,
-        ):
-            continue
-        children.append({"run_id": candidate, "call_id": call_id, "tool": call.get("name"), **_standing(found, table)})
-        listed.add(candidate)
-        for moment in page["moments"]:
-            if (moment["call"] or {}).get("id") == call_id and moment["child"] is None:
-                moment["child"] = candidate
-    return page
-
-
-def _load(store: Runs, run_id: str) -> dict[str, Any] | SnapshotError | None:
-    """A run's snapshot, the error saying it is corrupted, or None if the store has no such run."""
-    try:
-        return dict(store.load(run_id))
-    except KeyError:
-        return None
-    except SnapshotError as exc:
-        return exc
-
-
-def _standing(data: dict[str, Any] | SnapshotError | None, table: Table) -> dict[str, Any]:
-    """Where a sub-agent run stands, as its parent's page shows it next to the link (no state if it is unreadable)."""
-    if not isinstance(data, dict) or str(data.get("state")) not in {str(state) for state in table.states}:
-        return {"stored": data is not None, "state": None, "reason": None, "paused": False}
-    return {
-        "stored": True,
-        "state": str(data.get("state")),
-        "reason": data.get("reason"),
-        "paused": bool(data.get("paused")),
-    }
