@@ -19,8 +19,10 @@ def contradictions(run: Run) -> list[str]:
     problems: list[str] = []
     own = run.talk.messages[run.talk.prior :] if run.talk.prior else run.talk.messages
     executed = sum(1 for s in run.talk.steps if s.kind == "tool_call")
-    # tool_calls also counts the calls of the run's sub-agents, which its steps name but do not count.
-    nested = any(s.child for s in run.talk.steps)
+    # tool_calls also counts the calls of the run's sub-agents, which its steps name but do not count, and those
+    # a sub-agent run cut in flight completed, counted at the cut whatever its call's outcome: its cut_children
+    # entry is the evidence, kept until a child's outcome answers the call (its step names the child then).
+    nested = bool(run.calls.cut_children) or any(s.child for s in run.talk.steps)
     if executed != run.counts.tool_calls and not (nested and executed < run.counts.tool_calls):
         problems.append(f"tool_calls is {run.counts.tool_calls} but {executed} tool steps are recorded")
     by_tool = sum(run.counts.calls_by_tool.values())

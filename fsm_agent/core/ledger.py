@@ -10,15 +10,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
 from fsm_agent.definition.run import Run, signature
 from fsm_agent.records import STOP_REASONS, ChildOutcome, Message, ModelResponse, Step, ToolCall, Usage, not_json
 from fsm_agent.tools import ToolResult
-
-T = TypeVar("T")
 
 # One encoder, built once: json.dumps with options builds a new one per call, which costs more than the encoding.
 _arguments_text = json.JSONEncoder(ensure_ascii=False, default=repr).encode
@@ -328,40 +326,47 @@ def count_child(run: Run, child: ChildOutcome) -> None:
     counts.tool_calls += child.tool_calls
 
 
-def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: ChildOutcome) -> None:
-    """A sub-agent call was given up in flight: keep what its run had ``spent``, and count the ``uncounted`` part.
-
-    Why: the child's model calls were made and billed whether or not the
-    parent waits for its answer, so a stopped parent's usage must hold them.
-    ``spent`` is kept by call id (``Calls.cut_children``, part of the
-    snapshot): if the call is made again and its child's stored run taken
-    back, that run's outcome brings only what it spent beyond what was
-    counted here (``drivers.child_spend``), so nothing is counted twice.
-    ``uncounted`` is ``spent`` less what an earlier cut of the same call
-    counted already: a cut child that made no model call adds none.
-    """
-    run.calls.cut_children[call_id] = spent
-    count_child(run, uncounted)
-
-
 def take_carried(run: Run, call: ToolCall) -> ToolResult | None:
     """The first of a fork's carried outcomes (``Calls.carried``) for ``call``'s tool and arguments, taken, or None."""
-    return _take_first(run.calls.carried, call)
-
-
-def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
-    """The carried outcomes of the source sub-agent run of ``call`` (one a fork makes again), taken; or None."""
-    return _take_first(run.calls.carried_down, call)
-
-
-def _take_first(entries: list[tuple[str, str, T]], call: ToolCall) -> T | None:
-    """Remove and return what the first ``(tool name, canonical arguments, what)`` entry for ``call`` holds."""
-    arguments = canonical_arguments(call.arguments)
+    entries, arguments = run.calls.carried, canonical_arguments(call.arguments)
     for i, (name, kept, held) in enumerate(entries):
         if name == call.name and kept == arguments:
             del entries[i]
             return held
     return None
+
+
+def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
+    """What was handed down for sub-agent call ``call`` (``Calls.carried_down``), taken; or None.
+
+    The entry made for ``call`` itself first (its id, ``down_key``), so two
+    like calls cut in one reply each get their own child's outcomes; else the
+    first of its tool and arguments made for no other pending call (a fork's,
+    made again under new ids, or one kept before entries named their call).
+    """
+    entries = run.calls.carried_down
+    arguments = canonical_arguments(call.arguments)
+    fallback: int | None = None
+    reserved: set[str] | None = None
+    for i, (name, kept, _) in enumerate(entries):
+        made_for, kept_arguments = down_parts(kept)
+        if name != call.name or kept_arguments != arguments:
+            continue
+        if made_for == call.id:
+            return entries.pop(i)[2]
+        if fallback is None and made_for is not None:
+            reserved = {waiting.id for waiting in run.calls.pending} if reserved is None else reserved
+        if fallback is None and (made_for is None or made_for not in (reserved or ())):
+            fallback = i
+    return None if fallback is None else entries.pop(fallback)[2]
+
+
+def down_parts(text: str) -> tuple[str | None, str]:
+    """A handed-down entry's call id (None where it names none: a fork's, or an older snapshot's) and arguments."""
+    if text.startswith("["):
+        made_for, arguments = json.loads(text)
+        return str(made_for), str(arguments)
+    return None, text
 
 
 def canonical_arguments(arguments: object) -> str:

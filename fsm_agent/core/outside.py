@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import attrs
 
-from fsm_agent.core.ledger import answer_unexecuted, canonical_arguments, count_cut_child, take_carried_down
+from fsm_agent.core.ledger import answer_unexecuted, canonical_arguments, count_child, down_parts, take_carried_down
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -46,7 +46,9 @@ def below(run: Run) -> list[Carried]:
     what a grandchild completed runs no more than what a child completed.
     """
     return [
-        entry for name, arguments, outcomes in run.calls.carried_down for entry in one_down(name, arguments, outcomes)
+        entry
+        for name, arguments, outcomes in run.calls.carried_down
+        for entry in one_down(name, down_parts(arguments)[1], outcomes)  # the calls made again there get new ids
     ]
 
 
@@ -72,8 +74,52 @@ def below_problem(arguments: str) -> str | None:
             path = None
         if not (isinstance(path, list) and len(path) == 3 and all(isinstance(part, str) for part in path)):
             return f"{arguments!r:.80} is not [arguments of the sub-agent call, tool name, arguments]"
+        if (problem := down_problem(path[0])) is not None:
+            return problem
         arguments = path[2]
     return None
+
+
+def down_key(call: ToolCall) -> str:
+    """The arguments text an entry handed down for sub-agent call ``call`` is kept under: ``[call id, arguments]``.
+
+    Why the id: a resume from the same snapshot keeps the call ids, so each
+    call takes what its own cut child completed (``take_carried_down``); the
+    arguments (canonical JSON) match a call made again under another id.
+    """
+    return json.dumps([call.id, canonical_arguments(call.arguments)], ensure_ascii=False, separators=(",", ":"))
+
+
+def down_problem(text: str) -> str | None:
+    """Why a handed-down entry's arguments text is neither canonical arguments nor ``[call id, arguments]``; or None."""
+    if not text.startswith("["):
+        return None
+    try:
+        parts = json.loads(text)
+    except ValueError:
+        parts = None
+    if isinstance(parts, list) and len(parts) == 2 and all(isinstance(part, str) for part in parts):
+        return None
+    return f"{text!r:.80} is not [call id, arguments]"
+
+
+def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: ChildOutcome) -> None:
+    """A sub-agent call was given up in flight: keep what its run had ``spent``, and count the ``uncounted`` part.
+
+    Why: the child's model calls were made and billed whether or not the
+    parent waits for its answer, so a stopped parent's usage must hold them.
+    ``spent`` is kept by call id (``Calls.cut_children``, part of the
+    snapshot): if the call is made again and its child's stored run taken
+    back, that run's outcome brings only what it spent beyond what was
+    counted here (``drivers.child_spend``), so nothing is counted twice.
+    ``uncounted`` is ``spent`` less what an earlier cut of the same call
+    counted already: a cut child that made no model call adds none.  Its
+    tool calls count here too, whatever the call's outcome will be (a budget
+    may refuse it, a person reject it): the loaded snapshot's check reads
+    them from ``cut_children`` (``core.consistency``).
+    """
+    run.calls.cut_children[call_id] = spent
+    count_child(run, uncounted)
 
 
 def split_down(outcomes: list[Carried]) -> tuple[list[Carried], list[tuple[str, str, list[Carried]]]]:
@@ -113,6 +159,7 @@ class OutsideEvents:
     walker: Walker
     _left: dict[str, tuple[ToolCall, tuple[Carried, ...]]]
     _took: set[str]
+    _prepaid: bool
 
     def tell_time(self, elapsed: float) -> None:
         """The run has been going ``elapsed`` seconds by the driver's clock: the guards of a deadline read it."""
@@ -169,7 +216,7 @@ class OutsideEvents:
         """
         run = self.run
         if done and call.id not in run.calls.ran and any(waiting.id == call.id for waiting in run.calls.pending):
-            run.calls.carried_down.append((call.name, canonical_arguments(call.arguments), list(done)))
+            run.calls.carried_down.append((call.name, down_key(call), list(done)))
 
     def handed_down(self, call: ToolCall) -> list[Carried] | None:
         """What the new sub-agent run ``call`` starts takes (``carried_down``): a cut child's outcomes, or a fork's."""
@@ -188,7 +235,7 @@ class OutsideEvents:
         and those found are ``taken_back`` before ``call``'s new run takes any.
         """
         run, key = self.run, (call.name, canonical_arguments(call.arguments))
-        if not any((name, arguments) == key for name, arguments, _ in run.calls.carried_down):
+        if not any((name, down_parts(arguments)[1]) == key for name, arguments, _ in run.calls.carried_down):
             return []
         return [
             other
@@ -215,12 +262,27 @@ class OutsideEvents:
                 if self.run.calls.carried_down:
                     take_carried_down(self.run, call)
 
-    def carry_in(self, outcomes: list[Carried]) -> None:
+    def carry_in(self, outcomes: list[Carried], prepaid: bool = False) -> None:
         """Before a sub-agent run starts: the outcomes handed down to it, taken instead of its calls (``_carry``).
 
         Those of its own sub-agent calls' runs it carries down in turn (``below``).
+        ``prepaid``: a cut of the call counted them already in its parent's
+        (``prepaid``), so what this run reports as spent leaves them out.
         """
         self.run.calls.carried, self.run.calls.carried_down = split_down(outcomes)
+        self._prepaid = prepaid  # type: ignore[misc]  # a slot of Stepper, which this half is part of
+
+    @property
+    def prepaid(self) -> bool:
+        """Whether what this sub-agent run was handed down (and hands on) a cut of its call counted already.
+
+        Why: a cut counts every tool call its child's run completed in the
+        parent's ``tool_calls`` (``drivers.child_spend``); the new run of the
+        call made again takes them instead of calling its tools, and counts
+        each in its own counters, so the spend it reports leaves them out and
+        its own sub-agent runs, taking those handed on, do the same.
+        """
+        return self._prepaid
 
     def answered(self, call: ToolCall) -> None:
         """``call`` has its outcome: what was handed down for it and no child of it took is dropped.

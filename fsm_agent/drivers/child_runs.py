@@ -38,10 +38,12 @@ from fsm_agent.drivers.child_spend import (
     cut_with_parent,
     fly,
     landed,
+    plus,
     shared,
     shares,
     spent_by,
     spent_in,
+    unrecorded,
     with_lent_back,
 )
 from fsm_agent.drivers.read_back import stored_result
@@ -231,7 +233,9 @@ def _new_run(
         begun._hands_down = True  # noqa: SLF001
     handed = parent.stepper.handed_down(call)  # a fork making this call again: the child forks with it
     if handed:
-        begun.stepper.carry_in(handed)
+        # What a cut of this call handed down it counted (child_spend): the child's spend leaves it out.
+        cut = parent.position.calls.cut_children.get(call.id)
+        begun.stepper.carry_in(handed, parent.stepper.prepaid or (cut is not None and cut.run_id == run_id))
     return begun
 
 
@@ -372,11 +376,11 @@ def _ended(
 
     Why none: the cancel is the parent's stop, not the child's answer.  The
     call stays pending, as one the parent's deadline cut, what the child
-    spent is counted once (its tool calls with the call's outcome:
-    ``cut_record``), and the parent's resume resumes the child: its stored
-    run, or without a store a new one given the outcomes this one completed.
+    spent is counted once, its tool calls included (``cut_record``), and the
+    parent's resume resumes the child: its stored run, or without a store a
+    new one given the outcomes this one completed.
     """
-    spent = spent_in(begun.run_id, result, calls_of(begun))
+    spent = plus(spent_in(begun.run_id, result, calls_of(begun)), unrecorded(begun))
     if not cut_with_parent(parent, result):
         return _outcome(child, result, spent, counted)
     landed(parent, call)  # no longer in flight: a later cut of the parent must not count it again

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 
 def spent_by(run: RunBase) -> ChildOutcome:
-    """What ``run`` spent so far: its own counts, and what its sub-agent calls in flight spent beyond them.
+    """What ``run`` spent so far: its own counts (``unrecorded``), and what its sub-agent calls in flight spent.
 
     A call in flight counts while the run has it pending: once recorded,
     its outcome is in the counts.  The counts are read first, and a run
@@ -71,6 +71,7 @@ def spent_by(run: RunBase) -> ChildOutcome:
         counts.priced,
         counts.unpriced,
     )
+    spent = plus(spent, unrecorded(run))
     flying = run._flying  # noqa: SLF001 - the run's calls in flight, as its own cut reads them
     if flying:
         pending = {call.id for call in tuple(position.calls.pending)}
@@ -80,14 +81,40 @@ def spent_by(run: RunBase) -> ChildOutcome:
     return spent
 
 
-def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> ChildOutcome:
-    """What a finished child's run spent, from its result (``tool_calls``: as its last step counted them).
+def unrecorded(run: RunBase) -> ChildOutcome:
+    """What ``run``'s counters leave out of what it spent, less what they hold that its parent counted: a change.
 
-    ``counters`` are the run's own (a snapshot's ``counters``): the model
-    calls it priced and could not price, which a result does not hold.
+    Added: the calls that came back but are not recorded yet (``Calls.ran``:
+    each a tool call, a sub-agent's with its spend), so a cut counts them as
+    it hands them down.  Taken off: each call whose outcome it took from
+    what a cut of its call had counted already (``Stepper.prepaid``), so a
+    tool call the cut child completed counts once, not again when the call
+    made again takes its outcome.  Read after the counts: a call recorded
+    meanwhile (another thread's cut) is missed, never counted twice.
+    """
+    position, prepaid = run.position, run.stepper.prepaid
+    taken = sum(1 for step in tuple(position.talk.steps) if step.reused_from is not None) if prepaid else 0
+    spent = ChildOutcome(run.run_id, 0, 0, None, -taken, 0.0, 0, 0, 0, 0, 0)
+    for outcome in tuple(position.calls.ran.values()):
+        if not (prepaid and outcome.reused_from is not None):
+            spent = plus(spent, ChildOutcome(run.run_id, 0, 0, None, 1, 0.0, 0, 0, 0, 0, 0))
+            if outcome.child is not None:
+                spent = plus(spent, outcome.child)
+    return spent
+
+
+def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> ChildOutcome:
+    """What a finished child's run spent, from its result and its own ``counters`` (a snapshot's ``counters``).
+
+    ``counters`` hold the model calls it priced and could not price, which a
+    result does not, and its tool calls: a cut of its own sub-agent call
+    counted some after its last step (``tool_calls``: as that step counted
+    them where ``counters`` has none, a snapshot from before).
     """
     usage = result.usage
-    used = result.steps[-1].counters.get("tool_calls", [0])[0] if result.steps else 0
+    used = counters.get("tool_calls")
+    if not isinstance(used, int) or isinstance(used, bool):
+        used = result.steps[-1].counters.get("tool_calls", [0])[0] if result.steps else 0
     return ChildOutcome(
         run_id,
         usage.input_tokens,
@@ -104,9 +131,9 @@ def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> Chi
 
 
 def calls_of(run: RunBase) -> dict[str, int]:
-    """The model calls ``run`` priced and could not price, as its snapshot's ``counters`` name them."""
+    """The model calls ``run`` priced and could not price, and its tool calls, as its snapshot's ``counters`` say."""
     counts = run.position.counts
-    return {"priced": counts.priced, "unpriced": counts.unpriced}
+    return {"priced": counts.priced, "unpriced": counts.unpriced, "tool_calls": counts.tool_calls}
 
 
 def _count(counters: Mapping[str, Any], name: str) -> int:
@@ -190,14 +217,12 @@ def beyond(whole: ChildOutcome, counted: ChildOutcome | None) -> ChildOutcome:
 def cut_record(spent: ChildOutcome, counted: ChildOutcome | None) -> tuple[ChildOutcome, ChildOutcome]:
     """What a cut of a sub-agent call keeps of its child's ``spent``, and the part of that not counted yet.
 
-    The child's tool calls are left for the call's outcome (beyond what an
-    earlier cut of it counted): a parent counts them with the step that
-    records the call, and a loaded snapshot is checked so (more tool calls
-    than tool steps only beside a step naming a child), so a cut that
-    counted them made the stopped parent's snapshot refuse to load.
+    Its tool calls too: they count in the parent's ``tool_calls`` at the cut,
+    whatever the call's outcome (a budget may refuse the call made again, a
+    person reject it); a loaded snapshot's check reads the kept cut as their
+    evidence (``core.consistency``).
     """
-    kept = attrs.evolve(spent, tool_calls=0 if counted is None else counted.tool_calls)
-    return kept, beyond(kept, counted)
+    return spent, beyond(spent, counted)
 
 
 def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
@@ -266,9 +291,8 @@ def completed_by(child: RunBase) -> tuple[Carried, ...]:
     """The tool calls ``child``'s run completed (and the outcomes it was handed and never took), to be handed on.
 
     Each outcome names where it came from (``reused_from``).  One that is a
-    sub-agent's own, already counted in ``child``'s spend, keeps only its
-    tool calls (which a cut leaves for the call's outcome, ``cut_record``):
-    its tokens, dollars and model calls the cut of ``child`` counted.
+    sub-agent's own keeps no spend: the cut of ``child`` counted its tokens,
+    dollars, model calls and tool calls (``spent_by``, ``cut_record``).
     """
     run = child.position
     asked = {call.id: call for message in run.talk.messages for call in message.tool_calls}
@@ -280,8 +304,8 @@ def completed_by(child: RunBase) -> tuple[Carried, ...]:
         outcome = item.result
         if outcome.reused_from is None:
             outcome = attrs.evolve(outcome, reused_from=f"{child.run_id}/{call.id}")
-        if outcome.child is not None and call.id not in run.calls.ran:  # recorded: counted in the run's spend
-            spend = ChildOutcome(outcome.child.run_id, 0, 0, outcome.child.stop, outcome.child.tool_calls, 0.0)
+        if outcome.child is not None:  # recorded or come back: counted in the run's spend (``unrecorded``)
+            spend = ChildOutcome(outcome.child.run_id, 0, 0, outcome.child.stop, 0, 0.0, 0, 0, 0, 0, 0)
             outcome = attrs.evolve(outcome, child=spend)
         done.append((call.name, canonical_arguments(call.arguments), outcome))
     return (*done, *run.calls.carried)

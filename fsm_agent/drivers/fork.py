@@ -23,7 +23,7 @@ import attrs
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.exchanges import message_from
 from fsm_agent.core.history import check_paired
-from fsm_agent.core.ledger import canonical_arguments
+from fsm_agent.core.ledger import canonical_arguments, down_parts
 from fsm_agent.core.outside import one_down
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
@@ -126,8 +126,10 @@ def _not_taken(recording: dict[str, Any], cut: list[dict[str, Any]]) -> list[lis
     """
     down = [list(entry) for entry in recording.get("carried_down") or ()]
     for call in cut:
-        key = [call["name"], canonical_arguments(call["arguments"])]
-        taken = next((i for i, entry in enumerate(down) if entry[:2] == key), None)
+        name, arguments = call["name"], canonical_arguments(call["arguments"])
+        alike = [i for i, entry in enumerate(down) if entry[0] == name and down_parts(entry[1])[1] == arguments]
+        # Its own entry (named by its id) first, as the run took it (core.ledger.take_carried_down).
+        taken = next((i for i in alike if down_parts(down[i][1])[0] == call["id"]), alike[0] if alike else None)
         if taken is not None:
             del down[taken]
     return down

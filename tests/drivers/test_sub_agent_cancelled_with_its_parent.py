@@ -157,8 +157,8 @@ def test_the_spend_of_a_child_cut_with_its_parent_is_counted_once_through_the_re
         cut = _cut(parent_agent(counts, driver), driver, counts, store, expected=1)
         assert cut.snapshot is not None
         kept = cut.snapshot["cut_children"]["c1"]
-        # The child's tool call waits for the call's outcome: no step of the stopped parent names the child yet.
-        assert (kept["run_id"], kept["tool_calls"], cut.evidence["counters"]["tool_calls"][0]) == ("p/c1", 0, 0)
+        # The child's completed tool call counts at the cut, whatever the call's outcome; its kept cut says so.
+        assert (kept["run_id"], kept["tool_calls"], cut.evidence["counters"]["tool_calls"][0]) == ("p/c1", 1, 1)
         result = _resumed(parent_agent(counts, driver), driver, store.load("p"), store)
     # The parent's own call of the helper, plus the child's one work call, counted once.
     assert result.steps[-1].counters["tool_calls"][0] == 2
@@ -245,4 +245,5 @@ def test_a_parent_cut_at_its_deadline_after_its_child_ran_a_tool_resumes_countin
     assert _answers(result) == {"c1": '"found c1"'}
     # No store: the call starts a new child (its two model calls, its tool again), as after any deadline.
     assert (counts.parent, counts.child, counts.work) == (2, 4, Counter({"w-c1": 2}))
-    assert result.steps[-1].counters["tool_calls"][0] == 2  # the helper call and the new child's work, each once
+    # The helper call, and each execution of work once: the cut child's (counted at the cut) and the new child's.
+    assert result.steps[-1].counters["tool_calls"][0] == 3

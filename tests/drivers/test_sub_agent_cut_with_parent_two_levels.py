@@ -87,7 +87,7 @@ def test_a_grandchild_cut_by_the_shared_token_resumed_without_a_store_runs_each_
     assert (cut.reason, [call.id for call in cut.pending]) == ("cancelled", ["c1"])
     assert cut.snapshot is not None
     [(name, arguments, outcomes)] = cut.snapshot["carried_down"]
-    assert (name, json.loads(arguments)) == ("helper", {"input": "c1"})
+    assert (name, json.loads(arguments)) == ("helper", ["c1", '{"input":"c1"}'])  # kept for call c1
     assert _steps(outcomes) == [("work", '{"item":"c1","step":1}'), *_deep_done("c1", 1, 2)]
     assert (counts.child["parent"], counts.child["c1"], counts.child["deep c1"]) == (1, CUT_REPLIES, CUT_REPLIES)
     source = json.loads(json.dumps(cut.snapshot)) if as_json else cut.snapshot
@@ -111,7 +111,7 @@ def test_two_grandchildren_cut_in_one_batch_resumed_from_json_run_each_tool_once
     started = asks if driver == "async" else ("c1",)
     cut = cut_together(counts, driver, asks)
     assert cut.snapshot is not None
-    kept = {json.loads(arguments)["input"]: _steps(outcomes) for _, arguments, outcomes in cut.snapshot["carried_down"]}
+    kept = {json.loads(arguments)[0]: _steps(outcomes) for _, arguments, outcomes in cut.snapshot["carried_down"]}
     assert kept == {item: [("work", f'{{"item":"{item}","step":1}}'), *_deep_done(item, 1, 2)] for item in started}
 
     result = _resumed(counts, driver, asks, json.loads(json.dumps(cut.snapshot)))

@@ -97,11 +97,17 @@ def _answers(result: RunResult) -> dict[str, str]:
 
 
 def _carried(snapshot: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, int]]]]:
-    """What the stopped parent carries down, per sub-agent call: its tool, input, each outcome's (tool, step)."""
-    return [
-        (name, json.loads(arguments)["input"], [(tool, json.loads(kept)["step"]) for tool, kept, _ in outcomes])
-        for name, arguments, outcomes in snapshot["carried_down"]
-    ]
+    """What the stopped parent carries down, per sub-agent call: its tool, input, each outcome's (tool, step).
+
+    Each entry names the call it was kept for: ``[call id, arguments]`` (each call's id is its input here).
+    """
+    entries = []
+    for name, arguments, outcomes in snapshot["carried_down"]:
+        call_id, kept_arguments = json.loads(arguments)
+        assert call_id == json.loads(kept_arguments)["input"]
+        steps = [(tool, json.loads(kept)["step"]) for tool, kept, _ in outcomes]
+        entries.append((name, json.loads(kept_arguments)["input"], steps))
+    return entries
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["snapshot", "json"])
