@@ -20,7 +20,8 @@ from fsm_agent.core import ledger
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.definition.stops import CONDITION_ERROR
-from fsm_agent.definition.table import REPLIED, Row, Table
+from fsm_agent.definition.table import Row, Table
+from fsm_agent.definition.triggers import REPLIED
 from fsm_agent.errors import DecisionError
 from fsm_agent.records import ToolCall
 from fsm_agent.tools import ToolResult

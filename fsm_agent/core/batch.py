@@ -28,7 +28,8 @@ from fsm_agent.definition.guards import is_opaque
 from fsm_agent.definition.run import Faults, Run
 from fsm_agent.definition.states import Dispatch, ExecuteTool
 from fsm_agent.definition.stops import ConditionError
-from fsm_agent.definition.table import DISPATCH, first_row
+from fsm_agent.definition.table import first_row
+from fsm_agent.definition.triggers import DISPATCH
 from fsm_agent.records import ToolCall
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
-from fsm_agent.definition.table import RESUME
+from fsm_agent.definition.triggers import RESUME
 
 
 def contradictions(run: Run) -> list[str]:

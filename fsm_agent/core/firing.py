@@ -19,7 +19,8 @@ from fsm_agent.core.result import conclude
 from fsm_agent.definition.derived import compacts_history, output_invalid
 from fsm_agent.definition.states import TERMINAL, AwaitModel
 from fsm_agent.definition.stops import ConditionError
-from fsm_agent.definition.table import FINALIZE, Row, first_row
+from fsm_agent.definition.table import Row, first_row
+from fsm_agent.definition.triggers import FINALIZE
 from fsm_agent.records import Message, Step, Transition
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
-from fsm_agent.definition.table import INTERRUPTED, RESUME
+from fsm_agent.definition.triggers import INTERRUPTED, RESUME
 from fsm_agent.records import ChildOutcome, ToolCall, Transition
 from fsm_agent.tools import ToolResult
 

@@ -33,17 +33,8 @@ from fsm_agent.definition.guards import HOLDS
 from fsm_agent.definition.run import MessagesView, Run
 from fsm_agent.definition.states import TERMINAL, AwaitModel, CheckTruncation, Dispatch, ExecuteTool, State
 from fsm_agent.definition.stops import ConditionError
-from fsm_agent.definition.table import (
-    CHECK,
-    DISPATCH,
-    INTERRUPTED,
-    MODEL_FAILED,
-    REPLIED,
-    START,
-    TOOL_DONE,
-    Row,
-    first_row,
-)
+from fsm_agent.definition.table import Row, first_row
+from fsm_agent.definition.triggers import CHECK, DISPATCH, INTERRUPTED, MODEL_FAILED, REPLIED, START, TOOL_DONE
 from fsm_agent.errors import RunStateError
 from fsm_agent.records import ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult

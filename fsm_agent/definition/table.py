@@ -13,7 +13,6 @@ edges.  A table is validated when it is built, naming the states at fault.
 from __future__ import annotations
 
 import functools
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
@@ -47,34 +46,21 @@ from fsm_agent.definition.stops import (
     Stop,
     StopCondition,
 )
+from fsm_agent.definition.table_checks import table_problems
+from fsm_agent.definition.triggers import (
+    CHECK,
+    DISPATCH,
+    EXPIRED,
+    FINALIZE,
+    INTERRUPTED,
+    MODEL_FAILED,
+    REPLIED,
+    RESUME,
+    START,
+    TOOL_DONE,
+)
 from fsm_agent.errors import DefinitionError
 from fsm_agent.records import Transition
-
-START = "start"
-MODEL_FAILED = "model_failed"
-INTERRUPTED = "interrupted"
-EXPIRED = "expired"
-REPLIED = "replied"
-CHECK = "check"
-DISPATCH = "dispatch"
-TOOL_DONE = "tool_done"
-FINALIZE = "finalize"
-RESUME = "resume"
-TRIGGERS: dict[str, str] = {
-    START: "the run is about to make its first model call",
-    MODEL_FAILED: "the model call raised, or its reply was unusable",
-    INTERRUPTED: "the task driving the run was cancelled while a call was in flight",
-    EXPIRED: "the run's timeout passed while a call (or a typed answer's check) was in flight",
-    REPLIED: "the model replied",
-    CHECK: "the reply is checked before any tool call is looked at",
-    DISPATCH: "the next tool call of the turn is about to run, or the turn has none",
-    TOOL_DONE: "a tool call finished",
-    FINALIZE: "a stop whose policy is finalize: one last model call, without tools",
-    RESUME: "agent.resume() continues a stopped run whose stop the new limits lift",
-}
-"""What fires each trigger, for the documentation the table renders."""
-GUARDED_ONLY = frozenset({START, FINALIZE, RESUME})
-"""Triggers the driver fires only after checking one of their rows applies, so they need no fallback."""
 
 CHECKPOINTS: dict[At, tuple[State, str]] = {
     At.START: (State.AwaitModel, START),
@@ -134,106 +120,6 @@ def first_row(run: Run, trigger: str) -> Row | None:
     return None
 
 
-def _problems(rows: tuple[Row, ...], reasons: tuple[str, ...], initial: State, terminal: frozenset[State]) -> list[str]:
-    problems: list[str] = []
-    states = set(STATES)
-    for row in rows:
-        if row.source not in states or row.dest not in states:
-            problems.append(f"{row}: unknown state (states are {', '.join(STATES)})")
-        if row.guard is not None and row.guard.__name__ == "<lambda>":
-            problems.append(f"{row}: guards must be named functions (their names label the edges), not lambdas")
-        if row.source in terminal and row.trigger != RESUME:
-            problems.append(f"{row}: terminal state {row.source} must have no outgoing edge but {RESUME!r}")
-        if (row.reason is not None) != (row.dest is State.Failed):
-            problems.append(f"{row}: a reason belongs on an edge if and only if it goes to Failed")
-        if row.reason is not None and row.reason not in reasons:
-            problems.append(f"{row}: reason {row.reason!r} is not declared")
-        problems += _without_a_call(row)
-        problems += _without_a_reply(row)
-    by_trigger: dict[tuple[State, str], list[Row]] = {}
-    for row in rows:
-        by_trigger.setdefault((row.source, row.trigger), []).append(row)
-    for (source, trigger), group in by_trigger.items():
-        if trigger in GUARDED_ONLY:
-            if any(row.guard is None for row in group):
-                problems.append(f"state {source}, trigger {trigger!r}: every row of this trigger must be guarded")
-            continue
-        fallbacks = [i for i, row in enumerate(group) if row.guard is None]
-        if fallbacks != [len(group) - 1]:
-            problems.append(
-                f"state {source}, trigger {trigger!r}: needs exactly one unguarded fallback row, last "
-                f"(found {len(fallbacks)} unguarded at positions {fallbacks} of {len(group)})"
-            )
-    without_exit = sorted(s for s in states - terminal if not any(row.source is s for row in rows))
-    if without_exit:
-        problems.append(f"states with no outgoing edge: {', '.join(without_exit)}")
-    reachable = {initial}
-    queue = deque([initial])
-    while queue:
-        here = queue.popleft()
-        for row in rows:
-            if row.source is here and row.dest not in reachable:
-                reachable.add(row.dest)
-                queue.append(row.dest)
-    unreachable = sorted(states - reachable)
-    if unreachable:
-        problems.append(f"states unreachable from {initial}: {', '.join(unreachable)}")
-    unused = [reason for reason in reasons if not any(row.reason == reason for row in rows)]
-    if unused:
-        problems.append(f"reasons no edge uses: {', '.join(unused)}")
-    return problems
-
-
-def _without_a_call(row: Row) -> list[str]:
-    """Why ``row`` could bring a run to a tool call with none pending, if it could: the engine reads the next one there.
-
-    Why: ``ExecuteTool`` runs the turn's next pending call, and ``Dispatch``
-    after a tool call dispatches the next one.  Only ``Dispatch`` (past its
-    rows for a reply that asks for no tool) leads to the one, and
-    ``ExecuteTool`` goes back to the other only on ``has_pending_calls``: a
-    row of ``with_rows`` comes after that one, so it could fire only once no
-    call is left, and a guard of one's own cannot tell that a call is pending.
-    """
-    if row.dest is State.ExecuteTool and row.source is not State.Dispatch:
-        return [f"{row}: ExecuteTool runs the turn's next pending call; only Dispatch, which has one, leads to it"]
-    if row.source is State.ExecuteTool and row.dest is State.Dispatch and row.guard is not has_pending_calls:
-        return [
-            f"{row}: ExecuteTool goes back to Dispatch only while a call of the turn is pending, on the "
-            f"{has_pending_calls.__name__} row; this one could enter Dispatch with no call pending"
-        ]
-    return []
-
-
-AFTER_A_REPLY = frozenset({(State.AwaitModel, REPLIED), (State.CheckTruncation, CHECK)})
-"""The states and triggers a run leaves with a reply just arrived: the only ways into the reply's checks."""
-
-
-def _without_a_reply(row: Row) -> list[str]:
-    """Why ``row`` could bring a run to ``Dispatch`` or ``CheckTruncation`` with no fresh reply, if it could.
-
-    Why: both read the latest reply and ``Dispatch`` goes on to its tool
-    calls, so a run arriving on another trigger (a model error, the start)
-    finds an old reply, or none, and the engine reads a call not pending.
-    Besides ``AFTER_A_REPLY``, only ``ExecuteTool`` on ``has_pending_calls``
-    (``_without_a_call``) and a resume on ``resumes_before_tool`` or
-    ``resumes_before_answer`` (the reply it stopped at) lead there.
-    """
-    if row.dest not in (State.Dispatch, State.CheckTruncation) or (row.source, row.trigger) in AFTER_A_REPLY:
-        return []
-    if row.dest is State.Dispatch and row.source is State.ExecuteTool:
-        return []  # _without_a_call's to judge
-    if (
-        row.dest is State.Dispatch
-        and row.source is State.Failed
-        and row.guard in (resumes_before_tool, resumes_before_answer)
-    ):
-        return []
-    return [
-        f"{row} on {row.trigger!r}: {row.dest} reads the reply just arrived, which only AwaitModel on {REPLIED!r} "
-        f"and CheckTruncation on {CHECK!r} bring; this row could enter it with an old reply (or none), no call pending"
-    ]
-
-
 def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(items)
 
@@ -249,7 +135,7 @@ class Table:
     stops: tuple[Stop, ...] = attrs.field(default=(), converter=_tuple)
 
     def __attrs_post_init__(self) -> None:
-        problems = _problems(self.rows, self.reasons, self.initial, self.terminal)
+        problems = table_problems(self.rows, self.reasons, self.initial, self.terminal)
         problems += [
             f"stop {stop.reason}: its counter's used must name an attribute of Run, got {stop.counter.used!r}"
             for stop in self.stops

@@ -22,7 +22,7 @@ from typing import Any
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
 from fsm_agent.core.history import processor_name, sendable
-from fsm_agent.definition.table import EXPIRED, INTERRUPTED
+from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import arun_child
 from fsm_agent.drivers.leaving import LEAVING, left_above

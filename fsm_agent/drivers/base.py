@@ -20,7 +20,7 @@ from fsm_agent.core.stepper import Stepper
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
-from fsm_agent.definition.table import EXPIRED
+from fsm_agent.definition.triggers import EXPIRED
 from fsm_agent.drivers.checks import check_children_priced
 from fsm_agent.drivers.position import ReadThrough
 from fsm_agent.drivers.stored import journal_for

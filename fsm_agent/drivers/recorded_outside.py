@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.definition.states import AwaitModel
-from fsm_agent.definition.table import INTERRUPTED
+from fsm_agent.definition.triggers import INTERRUPTED
 from fsm_agent.records import ToolCall, Transition
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ import attrs
 
 from fsm_agent.definition.guards import HOLDS
 from fsm_agent.definition.limits import Limits
-from fsm_agent.definition.table import FINALIZE, RESUME, Row, Table
+from fsm_agent.definition.table import Row, Table
+from fsm_agent.definition.triggers import FINALIZE, RESUME
 from fsm_agent.persist.every import check_every
 from fsm_agent.proof.graph import Graph
 from fsm_agent.proof.model import Explorer, Move, Setup

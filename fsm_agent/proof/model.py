@@ -29,7 +29,8 @@ import attrs
 from fsm_agent.definition.guards import AtLimit, Declared, Fact, Guard, Lookahead
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.states import TERMINAL, State
-from fsm_agent.definition.table import (
+from fsm_agent.definition.table import Row, Table
+from fsm_agent.definition.triggers import (
     CHECK,
     DISPATCH,
     EXPIRED,
@@ -39,8 +40,6 @@ from fsm_agent.definition.table import (
     REPLIED,
     START,
     TOOL_DONE,
-    Row,
-    Table,
 )
 from fsm_agent.records import Transition
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from fsm_agent.definition.table import FINALIZE, TRIGGERS, Row, Table
+from fsm_agent.definition.table import Row, Table
+from fsm_agent.definition.triggers import FINALIZE, TRIGGERS
 from fsm_agent.render.model import LEGEND, LOOKS, first_line
 from fsm_agent.testing import edge_id
 

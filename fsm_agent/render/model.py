@@ -15,7 +15,7 @@ from typing import Literal
 import attrs
 
 from fsm_agent import Row, RunResult, State, Table, Transition
-from fsm_agent.definition.table import FINALIZE, RESUME, TRIGGERS
+from fsm_agent.definition.triggers import FINALIZE, RESUME, TRIGGERS
 
 EdgeKind = Literal["loop", "success", "failure", "finalize", "resume"]
 """What an edge does: the normal turn, the answer, a stop, one last call after a stop, a resumed run."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, RunResult, RunView, State, StopCondition
-from fsm_agent.definition.table import DISPATCH, START
+from fsm_agent.definition.triggers import DISPATCH, START
 from fsm_agent.render.markdown import reasons_table, stops_by_state
 from fsm_agent.render.mermaid import to_mermaid
 from fsm_agent.render.model import diagram_edges

@@ -29,7 +29,7 @@ from support.scenarios import USER_INPUT, Case, as_row, build, cases, check_resu
 import fsm_agent
 from fsm_agent import TABLE, Agent, AgentLoopError, ModelResponse, RunResult, ToolCall
 from fsm_agent.definition import guards as guards_module
-from fsm_agent.definition.table import EXPIRED, INTERRUPTED, RESUME, START
+from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED, RESUME, START
 from fsm_agent.testing import demo_registry, edge_id, reply, tool_turn
 from fsm_agent.tools import ToolResult
 

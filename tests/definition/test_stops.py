@@ -24,7 +24,7 @@ from fsm_agent import (
     ToolRegistry,
     Usage,
 )
-from fsm_agent.definition.table import EXPIRED, INTERRUPTED, RESUME, START
+from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED, RESUME, START
 from fsm_agent.testing import (
     CounterModel,
     FakeModel,

@@ -6,7 +6,7 @@ import pytest
 
 from fsm_agent import TABLE, DefinitionError, Row, State, Table
 from fsm_agent.definition.guards import has_no_tool_calls, is_truncated
-from fsm_agent.definition.table import GUARDED_ONLY
+from fsm_agent.definition.triggers import GUARDED_ONLY
 
 S = State
 

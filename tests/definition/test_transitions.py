@@ -12,7 +12,7 @@ from support.scenarios import OVERFLOW, POINT, keep_last, with_failing_child
 
 from fsm_agent import TABLE, Agent, AgentLoopError, CancelToken, ModelResponse, Price, Row, RunResult, State
 from fsm_agent.definition.run import RECORDS, signature
-from fsm_agent.definition.table import EXPIRED, FINALIZE, INTERRUPTED, RESUME, START
+from fsm_agent.definition.triggers import EXPIRED, FINALIZE, INTERRUPTED, RESUME, START
 from fsm_agent.drivers.agent import AgentRun
 from fsm_agent.testing import (
     CounterModel,

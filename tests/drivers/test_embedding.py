@@ -26,7 +26,7 @@ from fsm_agent import (
     ToolRegistry,
     TransitionEvent,
 )
-from fsm_agent.definition.table import INTERRUPTED
+from fsm_agent.definition.triggers import INTERRUPTED
 from fsm_agent.observe.events import read_log
 from fsm_agent.testing import (
     CounterModel,

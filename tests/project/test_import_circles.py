@@ -178,6 +178,7 @@ def _named_edges() -> set[tuple[str, str]]:
         ("core.firing", "core.stepper"),  # `firing` names `Stepper` for the type checker only
         ("definition.run", "definition.stops"),  # `run` names `Stop`, `Row` and `Table` for the type checker only
         ("definition.run", "definition.table"),
+        ("definition.table_checks", "definition.table"),  # `table_checks` names `Row` for the type checker only
         ("drivers.base", "drivers.agent"),  # `base`, `child` and `agent_run` name `Agent` for the type checker only
         ("drivers.child", "drivers.agent"),
         ("drivers.agent_run", "drivers.agent"),

@@ -44,7 +44,8 @@ from fsm_agent.core.stepper import FINALIZE_INSTRUCTION
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.states import State
 from fsm_agent.definition.stops import CATALOGUE
-from fsm_agent.definition.table import (
+from fsm_agent.definition.table import TABLE, Row
+from fsm_agent.definition.triggers import (
     CHECK,
     DISPATCH,
     EXPIRED,
@@ -53,9 +54,7 @@ from fsm_agent.definition.table import (
     REPLIED,
     RESUME,
     START,
-    TABLE,
     TOOL_DONE,
-    Row,
 )
 from fsm_agent.drivers.agent import AgentRun
 from fsm_agent.records import STOP_REASONS
