@@ -17,27 +17,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from support.deadline_cuts import DEADLINE
+from support.sends import counted_send
 
-from fsm_agent import Agent, Message, Session, ToolRegistry
+from fsm_agent import Agent, Message, Session
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 CUT = "cut off while running (timeout): it may have run; its outcome is unknown"
 NOT_RUN = "not executed: the turn stopped (timeout) before this call"
 
-
-def counted(ran: Counter[str], lock: threading.Lock) -> ToolRegistry:
-    """``send`` counts each execution by call id, after 0.3 s (longer than the runs' timeout)."""
-    registry = ToolRegistry()
-
-    @registry.register
-    def send(to: str, call_id: str) -> str:
-        """Send a message (counted per call id)."""
-        time.sleep(0.3)
-        with lock:
-            ran[call_id] += 1
-        return f"sent to {to}"
-
-    return registry
+# Each run here waits for its real deadline (see support.deadline_cuts): the call it cuts is held until it has.
+pytestmark = pytest.mark.slow
 
 
 def _wait_for(ran: Counter[str], call_id: str) -> None:
@@ -57,16 +47,18 @@ def test_the_call_a_deadline_cut_is_told_as_cut_and_the_call_never_started_as_no
     stored: bool, tmp_path: Path
 ) -> None:
     ran: Counter[str] = Counter()
-    registry = counted(ran, threading.Lock())
+    release = threading.Event()  # s1 is held in flight until the run has stopped at its deadline
+    registry = counted_send(ran, threading.Lock(), hold=release)
     model = FakeModel(
         tool_turn(tool_call("send", id="s1", to="ada"), tool_call("send", id="s2", to="bob")), reply("Told you.")
     )
-    agent = Agent(model, registry, timeout=0.1, on_stop={"timeout": "return"})
+    agent = Agent(model, registry, timeout=DEADLINE, on_stop={"timeout": "return"})
     chat = Session(agent, store=tmp_path / "runs.db" if stored else None, session_id="chat")
     cut = chat.run("mail ada and bob")
     assert (cut.reason, cut.evidence.get("unfinished")) == ("timeout", "s1")
+    assert ran == Counter()
+    release.set()
     _wait_for(ran, "s1")
-    time.sleep(0.1)
     assert ran == Counter({"s1": 1})  # s1 ran in its thread; s2 never started
     assert _errors(chat.messages, "s1", "s2") == [CUT, NOT_RUN]
     if stored:
@@ -80,14 +72,17 @@ def test_the_call_a_deadline_cut_is_told_as_cut_and_the_call_never_started_as_no
 def test_every_call_of_a_batch_a_deadline_cut_in_flight_on_the_async_driver_is_told_as_cut(tmp_path: Path) -> None:
     """``arun`` makes a reply's calls at once: the deadline cuts both in flight, both go on and send."""
     ran: Counter[str] = Counter()
-    registry = counted(ran, threading.Lock())
+    release = threading.Event()  # both calls are held in flight until the run has stopped at its deadline
+    registry = counted_send(ran, threading.Lock(), hold=release)
     model = FakeModel(
         tool_turn(tool_call("send", id="s1", to="ada"), tool_call("send", id="s2", to="bob")), reply("Told you.")
     )
-    agent = Agent(model, registry, timeout=0.1, on_stop={"timeout": "return"})
+    agent = Agent(model, registry, timeout=DEADLINE, on_stop={"timeout": "return"})
     chat = Session(agent, store=tmp_path / "runs.db", session_id="chat")
     cut = asyncio.run(chat.arun("mail ada and bob"))
     assert (cut.reason, cut.evidence.get("unfinished")) == ("timeout", "s1, s2")
+    assert ran == Counter()
+    release.set()
     _wait_for(ran, "s1")
     _wait_for(ran, "s2")
     assert ran == Counter({"s1": 1, "s2": 1})

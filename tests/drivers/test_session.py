@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,8 @@ def test_a_session_is_continued_by_another_process(backend: str, tmp_path: Path,
     if backend == "sqlite":
         target = str(tmp_path / "runs.db")
     else:
-        target = request.getfixturevalue("postgres_cluster").new_database("session_process")
+        # A name of its own: the same test twice in one session (a repeat) must not meet its database again.
+        target = request.getfixturevalue("postgres_cluster").new_database(f"session_process_{uuid.uuid4().hex[:12]}")
     agent, _ = echoing_agent()
     Session(agent, store=target, session_id="proc").run("add one")
     script = f"""

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -297,7 +298,8 @@ def test_a_turn_whose_process_was_killed_is_finished_by_the_next_turn_elsewhere(
     if backend == "sqlite":
         target = str(tmp_path / "runs.db")
     else:
-        target = request.getfixturevalue("postgres_cluster").new_database("session_killed")
+        # A name of its own: the same test twice in one session (a repeat) must not meet its database again.
+        target = request.getfixturevalue("postgres_cluster").new_database(f"session_killed_{uuid.uuid4().hex[:12]}")
     counter = str(tmp_path / "calls.txt")
     script = _CHILD.format(tests=str(Path(__file__).resolve().parents[1]), counter=counter, target=target, lease=LEASE)
     child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.app_owners import at_once
+from support.deadline_cuts import DEADLINE
 from support.sends import counted_send
 
 from fsm_agent import Agent, Session
@@ -99,6 +100,7 @@ def test_a_handler_resuming_a_turn_already_resumed_by_another_request_changes_no
         assert [r.run_id for r in store.list_runs(session="chat")] == ["chat/1"]
 
 
+@pytest.mark.slow  # the run waits for its real deadline (support.deadline_cuts)
 @pytest.mark.parametrize("stored", [False, True], ids=["in-memory", "sqlite"])
 def test_a_call_cut_in_flight_at_the_timeout_is_not_told_to_the_model_as_not_executed(
     stored: bool, tmp_path: Path
@@ -106,12 +108,14 @@ def test_a_call_cut_in_flight_at_the_timeout_is_not_told_to_the_model_as_not_exe
     """conversations.md: the calls a stopped turn never made are answered as not run; this one was made."""
     ran: Counter[str] = Counter()
     lock = threading.Lock()
-    registry = counted_send(ran, lock, nap=0.3)
+    release = threading.Event()  # the send is held in flight until the run has stopped at its deadline
+    registry = counted_send(ran, lock, hold=release)
     model = FakeModel(tool_turn(tool_call("send", id="s1", to="ada")), reply("Told you."))
-    agent = Agent(model, registry, timeout=0.1, on_stop={"timeout": "return"})
+    agent = Agent(model, registry, timeout=DEADLINE, on_stop={"timeout": "return"})
     chat = Session(agent, store=tmp_path / "runs.db" if stored else None, session_id="chat")
     cut = chat.run("mail ada")
     assert (cut.reason, cut.evidence.get("unfinished")) == ("timeout", "s1")
+    release.set()
     deadline = time.monotonic() + 10
     while not ran and time.monotonic() < deadline:  # the call goes on in its worker thread, and sends
         time.sleep(0.01)

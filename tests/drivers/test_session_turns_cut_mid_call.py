@@ -17,11 +17,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.deadline_cuts import DEADLINE
 
 from fsm_agent import Agent, AgentLoopError, Session, SqliteStore, ToolRegistry
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 
+@pytest.mark.slow  # the turn waits for its real deadline (support.deadline_cuts)
 @pytest.mark.parametrize("kept", ["in a store", "in memory"])
 def test_a_call_that_came_back_beside_one_a_deadline_cut_is_told_with_its_outcome_in_the_next_turn(
     kept: str, tmp_path: Path
@@ -46,7 +48,7 @@ def test_a_call_that_came_back_beside_one_a_deadline_cut_is_told_with_its_outcom
     model = FakeModel(
         tool_turn(tool_call("slow", id="c1"), tool_call("quick", id="c2")), reply("first"), reply("second")
     )
-    agent = Agent(model, tools, timeout=0.3, on_stop={"timeout": "return"})
+    agent = Agent(model, tools, timeout=DEADLINE, on_stop={"timeout": "return"})
 
     async def main() -> str | None:
         store = SqliteStore(tmp_path / "chat.db") if kept == "in a store" else None
@@ -67,6 +69,7 @@ def test_a_call_that_came_back_beside_one_a_deadline_cut_is_told_with_its_outcom
     assert ran == Counter({"c1": 1, "c2": 1})
 
 
+@pytest.mark.slow  # the resumed turn waits for its real deadline (support.deadline_cuts)
 def test_a_decision_given_again_to_a_turn_whose_approved_call_the_deadline_cut_is_refused_and_nothing_runs_again() -> (
     None
 ):
@@ -83,7 +86,7 @@ def test_a_decision_given_again_to_a_turn_whose_approved_call_the_deadline_cut_i
         return f"sent to {to}"
 
     model = FakeModel(tool_turn(tool_call("send", id="s1", to="ada")), reply("sent"), reply("next"))
-    session = Session(Agent(model, tools, approve={"send"}, timeout=0.3))
+    session = Session(Agent(model, tools, approve={"send"}, timeout=DEADLINE))
     assert session.run("Mail Ada.").reason == "paused"
     with pytest.raises(AgentLoopError) as stop:
         session.resume({"s1": True})

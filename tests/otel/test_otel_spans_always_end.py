@@ -11,6 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from support.deadline_cuts import DEADLINE
 from support.sdk import skip_unless_installed
 from support.spans import Spans, attributes
 
@@ -187,9 +188,10 @@ def test_cancelling_the_task_during_a_model_call_ends_the_chat_span_as_unfinishe
     assert spans.open == {}
 
 
+@pytest.mark.slow  # the run waits for its real deadline (support.deadline_cuts)
 def test_a_timeout_in_a_parallel_batch_ends_every_span(spans: Spans) -> None:
     """The deadline passes while one call of a batch hangs: the batch's spans and the run's span are all ended."""
-    agent = Agent(FakeModel(tool_turn(*BATCH), reply("x")), slow_registry(), timeout=0.05)
+    agent = Agent(FakeModel(tool_turn(*BATCH), reply("x")), slow_registry(), timeout=DEADLINE)
     traced(agent, spans)
     result = drive(agent, "async")
     assert result.reason == "timeout"
