@@ -344,21 +344,14 @@ def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResu
     first of its tool and arguments made for no other pending call (a fork's,
     made again under new ids, or one kept before entries named their call).
     """
-    entries = run.calls.carried_down
-    arguments = canonical_arguments(call.arguments)
-    fallback: int | None = None
-    reserved: set[str] | None = None
-    for i, (name, kept, _) in enumerate(entries):
-        made_for, kept_arguments = down_parts(kept)
-        if name != call.name or kept_arguments != arguments:
-            continue
-        if made_for == call.id:
-            return entries.pop(i)[2]
-        if fallback is None and made_for is not None:
-            reserved = {waiting.id for waiting in run.calls.pending} if reserved is None else reserved
-        if fallback is None and (made_for is None or made_for not in (reserved or ())):
-            fallback = i
-    return None if fallback is None else entries.pop(fallback)[2]
+    entries, arguments = run.calls.carried_down, canonical_arguments(call.arguments)
+    alike = {i: down_parts(kept) for i, (name, kept, _) in enumerate(entries) if name == call.name}
+    made_for = {i: for_id for i, (for_id, kept) in alike.items() if kept == arguments}
+    pending = {waiting.id for waiting in run.calls.pending}
+    own = next((i for i, for_id in made_for.items() if for_id == call.id), None)
+    if own is None:
+        own = next((i for i, for_id in made_for.items() if for_id not in pending), None)
+    return None if own is None else entries.pop(own)[2]
 
 
 def down_parts(text: str) -> tuple[str | None, str]:

@@ -94,13 +94,13 @@ def unrecorded(run: RunBase) -> ChildOutcome:
     """
     position, prepaid = run.position, run.stepper.prepaid
     taken = sum(1 for step in tuple(position.talk.steps) if step.reused_from is not None) if prepaid else 0
-    spent = ChildOutcome(run.run_id, 0, 0, None, -taken, 0.0, 0, 0, 0, 0, 0)
+    spent, tool_calls = ChildOutcome(run.run_id, 0, 0, None, 0, 0.0, 0, 0, 0, 0, 0), -taken
     for outcome in tuple(position.calls.ran.values()):
         if not (prepaid and outcome.reused_from is not None):
-            spent = plus(spent, ChildOutcome(run.run_id, 0, 0, None, 1, 0.0, 0, 0, 0, 0, 0))
+            tool_calls += 1
             if outcome.child is not None:
                 spent = plus(spent, outcome.child)
-    return spent
+    return attrs.evolve(spent, tool_calls=spent.tool_calls + tool_calls)
 
 
 def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> ChildOutcome:
