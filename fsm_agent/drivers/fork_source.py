@@ -104,7 +104,8 @@ def _store_of(run_id: str, store: Store | None) -> Store:
 
 def _recording_of_data(source: RunResult | dict[str, Any]) -> dict[str, Any]:
     """A source given as data (a ``RunResult``, a snapshot or a recording) as a recording."""
-    from fsm_agent.persist.recording import RECORDING_FORMAT, read_recording, recording_of
+    from fsm_agent.persist.recording import recording_of
+    from fsm_agent.persist.recording_format import RECORDING_FORMAT, read_recording
 
     if isinstance(source, RunResult):
         if source.snapshot is None:

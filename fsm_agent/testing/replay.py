@@ -54,7 +54,8 @@ import attrs
 from fsm_agent.core.exchanges import message_from
 from fsm_agent.drivers.rebuild import decisions, resumed_as_recorded
 from fsm_agent.errors import AgentLoopError, FsmAgentError, SnapshotError
-from fsm_agent.persist.recording import read_recording, recording_of
+from fsm_agent.persist.recording import recording_of
+from fsm_agent.persist.recording_format import read_recording
 from fsm_agent.records import RunResult, Transition
 from fsm_agent.testing.recorded import Departure, RecordedHolds, RecordedModel, RecordedOutside, RecordedTools
 
