@@ -19,8 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
+from fsm_agent.models.adapter_side import StreamReader
 from fsm_agent.models.anthropic_schema import to_anthropic_output
-from fsm_agent.models.provider import ProviderModel, StreamReader
+from fsm_agent.models.provider import ProviderModel
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,

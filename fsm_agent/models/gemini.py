@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema
+from fsm_agent.models.adapter_side import StreamReader
 from fsm_agent.models.gemini_wire import (
     JSON_MIME_TYPE,
     OUTPUT_FIELDS,
@@ -45,7 +46,7 @@ from fsm_agent.models.gemini_wire import (
     to_gemini_output,
     to_gemini_tools,
 )
-from fsm_agent.models.provider import ProviderModel, StreamReader
+from fsm_agent.models.provider import ProviderModel
 from fsm_agent.models.redaction import clean_key, redacted
 from fsm_agent.models.replies import not_json, wire_safe
 from fsm_agent.models.retry_after import MAX_RETRY_AFTER, server_delay

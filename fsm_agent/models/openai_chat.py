@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ToolCall, Usage
+from fsm_agent.models.adapter_side import StreamReader
 from fsm_agent.models.openai_client import OpenAIClientModel
-from fsm_agent.models.provider import StreamReader
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,

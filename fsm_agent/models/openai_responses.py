@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
+from fsm_agent.models.adapter_side import StreamReader
 from fsm_agent.models.openai_client import OpenAIClientModel, context_overflow
-from fsm_agent.models.provider import StreamReader
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,

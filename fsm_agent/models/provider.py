@@ -4,11 +4,12 @@ An adapter is one class.  At its top, its provider's facts, as the class
 attributes :class:`ProviderModel` declares (``finish_reasons``,
 ``overflow_pattern``, ``reserved_params``, the SDK and its extra, ...);
 below them, its wire mapping: ``build_request`` and ``parse``, how its
-stream opens and how a :class:`StreamReader` reads its events.  Everything
-else is here: the SDK imported only when an adapter is built (so ``import
-fsm_agent.models`` works without them), the client built from settings or
-passed in, the four calls, sync and async twins differing only by
-``await``, and what leaves them.  The checks at the adapters' boundary live
+stream opens and how a ``StreamReader`` reads its events (that side,
+declared, is ``adapter_side``'s).  Everything else is here: the SDK
+imported only when an adapter is built (so ``import fsm_agent.models``
+works without them), the client built from settings or passed in, the
+four calls, sync and async twins differing only by ``await``, and what
+leaves them.  The checks at the adapters' boundary live
 beside this module: ``replies`` (what a well-formed reply holds) and
 ``redaction`` (credentials kept out of everything that leaves an adapter).
 
@@ -23,13 +24,13 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType, TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 from fsm_agent import Message, ModelResponse, OutputSchema
 from fsm_agent.errors import ContextOverflowError
+from fsm_agent.models.adapter_side import AdapterSide, hand_on
 from fsm_agent.models.redaction import (
     REDACTED,
     Redaction,
@@ -44,7 +45,7 @@ from fsm_agent.models.request_params import check_params
 from fsm_agent.tools import JSONSchema
 
 
-class ProviderModel:
+class ProviderModel(AdapterSide):
     """What every adapter shares: its provider's facts read, the client's lifecycle, the four calls and their errors.
 
     The adapter closes only the clients it built; a client passed in belongs
@@ -54,37 +55,6 @@ class ProviderModel:
     to the SDK's environment variables; a client passed in is used as it is,
     after checking that its credentials can go into a header.
     """
-
-    # --- the provider's facts: each adapter declares these at the top of its class ----------------------------
-    sdk_package: ClassVar[str]
-    """The SDK's import name (``"openai"``, ``"google.genai"``), imported when the adapter is built."""
-    sdk_extra: ClassVar[str]
-    """The ``fsm-agent[...]`` extra that installs the SDK, named in the ``ImportError`` when it is missing."""
-    credentials: ClassVar[Mapping[str, str]]
-    """Each credential the SDK client takes, with the environment variable it falls back to."""
-    base_url_variable: ClassVar[str]
-    """The environment variable the SDK reads the base URL from."""
-    reserved_params: ClassVar[tuple[str, ...]]
-    """The request keys the adapter fills from the conversation and tools; refused in ``params`` at construction."""
-    request_method: ClassVar[tuple[str, str] | None] = None
-    """The SDK call ``params`` go to (module, qualified name), whose keywords they are checked against when built."""
-    output_field: ClassVar[str]
-    """The request field a typed agent's answer schema is asked for through (named when ``params`` already set it)."""
-    finish_reasons: ClassVar[Mapping[str, str]]
-    """The provider's finish signal -> the engine's ``stop_reason``.
-
-    Any other signal is passed on unchanged, so the engine stops the run with
-    ``model_error`` naming it (the reply kept) instead of taking an unknown
-    signal for an answer; the adapter's own docstring says which refinements
-    apply on top (tool calls under a plain stop, a refusal field).
-    """
-    overflow_pattern: ClassVar[str | None] = None
-    """Finds the context-length error in an invalid-request message: group 1 the input's tokens, group 2 the window.
-
-    ``None`` where the adapter tells that error by other means (OpenAI's, by its error code).
-    """
-
-    model: str
 
     def __init__(
         self,
@@ -164,47 +134,6 @@ class ProviderModel:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
 
-    # --- what each adapter supplies: the wire mapping both ways, the SDK's clients and its calls -------------
-    def build_request(
-        self, messages: Sequence[Message], tools: list[JSONSchema], output: OutputSchema | None = None
-    ) -> dict[str, Any]:
-        """The keyword arguments of the SDK call for this conversation, asking for ``output``'s schema if given."""
-        raise NotImplementedError
-
-    def parse(self, response: Any) -> ModelResponse:
-        """The engine's view of one SDK response, streamed or not."""
-        raise NotImplementedError
-
-    def _send(self, client: Any, request: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    async def _asend(self, client: Any, request: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def _open_stream(self, client: Any, request: dict[str, Any]) -> AbstractContextManager[Iterable[Any]]:
-        """The SDK's stream of events for ``request``, to be read inside a ``with`` block."""
-        raise NotImplementedError
-
-    async def _aopen_stream(
-        self, client: Any, request: dict[str, Any]
-    ) -> AbstractAsyncContextManager[AsyncIterable[Any]]:
-        """``_open_stream`` on the async client, to be read inside an ``async with`` block."""
-        raise NotImplementedError
-
-    def _stream_reader(self) -> StreamReader:
-        """A new reader for one call's stream events (see :class:`StreamReader`)."""
-        raise NotImplementedError
-
-    def _new_client(self, options: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def _new_async_client(self) -> Any:
-        raise NotImplementedError
-
-    def _invalid_request(self, exc: Exception) -> Any:
-        """The message of ``exc`` if it is the provider's answer to an invalid request, for ``overflow_pattern``."""
-        return None
-
     # --- the calls: the engine's Model protocol, sync and async alike -------------------------------------------
     def complete(
         self, messages: Sequence[Message], tools: list[JSONSchema], *, output: OutputSchema | None = None
@@ -249,7 +178,7 @@ class ProviderModel:
             reader = self._stream_reader()
             with self._open_stream(self.client, self.build_request(messages, tools, output)) as events:
                 for event in events:
-                    _hand_on(reader.read(event), on_text)
+                    hand_on(reader.read(event), on_text)
                 response = reader.response(events)
             return self.parse(response)
 
@@ -269,7 +198,7 @@ class ProviderModel:
             reader = self._stream_reader()
             async with await self._aopen_stream(client, self.build_request(messages, tools, output)) as events:
                 async for event in events:
-                    _hand_on(reader.read(event), on_text)
+                    hand_on(reader.read(event), on_text)
                 response = reader.response(events)
             return self.parse(response)
 
@@ -392,25 +321,3 @@ class ProviderModel:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-class StreamReader:
-    """How one call's stream events read: the answer text each carries, and the whole response they add up to.
-
-    Each adapter's reader knows only its wire events; one is made per call,
-    so it may keep what the events add up to (or let the SDK's stream keep it).
-    """
-
-    def read(self, event: Any) -> Iterable[Any]:
-        """Take ``event`` in; the pieces of answer text it carries, to be handed on (empty ones are skipped)."""
-        raise NotImplementedError
-
-    def response(self, stream: Any) -> Any:
-        """The whole response the events added up to, once ``stream`` (the opened stream) is read to its end."""
-        raise NotImplementedError
-
-
-def _hand_on(pieces: Iterable[Any], on_text: Callable[[str], None]) -> None:
-    for piece in pieces:
-        if isinstance(piece, str) and piece:
-            on_text(piece)

@@ -1,8 +1,8 @@
 """The GenAI semantic conventions' side of tracing: provider and operation names, finish reasons, message JSON.
 
 What the conventions say a span holds, computed from the engine's records;
-``fsm_agent.otel`` decides when spans open and close, this module what
-their conventions' attributes read (``gen_ai.provider.name``,
+``fsm_agent.otel.instrumentation`` decides when spans open and close, this
+module what their conventions' attributes read (``gen_ai.provider.name``,
 ``gen_ai.response.finish_reasons``, ``gen_ai.input.messages``, ...).
 """
 
