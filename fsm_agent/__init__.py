@@ -9,10 +9,10 @@ import typing
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.pricing import Price, UnpricedModelError
 from fsm_agent.definition.limits import Limits
-from fsm_agent.definition.run import RunView
 from fsm_agent.definition.states import STATES, Policy, Reason, State
 from fsm_agent.definition.stops import Stop, StopCondition
 from fsm_agent.definition.table import TABLE, Row, Table
+from fsm_agent.definition.views import RunView
 from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.fork_edit import ForkEdit

@@ -25,16 +25,17 @@ from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
 from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
 from fsm_agent.core.late_decisions import on_ended_run
-from fsm_agent.core.output import Invalid
+from fsm_agent.core.output_kinds import Invalid
 from fsm_agent.core.outside import CutWithRun, OutsideEvents
 from fsm_agent.core.result import conclude, evidence_for
 from fsm_agent.core.settings import AgentSettings
 from fsm_agent.definition.guards import HOLDS
-from fsm_agent.definition.run import MessagesView, Run
+from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, AwaitModel, CheckTruncation, Dispatch, ExecuteTool, State
 from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import Row, first_row
 from fsm_agent.definition.triggers import CHECK, DISPATCH, INTERRUPTED, MODEL_FAILED, REPLIED, START, TOOL_DONE
+from fsm_agent.definition.views import MessagesView
 from fsm_agent.errors import RunStateError
 from fsm_agent.records import ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult

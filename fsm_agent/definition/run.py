@@ -5,15 +5,17 @@ on the agent or the machine.  It knows no clock, thread or event loop, and
 only the core changes it: the stepper and its helpers (``fsm_agent.core``).
 A driver hands the stepper what it saw from outside (the ``elapsed`` seconds,
 a cancel, a failed hook) as events (``core.outside``), never writing a field
-itself; ``tests/core/test_one_writer.py`` holds the package to that.
+itself; ``tests/core/test_one_writer.py`` holds the package to that.  What
+users' stop conditions and models are handed to read is a view of it
+(``definition.views``).
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.states import AwaitModel, State
@@ -340,76 +342,3 @@ class Run:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""
         limits = self.limits
         return {name: [read(self), limit(limits)] for name, read, limit in self.readers}
-
-
-class MessagesView(Sequence[Message]):
-    """A read-only, live view of a run's messages, handed to models without copying them."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items: list[Message]) -> None:
-        self._items = items
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
-
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        if isinstance(index, slice):
-            return tuple(self._items[index])
-        return self._items[index]
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator[Message]:
-        return iter(self._items)
-
-    def __repr__(self) -> str:
-        return f"MessagesView({self._items!r})"
-
-
-class RunView:
-    """A read-only window on a run, handed to user-defined stop conditions."""
-
-    __slots__ = ("_run",)
-
-    def __init__(self, run: Run) -> None:
-        self._run = run
-
-    @property
-    def state(self) -> State:
-        """The state the run is leaving."""
-        return self._run.at.state
-
-    @property
-    def messages(self) -> Sequence[Message]:
-        """The conversation so far (a live, read-only view)."""
-        return MessagesView(self._run.talk.messages)
-
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        """The steps taken so far."""
-        return tuple(self._run.talk.steps)
-
-    @property
-    def last_response(self) -> ModelResponse | None:
-        """The model's latest response."""
-        return self._run.talk.last_response
-
-    @property
-    def pending(self) -> tuple[ToolCall, ...]:
-        """Tool calls of the current turn not executed yet (the next one first)."""
-        return tuple(self._run.calls.pending)
-
-    @property
-    def output(self) -> Any:
-        """A typed agent's validated answer (at an ``"answer"`` guardrail); ``None`` before or without one."""
-        return self._run.talk.output
-
-    @property
-    def counters(self) -> Counters:
-        """Counters against limits, as in ``Step.counters``."""
-        return self._run.counters()

@@ -20,8 +20,9 @@ import attrs
 
 from fsm_agent.definition import evidence as ev
 from fsm_agent.definition import guards as g
-from fsm_agent.definition.run import Meter, Run, RunView
+from fsm_agent.definition.run import Meter, Run
 from fsm_agent.definition.states import POLICIES, TERMINAL, Policy, Reason, State
+from fsm_agent.definition.views import RunView
 
 Evidence = Callable[[Run], dict[str, Any]]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core import snapshot
-from fsm_agent.core.output import Invalid
+from fsm_agent.core.output_kinds import Invalid
 from fsm_agent.core.result import make_result, pause_of
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import Done

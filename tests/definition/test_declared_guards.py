@@ -20,9 +20,10 @@ from fsm_agent.core import firing, stepper, walker
 from fsm_agent.core.walker import library_machine
 from fsm_agent.definition import table as table_module
 from fsm_agent.definition.guards import STEPS, AtLimit, is_opaque
-from fsm_agent.definition.run import Run, RunView
+from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.table import TABLE, Row, Table
+from fsm_agent.definition.views import RunView
 from fsm_agent.records import Usage
 from fsm_agent.testing import FakeModel, demo_registry, edge_id, reply, tool_call, tool_turn
 

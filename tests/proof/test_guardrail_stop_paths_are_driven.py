@@ -8,7 +8,7 @@ from support.proof_audit import ended, ending
 
 from fsm_agent import Agent, StopCondition
 from fsm_agent.cli.stop_tests import plans
-from fsm_agent.definition.run import RunView
+from fsm_agent.definition.views import RunView
 from fsm_agent.proof import check
 from fsm_agent.proof.driving import exercise
 from fsm_agent.testing import FakeModel, demo_registry, edge_id, reply

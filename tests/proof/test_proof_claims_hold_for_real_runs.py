@@ -10,7 +10,7 @@ from support.proof_audit import ByTurn, ended, ending, hold_to
 
 from fsm_agent import TABLE, Agent, StopCondition, ToolRegistry, Usage
 from fsm_agent.core.pricing import Price
-from fsm_agent.definition.run import RunView
+from fsm_agent.definition.views import RunView
 from fsm_agent.proof import check
 from fsm_agent.records import ModelResponse
 from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
