@@ -15,7 +15,8 @@ built on an unfinished one.  A turn whose owner died (its process killed, or
 its lease lapsed mid-turn) is finished by the next turn asked for, once its
 lease lapses, as ``Agent.resume`` would: no completed call is made again.  A
 stopped turn keeps its messages, and the calls it never made are answered as
-not run, so the next turn's history is one every provider accepts.
+not run, so the next turn's history is one every provider accepts (how each
+turn's end is taken in: ``session_ends``).
 
 ``deps`` (the application's objects for the tools, see ``tools.context``)
 are given to the session, ``Session(agent, deps=...)``, for every turn it
@@ -35,20 +36,13 @@ from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.cut_runs import adrop_cut, astop_cut
 from fsm_agent.drivers.read_back import stored_result
-from fsm_agent.drivers.session_owners import taken_over
+from fsm_agent.drivers.session_ends import TurnEnds
 from fsm_agent.drivers.session_requests import request_of
-from fsm_agent.drivers.session_turns import (
-    StoredTurns,
-    closed,
-    kept_of,
-    paused_message,
-    refuse_cut_decisions,
-    session_id_of,
-)
+from fsm_agent.drivers.session_turns import refuse_cut_decisions, session_id_of
 from fsm_agent.drivers.stored import astore_for, awaited, store_for
 from fsm_agent.drivers.turn_lock import acquire
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import AgentLoopError, RunExistsError, RunLeasedError, RunStateError
+from fsm_agent.errors import RunExistsError, RunLeasedError, RunStateError
 from fsm_agent.records import Message, RunResult
 
 if TYPE_CHECKING:
@@ -60,7 +54,7 @@ _TRIES = 3
 """How often a turn reads the conversation again when another object stored the turn it was about to take."""
 
 
-class Session(StoredTurns):
+class Session(TurnEnds):
     """One conversation with ``agent``: ``run(text)`` / ``await arun(text)`` take a turn; ``messages`` is all of it.
 
     ``session_id`` names it (a fresh id by default); with a ``store`` (a
@@ -325,89 +319,3 @@ class Session(StoredTurns):
         run = agent._begin(text, cancel, observers, self.store, run_id, messages, session, deps=deps, request=request)  # noqa: SLF001
         self._carry_on(run)  # with a store: the request ids of the turns before it, stored with it
         return run
-
-    def _finished(self, run: AgentRun, *, quiet: bool = False) -> RunResult:
-        """The result of ``run.finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over).
-
-        A turn cut by anything else (a Ctrl-C, its task cancelled) is raised
-        again too, once the session has kept what it did (``_take_in_cut``);
-        a write refused because another owner took the turn over, as a
-        ``StaleRunError`` that says so (``session_owners.taken_over``).
-        """
-        try:
-            result = run.finish()
-        except AgentLoopError as exc:
-            self._take_in(exc.result)
-            if quiet:
-                return exc.result
-            raise
-        except BaseException as exc:
-            self._take_in_cut(run)
-            told = taken_over(run, exc)
-            if told is exc:
-                raise
-            raise told from exc
-        self._take_in(result)
-        return result
-
-    async def _afinished(self, run: AgentRun, *, quiet: bool = False) -> RunResult:
-        """``_finished``, awaited."""
-        try:
-            result = await run.afinish()
-        except AgentLoopError as exc:
-            self._take_in(exc.result)
-            if quiet:
-                return exc.result
-            raise
-        except BaseException as exc:
-            await astop_cut(run, exc)
-            self._take_in_cut(run)
-            told = taken_over(run, exc)
-            if told is exc:
-                raise
-            raise told from exc
-        self._take_in(result)
-        return result
-
-    def _take_in_cut(self, run: AgentRun) -> None:
-        """A turn cut short (a Ctrl-C, its task cancelled) kept in a store-less session as a store keeps it.
-
-        With a store, the store holds the turn and the next one reads it back
-        (and finishes it first if it was left unfinished).  Without one, its
-        messages are taken in here, each call it asked for and never made
-        answered as not run: a cancelled turn's result (``Failed``,
-        ``cancelled``), or an unfinished turn's messages so far, which no
-        ``resume`` can continue (it is in no store).  A call a Ctrl-C cut
-        while it ran (the sync driver: the turn's first call not back) was
-        made: it is answered as cut off, never as not run.
-        """
-        if self.store is not None:
-            return
-        if run.done:
-            self._take_in(run.result)
-            return
-        self._last = None
-        self._keep_answer(None)  # an unfinished turn, in no store: no answer to give its request again
-        self._turns += 1
-        self._paused = None
-        calls = run.position.calls
-        came_back = {call_id: outcome.content for call_id, outcome in calls.ran.items()}
-        cut, reason = run.position.at.unfinished, run.reason or "stopped"
-        if cut is None and run._cut is not None:  # noqa: SLF001 - a Ctrl-C from inside a call (RunBase._cut_in_call)
-            cut, reason = next((c.id for c in calls.pending if c.id not in calls.ran), None), "interrupted"
-        self._messages = closed(run.messages, reason, cut, came_back)
-
-    def _take_in(self, result: RunResult) -> None:
-        """The conversation after a turn: its messages; a stopped turn's calls never made answered as not run."""
-        self._last = result
-        if self.store is None:
-            self._keep_answer(result)
-        self._turns += 1
-        self._paused = None
-        if result.reason == "paused":
-            self._paused = paused_message(self.session_id, self._turns, [(c.name, c.id) for c in result.pending])
-            self._messages = [m for m in result.messages if m.role != "system"]
-            return
-        self._messages = closed(
-            result.messages, result.reason, result.evidence.get("unfinished"), kept_of(result.snapshot)
-        )

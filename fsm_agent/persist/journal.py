@@ -12,28 +12,30 @@ store refuses it (``StaleRunError``) once anybody else wrote the run; before
 a call, ``hold`` makes that check if the run was let go of or its lease is
 running out, so no call is made on a run this object no longer owns.
 
-While a model or tool call is in flight the lease follows the owner, not the
-call: see ``heartbeat`` (the half of a journal that keeps the lease).
+What each checkpoint writes is decided from the run alone in
+``checkpoints`` (the half of a journal that plans, with no I/O and no
+clock); this module makes the writes and keeps the version and lease they
+move.  While a model or tool call is in flight the lease follows the owner,
+not the call: see ``heartbeat`` (the half that keeps the lease).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, cast
 
 from fsm_agent.core import snapshot
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import TERMINAL, State
+from fsm_agent.definition.states import TERMINAL
 from fsm_agent.errors import RunExistsError, RunLeasedError
-from fsm_agent.jsontext import dumps
+from fsm_agent.persist.checkpoints import RENEW, Checkpoints
 from fsm_agent.persist.cut_writes import CutWrite, CutWrites, Point
 from fsm_agent.persist.heartbeat import CallInFlight, HeartbeatThread
-from fsm_agent.persist.store import VERSION_KEY, Entry, JournaledStore, Store, Summary, new_owner, traits
+from fsm_agent.persist.store import VERSION_KEY, Entry, JournaledStore, Store, new_owner, traits
 
 LINK = ("parent_run_id", "parent_call_id", "input_digest")
 """What a sub-agent's stored run says of the call it answers: the parent run, the call's id, its input's digest."""
@@ -57,14 +59,7 @@ def forked_from_of(data: dict[str, Any]) -> tuple[str | None, int] | None:
     return (source if isinstance(source, str) else None), at
 
 
-_MISSING = object()
-_RENEW = object()
-_CALLING = frozenset({State.AwaitModel, State.ExecuteTool})
-_BY_REFERENCE = ("evidence", "finalize_evidence")
-"""Fields ``dump_small`` hands out as the run's own dicts: remembered as copies, so a later change is seen."""
-
-
-class Journal(CutWrites):
+class Journal(Checkpoints, CutWrites):
     """Ownership of one stored run and the bookkeeping of what its next checkpoint must append."""
 
     def __init__(
@@ -125,25 +120,6 @@ class Journal(CutWrites):
         """
         self._named["request_turns"] = dict(turns)
 
-    # --- what to write (no I/O) ------------------------------------------------------------------------------
-
-    def _whole(self, run: Run, paused: bool) -> dict[str, Any]:
-        """The run's whole snapshot, and (once it is written) the point the next entry starts from.
-
-        The point is taken now, with the snapshot, not after the awaited
-        write: a batch's call may grow the run while the write is in flight.
-        """
-        whole = snapshot.dump(run, **self._named, paused=paused)
-        self._next = self._position(run, {k: v for k, v in whole.items() if k not in snapshot.GROWING})
-        return whole
-
-    @staticmethod
-    def _position(run: Run, small: dict[str, Any]) -> Point:
-        lists = (run.talk.messages, run.talk.steps, run.at.trace, run.talk.io)
-        marks = tuple(len(items) for items in lists)
-        kept = {**small, **{k: copy.deepcopy(small[k]) for k in _BY_REFERENCE if small.get(k)}}
-        return marks, tuple(items[-1] if items else None for items in lists), kept
-
     def _written(self, seq: int, released: bool = False, *, wrote: bool = True) -> None:
         """The planned write succeeded: only now does the next entry start after it (a failed write is redone).
 
@@ -167,27 +143,6 @@ class Journal(CutWrites):
             if name in self._named:
                 stamp[name] = self._named[name]
         return stamp
-
-    def _plan(self, run: Run, paused: bool, *, force: bool = False) -> Entry | dict[str, Any] | object | None:
-        """The entry to append now, a whole snapshot, a lease renewal, or nothing (``force``: a versioned write)."""
-        release = paused or run.at.state in TERMINAL
-        if not self.full:
-            return self._whole(run, paused) if force or self.store.wants(run.at.state, paused) else None
-        if not (force or release or self.store.wants(run.at.state, paused)):
-            return _RENEW if time.monotonic() >= self._renew_at else None
-        lists: tuple[Sequence[object], ...] = (run.talk.messages, run.talk.steps, run.at.trace, run.talk.io)
-        for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
-            if len(items) < mark or (mark and items[mark - 1] is not tail):
-                return self._whole(run, paused)  # history was rewritten, not extended: write it whole
-        small = snapshot.dump_small(run, **self._named, paused=paused)
-        changed = {k: v for k, v in small.items() if self._small.get(k, _MISSING) != v}
-        growth = {k: v for k, v in snapshot.dump_growth(run, self._marks).items() if v}
-        self._next = self._position(run, small)
-        tokens = run.counts.input_tokens + run.counts.output_tokens
-        summary = Summary(
-            str(run.at.state), run.at.reason, paused, len(run.talk.steps), tokens, self._named.get("session_id")
-        )
-        return Entry(self.run_id, self.seq + 1, dumps({"add": growth, "set": changed}), summary, release)
 
     # --- called ----------------------------------------------------------------------------------------------
 
@@ -219,7 +174,11 @@ class Journal(CutWrites):
 
     def due(self) -> bool:
         """Whether ``hold`` must write: the run was let go of, or its lease is a third gone."""
-        return self.released or (self.full and time.monotonic() >= self._renew_at)
+        return self.released or (self.full and self._lease_due())
+
+    def _lease_due(self) -> bool:
+        """Whether the lease is a third gone, so the next write renews it: the one clock a checkpoint reads."""
+        return time.monotonic() >= self._renew_at
 
     def hold(self, run: Run) -> None:
         """Make sure this object still owns its run before a call is made (call it when ``due()``).
@@ -233,12 +192,12 @@ class Journal(CutWrites):
         ``StaleRunError`` if anyone decided, resumed or saved it since).
         """
         self._resolve()
-        self._write(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
+        self._write(self._plan(run, False, force=True) if self.released else RENEW, run, False)
 
     async def ahold(self, run: Run) -> None:
         """``hold``, awaited."""
         await self._aresolve()
-        await self._awrite(self._plan(run, False, force=True) if self.released else _RENEW, run, False)
+        await self._awrite(self._plan(run, False, force=True) if self.released else RENEW, run, False)
 
     def save(self, run: Run, paused: bool) -> None:
         """Checkpoint the transition just taken if the store wants it or it ended a call, or renew a due lease.
@@ -270,19 +229,6 @@ class Journal(CutWrites):
         self._early.update(kept)
         self.abeat()
 
-    def unwritten(self, run: Run) -> bool:
-        """Whether the run grew since the last write: a transition, message, step or call's outcome its store lacks.
-
-        A store that writes only some transitions (``every="call"`` or
-        ``"turn"``) lags the run between its writes; one that writes each
-        (``"transition"``) lags it at no call.
-        """
-        lists: tuple[Sequence[object], ...] = (run.talk.messages, run.talk.steps, run.at.trace, run.talk.io)
-        for items, mark, tail in zip(lists, self._marks, self._tails, strict=True):
-            if len(items) != mark or (mark and items[mark - 1] is not tail):
-                return True
-        return False
-
     def keep(self, run: Run, paused: bool) -> None:
         """Write the run as it is now, whatever the store wants: a Ctrl-C inside a call leaves it whole (the driver).
 
@@ -304,25 +250,6 @@ class Journal(CutWrites):
         await self._aresolve()
         await self._awrite(self._plan(run, paused, force=True), run, paused)
 
-    def _moved(self, run: Run, paused: bool) -> bool:
-        """Whether the run holds more than its last write: grown, or a small field (state, counters, ...) changed."""
-        return self.unwritten(run) or snapshot.dump_small(run, **self._named, paused=paused) != self._small
-
-    def _called(self, run: Run) -> bool:
-        """Whether (``every="call"``) the transition just taken recorded a call's outcome not written yet.
-
-        It left a calling state, and (for a tool call) the outcome it
-        recorded was not already written while its batch was in flight.
-        """
-        if not self.after_calls or run.at.trace[-1].source not in _CALLING:
-            return False
-        if self._early and run.at.trace[-1].source == State.ExecuteTool and run.talk.messages:
-            answered = run.talk.messages[-1].tool_call_id
-            if answered in self._early:
-                self._early.discard(answered)
-                return False
-        return True
-
     def _write(self, action: Entry | dict[str, Any] | object, run: Run, paused: bool) -> None:
         self._settle()
         store = self.journaled
@@ -333,7 +260,7 @@ class Journal(CutWrites):
         elif isinstance(action, Entry):
             store.append(action, owner=self.owner)
             self._written(action.seq, action.release)
-        elif action is _RENEW:
+        elif action is RENEW:
             store.renew(self.run_id, owner=self.owner, seq=self.seq)
             self._written(self.seq, wrote=False)
         else:
@@ -391,7 +318,7 @@ class Journal(CutWrites):
         elif isinstance(action, Entry):
             await self._guarded(self._await("append", action, owner=self.owner), action.seq, action.release)
             self._written(action.seq, action.release)
-        elif action is _RENEW:
+        elif action is RENEW:
             await self._await("renew", self.run_id, owner=self.owner, seq=self.seq)
             self._written(self.seq, wrote=False)
         else:

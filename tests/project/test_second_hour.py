@@ -110,7 +110,7 @@ def test_a_custom_store_whose_wants_takes_the_wrong_arguments_is_refused_before_
     ``TypeError`` out of ``run`` (no AgentLoopError, no result): the reply
     was paid for and is lost, the store still holds the run at
     ``AwaitModel``, and a resume asks the model again
-    (fsm_agent/persist/journal.py calls ``store.wants`` first at the
+    (fsm_agent/persist/checkpoints.py calls ``store.wants`` first at the
     second checkpoint). The store's kind is checked when a run starts; its
     ``wants`` could be called (or its signature read) then.
     """
