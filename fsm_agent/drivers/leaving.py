@@ -2,7 +2,7 @@
 
 Raised out of a call's own task, either would leave the event loop at
 once, ending every run on it; so the batch cuts its other calls and the
-run's own task raises it (``AsyncDriver._run_batch``).  A sub-agent's run
+run's own task raises it (``ConcurrentCalls._run_batch``).  A sub-agent's run
 in flight under that batch is cut by a cancel with no cause it could see:
 it reads the interrupt here, and is left unfinished for its next owner, as
 the sync driver leaves a run a call's interrupt cut.

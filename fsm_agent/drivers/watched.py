@@ -97,7 +97,7 @@ class WatchedRun:
         Only in its hooks: time a call beside it took (up already as this one
         starts) is the deadline's own business, cutting the calls in flight,
         as in a run nobody watches.  The batch leaves the calls after one so
-        left unmade (``AsyncDriver._run_batch``), as the sync driver stops there.
+        left unmade (``ConcurrentCalls._run_batch``), as the sync driver stops there.
         """
         before = self._out_of_time()
         self._before_tool(call)
