@@ -159,7 +159,6 @@ class OutsideEvents:
     walker: Walker
     _left: dict[str, tuple[ToolCall, tuple[Carried, ...]]]
     _took: set[str]
-    _prepaid: bool
 
     def tell_time(self, elapsed: float) -> None:
         """The run has been going ``elapsed`` seconds by the driver's clock: the guards of a deadline read it."""
@@ -270,7 +269,7 @@ class OutsideEvents:
         (``prepaid``), so what this run reports as spent leaves them out.
         """
         self.run.calls.carried, self.run.calls.carried_down = split_down(outcomes)
-        self._prepaid = prepaid  # type: ignore[misc]  # a slot of Stepper, which this half is part of
+        self.run.calls.prepaid = prepaid
 
     @property
     def prepaid(self) -> bool:
@@ -282,7 +281,7 @@ class OutsideEvents:
         each in its own counters, so the spend it reports leaves them out and
         its own sub-agent runs, taking those handed on, do the same.
         """
-        return self._prepaid
+        return self.run.calls.prepaid
 
     def answered(self, call: ToolCall) -> None:
         """``call`` has its outcome: what was handed down for it and no child of it took is dropped.

@@ -253,3 +253,12 @@ _SPENT = (
     "priced_calls",
     "unpriced_calls",
 )
+
+
+def flag(data: dict[str, Any], name: str) -> bool:
+    """A true-or-false field; one a snapshot from before it existed has none: false."""
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        msg = f"snapshot field {name} must be true or false, got {_shown(value)}"
+        raise SnapshotError(msg)
+    return value

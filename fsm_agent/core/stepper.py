@@ -53,7 +53,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         "_cut",
         "_left",
         "_messages",
-        "_prepaid",
         "_replied",
         "_start",
         "_took",
@@ -99,7 +98,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self._cut: tuple[str, ...] = ()  # sub-agent calls cut with the run (CutWithRun), until step() stops there
         self._left = {}  # sub-agent calls cut by a cancel of the run's task (child_left), until it stops
         self._took = set()  # sub-agent calls whose child took what was handed down (handed_down), until answered
-        self._prepaid = False  # a sub-agent run handed outcomes a cut of its call counted (carry_in)
         ExchangeLog.__init__(self)
 
     # --- what is needed -------------------------------------------------------------------------------------

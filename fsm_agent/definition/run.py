@@ -236,6 +236,7 @@ class Calls:
         "child_stop",
         "cut_children",
         "pending",
+        "prepaid",
         "ran",
         "to_approve",
     )
@@ -264,6 +265,9 @@ class Calls:
         # On a fork: for each sub-agent call the fork makes again (rerun), as (tool name, arguments), the carried
         # outcomes of the source's sub-agent run, handed to the new child run so its own calls are not made again.
         self.carried_down: list[tuple[str, str, list[tuple[str, str, ToolResult]]]] = []
+        # A sub-agent's run handed outcomes a cut of its call counted already (core.outside.carry_in): stored, so
+        # the run taken back from a store still leaves them out of what it reports (drivers.child_spend).
+        self.prepaid = False
 
 
 class Faults:

@@ -39,6 +39,7 @@ from fsm_agent.drivers.child_spend import (
     fly,
     landed,
     plus,
+    prepaid_calls,
     shared,
     shares,
     spent_by,
@@ -384,7 +385,7 @@ def _ended(
     if not cut_with_parent(parent, result):
         return _outcome(child, result, spent, counted)
     landed(parent, call)  # no longer in flight: a later cut of the parent must not count it again
-    kept, uncounted = cut_record(spent, counted)
+    kept, uncounted = cut_record(spent, counted, prepaid_calls(begun))
     done = _done(begun) if parent._store is None else ()  # noqa: SLF001 - the parent's driver hands it over
     return CutWithRun("", child=uncounted, spent=kept, done=done)
 

@@ -103,6 +103,21 @@ def unrecorded(run: RunBase) -> ChildOutcome:
     return attrs.evolve(spent, tool_calls=spent.tool_calls + tool_calls)
 
 
+def prepaid_calls(run: RunBase) -> int:
+    """How many outcomes ``run`` took (recorded or come back) that a cut of its call counted already (``prepaid``).
+
+    Why: what ``run`` reports as spent leaves them out (``unrecorded``), but
+    its own counters hold them, and so does its stored run: a cut keeps them
+    in its record of the run (``cut_record``), which a run taken back from
+    the store, knowing nothing of the cut, is measured against.
+    """
+    if not run.stepper.prepaid:
+        return 0
+    position = run.position
+    steps = sum(1 for step in tuple(position.talk.steps) if step.reused_from is not None)
+    return steps + sum(1 for outcome in tuple(position.calls.ran.values()) if outcome.reused_from is not None)
+
+
 def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> ChildOutcome:
     """What a finished child's run spent, from its result and its own ``counters`` (a snapshot's ``counters``).
 
@@ -175,6 +190,9 @@ def lent_back(parent: RunBase, call: ToolCall, run_id: str, data: Mapping[str, A
     parent has left as its limits, and counts against them from its stored
     counts on; the part both count (``shared``, as far as ``data`` holds it)
     would be held against the parent's limits twice, so it is added back.
+    What ``data`` holds is its counters and the outcomes it kept that came
+    back but were not recorded yet (``ran``: the cut counted them, and the
+    run counts them as it records them), as ``spent_by`` reads a live run.
     Dollars of a cut whose cost was unknown the parent never counted: none.
     """
     cut = parent.position.calls.cut_children.get(call.id)
@@ -183,13 +201,28 @@ def lent_back(parent: RunBase, call: ToolCall, run_id: str, data: Mapping[str, A
     counters = data.get("counters")
     if not isinstance(counters, Mapping):
         return 0, 0, 0.0
-    tokens = min(cut.input_tokens, _count(counters, "input_tokens")) + min(
-        cut.output_tokens, _count(counters, "output_tokens")
-    )
-    cost = counters.get("cost")
-    stored_cost = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0 else 0.0
-    dollars = 0.0 if cut.cost is None else min(cut.cost, stored_cost)
-    return tokens, min(cut.tool_calls, _count(counters, "tool_calls")), dollars
+    read, written, calls = (_count(counters, name) for name in ("input_tokens", "output_tokens", "tool_calls"))
+    dollars = _dollars(counters)
+    for outcome in _come_back(data):
+        read, written = read + _count(outcome, "input_tokens"), written + _count(outcome, "output_tokens")
+        calls, dollars = calls + 1 + _count(outcome, "tool_calls"), dollars + _dollars(outcome)
+    tokens = min(cut.input_tokens, read) + min(cut.output_tokens, written)
+    return tokens, min(cut.tool_calls, calls), 0.0 if cut.cost is None else min(cut.cost, round(dollars, 12))
+
+
+def _dollars(spent: Mapping[str, Any]) -> float:
+    """The dollars > 0 of ``spent`` (a snapshot's ``counters`` or a sub-agent's outcome); 0 where none is known."""
+    cost = spent.get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0 else 0.0
+
+
+def _come_back(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Each outcome the stored run ``data`` kept unrecorded (``ran``), as its sub-agent's spend (a plain tool's: {})."""
+    ran = data.get("ran")
+    if not isinstance(ran, Mapping):
+        return []
+    kept = [outcome for outcome in ran.values() if isinstance(outcome, Mapping)]
+    return [child if isinstance(child := outcome.get("child"), Mapping) else {} for outcome in kept]
 
 
 def beyond(whole: ChildOutcome, counted: ChildOutcome | None) -> ChildOutcome:
@@ -214,15 +247,24 @@ def beyond(whole: ChildOutcome, counted: ChildOutcome | None) -> ChildOutcome:
     )
 
 
-def cut_record(spent: ChildOutcome, counted: ChildOutcome | None) -> tuple[ChildOutcome, ChildOutcome]:
-    """What a cut of a sub-agent call keeps of its child's ``spent``, and the part of that not counted yet.
+def cut_record(
+    spent: ChildOutcome, counted: ChildOutcome | None, prepaid: int = 0
+) -> tuple[ChildOutcome, ChildOutcome]:
+    """What a cut of a sub-agent call keeps of its child's run, and the part of its ``spent`` not counted yet.
 
     Its tool calls too: they count in the parent's ``tool_calls`` at the cut,
     whatever the call's outcome (a budget may refuse the call made again, a
     person reject it); a loaded snapshot's check reads the kept cut as their
-    evidence (``core.consistency``).
+    evidence (``core.consistency``).  The record holds the run as its own
+    counters do: with the ``prepaid`` outcomes it took (``prepaid_calls``),
+    which ``spent`` leaves out, as an earlier cut counted them.  Why: the call
+    made again may take the child's stored run back, which keeps no word of
+    that earlier cut, and brings only what it did beyond this record
+    (``shared``): measured against a record without them, it would bring them
+    a second time.
     """
-    return spent, beyond(spent, counted)
+    kept = spent if not prepaid else attrs.evolve(spent, tool_calls=spent.tool_calls + prepaid)
+    return kept, beyond(spent, counted)
 
 
 def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
@@ -258,7 +300,7 @@ def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome |
     kept = {call_id: read for call_id, read in flying.items() if call_id in pending and call_id not in ran}
 
     def read() -> tuple[ChildOutcome, ChildOutcome]:
-        return cut_record(spent_by(child), counted)
+        return cut_record(spent_by(child), counted, prepaid_calls(child))
 
     kept[call.id] = read
     parent._flying = kept  # noqa: SLF001
