@@ -8,164 +8,20 @@ planning calls ``count_call`` on a copy of the run to learn what the next
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
+from fsm_agent.core.hand_down import canonical_arguments as canonical_arguments  # drivers.fork's and child_spend's
+from fsm_agent.core.hand_down import down_parts as down_parts  # drivers.fork's: both imported from here until they move
+from fsm_agent.core.hand_down import take_carried_down
+from fsm_agent.core.reply_checks import usage_problem
 from fsm_agent.definition.run import Run, signature
-from fsm_agent.records import STOP_REASONS, ChildOutcome, Message, ModelResponse, Step, ToolCall, Usage, not_json
+from fsm_agent.records import STOP_REASONS, ChildOutcome, Message, ModelResponse, Step, ToolCall, Usage
 from fsm_agent.tools import ToolResult
 
 # One encoder, built once: json.dumps with options builds a new one per call, which costs more than the encoding.
 _arguments_text = json.JSONEncoder(ensure_ascii=False, default=repr).encode
-
-MAX_NESTING = 100
-"""How deep a tool call's arguments may nest (objects and arrays); deeper is an unusable reply.
-
-Real tool arguments nest a few levels.  Hundreds of levels are valid JSON
-but past what the snapshot, the journal and the providers' encoders can walk
-(Python's recursion limit), so they are refused once, when the reply
-arrives, instead of failing wherever the run is written next.
-"""
-_CONTAINERS = (dict, list, tuple)
-MAX_TOKENS = 2**53 - 1
-"""The largest token count a reply may report: larger ones are a broken count (and past what JSON keeps exactly)."""
-
-
-def malformed(response: object) -> str | None:
-    """Why a model's return value is not a usable ``ModelResponse``, or None; checked before anything is recorded."""
-    if type(response) is ModelResponse:  # every reply is checked: the usual one is cleared on exact types first
-        message = response.message
-        if (
-            type(message) is Message
-            and message.role == "assistant"
-            and type(message.content) is str
-            and type(message.tool_calls) is tuple
-        ):
-            for call in message.tool_calls:
-                if type(call) is not ToolCall or type(call.id) is not str or type(call.name) is not str:
-                    break
-                if _nested(call.arguments) and nests_deeper(call.arguments, MAX_NESTING):
-                    return _too_deep(call)
-                if (unusable := _not_json_arguments(call)) is not None:
-                    return unusable
-            else:
-                return None
-    if not isinstance(response, ModelResponse):
-        return f"model returned {type(response).__name__}, expected ModelResponse"
-    message = response.message
-    if not isinstance(message, Message):
-        return f"ModelResponse.message is a {type(message).__name__}, expected Message"
-    if message.role != "assistant":  # kept, the next turn would send it to the provider as someone else's words
-        return f"Message.role is {message.role!r}, expected 'assistant': a reply is the model's own message"
-    if not isinstance(message.content, str):
-        return f"Message.content is a {type(message.content).__name__}, expected str"
-    if not isinstance(message.tool_calls, tuple):
-        return f"Message.tool_calls is a {type(message.tool_calls).__name__}, expected a tuple of ToolCall"
-    for call in message.tool_calls:
-        if not isinstance(call, ToolCall):
-            return f"a tool call is a {type(call).__name__}, expected ToolCall"
-        if not isinstance(call.id, str) or not isinstance(call.name, str):
-            return f"a tool call's id and name must be str, got id {call.id!r} and name {call.name!r}"
-        if nests_deeper(call.arguments, MAX_NESTING):
-            return _too_deep(call)
-        if (unusable := _not_json_arguments(call)) is not None:
-            return unusable
-    return None
-
-
-def nests_deeper(value: object, limit: int) -> bool:
-    """Whether ``value``'s dicts, lists and tuples nest more than ``limit`` levels; walked without recursion."""
-    if not isinstance(value, _CONTAINERS):
-        return False
-    level: list[object] = [value]
-    for _ in range(limit):
-        level = [
-            item
-            for container in level
-            for item in (container.values() if isinstance(container, dict) else container)  # type: ignore[attr-defined]
-            if isinstance(item, _CONTAINERS)
-        ]
-        if not level:
-            return False
-    return True
-
-
-def _nested(arguments: object) -> bool:
-    """Whether arguments hold any object or array at all: flat ones, the usual kind, need no walk (``make bench``)."""
-    if type(arguments) is not dict:
-        return True
-    for item in arguments.values():  # noqa: SIM110 - a loop that returns early is faster than any() here
-        if isinstance(item, _CONTAINERS):
-            return True
-    return False
-
-
-def _too_deep(call: ToolCall) -> str:
-    return (
-        f"tool call {call.name!r} ({call.id}) has arguments nested more than {MAX_NESTING} levels deep; "
-        "the reply is not kept"
-    )
-
-
-def _not_json_arguments(call: ToolCall) -> str | None:
-    """Why a call's arguments cannot be kept: they hold what JSON cannot encode (bytes, a set, an object); or None.
-
-    Checked after their nesting is bounded.  Such a reply could not be
-    written to a snapshot, a store or ``RunResult.to_json``, so it is refused
-    as it arrives (``model_error``, naming the part at fault) rather than
-    failing at the next write or losing that part.  Arguments that are no
-    dict are the adapter's mistake, not the model's: the built-in adapters
-    keep a model's text that is no JSON object in ``raw_arguments`` (which the
-    registry refuses as a result the model reads), so a str here is text
-    nobody decoded, and telling the model would only make it ask again.
-    """
-    raw = call.raw_arguments
-    if raw is not None and not isinstance(raw, str):
-        problem: str | None = f"raw_arguments is of type {type(raw).__name__}, not str"
-    else:
-        problem = not_json(call.arguments, "arguments")
-    if problem is None:
-        if isinstance(call.arguments, dict):
-            return None
-        return (
-            f"tool call {call.name!r} ({call.id}) has ToolCall.arguments of type {type(call.arguments).__name__}, "
-            "expected the decoded dict: the adapter puts text it could not parse as a JSON object in raw_arguments"
-        )
-    return f"tool call {call.name!r} ({call.id}) has arguments that are not JSON: {problem}; the reply is not kept"
-
-
-def usage_problem(usage: object) -> str | None:
-    """Why a reply's ``usage`` cannot be counted (a malformed count would switch ``token_budget`` off), or None."""
-    if usage is None:
-        return None
-    if not isinstance(usage, Usage):
-        return f"ModelResponse.usage is a {type(usage).__name__}, expected Usage or None"
-    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
-        value = getattr(usage, name)
-        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
-        if not ok:
-            shown = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
-            return f"ModelResponse.usage.{name} must be a whole number from 0 to 2**53 - 1, got {shown}"
-    cost = usage.cost
-    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < math.inf):
-        return f"ModelResponse.usage.cost must be None or a finite number of US dollars >= 0, got {cost!r}"
-    return None
-
-
-def as_kept(response: ModelResponse) -> ModelResponse:
-    """An unusable reply as the run's exchange log keeps it: an uncountable usage or non-text stop reason as its repr.
-
-    Why: every reply must fit in a snapshot (stores write JSON, and PostgreSQL refuses NaN), or a run stopped by
-    such a reply could not be checkpointed, resumed or forked.  The text is as unusable to ``record_reply`` as
-    the original was, so a replay or a fork meets the same ``model_error``, and a person still reads what came.
-    """
-    usage, stop = response.usage, response.stop_reason
-    kept_usage: Any = usage if usage_problem(usage) is None else repr(usage)
-    return attrs.evolve(response, usage=kept_usage, stop_reason=stop if isinstance(stop, str) else repr(stop))
-
 
 Pricer = Callable[[Usage], float | None]
 """An agent's pricing of a call's usage (``core.pricing``): US dollars, or None where the price is unknown."""
@@ -326,45 +182,23 @@ def count_child(run: Run, child: ChildOutcome) -> None:
     counts.tool_calls += child.tool_calls
 
 
-def take_carried(run: Run, call: ToolCall) -> ToolResult | None:
-    """The first of a fork's carried outcomes (``Calls.carried``) for ``call``'s tool and arguments, taken, or None."""
-    entries, arguments = run.calls.carried, canonical_arguments(call.arguments)
-    for i, (name, kept, held) in enumerate(entries):
-        if name == call.name and kept == arguments:
-            del entries[i]
-            return held
-    return None
+def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: ChildOutcome) -> None:
+    """A sub-agent call was given up in flight: keep what its run had ``spent``, and count the ``uncounted`` part.
 
-
-def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
-    """What was handed down for sub-agent call ``call`` (``Calls.carried_down``), taken; or None.
-
-    The entry made for ``call`` itself first (its id, ``down_key``), so two
-    like calls cut in one reply each get their own child's outcomes; else the
-    first of its tool and arguments made for no other pending call (a fork's,
-    made again under new ids, or one kept before entries named their call).
+    Why: the child's model calls were made and billed whether or not the
+    parent waits for its answer, so a stopped parent's usage must hold them.
+    ``spent`` is kept by call id (``Calls.cut_children``, part of the
+    snapshot): if the call is made again and its child's stored run taken
+    back, that run's outcome brings only what it spent beyond what was
+    counted here (``drivers.child_spend``), so nothing is counted twice.
+    ``uncounted`` is ``spent`` less what an earlier cut of the same call
+    counted already: a cut child that made no model call adds none.  Its
+    tool calls count here too, whatever the call's outcome will be (a budget
+    may refuse it, a person reject it): the loaded snapshot's check reads
+    them from ``cut_children`` (``core.consistency``).
     """
-    entries, arguments = run.calls.carried_down, canonical_arguments(call.arguments)
-    alike = {i: down_parts(kept) for i, (name, kept, _) in enumerate(entries) if name == call.name}
-    made_for = {i: for_id for i, (for_id, kept) in alike.items() if kept == arguments}
-    pending = {waiting.id for waiting in run.calls.pending}
-    own = next((i for i, for_id in made_for.items() if for_id == call.id), None)
-    if own is None:
-        own = next((i for i, for_id in made_for.items() if for_id not in pending), None)
-    return None if own is None else entries.pop(own)[2]
-
-
-def down_parts(text: str) -> tuple[str | None, str]:
-    """A handed-down entry's call id (None where it names none: a fork's, or an older snapshot's) and arguments."""
-    if text.startswith("["):
-        made_for, arguments = json.loads(text)
-        return str(made_for), str(arguments)
-    return None, text
-
-
-def canonical_arguments(arguments: object) -> str:
-    """A call's arguments as canonical JSON text (sorted keys, no spaces): equal arguments, equal texts."""
-    return json.dumps(arguments, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=repr)
+    run.calls.cut_children[call_id] = spent
+    count_child(run, uncounted)
 
 
 def answer_unexecuted(run: Run, why: str) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from fsm_agent.core.answer_schema import bounded_patterns, references_problem
-from fsm_agent.core.ledger import MAX_NESTING, nests_deeper
+from fsm_agent.core.reply_checks import MAX_NESTING, nests_deeper
 from fsm_agent.records import OutputSchema
 
 Parser = Callable[[str], Any]
@@ -35,7 +35,7 @@ Parser = Callable[[str], Any]
 _FENCE = re.compile(r"\A\s*```(?:json)?[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
 
 TOO_DEEP = f"the answer nests deeper than {MAX_NESTING} levels of objects and arrays"
-"""The error of an answer nested past the limit tool arguments have (``ledger.MAX_NESTING``)."""
+"""The error of an answer nested past the limit tool arguments have (``reply_checks.MAX_NESTING``)."""
 
 
 @attrs.frozen

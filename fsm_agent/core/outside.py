@@ -12,13 +12,15 @@ see them as the sync driver's would.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
 
 import attrs
 
-from fsm_agent.core.ledger import answer_unexecuted, canonical_arguments, count_child, down_parts, take_carried_down
+from fsm_agent.core.hand_down import Carried as Carried  # drivers.child_runs's and child_spend's import, for now
+from fsm_agent.core.hand_down import below as below  # drivers.child_runs's, imported from here until it moves
+from fsm_agent.core.hand_down import canonical_arguments, down_key, holds_down, split_down, take_carried_down
+from fsm_agent.core.hand_down import one_down as one_down  # drivers.fork's, imported from here until it moves
+from fsm_agent.core.ledger import answer_unexecuted, count_cut_child
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -26,113 +28,6 @@ from fsm_agent.definition.states import AwaitModel, Failed
 from fsm_agent.definition.triggers import INTERRUPTED, RESUME
 from fsm_agent.records import ChildOutcome, ToolCall, Transition
 from fsm_agent.tools import ToolResult
-
-R = TypeVar("R")
-Carried = tuple[str, str, ToolResult]
-"""A completed tool call's outcome kept for another run: (tool name, arguments as canonical JSON, result).
-
-One a sub-agent of that run's sub-agent completed (a level further down)
-has as arguments the JSON array text ``[arguments of the sub-agent call,
-tool name, arguments]`` (``below``): arguments are always a JSON object,
-so no call of the run itself ever matches it.
-"""
-
-
-def below(run: Run) -> list[Carried]:
-    """What ``run`` carries down for its own sub-agent calls, as outcomes its parent keeps one level further down.
-
-    Why: the parent hands them to the new run of its call made again, which
-    hands them on to the new run of its sub-agent call (``split_down``), so
-    what a grandchild completed runs no more than what a child completed.
-    """
-    return [
-        entry
-        for name, arguments, outcomes in run.calls.carried_down
-        for entry in one_down(name, down_parts(arguments)[1], outcomes)  # the calls made again there get new ids
-    ]
-
-
-def one_down(name: str, arguments: str, outcomes: Iterable[tuple[str, str, R]]) -> list[tuple[str, str, R]]:
-    """The ``outcomes`` of the run of sub-agent call ``name`` (canonical ``arguments``), one level further down.
-
-    Why one encoder: ``below`` (a cut run's, as results) and a fork's
-    (``drivers.fork``, as the recording's results) write the same text,
-    which ``split_down`` reads back at the next level.
-    """
-    return [
-        (name, json.dumps([arguments, tool, kept], ensure_ascii=False, separators=(",", ":")), result)
-        for tool, kept, result in outcomes
-    ]
-
-
-def below_problem(arguments: str) -> str | None:
-    """Why a handed outcome's arguments text, one a level down (``below``), is not as ``below`` writes it; or None."""
-    while arguments.startswith("["):
-        try:
-            path = json.loads(arguments)
-        except ValueError:
-            path = None
-        if not (isinstance(path, list) and len(path) == 3 and all(isinstance(part, str) for part in path)):
-            return f"{arguments!r:.80} is not [arguments of the sub-agent call, tool name, arguments]"
-        if (problem := down_problem(path[0])) is not None:
-            return problem
-        arguments = path[2]
-    return None
-
-
-def down_key(call: ToolCall) -> str:
-    """The arguments text an entry handed down for sub-agent call ``call`` is kept under: ``[call id, arguments]``.
-
-    Why the id: a resume from the same snapshot keeps the call ids, so each
-    call takes what its own cut child completed (``take_carried_down``); the
-    arguments (canonical JSON) match a call made again under another id.
-    """
-    return json.dumps([call.id, canonical_arguments(call.arguments)], ensure_ascii=False, separators=(",", ":"))
-
-
-def down_problem(text: str) -> str | None:
-    """Why a handed-down entry's arguments text is neither canonical arguments nor ``[call id, arguments]``; or None."""
-    if not text.startswith("["):
-        return None
-    try:
-        parts = json.loads(text)
-    except ValueError:
-        parts = None
-    if isinstance(parts, list) and len(parts) == 2 and all(isinstance(part, str) for part in parts):
-        return None
-    return f"{text!r:.80} is not [call id, arguments]"
-
-
-def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: ChildOutcome) -> None:
-    """A sub-agent call was given up in flight: keep what its run had ``spent``, and count the ``uncounted`` part.
-
-    Why: the child's model calls were made and billed whether or not the
-    parent waits for its answer, so a stopped parent's usage must hold them.
-    ``spent`` is kept by call id (``Calls.cut_children``, part of the
-    snapshot): if the call is made again and its child's stored run taken
-    back, that run's outcome brings only what it spent beyond what was
-    counted here (``drivers.child_spend``), so nothing is counted twice.
-    ``uncounted`` is ``spent`` less what an earlier cut of the same call
-    counted already: a cut child that made no model call adds none.  Its
-    tool calls count here too, whatever the call's outcome will be (a budget
-    may refuse it, a person reject it): the loaded snapshot's check reads
-    them from ``cut_children`` (``core.consistency``).
-    """
-    run.calls.cut_children[call_id] = spent
-    count_child(run, uncounted)
-
-
-def split_down(outcomes: list[Carried]) -> tuple[list[Carried], list[tuple[str, str, list[Carried]]]]:
-    """A new sub-agent run's handed outcomes: its own calls', and its sub-agent calls' carried down (``below``)."""
-    own: list[Carried] = []
-    down: dict[tuple[str, str], list[Carried]] = {}
-    for name, arguments, result in outcomes:
-        if arguments.startswith("["):
-            call_arguments, tool, kept = json.loads(arguments)
-            down.setdefault((name, call_arguments), []).append((tool, kept, result))
-        else:
-            own.append((name, arguments, result))
-    return own, [(name, arguments, kept) for (name, arguments), kept in down.items()]
 
 
 @attrs.frozen
@@ -234,7 +129,7 @@ class OutsideEvents:
         and those found are ``taken_back`` before ``call``'s new run takes any.
         """
         run, key = self.run, (call.name, canonical_arguments(call.arguments))
-        if not any((name, down_parts(arguments)[1]) == key for name, arguments, _ in run.calls.carried_down):
+        if not holds_down(run, call):
             return []
         return [
             other

@@ -19,7 +19,7 @@ import attrs
 from fsm_agent.core import snapshot_fields as fields
 from fsm_agent.core.consistency import contradictions
 from fsm_agent.core.exchanges import exchange_of
-from fsm_agent.core.outside import below_problem, down_problem
+from fsm_agent.core.hand_down import below_problem, down_problem
 from fsm_agent.core.snapshot_migrations import MIGRATIONS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -261,7 +261,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
 
 def _check_below(run: Run) -> None:
     """Each entry carried down names its call as ``hand_down`` writes it, and each outcome for a sub-agent's
-    sub-agent is kept as ``core.outside.below`` writes it."""
+    sub-agent is kept as ``core.hand_down.below`` writes it."""
     for index, (_, arguments, outcomes) in enumerate(run.calls.carried_down):
         problem = down_problem(arguments)
         if problem is not None:

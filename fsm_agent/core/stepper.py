@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fsm_agent.core import ledger
+from fsm_agent.core import hand_down, ledger, reply_checks
 from fsm_agent.core.approval import ApprovalGate, check_approvals, rule_name
 from fsm_agent.core.batch import plan_batch
 from fsm_agent.core.effects import CheckOutput, CompactHistory, Effect, ModelCall, ToolBatch
@@ -172,7 +172,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         where it came from (``reused_from``), and each carried outcome serves once.
         """
         run = self.run
-        outcome = ledger.take_carried(run, call)
+        outcome = hand_down.take_carried(run, call)
         if outcome is None:
             return False
         run.calls.ran[call.id] = outcome
@@ -247,7 +247,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if run.at.state is not AwaitModel or self._replied is not None:
             self._expect(AwaitModel)
         run.counts.turns += 1
-        problem = ledger.malformed(response)
+        problem = reply_checks.malformed(response)
         if problem is not None:
             self._log_model(None, f"TypeError: {problem}")
             ledger.count_unmetered(run, self.price)
@@ -259,7 +259,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if problem is not None:
             # The reply is kept (messages, pending calls), but it cannot be acted on; the log entry just written
             # for it keeps it as a snapshot can hold it.
-            self._log_unusable(ledger.as_kept(response))
+            self._log_unusable(reply_checks.as_kept(response))
             run.faults.model_exception, self._replied = ValueError(problem), MODEL_FAILED
             return
         if self.approve is not None and run.calls.pending:

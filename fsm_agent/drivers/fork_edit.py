@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 
 from fsm_agent.core.exchanges import message_from
+from fsm_agent.core.hand_down import canonical_arguments
 from fsm_agent.core.history import check_paired
-from fsm_agent.core.ledger import canonical_arguments
 from fsm_agent.drivers.fork_source import error_in
 from fsm_agent.errors import ForkError
 from fsm_agent.records import Message, plain

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fsm_agent import Message, ModelResponse, OutputSchema, ProviderData, ToolCall, Usage
-from fsm_agent.core.ledger import MAX_NESTING, nests_deeper
+from fsm_agent.core.reply_checks import MAX_NESTING, nests_deeper
 from fsm_agent.models.replies import (
     MalformedReplyError,
     ProviderResponse,

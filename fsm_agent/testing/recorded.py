@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core.exchanges import response_from
-from fsm_agent.core.ledger import canonical_arguments
+from fsm_agent.core.hand_down import canonical_arguments
 from fsm_agent.drivers.rebuild import recorded_decisions
 from fsm_agent.drivers.recorded_outside import RecordedOutside as Outside
 from fsm_agent.errors import ContextOverflowError

@@ -16,7 +16,7 @@ import pytest
 
 from fsm_agent import Agent, AgentLoopError, SnapshotError, ToolRegistry, Usage
 from fsm_agent.__main__ import main as cli
-from fsm_agent.core.ledger import MAX_NESTING
+from fsm_agent.core.reply_checks import MAX_NESTING
 from fsm_agent.persist import is_url, open_store
 from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 

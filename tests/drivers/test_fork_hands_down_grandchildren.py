@@ -7,7 +7,7 @@ Ctrl-C lands in the deep run's step 2, after its step 1 completed.  A fork
 of the parent makes the helper call again (it was cut in flight): the new
 helper run takes its step 1 from the source's helper, and its new deep run
 takes step 1 from the source's deep run (``fork._outcomes``, encoded one
-level down as ``core.outside.below`` does), so only the call cut in flight
+level down as ``core.hand_down.below`` does), so only the call cut in flight
 and the calls never made run.  Each tool execution is counted by
 ``(item, step)``, across the source and its forks, on both drivers and both
 stores.

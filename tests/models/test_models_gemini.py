@@ -19,7 +19,7 @@ from support.provider_server import QUESTION, ProviderServer, Reply, body, stop_
 
 from fsm_agent import Agent, AgentLoopError, Message, ProviderData, ToolCall, Usage
 from fsm_agent.cli.main import main
-from fsm_agent.core.ledger import MAX_NESTING
+from fsm_agent.core.reply_checks import MAX_NESTING
 from fsm_agent.models import GeminiModel, MalformedReplyError
 from fsm_agent.models.gemini_wire import DERIVED_ID_PREFIX, to_gemini_contents
 from fsm_agent.models.redaction import REDACTED
