@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -30,6 +29,7 @@ from fsm_agent import Agent, AgentLoopError, AgentRun, CancelToken, Message, Mod
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 from fsm_agent.tools.context import run_context
+from support.polling import held_within
 
 WAIT = 30.0
 """Seconds any wait here lasts at most; each is ended by an event (or a condition polled every millisecond) within
@@ -132,16 +132,6 @@ def parent_agent(counts: Counts) -> Agent:
     return Agent(ParentModel(counts), tools)
 
 
-def _until(condition: Callable[[], bool]) -> bool:
-    """Whether ``condition`` held within ``WAIT`` seconds, polled every millisecond."""
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
-
-
 def cut_twins(counts: Counts) -> dict[str, Any]:
     """The parent run (async, no store), its token cancelled from another thread once both waits hold: its snapshot.
 
@@ -158,7 +148,7 @@ def cut_twins(counts: Counts) -> dict[str, Any]:
             assert ready.wait(WAIT)
             token.cancel("the user pressed stop")
             counts.go["p/b"].set()
-            assert _until(lambda: len(holder[0].position.calls.carried_down) == 1)
+            assert held_within(lambda: len(holder[0].position.calls.carried_down) == 1, WAIT)
         finally:
             for go in counts.go.values():
                 go.set()

@@ -15,8 +15,7 @@ tool execution by ``(item, step)``.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ import pytest
 from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, RunResult, ToolRegistry, Usage
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
+from support.polling import held_within
 from support.storeless_children import WAIT, Counts, child_tools
 from support.storeless_grandchildren import ParentModel
 
@@ -91,7 +91,7 @@ def task_cut(counts: Counts, store: Any) -> dict[str, Any]:
         run = await parent_agent(counts).astart("go", store=store, run_id="p")
         task = asyncio.create_task(run.afinish())
         assert await asyncio.to_thread(counts.started.acquire, True, WAIT)
-        assert await asyncio.to_thread(_until, come_back)
+        assert await asyncio.to_thread(held_within, come_back, WAIT)
         task.cancel()
         counts.go.set()  # the held wait's thread ends (asyncio.run waits for it); its coroutine is cancelled
         with pytest.raises(asyncio.CancelledError):
@@ -116,13 +116,3 @@ def resumed(counts: Counts, source: Any, store: Any, **given: Any) -> RunResult:
             return stop.result
 
     return asyncio.run(go())
-
-
-def _until(condition: Callable[[], bool]) -> bool:
-    """Whether ``condition()`` held within ``WAIT`` seconds, polled every 10 ms (the work left is milliseconds)."""
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True

@@ -18,12 +18,12 @@ run made for it.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from typing import Any
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, RunResult, ToolRegistry
 from support.cancelled_with_parent import Canceller
+from support.polling import held_within
 from support.storeless_children import WAIT, Counts, child_tools
 from support.storeless_grandchildren import ParentModel, Worker
 
@@ -143,16 +143,6 @@ def deadline_cut(counts: Counts, driver: str, source: Any, store: Any, deadline:
     finally:
         counts.go.set()
         counts.hold = False
-    ended = _until(lambda: store.load("p/c1")["state"] in ("Done", "Failed"))
+    ended = held_within(lambda: store.load("p/c1")["state"] in ("Done", "Failed"), WAIT)
     assert ended, "the cut child's run ended"
     return result
-
-
-def _until(condition: Any) -> bool:
-    """Whether ``condition()`` held within ``WAIT`` seconds, polled every 10 ms (the work left is milliseconds)."""
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
