@@ -195,7 +195,7 @@ class ChildOutcome:
     unknown) count against the parent's budgets, and the child's tool calls
     against the parent's ``max_tool_calls`` total.  A call made again after
     the parent was cut with it in flight brings only what its child's run
-    spent beyond what the parent counted at the cut (``drivers.child_spend``).
+    spent beyond what the parent counted at the cut (``drivers.cut_spend``).
     ``priced_calls`` and ``unpriced_calls`` are the model calls of that
     spend (the child's own, and its sub-agents'), whose cost was known and
     unknown: the parent counts each of them as one of its own (its

@@ -12,8 +12,6 @@ from collections.abc import Callable
 
 import attrs
 
-from fsm_agent.core.hand_down import canonical_arguments as canonical_arguments  # drivers.fork's and child_spend's
-from fsm_agent.core.hand_down import down_parts as down_parts  # drivers.fork's: both imported from here until they move
 from fsm_agent.core.hand_down import take_carried_down
 from fsm_agent.core.reply_checks import usage_problem
 from fsm_agent.definition.run import Run, signature
@@ -190,7 +188,7 @@ def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: Chil
     ``spent`` is kept by call id (``Calls.cut_children``, part of the
     snapshot): if the call is made again and its child's stored run taken
     back, that run's outcome brings only what it spent beyond what was
-    counted here (``drivers.child_spend``), so nothing is counted twice.
+    counted here (``drivers.cut_spend``), so nothing is counted twice.
     ``uncounted`` is ``spent`` less what an earlier cut of the same call
     counted already: a cut child that made no model call adds none.  Its
     tool calls count here too, whatever the call's outcome will be (a budget

@@ -16,10 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from fsm_agent.core.hand_down import Carried as Carried  # drivers.child_runs's and child_spend's import, for now
-from fsm_agent.core.hand_down import below as below  # drivers.child_runs's, imported from here until it moves
-from fsm_agent.core.hand_down import canonical_arguments, down_key, holds_down, split_down, take_carried_down
-from fsm_agent.core.hand_down import one_down as one_down  # drivers.fork's, imported from here until it moves
+from fsm_agent.core.hand_down import Carried, canonical_arguments, down_key, holds_down, split_down, take_carried_down
 from fsm_agent.core.ledger import answer_unexecuted, count_cut_child
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
@@ -171,7 +168,7 @@ class OutsideEvents:
         """Whether what this sub-agent run was handed down (and hands on) a cut of its call counted already.
 
         Why: a cut counts every tool call its child's run completed in the
-        parent's ``tool_calls`` (``drivers.child_spend``); the new run of the
+        parent's ``tool_calls`` (``drivers.cut_spend``); the new run of the
         call made again takes them instead of calling its tools, and counts
         each in its own counters, so the spend it reports leaves them out and
         its own sub-agent runs, taking those handed on, do the same.

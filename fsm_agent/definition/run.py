@@ -266,7 +266,7 @@ class Calls:
         # outcomes of the source's sub-agent run, handed to the new child run so its own calls are not made again.
         self.carried_down: list[tuple[str, str, list[tuple[str, str, ToolResult]]]] = []
         # A sub-agent's run handed outcomes a cut of its call counted already (core.outside.carry_in): stored, so
-        # the run taken back from a store still leaves them out of what it reports (drivers.child_spend).
+        # the run taken back from a store still leaves them out of what it reports (drivers.cut_spend).
         self.prepaid = False
 
 

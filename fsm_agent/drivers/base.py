@@ -46,7 +46,7 @@ class RunBase(WatchedRun):
     forked_from: tuple[str | None, int] | None = None
     """A fork's source run and the transition it was taken after (``Agent.fork``); None for any other run."""
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
-    # The sub-agent calls in flight, by call id: each reads what its child's run spent so far (drivers.child_spend).
+    # The sub-agent calls in flight, by call id: each reads what its child's run spent so far (drivers.cut_spend).
     _flying: dict[str, Callable[[], tuple[ChildOutcome, ChildOutcome]]] | None = None
     # The Ctrl-C (KeyboardInterrupt, SystemExit) that came out of a model or tool call, itself or as the cause of
     # the cancel it became, the run whole, until _keep_cut reads it; and the sub-agent calls whose hand-down (a
@@ -296,7 +296,7 @@ class RunBase(WatchedRun):
         """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""
         self._observe()
         flying = self._flying
-        if flying:  # sub-agent calls given up with it: what their runs spent is the run's (drivers.child_spend)
+        if flying:  # sub-agent calls given up with it: what their runs spent is the run's (drivers.cut_spend)
             self._flying = None  # first: a parent reading this run's spend never counts these twice
             self.stepper.children_cut({call_id: spent() for call_id, spent in flying.items()})
         if self._observed and self.position.at.state is ExecuteTool:

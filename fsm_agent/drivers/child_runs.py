@@ -11,7 +11,7 @@ become the child's limits; its deps, unless the tool has its own, become the
 child's deps (never stored: a child taken over is given them again).  A call
 the parent gives up in flight (its deadline, a cancel) leaves what the child
 spent until then counted by the parent; made again, it brings only what the
-child's run spends beyond that (``drivers.child_spend``).  A stored child run
+child's run spends beyond that (``drivers.cut_spend``).  A stored child run
 taken back took, when it started, what a fork handed down for its call:
 whatever the parent's stored snapshot still holds of it goes to no other call.
 """
@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fsm_agent.core.outside import Carried, CutWithRun, below
+from fsm_agent.core.hand_down import Carried, below
+from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run
-from fsm_agent.drivers.child_spend import (
+from fsm_agent.drivers.child_spend import shares, with_lent_back
+from fsm_agent.drivers.cut_spend import (
     beyond,
     calls_of,
     completed_by,
@@ -41,11 +43,9 @@ from fsm_agent.drivers.child_spend import (
     plus,
     prepaid_calls,
     shared,
-    shares,
     spent_by,
     spent_in,
     unrecorded,
-    with_lent_back,
 )
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import astored, awaited, stored
@@ -89,7 +89,7 @@ def _outcome(child: ChildTool, result: RunResult, spent: ChildOutcome, counted: 
     """The call's outcome from its child's result; it brings the parent what the child ``spent`` beyond ``counted``.
 
     ``counted`` is what the parent counted already of this child's run, at
-    a cut of this call (``child_spend.shared``): the call made again brings
+    a cut of this call (``cut_spend.shared``): the call made again brings
     only the rest, so no token, dollar or model call is counted twice.
     """
     run_id = spent.run_id
@@ -234,7 +234,7 @@ def _new_run(
         begun._hands_down = True  # noqa: SLF001
     handed = parent.stepper.handed_down(call)  # a fork making this call again: the child forks with it
     if handed:
-        # What a cut of this call handed down it counted (child_spend): the child's spend leaves it out.
+        # What a cut of this call handed down it counted (cut_spend): the child's spend leaves it out.
         cut = parent.position.calls.cut_children.get(call.id)
         begun.stepper.carry_in(handed, parent.stepper.prepaid or (cut is not None and cut.run_id == run_id))
     return begun

@@ -22,13 +22,13 @@ import attrs
 
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.exchanges import message_from
+from fsm_agent.core.hand_down import canonical_arguments, down_parts, one_down
 from fsm_agent.core.history import check_paired
-from fsm_agent.core.ledger import canonical_arguments, down_parts
-from fsm_agent.core.outside import one_down
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.fork_edit import ForkEdit, in_source
 from fsm_agent.drivers.fork_source import Rerun, error_in
+from fsm_agent.drivers.fork_spend import whole_result
 from fsm_agent.drivers.rebuild import forkable_stops
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import ForkError
@@ -76,8 +76,9 @@ def prepared(
     known = {m["tool_call_id"] for m in data["messages"] if m["role"] == "tool"} | set(data["ran"])
     after = [c for c in source["tool_calls"] if c["id"] not in known]
     again = _rerun(rerun, after, known)
+    children = source.get("children") or {}
     carried = {
-        c["id"]: [c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)]
+        c["id"]: [c["name"], canonical_arguments(c["arguments"]), _reused(c, origin, children)]
         for c in after
         if c["id"] not in again
     }
@@ -128,7 +129,7 @@ def _not_taken(recording: dict[str, Any], cut: list[dict[str, Any]]) -> list[lis
     for call in cut:
         name, arguments = call["name"], canonical_arguments(call["arguments"])
         alike = [i for i, entry in enumerate(down) if entry[0] == name and down_parts(entry[1])[1] == arguments]
-        # Its own entry (named by its id) first, as the run took it (core.ledger.take_carried_down).
+        # Its own entry (named by its id) first, as the run took it (core.hand_down.take_carried_down).
         taken = next((i for i in alike if down_parts(down[i][1])[0] == call["id"]), alike[0] if alike else None)
         if taken is not None:
             del down[taken]
@@ -152,9 +153,10 @@ def _outcomes(recording: dict[str, Any]) -> list[list[Any]]:
     completed, each level's in turn; so a grandchild's completed call runs
     no more than a child's.
     """
-    origin = recording.get("run_id")
-    made = [[c["name"], canonical_arguments(c["arguments"]), _reused(c, origin)] for c in recording["tool_calls"]]
-    children = recording.get("children") or {}
+    origin, children = recording.get("run_id"), recording.get("children") or {}
+    made = [
+        [c["name"], canonical_arguments(c["arguments"]), _reused(c, origin, children)] for c in recording["tool_calls"]
+    ]
     cut = _cut(recording, set())
     down = _not_taken(recording, cut)
     for call in cut:
@@ -163,8 +165,11 @@ def _outcomes(recording: dict[str, Any]) -> list[list[Any]]:
     return made + [list(entry) for entry in recording.get("carried") or ()] + deeper
 
 
-def _reused(call: dict[str, Any], origin: str | None) -> dict[str, Any]:
-    return {**call["result"], "reused_from": f"{origin}/{call['id']}" if origin else call["id"]}
+def _reused(call: dict[str, Any], origin: str | None, children: dict[str, Any]) -> dict[str, Any]:
+    """The recorded outcome of ``call`` as a fork takes it: naming where it came from, and, a sub-agent's, bringing
+    every tool call of its run (``children``: the recording's sub-agent runs by call id), as a fork counts no cut."""
+    result = whole_result(call["result"], children.get(call["id"]))
+    return {**result, "reused_from": f"{origin}/{call['id']}" if origin else call["id"]}
 
 
 def _rerun(rerun: Rerun, after: list[dict[str, Any]], known: set[str]) -> set[str]:

@@ -5,8 +5,9 @@ becomes a recording (``drivers.fork_source``), edited by the fork's
 ``ForkEdit`` (``drivers.fork_edit``); the agent runs again on a copy whose
 model answers the recorded replies in order (``_Replies``) and whose tools
 return the recorded results by call id (``_Results``), so the core counts
-each of them as it came (an edited one as edited), and each rebuilt
-transition is checked against the source's.  A call that waited for the
+each of them as it came (an edited one as edited; a sub-agent's with every
+tool call of its run, as a rebuilt run counts no cut: ``drivers.fork_spend``),
+and each rebuilt transition is checked against the source's.  A call that waited for the
 source's person waits for a decision in the rebuilt run too, whatever the
 agent's ``approve=``, and is decided again as it was, approved or rejected
 (``decisions``); a stop the source was resumed from is resumed as it was
@@ -31,6 +32,7 @@ from fsm_agent.core.exchanges import message_from, response_from
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.fork_source import error_in
+from fsm_agent.drivers.fork_spend import whole_result
 from fsm_agent.drivers.recorded_outside import RecordedOutside
 from fsm_agent.errors import ContextOverflowError, ForkError
 from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, Transition
@@ -79,6 +81,8 @@ class _Results:
     def __init__(self, registry: Any, recording: dict[str, Any]) -> None:
         self.registry = registry
         self.results = {c["id"]: c for c in recording["tool_calls"]}
+        # The sub-agent runs of its calls: an outcome the rebuilt run is given brings all of its run (fork_spend).
+        self.children = recording.get("children") or {}
         # The calls a ForkEdit changed in the reply that asked for them: answered with the source's result all the same.
         self.edited = frozenset(recording.get("edited_calls") or ())
 
@@ -91,7 +95,7 @@ class _Results:
         if kept is None or (kept["name"] != call.name and call.id not in self.edited):
             msg = f"the source holds no result of tool call {call.id!r} ({call.name}), which the rebuilt run made"
             raise ForkError(msg)
-        return tool_result(kept["result"])
+        return tool_result(whole_result(kept["result"], self.children.get(call.id)))
 
     async def aexecute(self, call: ToolCall, *args: Any, **kwargs: Any) -> ToolResult:
         """``execute``, for the async driver."""

@@ -12,8 +12,8 @@ keeps of a child now holds the child's run as its own counters say, taken
 outcomes included, so a run taken back agrees with it whatever it knows of
 the cut.  The flag is stored with the child's run too (``prepaid``), so a
 child cut again before it took its whole hand-down, taken back, still
-leaves the rest out.  One case stays open (strict ``xfail``): a fork of such
-a run (``drivers/fork.py``).
+leaves the rest out; and a fork of such a run counts each call once too
+(``drivers/fork_spend``).
 
 The scenario (``support.prepaid_cuts``): the parent asks ``helper`` for
 ``c1``; the helper does ``work`` (1), asks its ``deep`` sub-agent (2), then
@@ -163,11 +163,6 @@ def _forked(agent: Agent, driver: str, store: Any, at: int) -> RunResult:
     return asyncio.run(go())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="drivers/fork.py hands a completed sub-agent call's recorded outcome, whose spend is what it brought its "
-    "parent: less the two calls the deep run took from the first cut (6, not 8); the fork counts no cut",
-)
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_fork_of_a_run_cut_without_a_store_then_with_one_counts_each_call_once(
     store_target: str, driver: str

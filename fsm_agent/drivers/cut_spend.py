@@ -1,0 +1,312 @@
+"""What a sub-agent's run spent, and what a cut of its call in flight counted of it: each part counted once.
+
+A parent that gives a sub-agent call up in flight (its deadline, a cancel)
+still counts what the child's run spent until then: the child's model calls
+were made and billed.  Each call in flight is registered on the parent
+(``fly``) with a way to read its child's spend, which the parent's driver
+reads at the cut (``RunBase._interrupt``), and the parent keeps that spend
+by call id (``Calls.cut_children``, part of its snapshot).
+
+The call made again later (the parent resumed, here or in another process)
+may take the child's stored run back, read back as it finished or continued
+from its last checkpoint.  Its outcome then brings only what it spent beyond
+what the parent counted: the part both counts share is what the parent
+counted at the cut as far as the stored run holds it (``shared``).  Both
+figures are points on the same run's spend, which only grows, so the shared
+part is each count's smaller value: a stored run that lags behind the cut
+(it had not written its last reply) makes that reply again, and it is
+counted again, as it was made again.  A call whose child starts afresh
+(no store, or none found) shares nothing with the cut.
+
+Without a store, a call cut with its parent's cancel hands the parent what
+its child's run completed (``completed_by``): the new child run of the call
+made again takes those outcomes instead of calling its tools again.  Their
+sub-agents' spend the cut counted already, so they bring none of it again.
+What of its limits the call made again may spend is ``drivers.child_spend``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from fsm_agent.core.exchanges import ToolExchange
+from fsm_agent.core.hand_down import Carried, canonical_arguments
+from fsm_agent.records import ChildOutcome, RunResult, ToolCall
+
+if TYPE_CHECKING:
+    from fsm_agent.drivers.base import RunBase
+
+
+def spent_by(run: RunBase) -> ChildOutcome:
+    """What ``run`` spent so far: its own counts (``unrecorded``), and what its sub-agent calls in flight spent.
+
+    A call in flight counts while the run has it pending: once recorded,
+    its outcome is in the counts.  The counts are read first, and a run
+    drops a call from its pending ones before recording it and takes its
+    calls in flight off before a cut counts them (``RunBase._interrupt``),
+    so a read racing either from another thread (the sync driver's
+    deadline) sees a child's spend once at most.
+    """
+    position = run.position
+    counts = position.counts
+    usage = counts.usage()
+    spent = ChildOutcome(
+        run.run_id,
+        usage.input_tokens,
+        usage.output_tokens,
+        None,
+        counts.tool_calls,
+        usage.cost,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.reasoning_tokens,
+        counts.priced,
+        counts.unpriced,
+    )
+    spent = plus(spent, unrecorded(run))
+    flying = run._flying  # noqa: SLF001 - the run's calls in flight, as its own cut reads them
+    if flying:
+        pending = {call.id for call in tuple(position.calls.pending)}
+        for call_id, read in flying.items():
+            if call_id in pending:
+                spent = plus(spent, read()[1])
+    return spent
+
+
+def unrecorded(run: RunBase) -> ChildOutcome:
+    """What ``run``'s counters leave out of what it spent, less what they hold that its parent counted: a change.
+
+    Added: the calls that came back but are not recorded yet (``Calls.ran``:
+    each a tool call, a sub-agent's with its spend), so a cut counts them as
+    it hands them down.  Taken off: each call whose outcome it took from
+    what a cut of its call had counted already (``Stepper.prepaid``), so a
+    tool call the cut child completed counts once, not again when the call
+    made again takes its outcome.  Read after the counts: a call recorded
+    meanwhile (another thread's cut) is missed, never counted twice.
+    """
+    position, prepaid = run.position, run.stepper.prepaid
+    taken = sum(1 for step in tuple(position.talk.steps) if step.reused_from is not None) if prepaid else 0
+    spent, tool_calls = ChildOutcome(run.run_id, 0, 0, None, 0, 0.0, 0, 0, 0, 0, 0), -taken
+    for outcome in tuple(position.calls.ran.values()):
+        if not (prepaid and outcome.reused_from is not None):
+            tool_calls += 1
+            if outcome.child is not None:
+                spent = plus(spent, outcome.child)
+    return attrs.evolve(spent, tool_calls=spent.tool_calls + tool_calls)
+
+
+def prepaid_calls(run: RunBase) -> int:
+    """How many outcomes ``run`` took (recorded or come back) that a cut of its call counted already (``prepaid``).
+
+    Why: what ``run`` reports as spent leaves them out (``unrecorded``), but
+    its own counters hold them, and so does its stored run: a cut keeps them
+    in its record of the run (``cut_record``), which a run taken back from
+    the store, knowing nothing of the cut, is measured against.
+    """
+    if not run.stepper.prepaid:
+        return 0
+    position = run.position
+    steps = sum(1 for step in tuple(position.talk.steps) if step.reused_from is not None)
+    return steps + sum(1 for outcome in tuple(position.calls.ran.values()) if outcome.reused_from is not None)
+
+
+def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> ChildOutcome:
+    """What a finished child's run spent, from its result and its own ``counters`` (a snapshot's ``counters``).
+
+    ``counters`` hold the model calls it priced and could not price, which a
+    result does not, and its tool calls: a cut of its own sub-agent call
+    counted some after its last step (``tool_calls``: as that step counted
+    them where ``counters`` has none, a snapshot from before).
+    """
+    usage = result.usage
+    used = counters.get("tool_calls")
+    if not isinstance(used, int) or isinstance(used, bool):
+        used = result.steps[-1].counters.get("tool_calls", [0])[0] if result.steps else 0
+    return ChildOutcome(
+        run_id,
+        usage.input_tokens,
+        usage.output_tokens,
+        None,
+        int(used or 0),
+        usage.cost,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.reasoning_tokens,
+        count_of(counters, "priced"),
+        count_of(counters, "unpriced"),
+    )
+
+
+def calls_of(run: RunBase) -> dict[str, int]:
+    """The model calls ``run`` priced and could not price, and its tool calls, as its snapshot's ``counters`` say."""
+    counts = run.position.counts
+    return {"priced": counts.priced, "unpriced": counts.unpriced, "tool_calls": counts.tool_calls}
+
+
+def count_of(counters: Mapping[str, Any], name: str) -> int:
+    """A whole count >= 0 of ``counters`` (0 where a snapshot from before runs were priced has none)."""
+    value = counters.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def shared(parent: RunBase, call: ToolCall, start: ChildOutcome) -> ChildOutcome | None:
+    """What the parent counted already of the child run that ``start`` (its spend so far) takes up for ``call``.
+
+    That is what the parent counted when the call was cut, as far as the
+    child's run holds it where it starts (or ends, read back): the smaller
+    of the two, count by count.  None: nothing; a cut of another run (the
+    call's child renamed) shares nothing.
+    """
+    cut = parent.position.calls.cut_children.get(call.id)
+    if cut is None or cut.run_id != start.run_id:
+        return None
+    return ChildOutcome(
+        start.run_id,
+        min(cut.input_tokens, start.input_tokens),
+        min(cut.output_tokens, start.output_tokens),
+        None,
+        min(cut.tool_calls, start.tool_calls),
+        None if cut.cost is None or start.cost is None else min(cut.cost, start.cost),
+        min(cut.cache_read_tokens, start.cache_read_tokens),
+        min(cut.cache_write_tokens, start.cache_write_tokens),
+        min(cut.reasoning_tokens, start.reasoning_tokens),
+        min(cut.priced_calls, start.priced_calls),
+        min(cut.unpriced_calls, start.unpriced_calls),
+    )
+
+
+def beyond(whole: ChildOutcome, counted: ChildOutcome | None) -> ChildOutcome:
+    """``whole`` less what was ``counted`` of it already (its stop kept); ``whole`` itself if nothing was."""
+    if counted is None:
+        return whole
+    cost = whole.cost
+    if cost is not None:
+        cost = max(round(cost - (counted.cost or 0.0), 12), 0.0)
+    return ChildOutcome(
+        whole.run_id,
+        whole.input_tokens - counted.input_tokens,
+        whole.output_tokens - counted.output_tokens,
+        whole.stop,
+        whole.tool_calls - counted.tool_calls,
+        cost,
+        whole.cache_read_tokens - counted.cache_read_tokens,
+        whole.cache_write_tokens - counted.cache_write_tokens,
+        whole.reasoning_tokens - counted.reasoning_tokens,
+        whole.priced_calls - counted.priced_calls,
+        whole.unpriced_calls - counted.unpriced_calls,
+    )
+
+
+def cut_record(
+    spent: ChildOutcome, counted: ChildOutcome | None, prepaid: int = 0
+) -> tuple[ChildOutcome, ChildOutcome]:
+    """What a cut of a sub-agent call keeps of its child's run, and the part of its ``spent`` not counted yet.
+
+    Its tool calls too: they count in the parent's ``tool_calls`` at the cut,
+    whatever the call's outcome (a budget may refuse the call made again, a
+    person reject it); a loaded snapshot's check reads the kept cut as their
+    evidence (``core.consistency``).  The record holds the run as its own
+    counters do: with the ``prepaid`` outcomes it took (``prepaid_calls``),
+    which ``spent`` leaves out, as an earlier cut counted them.  Why: the call
+    made again may take the child's stored run back, which keeps no word of
+    that earlier cut, and brings only what it did beyond this record
+    (``shared``): measured against a record without them, it would bring them
+    a second time.
+    """
+    kept = spent if not prepaid else attrs.evolve(spent, tool_calls=spent.tool_calls + prepaid)
+    return kept, beyond(spent, counted)
+
+
+def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
+    """Two spends added up, under ``one``'s run id (a cost unknown in either is unknown)."""
+    cost = None if one.cost is None or other.cost is None else round(one.cost + other.cost, 12)
+    return ChildOutcome(
+        one.run_id,
+        one.input_tokens + other.input_tokens,
+        one.output_tokens + other.output_tokens,
+        None,
+        one.tool_calls + other.tool_calls,
+        cost,
+        one.cache_read_tokens + other.cache_read_tokens,
+        one.cache_write_tokens + other.cache_write_tokens,
+        one.reasoning_tokens + other.reasoning_tokens,
+        one.priced_calls + other.priced_calls,
+        one.unpriced_calls + other.unpriced_calls,
+    )
+
+
+def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome | None) -> None:
+    """Register ``child``'s run as in flight for ``call`` until the parent holds the call's outcome.
+
+    A cut of the parent reads it (``RunBase._interrupt``).  The calls whose
+    outcomes the parent holds, or that it no longer has pending, are dropped
+    here.  The parent's table of calls is replaced, never changed in place:
+    a cut on another thread (the sync driver's deadline) reads the one it took.
+    """
+    run = parent.position
+    pending = {waiting.id for waiting in tuple(run.calls.pending)}
+    ran = run.calls.ran
+    flying = parent._flying or {}  # noqa: SLF001 - the parent's driver hands over its own run
+    kept = {call_id: read for call_id, read in flying.items() if call_id in pending and call_id not in ran}
+
+    def read() -> tuple[ChildOutcome, ChildOutcome]:
+        return cut_record(spent_by(child), counted, prepaid_calls(child))
+
+    kept[call.id] = read
+    parent._flying = kept  # noqa: SLF001
+
+
+def landed(parent: RunBase, call: ToolCall) -> None:
+    """``call``'s child came back: no longer in flight, so no cut of the parent reads its spend (``fly``)."""
+    flying = parent._flying  # noqa: SLF001 - the parent's driver hands over its own run
+    if flying and call.id in flying:
+        parent._flying = {call_id: read for call_id, read in flying.items() if call_id != call.id}  # noqa: SLF001
+
+
+def cut_by_cancel(parent: RunBase, call: ToolCall, run_id: str) -> bool:
+    """Whether the parent's last stop was ``cancelled`` with ``call``'s child ``run_id`` cut in flight.
+
+    Why: a cancel of the parent reaches its children through the token (or
+    the task) they share; the child's ``cancelled`` is then the parent's stop,
+    and the parent's resume lifts it for both.  A parent cut at its deadline
+    reads its child's stop back as it ended, as before.
+    """
+    run = parent.position
+    cut = run.calls.cut_children.get(call.id)
+    if cut is None or cut.run_id != run_id:
+        return False
+    last_stop = next((entry.reason for entry in reversed(run.at.trace) if entry.dest == "Failed"), None)
+    return last_stop == "cancelled"
+
+
+def completed_by(child: RunBase) -> tuple[Carried, ...]:
+    """The tool calls ``child``'s run completed (and the outcomes it was handed and never took), to be handed on.
+
+    Each outcome names where it came from (``reused_from``).  One that is a
+    sub-agent's own keeps no spend: the cut of ``child`` counted its tokens,
+    dollars, model calls and tool calls (``spent_by``, ``cut_record``).
+    """
+    run = child.position
+    asked = {call.id: call for message in run.talk.messages for call in message.tool_calls}
+    done: list[Carried] = []
+    for item in run.talk.io:
+        call = asked.get(item.id) if isinstance(item, ToolExchange) else None
+        if call is None or call.raw_arguments is not None:  # arguments that were not JSON ran nothing
+            continue
+        outcome = item.result
+        if outcome.reused_from is None:
+            outcome = attrs.evolve(outcome, reused_from=f"{child.run_id}/{call.id}")
+        if outcome.child is not None:  # recorded or come back: counted in the run's spend (``unrecorded``)
+            spend = ChildOutcome(outcome.child.run_id, 0, 0, outcome.child.stop, 0, 0.0, 0, 0, 0, 0, 0)
+            outcome = attrs.evolve(outcome, child=spend)
+        done.append((call.name, canonical_arguments(call.arguments), outcome))
+    return (*done, *run.calls.carried)
+
+
+def cut_with_parent(parent: RunBase, result: RunResult) -> bool:
+    """Whether the child's run stopped ``cancelled`` by the token it shares with the parent (cancelled now)."""
+    token = parent._cancel  # noqa: SLF001 - the parent's driver hands over its own run
+    return result.reason == "cancelled" and token is not None and token.cancelled
