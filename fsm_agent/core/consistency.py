@@ -55,4 +55,20 @@ def contradictions(run: Run) -> list[str]:
     strays = sorted(run.calls.to_approve - pending)
     if strays:
         problems.append(f"calls {strays} wait for a decision but are not pending")
+    if run.calls.prepaid:
+        strays = sorted(run.calls.prepaid - held_origins(run))
+        if strays:
+            problems.append(f"prepaid names {strays}, outcomes the run neither took nor holds")
     return problems
+
+
+def held_origins(run: Run) -> set[str]:
+    """Where each outcome ``run`` took (its steps, its kept outcomes) or holds handed to it came from (``reused_from``).
+
+    Why: ``prepaid`` marks some of them as counted by a cut; a mark naming
+    none of them would count nothing, or a later outcome of that name wrongly.
+    """
+    taken = [*(step.reused_from for step in run.talk.steps), *(r.reused_from for r in run.calls.ran.values())]
+    held = [result.reused_from for _, _, result in run.calls.carried]
+    held += [result.reused_from for _, _, outcomes in run.calls.carried_down for _, _, result in outcomes]
+    return {origin for origin in (*taken, *held) if origin is not None}

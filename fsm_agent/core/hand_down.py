@@ -15,6 +15,8 @@ import json
 from collections.abc import Iterable
 from typing import TypeVar
 
+import attrs
+
 from fsm_agent.definition.run import Run
 from fsm_agent.records import ToolCall
 from fsm_agent.tools import ToolResult
@@ -28,6 +30,26 @@ has as arguments the JSON array text ``[arguments of the sub-agent call,
 tool name, arguments]`` (``below``): arguments are always a JSON object,
 so no call of the run itself ever matches it.
 """
+
+
+@attrs.frozen
+class HandDown:
+    """What a cut sub-agent call's run hands down (``entries``), and which of them the cut counted (``counted``).
+
+    Why per entry: a cut counts what its child's run did (ran, or took), and
+    hands those down beside what the run was handed and never took, which
+    counts where it is taken (a fork's) unless an earlier cut counted it.
+    ``counted`` names the entries by where they came from (``reused_from``),
+    which every handed outcome names, each a different call's.
+    """
+
+    entries: tuple[Carried, ...] = ()
+    counted: frozenset[str] = frozenset()
+
+
+def origins(entries: Iterable[Carried]) -> set[str]:
+    """Where each of ``entries`` came from (``reused_from``): the names ``Calls.prepaid`` keeps of them."""
+    return {result.reused_from for _, _, result in entries if result.reused_from is not None}
 
 
 def canonical_arguments(arguments: object) -> str:
@@ -45,13 +67,15 @@ def take_carried(run: Run, call: ToolCall) -> ToolResult | None:
     return None
 
 
-def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResult]] | None:
-    """What was handed down for sub-agent call ``call`` (``Calls.carried_down``), taken; or None.
+def take_carried_down(run: Run, call: ToolCall) -> HandDown | None:
+    """What was handed down for sub-agent call ``call`` (``Calls.carried_down``), taken, with its marks; or None.
 
     The entry made for ``call`` itself first (its id, ``down_key``), so two
     like calls cut in one reply each get their own child's outcomes; else the
     first of its tool and arguments made for no other pending call (a fork's,
     made again under new ids, or one kept before entries named their call).
+    Which of them a cut counted (``Calls.prepaid``) goes with them, and leaves
+    ``run``'s marks: taken, or dropped, they are no longer ``run``'s.
     """
     entries, arguments = run.calls.carried_down, canonical_arguments(call.arguments)
     alike = {i: down_parts(kept) for i, (name, kept, _) in enumerate(entries) if name == call.name}
@@ -60,7 +84,12 @@ def take_carried_down(run: Run, call: ToolCall) -> list[tuple[str, str, ToolResu
     own = next((i for i, for_id in made_for.items() if for_id == call.id), None)
     if own is None:
         own = next((i for i, for_id in made_for.items() if for_id not in pending), None)
-    return None if own is None else entries.pop(own)[2]
+    if own is None:
+        return None
+    taken = entries.pop(own)[2]
+    counted = origins(taken) & run.calls.prepaid
+    run.calls.prepaid -= counted
+    return HandDown(tuple(taken), frozenset(counted))
 
 
 def holds_down(run: Run, call: ToolCall) -> bool:
@@ -142,7 +171,7 @@ def below_problem(arguments: str) -> str | None:
     return None
 
 
-def split_down(outcomes: list[Carried]) -> tuple[list[Carried], list[tuple[str, str, list[Carried]]]]:
+def split_down(outcomes: Iterable[Carried]) -> tuple[list[Carried], list[tuple[str, str, list[Carried]]]]:
     """A new sub-agent run's handed outcomes: its own calls', and its sub-agent calls' carried down (``below``)."""
     own: list[Carried] = []
     down: dict[tuple[str, str], list[Carried]] = {}

@@ -12,11 +12,19 @@ see them as the sync driver's would.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 
 import attrs
 
-from fsm_agent.core.hand_down import Carried, canonical_arguments, down_key, holds_down, split_down, take_carried_down
+from fsm_agent.core.hand_down import (
+    HandDown,
+    canonical_arguments,
+    down_key,
+    holds_down,
+    origins,
+    split_down,
+    take_carried_down,
+)
 from fsm_agent.core.ledger import answer_unexecuted, count_cut_child
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
@@ -35,12 +43,13 @@ class CutWithRun(ToolResult):
     The call stays pending, counted as a cut (``spent``; ``child``: the part
     not counted yet), and the run stops ``cancelled``; a resume makes it again.
     ``done``: the tool calls the child's run completed, when no store keeps
-    that run: the new child run of the call made again takes their outcomes
-    instead of calling its tools again (``Calls.carried_down``).
+    that run, and which of them the cut counted: the new child run of the
+    call made again takes their outcomes instead of calling its tools again
+    (``Calls.carried_down``).
     """
 
     spent: ChildOutcome | None = None
-    done: tuple[Carried, ...] = ()
+    done: HandDown = attrs.field(factory=HandDown)
 
 
 class OutsideEvents:
@@ -49,7 +58,7 @@ class OutsideEvents:
     __slots__ = ()
     run: Run
     walker: Walker
-    _left: dict[str, tuple[ToolCall, tuple[Carried, ...]]]
+    _left: dict[str, tuple[ToolCall, HandDown]]
     _took: set[str]
 
     def tell_time(self, elapsed: float) -> None:
@@ -97,19 +106,22 @@ class OutsideEvents:
             if call_id in pending and call_id not in run.calls.ran:
                 count_cut_child(run, call_id, whole, uncounted)
 
-    def hand_down(self, call: ToolCall, done: tuple[Carried, ...]) -> None:
+    def hand_down(self, call: ToolCall, done: HandDown) -> None:
         """Sub-agent call ``call``, still pending, was cut with this run's cancel: keep its child's ``done`` outcomes.
 
         Why: without a store nothing else keeps what the cut child did; the
         new child run of the call made again takes them (``child_runs``), so
         no tool call it completed runs twice.  Kept in ``Calls.carried_down``,
-        part of the snapshot, beside a fork's.
+        part of the snapshot, beside a fork's; those the cut counted are
+        marked (``Calls.prepaid``), so the run that takes them leaves them out
+        of its spend, and takes the others as a fork's, counting them.
         """
         run = self.run
-        if done and call.id not in run.calls.ran and any(waiting.id == call.id for waiting in run.calls.pending):
-            run.calls.carried_down.append((call.name, down_key(call), list(done)))
+        if done.entries and call.id not in run.calls.ran and any(w.id == call.id for w in run.calls.pending):
+            run.calls.carried_down.append((call.name, down_key(call), list(done.entries)))
+            run.calls.prepaid |= done.counted & origins(done.entries)
 
-    def handed_down(self, call: ToolCall) -> list[Carried] | None:
+    def handed_down(self, call: ToolCall) -> HandDown | None:
         """What the new sub-agent run ``call`` starts takes (``carried_down``): a cut child's outcomes, or a fork's."""
         handed = take_carried_down(self.run, call) if self.run.calls.carried_down else None
         if handed is not None:
@@ -153,25 +165,27 @@ class OutsideEvents:
                 if self.run.calls.carried_down:
                     take_carried_down(self.run, call)
 
-    def carry_in(self, outcomes: list[Carried], prepaid: bool = False) -> None:
+    def carry_in(self, handed: HandDown) -> None:
         """Before a sub-agent run starts: the outcomes handed down to it, taken instead of its calls (``_carry``).
 
         Those of its own sub-agent calls' runs it carries down in turn (``below``).
-        ``prepaid``: a cut of the call counted them already in its parent's
-        (``prepaid``), so what this run reports as spent leaves them out.
+        ``handed.counted``: those a cut counted already (``prepaid``), so what
+        this run reports as spent leaves them out; the others it counts.
         """
-        self.run.calls.carried, self.run.calls.carried_down = split_down(outcomes)
-        self.run.calls.prepaid = prepaid
+        self.run.calls.carried, self.run.calls.carried_down = split_down(handed.entries)
+        self.run.calls.prepaid = set(handed.counted & origins(handed.entries))
 
     @property
-    def prepaid(self) -> bool:
-        """Whether what this sub-agent run was handed down (and hands on) a cut of its call counted already.
+    def prepaid(self) -> Set[str]:
+        """Which outcomes handed to this sub-agent run (taken, or handed on) a cut counted already, by origin.
 
         Why: a cut counts every tool call its child's run completed in the
         parent's ``tool_calls`` (``drivers.cut_spend``); the new run of the
         call made again takes them instead of calling its tools, and counts
         each in its own counters, so the spend it reports leaves them out and
-        its own sub-agent runs, taking those handed on, do the same.
+        its own sub-agent runs, taking those handed on, do the same.  What the
+        cut child was handed and never took no cut counted, unless an earlier
+        one did: it counts where it is taken.
         """
         return self.run.calls.prepaid
 
@@ -189,7 +203,7 @@ class OutsideEvents:
         elif self.run.calls.carried_down:
             take_carried_down(self.run, call)
 
-    def child_left(self, call: ToolCall, done: tuple[Carried, ...]) -> None:
+    def child_left(self, call: ToolCall, done: HandDown) -> None:
         """Sub-agent call ``call`` was cut in flight by its task's cancel (async): its child's ``done`` outcomes.
 
         Held (not run state) until the run stops: a cancel of its task keeps

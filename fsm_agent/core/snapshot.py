@@ -78,7 +78,8 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
             [name, arguments, [[n, a, plain(r)] for n, a, r in outcomes]]
             for name, arguments, outcomes in run.calls.carried_down
         ],
-        **({"prepaid": True} if run.calls.prepaid else {}),  # a sub-agent run's hand-down a cut counted
+        # Handed outcomes a cut counted; written empty too, as a journal entry sets the fields it names, drops none.
+        "prepaid": sorted(run.calls.prepaid),
         "to_approve": [call.id for call in run.calls.pending if call.id in run.calls.to_approve]
         if run.calls.to_approve
         else [],
@@ -227,7 +228,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
             for n, a, outcomes in data.get("carried_down") or ()
         ]
         _check_below(run)
-        run.calls.prepaid = fields.flag(data, "prepaid")
+        run.calls.prepaid = fields.names(data, "prepaid")
         run.calls.to_approve = fields.to_approve(data, run)
         run.talk.last_response = fields.response(data["last_response"])
         signature = counters["last_signature"]

@@ -255,10 +255,14 @@ _SPENT = (
 )
 
 
-def flag(data: dict[str, Any], name: str) -> bool:
-    """A true-or-false field; one a snapshot from before it existed has none: false."""
-    value = data.get(name, False)
-    if not isinstance(value, bool):
-        msg = f"snapshot field {name} must be true or false, got {_shown(value)}"
+def names(data: dict[str, Any], name: str) -> set[str]:
+    """A field of distinct texts (``prepaid``: where handed outcomes came from); absent (a snapshot from before it
+    existed, or none to keep): none."""
+    value = data.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        msg = f"snapshot field {name} must be a list of texts, got {_shown(value)}"
         raise SnapshotError(msg)
-    return value
+    if len(set(value)) != len(value):
+        msg = f"snapshot field {name} names one outcome twice: {_shown(value)}"
+        raise SnapshotError(msg)
+    return set(value)

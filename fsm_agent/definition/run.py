@@ -265,9 +265,10 @@ class Calls:
         # On a fork: for each sub-agent call the fork makes again (rerun), as (tool name, arguments), the carried
         # outcomes of the source's sub-agent run, handed to the new child run so its own calls are not made again.
         self.carried_down: list[tuple[str, str, list[tuple[str, str, ToolResult]]]] = []
-        # A sub-agent's run handed outcomes a cut of its call counted already (core.outside.carry_in): stored, so
-        # the run taken back from a store still leaves them out of what it reports (drivers.cut_spend).
-        self.prepaid = False
+        # Of the outcomes handed to this run (carried, taken, or carried down), those a cut counted already, named by
+        # where each came from (reused_from; core.hand_down): what the run reports as spent leaves them out, taken
+        # back from a store too (drivers.cut_spend), and its sub-agent runs are handed the marks with the outcomes.
+        self.prepaid: set[str] = set()
 
 
 class Faults:

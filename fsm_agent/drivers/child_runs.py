@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fsm_agent.core.hand_down import Carried, below
+from fsm_agent.core.hand_down import HandDown
 from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
@@ -233,10 +233,9 @@ def _new_run(
         parent._handing_down += 1  # noqa: SLF001 - the parent's driver hands over its own run
         begun._hands_down = True  # noqa: SLF001
     handed = parent.stepper.handed_down(call)  # a fork making this call again: the child forks with it
-    if handed:
-        # What a cut of this call handed down it counted (cut_spend): the child's spend leaves it out.
-        cut = parent.position.calls.cut_children.get(call.id)
-        begun.stepper.carry_in(handed, parent.stepper.prepaid or (cut is not None and cut.run_id == run_id))
+    if handed is not None and handed.entries:
+        # What of it a cut counted (cut_spend) the child's spend leaves out; the rest (a fork's) it counts.
+        begun.stepper.carry_in(handed)
     return begun
 
 
@@ -386,10 +385,10 @@ def _ended(
         return _outcome(child, result, spent, counted)
     landed(parent, call)  # no longer in flight: a later cut of the parent must not count it again
     kept, uncounted = cut_record(spent, counted, prepaid_calls(begun))
-    done = _done(begun) if parent._store is None else ()  # noqa: SLF001 - the parent's driver hands it over
+    done = _done(begun) if parent._store is None else HandDown()  # noqa: SLF001 - the parent's driver hands it over
     return CutWithRun("", child=uncounted, spent=kept, done=done)
 
 
-def _done(child: RunBase) -> tuple[Carried, ...]:
+def _done(child: RunBase) -> HandDown:
     """What a store-less ``child`` cut with its parent hands it: its completed calls and its sub-agents' (``below``)."""
-    return (*completed_by(child), *below(child.position))
+    return completed_by(child)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core.exchanges import ToolExchange
-from fsm_agent.core.hand_down import Carried, canonical_arguments
+from fsm_agent.core.hand_down import Carried, HandDown, below, canonical_arguments, origins
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -82,16 +82,17 @@ def unrecorded(run: RunBase) -> ChildOutcome:
     Added: the calls that came back but are not recorded yet (``Calls.ran``:
     each a tool call, a sub-agent's with its spend), so a cut counts them as
     it hands them down.  Taken off: each call whose outcome it took from
-    what a cut of its call had counted already (``Stepper.prepaid``), so a
-    tool call the cut child completed counts once, not again when the call
-    made again takes its outcome.  Read after the counts: a call recorded
-    meanwhile (another thread's cut) is missed, never counted twice.
+    what a cut had counted already (``Stepper.prepaid``, marked one by one),
+    so a tool call the cut child completed counts once, not again when the
+    call made again takes its outcome; one the cut child was handed and never
+    took counts here.  Read after the counts: a call recorded meanwhile
+    (another thread's cut) is missed, never counted twice.
     """
     position, prepaid = run.position, run.stepper.prepaid
-    taken = sum(1 for step in tuple(position.talk.steps) if step.reused_from is not None) if prepaid else 0
+    taken = sum(1 for step in tuple(position.talk.steps) if step.reused_from in prepaid) if prepaid else 0
     spent, tool_calls = ChildOutcome(run.run_id, 0, 0, None, 0, 0.0, 0, 0, 0, 0, 0), -taken
     for outcome in tuple(position.calls.ran.values()):
-        if not (prepaid and outcome.reused_from is not None):
+        if not (prepaid and outcome.reused_from in prepaid):
             tool_calls += 1
             if outcome.child is not None:
                 spent = plus(spent, outcome.child)
@@ -106,11 +107,12 @@ def prepaid_calls(run: RunBase) -> int:
     in its record of the run (``cut_record``), which a run taken back from
     the store, knowing nothing of the cut, is measured against.
     """
-    if not run.stepper.prepaid:
+    prepaid = run.stepper.prepaid
+    if not prepaid:
         return 0
     position = run.position
-    steps = sum(1 for step in tuple(position.talk.steps) if step.reused_from is not None)
-    return steps + sum(1 for outcome in tuple(position.calls.ran.values()) if outcome.reused_from is not None)
+    steps = sum(1 for step in tuple(position.talk.steps) if step.reused_from in prepaid)
+    return steps + sum(1 for outcome in tuple(position.calls.ran.values()) if outcome.reused_from in prepaid)
 
 
 def spent_in(run_id: str, result: RunResult, counters: Mapping[str, Any]) -> ChildOutcome:
@@ -282,12 +284,18 @@ def cut_by_cancel(parent: RunBase, call: ToolCall, run_id: str) -> bool:
     return last_stop == "cancelled"
 
 
-def completed_by(child: RunBase) -> tuple[Carried, ...]:
-    """The tool calls ``child``'s run completed (and the outcomes it was handed and never took), to be handed on.
+def completed_by(child: RunBase) -> HandDown:
+    """What a store-less ``child`` cut with its parent hands it, and which of it the cut counted.
 
-    Each outcome names where it came from (``reused_from``).  One that is a
+    The tool calls ``child``'s run completed (ran, or took), the outcomes it
+    was handed and never took, and its sub-agent calls' (``below``).  Each
+    outcome names where it came from (``reused_from``).  One that is a
     sub-agent's own keeps no spend: the cut of ``child`` counted its tokens,
     dollars, model calls and tool calls (``spent_by``, ``cut_record``).
+    Counted: what it completed (an earlier cut's, which it took, included),
+    and what it holds untaken that a cut counted (``prepaid``: an earlier
+    cut's, or a cut of one of its own sub-agent calls); not what a fork
+    handed it and it never took, which counts where it is taken.
     """
     run = child.position
     asked = {call.id: call for message in run.talk.messages for call in message.tool_calls}
@@ -303,7 +311,9 @@ def completed_by(child: RunBase) -> tuple[Carried, ...]:
             spend = ChildOutcome(outcome.child.run_id, 0, 0, outcome.child.stop, 0, 0.0, 0, 0, 0, 0, 0)
             outcome = attrs.evolve(outcome, child=spend)
         done.append((call.name, canonical_arguments(call.arguments), outcome))
-    return (*done, *run.calls.carried)
+    held = (*run.calls.carried, *below(run))
+    counted = origins(done) | (origins(held) & child.stepper.prepaid)
+    return HandDown((*done, *held), frozenset(counted))
 
 
 def cut_with_parent(parent: RunBase, result: RunResult) -> bool:

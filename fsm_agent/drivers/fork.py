@@ -87,6 +87,7 @@ def prepared(
     inherited = [] if rerun == "all" else [list(entry) for entry in source.get("carried") or ()]
     data["carried"] = [*carried.values(), *inherited]
     data["carried_down"] = [] if rerun == "all" else _carried_down(source, after, again, known)
+    data.pop("prepaid", None)  # a fork counts no cut: each outcome it hands on counts where it is taken (fork_spend)
     unknown = sorted(set(edit.limits) - {f.name for f in attrs.fields(Limits)})
     if unknown:
         names = ", ".join(f.name for f in attrs.fields(Limits))

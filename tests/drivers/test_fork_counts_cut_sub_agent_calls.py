@@ -87,11 +87,6 @@ def test_a_fork_just_after_an_answer_whose_runs_took_a_storeless_cut_s_hand_down
     assert tool_calls(forked) == result.steps[-1].counters["tool_calls"][0] == WHOLE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cut hands down the outcomes a fork handed its helper that it had not taken beside those the cut "
-    "counted; the new helper takes all of them as prepaid, so the untaken ones count nowhere (6 for 8)",
-)
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_fork_of_a_stored_cut_whose_new_helper_is_cut_before_it_takes_its_hand_down_counts_each_call_once(
     store_target: str, driver: str

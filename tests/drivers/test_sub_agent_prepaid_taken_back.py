@@ -3,14 +3,14 @@
 docs/how-to/sub-agents.md "What the child spent": a cut counts every tool
 call the cut child completed in the parent's ``tool_calls``; without a store
 the call made again starts a new child handed those outcomes, which takes
-them and leaves them out of what it reports (``prepaid``).  That flag lives
-only on the new child's stepper.  A store-less cut resumed with a store
+them and leaves them out of what it reports (``prepaid``).  That mark once
+lived only on the new child's stepper.  A store-less cut resumed with a store
 stores that new child; cut again and taken back (or read back) from the
-store, the child's run came back without the flag, so what it took counted
+store, the child's run came back without it, so what it took counted
 a second time (the parent ended at 9 tool calls for 8).  The record a cut
 keeps of a child now holds the child's run as its own counters say, taken
 outcomes included, so a run taken back agrees with it whatever it knows of
-the cut.  The flag is stored with the child's run too (``prepaid``), so a
+the cut.  The marks are stored with the child's run too (``prepaid``), so a
 child cut again before it took its whole hand-down, taken back, still
 leaves the rest out; and a fork of such a run counts each call once too
 (``drivers/fork_spend``).
