@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 
 import httpx
 from starlette.testclient import TestClient
-from support.agui_apps import Served, post, run_input, within
+from support.agui_apps import Served, post, run_input
 from support.app_owners import ending, stream
+from support.polling import held_within
 from support.sqlite_writer import writer_holds_a_write
 from support.turn_models import RetriesWhatWasNotRun
 
@@ -128,7 +129,7 @@ def test_an_interrupt_answer_sent_again_after_the_client_left_mid_call_makes_the
             with httpx.Client(timeout=WAIT) as http, http.stream("POST", server.url, json=body) as response:
                 assert response.status_code == 200
                 assert entered.wait(WAIT)  # the approved send is running: the tab closes now
-            assert within(lambda: _state(store, "tab/1")[0] == "Failed", WAIT)
+            assert held_within(lambda: _state(store, "tab/1")[0] == "Failed", WAIT)
             assert _state(store, "tab/1") == ("Failed", "cancelled")
             gate.set()  # the cut send goes on in its worker thread, and sends
             assert returned.wait(WAIT)
@@ -184,10 +185,12 @@ def test_a_client_leaving_while_the_store_commits_the_tools_checkpoint_does_not_
             for line in lines:
                 if '"TOOL_CALL_RESULT"' in line:
                     break
-            assert within(writer_holds_a_write, WAIT)  # the send's checkpoint is in the writer's hands: the tab closes
+            assert held_within(
+                writer_holds_a_write, WAIT
+            )  # the send's checkpoint is in the writer's hands: the tab closes
         assert cut.wait(WAIT)  # the server saw the client leave and cancelled the turn mid-write
         other[0].execute("COMMIT")  # the other writer is done: the send's checkpoint commits
-        within(lambda: _state(store, "tab/1")[0] in ("Done", "Failed"), 1.0)
+        held_within(lambda: _state(store, "tab/1")[0] in ("Done", "Failed"), 1.0)
         first = _state(store, "tab/1")
         following = stream(server.url, run_input("tab", "tool", text="again", run_id="r2"))
     finally:
@@ -238,7 +241,7 @@ def test_a_client_leaving_while_the_tools_checkpoint_is_written_makes_no_further
             for line in lines:
                 if '"TOOL_CALL_RESULT"' in line:
                     break  # the client leaves while the send's outcome is being written
-        assert within(lambda: _state(store, "tab/1")[0] in ("Done", "Failed"), WAIT)
+        assert held_within(lambda: _state(store, "tab/1")[0] in ("Done", "Failed"), WAIT)
         stored = store.load("tab/1")
     finally:
         server.close()
@@ -274,8 +277,8 @@ def test_charges_that_ran_before_the_client_left_mid_batch_are_not_told_as_not_e
         body = run_input("tab", "tool", text="Charge 2 and 3 cents.")
         with httpx.Client(timeout=WAIT) as http, http.stream("POST", server.url, json=body) as response:
             assert response.status_code == 200
-            assert within(lambda: len(charged) == 2, WAIT)  # both charges came back; slow is still in flight
-        assert within(lambda: _state(store, "tab/1")[0] == "Failed", WAIT)
+            assert held_within(lambda: len(charged) == 2, WAIT)  # both charges came back; slow is still in flight
+        assert held_within(lambda: _state(store, "tab/1")[0] == "Failed", WAIT)
         following = stream(server.url, run_input("tab", "tool", text="Did it work?", run_id="r2"))
     finally:
         server.close()

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.agui_apps import Served, StreamingModel, run_input, within
+from support.agui_apps import Served, StreamingModel, run_input
 from support.app_owners import at_once, ending, stream
 from support.embedding_round_six import ChargesOnce, Gates, Traced, charges
+from support.polling import held_within
 
 from fsm_agent import Agent, RunExistsError, Session, SqliteStore, TransitionEvent
 from fsm_agent.agui import app
@@ -223,12 +224,12 @@ def test_traced_ag_ui_turns_of_concurrent_clients_end_every_span_and_a_client_le
             *[lambda n=n: stream(server.url, run_input(f"tab-{n}", "x", f"q{n}")) for n in range(1, CLIENTS)],
         )
         assert left.is_set()
-        assert within(lambda: store.load("tab-0/1")["state"] == "Failed", WAIT)
+        assert held_within(lambda: store.load("tab-0/1")["state"] == "Failed", WAIT)
         gates.release["q0"].set()  # the cut sync charge goes on in its worker thread and returns
         nexts = at_once(
             *[lambda n=n: stream(server.url, run_input(f"tab-{n}", "x", f"n{n}", run_id="r2")) for n in range(CLIENTS)]
         )
-        assert within(lambda: not traced.open_spans(), WAIT)
+        assert held_within(lambda: not traced.open_spans(), WAIT)
     finally:
         for n in range(CLIENTS):
             gates.release[f"q{n}"].set()

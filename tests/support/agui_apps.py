@@ -230,13 +230,3 @@ def outline(events: Sequence[dict[str, Any]]) -> list[str]:
         name = event.get("stepName") or event.get("toolCallName")
         shown.append(f"{kind} {name}" if name else kind)
     return shown
-
-
-def within(check: Callable[[], bool], seconds: float) -> bool:
-    """Whether ``check()`` holds within ``seconds``, polled every 20 ms: a server's task gets there on its own."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
