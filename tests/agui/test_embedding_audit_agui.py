@@ -185,9 +185,8 @@ def test_a_client_leaving_while_the_store_commits_the_tools_checkpoint_does_not_
             for line in lines:
                 if '"TOOL_CALL_RESULT"' in line:
                     break
-            assert held_within(
-                writer_holds_a_write, WAIT
-            )  # the send's checkpoint is in the writer's hands: the tab closes
+            # The send's checkpoint is in the writer's hands: the tab closes.
+            assert held_within(writer_holds_a_write, WAIT)
         assert cut.wait(WAIT)  # the server saw the client leave and cancelled the turn mid-write
         other[0].execute("COMMIT")  # the other writer is done: the send's checkpoint commits
         held_within(lambda: _state(store, "tab/1")[0] in ("Done", "Failed"), 1.0)
