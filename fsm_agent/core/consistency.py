@@ -8,6 +8,7 @@ contradiction found here.
 
 from __future__ import annotations
 
+from fsm_agent.core.hand_down import origins
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.triggers import RESUME
@@ -56,19 +57,18 @@ def contradictions(run: Run) -> list[str]:
     if strays:
         problems.append(f"calls {strays} wait for a decision but are not pending")
     if run.calls.prepaid:
-        strays = sorted(run.calls.prepaid - held_origins(run))
+        strays = sorted(run.calls.prepaid - _held_origins(run))
         if strays:
             problems.append(f"prepaid names {strays}, outcomes the run neither took nor holds")
     return problems
 
 
-def held_origins(run: Run) -> set[str]:
+def _held_origins(run: Run) -> set[str]:
     """Where each outcome ``run`` took (its steps, its kept outcomes) or holds handed to it came from (``reused_from``).
 
     Why: ``prepaid`` marks some of them as counted by a cut; a mark naming
     none of them would count nothing, or a later outcome of that name wrongly.
     """
     taken = [*(step.reused_from for step in run.talk.steps), *(r.reused_from for r in run.calls.ran.values())]
-    held = [result.reused_from for _, _, result in run.calls.carried]
-    held += [result.reused_from for _, _, outcomes in run.calls.carried_down for _, _, result in outcomes]
-    return {origin for origin in (*taken, *held) if origin is not None}
+    held = origins(run.calls.carried).union(*(origins(outcomes) for _, _, outcomes in run.calls.carried_down))
+    return held | {origin for origin in taken if origin is not None}

@@ -20,6 +20,7 @@ by (item, step), every model call by who made it, and ``tool_calls``.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 from support.forkcount_cuts import answered_at, as_json, fork_driven, tool_calls
@@ -45,19 +46,7 @@ def test_a_fork_just_after_a_stored_cut_call_was_answered_counts_the_cut_child_s
         cut(counts, driver, store=store)
         assert counts.tools == FIRST_CUT
         assert tool_calls(store.load("p")) == AT_FIRST_CUT
-        source = finish(counts, driver, as_json(store.load("p")), store)
-        stored = as_json(store.load("p"))
-        assert source.final == "done"
-        assert counts.tools == EVERY_CALL
-        assert tool_calls(stored) == WHOLE
-        before = Counter(counts.child)
-        result, rebuilt = fork_driven(counts, driver, "p", answered_at(stored), store=store)
-        forked = as_json(store.load("f"))
-    assert result.final == "done"
-    assert counts.tools == EVERY_CALL  # the fork made no tool call again
-    assert counts.child - before == Counter({"parent": 1})  # nor a sub-agent's model call
-    assert rebuilt == stored["steps"][0]["counters"]["tool_calls"][0] == WHOLE  # as the source at its answer
-    assert tool_calls(forked) == result.steps[-1].counters["tool_calls"][0] == WHOLE
+        _finished_then_forked_at_the_answer(counts, driver, store)
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -72,19 +61,7 @@ def test_a_fork_just_after_an_answer_whose_runs_took_a_storeless_cut_s_hand_down
         counts.arm()
         cut(counts, driver, as_json(first.snapshot), store)
         assert tool_calls(store.load("p")) == AT_FIRST_CUT + 3
-        source = finish(counts, driver, as_json(store.load("p")), store)
-        stored = as_json(store.load("p"))
-        assert source.final == "done"
-        assert counts.tools == EVERY_CALL
-        assert tool_calls(stored) == WHOLE
-        before = Counter(counts.child)
-        result, rebuilt = fork_driven(counts, driver, "p", answered_at(stored), store=store)
-        forked = as_json(store.load("f"))
-    assert result.final == "done"
-    assert counts.tools == EVERY_CALL
-    assert counts.child - before == Counter({"parent": 1})
-    assert rebuilt == WHOLE
-    assert tool_calls(forked) == result.steps[-1].counters["tool_calls"][0] == WHOLE
+        _finished_then_forked_at_the_answer(counts, driver, store)
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -109,3 +86,21 @@ def test_a_fork_of_a_stored_cut_whose_new_helper_is_cut_before_it_takes_its_hand
     assert result.final == "done"
     assert counts.tools == EVERY_CALL  # nothing ran twice
     assert result.steps[-1].counters["tool_calls"][0] == WHOLE
+
+
+def _finished_then_forked_at_the_answer(counts: Counts, driver: str, store: Any) -> None:
+    """The stored cut source resumed to its end (8), then forked just after ``c1``'s answer: the rebuilt fork holds
+    8 as the source did there and ends at 8, making no tool call and no sub-agent model call again."""
+    source = finish(counts, driver, as_json(store.load("p")), store)
+    stored = as_json(store.load("p"))
+    assert source.final == "done"
+    assert counts.tools == EVERY_CALL
+    assert tool_calls(stored) == WHOLE
+    before = Counter(counts.child)
+    result, rebuilt = fork_driven(counts, driver, "p", answered_at(stored), store=store)
+    forked = as_json(store.load("f"))
+    assert result.final == "done"
+    assert counts.tools == EVERY_CALL  # the fork made no tool call again
+    assert counts.child - before == Counter({"parent": 1})  # nor a sub-agent's model call
+    assert rebuilt == stored["steps"][0]["counters"]["tool_calls"][0] == WHOLE  # as the source at its answer
+    assert tool_calls(forked) == result.steps[-1].counters["tool_calls"][0] == WHOLE
