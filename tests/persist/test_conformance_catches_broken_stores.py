@@ -36,7 +36,15 @@ from support.broken_stores import (
 
 import fsm_agent.pytest_plugin  # imported once here, not inside (and dropped after) an inner session
 import fsm_agent.testing.stores  # noqa: F401 - likewise: the inner sessions import it
-from fsm_agent import Agent, DecisionError, RunExistsError, RunLeasedError, SqliteStore, ToolRegistry
+from fsm_agent import (
+    Agent,
+    DecisionError,
+    RunExistsError,
+    RunLeasedError,
+    SqliteStore,
+    StaleRunError,
+    ToolRegistry,
+)
 from fsm_agent.persist.cursor import RunCursor
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.testing.store_kit import LAPSE, SHORT, Script, race
@@ -212,18 +220,21 @@ def test_a_claim_atomic_per_handle_lets_two_processes_both_resume_a_run_and_make
             assert isinstance(handle, ClaimChecksThenWrites)
             handle.between = lined_up.wait
     try:
-        outcomes = race([partial(_resumed, calls, handle) for handle in handles])
+        # Both read the paused run before either claims it.  Had each read inside its thread, a loaded machine could
+        # let one finish before the other read, which would then find a finished run: two runs in turn, no race.
+        read = [handle.load("job") for handle in handles]
+        outcomes = race([partial(_resumed, calls, handle, run) for handle, run in zip(handles, read, strict=True)])
     finally:
         for handle in handles:
             handle.close()
     assert len(calls) == made, (calls, outcomes)
-    if made == 1:
-        assert sum(isinstance(o, RunLeasedError) for o in outcomes) == 1, outcomes
+    if made == 1:  # the loser is refused: the winner holds the lease, or has already moved the run on
+        assert sum(isinstance(o, RunLeasedError | StaleRunError) for o in outcomes) == 1, outcomes
 
 
-def _resumed(calls: list[tuple[int, int]], store: SqliteStore) -> object:
-    """Resume the stored run ``job`` from ``store`` in a new agent, to its end."""
-    return _adding(calls).resume(store.load("job"), store=store).finish()
+def _resumed(calls: list[tuple[int, int]], store: SqliteStore, run: dict[str, Any]) -> object:
+    """Resume ``run``, as read from ``store``, in a new agent, to its end."""
+    return _adding(calls).resume(run, store=store).finish()
 
 
 # --- an async decide that overrules a decision --------------------------------------------------------------------
