@@ -24,13 +24,14 @@ from support.agui_apps import Served, StreamingModel, run_input
 from support.app_owners import at_once, ending, stream
 from support.embedding_round_six import ChargesOnce, Gates, Traced, charges
 from support.polling import held_within
+from support.sdk import skip_unless_installed
 
 from fsm_agent import Agent, RunExistsError, Session, SqliteStore, TransitionEvent
 from fsm_agent.agui import app
 from fsm_agent.persist import open_store
 from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 
-pytest.importorskip("opentelemetry.sdk", reason="pip install 'fsm-agent[otel]'")
+skip_unless_installed("opentelemetry.sdk", reason="pip install 'fsm-agent[otel]'")
 
 WAIT = 30.0
 """Seconds a test waits for the server to get where it wants it (milliseconds when idle)."""

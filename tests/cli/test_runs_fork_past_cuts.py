@@ -18,7 +18,7 @@ from fsm_agent.__main__ import main
 from fsm_agent.persist import open_store
 
 
-@pytest.mark.parametrize("how", ["timeout-sync", "task-cut-model"])
+@pytest.mark.parametrize("how", [pytest.param("timeout-sync", marks=pytest.mark.slow), "task-cut-model"])  # 0.5 s
 def test_runs_fork_takes_a_source_past_its_cut_and_runs_it_once(
     store_target: str, how: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

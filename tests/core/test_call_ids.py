@@ -116,6 +116,7 @@ class _Crash(BaseException):
     """The process dying, as far as the run can tell: nothing after it is recorded."""
 
 
+@pytest.mark.slow  # leaves a dead owner's lease (0.3 s) to lapse: a 0.5 s sleep
 def test_a_stored_child_of_this_very_call_is_still_taken_without_asking_again(tmp_path: Path) -> None:
     """A parent cut after its child finished, resumed: the same call and input take the child's stored answer."""
     asked: list[str] = []

@@ -26,6 +26,9 @@ from fsm_agent.persist import open_store
 
 DRIVERS = ("sync", "async")
 
+CUT_BY = [pytest.param(how, marks=pytest.mark.slow) if how.startswith("timeout") else how for how in SOURCES]
+"""``SOURCES``, those cut by their timeout marked ``slow``: each waits its 0.5 s deadline out."""
+
 CUT_IN_FLIGHT = {"timeout-sync", "timeout-async", "task-cut-tool"}
 """The sources whose ``c1`` was cut in flight (its result lost), so their resume made it again."""
 
@@ -57,7 +60,7 @@ def stop_of(cut: dict[str, Any]) -> tuple[int, str]:
     return len(cut["trace"]) - 1, cut["reason"]
 
 
-@pytest.mark.parametrize("how", SOURCES)
+@pytest.mark.parametrize("how", CUT_BY)
 def test_a_fork_after_the_cut_rebuilds_the_stop_and_its_resume_calling_nothing_then_makes_each_later_call_once(
     store_target: str, how: str
 ) -> None:
@@ -88,7 +91,7 @@ def test_a_fork_after_the_cut_rebuilds_the_stop_and_its_resume_calling_nothing_t
             assert store.load(f"fork-{driver}")["forked_from"] == ["src", at]
 
 
-@pytest.mark.parametrize("how", SOURCES)
+@pytest.mark.parametrize("how", CUT_BY)
 def test_a_fork_of_such_a_fork_taken_at_the_inherited_resume_rebuilds_both_calling_nothing(
     store_target: str, how: str
 ) -> None:
@@ -115,7 +118,7 @@ def test_a_fork_of_such_a_fork_taken_at_the_inherited_resume_rebuilds_both_calli
             assert store.load(f"again-{driver}")["forked_from"] == [f"fork-{driver}", stop + 1]
 
 
-@pytest.mark.parametrize("how", SOURCES)
+@pytest.mark.parametrize("how", CUT_BY)
 def test_a_fork_at_the_stop_itself_goes_on_from_it_making_each_later_call_once(store_target: str, how: str) -> None:
     """At a timeout stop the fork goes on when its edit lifts the timeout; at a cancelled one with a token not
     cancelled (here none); each call past the stop made once (rerun all), the cut one too."""

@@ -31,6 +31,8 @@ DRIVERS = ["sync", "async"]
 OWNERS = ["plain resume", "second owner"]
 BATCHES = ["one at a time", "all at once"]
 """How the resumed parent makes its turn's calls: in order, or (the async driver's default) all at once."""
+pytestmark = pytest.mark.slow  # each test leaves the cut run's lease (0.5 s) to lapse before it resumes the fork
+
 CUT = ("c1", 2)
 """The helper's second call, where both Ctrl-Cs land (the source's, then the fork's)."""
 

@@ -201,6 +201,7 @@ def test_a_malformed_cached_count_is_a_model_error_naming_the_field() -> None:
     assert stop.value.__cause__.field == "usage.prompt_tokens_details.cached_tokens"
 
 
+@pytest.mark.subprocess  # a fresh interpreter: what this process imported already cannot show
 def test_an_agent_is_built_without_asking_genai_prices_until_a_price_is_needed() -> None:
     """Building an agent over an adapter does not load genai-prices' data; its first priced call or a budget does."""
     import subprocess

@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import openai
 import pytest
 from support.provider_server import BODIES, QUESTION, ProviderServer, Received, Reply
+from support.sdk import sdk_attribute
 
 from fsm_agent import Agent, AgentLoopError
 from fsm_agent.models import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
@@ -142,6 +142,6 @@ def test_a_responses_stream_error_event_puts_the_providers_message_in_the_eviden
     # As the SDK raises the nested form: its APIError, the event's code on it; it came in a 200, so it is not retried.
     assert stop.evidence["type"] == "APIError"
     cause = stop.__cause__
-    assert type(cause) is openai.APIError
+    assert type(cause) is sdk_attribute("openai:APIError")
     assert (cause.code, cause.message) == ("server_error", stop.evidence["error"])
     assert len(provider_server.requests) == 1

@@ -24,13 +24,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-
-if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing one fails the import below
-    pytest.importorskip("mkdocs", reason="the site's builder: pip install 'fsm-agent[docs]'")
-    pytest.importorskip("playwright.sync_api", reason="the browser tests' driver: pip install playwright")
-
-import playwright.sync_api as playwright_api
 from support.programs import CHROMIUM_ARGS, require_program
+from support.sdk import sdk_attribute, skip_unless_installed
+
+if os.environ.get("FSM_AGENT_CI") != "1":  # CI installs both: there a missing one fails the site's build or browser
+    skip_unless_installed("mkdocs", reason="the site's builder: pip install 'fsm-agent[docs]'")
+    skip_unless_installed("playwright", reason="the browser tests' driver: pip install playwright")
 
 pytestmark = pytest.mark.browser
 
@@ -88,7 +87,7 @@ def base(site: Path) -> Iterator[str]:
 def browser() -> Iterator[Any]:
     """Headless Chromium from the system (``apt-get install chromium``), one per module."""
     executable = require_program("chromium", "apt-get install chromium")
-    with playwright_api.sync_playwright() as driver:
+    with sdk_attribute("playwright.sync_api:sync_playwright")() as driver:
         launched = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched
         launched.close()

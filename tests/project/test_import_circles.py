@@ -10,6 +10,7 @@ inside a function (a module ``__getattr__`` included) and ``importlib.import_mod
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -43,6 +44,7 @@ def _resolve(name: str) -> str:
     return name
 
 
+@functools.cache  # read when a test first asks, not when the suite is collected
 def _edges() -> list[Edge]:
     found: list[Edge] = []
     for module, path in MODULES.items():
@@ -83,9 +85,6 @@ def _edges() -> list[Edge]:
 
         visit(ast.parse(path.read_text(encoding="utf-8")), "module", "")
     return [edge for edge in found if edge.source != edge.target]
-
-
-EDGES = _edges()
 
 
 def _circles(edges: list[Edge]) -> list[list[str]]:
@@ -141,20 +140,20 @@ def _described(circles: list[list[str]], edges: list[Edge]) -> list[str]:
 
 def test_the_walk_sees_each_kind_of_import() -> None:
     """Module-level, type-checking, in-function and importlib imports are all found (so an empty finding counts)."""
-    kinds = {edge.kind for edge in EDGES}
+    kinds = {edge.kind for edge in _edges()}
     assert kinds == {"module", "type-checking", "function", "importlib"}
-    assert len(EDGES) > 500
+    assert len(_edges()) > 500
 
 
 def test_no_circle_of_imports_runs_when_the_modules_load() -> None:
     """The imports made while a module loads (module level, outside ``TYPE_CHECKING``) form no circle."""
-    loading = [edge for edge in EDGES if edge.kind == "module"]
+    loading = [edge for edge in _edges() if edge.kind == "module"]
     assert _described(_circles(loading), loading) == []
 
 
 def test_importlib_points_down_the_list_only_where_the_page_says() -> None:
     """``importlib`` names a module of the package only for ``Agent("provider:model")``: ``models.named``."""
-    loaded = sorted((edge.source, edge.target) for edge in EDGES if edge.kind == "importlib")
+    loaded = sorted((edge.source, edge.target) for edge in _edges() if edge.kind == "importlib")
     assert loaded == [("fsm_agent.drivers.checks", "fsm_agent.models.named")]
     assert "loads `models.named` with `importlib`" in ARCHITECTURE.read_text(encoding="utf-8")
 
@@ -171,7 +170,7 @@ def _named_edges() -> set[tuple[str, str]]:
     """The in-folder imports the page names as the ones that close a circle, each (source, target) module."""
     build_parser = {
         ("cli.main", e.target.removeprefix("fsm_agent."))
-        for e in EDGES
+        for e in _edges()
         if e.source == "fsm_agent.cli.main" and e.function == "build_parser"
     }
     return {
@@ -201,7 +200,7 @@ def test_the_circles_this_test_names_are_the_pages() -> None:
     """Each edge listed above is named in its folder's bullet: its importer and what it imports, in backticks."""
     bullets = _page_bullets()
     assert set(bullets) == {"core", "definition", "drivers", "persist", "cli"}
-    edges = {(e.source.removeprefix("fsm_agent."), e.target.removeprefix("fsm_agent.")): e for e in EDGES}
+    edges = {(e.source.removeprefix("fsm_agent."), e.target.removeprefix("fsm_agent.")): e for e in _edges()}
     for source, target in _named_edges():
         folder, importer = source.split(".")
         bullet = bullets[folder]
@@ -217,7 +216,7 @@ def test_every_circle_inside_a_folder_is_one_the_architecture_page_names() -> No
     named = _named_edges()
     inside = [
         edge
-        for edge in EDGES
+        for edge in _edges()
         if _folder(edge.source) == _folder(edge.target)
         and (edge.source.removeprefix("fsm_agent."), edge.target.removeprefix("fsm_agent.")) not in named
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,35 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
     """The lazy ``__getattr__`` answers only for its own names."""
     with pytest.raises(AttributeError, match="NoSuchThing"):
         fsm_agent.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+
+
+SDKS = ("openai", "anthropic", "google.genai", "mcp", "ray", "opentelemetry.sdk", "playwright.sync_api")
+"""The provider SDKs and the browser driver, which a test imports only where it uses them (``support.sdk``); a bare
+namespace parent (``opentelemetry``) may load, as ``skip_unless_installed`` looks a module up."""
+
+
+@pytest.mark.subprocess
+def test_loading_every_test_module_imports_no_provider_sdk() -> None:
+    """Collecting the suite imports no provider SDK: each of the two ``make test-quick`` workers collects it all.
+
+    Every test module and ``conftest.py`` is loaded as pytest's importlib mode loads it (by path, under a name of
+    its own: ``tests/mcp`` must not shadow the ``mcp`` package), with the suite's ``pythonpath``.
+    """
+    tests = Path(__file__).resolve().parents[1]
+    code = (
+        "import importlib.util, pathlib, sys\n"
+        f"tests = pathlib.Path({str(tests)!r})\n"
+        "sys.path[:0] = [str(tests.parent), str(tests)]\n"
+        "files = sorted(tests.rglob('conftest.py')) + sorted(tests.rglob('test_*.py'))\n"
+        "for n, path in enumerate(files):\n"
+        "    spec = importlib.util.spec_from_file_location(f'collected_{n}', path)\n"
+        "    module = importlib.util.module_from_spec(spec)\n"
+        "    sys.modules[spec.name] = module\n"
+        "    spec.loader.exec_module(module)\n"
+        "print(len(files))\n"
+    )
+    probe = f"{code}import json\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith({SDKS!r}))))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tests.parent)
+    loaded_files, loaded = done.stdout.splitlines()
+    assert int(loaded_files) > 300
+    assert [m for m in json.loads(loaded) if m in SDKS or m.startswith(tuple(f"{sdk}." for sdk in SDKS))] == []

@@ -9,6 +9,7 @@ package's source; the package must not).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +19,16 @@ from fsm_agent.definition.stops import CATALOGUE
 from fsm_agent.definition.table import TABLE, build_table
 
 PACKAGE = Path(fsm_agent.__file__).resolve().parent
-SOURCES = {
-    str(path.relative_to(PACKAGE.parent)): ast.parse(path.read_text(encoding="utf-8"))
-    for path in sorted(PACKAGE.rglob("*.py"))
-}
+
+
+@functools.cache  # parsed when a test first asks, not when the suite is collected
+def _sources() -> dict[str, ast.Module]:
+    """Each module of the package, parsed, by its path from the repository's root."""
+    return {
+        str(path.relative_to(PACKAGE.parent)): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+
 
 GENERATORS = frozenset({"exec", "eval", "compile", "__import__"})
 """Built-ins that run or build code from text."""
@@ -47,7 +54,7 @@ def _code_generation(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 def test_the_package_generates_no_code_and_reads_no_source_of_its_own() -> None:
     """No ``exec``, ``eval``, ``compile`` (``re.compile`` is a pattern), ``inspect.getsource``, ``__code__``."""
-    found = {path: hits for path, tree in SOURCES.items() if (hits := sorted(set(_code_generation(tree))))}
+    found = {path: hits for path, tree in _sources().items() if (hits := sorted(set(_code_generation(tree))))}
     assert found == {}
 
 
@@ -128,7 +135,7 @@ def test_nothing_is_kept_by_id() -> None:
     """No container keyed by ``id()`` outlives the call that makes it (a walk's own seen-set is fine)."""
     kept = {
         path: sorted({f"{line}: {container}" for line, container, local in found if not local})
-        for path, tree in SOURCES.items()
+        for path, tree in _sources().items()
         if (found := list(_id_keys(tree)))
     }
     assert {path: hits for path, hits in kept.items() if hits} == {}
@@ -136,7 +143,7 @@ def test_nothing_is_kept_by_id() -> None:
 
 def _module_caches() -> Iterator[tuple[str, str, list[str]]]:
     """Each module-level function cached by ``functools``: where, its name, and its parameters' annotations."""
-    for path, tree in SOURCES.items():
+    for path, tree in _sources().items():
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef):
                 continue
