@@ -28,7 +28,7 @@ from fsm_agent.errors import SnapshotError
 from fsm_agent.jsontext import versioned
 from fsm_agent.records import Message, plain
 
-__all__ = ["GROWING", "SNAPSHOT_FORMAT", "SNAPSHOT_VERSION", "SnapshotError", "dump", "load", "parse"]
+__all__ = ["GROWING", "ONCE", "SNAPSHOT_FORMAT", "SNAPSHOT_VERSION", "SnapshotError", "dump", "load", "parse"]
 
 SNAPSHOT_FORMAT = "fsm_agent.Snapshot"
 SNAPSHOT_VERSION = 2
@@ -40,6 +40,8 @@ GROWING = ("messages", "steps", "trace", "io")
 ``io`` (what each call was sent and gave back, ``core.exchanges``) came later within version 2: a snapshot
 without it loads with none.
 """
+ONCE = ("prior",)
+"""The snapshot's fields written whole only (they never change while a run goes on): in ``dump``, not ``dump_small``."""
 
 
 def dump(run: Run, **extra: Any) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
             [name, arguments, [[n, a, plain(r)] for n, a, r in outcomes]]
             for name, arguments, outcomes in run.calls.carried_down
         ],
-        # Handed outcomes a cut counted; written empty too, as a journal entry sets the fields it names, drops none.
+        # Handed outcomes a cut counted; written empty too: a field gone absent costs the journal a whole write.
         "prepaid": sorted(run.calls.prepaid),
         "to_approve": [call.id for call in run.calls.pending if call.id in run.calls.to_approve]
         if run.calls.to_approve

@@ -58,7 +58,8 @@ class Checkpoints:
         write: a batch's call may grow the run while the write is in flight.
         """
         whole = snapshot.dump(run, **self._named, paused=paused)
-        self._next = self._position(run, {k: v for k, v in whole.items() if k not in snapshot.GROWING})
+        small = {k: v for k, v in whole.items() if k not in snapshot.GROWING and k not in snapshot.ONCE}
+        self._next = self._position(run, small)  # what dump_small gives: what the next entry is told apart from
         return whole
 
     @staticmethod
@@ -80,6 +81,8 @@ class Checkpoints:
             if len(items) < mark or (mark and items[mark - 1] is not tail):
                 return self._whole(run, paused)  # history was rewritten, not extended: write it whole
         small = snapshot.dump_small(run, **self._named, paused=paused)
+        if self._small.keys() - small.keys():
+            return self._whole(run, paused)  # a field went absent, which an entry cannot say: it sets, never drops
         changed = {k: v for k, v in small.items() if self._small.get(k, _MISSING) != v}
         growth = {k: v for k, v in snapshot.dump_growth(run, self._marks).items() if v}
         self._next = self._position(run, small)
