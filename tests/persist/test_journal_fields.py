@@ -23,7 +23,7 @@ TURNS = 4
 
 @pytest.fixture
 def probed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``dump_small`` with a ``probe`` field for the run's first turn only, as a future optional field might be."""
+    """``dump_small`` with a ``probe`` field until the run's second model call, as a future optional field might be."""
     real = snapshot.dump_small
 
     def dump_small(run: Any, **extra: Any) -> dict[str, Any]:
