@@ -40,9 +40,7 @@ class HelperModel:
         self.counts = counts
 
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        asked = next(m.content for m in messages if m.role == "user")
-        with self.counts.lock:
-            self.counts.child[asked] += 1
+        asked, _ = self.counts.asked(messages)
         if sum(1 for m in messages if m.role == "tool") >= 2:
             return reply(f"found {asked}", usage=USAGE)
         calls = (tool_call("deep", id="d1", input=f"deep {asked}"), tool_call("wait", id="w2", item=asked, step=2))
@@ -56,9 +54,7 @@ class DeepModel:
         self.counts = counts
 
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        asked = next(m.content for m in messages if m.role == "user")
-        with self.counts.lock:
-            self.counts.child[asked] += 1
+        self.counts.asked(messages)
         return reply("deep answer", usage=DEEP_USAGE)
 
 

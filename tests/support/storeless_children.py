@@ -49,6 +49,13 @@ class Counts:
         self.started = threading.Semaphore(0)
         self.go = threading.Event()
 
+    def asked(self, messages: Sequence[Message]) -> tuple[str, int]:
+        """Count a child model's call on ``messages``: its input, and the calls that input has had, this one in."""
+        asked = next(m.content for m in messages if m.role == "user")
+        with self.lock:
+            self.child[asked] += 1
+            return asked, self.child[asked]
+
     def arm(self) -> None:
         """Hold the next first-time ``wait`` calls again, with fresh events: for a second cut."""
         self.hold, self.started, self.go = True, threading.Semaphore(0), threading.Event()
@@ -61,15 +68,13 @@ class ChildModel:
         self.counts = counts
 
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        asked = next(m.content for m in messages if m.role == "user")
-        with self.counts.lock:
-            self.counts.child[asked] += 1
+        asked, made = self.counts.asked(messages)
         done = sum(1 for m in messages if m.role == "tool")
         if done >= len(SCRIPT):
             return reply(f"found {asked}")
         name, step = SCRIPT[done]
         # A call id unique to this child run's reply: the resumed child's ids need not be the cut one's.
-        return tool_turn(tool_call(name, id=f"{asked}-{step}-{self.counts.child[asked]}", item=asked, step=step))
+        return tool_turn(tool_call(name, id=f"{asked}-{step}-{made}", item=asked, step=step))
 
 
 def _count(counts: Counts, item: str, step: int) -> bool:
@@ -136,9 +141,7 @@ class NestedModel:
         self.counts = counts
 
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        asked = next(m.content for m in messages if m.role == "user")
-        with self.counts.lock:
-            self.counts.child[asked] += 1
+        asked, _ = self.counts.asked(messages)
         done = sum(1 for m in messages if m.role == "tool")
         if done == 0:
             return tool_turn(tool_call("deep", input=f"deep {asked}"), usage=USAGE["child"])

@@ -68,10 +68,7 @@ class Worker:
         self.counts, self.script, self.told = counts, script, told
 
     def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        asked = next(m.content for m in messages if m.role == "user")
-        with self.counts.lock:
-            self.counts.child[asked] += 1
-            made = self.counts.child[asked]
+        asked, made = self.counts.asked(messages)
         if self.told is not None:
             self.told(asked, made)
         done = sum(1 for m in messages if m.role == "tool")
