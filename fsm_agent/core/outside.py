@@ -37,11 +37,12 @@ from fsm_agent.tools import ToolResult
 
 @attrs.frozen
 class CutWithRun(ToolResult):
-    """No outcome: a sub-agent call whose child the cancel token it shares with this run stopped, cut with the run.
+    """No outcome: a sub-agent call whose child stopped with this run (its cancel, its deadline), cut with the run.
 
-    Why: the cancel is the run's stop, not the child's answer (``child_runs``).
-    The call stays pending, counted as a cut (``spent``; ``child``: the part
-    not counted yet), and the run stops ``cancelled``; a resume makes it again.
+    Why: the cancel or the deadline is the run's stop, not the child's answer
+    (``child_runs``).  The call stays pending, counted as a cut (``spent``;
+    ``child``: the part not counted yet), and the run stops on ``trigger``
+    (``cancelled`` or ``timeout``); a resume makes it again.
     ``done``: the tool calls the child's run completed, when no store keeps
     that run, and which of them the cut counted: the new child run of the
     call made again takes their outcomes instead of calling its tools again
@@ -50,6 +51,7 @@ class CutWithRun(ToolResult):
 
     spent: ChildOutcome | None = None
     done: HandDown = attrs.field(factory=HandDown)
+    trigger: str = INTERRUPTED
 
 
 class OutsideEvents:
@@ -58,7 +60,6 @@ class OutsideEvents:
     __slots__ = ()
     run: Run
     walker: Walker
-    _left: dict[str, tuple[ToolCall, HandDown]]
     _took: set[str]
 
     def tell_time(self, elapsed: float) -> None:
@@ -92,22 +93,26 @@ class OutsideEvents:
         if run.faults.hook_error is None:
             run.faults.hook_error = error
 
-    def children_cut(self, spent: Mapping[str, tuple[ChildOutcome, ChildOutcome]]) -> None:
-        """Sub-agent calls were given up in flight (the deadline, a cancel): count what their runs spent.
+    def children_cut(self, cut: Mapping[str, tuple[ChildOutcome, ChildOutcome, HandDown]]) -> None:
+        """Sub-agent calls were given up in flight (the deadline, a cancel): count what their runs spent, keep what
+        they completed.
 
-        ``spent`` maps a call id to what its child's run had spent and the
-        part of that not counted yet (``ledger.count_cut_child``).  A call
-        whose outcome the run holds, or that is no longer pending, was not
-        cut: its outcome is recorded, and counts its child, as any other.
+        ``cut`` maps a call id to what its child's run had spent, the part of
+        that not counted yet (``ledger.count_cut_child``) and, without a store,
+        the outcomes it completed (``hand_down``).  A call whose outcome the
+        run holds, or that is no longer pending, was not cut: its outcome is
+        recorded, and counts its child, as any other.
         """
         run = self.run
-        pending = {call.id for call in run.calls.pending}
-        for call_id, (whole, uncounted) in spent.items():
-            if call_id in pending and call_id not in run.calls.ran:
+        pending = {call.id: call for call in run.calls.pending}
+        for call_id, (whole, uncounted, done) in cut.items():
+            call = pending.get(call_id)
+            if call is not None and call_id not in run.calls.ran:
                 count_cut_child(run, call_id, whole, uncounted)
+                self.hand_down(call, done)
 
     def hand_down(self, call: ToolCall, done: HandDown) -> None:
-        """Sub-agent call ``call``, still pending, was cut with this run's cancel: keep its child's ``done`` outcomes.
+        """Sub-agent call ``call``, still pending, was cut with this run: keep its child's ``done`` outcomes.
 
         Why: without a store nothing else keeps what the cut child did; the
         new child run of the call made again takes them (``child_runs``), so
@@ -202,23 +207,6 @@ class OutsideEvents:
             self._took.discard(call.id)
         elif self.run.calls.carried_down:
             take_carried_down(self.run, call)
-
-    def child_left(self, call: ToolCall, done: HandDown) -> None:
-        """Sub-agent call ``call`` was cut in flight by its task's cancel (async): its child's ``done`` outcomes.
-
-        Held (not run state) until the run stops: a cancel of its task keeps
-        them (``hand_down``, from ``interrupt``); its deadline, which cuts the
-        task the same way, does not, as the sync driver's deadline keeps none.
-        """
-        self._left[call.id] = (call, done)
-
-    def _settle_left(self, trigger: str) -> None:
-        """The run stops on ``trigger``: the cut children's outcomes held by ``child_left`` are kept on a cancel."""
-        left = dict(self._left)
-        self._left.clear()
-        if trigger == INTERRUPTED:
-            for call, done in left.values():
-                self.hand_down(call, done)
 
     def resume(self, retry: bool, before: Limits | None = None) -> Transition | None:
         """Take the ``resume`` edge out of ``Failed`` if the run's limits now lift its stop; None if they do not.

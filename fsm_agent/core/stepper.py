@@ -34,7 +34,7 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, AwaitModel, CheckTruncation, Dispatch, ExecuteTool, State
 from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import Row, first_row
-from fsm_agent.definition.triggers import CHECK, DISPATCH, INTERRUPTED, MODEL_FAILED, REPLIED, START, TOOL_DONE
+from fsm_agent.definition.triggers import CHECK, DISPATCH, MODEL_FAILED, REPLIED, START, TOOL_DONE
 from fsm_agent.definition.views import MessagesView
 from fsm_agent.errors import RunStateError
 from fsm_agent.records import ModelResponse, Step, ToolCall, Transition
@@ -51,7 +51,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
 
     __slots__ = (
         "_cut",
-        "_left",
         "_messages",
         "_replied",
         "_start",
@@ -95,8 +94,8 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self._replied: str | None = None
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
         self._start: Row | None = None
-        self._cut: tuple[str, ...] = ()  # sub-agent calls cut with the run (CutWithRun), until step() stops there
-        self._left = {}  # sub-agent calls cut by a cancel of the run's task (child_left), until it stops
+        # The sub-agent calls cut with the run (CutWithRun), each with the trigger of its stop, until step() stops.
+        self._cut: dict[str, str] = {}
         self._took = set()  # sub-agent calls whose child took what was handed down (handed_down), until answered
         ExchangeLog.__init__(self)
 
@@ -302,11 +301,10 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             msg = f"no pending tool call has id {call.id!r}"
             raise RunStateError(msg)
         if isinstance(outcome, CutWithRun):
-            if outcome.spent is not None and outcome.child is not None:  # child_runs builds it whole
-                self.children_cut({call.id: (outcome.spent, outcome.child)})
             self._took.discard(call.id)
-            self.hand_down(call, outcome.done)
-            self._cut = (*self._cut, call.id)
+            if outcome.spent is not None and outcome.child is not None:  # child_runs builds it whole
+                self.children_cut({call.id: (outcome.spent, outcome.child, outcome.done)})
+            self._cut[call.id] = outcome.trigger
             return
         self.answered(call)
         self.run.calls.ran[call.id] = outcome
@@ -337,8 +335,12 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             msg = f"the run already finished in {state} (reason {run.at.reason!r}); start a new run"
             raise RunStateError(msg)
         elif self._cut and run.calls.pending[0].id in self._cut:
-            cut, self._cut = run.calls.pending[0].id, ()
-            return self.interrupt(INTERRUPTED, cut)  # the cancel cut a sub-agent call: the run stops with it
+            cut = run.calls.pending[0].id
+            trigger = self._cut[cut]
+            self._cut = {}
+            return self.interrupt(
+                trigger, cut
+            )  # the cancel or the deadline cut a sub-agent call: the run stops with it
         else:
             self._replay_tool()
             trigger = TOOL_DONE
@@ -389,8 +391,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         kept for the stop's evidence.
         """
         run = self.run
-        if self._left:
-            self._settle_left(trigger)
         if run.at.frozen:
             self.thaw()  # the batch was cut: its stop sees the time and a cancel held since its plan
         in_flight = run.at.state is AwaitModel and self._replied is None and unfinished is not None

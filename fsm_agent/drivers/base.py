@@ -9,12 +9,14 @@ shape), so the sync and async paths cannot drift apart.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.output import past_deadline
+from fsm_agent.core.outside import CutWithRun
 from fsm_agent.core.result import make_result, pause_of
 from fsm_agent.core.stepper import Stepper
 from fsm_agent.definition.limits import Limits
@@ -27,12 +29,13 @@ from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.observe.events import logger
-from fsm_agent.records import ChildOutcome, Message, RunResult, Step, ToolCall, Transition
-from fsm_agent.tools import RunContext
+from fsm_agent.records import Message, RunResult, Step, ToolCall, Transition
+from fsm_agent.tools import RunContext, ToolResult
 from fsm_agent.tools.context import deps_types, refuse_deps
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
+    from fsm_agent.drivers.cut_spend import InFlight
     from fsm_agent.persist.store import Store
 
 
@@ -46,8 +49,8 @@ class RunBase(WatchedRun):
     forked_from: tuple[str | None, int] | None = None
     """A fork's source run and the transition it was taken after (``Agent.fork``); None for any other run."""
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
-    # The sub-agent calls in flight, by call id: each reads what its child's run spent so far (drivers.cut_spend).
-    _flying: dict[str, Callable[[], tuple[ChildOutcome, ChildOutcome]]] | None = None
+    # The sub-agent calls in flight, by call id: what their children's runs spent and completed (drivers.cut_spend).
+    _flying: dict[str, InFlight] | None = None
     # The Ctrl-C (KeyboardInterrupt, SystemExit) that came out of a model or tool call, itself or as the cause of
     # the cancel it became, the run whole, until _keep_cut reads it; and the sub-agent calls whose hand-down (a
     # fork's) was taken from this run and is not yet stored with the child's run (child_runs), while no Ctrl-C
@@ -292,13 +295,37 @@ class RunBase(WatchedRun):
         self.stepper.accept_output(checked)
         return None
 
+    def _accept_tool(self, call: ToolCall, outcome: ToolResult) -> None:
+        """Hand the stepper a call's outcome; a sub-agent call cut with the run is then no longer in flight.
+
+        Why here: on the sync driver with a deadline this runs with the run
+        held (``SyncDriver._take_back``), so a cut of the run from the caller's
+        thread either finds the call in flight (and counts its child) or finds
+        it counted here, never neither.
+        """
+        flying = self._flying
+        if flying and isinstance(outcome, CutWithRun):  # a later cut of the run must not count its child again
+            self._flying = {call_id: child for call_id, child in flying.items() if call_id != call.id}
+        self.stepper.accept_tool(call, outcome)
+
+    def _still(self) -> AbstractContextManager[object]:
+        """Hold the run between two consistent points while another thread reads it (a parent's cut).
+
+        Here nothing to hold: only the sync driver runs a run on a thread of
+        its own (a deadline's worker), and it holds the run there.
+        """
+        return nullcontext()
+
     def _interrupt(self, trigger: str, unfinished: str | None) -> Transition:
         """Record a call given up in flight (task cancelled, deadline passed) as the stop it is."""
         self._observe()
         flying = self._flying
         if flying:  # sub-agent calls given up with it: what their runs spent is the run's (drivers.cut_spend)
             self._flying = None  # first: a parent reading this run's spend never counts these twice
-            self.stepper.children_cut({call_id: spent() for call_id, spent in flying.items()})
+            # What each child completed is read before what it spent: a tool call it completes in between (its
+            # thread goes on, on the sync driver) is then counted and made again, never handed down uncounted.
+            cut = {call_id: (child.done(), child.spent()) for call_id, child in flying.items()}
+            self.stepper.children_cut({call_id: (*spent, done) for call_id, (done, spent) in cut.items()})
         if self._observed and self.position.at.state is ExecuteTool:
             self._batch_cut_events()
         return self._after(self.stepper.interrupt(trigger, unfinished, self._take_shown()))

@@ -28,6 +28,7 @@ import attrs
 from fsm_agent.core.hand_down import HandDown
 from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
+from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run
 from fsm_agent.drivers.child_spend import shares, with_lent_back
@@ -39,7 +40,6 @@ from fsm_agent.drivers.cut_spend import (
     cut_record,
     cut_with_parent,
     fly,
-    landed,
     plus,
     prepaid_calls,
     shared,
@@ -351,16 +351,10 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
         _opened(parent, begun)
     fly(parent, call, begun, counted)  # a cut of the parent (the child cancelled with it) counts what it spent
-    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
-
     try:
         result = await begun.afinish()
     except AgentLoopError as stop:
         result = stop.result
-    except asyncio.CancelledError:  # the parent's task was cancelled (or its deadline passed): the parent stops
-        if parent._store is None:  # noqa: SLF001 - no store keeps what the child did: the parent's run does
-            parent.stepper.child_left(call, _done(begun))
-        raise
     return _ended(parent, child, call, result, begun, counted)
 
 
@@ -383,12 +377,7 @@ def _ended(
     spent = plus(spent_in(begun.run_id, result, calls_of(begun)), unrecorded(begun))
     if not cut_with_parent(parent, result):
         return _outcome(child, result, spent, counted)
-    landed(parent, call)  # no longer in flight: a later cut of the parent must not count it again
     kept, uncounted = cut_record(spent, counted, prepaid_calls(begun))
-    done = _done(begun) if parent._store is None else HandDown()  # noqa: SLF001 - the parent's driver hands it over
-    return CutWithRun("", child=uncounted, spent=kept, done=done)
-
-
-def _done(child: RunBase) -> HandDown:
-    """What a store-less ``child`` cut with its parent hands it: its completed calls and its sub-agents' (``below``)."""
-    return completed_by(child)
+    done = completed_by(begun) if parent._store is None else HandDown()  # noqa: SLF001 - the parent's driver hands it over
+    trigger = INTERRUPTED if result.reason == "cancelled" else EXPIRED
+    return CutWithRun("", child=uncounted, spent=kept, done=done, trigger=trigger)

@@ -34,7 +34,7 @@ class ConcurrentCalls(RunBase):
             self._cut_in_call(exc)
             raise
         # Kept the moment it exists: whatever happens to the rest of the batch, this call never runs again.
-        self.stepper.accept_tool(call, outcome)
+        self._accept_tool(call, outcome)
 
     async def _run_batch(self, batch: tuple[ToolCall, ...], unmade: list[str]) -> None:
         if len(batch) == 1:

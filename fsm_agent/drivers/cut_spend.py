@@ -18,10 +18,11 @@ part is each count's smaller value: a stored run that lags behind the cut
 counted again, as it was made again.  A call whose child starts afresh
 (no store, or none found) shares nothing with the cut.
 
-Without a store, a call cut with its parent's cancel hands the parent what
-its child's run completed (``completed_by``): the new child run of the call
-made again takes those outcomes instead of calling its tools again.  Their
-sub-agents' spend the cut counted already, so they bring none of it again.
+Without a store, a call cut with its parent (a cancel, the deadline) hands
+the parent what its child's run completed (``completed_by``): the new child
+run of the call made again takes those outcomes instead of calling its tools
+again.  Their sub-agents' spend the cut counted already, so they bring none
+of it again.
 What of its limits the call made again may spend is ``drivers.child_spend``'s.
 """
 
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core.exchanges import ToolExchange
-from fsm_agent.core.hand_down import Carried, HandDown, below, canonical_arguments, origins
+from fsm_agent.core.hand_down import Carried, HandDown, below, canonical_arguments, one_down, origins
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def spent_by(run: RunBase) -> ChildOutcome:
         pending = {call.id for call in tuple(position.calls.pending)}
         for call_id, read in flying.items():
             if call_id in pending:
-                spent = plus(spent, read()[1])
+                spent = plus(spent, read.spent()[1])
     return spent
 
 
@@ -240,6 +241,37 @@ def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
     )
 
 
+@attrs.frozen
+class InFlight:
+    """A sub-agent call's child run in flight, as a cut of the parent reads it: what it spent, what it completed.
+
+    Why both from one place: the cut counts what the child spent (``spent``)
+    and, without a store, hands down what it completed (``done``), which the
+    call made again takes instead of calling those tools again; whatever the
+    cut counted of it is marked so.  On the sync driver the child runs on
+    its own thread until its own deadline, so each read holds the child's
+    run between two consistent points (``RunBase._still``).
+    """
+
+    child: RunBase
+    counted: ChildOutcome | None
+    hands_down: bool
+    """The parent has no store: nothing else keeps the child's run, so the cut keeps what it completed."""
+
+    def spent(self) -> tuple[ChildOutcome, ChildOutcome]:
+        """What the child's run spent so far (the cut's record), and the part of it not counted yet."""
+        child = self.child
+        with child._still():  # noqa: SLF001 - the child's own driver holds it
+            return cut_record(spent_by(child), self.counted, prepaid_calls(child))
+
+    def done(self) -> HandDown:
+        """What the child's run completed so far, handed down, when the parent has no store; else nothing."""
+        if not self.hands_down:
+            return HandDown()
+        with self.child._still():  # noqa: SLF001 - the child's own driver holds it
+            return completed_by(self.child)
+
+
 def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome | None) -> None:
     """Register ``child``'s run as in flight for ``call`` until the parent holds the call's outcome.
 
@@ -253,19 +285,8 @@ def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome |
     ran = run.calls.ran
     flying = parent._flying or {}  # noqa: SLF001 - the parent's driver hands over its own run
     kept = {call_id: read for call_id, read in flying.items() if call_id in pending and call_id not in ran}
-
-    def read() -> tuple[ChildOutcome, ChildOutcome]:
-        return cut_record(spent_by(child), counted, prepaid_calls(child))
-
-    kept[call.id] = read
+    kept[call.id] = InFlight(child, counted, parent._store is None)  # noqa: SLF001
     parent._flying = kept  # noqa: SLF001
-
-
-def landed(parent: RunBase, call: ToolCall) -> None:
-    """``call``'s child came back: no longer in flight, so no cut of the parent reads its spend (``fly``)."""
-    flying = parent._flying  # noqa: SLF001 - the parent's driver hands over its own run
-    if flying and call.id in flying:
-        parent._flying = {call_id: read for call_id, read in flying.items() if call_id != call.id}  # noqa: SLF001
 
 
 def cut_by_cancel(parent: RunBase, call: ToolCall, run_id: str) -> bool:
@@ -288,7 +309,9 @@ def completed_by(child: RunBase) -> HandDown:
     """What a store-less ``child`` cut with its parent hands it, and which of it the cut counted.
 
     The tool calls ``child``'s run completed (ran, or took), the outcomes it
-    was handed and never took, and its sub-agent calls' (``below``).  Each
+    was handed and never took, and its sub-agent calls' (``below``; those
+    still in flight, which on the sync driver its own cut has not reached
+    yet, read through ``InFlight``).  Each
     outcome names where it came from (``reused_from``).  One that is a
     sub-agent's own keeps no spend: the cut of ``child`` counted its tokens,
     dollars, model calls and tool calls (``spent_by``, ``cut_record``).
@@ -311,12 +334,32 @@ def completed_by(child: RunBase) -> HandDown:
             spend = ChildOutcome(outcome.child.run_id, 0, 0, outcome.child.stop, 0, 0.0, 0, 0, 0, 0, 0)
             outcome = attrs.evolve(outcome, child=spend)
         done.append((call.name, canonical_arguments(call.arguments), outcome))
-    held = (*run.calls.carried, *below(run))
+    held = [*run.calls.carried, *below(run)]
     counted = origins(done) | (origins(held) & child.stepper.prepaid)
+    flying = child._flying  # noqa: SLF001 - its sub-agent calls in flight: on the sync driver, not cut yet
+    if flying:
+        calls = {call.id: call for call in tuple(run.calls.pending)}
+        for call_id, below_it in flying.items():
+            call = calls.get(call_id)
+            if call is not None and call_id not in run.calls.ran:
+                handed = below_it.done()  # counted by the cut with this child's spend (``spent_by``)
+                held += one_down(call.name, canonical_arguments(call.arguments), handed.entries)
+                counted |= handed.counted
     return HandDown((*done, *held), frozenset(counted))
 
 
 def cut_with_parent(parent: RunBase, result: RunResult) -> bool:
-    """Whether the child's run stopped ``cancelled`` by the token it shares with the parent (cancelled now)."""
-    token = parent._cancel  # noqa: SLF001 - the parent's driver hands over its own run
+    """Whether the child's run stopped with the parent: ``cancelled`` by the token they share (cancelled now), or,
+    the parent without a store, ``timeout`` with the parent's time up too.
+
+    Why the deadline without a store: the child's deadline is the parent's
+    (``child_limits``), and on the sync driver its thread may stop it there
+    a moment before the parent's own cut; its ``timeout`` is the parent's
+    stop then, as a cut of the parent in flight (``InFlight``) would make it:
+    the call made again takes what the child completed.  With a store the
+    call made again reads the child's stored run back as it stopped.
+    """
+    if result.reason == "timeout":
+        return parent._store is None and parent._out_of_time()  # noqa: SLF001 - the parent's driver hands over its run
+    token = parent._cancel  # noqa: SLF001
     return result.reason == "cancelled" and token is not None and token.cancelled

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
@@ -197,6 +198,16 @@ class SyncDriver(RunBase):
             raise
         return handoff.result()
 
+    def _still(self) -> AbstractContextManager[object]:
+        """Hold the run between two consistent points while its parent's cut reads it from another thread.
+
+        The worker of a run with a deadline holds ``_mutex`` except while a
+        call is in flight, so the wait is for the transition it is taking, as
+        the run's own deadline waits for it (``_bounded``).
+        """
+        mutex = self._mutex
+        return nullcontext() if mutex is None else mutex
+
     def _cut_while_waiting(self, mutex: threading.Lock, exc: BaseException) -> None:
         """A Ctrl-C in the caller's thread while the worker drives the run: written if a call is in flight.
 
@@ -308,7 +319,7 @@ class SyncDriver(RunBase):
         finally:
             if held:
                 self._take_back(mutex)
-        self.stepper.accept_tool(call, outcome)
+        self._accept_tool(call, outcome)
 
     def _unfinished(self, effect: ModelCall | ToolBatch | None) -> str | None:
         if isinstance(effect, ToolBatch):

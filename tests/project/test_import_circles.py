@@ -189,6 +189,7 @@ def _named_edges() -> set[tuple[str, str]]:
         ("drivers.cut_runs", "drivers.agent_run"),
         ("drivers.streaming", "drivers.agent_run"),
         ("drivers.child", "drivers.agent_parts"),  # `child` names `AgentParts`
+        ("drivers.base", "drivers.cut_spend"),  # `base` names `InFlight`, `cut_spend` names `RunBase`
         ("cli.run", "cli.batch"),  # `run` imports `batch` inside `own_agent`
         ("persist.store", "persist.sqlite"),  # `store` hands out `SqliteStore` through a module `__getattr__`
         *build_parser,  # `main` imports each command's module inside `build_parser`
