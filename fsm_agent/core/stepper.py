@@ -335,12 +335,10 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             msg = f"the run already finished in {state} (reason {run.at.reason!r}); start a new run"
             raise RunStateError(msg)
         elif self._cut and run.calls.pending[0].id in self._cut:
+            # The cancel or the deadline cut a sub-agent call: the run stops with it.
             cut = run.calls.pending[0].id
-            trigger = self._cut[cut]
-            self._cut = {}
-            return self.interrupt(
-                trigger, cut
-            )  # the cancel or the deadline cut a sub-agent call: the run stops with it
+            trigger, self._cut = self._cut[cut], {}
+            return self.interrupt(trigger, cut)
         else:
             self._replay_tool()
             trigger = TOOL_DONE

@@ -366,10 +366,11 @@ def _ended(
     begun: RunBase,
     counted: ChildOutcome | None,
 ) -> ToolResult:
-    """The call's outcome from its child's ended run ``begun``; none (``CutWithRun``) if the parent's cancel stopped it.
+    """The call's outcome from its child's ended run ``begun``; none (``CutWithRun``) if it stopped with the parent.
 
-    Why none: the cancel is the parent's stop, not the child's answer.  The
-    call stays pending, as one the parent's deadline cut, what the child
+    Why none: the cancel (or, without a store, the deadline) is the parent's
+    stop, not the child's answer (``cut_with_parent``).  The
+    call stays pending, as one the parent's cut found in flight, what the child
     spent is counted once, its tool calls included (``cut_record``), and the
     parent's resume resumes the child: its stored run, or without a store a
     new one given the outcomes this one completed.
