@@ -8,7 +8,8 @@ again.  Each child here runs ``work``, then hangs in its answer until the
 deadline cuts it; the resume must not run ``work`` again.  Counted: each
 ``work`` execution by call id, every model call, the parent's ``tool_calls``;
 on both drivers, one call and two in one reply (the async driver runs them as
-one parallel batch, the sync driver one after the other).
+one parallel batch, the sync driver one after the other), two levels down, and
+a fork taken at the stop instead of a resume.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 from support.cancelled_with_parent import WAIT, Counts, ParentModel, child_tools
 
-from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, RunResult, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, ForkEdit, Message, ModelResponse, RunResult, ToolRegistry
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 
@@ -185,3 +186,24 @@ def test_a_grandchild_cut_by_the_parents_deadline_has_its_completed_tool_taken_t
     assert (counts.parent, counts.child) == (2 + 1 + 2, 2 + 2)
     # The helper call, the deep call and work, each once.
     assert result.steps[-1].counters["tool_calls"][0] == 3
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_fork_at_the_deadline_stop_of_such_a_cut_takes_the_completed_tool_too(driver: str) -> None:
+    """Forked at its ``timeout`` stop with the timeout lifted, the snapshot's hand-down goes to the fork's new child."""
+    counts, release = Counts(), threading.Event()
+    counts.go.set()
+    try:
+        cut = _cut(_agent(counts, driver, ("c1",), release, DEADLINE), driver)
+    finally:
+        counts.hold = False
+        release.set()
+    assert cut.snapshot is not None
+    snapshot = json.loads(json.dumps(cut.snapshot))
+    stop = len(cut.snapshot["trace"]) - 1
+    agent = _agent(counts, driver, ("c1",), release, None)
+    run = agent.fork(snapshot, stop, edit=ForkEdit(limits={"timeout": 60}))
+    result = run.finish() if driver == "sync" else asyncio.run(run.afinish())
+    assert _answers(result) == {"c1": json.dumps("found c1")}
+    assert counts.work == Counter({"w-c1": 1})  # the fork's new child took it
+    assert (counts.parent, counts.child) == (2, 4)  # the cut child's two model calls, the fork's child's two
