@@ -29,6 +29,7 @@ What of its limits the call made again may spend is ``drivers.child_spend``'s.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -249,8 +250,10 @@ class InFlight:
     and, without a store, hands down what it completed (``done``), which the
     call made again takes instead of calling those tools again; whatever the
     cut counted of it is marked so.  On the sync driver the child runs on
-    its own thread until its own deadline, so each read holds the child's
-    run between two consistent points (``RunBase._still``).
+    its own thread until its own deadline, so without a store each read
+    holds the child's run between two consistent points (``RunBase._still``):
+    what is handed down must be what was counted.  With a store the spend is
+    read as it stands, as before, never waiting for the child's write.
     """
 
     child: RunBase
@@ -261,7 +264,7 @@ class InFlight:
     def spent(self) -> tuple[ChildOutcome, ChildOutcome]:
         """What the child's run spent so far (the cut's record), and the part of it not counted yet."""
         child = self.child
-        with child._still():  # noqa: SLF001 - the child's own driver holds it
+        with child._still() if self.hands_down else nullcontext():  # noqa: SLF001 - the child's own driver holds it
             return cut_record(spent_by(child), self.counted, prepaid_calls(child))
 
     def done(self) -> HandDown:
