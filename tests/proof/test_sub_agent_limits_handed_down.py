@@ -16,6 +16,7 @@ from typing import Any
 
 from fsm_agent import Agent, AgentLoopError, ToolRegistry
 from fsm_agent.definition.limits import Limits
+from fsm_agent.persist import open_store
 from fsm_agent.proof import check
 from fsm_agent.proof.check import handed_down
 from fsm_agent.records import RunResult
@@ -39,26 +40,42 @@ def _parent_and_child(clock: ManualClock) -> tuple[Agent, Agent]:
     return parent, child
 
 
-def _ended(agent: Agent) -> RunResult:
+def _ended(agent: Agent, store: Any = None) -> RunResult:
     try:
-        return agent.run("q")
+        return agent.run("q", store=store)
     except AgentLoopError as stop:
         return stop.result
 
 
-def test_a_sub_agents_run_ends_only_on_a_reason_the_parents_proof_of_it_calls_reachable() -> None:
+def test_a_sub_agents_run_ends_only_on_a_reason_the_parents_proof_of_it_calls_reachable(store_target: str) -> None:
     """ExecuteTool->Failed[timeout] in the child's run under the parent: the parent's proof of the sub-agent
-    reaches ``timeout``; check(child) alone, the child run on its own, does not."""
+    reaches ``timeout``; check(child) alone, the child run on its own, does not.
+
+    With a store the child's stop is the call's answer; without one the
+    parent's deadline is the stop of both (the call stays pending, see
+    docs/how-to/sub-agents.md, and the next test), so a store shows the child's.
+    """
     clock = ManualClock()
     parent, child = _parent_and_child(clock)
     proof = check(parent)
     assert "timeout" in check(child).unreachable  # the child's own runs have no timeout
     assert "timeout" in proof.children["helper"].reachable
     assert "sub-agent 'helper', under the limits handed down" in proof.report()
-    result = _ended(parent)
-    said: dict[str, Any] = json.loads(next(m.content for m in result.messages if m.role == "tool"))
-    assert said["reason"] == "timeout"
+    with open_store(store_target) as store:
+        result = _ended(parent, store)
+        said: dict[str, Any] = json.loads(next(m.content for m in result.messages if m.role == "tool"))
+        child_run = result.steps[0].child
+        assert child_run is not None
+        assert store.load(child_run)["reason"] == said["reason"] == "timeout"
     assert said["reason"] in proof.children["helper"].reachable
+
+
+def test_without_a_store_the_sub_agents_timeout_is_the_parents_stop_with_the_call_pending() -> None:
+    """ExecuteTool->Failed[timeout] in both runs: the child's deadline is the parent's, so the call is not answered."""
+    parent, _ = _parent_and_child(ManualClock())
+    result = _ended(parent)
+    assert (result.reason, [call.id for call in result.pending]) == ("timeout", [result.evidence["unfinished"]])
+    assert not [m for m in result.messages if m.role == "tool"]
 
 
 def test_the_parents_time_budgets_and_tool_call_cap_are_added_where_the_child_has_none() -> None:
