@@ -322,10 +322,13 @@ class RunBase(WatchedRun):
         flying = self._flying
         if flying:  # sub-agent calls given up with it: what their runs spent is the run's (drivers.cut_spend)
             self._flying = None  # first: a parent reading this run's spend never counts these twice
-            # What each child completed is read before what it spent: a tool call it completes in between (its
-            # thread goes on, on the sync driver) is then counted and made again, never handed down uncounted.
-            cut = {call_id: (child.done(), child.spent()) for call_id, child in flying.items()}
-            self.stepper.children_cut({call_id: (*spent, done) for call_id, (done, spent) in cut.items()})
+            cut = {}
+            for call_id, child in flying.items():
+                # What it completed before what it spent: a tool call it completes in between (its thread goes
+                # on, on the sync driver) is then counted and made again, never handed down uncounted.
+                done = child.done()
+                cut[call_id] = (*child.spent(), done)
+            self.stepper.children_cut(cut)
         if self._observed and self.position.at.state is ExecuteTool:
             self._batch_cut_events()
         return self._after(self.stepper.interrupt(trigger, unfinished, self._take_shown()))

@@ -72,9 +72,9 @@ def spent_by(run: RunBase) -> ChildOutcome:
     flying = run._flying  # noqa: SLF001 - the run's calls in flight, as its own cut reads them
     if flying:
         pending = {call.id for call in tuple(position.calls.pending)}
-        for call_id, read in flying.items():
+        for call_id, in_flight in flying.items():
             if call_id in pending:
-                spent = plus(spent, read.spent()[1])
+                spent = plus(spent, in_flight.spent()[1])
     return spent
 
 
@@ -287,7 +287,7 @@ def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome |
     pending = {waiting.id for waiting in tuple(run.calls.pending)}
     ran = run.calls.ran
     flying = parent._flying or {}  # noqa: SLF001 - the parent's driver hands over its own run
-    kept = {call_id: read for call_id, read in flying.items() if call_id in pending and call_id not in ran}
+    kept = {call_id: other for call_id, other in flying.items() if call_id in pending and call_id not in ran}
     kept[call.id] = InFlight(child, counted, parent._store is None)  # noqa: SLF001
     parent._flying = kept  # noqa: SLF001
 
