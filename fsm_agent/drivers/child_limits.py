@@ -11,10 +11,12 @@ answered with a stop of that budget's reason, and no child run starts
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from fsm_agent.core.snapshot_fields import seconds
 from fsm_agent.definition.limits import Limits
 from fsm_agent.records import ChildOutcome
 from fsm_agent.tools.registry import ToolResult
@@ -25,11 +27,18 @@ if TYPE_CHECKING:
     from fsm_agent.drivers.child_spend import Shares
 
 
-def limits_for(parent: RunBase, own: Limits, share: Shares) -> Limits:
-    """``own``, the child agent's limits, each cut to what the parent has left (time, tokens, calls, dollars)."""
+def limits_for(parent: RunBase, own: Limits, share: Shares, used: float = 0.0) -> Limits:
+    """``own``, the child agent's limits, each cut to what the parent has left (time, tokens, calls, dollars).
+
+    ``used``: the seconds a stored child's run has used already
+    (``time_used``).  Its clock goes on from them when it is resumed, so its
+    timeout is those plus the parent's time left: it stops at its parent's
+    deadline, not that long before it.
+    """
     timeout, budget, caps, dollars = own.timeout, own.token_budget, own.max_tool_calls, own.cost_budget
     remaining = parent._remaining()  # noqa: SLF001 - the parent's driver hands over its own run
     if remaining is not None:
+        remaining += used
         timeout = remaining if timeout is None else min(timeout, remaining)
     if share.tokens is not None:
         budget = share.tokens if budget is None else min(budget, share.tokens)
@@ -50,6 +59,11 @@ def limits_for(parent: RunBase, own: Limits, share: Shares) -> Limits:
         max_tool_calls=caps,
         cost_budget=dollars,
     )
+
+
+def time_used(data: Mapping[str, Any] | None) -> float:
+    """The seconds the stored child run ``data`` has used (0.0 for a child not stored yet)."""
+    return 0.0 if data is None else seconds(data.get("counters") or {})
 
 
 def budget_used_up(share: Shares) -> str | None:

@@ -30,7 +30,7 @@ from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
-from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run
+from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run, time_used
 from fsm_agent.drivers.child_spend import shares, with_lent_back
 from fsm_agent.drivers.cut_spend import (
     beyond,
@@ -142,7 +142,7 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     used_up = budget_used_up(share)
     if used_up is not None and not _finished(data, again):
         return run_id, not_run(child, run_id, parent, used_up), False
-    limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share))
+    limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share), time_used(data))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, _taken_over(child, store, run_id, data, parent, limits, again), False
@@ -169,7 +169,7 @@ async def _abegin(
     used_up = budget_used_up(share)
     if used_up is not None and not _finished(data, again):
         return run_id, not_run(child, run_id, parent, used_up), False
-    limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share))
+    limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share), time_used(data))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
     return run_id, await _ataken_over(child, store, run_id, data, parent, limits, again), False
@@ -298,8 +298,17 @@ async def _ataken_over(
 
 
 def _resumed_under(limits: Limits) -> dict[str, Any]:
-    """The limits a stored child taken over goes on under: the time, tokens and dollars its parent has left for it."""
-    return {"timeout": limits.timeout, "token_budget": limits.token_budget, "cost_budget": limits.cost_budget}
+    """The limits a stored child taken over goes on under: the time, tokens, tool calls and dollars left for it.
+
+    Each counts what the child's run used before (``limits_for``'s ``used``, ``with_lent_back``), as its own
+    counters go on from there.
+    """
+    return {
+        "timeout": limits.timeout,
+        "token_budget": limits.token_budget,
+        "max_tool_calls": limits.max_tool_calls,
+        "cost_budget": limits.cost_budget,
+    }
 
 
 def _lease_wait(busy: RunLeasedError, patience: float) -> float:

@@ -1,0 +1,127 @@
+"""A stored sub-agent resumed with its parent goes on under what its parent has left now: time and tool calls.
+
+docs/how-to/sub-agents.md "What bounds the child": the child's deadline is
+its parent's, and the parent never passes its ``max_tool_calls`` total.
+A stored child taken back by its parent's resume (after a cancel cut it)
+goes on from its own counters, so:
+
+- **Time.** Its clock starts at the time it had used, so it must be given
+  that plus what its parent has left.  Given only what the parent had left,
+  it lost the time it ran before the cut a second time (the parent's clock
+  had counted it already) and stopped ``timeout`` while its parent still
+  had time.  One frozen clock serves both agents: the child's first model
+  call takes 30 of the parent's 100 seconds, the parent is cancelled while
+  the child's tool runs, and on the parent's resume the child's second
+  call takes 50 more: 80 in all, within the 100, before its third.
+- **Tool calls.** Its share is worked out again from the parent's total as
+  resumed: it kept the share it was started with, so a parent resumed
+  under a lower total passed it.
+
+Counted: each ``work`` execution by call id, every model call of both agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import pytest
+from support.cancelled_with_parent import Canceller, Counts, ParentModel, child_tools
+
+from fsm_agent import Agent, AgentLoopError, CancelToken, Message, ModelResponse, RunResult, ToolRegistry
+from fsm_agent.persist import open_store
+from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
+from fsm_agent.tools import JSONSchema
+
+TIMEOUT = 100.0
+FIRST, SECOND = 30.0, 50.0
+"""Seconds the child's first and second model calls take on the shared frozen clock."""
+
+
+class _Child:
+    """Asks for ``work`` once per entry of ``seconds``, each call taking that long on ``clock``, then answers."""
+
+    def __init__(self, counts: Counts, clock: ManualClock, seconds: Sequence[float]) -> None:
+        self.counts, self.clock, self.seconds = counts, clock, seconds
+
+    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        with self.counts.lock:
+            self.counts.child += 1
+        asked = next(m.content for m in messages if m.role == "user")
+        done = sum(m.role == "tool" for m in messages)
+        if done == len(self.seconds):
+            return reply(f"found {asked}")
+        self.clock.advance(self.seconds[done])
+        # The first call's id is the one the held ``work`` waits on (support.cancelled_with_parent).
+        return tool_turn(tool_call("work", id=f"w{done or ''}-{asked}", item=str(done)))
+
+
+def _parent(counts: Counts, driver: str, clock: ManualClock, seconds: Sequence[float], **limits: Any) -> Agent:
+    child = Agent(_Child(counts, clock, seconds), child_tools(counts, driver), clock=clock)
+    tools = ToolRegistry()
+    tools.register(child.as_tool("helper", "Looks things up."))
+    return Agent(ParentModel(counts, ("c1",)), tools, clock=clock, **limits)
+
+
+def _cut(agent: Agent, driver: str, counts: Counts, store: Any) -> None:
+    """The parent run, cancelled while its child's first ``work`` runs."""
+    token = CancelToken()
+    if driver == "sync":
+        run = partial(agent.run, "go", cancel=token, store=store, run_id="p")
+    else:
+        run = partial(asyncio.run, agent.arun("go", cancel=token, store=store, run_id="p"))
+    with Canceller(counts, token, 1), pytest.raises(AgentLoopError) as stop:
+        run()
+    assert (stop.value.reason, stop.value.result.evidence.get("unfinished")) == ("cancelled", "c1")
+    assert store.load("p/c1")["reason"] == "cancelled"
+
+
+def _resumed(agent: Agent, driver: str, store: Any, **limits: Any) -> RunResult:
+    """The stored parent resumed with a fresh token (and ``limits``), driven to its end."""
+    if driver == "sync":
+        return agent.resume(store.load("p"), cancel=CancelToken(), store=store, **limits).finish()
+
+    async def go() -> RunResult:
+        return await (await agent.aresume(store.load("p"), cancel=CancelToken(), store=store, **limits)).afinish()
+
+    return asyncio.run(go())
+
+
+def _answers(result: RunResult) -> dict[str | None, str]:
+    return {m.tool_call_id: m.content for m in result.messages if m.role == "tool"}
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_stored_child_resumed_with_its_parent_has_the_parents_time_left_beyond_its_own_past(
+    store_target: str, driver: str
+) -> None:
+    """SQLite and PostgreSQL: the child ends at 80 of the parent's 100 seconds and answers; each call made once."""
+    counts, clock = Counts(), ManualClock()
+    with open_store(store_target) as store:
+        _cut(_parent(counts, driver, clock, (FIRST, SECOND), timeout=TIMEOUT), driver, counts, store)
+        assert clock.now == FIRST
+        result = _resumed(_parent(counts, driver, clock, (FIRST, SECOND), timeout=TIMEOUT), driver, store)
+        child = store.load("p/c1")
+    assert (child["state"], child["reason"], child["counters"]["elapsed"]) == ("Done", "done", FIRST + SECOND)
+    assert child["limits"]["timeout"] == TIMEOUT  # the 70 seconds the parent had left, after the child's own 30
+    assert (result.final, _answers(result)) == ("done", {"c1": '"found c1"'})
+    assert (counts.parent, counts.child, counts.work) == (2, 3, Counter({"w-c1": 1, "w1-c1": 1}))
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_stored_child_resumed_under_a_lower_tool_call_total_keeps_its_parent_within_it(
+    store_target: str, driver: str
+) -> None:
+    """The parent's resume lowers ``max_tool_calls`` from 20 to 4: its child's share shrinks with it (its stored share,
+    19, let it make all six of its calls), and the parent makes 4 calls in all, each once."""
+    counts, clock, six = Counts(), ManualClock(), (0.0,) * 6
+    with open_store(store_target) as store:
+        _cut(_parent(counts, driver, clock, six, max_tool_calls=20), driver, counts, store)
+        result = _resumed(_parent(counts, driver, clock, six, max_tool_calls=20), driver, store, max_tool_calls=4)
+        child, made = store.load("p/c1"), store.load("p")["counters"]["tool_calls"]
+    assert (child["state"], child["reason"]) == ("Failed", "max_tool_calls")
+    assert (result.final, made) == ("done", 4)  # the helper call itself, and the child's three work calls
+    assert counts.work == Counter({"w-c1": 1, "w1-c1": 1, "w2-c1": 1})
