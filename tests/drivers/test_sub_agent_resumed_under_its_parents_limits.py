@@ -15,7 +15,8 @@ goes on from its own counters, so:
   call takes 50 more: 80 in all, within the 100, before its third.
 - **Tool calls.** Its share is worked out again from the parent's total as
   resumed: it kept the share it was started with, so a parent resumed
-  under a lower total passed it.
+  under a lower total passed it.  Two children of one parallel batch
+  (async) share the lower total.
 
 Counted: each ``work`` execution by call id, every model call of both agents.
 """
@@ -59,21 +60,28 @@ class _Child:
         return tool_turn(tool_call("work", id=f"w{done or ''}-{asked}", item=str(done)))
 
 
-def _parent(counts: Counts, driver: str, clock: ManualClock, seconds: Sequence[float], **limits: Any) -> Agent:
+def _parent(
+    counts: Counts,
+    driver: str,
+    clock: ManualClock,
+    seconds: Sequence[float],
+    asks: Sequence[str] = ("c1",),
+    **limits: Any,
+) -> Agent:
     child = Agent(_Child(counts, clock, seconds), child_tools(counts, driver), clock=clock)
     tools = ToolRegistry()
     tools.register(child.as_tool("helper", "Looks things up."))
-    return Agent(ParentModel(counts, ("c1",)), tools, clock=clock, **limits)
+    return Agent(ParentModel(counts, asks), tools, clock=clock, **limits)
 
 
-def _cut(agent: Agent, driver: str, counts: Counts, store: Any) -> None:
-    """The parent run, cancelled while its child's first ``work`` runs."""
+def _cut(agent: Agent, driver: str, counts: Counts, store: Any, children: int = 1) -> None:
+    """The parent run, cancelled while its ``children`` children's first ``work`` calls run."""
     token = CancelToken()
     if driver == "sync":
         run = partial(agent.run, "go", cancel=token, store=store, run_id="p")
     else:
         run = partial(asyncio.run, agent.arun("go", cancel=token, store=store, run_id="p"))
-    with Canceller(counts, token, 1), pytest.raises(AgentLoopError) as stop:
+    with Canceller(counts, token, children), pytest.raises(AgentLoopError) as stop:
         run()
     assert (stop.value.reason, stop.value.result.evidence.get("unfinished")) == ("cancelled", "c1")
     assert store.load("p/c1")["reason"] == "cancelled"
@@ -125,3 +133,20 @@ def test_a_stored_child_resumed_under_a_lower_tool_call_total_keeps_its_parent_w
     assert (child["state"], child["reason"]) == ("Failed", "max_tool_calls")
     assert (result.final, made) == ("done", 4)  # the helper call itself, and the child's three work calls
     assert counts.work == Counter({"w-c1": 1, "w1-c1": 1, "w2-c1": 1})
+
+
+def test_two_stored_children_of_a_parallel_batch_resumed_under_a_lower_total_share_it(store_target: str) -> None:
+    """Async, one batch of two children cut together; resumed under a total of 6: each child's share is 1 call more
+    than the one it made, and the parent makes 6 calls in all (2 helper calls, 4 work calls), each once."""
+    counts, clock, six = Counts(), ManualClock(), (0.0,) * 6
+    asks = ("c1", "c2")
+    with open_store(store_target) as store:
+        _cut(_parent(counts, "async", clock, six, asks, max_tool_calls=20), "async", counts, store, children=2)
+        assert counts.work == Counter({"w-c1": 1, "w-c2": 1})
+        resumed = _parent(counts, "async", clock, six, asks, max_tool_calls=20)
+        result = _resumed(resumed, "async", store, max_tool_calls=6)
+        children = [store.load(f"p/{call_id}") for call_id in asks]
+        made = store.load("p")["counters"]["tool_calls"]
+    assert [(child["reason"], child["counters"]["tool_calls"]) for child in children] == [("max_tool_calls", 2)] * 2
+    assert (result.final, made) == ("done", 6)
+    assert counts.work == Counter({"w-c1": 1, "w-c2": 1, "w1-c1": 1, "w1-c2": 1})
