@@ -4,7 +4,8 @@ The child's run id is ``<parent run id>/<call id>``; with a store the child is
 stored there, linked to its parent (``parent_run_id``, ``parent_call_id``, the
 digest of its input), so resuming a parent after a crash finds the child: a
 finished one is read back, never run again, and an unfinished one goes on
-from its own last checkpoint (waiting out a dead owner's lease).  The
+from its own last checkpoint (waiting out a dead owner's lease), as does one
+that stopped with its parent (the parent's cancel or deadline cut it).  The
 parent's remaining deadline, and what it has left of its token and cost
 budgets shared among the sub-agent calls of its turn (``child_spend.shares``),
 become the child's limits; its deps, unless the tool has its own, become the
@@ -33,13 +34,14 @@ from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run, time_used
 from fsm_agent.drivers.child_spend import shares, with_lent_back
 from fsm_agent.drivers.cut_spend import (
+    CUT_WITH_PARENT,
     beyond,
     calls_of,
     completed_by,
-    cut_by_cancel,
     cut_record,
     cut_with_parent,
     fly,
+    parent_cut,
     plus,
     prepaid_calls,
     shared,
@@ -138,7 +140,7 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     alike = parent.stepper.alike(call) if data is None and store is not None else []
     found = [(other, stored(store, _named(parent, other)[0])) for other in alike]
     parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
-    share, again = shares(parent), cut_by_cancel(parent, call, run_id)
+    share, again = shares(parent), parent_cut(parent, call, run_id)
     used_up = budget_used_up(share)
     if used_up is not None and not _finished(data, again):
         return run_id, not_run(child, run_id, parent, used_up), False
@@ -165,7 +167,7 @@ async def _abegin(
     alike = parent.stepper.alike(call) if data is None and store is not None else []
     found = [(other, await astored(store, _named(parent, other)[0])) for other in alike]
     parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
-    share, again = shares(parent), cut_by_cancel(parent, call, run_id)
+    share, again = shares(parent), parent_cut(parent, call, run_id)
     used_up = budget_used_up(share)
     if used_up is not None and not _finished(data, again):
         return run_id, not_run(child, run_id, parent, used_up), False
@@ -208,16 +210,24 @@ def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
     return renamed
 
 
-def _finished(data: dict[str, Any] | None, again: bool = False) -> bool:
+def _finished(data: dict[str, Any] | None, again: str | None = None, limits: Limits | None = None) -> bool:
     """Whether a stored child (None: none stored) finished, so its result is read back, never run again.
 
-    ``again``: the parent's cancel cut this call (``cut_by_cancel``), so a
-    child that stopped ``cancelled`` stopped with its parent, not of itself:
-    it is resumed, as the parent is, from where it stopped.
+    ``again``: the parent's stop that cut this call in flight
+    (``parent_cut``).  A child that stopped ``cancelled`` then (the token
+    it shares with its parent, or its task cancelled with the parent's) or
+    ``timeout`` (its deadline is its parent's), where ``limits``, what the
+    parent has left for it, lift that, stopped with its parent, not of
+    itself: it is resumed, as the parent is, from where it stopped.
     """
     if data is None or data.get("state") not in FINISHED or data.get("paused"):
         return False
-    return not (again and data.get("state") == "Failed" and data.get("reason") == "cancelled")
+    if again is None or data.get("state") != "Failed" or data.get("reason") not in CUT_WITH_PARENT:
+        return True
+    if data.get("reason") == "timeout":
+        timeout = None if limits is None else limits.timeout
+        return timeout is not None and timeout <= time_used(data)
+    return False
 
 
 def _new_run(
@@ -252,7 +262,7 @@ def _deps(parent: RunBase, child: ChildTool) -> Any:
 
 
 def _taken_over(
-    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: bool
+    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: str | None
 ) -> AgentRun | ReadBack:
     """The stored child's result if it finished, else its run resumed here once nobody else holds it.
 
@@ -268,7 +278,7 @@ def _taken_over(
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * traits(store).lease
     while True:
-        if _finished(data, again):
+        if _finished(data, again, limits):
             return _read_back(agent, run_id, data)
         try:
             return agent.resume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
@@ -278,7 +288,7 @@ def _taken_over(
 
 
 async def _ataken_over(
-    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: bool
+    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: str | None
 ) -> AgentRun | ReadBack:
     """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
@@ -288,7 +298,7 @@ async def _ataken_over(
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * traits(store).lease
     while True:
-        if _finished(data, again):
+        if _finished(data, again, limits):
             return _read_back(agent, run_id, data)
         try:
             return await agent.aresume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
@@ -333,7 +343,7 @@ def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
         return begun
     if isinstance(begun, ReadBack):
         return _outcome(child, begun.result, begun.spent, shared(parent, call, begun.spent))
-    counted = shared(parent, call, spent_by(begun))
+    counted = shared(parent, call, spent_by(begun), prepaid_calls(begun))
     if new:
         begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
         _opened(parent, begun)
@@ -355,7 +365,7 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
         return begun
     if isinstance(begun, ReadBack):
         return _outcome(child, begun.result, begun.spent, shared(parent, call, begun.spent))
-    counted = shared(parent, call, spent_by(begun))
+    counted = shared(parent, call, spent_by(begun), prepaid_calls(begun))
     if new:
         await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
         _opened(parent, begun)
@@ -377,8 +387,8 @@ def _ended(
 ) -> ToolResult:
     """The call's outcome from its child's ended run ``begun``; none (``CutWithRun``) if it stopped with the parent.
 
-    Why none: the cancel (or, without a store, the deadline) is the parent's
-    stop, not the child's answer (``cut_with_parent``).  The
+    Why none: the cancel (or the deadline) is the parent's stop, not the
+    child's answer (``cut_with_parent``).  The
     call stays pending, as one the parent's cut found in flight, what the child
     spent is counted once, its tool calls included (``cut_record``), and the
     parent's resume resumes the child: its stored run, or without a store a

@@ -156,13 +156,19 @@ def count_of(counters: Mapping[str, Any], name: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def shared(parent: RunBase, call: ToolCall, start: ChildOutcome) -> ChildOutcome | None:
+def shared(parent: RunBase, call: ToolCall, start: ChildOutcome, prepaid: int = 0) -> ChildOutcome | None:
     """What the parent counted already of the child run that ``start`` (its spend so far) takes up for ``call``.
 
     That is what the parent counted when the call was cut, as far as the
     child's run holds it where it starts (or ends, read back): the smaller
     of the two, count by count.  None: nothing; a cut of another run (the
-    call's child renamed) shares nothing.
+    call's child renamed) shares nothing.  ``prepaid``: the outcomes a run
+    taken back took that an earlier cut counted (``prepaid_calls``), which
+    ``start`` leaves out and the cut's record holds (``cut_record``): its
+    tool calls are compared with them, and counted without them, as the
+    run's spend will be.  Compared without them, a run that recorded a call
+    after the cut read it (the sync driver's child, on its own thread) was
+    taken to hold one call more of the record than it did.
     """
     cut = parent.position.calls.cut_children.get(call.id)
     if cut is None or cut.run_id != start.run_id:
@@ -172,7 +178,7 @@ def shared(parent: RunBase, call: ToolCall, start: ChildOutcome) -> ChildOutcome
         min(cut.input_tokens, start.input_tokens),
         min(cut.output_tokens, start.output_tokens),
         None,
-        min(cut.tool_calls, start.tool_calls),
+        min(cut.tool_calls, start.tool_calls + prepaid) - prepaid,
         None if cut.cost is None or start.cost is None else min(cut.cost, start.cost),
         min(cut.cache_read_tokens, start.cache_read_tokens),
         min(cut.cache_write_tokens, start.cache_write_tokens),
@@ -292,20 +298,24 @@ def fly(parent: RunBase, call: ToolCall, child: RunBase, counted: ChildOutcome |
     parent._flying = kept  # noqa: SLF001
 
 
-def cut_by_cancel(parent: RunBase, call: ToolCall, run_id: str) -> bool:
-    """Whether the parent's last stop was ``cancelled`` with ``call``'s child ``run_id`` cut in flight.
+CUT_WITH_PARENT = ("cancelled", "timeout")
+"""The stops a parent's cut gives a sub-agent run in flight: its cancel and its deadline are the child's."""
+
+
+def parent_cut(parent: RunBase, call: ToolCall, run_id: str) -> str | None:
+    """The parent's last stop (``cancelled``, ``timeout``) if it cut ``call``'s child ``run_id`` in flight, else None.
 
     Why: a cancel of the parent reaches its children through the token (or
-    the task) they share; the child's ``cancelled`` is then the parent's stop,
-    and the parent's resume lifts it for both.  A parent cut at its deadline
-    reads its child's stop back as it ended, as before.
+    the task) they share, and its deadline is theirs (``child_limits``): the
+    child's ``cancelled`` or ``timeout`` is then the parent's stop, and the
+    parent's resume lifts it for both.
     """
     run = parent.position
     cut = run.calls.cut_children.get(call.id)
     if cut is None or cut.run_id != run_id:
-        return False
+        return None
     last_stop = next((entry.reason for entry in reversed(run.at.trace) if entry.dest == "Failed"), None)
-    return last_stop == "cancelled"
+    return last_stop if last_stop in CUT_WITH_PARENT else None
 
 
 def completed_by(child: RunBase) -> HandDown:
@@ -352,17 +362,17 @@ def completed_by(child: RunBase) -> HandDown:
 
 
 def cut_with_parent(parent: RunBase, result: RunResult) -> bool:
-    """Whether the child's run stopped with the parent: ``cancelled`` by the token they share (cancelled now), or,
-    the parent without a store, ``timeout`` with the parent's time up too.
+    """Whether the child's run stopped with the parent: ``cancelled`` by the token they share (cancelled now), or
+    ``timeout`` with the parent's time up too.
 
-    Why the deadline without a store: the child's deadline is the parent's
+    Why the deadline: the child's deadline is the parent's
     (``child_limits``), and on the sync driver its thread may stop it there
     a moment before the parent's own cut; its ``timeout`` is the parent's
     stop then, as a cut of the parent in flight (``InFlight``) would make it:
-    the call made again takes what the child completed.  With a store the
-    call made again reads the child's stored run back as it stopped.
+    the call made again goes on with the child (its stored run taken back,
+    or without a store a new one given what this one completed).
     """
     if result.reason == "timeout":
-        return parent._store is None and parent._out_of_time()  # noqa: SLF001 - the parent's driver hands over its run
+        return parent._out_of_time()  # noqa: SLF001 - the parent's driver hands over its own run
     token = parent._cancel  # noqa: SLF001
     return result.reason == "cancelled" and token is not None and token.cancelled

@@ -125,14 +125,17 @@ def test_a_call_made_again_without_a_store_adds_its_fresh_child_whole(
 @pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("block", ["tool", "model"], ids=["after_a_reply", "before_any_reply"])
-def test_a_stored_child_cut_then_read_back_by_a_resume_is_counted_once(
+def test_a_stored_child_cut_is_taken_back_by_a_resume_and_counted_once(
     store_target: str, driver: str, block: Block, tmp_path: Path
 ) -> None:
-    """The child's run stops with the cut (cancelled, or at its own deadline); the resume reads it back, adding nothing.
+    """The child's run stops with the cut (cancelled, or at its own deadline, the parent's); the resume goes on with it.
 
-    After its first reply the child's 550 tokens are in the stopped parent
-    and stay counted once; cut before any reply, there is nothing to count,
-    before or after.  Either way the child's run is never run again.
+    Its stop is its parent's, so the parent's resume lifts it for both: the
+    child goes on from its stored run, making the call the cut left in
+    flight again (its tool, or its first model call), and answers.  After
+    its first reply the child's 550 tokens are in the stopped parent and
+    stay counted once; cut before any reply, there is nothing to count at
+    the cut, and its first reply is made (and counted) by the resume.
     """
     calls = Calls(tmp_path / "calls.log", block=block)
     store = open_store(store_target, lease=LEASE)
@@ -144,11 +147,11 @@ def test_a_stored_child_cut_then_read_back_by_a_resume_is_counted_once(
     finally:
         calls.let_go()
         store.close()
-    assert (result.final, child["state"]) == ("done", "Failed")
-    assert (calls.count("parent"), calls.count("child")) == (2, 1)
+    assert (result.final, child["state"]) == ("done", "Done")
+    assert (calls.count("parent"), calls.count("child")) == (2, {"tool": 2, "model": 3}[block])
+    assert calls.lines().count("tool") == {"tool": 2, "model": 1}[block]  # a tool cut in flight is made again, once
     assert _spent(cut) == AT_CUT[block]
-    cut_in, cut_out, cut_cost = AT_CUT[block]
-    assert _spent(result) == (cut_in + 2, cut_out + 2, round(cut_cost + 4e-6, 12)) == _each_reply_once(calls)
+    assert _spent(result) == (513, 54, 567e-6) == _each_reply_once(calls)
     assert parent["cut_children"] == {}  # the call is answered: its cut is settled
 
 
@@ -241,8 +244,9 @@ def test_a_child_taken_over_and_cut_again_adds_only_what_it_spent_since_the_firs
     The second owner's child goes on from its last write: after the stored
     first reply (``every="call"``) it spends nothing new before the second
     cut, which adds nothing; without it (``every="turn"``) it makes that
-    reply again, and the second cut adds it.  The last owner reads the
-    child back as the second cut stopped it.
+    reply again, and the second cut adds it.  The last owner takes the
+    child back from where the second cut stopped it (its tool made again)
+    and it answers, adding only that answer.
     """
     log = tmp_path / "calls.log"
     assert in_child(_cut_then_killed, store_target, str(log), every) == 9
@@ -259,6 +263,7 @@ def test_a_child_taken_over_and_cut_again_adds_only_what_it_spent_since_the_firs
         run = parent_agent(last, resumer).resume(store.load("p"), store=store, timeout=60)
         result = _finished(run, resumer)
         child = store.load("p/c1")
-    assert (result.final, child["state"]) == ("done", "Failed")
-    assert last.count("child") == {"call": 1, "turn": 2}[every]  # read back, never run again
-    assert _spent(result) == {"call": (512, 53, 565e-6), "turn": (1012, 103, 1115e-6)}[every] == _each_reply_once(last)
+    assert (result.final, child["state"]) == ("done", "Done")
+    assert last.count("child") == {"call": 2, "turn": 3}[every]  # its replies before the cuts never made again
+    assert last.lines().count("tool") == 3  # the tool each cut left in flight made again, once each
+    assert _spent(result) == {"call": (513, 54, 567e-6), "turn": (1013, 104, 1117e-6)}[every] == _each_reply_once(last)

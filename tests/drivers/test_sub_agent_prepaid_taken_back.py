@@ -182,14 +182,14 @@ def test_a_fork_of_a_run_cut_without_a_store_then_with_one_counts_each_call_once
 
 @pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_a_storeless_cut_resumed_with_a_store_and_cut_at_its_deadline_reads_its_child_back_counting_each_call_once(
+def test_a_storeless_cut_resumed_with_a_store_and_cut_at_its_deadline_takes_its_child_back_counting_each_call_once(
     store_target: str, driver: str
 ) -> None:
     """The second cut is the parent's deadline (``DEADLINE``, 2 s against milliseconds of work before the held call,
-    ``support.deadline_cuts``); the helper's stored run ends then (sync: on its thread, at its own deadline, its
-    step 3 recorded or left in flight; async: cancelled with the parent's task, its step 3 never come back) and is
-    read back by the
-    resume, as it ended: it brings only what it did beyond the cut's record, its taken step 1 not again."""
+    ``support.deadline_cuts``); the helper's stored run ends then (sync: on its thread, at its own deadline, the
+    parent's; async: cancelled with the parent's task), its step 3 left in flight or come back.  Its stop is the
+    parent's, so the parent's resume takes it back and it goes on: its step 3 made again if it was in flight (as
+    any call cut in flight is), its taken step 1 not again, each call counted once."""
     counts = Counts()
     source = _storeless_cut(counts, driver)
     with open_store(store_target) as store:
@@ -197,23 +197,20 @@ def test_a_storeless_cut_resumed_with_a_store_and_cut_at_its_deadline_reads_its_
         stopped = deadline_cut(counts, driver, source, store, DEADLINE)
         at_cut = _json(store.load("p"))
         assert stopped.reason == "timeout"
-        # Cut in flight; on the sync driver the helper's equal deadline may win the race and answer the call first
-        # (an error saying so, one more tool call: the helper call itself), as 1 run in 8 did here.
-        answered = not at_cut["pending"]
-        assert driver == "sync" or not answered
+        assert at_cut["pending"]  # cut in flight: the helper's stop at the same deadline is no answer
         # The helper's step 1 (taken) and the deep call, its run bringing its step 3: the cut adds 2 to the 3.
-        assert _tool_calls(at_cut) == AT_FIRST_CUT + 2 + answered
+        assert _tool_calls(at_cut) == AT_FIRST_CUT + 2
         helper = _json(store.load("p/c1"))
+        assert helper["reason"] == ("timeout" if driver == "sync" else "cancelled")
         result = finish(counts, driver, at_cut, store, timeout=60.0)
-        final = _json(store.load("p"))
-    assert result.final == "done"
-    assert json.loads(result.messages[2].content)["reason"] == helper["reason"]  # read back as it ended
-    assert counts.tools == FIRST_CUT + Counter({("deep c1", 3): 1, ("c1", 3): 1})  # nothing ran again
-    # The helper's step 3 came back before its run ended (recorded), or never did: its deadline left it in flight
-    # (sync), or its task was cancelled with the parent's (async).
+        final, after = _json(store.load("p")), _json(store.load("p/c1"))
+    assert (result.final, after["state"]) == ("done", "Done")
+    assert result.messages[2].content == '"found c1"'  # its answer, not its stop
     came_back = sum(1 for step in helper["steps"] if step["detail"].startswith("wait("))
-    # The helper call, the helper's step 1, the deep call, the deep run's 3, and step 3 if it came back.
-    assert _tool_calls(final) == result.steps[-1].counters["tool_calls"][0] == 6 + came_back
+    assert counts.tools == EVERY_CALL + Counter({("c1", 3): 1 - came_back})  # step 3 again only if in flight
+    # The parent's two replies; the helper's (2 cut, 3 again, 2 taken back); the deep runs' (2, 4).
+    assert counts.child == Counter({"parent": 2, "c1": 2 + 3 + 2, "deep c1": 2 + 4})
+    assert _tool_calls(final) == result.steps[-1].counters["tool_calls"][0] == WHOLE
 
 
 @pytest.mark.parametrize("driver", DRIVERS)

@@ -11,7 +11,6 @@ about the child run on its own.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fsm_agent import Agent, AgentLoopError, ToolRegistry
@@ -51,9 +50,9 @@ def test_a_sub_agents_run_ends_only_on_a_reason_the_parents_proof_of_it_calls_re
     """ExecuteTool->Failed[timeout] in the child's run under the parent: the parent's proof of the sub-agent
     reaches ``timeout``; check(child) alone, the child run on its own, does not.
 
-    With a store the child's stop is the call's answer; without one the
-    parent's deadline is the stop of both (the call stays pending, see
-    docs/how-to/sub-agents.md, and the next test), so a store shows the child's.
+    The child's deadline is the parent's, so its ``timeout`` is the stop of
+    both (the call stays pending, see docs/how-to/sub-agents.md, and the next
+    test): its stored run shows the child's own stop.
     """
     clock = ManualClock()
     parent, child = _parent_and_child(clock)
@@ -63,11 +62,11 @@ def test_a_sub_agents_run_ends_only_on_a_reason_the_parents_proof_of_it_calls_re
     assert "sub-agent 'helper', under the limits handed down" in proof.report()
     with open_store(store_target) as store:
         result = _ended(parent, store)
-        said: dict[str, Any] = json.loads(next(m.content for m in result.messages if m.role == "tool"))
-        child_run = result.steps[0].child
-        assert child_run is not None
-        assert store.load(child_run)["reason"] == said["reason"] == "timeout"
-    assert said["reason"] in proof.children["helper"].reachable
+        [call] = result.pending
+        assert result.snapshot is not None
+        stopped = store.load(f"{result.snapshot['run_id']}/{call.id}")["reason"]
+    assert (result.reason, stopped) == ("timeout", "timeout")
+    assert stopped in proof.children["helper"].reachable
 
 
 def test_without_a_store_the_sub_agents_timeout_is_the_parents_stop_with_the_call_pending() -> None:
