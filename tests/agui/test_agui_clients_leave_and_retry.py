@@ -144,11 +144,13 @@ def test_a_call_still_running_when_the_client_left_is_not_told_to_the_model_as_n
     lock = threading.Lock()
     hold = threading.Event()
     model = SendsPerQuestion()
-    registry = counted_send(ran, lock, nap=0.01, hold=hold, by_addressee=True)
+    started = threading.Event()
+    registry = counted_send(ran, lock, nap=0.01, hold=hold, by_addressee=True, started=started)
     store = SqliteStore(tmp_path / "runs.db")
     server = Served(app(lambda _: Agent(model, registry), store=store))
     try:
-        _leave_after(server.url, run_input("tab", "tool", text="ada"), '"TOOL_CALL_END"')
+        # Left once the send runs in its worker thread: a cut before that (a loaded machine) would never run it.
+        _leave_after(server.url, run_input("tab", "tool", text="ada"), '"TOOL_CALL_END"', then=started)
         deadline = time.monotonic() + 30  # the server sees the close and stores the cut (ms when idle)
         while store.load("tab/1")["state"] != "Failed" and time.monotonic() < deadline:
             time.sleep(0.02)

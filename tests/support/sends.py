@@ -45,17 +45,22 @@ def counted_send(
     nap: float = 0.0,
     hold: threading.Event | None = None,
     by_addressee: bool = False,
+    started: threading.Event | None = None,
 ) -> ToolRegistry:
     """A registry whose ``send`` counts each execution in ``ran`` by call id (``to:call_id`` with ``by_addressee``).
 
-    It waits for ``hold``, if given, then sleeps ``nap`` seconds (long
-    enough for racing requests to overlap) before it sends.
+    It sets ``started``, if given, as it begins (its worker thread is
+    running it: a cut now leaves it running), waits for ``hold``, if given,
+    then sleeps ``nap`` seconds (long enough for racing requests to
+    overlap) before it sends.
     """
     registry = ToolRegistry()
 
     @registry.register
     def send(to: str, call_id: str) -> str:
         """Send a message (counted per call id)."""
+        if started is not None:
+            started.set()
         if hold is not None:
             assert hold.wait(30)
         time.sleep(nap)
