@@ -26,10 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from fsm_agent.core import snapshot
 from fsm_agent.core.hand_down import HandDown
 from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
-from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
+from fsm_agent.definition.run import Run
+from fsm_agent.definition.table import first_row
+from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED, RESUME
 from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run, time_used
 from fsm_agent.drivers.child_spend import shares, with_lent_back
@@ -210,24 +213,38 @@ def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
     return renamed
 
 
-def _finished(data: dict[str, Any] | None, again: str | None = None, limits: Limits | None = None) -> bool:
+def _finished(
+    data: dict[str, Any] | None, again: str | None = None, agent: Agent | None = None, limits: Limits | None = None
+) -> bool:
     """Whether a stored child (None: none stored) finished, so its result is read back, never run again.
 
     ``again``: the parent's stop that cut this call in flight
     (``parent_cut``).  A child that stopped ``cancelled`` then (the token
-    it shares with its parent, or its task cancelled with the parent's) or
-    ``timeout`` (its deadline is its parent's), where ``limits``, what the
-    parent has left for it, lift that, stopped with its parent, not of
-    itself: it is resumed, as the parent is, from where it stopped.
+    it shares with its parent, or its task cancelled with the parent's)
+    stopped with its parent, not of itself: it is resumed, as the parent is,
+    from where it stopped.  So is one that stopped ``timeout`` (its deadline
+    is its parent's) where its ``agent``'s table resumes it under ``limits``,
+    what the parent has left for it (``_resumes_under``).
     """
     if data is None or data.get("state") not in FINISHED or data.get("paused"):
         return False
     if again is None or data.get("state") != "Failed" or data.get("reason") not in CUT_WITH_PARENT:
         return True
     if data.get("reason") == "timeout":
-        timeout = None if limits is None else limits.timeout
-        return timeout is not None and timeout <= time_used(data)
+        return agent is not None and limits is not None and not _resumes_under(agent, data, limits)
     return False
+
+
+def _resumes_under(agent: Agent, data: dict[str, Any], limits: Limits) -> bool:
+    """Whether ``agent``'s table takes the stopped child ``data`` on under ``limits``: its ``resume`` edge.
+
+    Why the table's own row, not the stop's rule said again here: what
+    ``Agent.resume`` would do with it (``Stepper.resume``) is what decides
+    whether the child goes on or is read back as it stopped.
+    """
+    position = Run(snapshot.limits_of(data, **_resumed_under(limits)), [], table=agent.table, policies=agent.on_stop)
+    snapshot.load(position, data, agent.table.states)
+    return first_row(position, RESUME) is not None
 
 
 def _new_run(
@@ -278,7 +295,7 @@ def _taken_over(
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * traits(store).lease
     while True:
-        if _finished(data, again, limits):
+        if _finished(data, again, agent, limits):
             return _read_back(agent, run_id, data)
         try:
             return agent.resume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
@@ -298,7 +315,7 @@ async def _ataken_over(
     agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
     patience = time.time() + 2 * traits(store).lease
     while True:
-        if _finished(data, again, limits):
+        if _finished(data, again, agent, limits):
             return _read_back(agent, run_id, data)
         try:
             return await agent.aresume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))

@@ -13,6 +13,10 @@ goes on from its own counters, so:
   call takes 30 of the parent's 100 seconds, the parent is cancelled while
   the child's tool runs, and on the parent's resume the child's second
   call takes 50 more: 80 in all, within the 100, before its third.
+- **Its own timeout.** A child stopped ``timeout`` at its parent's
+  deadline goes on when its parent's resume gives it more time, but one
+  whose own timeout ends there too is read back as it stopped: its agent's
+  table does not resume it, and nothing of it is called again.
 - **Tool calls.** Its share is worked out again from the parent's total as
   resumed: it kept the share it was started with, so a parent resumed
   under a lower total passed it.  Two children of one parallel batch
@@ -66,9 +70,10 @@ def _parent(
     clock: ManualClock,
     seconds: Sequence[float],
     asks: Sequence[str] = ("c1",),
+    child_timeout: float | None = None,
     **limits: Any,
 ) -> Agent:
-    child = Agent(_Child(counts, clock, seconds), child_tools(counts, driver), clock=clock)
+    child = Agent(_Child(counts, clock, seconds), child_tools(counts, driver), clock=clock, timeout=child_timeout)
     tools = ToolRegistry()
     tools.register(child.as_tool("helper", "Looks things up."))
     return Agent(ParentModel(counts, asks), tools, clock=clock, **limits)
@@ -96,6 +101,18 @@ def _resumed(agent: Agent, driver: str, store: Any, **limits: Any) -> RunResult:
         return await (await agent.aresume(store.load("p"), cancel=CancelToken(), store=store, **limits)).afinish()
 
     return asyncio.run(go())
+
+
+def _timed_out(agent: Agent, driver: str, store: Any) -> None:
+    """The parent run, stopped at its deadline by its child's first model call, the call to its child pending."""
+    if driver == "sync":
+        run = partial(agent.run, "go", store=store, run_id="p")
+    else:
+        run = partial(asyncio.run, agent.arun("go", store=store, run_id="p"))
+    with pytest.raises(AgentLoopError) as stop:
+        run()
+    assert (stop.value.reason, stop.value.result.evidence.get("unfinished")) == ("timeout", "c1")
+    assert store.load("p/c1")["reason"] == "timeout"
 
 
 def _answers(result: RunResult) -> dict[str | None, str]:
@@ -150,3 +167,29 @@ def test_two_stored_children_of_a_parallel_batch_resumed_under_a_lower_total_sha
     assert [(child["reason"], child["counters"]["tool_calls"]) for child in children] == [("max_tool_calls", 2)] * 2
     assert (result.final, made) == ("done", 6)
     assert counts.work == Counter({"w-c1": 1, "w-c2": 1, "w1-c1": 1, "w1-c2": 1})
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("own", "answer", "child_calls", "work"),
+    [
+        (None, '"found c1"', 2, Counter({"w-c1": 1})),
+        (TIMEOUT, '"reason": "timeout"', 1, Counter()),
+    ],
+    ids=["no-own-timeout-goes-on", "own-timeout-read-back"],
+)
+def test_a_stored_child_cut_at_its_parents_deadline_goes_on_unless_its_own_timeout_ends_there_too(
+    store_target: str, driver: str, own: float | None, answer: str, child_calls: int, work: Counter[str]
+) -> None:
+    """The child's first model call takes the parent's 100 seconds; resumed with 200, the child goes on (its work
+    made once, then its answer), or, with its own timeout of 100, is read back: nothing of it is called again."""
+    counts, clock = Counts(), ManualClock()
+    with open_store(store_target) as store:
+        _timed_out(_parent(counts, driver, clock, (TIMEOUT,), child_timeout=own, timeout=TIMEOUT), driver, store)
+        counts.hold = False
+        resumed = _parent(counts, driver, clock, (TIMEOUT,), child_timeout=own, timeout=TIMEOUT)
+        result = _resumed(resumed, driver, store, timeout=2 * TIMEOUT)
+        child = store.load("p/c1")
+    assert (child["reason"], result.final) == ("timeout" if own else "done", "done")
+    assert answer in _answers(result)["c1"]
+    assert (counts.parent, counts.child, counts.work) == (2, child_calls, work)
