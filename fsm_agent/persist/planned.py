@@ -33,6 +33,7 @@ _NO_FILTERS: dict[str, Any] = {
     "session": None,
     "order": "updated",
     "after": None,
+    "parent": None,
 }
 """``list_runs``'s defaults, for ``alist_runs``."""
 
@@ -167,15 +168,18 @@ class PlannedStore(ABC):
         session: str | None = None,
         order: Order = "updated",
         after: RunCursor | None = None,
+        parent: str | None = None,
     ) -> list[StoredRun]:
         """The stored runs, most recently saved first, filtered by state, reason, last save time and session, one page.
 
-        ``session`` lists the turns of one conversation (``fsm_agent.Session``).
+        ``session`` lists the turns of one conversation (``fsm_agent.Session``),
+        ``parent`` the sub-agent runs of one run (not theirs).
         ``order="created"`` lists them by creation instead, latest first, and
         ``after=RunCursor.of(page[-1])`` gives the page after ``page``: each
         run once, however many runs are added or saved again between pages.
         """
-        return self._run(self._list_plan(state, reason, since, limit, offset, session, order, after), write=False)
+        plan = self._list_plan(state, reason, since, limit, offset, session, order, after, parent)
+        return self._run(plan, write=False)
 
     def _list_plan(
         self,
@@ -187,17 +191,19 @@ class PlannedStore(ABC):
         session: str | None = None,
         order: Order = "updated",
         after: RunCursor | None = None,
+        parent: str | None = None,
     ) -> plans.Plan[list[StoredRun]]:
         """The ``list_runs`` plan, its page and filters checked first, so a bad one is refused before any query."""
         size, skip = page(limit, offset)
         order, after = check_listing(order, after, skip)
-        state, reason, session = (
+        state, reason, session, parent = (
             filter_text("state", state),
             filter_text("reason", reason),
             filter_text("session", session),
+            filter_text("parent", parent),
         )
         size_or_all = None if size < 0 else size
-        return self._plans.list_runs(state, reason, epoch(since), size_or_all, skip, session, order, after)
+        return self._plans.list_runs(state, reason, epoch(since), size_or_all, skip, session, order, after, parent)
 
     def delete(self, run_id: str) -> bool:
         """Forget one run; return whether it was there."""

@@ -9,7 +9,8 @@ has lapsed) exist in one place, whatever the database and however it waits.
 A run is a row of ``runs``: its base snapshot, the summary columns, ``seq``
 (the number of its latest write), ``base_seq`` (the write that laid the
 base), the lease (``owner``, ``lease_until``) and ``created``, written once
-when the row is inserted, so the creation order a listing pages by never moves.  ``journal`` holds the
+when the row is inserted, so the creation order a listing pages by never moves (and a sub-agent run's
+``parent`` and ``parent_call``, from its base, which never changes either).  ``journal`` holds the
 entries written after the base.  Every write checks ``seq`` as well as the
 owner, so a run object that fell behind (another owner advanced or replaced
 the run since) can never append on top of somebody else's entries: a
@@ -80,10 +81,10 @@ class Plans:
         insert = (
             self.sql(
                 "INSERT INTO {runs} (run_id, state, reason, paused, updated, steps, tokens, seq, base_seq, owner,"
-                " lease_until, snapshot, session, forked_from, forked_at, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+                " lease_until, snapshot, session, forked_from, forked_at, created, parent, parent_call)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
             ),
-            (run_id, *_columns(summary, now), held, until, text, summary.session, *_origin(summary), now),
+            (run_id, *_columns(summary, now), held, until, text, *_kept(summary), now, *_link(summary)),
         )
         if mode in ("create", "overwrite"):
             count, _ = yield insert
@@ -109,10 +110,10 @@ class Plans:
         yield (
             self.sql(
                 "UPDATE {runs} SET state = ?, reason = ?, paused = ?, updated = ?, steps = ?, tokens = ?, seq = ?,"
-                " base_seq = ?, owner = ?, lease_until = ?, snapshot = ?, session = ?, forked_from = ?, forked_at = ?"
-                " WHERE run_id = ?"
+                " base_seq = ?, owner = ?, lease_until = ?, snapshot = ?, session = ?, forked_from = ?, forked_at = ?,"
+                " parent = ?, parent_call = ? WHERE run_id = ?"
             ),
-            (*_columns(summary, now), seq, seq, held, until, text, summary.session, *_origin(summary), run_id),
+            (*_columns(summary, now), seq, seq, held, until, text, *_kept(summary), *_link(summary), run_id),
         )
         yield self.sql("DELETE FROM {journal} WHERE run_id = ?"), (run_id,)
         return seq
@@ -275,27 +276,31 @@ class Plans:
         session: str | None = None,
         order: Order = "updated",
         after: RunCursor | None = None,
+        parent: str | None = None,
     ) -> Plan[list[StoredRun]]:
         """The runs matching every filter given, one page: latest saved first, or latest created first.
 
         ``order="created"`` sorts by ``(created, run_id)`` descending, both
         set once per run, and ``after`` keeps the runs strictly past that pair
         (one row comparison, which the ``(created, run_id)`` index serves).
+        ``parent`` keeps the runs whose ``parent`` column names that run (the
+        ``(parent, updated)`` index serves it), as ``session`` does its turns.
         """
-        where, params = _filters(state=state, reason=reason, since=since, session=session)
+        where, params = _filters(state=state, reason=reason, since=since, session=session, parent=parent)
         if after is not None:
             where += (" AND " if where else " WHERE ") + "(created, run_id) < (?, ?)"
             params += (after.created, after.run_id)
         by = "updated DESC, run_id" if order == "updated" else "created DESC, run_id DESC"
+        size = "?" if limit is not None else self._no_limit
         text = (
-            "SELECT run_id, state, reason, paused, updated, steps, tokens, session, forked_from, forked_at, created"
-            " FROM {runs}" + where + f" ORDER BY {by} LIMIT {'?' if limit is not None else self._no_limit} OFFSET ?"
+            "SELECT run_id, state, reason, paused, updated, steps, tokens, session, forked_from, forked_at, created,"
+            " parent, parent_call FROM {runs}" + where + f" ORDER BY {by} LIMIT {size} OFFSET ?"
         )
         params += (*(() if limit is None else (limit,)), offset)
         _, rows = yield self.sql(text), params
         return [
-            StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c, None if f is None else (f, int(a)), float(made))
-            for r, s, why, p, u, n, t, c, f, a, made in rows
+            StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c, _fork(f, a), float(made), _parent(up, call))
+            for r, s, why, p, u, n, t, c, f, a, made, up, call in rows
         ]
 
     def delete(self, run_id: str) -> Plan[bool]:
@@ -329,6 +334,26 @@ def _columns(summary: Summary, now: float) -> tuple[Any, ...]:
 def _origin(summary: Summary) -> tuple[str | None, int | None]:
     """The ``forked_from`` and ``forked_at`` columns: the run a fork was made from and the transition, or NULLs."""
     return summary.forked_from or (None, None)
+
+
+def _kept(summary: Summary) -> tuple[Any, ...]:
+    """The ``session``, ``forked_from`` and ``forked_at`` columns of a base write."""
+    return summary.session, *_origin(summary)
+
+
+def _link(summary: Summary) -> tuple[str | None, str | None]:
+    """The ``parent`` and ``parent_call`` columns: the run and call a sub-agent run was made for, or NULLs."""
+    return summary.parent or (None, None)
+
+
+def _fork(source: str | None, at: int | None) -> tuple[str, int] | None:
+    """``StoredRun.forked_from`` from its columns."""
+    return None if source is None or at is None else (source, int(at))
+
+
+def _parent(run: str | None, call: str | None) -> tuple[str, str] | None:
+    """``StoredRun.parent`` from its columns: both, or None (a run an older version's worker inserted has none)."""
+    return None if run is None or call is None else (run, call)
 
 
 def _filters(**given: Any) -> tuple[str, tuple[Any, ...]]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE fsm_agent_runs (run_id text PRIMARY KEY, state text NOT NULL, reason text,"
@@ -58,6 +58,24 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " DEFAULT extract(epoch from clock_timestamp())",
         "UPDATE fsm_agent_runs SET created = updated",
         "CREATE INDEX fsm_agent_runs_by_created ON fsm_agent_runs (created, run_id)",
+    ),
+    5: (
+        # A worker of an older version still running inserts no link: its sub-agent runs are not listed by parent
+        # until a worker of this version writes them whole again (a claim, a save); the viewer loads those a
+        # run's steps name, but cannot see one still in flight.
+        "ALTER TABLE fsm_agent_runs ADD COLUMN parent text",
+        "ALTER TABLE fsm_agent_runs ADD COLUMN parent_call text",
+        # A run's link is written when it is created and never changes, so its base snapshot holds it.  A base
+        # jsonb cannot read (not JSON, or a NUL escaped in it) is left unlinked rather than failing the upgrade.
+        "CREATE FUNCTION pg_temp.fsm_agent_base(text) RETURNS jsonb LANGUAGE plpgsql AS"
+        " $$ BEGIN RETURN $1::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END $$",
+        "UPDATE fsm_agent_runs SET parent = base ->> 'parent_run_id', parent_call = base ->> 'parent_call_id'"
+        " FROM (SELECT run_id AS linked, pg_temp.fsm_agent_base(snapshot) AS base FROM fsm_agent_runs"
+        " WHERE strpos(snapshot, 'parent_run_id') > 0) AS bases WHERE run_id = linked"
+        " AND jsonb_typeof(base -> 'parent_run_id') = 'string' AND jsonb_typeof(base -> 'parent_call_id') = 'string'"
+        " AND base ->> 'parent_run_id' <> '' AND base ->> 'parent_call_id' <> ''",
+        "DROP FUNCTION pg_temp.fsm_agent_base(text)",
+        "CREATE INDEX fsm_agent_runs_by_parent ON fsm_agent_runs (parent, updated)",
     ),
 }
 """Each schema version's statements; a store brings the database up to ``SCHEMA_VERSION`` on first use."""

@@ -10,7 +10,9 @@ The schema is versioned with ``PRAGMA user_version`` and migrated on open:
 a file written by the first ``SqliteStore`` (one whole snapshot per run,
 version 1) opens and loads as it was; version 5 added each run's ``created``
 time (the listing's creation order), set to the last save of the runs
-already there.  The methods are
+already there; version 6 a sub-agent run's ``parent`` and ``parent_call``
+(``list_runs(parent=...)``), read from the base snapshot of the runs already
+there.  The methods are
 ``PlannedStore``'s (``persist/planned.py``); the async ones hand the same
 plans to the store's writer thread, which commits those of many runs in
 flight together (``persist/sqlite_writer.py``).
@@ -48,7 +50,7 @@ from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 EMPTY_PATH = "the path is empty; name a SQLite file (runs.db, say) or a postgresql:// URL"
 """Why an empty ``store=""`` (an unset setting, often) is refused, rather than taken for the working directory."""
@@ -90,10 +92,30 @@ _V5 = (
     "UPDATE runs SET created = updated",
     "CREATE INDEX runs_by_created ON runs (created, run_id)",
 )
+_LINK = " AND ".join(
+    f"json_type(snapshot, '$.{name}') = 'text' AND json_extract(snapshot, '$.{name}') <> ''"
+    for name in ("parent_run_id", "parent_call_id")
+)
+"""Where a run's base names its parent run and call, each as text, not empty (``store.parent_link``)."""
+_V6 = (
+    # A worker of an older version still running inserts no link: its sub-agent runs are not listed by parent
+    # until a worker of this version writes them whole again (a claim, a save); the viewer loads those a run's
+    # steps name, but cannot see one still in flight.
+    "ALTER TABLE runs ADD COLUMN parent TEXT",
+    "ALTER TABLE runs ADD COLUMN parent_call TEXT",
+    # A run's link is written when it is created and never changes, so its base snapshot holds it.  Only a base
+    # that names one is parsed (one that is not JSON is left unlinked, not the upgrade failed; CASE runs the check
+    # first, which AND does not promise).
+    "UPDATE runs SET parent = json_extract(snapshot, '$.parent_run_id'),"
+    " parent_call = json_extract(snapshot, '$.parent_call_id')"
+    f" WHERE instr(snapshot, 'parent_run_id') > 0 AND CASE WHEN json_valid(snapshot) THEN {_LINK} ELSE 0 END",
+    "CREATE INDEX runs_by_parent ON runs (parent, updated)",
+)
 _COLUMNS = {
     *("run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"),
-    *("session", "forked_from", "forked_at", "created"),
+    *("session", "forked_from", "forked_at", "created", "parent", "parent_call"),
 }
+_LINKED = {"parent", "parent_call"}
 
 
 class SqliteStore(PlannedStore):
@@ -237,18 +259,22 @@ class SqliteStore(PlannedStore):
                     self._upgrade_to_v2()
                 if version < 3:
                     # Another program's table is refused, not altered.
-                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at", "created"})
+                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at", "created", *_LINKED})
                     for statement in _V3:  # a run stored before sessions is no session's turn: NULL is right
                         self._db.execute(statement)
                 if version < 4:
-                    self._check_columns(_COLUMNS - {"forked_from", "forked_at", "created"})
+                    self._check_columns(_COLUMNS - {"forked_from", "forked_at", "created", *_LINKED})
                     for statement in _V4:  # a run stored before forks is no fork: NULL is right, no snapshot read
                         self._db.execute(statement)
                 if version < 5:
-                    self._check_columns(_COLUMNS - {"created"})
+                    self._check_columns(_COLUMNS - {"created", *_LINKED})
                     # When a run stored before this column was created is known nowhere (its snapshot keeps no
                     # time either): its last save is the closest, and it is set once, like any run's creation.
                     for statement in _V5:
+                        self._db.execute(statement)
+                if version < 6:
+                    self._check_columns(_COLUMNS - _LINKED)
+                    for statement in _V6:
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self._check_columns(_COLUMNS)

@@ -82,7 +82,9 @@ class StoredRun:
     ``created`` is when the store first held the run, kept as it was however
     often the run is saved again: ``list_runs(order="created")`` lists by it, and
     a page's cursor (``RunCursor.of``) is made of it.  None from a store that
-    does not record it (such a store cannot page by cursor).
+    does not record it (such a store cannot page by cursor).  ``parent`` is a
+    sub-agent run's link, ``(parent run id, parent call id)``, which
+    ``list_runs(parent=...)`` lists by; None for a run that is no tool call's.
     """
 
     run_id: str
@@ -95,6 +97,7 @@ class StoredRun:
     session: str | None = None
     forked_from: tuple[str, int] | None = None
     created: float | None = None
+    parent: tuple[str, str] | None = None
 
     @property
     def tool_calls(self) -> int:
@@ -117,6 +120,7 @@ class Summary:
     tokens: int
     session: str | None = None
     forked_from: tuple[str, int] | None = None
+    parent: tuple[str, str] | None = None
 
     @classmethod
     def of(cls, snapshot: dict[str, Any]) -> Summary:
@@ -126,8 +130,8 @@ class Summary:
         paused = bool(snapshot.get("paused"))
         session = snapshot.get("session_id")
         steps = len(snapshot["steps"])
-        origin = fork_origin(snapshot.get("forked_from"))
-        return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session), origin)
+        origin, link = fork_origin(snapshot.get("forked_from")), parent_link(snapshot)
+        return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session), origin, link)
 
 
 def stored_version(snapshot: dict[str, Any]) -> int | None:
@@ -149,6 +153,18 @@ def fork_origin(value: object) -> tuple[str, int] | None:
     match value:
         case [str(source), int(at)] if source and not isinstance(at, bool) and at >= 0:
             return source, at
+    return None
+
+
+def parent_link(snapshot: dict[str, Any]) -> tuple[str, str] | None:
+    """A sub-agent run's ``(parent_run_id, parent_call_id)``, both non-empty text, as a store keeps it; else None.
+
+    Written when the run is created and never changed, so a store may read it
+    from the run's base snapshot.
+    """
+    match snapshot.get("parent_run_id"), snapshot.get("parent_call_id"):
+        case str(run), str(call) if run and call:
+            return run, call
     return None
 
 
@@ -235,11 +251,11 @@ class FullStore(JournaledStore, Protocol):
 
     ``SqliteStore`` and ``PostgresStore`` are ``FullStore``\\ s (mypy checks
     it, in ``planned.py``).  The run viewer needs ``load``, ``decide`` and
-    ``list_runs``; the ``runs`` commands the deletions too; a ``Session``
-    lists its turns with ``list_runs(session=...)``.  The engine itself needs
-    only a ``JournaledStore`` and falls back (see ``traits``) for ``lease``,
-    ``every`` and ``keep``.  Runtime-checkable, so a test (or a tool) can ask
-    ``isinstance(store, FullStore)``.
+    ``list_runs`` (a run's sub-agent runs with ``list_runs(parent=...)``); the
+    ``runs`` commands the deletions too; a ``Session`` lists its turns with
+    ``list_runs(session=...)``.  The engine itself needs only a
+    ``JournaledStore`` and falls back (see ``traits``) for ``lease``, ``every``
+    and ``keep``.  Runtime-checkable: ``isinstance(store, FullStore)``.
     """
 
     lease: float
@@ -278,8 +294,13 @@ class FullStore(JournaledStore, Protocol):
         session: str | None = None,
         order: Order = "updated",
         after: RunCursor | None = None,
+        parent: str | None = None,
     ) -> list[StoredRun]:
         """The stored runs, most recently saved first, filtered and paged; ``ValueError`` for a filter with a NUL.
+
+        ``parent`` keeps the sub-agent runs of that run (``StoredRun.parent``
+        names it), not theirs: the run viewer lists a run's children in one
+        read with it.
 
         ``order="created"`` lists them by when the store first held them
         instead, latest first, ties by run id descending; ``after`` (a

@@ -12,7 +12,7 @@ as the package runs them on ``SqliteStore`` and ``PostgresStore``::
 The checks are of the contract as data: which write a store takes and which
 it refuses, with what error and what left stored; never how fast.  What
 ``FullStore`` adds to a ``JournaledStore`` (``keep``, ``decide``,
-``list_runs`` with its paging by cursor, ``delete`` and
+``list_runs`` with its paging by cursor and its ``parent`` filter, ``delete`` and
 ``delete_finished``, the async twins) is checked where
 the store has it and skipped, naming the method, where it has not.  Two
 optional fixtures open more checks: ``reopen_store`` (owners racing from
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pytest
 
+from fsm_agent.testing.store_children import ChildrenChecks
 from fsm_agent.testing.store_kit import BAD_SNAPSHOTS as BAD_SNAPSHOTS
 from fsm_agent.testing.store_kit import LAPSE as LAPSE
 from fsm_agent.testing.store_kit import LONG as LONG
@@ -40,8 +41,8 @@ from fsm_agent.testing.store_twins import TwinChecks
 from fsm_agent.testing.store_writes import WriteChecks
 
 
-# pytest collects the checks of the bases last listed first: owners, writes, twins, then the paging added last.
-class StoreConformance(ListingChecks, TwinChecks, WriteChecks, OwnerChecks):
+# pytest collects the checks of the bases last listed first: owners, writes, twins, paging, then children.
+class StoreConformance(ChildrenChecks, ListingChecks, TwinChecks, WriteChecks, OwnerChecks):
     """The store contract, one test each: subclass it in a test module and override ``make_store``.
 
     ``make_store`` is a fixture giving a function ``make_store(lease)`` that

@@ -14,8 +14,9 @@ cannot forge one with a plain form.
 
 A run's page links its sub-agent calls to the runs they were and a
 sub-agent's run to its parent (``run_page.py``); the store is read for that
-on the run's page only (each child's state, at each poll of a followed
-run), never for the list, whose rows come from the store's index alone.
+on the run's page only (one listing of the run's sub-agent runs,
+``list_runs(parent=...)``, at each poll of a followed run), never for the
+list, whose rows come from the store's index alone.
 """
 
 from __future__ import annotations
@@ -88,8 +89,12 @@ class Runs(Protocol):
         session: str | None = None,
         order: Order = "updated",
         after: RunCursor | None = None,
+        parent: str | None = None,
     ) -> Sequence[StoredRun]:
-        """One page of stored runs, latest first (the viewer lists ``order="created"``, paged by ``after``)."""
+        """One page of stored runs, latest first (the viewer lists ``order="created"``, paged by ``after``).
+
+        A run's page lists its sub-agent runs with ``parent`` (``run_page.with_children``).
+        """
         ...
 
 

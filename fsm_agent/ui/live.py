@@ -1,7 +1,8 @@
 """A run followed live: its page sent as a server-sent event whenever it differs from the last one sent, until it ends.
 
 The stream polls the store (``poll`` seconds apart): each poll reads the
-run and each sub-agent run its page lists, and the page is sent when it
+run and lists its sub-agent runs (one ``list_runs(parent=...)``, however
+many there are), and the page is sent when it
 differs from the last one sent; ``end`` once the run is in a terminal state,
 ``gone`` if it is deleted, ``corrupted`` if it no longer loads.  Why the
 page and not a key of the run's record: a key (state, counts, paused,
@@ -11,7 +12,7 @@ child resumed under a paused parent) and a record saved again with the
 same counts (a message's text redacted).  The run's layout is built again
 only when its record changed (compared whole; it carries its stored
 version), the children's standing at every poll, and the page written out
-only when either changed, so a quiet poll costs the loads and little more.
+only when either changed, so a quiet poll costs a load and a listing and little more.
 Writes that land between two polls (two decisions, a decision and the
 resume that ends the run) come as one page: a page is the whole run as
 stored, so it shows every one of them, and an ended run always sends
@@ -54,7 +55,7 @@ async def follow(
 
     ``load`` reads the stored run (the store's ``load``); ``view`` lays out
     its record (``replay.digest``); ``children`` adds where its sub-agent
-    runs stand (``run_page.with_children``), read from their own records.
+    runs stand (``run_page.with_children``), from one listing of them.
     All three run off the event loop, once per poll.
     """
     known: _Known | None = None

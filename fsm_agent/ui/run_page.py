@@ -2,9 +2,10 @@
 
 Two halves, because they change apart: the digest (``replay.digest``) is a
 function of the run's own stored record alone, while the children's
-standing is read from each child's record, which moves while the parent's
-stays put (a child taking steps during one call of its parent, a paused
-child resumed under a paused parent).  The live stream (``live.py``) builds
+standing is read from the store's listing of the run's sub-agent runs
+(``list_runs(parent=...)``, one read however many there are), which moves
+while the parent's record stays put (a child taking steps during one call of
+its parent, a paused child resumed under a paused parent).  The live stream (``live.py``) builds
 the digest again only when the run's record changed and reads the children
 at every poll; ``with_children`` leaves the digest it is given unchanged, so
 one digest serves every poll until the record moves.
@@ -12,22 +13,28 @@ one digest serves every poll until the record moves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fsm_agent import TABLE, SnapshotError, Table
+from fsm_agent.persist.store import StoredRun
 from fsm_agent.ui.replay import digest
 
 
 class Loads(Protocol):
-    """What a page needs of a store: a run's latest snapshot (``KeyError`` if there is none)."""
+    """What a page needs of a store: a run's latest snapshot, and a run's sub-agent runs (``FullStore`` has both)."""
 
     def load(self, run_id: str) -> dict[str, Any]:
         """The run's latest snapshot; ``KeyError`` if there is none."""
         ...
 
+    def list_runs(self, *, parent: str | None = None) -> Sequence[StoredRun]:
+        """The stored runs whose snapshot names ``parent`` their parent run (``StoredRun.parent``)."""
+        ...
+
 
 def run_view(store: Loads, run_id: str, data: dict[str, Any], table: Table = TABLE) -> dict[str, Any]:
-    """The run's digest, and where each of its sub-agent runs stands in the store (one load each, this page only)."""
+    """The run's digest, and where each of its sub-agent runs stands in the store (one listing, this page only)."""
     return with_children(store, run_id, data, digest(run_id, data, table), table)
 
 
@@ -36,33 +43,57 @@ def with_children(
 ) -> dict[str, Any]:
     """``page`` (the run's digest, left as it is) with where each sub-agent run stands, read from the store now.
 
-    A sub-agent call in flight has no step naming its run yet: for each call
-    the run has not finished, the run ``<run id>/<call id>`` is looked for,
-    and taken only if its snapshot names this run its parent.  A child the
-    store does not have (deleted, or a store that was not given to the
-    parent) is listed with ``stored`` false and no state.
+    One read: the store lists the run's sub-agent runs (``list_runs(parent=run_id)``), with the state, reason
+    and paused flag each stands at, whatever their number.  A sub-agent call in flight has no step naming its
+    run yet: for each call the run has not finished, the run ``<run id>/<call id>`` is taken if it is listed
+    for that call.  A child a step names that is not listed (deleted, a fork's source's, or stored by a worker
+    of a version before the listing) is loaded, as before; one the store does not have is listed with
+    ``stored`` false and no state.  A child whose snapshot is corrupted is shown as the listing has it (its
+    last write's state): only its own page reads its snapshot, and says so.
     """
-    children = [{**child, **_standing(_load(store, child["run_id"]), table)} for child in page["children"]]
-    listed = {child["run_id"] for child in children}
+    listed = _children_of(store, run_id)
+    children = [{**child, **_standing(_known(store, listed, child["run_id"]), table)} for child in page["children"]]
+    shown = {child["run_id"] for child in children}
     found: dict[str, str] = {}  # call id -> the in-flight child run found for it
     for call in data.get("pending") or ():
         call_id = call.get("id") if isinstance(call, dict) else None
         candidate = f"{run_id}/{call_id}"
-        if not isinstance(call_id, str) or candidate in listed:
+        if not isinstance(call_id, str) or candidate in shown:
             continue
-        child = _load(store, candidate)
-        if not isinstance(child, dict) or (child.get("parent_run_id"), child.get("parent_call_id", call_id)) != (
-            run_id,
-            call_id,
-        ):
+        child = listed.get(candidate)
+        if not _is_call_run(child, run_id, call_id):
             continue
         children.append({"run_id": candidate, "call_id": call_id, "tool": call.get("name"), **_standing(child, table)})
-        listed.add(candidate)
+        shown.add(candidate)
         found[call_id] = candidate
     moments = page["moments"]
     if found:
         moments = [_linked(moment, found) for moment in moments]
     return {**page, "children": children, "moments": moments}
+
+
+Standing = dict[str, Any] | StoredRun | SnapshotError | None
+"""What a page knows of a sub-agent run: its snapshot or its listing, the error saying it is corrupted, or none."""
+
+
+def _children_of(store: Loads, run_id: str) -> dict[str, StoredRun]:
+    """The run's sub-agent runs as the store lists them, by run id."""
+    return {run.run_id: run for run in store.list_runs(parent=run_id)}
+
+
+def _known(store: Loads, listed: dict[str, StoredRun], child: str) -> Standing:
+    """The child as listed, or else loaded (a child the listing does not have: deleted, or not this run's)."""
+    found = listed.get(child)
+    return found if found is not None else _load(store, child)
+
+
+def _is_call_run(child: Standing, run_id: str, call_id: str) -> bool:
+    """Whether ``child`` was made for call ``call_id`` of run ``run_id``: its listing or its snapshot says so."""
+    if isinstance(child, StoredRun):
+        return child.parent == (run_id, call_id)
+    if isinstance(child, dict):
+        return (child.get("parent_run_id"), child.get("parent_call_id", call_id)) == (run_id, call_id)
+    return False
 
 
 def _linked(moment: dict[str, Any], found: dict[str, str]) -> dict[str, Any]:
@@ -83,8 +114,10 @@ def _load(store: Loads, run_id: str) -> dict[str, Any] | SnapshotError | None:
         return exc
 
 
-def _standing(data: dict[str, Any] | SnapshotError | None, table: Table) -> dict[str, Any]:
+def _standing(data: Standing, table: Table) -> dict[str, Any]:
     """Where a sub-agent run stands, as its parent's page shows it next to the link (no state if it is unreadable)."""
+    if isinstance(data, StoredRun):
+        data = {"state": data.state, "reason": data.reason, "paused": data.paused}
     if not isinstance(data, dict) or str(data.get("state")) not in {str(state) for state in table.states}:
         return {"stored": data is not None, "state": None, "reason": None, "paused": False}
     return {

@@ -77,6 +77,9 @@ def _as_version_3(path: Path) -> None:
         db.execute("ALTER TABLE runs DROP COLUMN forked_at")
         db.execute("DROP INDEX runs_by_created")
         db.execute("ALTER TABLE runs DROP COLUMN created")
+        db.execute("DROP INDEX runs_by_parent")
+        db.execute("ALTER TABLE runs DROP COLUMN parent")
+        db.execute("ALTER TABLE runs DROP COLUMN parent_call")
         db.execute("PRAGMA user_version = 3")
     db.close()
 
@@ -95,7 +98,7 @@ def test_a_store_file_from_before_forks_is_migrated_without_reading_a_snapshot(t
         store.save("fork", forked_snapshot("fork", "old", 1))
         assert {run.run_id: run.forked_from for run in store.list_runs()} == {"old": None, "fork": ("old", 1)}
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 6
         assert {"forked_from", "forked_at"} <= {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     db.close()
 
@@ -111,11 +114,14 @@ def test_a_postgres_database_from_before_forks_is_migrated(postgres_cluster: Clu
     with open_store(dsn) as store:
         tick_agent(2).run("go", store=store, run_id="old")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER TABLE fsm_agent_runs DROP COLUMN forked_from, DROP COLUMN forked_at, DROP COLUMN created")
+        conn.execute(
+            "ALTER TABLE fsm_agent_runs DROP COLUMN forked_from, DROP COLUMN forked_at, DROP COLUMN created,"
+            " DROP COLUMN parent, DROP COLUMN parent_call"
+        )
         conn.execute("DELETE FROM fsm_agent_schema WHERE version >= 3")
     with open_store(dsn) as store:
         assert [(run.run_id, run.forked_from) for run in store.list_runs()] == [("old", None)]
         store.save("fork", forked_snapshot("fork", "old", 3))
         assert {run.run_id: run.forked_from for run in store.list_runs()} == {"old": None, "fork": ("old", 3)}
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 5

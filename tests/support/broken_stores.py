@@ -355,8 +355,9 @@ class _CursorInclusive(plans.Plans):
         session: str | None = None,
         order: Order = "updated",
         after: RunCursor | None = None,
+        parent: str | None = None,
     ) -> Plan[list[StoredRun]]:
-        runs = yield from super().list_runs(state, reason, since, None, 0, session, order, None)
+        runs = yield from super().list_runs(state, reason, since, None, 0, session, order, None, parent)
         if after is not None:
             runs = [run for run in runs if (run.created, run.run_id) <= (after.created, after.run_id)]
         return runs[offset : None if limit is None else offset + limit]
