@@ -1,4 +1,4 @@
-"""What a recorded sub-agent outcome brings a fork: every tool call of its child's run, and of the runs below, once.
+"""What a recorded sub-agent outcome brings a fork: all its child's run spent, and every tool call below it, once.
 
 Why: a sub-agent call's recorded outcome brings its parent what the child's
 run did beyond what the parent had counted already, a cut's share: the cut
@@ -8,12 +8,20 @@ cut's hand-down (``prepaid``), which that cut counted.  A fork counts no cut:
 it rebuilds its source calling nothing, and its new sub-agent runs take the
 source's outcomes.  So each outcome a fork is given (rebuilt before the fork
 point, carried past it, handed down to a new sub-agent run) brings its
-child's tool calls as the source's recording of that run says: each call it
-recorded, and each of its sub-agent calls' runs (nested in the recording)
-counted the same way, never less than the outcome brought (a run that kept
-outcomes it had not recorded yet, counted in what it brought).  Where the
-recording nests no run of the call (a snapshot or a ``RunResult``, which
-keep none), the outcome brings what it brought.
+child's whole run as the source's recording of that run says.  Its tokens
+(each part), dollars and priced and unpriced model calls are the run's own
+counters (``spent``, kept in its recording), which hold everything it and
+the runs below it spent, what their cuts counted included.  Its tool calls
+are counted from what it recorded: each call, and each of its sub-agent
+calls' runs (nested in the recording) counted the same way; not from its
+counters, which leave out the calls its sub-agents took from a cut's
+hand-down (``prepaid``: their outcomes brought none of them) though the
+cut that counted them was another run's.  Each figure is never less than
+the outcome brought (a run that kept outcomes it had not recorded yet,
+counted in what it brought).  Where the recording nests no run of the call
+(a snapshot or a ``RunResult``, which keep none), or the run's recording
+has no ``spent`` (exported before it was kept), the outcome brings what it
+brought of those.
 """
 
 from __future__ import annotations
@@ -21,17 +29,50 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
+from fsm_agent.records import ChildOutcome, child_outcome, plain
+
+SPENT_COUNTS = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cache_read_tokens",
+    "cache_write_tokens": "cache_write_tokens",
+    "reasoning_tokens": "reasoning_tokens",
+    "priced": "priced_calls",
+    "unpriced": "unpriced_calls",
+}
+"""The whole counts of a recording's ``spent`` a fork takes, by the ``ChildOutcome`` field each is (cost aside)."""
+
 
 def whole_result(result: dict[str, Any], run: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``result``, a recorded outcome in plain form, bringing every tool call of its sub-agent's recorded ``run``.
+    """``result``, a recorded outcome in plain form, bringing all its sub-agent's recorded ``run`` spent.
 
     ``run`` is the recording of the call's sub-agent run (a recording's
     ``children`` entry for the call), or None: then ``result`` as it is.
     """
-    spent = result.get("child")
-    if run is None or not isinstance(spent, Mapping):
+    child = result.get("child")
+    if run is None or not isinstance(child, Mapping):
         return result
-    return {**result, "child": {**spent, "tool_calls": _with_below(spent, run)}}
+    brought = child_outcome(dict(child))
+    assert brought is not None  # a mapping: made an outcome
+    whole = _with_spent(brought, run.get("spent"))
+    return {**result, "child": {**plain(whole), "tool_calls": _with_below(child, run)}}
+
+
+def _with_spent(brought: ChildOutcome, spent: Any) -> ChildOutcome:
+    """``brought``, each count raised to what the run's ``spent`` says it spent in all; its cost unknown where
+    either is (``Counts.usage``: a run with an unpriced call has no known cost).
+
+    ``spent`` is a recording's (checked as it was read), or None for one
+    exported before it was kept: then ``brought`` as it is.
+    """
+    if not isinstance(spent, Mapping):
+        return brought
+    counts = {field: max(getattr(brought, field), spent.get(name, 0)) for name, field in SPENT_COUNTS.items()}
+    known = spent.get("cost", 0.0)
+    unknown = brought.cost is None or known is None or counts["unpriced_calls"] > 0
+    return attrs.evolve(brought, cost=None if unknown else max(brought.cost, known), **counts)
 
 
 def _with_below(spent: Mapping[str, Any], run: Mapping[str, Any]) -> int:

@@ -6,8 +6,10 @@ and the reply; each tool call with its arguments and result (and, for
 runs stored since it was kept, ``held``: whether it waited for a person's
 decision, an optional field of version 1); the run's trace, steps, limits
 and outcome (``unfinished``, optional too: the call its last stop cut off,
-which a replay cuts again); and the runs of its sub-agents, nested
-under the id of the call they answered.  It is built from what the store
+which a replay cuts again); what the run spent in all as its counters
+say (``spent``, optional too: a fork counts a cut sub-agent call's whole
+run from it, ``drivers.fork_spend``); and the runs of its sub-agents,
+nested under the id of the call they answered.  It is built from what the store
 keeps (the snapshot's ``io``, see ``fsm_agent.core.exchanges``), so a run
 stored before calls were kept has no requests to export.  It holds what the
 store holds and nothing of the store itself (no address, so no password).
@@ -28,6 +30,7 @@ from fsm_agent.persist.recording_format import (
     MIGRATIONS,
     RECORDING_FORMAT,
     RECORDING_VERSION,
+    SPENT,
     RecordingError,
     check_recording,
     read_recording,
@@ -114,7 +117,24 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         kept["unfinished"] = data["unfinished"]
     if data.get("forked_from") is not None:  # a fork's source run and the transition it was taken after
         kept["forked_from"] = data["forked_from"]
+    spent = spent_of(data.get("counters"))
+    if spent is not None:  # what the run spent in all, as its counters say: a fork of its parent counts it whole
+        kept["spent"] = spent
     return kept
+
+
+def spent_of(counters: Any) -> dict[str, Any] | None:
+    """What a run spent as its snapshot's ``counters`` say (``SPENT``), its cost None if a call was unpriced.
+
+    The counts a snapshot from before they were kept has none of are left
+    out; None where there are no counters (a ``RunResult``'s recording).
+    """
+    if not isinstance(counters, dict):
+        return None
+    spent = {name: counters[name] for name in SPENT if name in counters}
+    if spent.get("unpriced"):
+        spent["cost"] = None
+    return spent
 
 
 def _child_ids(data: dict[str, Any]) -> dict[str, str]:

@@ -14,6 +14,7 @@ Readers accept every earlier version: ``MIGRATIONS`` brings each up to date.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,18 @@ from fsm_agent.jsontext import no_json_text, versioned
 
 RECORDING_FORMAT = "fsm_agent.Recording"
 RECORDING_VERSION = 1
+SPENT = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost",
+    "priced",
+    "unpriced",
+    "tool_calls",
+)
+"""The counts a recording's optional ``spent`` holds: what the run spent in all, its sub-agents' runs included."""
 
 
 class RecordingError(FsmAgentError, ValueError):
@@ -71,6 +84,7 @@ def check_recording(data: dict[str, Any]) -> None:
         raise RecordingError(msg)
     for name in ("run_id", "state", "reason", "final", "unfinished"):
         _text_or_null(data.get(name), name)
+    _spent(data.get("spent"))
     forked_from = data.get("forked_from")
     if forked_from is not None and not _fork_origin(forked_from):
         msg = f"recording field forked_from must be [source run id or null, transition index], got {forked_from!r}"
@@ -113,6 +127,28 @@ def check_recording(data: dict[str, Any]) -> None:
         except RecordingError as exc:
             msg = f"the recording of sub-agent call {name!r}: {exc}"
             raise RecordingError(msg) from exc
+
+
+def _spent(value: Any) -> None:
+    """A recording's ``spent``, if it has one: an object of ``SPENT`` counts, each a whole number >= 0, but
+    ``cost``, US dollars >= 0 or null (unknown: a model call was unpriced); else ``RecordingError``."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        msg = f"recording field spent must be an object of counts, got {_kind(value)}"
+        raise RecordingError(msg)
+    strange = sorted(set(value) - set(SPENT))
+    if strange:
+        msg = f"recording field spent has counts a run has not: {', '.join(strange)} (it may hold {', '.join(SPENT)})"
+        raise RecordingError(msg)
+    for name, count in value.items():
+        number = isinstance(count, (int, float)) and not isinstance(count, bool) and math.isfinite(count) and count >= 0
+        if name == "cost" and (count is None or number):
+            continue
+        if not number or not isinstance(count, int):
+            wanted = "US dollars >= 0 or null" if name == "cost" else "a whole number >= 0"
+            msg = f"recording field spent.{name} must be {wanted}, got {count!r:.40}"
+            raise RecordingError(msg)
 
 
 def _kind(value: Any) -> str:
