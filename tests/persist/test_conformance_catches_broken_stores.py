@@ -51,7 +51,7 @@ from fsm_agent.testing.store_kit import LAPSE, SHORT, Script, race
 
 pytest_plugins = ["pytester"]
 
-SUITE_SIZE = 46
+SUITE_SIZE = 50
 """Checks the suite runs on a store with every method (none skipped): ``SqliteStore`` and each mutant."""
 
 
@@ -102,7 +102,7 @@ def _adding(calls: list[tuple[int, int]], wait: Callable[[], None] | None = None
 
 @pytest.mark.slow
 def test_an_unbroken_sqlite_store_run_this_way_passes_every_check(pytester: pytest.Pytester) -> None:
-    """The harness itself: ``SqliteStore`` (as the mutants' base, nothing broken) passes all 46 checks, none skipped."""
+    """The harness itself: ``SqliteStore`` (as the mutants' base, nothing broken) passes all 50 checks, none skipped."""
     result = _suite(pytester, "Mutant")
     result.assert_outcomes(passed=SUITE_SIZE)
 
