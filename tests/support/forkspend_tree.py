@@ -32,6 +32,7 @@ from fsm_agent import (
     ToolRegistry,
     Usage,
 )
+from fsm_agent.persist.recording_format import SPENT
 from fsm_agent.testing import reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 from support.cancelled_with_parent import Canceller  # reads only the counts' started, go and hold
@@ -40,18 +41,6 @@ from support.storeless_children import Counts, child_tools
 
 PRICES = {"parent": Price(3, 15, 0.3), "helper": Price(1, 4, 0.1), "deep": Price(0.5, 2)}
 """Each level's prices, US dollars per million tokens: a cost counted at the wrong level or twice shows."""
-SPENT = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "cost",
-    "priced",
-    "unpriced",
-    "tool_calls",
-)
-"""The counters a fork must hold as its source did: every token part, the dollars, the model calls, the tool calls."""
 _BASE = {"parent": 1000, "c1": 200, "deep c1": 30}
 Seen = dict[int, dict[str, Any]]
 """A run's counters (its snapshot's) after each transition, by the transition's index in its trace."""
