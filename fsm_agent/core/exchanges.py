@@ -18,8 +18,9 @@ from typing import Any
 import attrs
 
 from fsm_agent.core.output import OutputSpec
+from fsm_agent.core.snapshot_fields import spend
 from fsm_agent.definition.run import Run
-from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, Usage, child_outcome
+from fsm_agent.records import ChildOutcome, Message, ModelResponse, OutputSchema, ToolCall, Usage, child_outcome
 from fsm_agent.tools import JSONSchema, ToolResult
 
 
@@ -48,13 +49,18 @@ class ToolExchange:
 
     ``held`` says whether the call waited for a person's decision (and was
     approved, since it ran): what a replay checks its agent's ``approve=``
-    against.  None in an entry kept before it was recorded.
+    against.  None in an entry kept before it was recorded.  ``cut``: what
+    cuts of a sub-agent call in flight counted of its runs before this
+    outcome answered it (``Calls.cut_counted``), None if none did; the
+    outcome brings only the rest, so a fork, which counts no cut, counts both
+    (``drivers.fork_spend``).
     """
 
     id: str
     name: str
     result: ToolResult
     held: bool | None = None
+    cut: ChildOutcome | None = None
 
 
 Exchange = ModelExchange | ToolExchange
@@ -101,7 +107,9 @@ class ExchangeLog:
     def _log_tool(self, call: ToolCall, outcome: ToolResult) -> None:
         """Keep a tool call's outcome, and whether it waited for a person (it is held until its outcome is replayed)."""
         run = self.run
-        run.talk.io.append(ToolExchange(call.id, call.name, outcome, call.id in run.calls.to_approve))
+        calls = run.calls
+        cut = calls.cut_counted.pop(call.id, None) if calls.cut_counted else None
+        run.talk.io.append(ToolExchange(call.id, call.name, outcome, call.id in calls.to_approve, cut))
 
 
 def exchange_of(data: dict[str, Any]) -> Exchange:
@@ -113,7 +121,12 @@ def exchange_of(data: dict[str, Any]) -> Exchange:
         if held is not None and not isinstance(held, bool):
             msg = f"held must be true, false or null, got {held!r}"
             raise TypeError(msg)
-        return ToolExchange(str(data["id"]), str(data["name"]), outcome, held)
+        cut = data.get("cut")  # none kept before it was recorded, nor where no cut counted any of the call
+        if cut is not None and not isinstance(cut, dict):
+            msg = f"cut must be what cuts of the call counted (an object) or null, got {type(cut).__name__}"
+            raise TypeError(msg)
+        counted = None if cut is None else spend(cut, "cut")
+        return ToolExchange(str(data["id"]), str(data["name"]), outcome, held, counted)
     messages = data["messages"]
     if not isinstance(messages, int):
         messages = tuple(message_from(m) for m in messages)

@@ -195,8 +195,29 @@ def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: Chil
     may refuse it, a person reject it): the loaded snapshot's check reads
     them from ``cut_children`` (``core.consistency``).
     """
-    run.calls.cut_children[call_id] = spent
+    calls = run.calls
+    calls.cut_children[call_id] = spent
+    counted = calls.cut_counted.get(call_id)
+    calls.cut_counted[call_id] = uncounted if counted is None else plus(counted, uncounted)
     count_child(run, uncounted)
+
+
+def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
+    """Two spends added up, under ``one``'s run id (a cost unknown in either is unknown)."""
+    cost = None if one.cost is None or other.cost is None else round(one.cost + other.cost, 12)
+    return ChildOutcome(
+        one.run_id,
+        one.input_tokens + other.input_tokens,
+        one.output_tokens + other.output_tokens,
+        None,
+        one.tool_calls + other.tool_calls,
+        cost,
+        one.cache_read_tokens + other.cache_read_tokens,
+        one.cache_write_tokens + other.cache_write_tokens,
+        one.reasoning_tokens + other.reasoning_tokens,
+        one.priced_calls + other.priced_calls,
+        one.unpriced_calls + other.unpriced_calls,
+    )
 
 
 def answer_unexecuted(run: Run, why: str) -> list[str]:

@@ -74,6 +74,7 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
         "pending": [plain(c) for c in run.calls.pending],
         "ran": {call_id: plain(outcome) for call_id, outcome in run.calls.ran.items()},
         "cut_children": {call_id: plain(spent) for call_id, spent in run.calls.cut_children.items()},
+        "cut_counted": {call_id: plain(spent) for call_id, spent in run.calls.cut_counted.items()},
         "approvals": dict(run.calls.approvals),
         "carried": [[name, arguments, plain(result)] for name, arguments, result in run.calls.carried],
         "carried_down": [
@@ -222,6 +223,8 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.calls.ran = {str(k): fields.result(v) for k, v in data["ran"].items()}
         cut = data.get("cut_children", {})  # none kept before it existed
         run.calls.cut_children = fields.cut_children(cut, "snapshot field cut_children")
+        counted = data.get("cut_counted", {})  # none kept before it existed
+        run.calls.cut_counted = fields.cut_children(counted, "snapshot field cut_counted")
         run.calls.approvals = dict(data["approvals"])
         carried = data.get("carried") or ()  # a fork's only
         run.calls.carried = [(str(n), str(a), fields.result(r)) for n, a, r in carried]

@@ -226,21 +226,24 @@ def cut_children(value: object, name: str) -> dict[str, ChildOutcome]:
     if not isinstance(value, dict) or not all(isinstance(entry, dict) for entry in value.values()):
         msg = f"{name} must map call ids to what their sub-agent runs spent, got {_shown(value)}"
         raise SnapshotError(msg)
-    kept = {str(call_id): ChildOutcome(**entry) for call_id, entry in value.items()}
-    for call_id, spent in kept.items():
-        where = f"{name}[{call_id!r}]"
-        if not isinstance(spent.run_id, str) or spent.stop is not None:
-            msg = f"{where} must name its run and no stop, got {_shown(value[call_id])}"
+    return {str(call_id): spend(entry, f"{name}[{call_id!r}]") for call_id, entry in value.items()}
+
+
+def spend(value: dict[str, Any], where: str) -> ChildOutcome:
+    """What a sub-agent run spent, or what a cut counted of it, from its plain form: named, no stop, counts >= 0."""
+    spent = ChildOutcome(**value)
+    if not isinstance(spent.run_id, str) or spent.stop is not None:
+        msg = f"{where} must name its run and no stop, got {_shown(value)}"
+        raise SnapshotError(msg)
+    for count in _SPENT:
+        if type(getattr(spent, count)) is not int or getattr(spent, count) < 0:
+            msg = f"{where}.{count} must be a whole number >= 0, got {getattr(spent, count)!r}"
             raise SnapshotError(msg)
-        for count in _SPENT:
-            if type(getattr(spent, count)) is not int or getattr(spent, count) < 0:
-                msg = f"{where}.{count} must be a whole number >= 0, got {getattr(spent, count)!r}"
-                raise SnapshotError(msg)
-        cost = spent.cost
-        if cost is not None and (type(cost) not in (int, float) or not 0 <= cost < math.inf):
-            msg = f"{where}.cost must be None or a finite number of US dollars >= 0, got {cost!r}"
-            raise SnapshotError(msg)
-    return kept
+    cost = spent.cost
+    if cost is not None and (type(cost) not in (int, float) or not 0 <= cost < math.inf):
+        msg = f"{where}.cost must be None or a finite number of US dollars >= 0, got {cost!r}"
+        raise SnapshotError(msg)
+    return spent
 
 
 _SPENT = (

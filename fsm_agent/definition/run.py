@@ -235,6 +235,7 @@ class Calls:
         "carried_down",
         "child_stop",
         "cut_children",
+        "cut_counted",
         "pending",
         "prepaid",
         "ran",
@@ -259,6 +260,9 @@ class Calls:
         # What the run of each sub-agent call cut in flight (the deadline, a cancel) had spent, by call id: counted
         # at the cut, so the call made again adds only what its child's run spends beyond it (core.ledger).
         self.cut_children: dict[str, ChildOutcome] = {}
+        # What every cut of each such call counted, added up, until an outcome answers the call: its exchange keeps
+        # it then (core.exchanges), so a fork, which counts no cut, counts what its source counted (fork_spend).
+        self.cut_counted: dict[str, ChildOutcome] = {}
         # On a fork: the outcomes of calls the source run completed after the fork point, as (tool name, arguments
         # as canonical JSON, result); a call of the fork asking the same takes one instead of being made again.
         self.carried: list[tuple[str, str, ToolResult]] = []

@@ -28,6 +28,7 @@ import attrs
 
 from fsm_agent.core import snapshot
 from fsm_agent.core.hand_down import HandDown
+from fsm_agent.core.ledger import plus
 from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -45,7 +46,6 @@ from fsm_agent.drivers.cut_spend import (
     cut_with_parent,
     fly,
     parent_cut,
-    plus,
     prepaid_calls,
     shared,
     spent_by,

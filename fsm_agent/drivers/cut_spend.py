@@ -36,6 +36,7 @@ import attrs
 
 from fsm_agent.core.exchanges import ToolExchange
 from fsm_agent.core.hand_down import Carried, HandDown, below, canonical_arguments, one_down, origins
+from fsm_agent.core.ledger import plus
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -228,24 +229,6 @@ def cut_record(
     """
     kept = spent if not prepaid else attrs.evolve(spent, tool_calls=spent.tool_calls + prepaid)
     return kept, beyond(spent, counted)
-
-
-def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
-    """Two spends added up, under ``one``'s run id (a cost unknown in either is unknown)."""
-    cost = None if one.cost is None or other.cost is None else round(one.cost + other.cost, 12)
-    return ChildOutcome(
-        one.run_id,
-        one.input_tokens + other.input_tokens,
-        one.output_tokens + other.output_tokens,
-        None,
-        one.tool_calls + other.tool_calls,
-        cost,
-        one.cache_read_tokens + other.cache_read_tokens,
-        one.cache_write_tokens + other.cache_write_tokens,
-        one.reasoning_tokens + other.reasoning_tokens,
-        one.priced_calls + other.priced_calls,
-        one.unpriced_calls + other.unpriced_calls,
-    )
 
 
 @attrs.frozen

@@ -169,7 +169,7 @@ def _outcomes(recording: dict[str, Any]) -> list[list[Any]]:
 def _reused(call: dict[str, Any], origin: str | None, children: dict[str, Any]) -> dict[str, Any]:
     """The recorded outcome of ``call`` as a fork takes it: naming where it came from, and, a sub-agent's, bringing
     every tool call of its run (``children``: the recording's sub-agent runs by call id), as a fork counts no cut."""
-    result = whole_result(call["result"], children.get(call["id"]))
+    result = whole_result(call, children.get(call["id"]))
     return {**result, "reused_from": f"{origin}/{call['id']}" if origin else call["id"]}
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.core.ledger import plus
 from fsm_agent.records import ChildOutcome, child_outcome, plain
 
 SPENT_COUNTS = {
@@ -45,17 +46,26 @@ SPENT_COUNTS = {
 """The whole counts of a recording's ``spent`` a fork takes, by the ``ChildOutcome`` field each is (cost aside)."""
 
 
-def whole_result(result: dict[str, Any], run: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``result``, a recorded outcome in plain form, bringing all its sub-agent's recorded ``run`` spent.
+def whole_result(call: Mapping[str, Any], run: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The result of ``call`` (a recording's ``tool_calls`` entry), bringing all its sub-agent's runs spent.
 
-    ``run`` is the recording of the call's sub-agent run (a recording's
-    ``children`` entry for the call), or None: then ``result`` as it is.
+    Where cuts of the call counted some of it (its ``cut``), the result
+    brings that too: what its source counted of the call, exactly.  Else
+    ``run``, the recording of the call's sub-agent run (a recording's
+    ``children`` entry for the call), says what that run spent in all; None:
+    the result as it is.
     """
+    result: dict[str, Any] = call["result"]
     child = result.get("child")
-    if run is None or not isinstance(child, Mapping):
+    if not isinstance(child, Mapping) or (run is None and call.get("cut") is None):
         return result
     brought = child_outcome(dict(child))
     assert brought is not None  # a mapping: made an outcome
+    cut = call.get("cut")
+    if cut is not None:
+        whole = attrs.evolve(plus(brought, ChildOutcome(**cut)), run_id=brought.run_id, stop=brought.stop)
+        return {**result, "child": plain(whole)}
+    assert run is not None
     whole = _with_spent(brought, run.get("spent"))
     return {**result, "child": {**plain(whole), "tool_calls": _with_below(child, run)}}
 
@@ -101,7 +111,9 @@ def whole_tool_calls(run: Mapping[str, Any]) -> int:
         spent = call["result"].get("child")
         nested = children.get(call["id"])
         total += 1
-        if isinstance(spent, Mapping):
+        if isinstance(spent, Mapping) and call.get("cut") is not None:
+            total += _brought(spent) + _brought(call["cut"])
+        elif isinstance(spent, Mapping):
             total += _brought(spent) if nested is None else _with_below(spent, nested)
     answered = {call["id"] for call in run["tool_calls"]}
     return total + sum(whole_tool_calls(nested) for call_id, nested in children.items() if call_id not in answered)

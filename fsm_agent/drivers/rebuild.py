@@ -95,7 +95,7 @@ class _Results:
         if kept is None or (kept["name"] != call.name and call.id not in self.edited):
             msg = f"the source holds no result of tool call {call.id!r} ({call.name}), which the rebuilt run made"
             raise ForkError(msg)
-        return tool_result(whole_result(kept["result"], self.children.get(call.id)))
+        return tool_result(whole_result(kept, self.children.get(call.id)))
 
     async def aexecute(self, call: ToolCall, *args: Any, **kwargs: Any) -> ToolResult:
         """``execute``, for the async driver."""

@@ -78,6 +78,8 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
             kept = {"id": call_id, "name": item["name"], "arguments": arguments.get(call_id), "result": item["result"]}
             if isinstance(item.get("held"), bool):  # whether it waited for a person: kept for runs since it was
                 kept["held"] = item["held"]
+            if item.get("cut") is not None:  # what cuts of a sub-agent call counted before this outcome answered it
+                kept["cut"] = item["cut"]
             tool_calls.append(kept)
             continue
         if item["offered"]:

@@ -289,3 +289,14 @@ def _tool_call(value: Any, where: str) -> None:
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"recording field {where}.result is not a tool result: {type(exc).__name__}: {exc}"
         raise RecordingError(msg) from exc
+    cut = call.get("cut")  # what cuts of a sub-agent call counted before the result answered it
+    if cut is None:
+        return
+    if not isinstance(cut, dict):
+        msg = f"recording field {where}.cut must be an object of counts or null, got {_kind(cut)}"
+        raise RecordingError(msg)
+    try:
+        fields.spend(cut, f"recording field {where}.cut")
+    except (TypeError, ValueError) as exc:
+        shown = str(exc) if isinstance(exc, ValueError) else f"recording field {where}.cut: {exc}"
+        raise RecordingError(shown) from exc

@@ -1,10 +1,12 @@
-"""The snapshot's ``cut_children``: what the runs of sub-agent calls cut in flight had spent, counted at the cut.
+"""The snapshot's ``cut_children`` and ``cut_counted``: what cut sub-agent runs had spent, what the cuts counted.
 
-docs/concepts/snapshots.md: the field survives a store and a resume in
-another process, so a later outcome of the call adds only the rest; a
-snapshot from before it existed loads with none; a tampered count is
-refused, naming the entry (a negative one would let the call's outcome add
-more than its child spent).
+docs/concepts/snapshots.md: ``cut_children`` is what the run of each
+sub-agent call cut in flight had spent, ``cut_counted`` what every cut of
+the call counted, added up.  Both survive a store and a resume in another
+process, so a later outcome of the call adds only the rest and its exchange
+keeps what the cuts counted; a snapshot from before either existed loads
+with none; a tampered count is refused, naming the entry (a negative one
+would let the call's outcome add more than its child spent).
 """
 
 from __future__ import annotations
@@ -53,12 +55,16 @@ def _stopped() -> dict[str, Any]:
     return data
 
 
-def test_what_a_cut_child_spent_survives_a_resume_and_the_next_snapshot() -> None:
+FIELDS = ["cut_children", "cut_counted"]
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_what_a_cut_child_spent_survives_a_resume_and_the_next_snapshot(field: str) -> None:
     data = _stopped()
-    assert data["cut_children"] == {}
-    data["cut_children"] = {"c1": SPENT}
+    assert data[field] == {}
+    data[field] = {"c1": SPENT}
     run = _agent().resume(data, max_steps=5)
-    assert run.snapshot()["cut_children"] == {"c1": SPENT}
+    assert run.snapshot()[field] == {"c1": SPENT}
 
 
 @pytest.mark.parametrize(("cost", "calls"), [(0.00055, (1, 0)), (None, (0, 1)), (0.0, (0, 0))])
@@ -73,38 +79,38 @@ def test_a_cut_child_kept_before_its_model_calls_were_counted_is_one_call(
     assert (kept["priced_calls"], kept["unpriced_calls"]) == calls
 
 
-def test_a_snapshot_from_before_cut_children_loads_with_none() -> None:
+@pytest.mark.parametrize("field", FIELDS)
+def test_a_snapshot_from_before_the_field_loads_with_none(field: str) -> None:
     data = _stopped()
-    del data["cut_children"]
+    del data[field]
     run = _agent(reply("done")).resume(data, max_steps=5)
-    assert run.snapshot()["cut_children"] == {}
+    assert run.snapshot()[field] == {}
     assert run.finish().final == "done"
 
 
 BAD = {
-    "negative tokens": ({**SPENT, "input_tokens": -500}, r"cut_children\['c1'\]\.input_tokens must be a whole number"),
-    "fractional calls": ({**SPENT, "tool_calls": 0.5}, r"cut_children\['c1'\]\.tool_calls must be a whole number"),
-    "negative priced calls": (
-        {**SPENT, "priced_calls": -1},
-        r"cut_children\['c1'\]\.priced_calls must be a whole number",
-    ),
-    "negative cost": ({**SPENT, "cost": -1.0}, r"cut_children\['c1'\]\.cost must be None or a finite number"),
-    "a stop": ({**SPENT, "stop": {"reason": "timeout"}}, r"cut_children\['c1'\] must name its run and no stop"),
+    "negative tokens": ({**SPENT, "input_tokens": -500}, r"{field}\['c1'\]\.input_tokens must be a whole number"),
+    "fractional calls": ({**SPENT, "tool_calls": 0.5}, r"{field}\['c1'\]\.tool_calls must be a whole number"),
+    "negative priced calls": ({**SPENT, "priced_calls": -1}, r"{field}\['c1'\]\.priced_calls must be a whole number"),
+    "negative cost": ({**SPENT, "cost": -1.0}, r"{field}\['c1'\]\.cost must be None or a finite number"),
+    "a stop": ({**SPENT, "stop": {"reason": "timeout"}}, r"{field}\['c1'\] must name its run and no stop"),
     "an unknown key": ({**SPENT, "tokens": 1}, "unexpected keyword argument 'tokens'"),
-    "not an object": ([500, 50], "cut_children must map call ids to what their sub-agent runs spent"),
+    "not an object": ([500, 50], "{field} must map call ids to what their sub-agent runs spent"),
 }
 
 
+@pytest.mark.parametrize("field", FIELDS)
 @pytest.mark.parametrize(("entry", "message"), BAD.values(), ids=BAD)
-def test_a_tampered_cut_child_is_a_snapshot_error_naming_the_entry(entry: Any, message: str) -> None:
+def test_a_tampered_entry_is_a_snapshot_error_naming_it(field: str, entry: Any, message: str) -> None:
     data = _stopped()
-    data["cut_children"] = {"c1": entry}
-    with pytest.raises(SnapshotError, match=message):
+    data[field] = {"c1": entry}
+    with pytest.raises(SnapshotError, match=message.format(field=field)):
         _agent().resume(data, max_steps=5)
 
 
-def test_cut_children_that_is_no_object_is_a_snapshot_error() -> None:
+@pytest.mark.parametrize("field", FIELDS)
+def test_a_field_that_is_no_object_is_a_snapshot_error(field: str) -> None:
     data = _stopped()
-    data["cut_children"] = ["c1"]
-    with pytest.raises(SnapshotError, match="cut_children must map call ids"):
+    data[field] = ["c1"]
+    with pytest.raises(SnapshotError, match=f"{field} must map call ids"):
         _agent().resume(data, max_steps=5)

@@ -116,12 +116,6 @@ def test_a_fork_past_a_stored_cut_call_whose_deep_model_is_unpriced_counts_its_c
     assert whole["priced"] == counts.child["c1"] + 2  # the helper's and the parent's two
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the store-less cut counted its helper's run, kept nowhere: the parent keeps no per-call record of what "
-    "its cuts counted once the call made again is cut again (core.ledger.count_cut_child replaces it), so the fork "
-    "counts the new helper's whole run only, short by the first helper's spend",
-)
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_fork_past_an_answer_whose_runs_took_a_storeless_cut_s_hand_down_counts_what_the_source_counted(
     store_target: str, driver: str

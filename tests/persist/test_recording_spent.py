@@ -5,9 +5,9 @@ each part, its cost (null where a model call was unpriced), its priced and
 unpriced model calls and its tool calls, for every nested run too; a fork
 reads it to count a cut sub-agent call's whole run (fork-a-run.md).  A
 malformed one is a ``RecordingError`` naming the field; a recording
-exported before it was kept has none, and a fork of it counts what each
-outcome brought of tokens, dollars and model calls, as before (its tool
-calls still whole, counted from the recorded calls).
+exported before it (and each call's ``cut``) was kept has none, and a fork
+of it counts what each outcome brought of tokens, dollars and model calls,
+as before (its tool calls still whole, counted from the recorded calls).
 
 The tree is ``support.forkspend_tree``'s; every tool execution and model
 call is counted, on both drivers and both stores.
@@ -34,8 +34,9 @@ DRIVERS = ["sync", "async"]
 
 
 def _without_spent(recording: dict[str, Any]) -> dict[str, Any]:
-    """``recording`` as exported before ``spent`` was kept: none at any level."""
+    """``recording`` as exported before ``spent`` and its calls' ``cut`` were kept: none at any level."""
     older = {k: v for k, v in recording.items() if k != "spent"}
+    older["tool_calls"] = [{k: v for k, v in call.items() if k != "cut"} for call in recording["tool_calls"]]
     older["children"] = {call_id: _without_spent(child) for call_id, child in recording["children"].items()}
     return older
 
