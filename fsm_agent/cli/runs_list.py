@@ -6,11 +6,17 @@ the previous one named (``more runs: --after CURSOR``) lists each run that
 was there exactly once, whatever is saved or started meanwhile.  A page asked
 for by ``--offset``, as scripts written before cursors page, names the next
 offset instead; a run started or deleted between two such pages shifts them.
+
+``--parent RUN_ID`` lists only the sub-agent runs that run's tool calls
+made, one level down, by the store's own filter (``list_runs(parent=...)``),
+each line with one more column, last: ``call=ID``, the parent's call that
+made it.  Lines without ``--parent`` keep their columns, which scripts read.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shlex
 import sys
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fsm_agent.cli import EXIT_DONE, SetupError
 from fsm_agent.cli.terminal import printable
 from fsm_agent.definition.states import STATES, State
+from fsm_agent.errors import SnapshotError
 from fsm_agent.persist.cursor import RunCursor
 from fsm_agent.persist.store import filter_text
 
@@ -41,11 +48,18 @@ def add_parser(actions: Any) -> argparse.ArgumentParser:
         help="the runs in the store, latest first, a page at a time",
         description="One line per run, latest started first: id, state, stop reason, tool calls, tokens, last save "
         "(tab-separated). When more runs follow, stderr says how to ask for them: 'more runs: --after CURSOR'. "
-        "Paged that way, each run that was there is listed exactly once, whatever is saved or started meanwhile.",
+        "Paged that way, each run that was there is listed exactly once, whatever is saved or started meanwhile. "
+        "With --parent, each line ends in one more column, call=ID: the parent's tool call that made the run.",
     )
     listing.add_argument("--state", help="only runs in this state (e.g. Failed, ExecuteTool)")
     listing.add_argument("--reason", help="only runs that stopped with this reason (e.g. max_steps, done)")
     listing.add_argument("--session", metavar="ID", help="only the turns of this conversation (fsm_agent.Session)")
+    listing.add_argument(
+        "--parent",
+        metavar="RUN_ID",
+        help="only the sub-agent runs this run's tool calls made (not theirs: one level), each line ending in "
+        "call=ID, the parent's call that made it; a run the store does not hold is an error",
+    )
     listing.add_argument("--since", type=moment, metavar="WHEN", help="only runs saved since: 2h, 7d or an ISO date")
     listing.add_argument("--limit", type=int, default=PAGE, help=f"runs per page (default {PAGE})")
     start = listing.add_mutually_exclusive_group()
@@ -107,7 +121,7 @@ def main(store: AnyStore, args: argparse.Namespace) -> int:
     if args.limit < 1 or (offset is not None and offset < 0):
         msg = "--limit must be >= 1 and --offset >= 0"
         raise SetupError(msg)
-    for name in ("state", "reason", "session"):
+    for name in ("state", "reason", "session", "parent"):
         value = getattr(args, name)
         try:
             filter_text(name, value)
@@ -115,6 +129,8 @@ def main(store: AnyStore, args: argparse.Namespace) -> int:
             msg = f"runs list: --{name} {value!r} must be text without NUL or lone surrogates"
             raise SetupError(msg) from None
     _check_state(args.state)
+    if args.parent is not None:
+        _check_parent(store, args.parent)
     runs = store.list_runs(
         state=args.state,
         reason=args.reason,
@@ -124,13 +140,17 @@ def main(store: AnyStore, args: argparse.Namespace) -> int:
         session=args.session,
         order="created",
         after=args.after,
+        parent=args.parent,
     )
     for run in runs[: args.limit]:
         saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
         calls = run.tool_calls
         counts = f"{calls} tool call{'' if calls == 1 else 's'}\t{run.tokens} tokens"
         line = f"{run.run_id}\t{where(run.state, paused=run.paused)}\t{run.reason or '-'}\t{counts}\t{saved}"
-        print(printable(line + ("" if run.forked_from is None else f"\t{origin(run.forked_from)}")))
+        line += "" if run.forked_from is None else f"\t{origin(run.forked_from)}"
+        if args.parent is not None:  # a last column only here: the lines of other listings keep theirs
+            line += f"\tcall={'-' if run.parent is None else run.parent[1]}"
+        print(printable(line))
     if len(runs) > args.limit:
         if offset is not None:
             more = f"--offset {offset + args.limit}"
@@ -160,6 +180,17 @@ def _check_state(state: str | None) -> None:
     hint = f" (did you mean {alike[0]}?)" if alike else ""
     msg = f"runs list: --state {state!r} is no state a run can be in{hint}; the states are {states}"
     raise SetupError(msg)
+
+
+def _check_parent(store: AnyStore, run_id: str) -> None:
+    """Refuse a ``--parent`` the store does not hold: the ``KeyError`` naming it, as ``runs show`` gives.
+
+    Its sub-agent runs would list nothing, which reads as a run without
+    any.  A parent stored but unreadable (``SnapshotError``) is there: its
+    sub-agent runs are listed.
+    """
+    with contextlib.suppress(SnapshotError):  # a KeyError goes on, to the error every runs action prints
+        store.load(run_id)
 
 
 def origin(forked_from: tuple[str, int]) -> str:
