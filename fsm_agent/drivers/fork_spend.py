@@ -7,8 +7,12 @@ of the call in flight, when the child's stored run was taken back
 cut's hand-down (``prepaid``), which that cut counted.  A fork counts no cut:
 it rebuilds its source calling nothing, and its new sub-agent runs take the
 source's outcomes.  So each outcome a fork is given (rebuilt before the fork
-point, carried past it, handed down to a new sub-agent run) brings its
-child's whole run as the source's recording of that run says.  Its tokens
+point, carried past it, handed down to a new sub-agent run) brings what
+its source counted of the call: the outcome, and what the call's cuts
+counted (its ``cut``, kept on its exchange, a snapshot's too), exactly.  A
+call recorded without a ``cut`` (none counted any, or exported before it
+was kept) brings its child's whole run as the source's recording of that
+run says.  Its tokens
 (each part), dollars and priced and unpriced model calls are the run's own
 counters (``spent``, kept in its recording), which hold everything it and
 the runs below it spent, what their cuts counted included.  Its tool calls

@@ -137,3 +137,43 @@ def test_a_fork_past_an_answer_whose_runs_took_a_storeless_cut_s_hand_down_count
         stored = as_json(store.load("p"))
         whole = _forked_like_the_source(counts, driver, store, source_seen, answered_at(stored))
     assert whole["tool_calls"] == WHOLE
+
+
+def _storeless_then_stored(counts: Counts, driver: str, store: Any) -> Seen:
+    """``p`` cut without a store, resumed with ``store`` and cut again, then resumed to its end: its counters after
+    each transition of all three legs (each tool call of the tree ran once)."""
+    first, seen = cut(counts, driver)
+    counts.arm()
+    seen.update(cut(counts, driver, as_json(first.snapshot), store)[1])
+    counts.hold = False
+    result, last = driven(parent_agent(counts, driver), driver, "resume", store=store, source=as_json(store.load("p")))
+    assert result.final == "done"
+    assert counts.tools == EVERY_CALL
+    return {**seen, **last}
+
+
+SOURCES = {"stored cut": stored_cut_then_finished, "store-less cut, then stored": _storeless_then_stored}
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_fork_of_the_source_s_snapshot_counts_what_the_source_counted(
+    store_target: str, driver: str, point: str, source: str
+) -> None:
+    """A snapshot nests no sub-agent run, but its exchanges keep what the cuts of ``c1`` counted (``cut``): a fork
+    of it, with no store, counts what the source counted where it was taken and at the end, field by field; it ran
+    no tool and asked no sub-agent's model."""
+    counts = Counts()
+    with open_store(store_target) as store:
+        seen = SOURCES[source](counts, driver, store)
+        stored = as_json(store.load("p"))
+    at = _point(stored, point)
+    tools, models = Counter(counts.tools), Counter(counts.child)
+    result, fork_seen = driven(parent_agent(counts, driver), driver, "fork", source=stored, at=at)
+    assert result.final == "done"
+    assert counts.tools == tools
+    asked = Counter({"parent": 1}) if at < len(stored["trace"]) - 2 else Counter()
+    assert counts.child - models == asked
+    _same(spent(fork_seen[at]), spent(seen[at]))
+    _same(spent(fork_seen[max(fork_seen)]), spent(stored["counters"]))
