@@ -57,6 +57,7 @@ class RecordedCuts:
         self.at = [i for i, entry in enumerate(self.trace) if entry["trigger"] == "interrupted"]
         self.turns = [call.get("turn") for call in recording["model_calls"]]
         self.last = (len(self.trace) - 1, recording.get("unfinished"))
+        self.answered = {m["tool_call_id"] for m in recording["messages"] if m["role"] == "tool"}
 
     def ahead(self, run: AgentRun) -> bool:
         """Whether ``run`` has transitions to take, one at a time, before its next cut (else ``finish()`` it)."""
@@ -97,9 +98,12 @@ class RecordedCuts:
         if index == self.last[0]:  # its stop named the calls it cut, those before the first came back (none: none)
             cut = set(str(self.last[1]).split(", ")) if self.last[1] is not None else {c.id for c in pending}
             return pending[: next((n for n, call in enumerate(pending) if call.id in cut), len(pending))]
-        made = 0  # the calls of the batch the resume made (or took in) one transition each, up to the turn's end
+        # The calls of the batch the resume made (or took in) one transition each, up to the turn's end; a later
+        # cut of the batch (``interrupted``) made none: its calls are made after the resume that follows it, or,
+        # where the recording ends before the turn does, never (no answer of them is recorded).
+        made = sum(1 for call in pending if call.id not in self.answered)
         for entry in self.trace[index + 1 :]:
-            if entry["source"] == "ExecuteTool":
+            if entry["source"] == "ExecuteTool" and entry["trigger"] != "interrupted":
                 made += 1
                 if entry["dest"] != "Dispatch":
                     break
