@@ -61,17 +61,32 @@ def whole_result(call: Mapping[str, Any], run: Mapping[str, Any] | None) -> dict
     """
     result: dict[str, Any] = call["result"]
     child = result.get("child")
-    if not isinstance(child, Mapping) or (run is None and call.get("cut") is None):
+    if call.get("cut") is not None:
+        return counted_result(call)
+    if run is None or not isinstance(child, Mapping):
         return result
     brought = child_outcome(dict(child))
     assert brought is not None  # a mapping: made an outcome
-    cut = call.get("cut")
-    if cut is not None:
-        whole = attrs.evolve(plus(brought, ChildOutcome(**cut)), run_id=brought.run_id, stop=brought.stop)
-        return {**result, "child": plain(whole)}
-    assert run is not None
     whole = _with_spent(brought, run.get("spent"))
     return {**result, "child": {**plain(whole), "tool_calls": _with_below(child, run)}}
+
+
+def counted_result(call: Mapping[str, Any]) -> dict[str, Any]:
+    """The result of ``call`` (a recording's ``tool_calls`` entry) bringing what its source counted of the call.
+
+    That is the sub-agent spend the result brought and what the call's cuts
+    counted before it (its ``cut``); the result as it is where either is
+    missing.  A replay takes it too: its cuts read no child in flight, so
+    they count none.
+    """
+    result: dict[str, Any] = call["result"]
+    child, cut = result.get("child"), call.get("cut")
+    if not isinstance(child, Mapping) or cut is None:
+        return result
+    brought = child_outcome(dict(child))
+    assert brought is not None  # a mapping: made an outcome
+    whole = attrs.evolve(plus(brought, ChildOutcome(**cut)), run_id=brought.run_id, stop=brought.stop)
+    return {**result, "child": plain(whole)}
 
 
 def _with_spent(brought: ChildOutcome, spent: Any) -> ChildOutcome:

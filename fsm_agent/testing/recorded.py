@@ -25,6 +25,7 @@ import attrs
 
 from fsm_agent.core.exchanges import response_from
 from fsm_agent.core.hand_down import canonical_arguments
+from fsm_agent.drivers.fork_spend import counted_result
 from fsm_agent.drivers.rebuild import recorded_decisions
 from fsm_agent.drivers.recorded_outside import RecordedOutside as Outside
 from fsm_agent.errors import ContextOverflowError
@@ -152,7 +153,7 @@ class RecordedTools:
             return None
         if canonical_arguments(kept["arguments"]) != canonical_arguments(call.arguments):
             return None  # the same id asked for something the recording does not hold
-        result = kept["result"]
+        result = counted_result(kept)  # what the recorded run's cuts of it counted too
         return ToolResult(**{**result, "child": child_outcome(result.get("child"))})
 
     def execute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:

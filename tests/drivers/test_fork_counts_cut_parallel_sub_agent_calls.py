@@ -140,7 +140,8 @@ def test_a_replay_of_two_sub_agent_calls_of_one_reply_cut_and_resumed_takes_ever
     store_target: str, driver: str, source: str
 ) -> None:
     """The stored source replayed (its recorded results, no store): it takes each transition the source took, cuts
-    and resumes included (a source cut twice departed at its first cut), and runs no tool and asks no model."""
+    and resumes included (a source cut twice departed at its first cut), runs no tool, asks no model, and ends with
+    the source's counters, what the cuts counted included (its clock stands still: the seconds aside)."""
     counts = Counts()
     with open_store(store_target) as store:
         SOURCES[source](counts, driver, store)
@@ -152,3 +153,5 @@ def test_a_replay_of_two_sub_agent_calls_of_one_reply_cut_and_resumed_takes_ever
     assert result.final == "done"
     assert [plain(entry) for entry in result.trace] == stored["trace"]
     assert (counts.tools, counts.parent, counts.child) == (tools, parent, children)
+    replayed = {name: value for name, value in _as_json(result.steps[-1].counters).items() if name != "seconds"}
+    assert replayed == {name: value for name, value in stored["steps"][-1]["counters"].items() if name != "seconds"}
