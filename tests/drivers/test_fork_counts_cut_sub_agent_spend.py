@@ -25,8 +25,15 @@ from typing import Any
 
 import pytest
 from support.forkcount_cuts import answered_at, as_json
-from support.forkspend_tree import Seen, cut, driven, parent_agent, spent, stored_cut_then_finished
-from support.prepaid_cuts import EVERY_CALL, WHOLE
+from support.forkspend_tree import (
+    Seen,
+    driven,
+    parent_agent,
+    spent,
+    stored_cut_then_finished,
+    storeless_then_stored_cut,
+)
+from support.prepaid_cuts import WHOLE
 from support.storeless_children import Counts
 
 from fsm_agent.persist import open_store
@@ -123,36 +130,14 @@ def test_a_fork_past_an_answer_whose_runs_took_a_storeless_cut_s_hand_down_count
     """Cut without a store (the first helper's spend counted), resumed with one and cut in the new helper's wait,
     resumed to its end; forked just after ``c1``'s answer: the fork counts what the source counted there."""
     counts = Counts()
-    first, source_seen = cut(counts, driver)
     with open_store(store_target) as store:
-        counts.arm()
-        source_seen.update(cut(counts, driver, as_json(first.snapshot), store)[1])
-        counts.hold = False
-        result, seen = driven(
-            parent_agent(counts, driver), driver, "resume", store=store, source=as_json(store.load("p"))
-        )
-        assert result.final == "done"
-        assert counts.tools == EVERY_CALL
-        source_seen.update(seen)
+        source_seen = storeless_then_stored_cut(counts, driver, store)
         stored = as_json(store.load("p"))
         whole = _forked_like_the_source(counts, driver, store, source_seen, answered_at(stored))
     assert whole["tool_calls"] == WHOLE
 
 
-def _storeless_then_stored(counts: Counts, driver: str, store: Any) -> Seen:
-    """``p`` cut without a store, resumed with ``store`` and cut again, then resumed to its end: its counters after
-    each transition of all three legs (each tool call of the tree ran once)."""
-    first, seen = cut(counts, driver)
-    counts.arm()
-    seen.update(cut(counts, driver, as_json(first.snapshot), store)[1])
-    counts.hold = False
-    result, last = driven(parent_agent(counts, driver), driver, "resume", store=store, source=as_json(store.load("p")))
-    assert result.final == "done"
-    assert counts.tools == EVERY_CALL
-    return {**seen, **last}
-
-
-SOURCES = {"stored cut": stored_cut_then_finished, "store-less cut, then stored": _storeless_then_stored}
+SOURCES = {"stored cut": stored_cut_then_finished, "store-less cut, then stored": storeless_then_stored_cut}
 
 
 @pytest.mark.parametrize("source", SOURCES)

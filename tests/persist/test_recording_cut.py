@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.forkcount_cuts import answered_at
-from support.forkspend_tree import SPENT, cut, driven, parent_agent, spent, stored_cut_then_finished
+from support.forkspend_tree import SPENT, cut, driven, forked_from, parent_agent, spent, stored_cut_then_finished
 from support.prepaid_cuts import EVERY_CALL, FIRST_CUT, WHOLE
 from support.storeless_children import Counts
 
@@ -97,12 +96,7 @@ def test_a_fork_of_a_recording_without_spent_counts_its_source_exactly_from_the_
         recording = _without_spent(store.export("p"))
     assert recording["tool_calls"][0]["cut"] is not None
     at = answered_at(recording)
-    tools, models = Counter(counts.tools), Counter(counts.child)
-    result, fork_seen = driven(parent_agent(counts, driver), driver, "fork", source=recording, at=at)
-    assert result.final == "done"
-    assert counts.tools == tools
-    assert counts.child - models == Counter({"parent": 1})
-    rebuilt, source = spent(fork_seen[at]), spent(seen[at])
+    rebuilt, source = spent(forked_from(counts, driver, recording, at)[at]), spent(seen[at])
     assert set(rebuilt) == set(SPENT)
     for name in (*TOKENS, "priced", "unpriced", "tool_calls"):
         assert rebuilt[name] == source[name], name

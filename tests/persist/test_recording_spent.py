@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from support.forkcount_cuts import answered_at
-from support.forkspend_tree import PRICES, SPENT, driven, parent_agent, spent, stored_cut_then_finished
+from support.forkspend_tree import PRICES, SPENT, driven, forked_from, parent_agent, spent, stored_cut_then_finished
 from support.prepaid_cuts import EVERY_CALL, WHOLE
 from support.storeless_children import Counts
 
@@ -124,11 +124,7 @@ def test_a_fork_of_a_recording_exported_before_spent_was_kept_counts_what_each_o
         seen = stored_cut_then_finished(counts, driver, store)
         recording = _without_spent(store.export("p"))
     at = answered_at(recording)
-    tools, models = Counter(counts.tools), Counter(counts.child)
-    result, fork_seen = driven(parent_agent(counts, driver), driver, "fork", source=recording, at=at)
-    assert result.final == "done"
-    assert counts.tools == tools
-    assert counts.child - models == Counter({"parent": 1})
+    fork_seen = forked_from(counts, driver, recording, at)
     reply = recording["model_calls"][0]["reply"]["usage"]
     brought = recording["tool_calls"][0]["result"]["child"]
     rebuilt, source = spent(fork_seen[at]), spent(seen[at])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -173,3 +174,28 @@ def stored_cut_then_finished(counts: Counts, driver: str, store: Any, *, unprice
     assert result.final == "done"
     assert counts.tools == EVERY_CALL
     return {**cut_seen, **seen}
+
+
+def storeless_then_stored_cut(counts: Counts, driver: str, store: Any) -> Seen:
+    """``p`` cut without a store, resumed with ``store`` and cut again in the new helper's wait, then resumed to its
+    end: its counters after each transition of all three legs (each tool call of the tree ran once)."""
+    first, seen = cut(counts, driver)
+    counts.arm()
+    seen.update(cut(counts, driver, json.loads(json.dumps(first.snapshot)), store)[1])
+    counts.hold = False
+    agent = parent_agent(counts, driver)
+    result, last = driven(agent, driver, "resume", store=store, source=json.loads(json.dumps(store.load("p"))))
+    assert result.final == "done"
+    assert counts.tools == EVERY_CALL
+    return {**seen, **last}
+
+
+def forked_from(counts: Counts, driver: str, recording: dict[str, Any], at: int) -> Seen:
+    """``recording`` forked after transition ``at`` with no store, driven to its end: its counters after each
+    transition; it ran no tool and asked no model but its parent's last reply."""
+    tools, models = Counter(counts.tools), Counter(counts.child)
+    result, seen = driven(parent_agent(counts, driver), driver, "fork", source=recording, at=at)
+    assert result.final == "done"
+    assert counts.tools == tools
+    assert counts.child - models == Counter({"parent": 1})
+    return seen
