@@ -193,7 +193,10 @@ def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: Chil
     counted already: a cut child that made no model call adds none.  Its
     tool calls count here too, whatever the call's outcome will be (a budget
     may refuse it, a person reject it): the loaded snapshot's check reads
-    them from ``cut_children`` (``core.consistency``).
+    them from ``cut_children`` (``core.consistency``).  What every cut of
+    the call counted is added up (``Calls.cut_counted``) until an outcome
+    answers it, whose exchange keeps the total: a fork or a replay, whose
+    cuts read no child, count it there.
     """
     calls = run.calls
     calls.cut_children[call_id] = spent
