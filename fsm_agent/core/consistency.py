@@ -21,9 +21,10 @@ def contradictions(run: Run) -> list[str]:
     own = run.talk.messages[run.talk.prior :] if run.talk.prior else run.talk.messages
     executed = sum(1 for s in run.talk.steps if s.kind == "tool_call")
     # tool_calls also counts the calls of the run's sub-agents, which its steps name but do not count, and those
-    # a sub-agent run cut in flight completed, counted at the cut whatever its call's outcome: its cut_children
-    # entry is the evidence, kept until a child's outcome answers the call (its step names the child then).
-    nested = bool(run.calls.cut_children) or any(s.child for s in run.talk.steps)
+    # a sub-agent run cut in flight completed, counted at the cut whatever its call's outcome: its cut_shares entry
+    # is the evidence (or, in a snapshot from before they were kept, its cut_children entry, kept until a child's
+    # outcome answers the call: its step names the child then).
+    nested = bool(run.calls.cut_shares or run.calls.cut_children) or any(s.child for s in run.talk.steps)
     if executed != run.counts.tool_calls and not (nested and executed < run.counts.tool_calls):
         problems.append(f"tool_calls is {run.counts.tool_calls} but {executed} tool steps are recorded")
     by_tool = sum(run.counts.calls_by_tool.values())
@@ -47,6 +48,11 @@ def contradictions(run: Run) -> list[str]:
     misplaced = [at for at in resumes if at >= len(run.at.trace) or run.at.trace[at].trigger != RESUME]
     if misplaced or resumes != sorted(resumes):
         problems.append(f"earlier_limits names transitions {resumes}, not the trace's resume edges in order")
+    beyond = sorted({at for at, _, _ in run.calls.cut_shares} | set(run.calls.cuts_taken_back))
+    if beyond and beyond[-1] > len(run.at.trace):
+        problems.append(
+            f"cut_shares or cuts_taken_back name transitions {beyond}, past the trace's {len(run.at.trace)}"
+        )
     if run.at.state is State.ExecuteTool and not run.calls.pending:
         problems.append("the state is ExecuteTool but no tool call is pending")
     pending = {call.id for call in run.calls.pending}

@@ -195,14 +195,56 @@ def count_cut_child(run: Run, call_id: str, spent: ChildOutcome, uncounted: Chil
     may refuse it, a person reject it): the loaded snapshot's check reads
     them from ``cut_children`` (``core.consistency``).  What every cut of
     the call counted is added up (``Calls.cut_counted``) until an outcome
-    answers it, whose exchange keeps the total: a fork or a replay, whose
-    cuts read no child, count it there.
+    answers it, whose exchange keeps the total: a fork's outcome taken past
+    its fork point brings it (and a replay's or a rebuild's, of a recording
+    that kept no ``cut_shares``).
+    """
+    run.calls.cut_children[call_id] = spent
+    count_cut_share(run, call_id, uncounted)
+
+
+def count_cut_share(run: Run, call_id: str, share: ChildOutcome) -> None:
+    """Count what a cut of sub-agent call ``call_id`` counted (``share``), and keep it with where it was counted.
+
+    Why kept by position (``Calls.cut_shares``): a replay or a fork's
+    rebuild reads no child in flight at its cuts, so it counts each share
+    again before the same transition, and its guards see what the recorded
+    run's saw (a ``max_tool_calls`` stop the share brought on, say).
     """
     calls = run.calls
-    calls.cut_children[call_id] = spent
     counted = calls.cut_counted.get(call_id)
-    calls.cut_counted[call_id] = uncounted if counted is None else plus(counted, uncounted)
-    count_child(run, uncounted)
+    calls.cut_counted[call_id] = share if counted is None else plus(counted, share)
+    calls.cut_shares.append((len(run.at.trace), call_id, share))
+    count_child(run, share)
+
+
+def uncount_cuts(run: Run) -> None:
+    """Take back what cuts counted of calls no outcome has answered yet: each will count it with its outcome.
+
+    Why: a fork's rebuild counts each of its source's cut shares where the
+    source did, so its guards see what the source's saw; past the fork point
+    a call still unanswered there brings all its sub-agent spent with the
+    outcome the fork takes (``drivers.fork_spend``), cuts included.  The
+    shares stay in ``Calls.cut_shares`` and the point is kept
+    (``Calls.cuts_taken_back``), so a replay or a rebuild of the fork
+    counts and takes back each where the fork did.
+    """
+    calls, counts = run.calls, run.counts
+    if not calls.cut_counted:
+        return
+    for counted in calls.cut_counted.values():
+        counts.input_tokens -= counted.input_tokens
+        counts.output_tokens -= counted.output_tokens
+        counts.cache_read_tokens -= counted.cache_read_tokens
+        counts.cache_write_tokens -= counted.cache_write_tokens
+        counts.reasoning_tokens -= counted.reasoning_tokens
+        if counted.cost is not None:
+            counts.cost = round(counts.cost - counted.cost, 12)
+        counts.priced -= counted.priced_calls
+        counts.unpriced -= counted.unpriced_calls
+        counts.tool_calls -= counted.tool_calls
+    calls.cut_counted.clear()
+    calls.cuts_taken_back.append(len(run.at.trace))
 
 
 def plus(one: ChildOutcome, other: ChildOutcome) -> ChildOutcome:
@@ -240,6 +282,8 @@ def answer_unexecuted(run: Run, why: str) -> list[str]:
         else:
             if run.calls.carried_down:  # never run: what a cut child of it completed, no child of it takes
                 take_carried_down(run, call)
+            if run.calls.cut_counted:  # what its cuts counted stays counted: no outcome of it will bring it
+                run.calls.cut_counted.pop(call.id, None)
             run.talk.messages.append(Message("tool", error_text(f"not executed: {why}"), tool_call_id=call.id))
     return kept
 

@@ -25,7 +25,7 @@ from fsm_agent.core.hand_down import (
     split_down,
     take_carried_down,
 )
-from fsm_agent.core.ledger import answer_unexecuted, count_cut_child
+from fsm_agent.core.ledger import answer_unexecuted, count_cut_child, count_cut_share, uncount_cuts
 from fsm_agent.core.walker import Walker
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
@@ -110,6 +110,23 @@ class OutsideEvents:
             if call is not None and call_id not in run.calls.ran:
                 count_cut_child(run, call_id, whole, uncounted)
                 self.hand_down(call, done)
+
+    def cuts_recorded(self, shares: Iterable[tuple[str, ChildOutcome]]) -> None:
+        """A recorded run's cuts counted these shares of its sub-agent calls here: counted again (a replay, a rebuild).
+
+        Why: a run taken again from a recording reads no child in flight at
+        its cuts, yet its guards must see what the recorded run's saw.
+        """
+        for call_id, share in shares:
+            count_cut_share(self.run, call_id, share)
+
+    def forked_here(self) -> None:
+        """The run is made a fork here (or, taken again from a fork's recording, is where the fork was made): what
+        cuts counted of calls still unanswered is taken back.
+
+        Each such call's outcome, taken past the fork point, brings it (``ledger.uncount_cuts``).
+        """
+        uncount_cuts(self.run)
 
     def hand_down(self, call: ToolCall, done: HandDown) -> None:
         """Sub-agent call ``call``, still pending, was cut with this run: keep its child's ``done`` outcomes.

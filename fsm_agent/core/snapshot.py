@@ -26,7 +26,7 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.errors import SnapshotError
 from fsm_agent.jsontext import versioned
-from fsm_agent.records import Message, plain
+from fsm_agent.records import ChildOutcome, Message, plain
 
 __all__ = ["GROWING", "ONCE", "SNAPSHOT_FORMAT", "SNAPSHOT_VERSION", "SnapshotError", "dump", "load", "parse"]
 
@@ -75,6 +75,8 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
         "ran": {call_id: plain(outcome) for call_id, outcome in run.calls.ran.items()},
         "cut_children": {call_id: plain(spent) for call_id, spent in run.calls.cut_children.items()},
         "cut_counted": {call_id: plain(spent) for call_id, spent in run.calls.cut_counted.items()},
+        "cut_shares": [[at, call_id, plain(share)] for at, call_id, share in run.calls.cut_shares],
+        "cuts_taken_back": list(run.calls.cuts_taken_back),
         "approvals": dict(run.calls.approvals),
         "carried": [[name, arguments, plain(result)] for name, arguments, result in run.calls.carried],
         "carried_down": [
@@ -174,6 +176,34 @@ def earlier_limits_of(data: dict[str, Any]) -> tuple[tuple[int, Limits], ...]:
         raise SnapshotError(msg) from exc
 
 
+def cut_shares_of(data: dict[str, Any]) -> list[tuple[int, str, ChildOutcome]]:
+    """Each cut's share of a sub-agent call, where it was counted (``Calls.cut_shares``); none if none was kept."""
+    shares = data.get("cut_shares", [])
+    if not isinstance(shares, list) or not all(isinstance(s, list) and len(s) == 3 for s in shares):
+        msg = f"snapshot field cut_shares must list [transitions before it, call id, share] triples, got {shares!r:.80}"
+        raise SnapshotError(msg)
+    kept = []
+    for n, (at, call_id, share) in enumerate(shares):
+        where = f"snapshot field cut_shares[{n}]"
+        if type(at) is not int or at < 0 or not isinstance(call_id, str) or not isinstance(share, dict):
+            msg = f"{where} must be [transitions before it (>= 0), call id, share], got {[at, call_id, share]!r:.80}"
+            raise SnapshotError(msg)
+        try:
+            kept.append((at, call_id, fields.spend(share, where)))
+        except TypeError as exc:  # a share with fields no spend has
+            raise SnapshotError(f"{where}: {exc}") from exc
+    return kept
+
+
+def cuts_taken_back_of(data: dict[str, Any]) -> list[int]:
+    """Where a fork took back what cuts counted of its unanswered calls (``Calls.cuts_taken_back``); none if none."""
+    points = data.get("cuts_taken_back", [])
+    if not isinstance(points, list) or not all(type(at) is int and at >= 0 for at in points):
+        msg = f"snapshot field cuts_taken_back must list numbers of transitions (>= 0), got {points!r:.80}"
+        raise SnapshotError(msg)
+    return list(points)
+
+
 def message_of(data: dict[str, Any]) -> Message:
     """A stored message (its plain form) as a ``Message``; ``SnapshotError`` if it is not one."""
     try:
@@ -225,6 +255,8 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.calls.cut_children = fields.cut_children(cut, "snapshot field cut_children")
         counted = data.get("cut_counted", {})  # none kept before it existed
         run.calls.cut_counted = fields.cut_children(counted, "snapshot field cut_counted")
+        run.calls.cut_shares = cut_shares_of(data)
+        run.calls.cuts_taken_back = cuts_taken_back_of(data)
         run.calls.approvals = dict(data["approvals"])
         carried = data.get("carried") or ()  # a fork's only
         run.calls.carried = [(str(n), str(a), fields.result(r)) for n, a, r in carried]

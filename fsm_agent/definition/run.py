@@ -236,6 +236,8 @@ class Calls:
         "child_stop",
         "cut_children",
         "cut_counted",
+        "cut_shares",
+        "cuts_taken_back",
         "pending",
         "prepaid",
         "ran",
@@ -263,6 +265,12 @@ class Calls:
         # What every cut of each such call counted, added up, until an outcome answers the call: its exchange keeps
         # it then (core.exchanges), so a fork, which counts no cut, counts what its source counted (fork_spend).
         self.cut_counted: dict[str, ChildOutcome] = {}
+        # Each cut's share, where it was counted: (transitions taken before it, call id, what it counted).  A replay
+        # or a fork's rebuild, whose cuts read no child in flight, counts each again at the same point (fork_spend).
+        self.cut_shares: list[tuple[int, str, ChildOutcome]] = []
+        # Where the run, made a fork, took back what cuts counted of calls unanswered at its fork point (by the
+        # transitions before it): a replay or a rebuild of the fork takes it back there too (ledger.uncount_cuts).
+        self.cuts_taken_back: list[int] = []
         # On a fork: the outcomes of calls the source run completed after the fork point, as (tool name, arguments
         # as canonical JSON, result); a call of the fork asking the same takes one instead of being made again.
         self.carried: list[tuple[str, str, ToolResult]] = []

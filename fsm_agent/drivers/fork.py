@@ -266,4 +266,7 @@ def forked(
         )
     except ValueError as exc:
         raise ForkError(f"the fork cannot go on: {exc}") from exc
+    # Once it goes on (a stop it is forked at lifted as in its source's counts): a call unanswered here brings what
+    # its cuts counted with the outcome the fork takes, or, handed down, where it is taken (fork_spend).
+    run.stepper.forked_here()
     return run, entry

@@ -4,12 +4,16 @@ Why: a sub-agent call's recorded outcome brings its parent what the child's
 run did beyond what the parent had counted already, a cut's share: the cut
 of the call in flight, when the child's stored run was taken back
 (``cut_spend.shared``), and the outcomes the child took from a store-less
-cut's hand-down (``prepaid``), which that cut counted.  A fork counts no cut:
-it rebuilds its source calling nothing, and its new sub-agent runs take the
-source's outcomes.  So each outcome a fork is given (rebuilt before the fork
-point, carried past it, handed down to a new sub-agent run) brings what
-its source counted of the call: the outcome, and what the call's cuts
-counted (its ``cut``, kept on its exchange, a snapshot's too), exactly.  A
+cut's hand-down (``prepaid``), which that cut counted.  A fork's rebuild
+reads no child in flight at its cuts: it counts each cut's share where the
+source did (``cut_shares``, ``drivers.recorded_outside``), and once the fork
+goes on, what cuts counted of calls still unanswered there is taken back
+(``ledger.uncount_cuts``).  So each outcome a fork is given past its fork
+point (carried, handed down to a new sub-agent run), and each rebuilt one of
+a recording that kept no shares, brings what its source counted of the call:
+the outcome, and what the call's cuts counted (its ``cut``, kept on its
+exchange, a snapshot's too), exactly; a rebuilt one of a recording that kept
+them brings the outcome alone.  A
 call recorded without a ``cut`` (none counted any, or exported before it
 was kept) brings its child's whole run as the source's recording of that
 run says.  Its tokens
@@ -50,19 +54,23 @@ SPENT_COUNTS = {
 """The whole counts of a recording's ``spent`` a fork takes, by the ``ChildOutcome`` field each is (cost aside)."""
 
 
-def whole_result(call: Mapping[str, Any], run: Mapping[str, Any] | None) -> dict[str, Any]:
+def whole_result(
+    call: Mapping[str, Any], run: Mapping[str, Any] | None, *, cuts_counted: bool = False
+) -> dict[str, Any]:
     """The result of ``call`` (a recording's ``tool_calls`` entry), bringing all its sub-agent's runs spent.
 
     Where cuts of the call counted some of it (its ``cut``), the result
-    brings that too: what its source counted of the call, exactly.  Else
-    ``run``, the recording of the call's sub-agent run (a recording's
-    ``children`` entry for the call), says what that run spent in all; None:
-    the result as it is.
+    brings that too: what its source counted of the call, exactly; unless
+    the run given it counted them itself (``cuts_counted``: a rebuild meets
+    each cut's share where the source counted it).  Else ``run``, the
+    recording of the call's sub-agent run (a recording's ``children`` entry
+    for the call), says what that run spent in all; None: the result as it
+    is.
     """
     result: dict[str, Any] = call["result"]
     child = result.get("child")
     if call.get("cut") is not None:
-        return counted_result(call)
+        return result if cuts_counted else counted_result(call)
     if run is None or not isinstance(child, Mapping):
         return result
     brought = child_outcome(dict(child))

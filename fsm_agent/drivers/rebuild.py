@@ -6,7 +6,8 @@ becomes a recording (``drivers.fork_source``), edited by the fork's
 model answers the recorded replies in order (``_Replies``) and whose tools
 return the recorded results by call id (``_Results``), so the core counts
 each of them as it came (an edited one as edited; a sub-agent's with every
-tool call of its run, as a rebuilt run counts no cut: ``drivers.fork_spend``),
+tool call of its run, the cuts' shares counted where the source counted them:
+``drivers.fork_spend``),
 and each rebuilt transition is checked against the source's.  A call that waited for the
 source's person waits for a decision in the rebuilt run too, whatever the
 agent's ``approve=``, and is decided again as it was, approved or rejected
@@ -85,6 +86,8 @@ class _Results:
         self.children = recording.get("children") or {}
         # The calls a ForkEdit changed in the reply that asked for them: answered with the source's result all the same.
         self.edited = frozenset(recording.get("edited_calls") or ())
+        # Whether the rebuilt run counts each cut's share where the source did (RecordedCuts): answers bring no cut.
+        self.cuts_counted = "cut_shares" in recording
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.registry, name)
@@ -95,7 +98,7 @@ class _Results:
         if kept is None or (kept["name"] != call.name and call.id not in self.edited):
             msg = f"the source holds no result of tool call {call.id!r} ({call.name}), which the rebuilt run made"
             raise ForkError(msg)
-        return tool_result(whole_result(kept, self.children.get(call.id)))
+        return tool_result(whole_result(kept, self.children.get(call.id), cuts_counted=self.cuts_counted))
 
     async def aexecute(self, call: ToolCall, *args: Any, **kwargs: Any) -> ToolResult:
         """``execute``, for the async driver."""

@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.snapshot import cut_shares_of, cuts_taken_back_of
 from fsm_agent.definition.states import AwaitModel
 from fsm_agent.definition.triggers import INTERRUPTED
-from fsm_agent.records import ToolCall, Transition
+from fsm_agent.records import ChildOutcome, ToolCall, Transition
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent_run import AgentRun
@@ -57,18 +58,34 @@ class RecordedCuts:
         self.at = [i for i, entry in enumerate(self.trace) if entry["trigger"] == "interrupted"]
         self.turns = [call.get("turn") for call in recording["model_calls"]]
         self.last = (len(self.trace) - 1, recording.get("unfinished"))
-        self.answered = {m["tool_call_id"] for m in recording["messages"] if m["role"] == "tool"}
+        # The calls the recording holds an outcome of: a call answered without one (its run stopped, or finalized,
+        # before making it: "not executed") was never made, and came back before no cut.
+        self.answered = {call["id"] for call in recording["tool_calls"]}
+        # Each cut's share of a sub-agent call, by the transitions taken before it was counted (none recorded: a
+        # recording from before they were kept, whose answers bring what the cuts counted instead; fork_spend).
+        self.shares: dict[int, list[tuple[str, ChildOutcome]]] = {}
+        for at, call_id, share in cut_shares_of(recording):
+            self.shares.setdefault(at, []).append((call_id, share))
+        self.taken_back = set(cuts_taken_back_of(recording))
+        self._counted: set[int] = set()
 
     def ahead(self, run: AgentRun) -> bool:
-        """Whether ``run`` has transitions to take, one at a time, before its next cut (else ``finish()`` it)."""
+        """Whether ``run`` is to be taken one transition at a time (``take``, else advance), or ``finish()``-ed.
+
+        One at a time up to its last recorded cut, cut's share, or fork point's take-back.
+        """
         index = len(run.trace)
-        return index < next((at for at in self.at if at >= index), -1) and not run.done and not run.paused
+        points = (*self.at, *self.shares, *self.taken_back)
+        return any(at >= index for at in points) and not run.done and not run.paused
 
     def take(self, run: AgentRun) -> Transition | None:
         """Cut ``run`` as the recorded run was if it is about to take a recorded cut (the calls that came back first).
 
-        The cut's transition, or None where no recorded cut comes next.
+        The cut's transition, or None where no recorded cut comes next.  What
+        the recorded run's cuts counted just before this transition is
+        counted first.
         """
+        self._count_shares(run)
         back = self._due(run)
         if back is None:
             return None
@@ -78,6 +95,7 @@ class RecordedCuts:
 
     async def atake(self, run: AgentRun) -> Transition | None:
         """``take``, the calls that came back first awaited."""
+        self._count_shares(run)
         back = self._due(run)
         if back is None:
             return None
@@ -85,12 +103,32 @@ class RecordedCuts:
             run.stepper.accept_tool(call, await run._registry.aexecute(call))  # noqa: SLF001 - as in take
         return self._cut(run)
 
+    def _count_shares(self, run: AgentRun) -> None:
+        """Count the shares the recorded run's cuts counted before the transition ``run`` takes next, once.
+
+        First, where the recorded run was made a fork there, take back what
+        cuts counted of its calls unanswered (as the fork did, before any
+        cut of its own).
+        """
+        index = len(run.trace)
+        due = index in self.shares or index in self.taken_back
+        if not due or index in self._counted or not self._own(run, index):
+            return
+        self._counted.add(index)
+        if index in self.taken_back:
+            run.stepper.forked_here()
+        run.stepper.cuts_recorded(self.shares.get(index, ()))
+
+    def _own(self, run: AgentRun, index: int) -> bool:
+        """Whether ``run`` took the recorded run's transitions so far (re-recording past a departure does not)."""
+        return self.model.departure is None and list(run.trace) == [Transition(**e) for e in self.trace[:index]]
+
     def _due(self, run: AgentRun) -> list[ToolCall] | None:
         """None if ``run`` is not about to take a recorded cut; else the calls of its batch that came back before it."""
         index, position = len(run.trace), run.position
         if index not in self.at or run.done or run.paused or position.at.state != self.trace[index]["source"]:
             return None
-        if self.model.departure is not None or list(run.trace) != [Transition(**e) for e in self.trace[:index]]:
+        if not self._own(run, index):
             return None  # departed before (re-recording goes on live): the recorded cut is not this run's
         if position.at.state is AwaitModel:
             return []
@@ -100,7 +138,7 @@ class RecordedCuts:
             return pending[: next((n for n, call in enumerate(pending) if call.id in cut), len(pending))]
         # The calls of the batch the resume made (or took in) one transition each, up to the turn's end; a later
         # cut of the batch (``interrupted``) made none: its calls are made after the resume that follows it, or,
-        # where the recording ends before the turn does, never (no answer of them is recorded).
+        # where the recording ends before the turn does or a stop answers them unmade, never (no outcome is recorded).
         made = sum(1 for call in pending if call.id not in self.answered)
         for entry in self.trace[index + 1 :]:
             if entry["source"] == "ExecuteTool" and entry["trigger"] != "interrupted":

@@ -115,6 +115,9 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         "carried": data.get("carried") or [],
         "carried_down": data.get("carried_down") or [],
     }
+    if "cut_shares" in data:  # each cut's share of a sub-agent call, where it was counted: met again there
+        kept["cut_shares"] = data["cut_shares"]
+        kept["cuts_taken_back"] = data.get("cuts_taken_back") or []  # and where a fork took them back
     if data.get("unfinished") is not None:  # the call its last stop cut off (a cancel, a deadline): a replay cuts it
         kept["unfinished"] = data["unfinished"]
     if data.get("forked_from") is not None:  # a fork's source run and the transition it was taken after

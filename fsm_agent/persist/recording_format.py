@@ -216,11 +216,13 @@ def _transition(value: Any, where: str) -> None:
 
 
 def _limits(data: dict[str, Any]) -> None:
-    from fsm_agent.core.snapshot import SnapshotError, earlier_limits_of, limits_of
+    from fsm_agent.core.snapshot import SnapshotError, cut_shares_of, cuts_taken_back_of, earlier_limits_of, limits_of
 
     try:
         limits_of(data)
         earlier_limits_of(data)
+        cut_shares_of(data)
+        cuts_taken_back_of(data)
     except SnapshotError as exc:
         msg = str(exc).replace("snapshot field", "recording field", 1)
         raise RecordingError(msg) from exc

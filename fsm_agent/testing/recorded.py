@@ -143,6 +143,8 @@ class RecordedTools:
         self.registry = registry
         self.results = {c["id"]: c for c in recording["tool_calls"]}
         self.live = live
+        # Whether the replay counts each cut's share where the recorded run did (RecordedCuts): answers bring no cut.
+        self.cuts_counted = "cut_shares" in recording
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.registry, name)
@@ -153,7 +155,7 @@ class RecordedTools:
             return None
         if canonical_arguments(kept["arguments"]) != canonical_arguments(call.arguments):
             return None  # the same id asked for something the recording does not hold
-        result = counted_result(kept)  # what the recorded run's cuts of it counted too
+        result = kept["result"] if self.cuts_counted else counted_result(kept)  # or the cuts count it themselves
         return ToolResult(**{**result, "child": child_outcome(result.get("child"))})
 
     def execute(self, call: ToolCall, timeout: float | None = None) -> ToolResult:

@@ -143,8 +143,8 @@ def replay(
         handle = outside.run = onward
         try:
             while outside.cuts.ahead(handle):
-                handle.advance()
-            outside.cuts.take(handle)
+                if outside.cuts.take(handle) is None:
+                    handle.advance()
             result = handle.finish()
         except AgentLoopError as stop:
             result = stop.result
@@ -188,8 +188,8 @@ async def areplay(
         handle = outside.run = onward
         try:
             while outside.cuts.ahead(handle):
-                await handle.aadvance()
-            await outside.cuts.atake(handle)
+                if await outside.cuts.atake(handle) is None:
+                    await handle.aadvance()
             result = await handle.afinish()
         except AgentLoopError as stop:
             result = stop.result

@@ -34,8 +34,9 @@ DRIVERS = ["sync", "async"]
 
 
 def _without_spent(recording: dict[str, Any]) -> dict[str, Any]:
-    """``recording`` as exported before ``spent`` and its calls' ``cut`` were kept: none at any level."""
-    older = {k: v for k, v in recording.items() if k != "spent"}
+    """``recording`` as exported before ``spent``, its calls' ``cut`` and its ``cut_shares`` were kept: none at any
+    level."""
+    older = {k: v for k, v in recording.items() if k not in ("spent", "cut_shares")}
     older["tool_calls"] = [{k: v for k, v in call.items() if k != "cut"} for call in recording["tool_calls"]]
     older["children"] = {call_id: _without_spent(child) for call_id, child in recording["children"].items()}
     return older
