@@ -21,16 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections import Counter
 from typing import Any
 
 import pytest
 from support.cancelled_with_parent import Canceller, ParentModel  # reads only the counts' started, go and hold
+from support.cancelled_with_parent import Counts as DeadlineCounts
+from support.cancelled_with_parent import child_tools as deadline_tools
+from support.deadline_children import HangsInItsAnswer
+from support.deadline_cuts import DEADLINE
 from support.forkspend_tree import Seen, driven, spent
 from support.storeless_children import ChildModel, Counts, child_tools
 
-from fsm_agent import Agent, CancelToken, ForkEdit, ForkError, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, CancelToken, ForkEdit, ForkError, ToolRegistry
 from fsm_agent.persist import open_store
+from fsm_agent.persist.recording import recording_of
 from fsm_agent.records import plain
 from fsm_agent.testing.replay import areplay, replay
 
@@ -227,3 +233,50 @@ def test_a_fork_past_a_cut_replays_and_forks_again_taking_its_cuts_back_where_it
             assert again.final == "done"
             assert _last_counters(again.steps) == _last_counters(forked["steps"])
             assert (counts.tools, counts.child) == (tools, children)
+
+
+def _deadline_agent(counts: DeadlineCounts, driver: str, release: threading.Event, **limits: Any) -> Agent:
+    """The parent asking ``helper`` for ``c1``, whose child runs ``work`` and hangs in its answer (``limits``: the
+    parent's)."""
+    child = Agent(HangsInItsAnswer(counts, release), deadline_tools(counts, driver))
+    tools = ToolRegistry()
+    tools.register(child.as_tool("helper", "Looks things up."))
+    return Agent(ParentModel(counts, ("c1",)), tools, **limits)
+
+
+@pytest.mark.slow  # the cut waits out the deadline
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_replay_counts_a_share_a_deadline_s_cut_counted_where_the_run_did(driver: str) -> None:
+    """The parent's deadline cuts ``c1``'s child in its answer, its ``work`` done: the child stops with the run and
+    the share is counted as its outcome comes back (not at an ``interrupted`` edge).  Resumed from the snapshot
+    with the deadline lifted and ``max_tool_calls=1``, the run stops on it at once; its replay (no store) stops there
+    too and runs no ``work`` again."""
+    counts, release = DeadlineCounts(), threading.Event()
+    counts.go.set()  # ``work`` never waits: the hold is the child's answer's
+    agent = _deadline_agent(counts, driver, release, timeout=DEADLINE)
+    try:
+        with pytest.raises(AgentLoopError) as stop:
+            agent.run("go") if driver == "sync" else asyncio.run(agent.arun("go"))
+    finally:
+        counts.hold = False
+        release.set()
+    cut = stop.value.result
+    assert cut.reason == "timeout"
+    assert cut.snapshot is not None
+    assert [(at, call_id) for at, call_id, _ in cut.snapshot["cut_shares"]] == [(len(cut.trace) - 1, "c1")]
+    resumed = agent.resume(_as_json(cut.snapshot), timeout=60, max_tool_calls=1)
+    with pytest.raises(AgentLoopError) as stop:
+        resumed.finish() if driver == "sync" else asyncio.run(resumed.afinish())
+    result = stop.value.result
+    assert result.reason == "max_tool_calls"
+    assert counts.work == Counter({"w-c1": 1})
+    assert result.snapshot is not None
+    recording = recording_of(_as_json(result.snapshot), {})
+    work, models = Counter(counts.work), (counts.parent, counts.child)
+    again = _deadline_agent(counts, driver, release, timeout=DEADLINE)
+    replayed = replay(again, recording) if driver == "sync" else asyncio.run(areplay(again, recording))
+    assert replayed.reason == "max_tool_calls"
+    assert [plain(entry) for entry in replayed.trace] == [plain(entry) for entry in result.trace]
+    assert replayed.snapshot is not None
+    assert _counters(replayed.snapshot["counters"]) == _counters(result.snapshot["counters"])
+    assert (counts.work, (counts.parent, counts.child)) == (work, models)

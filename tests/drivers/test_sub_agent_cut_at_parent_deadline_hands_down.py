@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from support.cancelled_with_parent import WAIT, Counts, ParentModel, child_tools
+from support.cancelled_with_parent import Counts, ParentModel, child_tools
+from support.deadline_children import HangsInItsAnswer
 
 from fsm_agent import Agent, AgentLoopError, ForkEdit, Message, ModelResponse, RunResult, ToolRegistry
 from fsm_agent.testing import reply, tool_call, tool_turn
@@ -32,40 +33,6 @@ pytestmark = pytest.mark.slow  # each cut waits out the deadline
 
 DEADLINE = 1.0
 """The parent's timeout: the steps before the hang take milliseconds, a factor of over 100 under two CPU hogs."""
-
-
-class HangsInItsAnswer:
-    """A child's model: asks for ``work`` on its input, then (while ``counts.hold``) hangs in its answer.
-
-    On the sync driver the hang is a wait on ``release``, which the test sets
-    once the cut is over (the child's thread outlives the parent's deadline
-    until its own); on the async driver it lasts until the task is cancelled.
-    """
-
-    def __init__(self, counts: Counts, release: threading.Event) -> None:
-        self.counts, self.release = counts, release
-
-    def _ask(self, messages: Sequence[Message]) -> tuple[str, bool]:
-        with self.counts.lock:
-            self.counts.child += 1
-        asked = next(m.content for m in messages if m.role == "user")
-        return asked, any(m.role == "tool" for m in messages)
-
-    def complete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        asked, worked = self._ask(messages)
-        if not worked:
-            return tool_turn(tool_call("work", id=f"w-{asked}", item=asked))
-        if self.counts.hold:
-            self.release.wait(WAIT)
-        return reply(f"found {asked}")
-
-    async def acomplete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
-        asked, worked = self._ask(messages)
-        if not worked:
-            return tool_turn(tool_call("work", id=f"w-{asked}", item=asked))
-        if self.counts.hold:
-            await asyncio.Event().wait()  # cut by the parent's deadline
-        return reply(f"found {asked}")
 
 
 def _agent(
