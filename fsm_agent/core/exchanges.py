@@ -52,7 +52,8 @@ class ToolExchange:
     against.  None in an entry kept before it was recorded.  ``cut``: what
     cuts of a sub-agent call in flight counted of its runs before this
     outcome answered it (``Calls.cut_counted``), None if none did; the
-    outcome brings only the rest, so a fork, which counts no cut, counts both
+    outcome brings only the rest, so a fork that takes the outcome past its
+    fork point, where it keeps no cut of the call, counts both
     (``drivers.fork_spend``).
     """
 

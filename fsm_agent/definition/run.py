@@ -263,7 +263,7 @@ class Calls:
         # at the cut, so the call made again adds only what its child's run spends beyond it (core.ledger).
         self.cut_children: dict[str, ChildOutcome] = {}
         # What every cut of each such call counted, added up, until an outcome answers the call: its exchange keeps
-        # it then (core.exchanges), so a fork, which counts no cut, counts what its source counted (fork_spend).
+        # it then (core.exchanges), so an outcome a fork takes past its fork point brings it too (fork_spend).
         self.cut_counted: dict[str, ChildOutcome] = {}
         # Each cut's share, where it was counted: (transitions taken before it, call id, what it counted).  A replay
         # or a fork's rebuild, whose cuts read no child in flight, counts each again at the same point (fork_spend).

@@ -87,7 +87,7 @@ def prepared(
     inherited = [] if rerun == "all" else [list(entry) for entry in source.get("carried") or ()]
     data["carried"] = [*carried.values(), *inherited]
     data["carried_down"] = [] if rerun == "all" else _carried_down(source, after, again, known)
-    data.pop("prepaid", None)  # a fork counts no cut: each outcome it hands on counts where it is taken (fork_spend)
+    data.pop("prepaid", None)  # a fork keeps no cut past its fork point: each outcome it hands on counts where taken
     unknown = sorted(set(edit.limits) - {f.name for f in attrs.fields(Limits)})
     if unknown:
         names = ", ".join(f.name for f in attrs.fields(Limits))
@@ -168,7 +168,8 @@ def _outcomes(recording: dict[str, Any]) -> list[list[Any]]:
 
 def _reused(call: dict[str, Any], origin: str | None, children: dict[str, Any]) -> dict[str, Any]:
     """The recorded outcome of ``call`` as a fork takes it: naming where it came from, and, a sub-agent's, bringing
-    every tool call of its run (``children``: the recording's sub-agent runs by call id), as a fork counts no cut."""
+    every tool call of its run (``children``: the recording's sub-agent runs by call id): past its fork point a fork
+    keeps no cut of the call (``fork_spend``)."""
     result = whole_result(call, children.get(call["id"]))
     return {**result, "reused_from": f"{origin}/{call['id']}" if origin else call["id"]}
 
