@@ -49,7 +49,11 @@ class RecordedCuts:
     before it started left the turn uncounted); a tool batch's leading calls
     that came back before the cut are kept by its stop, so the run takes
     their outcomes first (as many as the resume did not make again; the
-    recording's last stop names its cut calls, ``unfinished``).
+    recording's last stop names its cut calls, ``unfinished``).  What each
+    cut counted of a sub-agent call in flight (``cut_shares``; the same
+    for a deadline's or a cancel's stop, whichever edge it took) is counted
+    again before the transition where it was, and where the recorded run
+    was made a fork, what it took back (``cuts_taken_back``) is taken back.
     """
 
     def __init__(self, recording: dict[str, Any], model: Departs) -> None:
