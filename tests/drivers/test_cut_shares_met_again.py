@@ -26,15 +26,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support.cancelled_with_parent import Canceller, ParentModel  # reads only the counts' started, go and hold
 from support.cancelled_with_parent import Counts as DeadlineCounts
+from support.cancelled_with_parent import ParentModel  # reads only the counts' lock and parent
 from support.cancelled_with_parent import child_tools as deadline_tools
 from support.deadline_children import HangsInItsAnswer
 from support.deadline_cuts import DEADLINE
-from support.forkspend_tree import Seen, driven, spent
+from support.forkspend_tree import Seen, cut_by_token, driven, spent
 from support.storeless_children import ChildModel, Counts, child_tools
 
-from fsm_agent import Agent, AgentLoopError, CancelToken, ForkEdit, ForkError, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, ForkEdit, ForkError, ToolRegistry
 from fsm_agent.persist import open_store
 from fsm_agent.persist.recording import recording_of
 from fsm_agent.records import plain
@@ -75,13 +75,9 @@ def _source(
 ) -> tuple[Seen, Any]:
     """``p`` cut with ``store`` in its children's waits, then resumed (``resumed``: its limits) by an agent built
     with ``settings``; its counters after each transition of both legs, and the resumed run's result."""
-    token = CancelToken()
-    with Canceller(counts, token, len(_started(driver, asks))) as canceller:
-        cut, seen = driven(
-            parent_agent(counts, driver, asks), driver, "start", store=store, cancel=token, source="go", run_id="p"
-        )
-    assert canceller.done.is_set(), "the cancel came while the held waits were in flight"
-    assert cut.reason == "cancelled"
+    cut, seen = cut_by_token(
+        parent_agent(counts, driver, asks), counts, driver, len(_started(driver, asks)), store=store
+    )
     seen[len(cut.trace) - 1] = cut.snapshot["counters"]
     counts.hold = False
     agent = parent_agent(counts, driver, asks, **(settings or {}))

@@ -25,11 +25,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support.cancelled_with_parent import Canceller  # reads only the counts' started, go and hold
-from support.forkspend_tree import Seen, driven, spent
+from support.forkspend_tree import Seen, cut_by_token, driven, spent
 from support.storeless_children import SCRIPT, Counts, parent_agent
 
-from fsm_agent import CancelToken
 from fsm_agent.persist import open_store
 from fsm_agent.records import plain
 from fsm_agent.testing.replay import areplay, replay
@@ -53,14 +51,9 @@ def _started(driver: str) -> tuple[str, ...]:
 
 def _cut(counts: Counts, driver: str, store: Any, source: Any = None) -> tuple[dict[str, Any], Seen]:
     """``p`` started (or ``source`` resumed) and cut by its token once each started child holds a ``wait``."""
-    token, agent = CancelToken(), parent_agent(counts, driver, ASKS)
-    with Canceller(counts, token, len(_started(driver))) as canceller:
-        if source is None:
-            result, seen = driven(agent, driver, "start", store=store, cancel=token, source="go", run_id="p")
-        else:
-            result, seen = driven(agent, driver, "resume", store=store, cancel=token, source=source)
-    assert canceller.done.is_set(), "the cancel came while the held waits were in flight"
-    assert result.reason == "cancelled"
+    result, seen = cut_by_token(
+        parent_agent(counts, driver, ASKS), counts, driver, len(_started(driver)), source, store
+    )
     assert result.snapshot is not None
     return _as_json(result.snapshot), seen
 

@@ -152,13 +152,21 @@ def cut(
 ) -> tuple[RunResult, Seen]:
     """Run ``p`` (or resume ``source``) with ``store`` until a cancel cuts it while the held ``wait`` is in flight:
     its result, and its counters after each transition."""
-    agent, token = parent_agent(counts, driver, unpriced=unpriced), CancelToken()
-    with Canceller(counts, token, 1) as canceller:
+    return cut_by_token(parent_agent(counts, driver, unpriced=unpriced), counts, driver, 1, source, store)
+
+
+def cut_by_token(
+    agent: Agent, counts: Any, driver: str, holds: int, source: Any = None, store: Any = None
+) -> tuple[RunResult, Seen]:
+    """``agent``'s run ``p`` started (or ``source`` resumed) with ``store``, cut by its token from another thread
+    once ``holds`` held calls are in flight (``Canceller``): its result, and its counters after each transition."""
+    token = CancelToken()
+    with Canceller(counts, token, holds) as canceller:
         if source is None:
             result, seen = driven(agent, driver, "start", store=store, cancel=token, source="go", run_id="p")
         else:
             result, seen = driven(agent, driver, "resume", store=store, cancel=token, source=source)
-    assert canceller.done.is_set(), "the cancel came while the held wait was in flight"
+    assert canceller.done.is_set(), "the cancel came while the held calls were in flight"
     assert result.reason == "cancelled"
     return result, seen
 
