@@ -31,7 +31,7 @@ from fsm_agent.core import snapshot as snapshots
 from fsm_agent.core.approval import check_decision, describe_decision, reads_as_approval
 from fsm_agent.definition.run import Run
 from fsm_agent.persist import is_url
-from fsm_agent.persist.store import fork_origin
+from fsm_agent.persist.summary import fork_origin
 
 AnyStore = SqliteStore | PostgresStore
 

@@ -68,7 +68,7 @@ class AgentRun(SyncDriver, AsyncDriver):
             forked_from_of,
             link_of,
         )
-        from fsm_agent.persist.store import session_id, stored_version
+        from fsm_agent.persist.summary import session_id, stored_version
 
         if isinstance(source, RunResult):
             if source.snapshot is None:

@@ -58,7 +58,8 @@ def prepared(
     to check that they fit the fork's position.
     """
     from fsm_agent.persist.journal import LINK  # as every store module, loaded by the first call that needs it
-    from fsm_agent.persist.store import VERSION_KEY, check_run_id
+    from fsm_agent.persist.store import check_run_id
+    from fsm_agent.persist.summary import VERSION_KEY
 
     if run_id is not None:
         run_id = check_run_id(run_id)  # as start(run_id=...): an empty id is refused, not made a fresh one

@@ -164,7 +164,7 @@ def _as_stored(run: AgentRun, stored: dict[str, Any]) -> tuple[dict[str, Any], s
     At ``run``'s own version, claimed by ``run``'s own owner; the owner is
     None for a store without leases, which takes the snapshot whole.
     """
-    from fsm_agent.persist.store import VERSION_KEY
+    from fsm_agent.persist.summary import VERSION_KEY
 
     journal = run._journal  # noqa: SLF001 - the turn the session just claimed
     assert journal is not None  # a session with a store: its turns are stored
@@ -187,7 +187,7 @@ def carry_requests(run: AgentRun, turns: Mapping[str, int]) -> None:
 
 def version_of(data: dict[str, Any]) -> int | None:
     """The stored version a turn's snapshot was read at (None: a store without versions)."""
-    from fsm_agent.persist.store import stored_version  # as stored.store_for: import fsm_agent loads no store
+    from fsm_agent.persist.summary import stored_version  # as stored.store_for: import fsm_agent loads no store
 
     return stored_version(data)
 

@@ -31,7 +31,7 @@ from fsm_agent.records import Message, RunResult, ToolCall
 
 if TYPE_CHECKING:
     from fsm_agent.core.cancellation import CancelToken
-    from fsm_agent.persist.store import StoredRun
+    from fsm_agent.persist.summary import StoredRun
 
 _TERMINAL = ("Done", "Failed")
 

@@ -18,15 +18,8 @@ from fsm_agent.persist.checks import check_snapshot, check_store
 from fsm_agent.persist.cursor import RunCursor
 from fsm_agent.persist.postgres import PostgresStore
 from fsm_agent.persist.sqlite import EMPTY_PATH, SqliteStore
-from fsm_agent.persist.store import (
-    AsyncStore,
-    FullStore,
-    JournaledStore,
-    Store,
-    StoredRun,
-    StoreError,
-    journaled,
-)
+from fsm_agent.persist.store import AsyncStore, FullStore, JournaledStore, Store, StoreError, journaled
+from fsm_agent.persist.summary import StoredRun
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 STORE_KINDS = "a SQLite file's path or a postgresql:// (or postgres://) URL"

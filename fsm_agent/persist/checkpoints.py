@@ -21,7 +21,8 @@ from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL, State
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.cut_writes import Point
-from fsm_agent.persist.store import Entry, Store, Summary
+from fsm_agent.persist.store import Store
+from fsm_agent.persist.summary import Entry, Summary
 
 _MISSING = object()
 RENEW = object()

@@ -21,7 +21,7 @@ import attrs
 
 from fsm_agent.core import snapshot
 from fsm_agent.persist.heartbeat import Heartbeats
-from fsm_agent.persist.store import VERSION_KEY
+from fsm_agent.persist.summary import VERSION_KEY
 
 T = TypeVar("T")
 

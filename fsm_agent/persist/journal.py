@@ -35,7 +35,8 @@ from fsm_agent.errors import RunExistsError, RunLeasedError
 from fsm_agent.persist.checkpoints import RENEW, Checkpoints
 from fsm_agent.persist.cut_writes import CutWrite, CutWrites, Point
 from fsm_agent.persist.heartbeat import CallInFlight, HeartbeatThread
-from fsm_agent.persist.store import VERSION_KEY, Entry, JournaledStore, Store, new_owner, traits
+from fsm_agent.persist.store import JournaledStore, Store, new_owner, traits
+from fsm_agent.persist.summary import VERSION_KEY, Entry
 
 LINK = ("parent_run_id", "parent_call_id", "input_digest")
 """What a sub-agent's stored run says of the call it answers: the parent run, the call's id, its input's digest."""

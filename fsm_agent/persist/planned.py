@@ -20,7 +20,8 @@ from fsm_agent.persist import plans
 from fsm_agent.persist.checks import check_run_id, check_snapshot, cutoff, epoch, filter_text, page, storable
 from fsm_agent.persist.cursor import Order, RunCursor, check_listing
 from fsm_agent.persist.every import wants
-from fsm_agent.persist.store import AsyncStore, Entry, FullStore, StoredRun, stored_version
+from fsm_agent.persist.store import AsyncStore, FullStore
+from fsm_agent.persist.summary import Entry, StoredRun, stored_version
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.cursor import Order, RunCursor
 from fsm_agent.persist.readback import rebuild
-from fsm_agent.persist.store import FINISHED, VERSION_KEY, Entry, StoredRun, Summary
+from fsm_agent.persist.summary import FINISHED, VERSION_KEY, Entry, StoredRun, Summary
 
 T = TypeVar("T")
 Query = tuple[str, tuple[Any, ...]]

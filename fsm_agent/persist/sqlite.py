@@ -46,7 +46,8 @@ from fsm_agent.persist.checks import check_lease
 from fsm_agent.persist.every import check_every
 from fsm_agent.persist.planned import PlannedStore
 from fsm_agent.persist.sqlite_writer import GroupWriter
-from fsm_agent.persist.store import DEFAULT_LEASE, StoreError, Summary
+from fsm_agent.persist.store import DEFAULT_LEASE, StoreError
+from fsm_agent.persist.summary import Summary
 
 T = TypeVar("T")
 
@@ -96,7 +97,7 @@ _LINK = " AND ".join(
     f"json_type(snapshot, '$.{name}') = 'text' AND json_extract(snapshot, '$.{name}') <> ''"
     for name in ("parent_run_id", "parent_call_id")
 )
-"""Where a run's base names its parent run and call, each as text, not empty (``store.parent_link``)."""
+"""Where a run's base names its parent run and call, each as text, not empty (``summary.parent_link``)."""
 _V6 = (
     # A worker of an older version still running inserts no link: its sub-agent runs are not listed by parent
     # until a worker of this version writes them whole again (a claim, a save); the viewer loads those a run's

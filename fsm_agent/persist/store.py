@@ -1,4 +1,4 @@
-"""What a checkpoint store is: the ``Store`` protocol, the records it lists, and what every store shares.
+"""What a checkpoint store is: the ``Store`` protocols, and what the engine reads of a store (``traits``).
 
 A store keeps, per run, a base snapshot (written whole at a compaction
 point: a run's start or takeover, or ``save``) and a journal of what each
@@ -25,7 +25,8 @@ The contract is declared, in layers (``fsm_agent.testing.stores`` checks a store
 What a journaled store lacks of ``FullStore`` has a default (``traits``): a lease of ``DEFAULT_LEASE``,
 a write per wanted transition, ``renew`` for ``keep``.  The checks every store makes of its arguments
 (run ids, filters, pages, snapshots) are in ``checks.py``; a listing's order and cursor (``RunCursor``), which
-page the runs so that each shows once while others are added or saved, in ``cursor.py``.
+page the runs so that each shows once while others are added or saved, in ``cursor.py``; what a store keeps
+beside each snapshot and lists (``Summary``, ``StoredRun``, ``Entry``), in ``summary.py``.
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from fsm_agent.definition.states import TERMINAL, State
-from fsm_agent.errors import FsmAgentError, SnapshotError
+from fsm_agent.definition.states import State
+from fsm_agent.errors import FsmAgentError
 
 # The argument checks moved to checks.py; what other modules import from here stays importable.
 from fsm_agent.persist.checks import check_run_id as check_run_id
 from fsm_agent.persist.checks import filter_text as filter_text
 from fsm_agent.persist.cursor import Order, RunCursor
+from fsm_agent.persist.summary import Entry, StoredRun
 
 DEFAULT_LEASE = 12.0
 """Seconds a run's lease lasts unless renewed, so a run whose owner died is free again within this time.
@@ -54,9 +56,6 @@ is in flight, from a heartbeat every third of a lease: the lease follows the own
 only outlast a stall of the owning process (or of its database) of two thirds of a lease.  A renewal is fenced (the
 run is still this owner's at the version it last wrote), so an owner that lost its run is refused at its next
 write, before its next call, and never overwrites the new owner's work."""
-
-FINISHED = tuple(str(state) for state in sorted(TERMINAL))
-"""The terminal states' names, as stored."""
 
 
 class StoreError(FsmAgentError, RuntimeError):
@@ -73,113 +72,6 @@ class StoreError(FsmAgentError, RuntimeError):
 
     def __str__(self) -> str:
         return f"{self.where} cannot be used as a run store: {self.reason}"
-
-
-@attrs.frozen
-class StoredRun:
-    """One run as a store lists it: where it stands, why it stopped, how far it got, its last save, its fork origin.
-
-    ``created`` is when the store first held the run, kept as it was however
-    often the run is saved again: ``list_runs(order="created")`` lists by it, and
-    a page's cursor (``RunCursor.of``) is made of it.  None from a store that
-    does not record it (such a store cannot page by cursor).  ``parent`` is a
-    sub-agent run's link, ``(parent run id, parent call id)``, which
-    ``list_runs(parent=...)`` lists by; None for a run that is no tool call's.
-    """
-
-    run_id: str
-    state: str
-    reason: str | None
-    paused: bool
-    updated: float
-    steps: int = 0
-    tokens: int = 0
-    session: str | None = None
-    forked_from: tuple[str, int] | None = None
-    created: float | None = None
-    parent: tuple[str, str] | None = None
-
-    @property
-    def tool_calls(self) -> int:
-        """The tool calls the run made: its ``Step`` records (``steps``) are one per call, plus a finished run's answer.
-
-        What a listing shows: "steps" as a count means model turns (what
-        ``max_steps`` counts), which a listing does not keep.
-        """
-        return max(self.steps - (self.state == "Done"), 0)
-
-
-@attrs.frozen
-class Summary:
-    """The columns a store keeps beside a run's snapshot so that listing runs never reads a snapshot."""
-
-    state: str
-    reason: str | None
-    paused: bool
-    steps: int
-    tokens: int
-    session: str | None = None
-    forked_from: tuple[str, int] | None = None
-    parent: tuple[str, str] | None = None
-
-    @classmethod
-    def of(cls, snapshot: dict[str, Any]) -> Summary:
-        """The summary of a whole snapshot."""
-        counters = snapshot.get("counters") or {}
-        tokens = int(counters.get("input_tokens", 0)) + int(counters.get("output_tokens", 0))
-        paused = bool(snapshot.get("paused"))
-        session = snapshot.get("session_id")
-        steps = len(snapshot["steps"])
-        origin, link = fork_origin(snapshot.get("forked_from")), parent_link(snapshot)
-        return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session), origin, link)
-
-
-def stored_version(snapshot: dict[str, Any]) -> int | None:
-    """The stored version a snapshot was read at (``stored_seq``), None if none; ``SnapshotError`` if malformed."""
-    version = snapshot.get(VERSION_KEY)
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-        msg = f"snapshot field {VERSION_KEY} must be the integer version the run was loaded at, got {version!r}"
-        raise SnapshotError(msg)
-    return version
-
-
-def session_id(value: object) -> str | None:
-    """A snapshot's ``session_id`` as a store keeps it: text, or None for a run that is no conversation's turn."""
-    return value if isinstance(value, str) and value else None
-
-
-def fork_origin(value: object) -> tuple[str, int] | None:
-    """A snapshot's ``forked_from``, ``[source run id, transition]``, as a store keeps it; None for anything else."""
-    match value:
-        case [str(source), int(at)] if source and not isinstance(at, bool) and at >= 0:
-            return source, at
-    return None
-
-
-def parent_link(snapshot: dict[str, Any]) -> tuple[str, str] | None:
-    """A sub-agent run's ``(parent_run_id, parent_call_id)``, both non-empty text, as a store keeps it; else None.
-
-    Written when the run is created and never changed, so a store may read it
-    from the run's base snapshot.
-    """
-    match snapshot.get("parent_run_id"), snapshot.get("parent_call_id"):
-        case str(run), str(call) if run and call:
-            return run, call
-    return None
-
-
-@attrs.frozen
-class Entry:
-    """One journal entry of a run: its JSON text (see ``readback.apply``) and the run's summary after it.
-
-    ``release`` gives the lease up with the write: the run finished or paused.
-    """
-
-    run_id: str
-    seq: int
-    text: str
-    summary: Summary
-    release: bool = False
 
 
 @runtime_checkable
@@ -403,10 +295,6 @@ def traits(store: Store) -> Traits:
 def journaled(store: Store) -> bool:
     """Whether the engine journals, leases and versions ``store``'s runs (a ``JournaledStore``) or saves them whole."""
     return isinstance(store, JournaledStore)
-
-
-VERSION_KEY = "stored_seq"
-"""The key a loaded snapshot carries its stored version under; a write built on it names that version."""
 
 
 def new_owner() -> str:

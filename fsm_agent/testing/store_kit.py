@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, Message, ModelResponse
-from fsm_agent.persist.store import Entry, Summary
+from fsm_agent.persist.summary import Entry, Summary
 from fsm_agent.testing import ManualClock, demo_registry, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
 

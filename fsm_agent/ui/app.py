@@ -37,7 +37,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fsm_agent import TABLE, DecisionError, SnapshotError, Table
 from fsm_agent.core.approval import check_decision_value
 from fsm_agent.persist.cursor import Order, RunCursor
-from fsm_agent.persist.store import StoredRun, filter_text
+from fsm_agent.persist.store import filter_text
+from fsm_agent.persist.summary import StoredRun
 from fsm_agent.render.dot import INSTALL_HINT, dot_installed, render, to_dot
 from fsm_agent.ui.answers import JSONText
 from fsm_agent.ui.forks import NO_AGENT, fork_routes, refused_post

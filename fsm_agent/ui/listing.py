@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fsm_agent.persist.cursor import RunCursor
-from fsm_agent.persist.store import StoredRun
+from fsm_agent.persist.summary import StoredRun
 from fsm_agent.ui.answers import JSONText
 
 UNPAGED = "this store cannot list its runs in creation order, which the viewer pages by"

@@ -22,7 +22,7 @@ from typing import Any
 from fsm_agent import TABLE, State, Table, Transition
 from fsm_agent.core import snapshot as snapshots
 from fsm_agent.definition.run import Run
-from fsm_agent.persist.store import VERSION_KEY, fork_origin
+from fsm_agent.persist.summary import VERSION_KEY, fork_origin
 from fsm_agent.render.model import diagram_edges, row_index
 
 MODEL_EDGES = frozenset({"replied"})

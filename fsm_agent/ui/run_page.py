@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fsm_agent import TABLE, SnapshotError, Table
-from fsm_agent.persist.store import StoredRun
+from fsm_agent.persist.summary import StoredRun
 from fsm_agent.ui.replay import digest
 
 

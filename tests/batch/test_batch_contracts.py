@@ -13,7 +13,7 @@ from fsm_agent import SqliteStore
 from fsm_agent.batch import derive_run_id, run_batch
 from fsm_agent.definition.states import State
 from fsm_agent.persist import JournaledStore
-from fsm_agent.persist.store import Entry
+from fsm_agent.persist.summary import Entry
 
 
 class JournaledOnly:

@@ -27,7 +27,7 @@ from fsm_agent import Agent, CancelToken, ForkEdit, RunStateError, Session, Sqli
 from fsm_agent.drivers.agent_again import unclaimed
 from fsm_agent.persist import PostgresStore, is_url
 from fsm_agent.persist.planned import PlannedStore
-from fsm_agent.persist.store import VERSION_KEY
+from fsm_agent.persist.summary import VERSION_KEY
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 S = TypeVar("S", bound=PlannedStore)

@@ -20,7 +20,8 @@ from support.counted_calls import Counted, drive, finish
 
 from fsm_agent import Agent, RunResult, SqliteStore
 from fsm_agent.observe.events import HOOK_NAMES
-from fsm_agent.persist.store import Entry, StoreError
+from fsm_agent.persist.store import StoreError
+from fsm_agent.persist.summary import Entry
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 

@@ -20,7 +20,7 @@ import pytest
 from support.turn_models import Mailer, sender
 
 from fsm_agent import Agent, CancelToken, PostgresStore, Session, SqliteStore
-from fsm_agent.persist.store import Entry
+from fsm_agent.persist.summary import Entry
 
 
 def held_store(target: str, landed: bool) -> Any:

@@ -20,7 +20,8 @@ from support.sdk import skip_unless_installed
 from support.spans import Spans, attributes
 
 from fsm_agent import Agent, RunResult, SqliteStore, Usage
-from fsm_agent.persist.store import Entry, StoreError
+from fsm_agent.persist.store import StoreError
+from fsm_agent.persist.summary import Entry
 from fsm_agent.testing import FakeModel, demo_registry, reply, tool_call, tool_turn
 
 skip_unless_installed("opentelemetry.sdk", reason="the otel extra is not installed: pip install -e '.[otel]'")

@@ -13,7 +13,7 @@ from support.store_cases import tick_agent
 
 from fsm_agent.persist import SqliteStore, open_store
 from fsm_agent.persist.recording import RecordingError, read_recording
-from fsm_agent.persist.store import Summary, fork_origin
+from fsm_agent.persist.summary import Summary, fork_origin
 
 
 def forked_snapshot(run_id: str, source: str, at: int) -> dict[str, object]:

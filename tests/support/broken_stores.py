@@ -25,7 +25,8 @@ from fsm_agent.persist.checks import check_run_id, check_snapshot
 from fsm_agent.persist.cursor import Order, RunCursor
 from fsm_agent.persist.plans import Plan
 from fsm_agent.persist.readback import rebuild
-from fsm_agent.persist.store import DEFAULT_LEASE, VERSION_KEY, Entry, StoredRun, Summary, stored_version
+from fsm_agent.persist.store import DEFAULT_LEASE
+from fsm_agent.persist.summary import VERSION_KEY, Entry, StoredRun, Summary, stored_version
 
 
 def _statement(sql: str, params: tuple[Any, ...]) -> Plan[None]:

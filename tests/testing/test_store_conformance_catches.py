@@ -83,7 +83,7 @@ class DecidingStore(MemoryStore):
 LISTING = '''
 from fsm_agent.persist.checks import epoch, filter_text, page
 from fsm_agent.persist.cursor import check_listing
-from fsm_agent.persist.store import StoredRun, Summary
+from fsm_agent.persist.summary import StoredRun, Summary
 
 
 def _field(run, name):
