@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fsm_agent.definition.guards import Declared, context_overflowed, fact
+from fsm_agent.definition.guards import Declared, context_overflowed, fact, stopped_call_capped, tool_calls_exhausted
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.stops import CATALOGUE, Stop, blocking_stop
 
@@ -31,16 +31,20 @@ LIFTABLE = tuple(
 
 def _lifted(run: Run) -> bool:
     stop = run.table_stops.get(run.at.reason or "")
-    return stop is not None and stop.resume == "lift" and stop.guard is not None and not stop.guard(run)
+    if stop is None or stop.resume != "lift" or stop.guard is None:
+        return False
+    if stop.guard is tool_calls_exhausted and not run.calls.pending:
+        return not stopped_call_capped(run)  # a finalize answered the calls the cap stopped
+    return not stop.guard(run)
 
 
-@fact("pending", "reason", *LIFTABLE)
+@fact("pending", "reason", "evidence", *LIFTABLE)
 def resumes_before_tool(run: Run) -> bool:
     """The run stopped before a tool call that is still pending, and the resumed run's limits lift that stop."""
     return bool(run.calls.pending) and _lifted(run)
 
 
-@fact("last_response", "output_checked", "pending", "trace", "reason", *LIFTABLE)
+@fact("last_response", "output_checked", "pending", "trace", "reason", "evidence", *LIFTABLE)
 def resumes_before_answer(run: Run) -> bool:
     """The run stopped in ``Dispatch`` with its answer not yet taken (its check cut at the deadline): take it now.
 
@@ -60,7 +64,7 @@ def resumes_before_answer(run: Run) -> bool:
     )
 
 
-@fact("pending", "reason", *LIFTABLE)
+@fact("pending", "reason", "evidence", *LIFTABLE)
 def resumes_before_model(run: Run) -> bool:
     """The run stopped before a model call, and the resumed run's limits lift that stop and every other one."""
     return not run.calls.pending and _lifted(run) and blocking_stop(run) is None

@@ -226,6 +226,18 @@ def tool_calls_exhausted(run: Run) -> bool:
     )
 
 
+@fact("tool_calls", "calls_by_tool", "evidence", bound="max_tool_calls")
+def stopped_call_capped(run: Run) -> bool:
+    """The call ``max_tool_calls`` stopped, which a finalize then answered "not executed", would still exceed its cap.
+
+    Nothing is pending once the finalize answered it, so ``tool_calls_exhausted``
+    cannot ask about it: a resume asks this instead, of the tool the stop's
+    evidence names.
+    """
+    caps = run.limits.max_tool_calls
+    return caps is not None and cap_reached(run, str(run.at.evidence.get("tool", ""))) is not None
+
+
 @fact("child_stop")
 def passes_child_stop(run: Run) -> bool:
     """The sub-agent this tool call ran stopped, and its tool passes the stop on (``on_child_stop="raise"``)."""
