@@ -129,6 +129,47 @@ def test_the_same_request_again_after_its_turn_was_cancelled_takes_a_new_turn_an
     assert len(model.calls) == 3
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_same_request_again_after_a_ctrl_c_cut_its_store_less_turn_takes_a_new_turn_told_of_the_cut(
+    driver: str,
+) -> None:
+    """Without a store no resume can finish a turn a Ctrl-C cut: like a cancelled one, it answered nobody.
+
+    Its messages are kept, the cut call answered as cut off, so the turn the
+    request takes next is asked with them; that turn then answers its repeats.
+    """
+    ran: Counter[str] = Counter()
+    model = SendsPerQuestion()
+    registry = ToolRegistry()
+
+    @registry.register
+    def send(to: str, call_id: str) -> str:
+        """Send a message (counted); the first one is cut short, as by Ctrl-C."""
+        ran[call_id] += 1
+        if call_id == "send-1":
+            raise KeyboardInterrupt
+        return f"sent to {to}"
+
+    chat = Session(Agent(model, registry), session_id="chat")
+
+    def ask() -> str:
+        result = (
+            chat.run("ada", request_id="r1") if driver == "sync" else asyncio.run(chat.arun("ada", request_id="r1"))
+        )
+        return result.final
+
+    with pytest.raises(KeyboardInterrupt):
+        ask()
+    assert (ask(), ask()) == ("sent for question 2", "sent for question 2")
+    assert (chat.turns, len(model.calls)) == (2, 3)
+    assert ran == Counter({"send-1": 1, "send-2": 1})
+    told = [m for m in model.calls[1] if m.role == "tool"]  # the second turn's first call: the cut call's answer
+    assert [m.tool_call_id for m in told] == ["send-1"]
+    assert (
+        told[0].content == '{"error": "cut off while running (interrupted): it may have run; its outcome is unknown"}'
+    )
+
+
 def test_the_same_request_from_two_handlers_at_once_takes_one_turn_and_sends_once(store_target: str) -> None:
     """Two workers get the same request at the same moment: one takes the turn; the other takes none."""
     ran: Counter[str] = Counter()
