@@ -37,15 +37,18 @@ class ConcurrentCalls(RunBase):
         self._accept_tool(call, outcome)
 
     async def _run_batch(self, batch: tuple[ToolCall, ...], unmade: list[str]) -> None:
+        journal = self._journal
         if len(batch) == 1:
             # One call needs no tasks: awaiting it directly keeps the common case cheap (its outcome is written
-            # with the transition that records it, right after; its hooks were heard before, by _amove).
+            # with the transition that records it, right after, or before its after_tool hooks run if it has any:
+            # a crash in one must not make it again, as on the sync driver).
             await self._acall_tool(batch[0])
+            if journal is not None and self._hooks.get("after_tool"):
+                await journal.akeep_outcome(self.position, in_flight=False)
             return
         import asyncio
 
         limit = asyncio.Semaphore(self._settings.max_concurrency or len(batch))
-        journal = self._journal
         # A batch's transitions come after its last call, so each call's outcome is written as it returns, one
         # write at a time; a write runs to its end even if the batch is cut meanwhile (the run's next write
         # starts from it).

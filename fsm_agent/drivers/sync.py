@@ -320,6 +320,9 @@ class SyncDriver(RunBase):
             if held:
                 self._take_back(mutex)
         self._accept_tool(call, outcome)
+        journal = self._journal
+        if journal is not None and self._hooks.get("after_tool"):
+            journal.keep_outcome(self.position)  # before its after_tool hooks run: a crash in one makes it not again
 
     def _unfinished(self, effect: ModelCall | ToolBatch | None) -> str | None:
         if isinstance(effect, ToolBatch):

@@ -211,24 +211,42 @@ class Journal(Checkpoints, CutWrites):
         if action is not None:
             self._write(action, run, paused)
 
-    async def akeep_outcome(self, run: Run) -> None:
-        """A call of a parallel batch returned while others are in flight: write its kept outcome now.
+    def keep_outcome(self, run: Run) -> None:
+        """A call returned and its outcome is kept, not yet recorded by a transition: write it now.
 
-        The batch's transitions come only after its last call, so without
-        this write a crash in between would make a finished call again.  A
-        store that writes only before model calls (``every="turn"``) is not
-        asked.  The calls still in flight keep the lease (a new heartbeat, at
-        the version just written).
+        Why: the transition that records it comes after the call's
+        ``after_tool`` hooks (a strict one's error stops the run there), and a
+        crash or a Ctrl-C inside a hook would otherwise make a finished call
+        again.  A store that writes only before model calls (``every="turn"``)
+        is not asked.
+        """
+        self._resolve()
+        if self._outcome_due(run):
+            kept = set(run.calls.ran)
+            self._write(self._plan(run, False, force=True), run, False)
+            self._early.update(kept)
+
+    async def akeep_outcome(self, run: Run, *, in_flight: bool = True) -> None:
+        """``keep_outcome``, awaited; ``in_flight``: a parallel batch's calls are still in flight beside it.
+
+        A batch's transitions come only after its last call, so each outcome
+        is written as it returns; the calls still in flight keep the lease (a
+        new heartbeat, at the version just written).
         """
         await self._aresolve()
-        self._early.intersection_update(call.id for call in run.calls.pending)  # earlier batches' calls are recorded
-        if not (self.after_calls or self.store.wants(run.at.state, False)) or self._early.issuperset(run.calls.ran):
-            return  # not wanted, or already written with a sibling's
-        # What this write holds: an outcome kept while it is in flight is written by that call's own keep.
+        if not self._outcome_due(run):
+            return
         kept = set(run.calls.ran)
         await self._awrite(self._plan(run, False, force=True), run, False)
         self._early.update(kept)
-        self.abeat()
+        if in_flight:
+            self.abeat()
+
+    def _outcome_due(self, run: Run) -> bool:
+        """Whether a kept outcome is unwritten and wanted (none is when only model calls' turns are written)."""
+        self._early.intersection_update(call.id for call in run.calls.pending)  # earlier batches' calls are recorded
+        wanted = self.after_calls or self.store.wants(run.at.state, False)
+        return wanted and not self._early.issuperset(run.calls.ran)  # else written already, with a sibling's
 
     def keep(self, run: Run, paused: bool) -> None:
         """Write the run as it is now, whatever the store wants: a Ctrl-C inside a call leaves it whole (the driver).
