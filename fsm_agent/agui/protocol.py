@@ -31,7 +31,7 @@ from ag_ui.core import (
     UserMessage,
 )
 
-from fsm_agent import AgentLoopError, RunResult, Usage
+from fsm_agent import AgentLoopError, RunResult, ToolCall, Usage
 from fsm_agent.drivers.child import answer_of
 from fsm_agent.jsontext import dumps
 
@@ -169,9 +169,9 @@ def finished(thread_id: str, run_id: str, result: RunResult, usage: Usage, polic
                 message=f"approve the call to {call.name!r}?",
                 tool_call_id=call.id,
                 response_schema=DECISION_SCHEMA,
-                metadata={KEY: {"tool": call.name, "arguments": call.arguments}},
+                metadata={KEY: {"tool": call.name, "arguments": call.arguments, **_decided(decision)}},
             )
-            for call in result.pending
+            for call, decision in held(result)
         ]
         outcome: Any = RunFinishedInterruptOutcome(interrupts=interrupts)
         return RunFinishedEvent(
@@ -191,6 +191,31 @@ def finished(thread_id: str, run_id: str, result: RunResult, usage: Usage, polic
         usage=tokens,
         metadata=_facts(result, usage, **more),
     )
+
+
+def held(result: RunResult) -> list[tuple[ToolCall, bool | str | None]]:
+    """The calls a paused turn holds for a person, each with the decision already given on it (None: none yet).
+
+    A person may decide them elsewhere (the run viewer, ``store.decide``)
+    while the turn stays paused until someone resumes it: each is still an
+    interrupt, so a client answers it, and the same answer resumes the turn.
+    """
+    data = result.snapshot
+    if data is None:
+        return [(call, None) for call in result.pending]
+    approvals = data.get("approvals") or {}
+    ids = set(data.get("to_approve") or ())
+    calls = [ToolCall(**call) for call in data.get("pending") or ()]
+    return [(call, approvals.get(call.id)) for call in calls if call.id in ids]
+
+
+def _decided(decision: bool | str | None) -> dict[str, Any]:
+    """A decision already given, as the ``decided`` metadata of its interrupt: the payload that answers it so."""
+    if decision is None:
+        return {}
+    if decision is True:
+        return {"decided": {"approved": True}}
+    return {"decided": {"approved": False, **({"reason": decision} if isinstance(decision, str) and decision else {})}}
 
 
 def stopped(thread_id: str, run_id: str, stop: AgentLoopError, usage: Usage) -> RunFinishedEvent | RunErrorEvent:

@@ -185,6 +185,7 @@ class AgUiApp:
             else:
                 # The runId is kept with the turn: the same request again is answered from it (Session.run).
                 result = await session.arun(text, cancel=token, request_id=run_id, deps=deps)
+            ending = finished(thread, run_id, result, less(result.usage, before), _policy(agent, result))
         except AgentLoopError as stop:
             relay.close()
             push(stopped(thread, run_id, stop, less(stop.result.usage, before)))
@@ -196,8 +197,7 @@ class AgUiApp:
             push(RunErrorEvent(message=str(exc) or type(exc).__name__, code=type(exc).__name__))
         else:
             relay.close()
-            policy = _policy(agent, result)
-            push(finished(thread, run_id, result, less(result.usage, before), policy))
+            push(ending)
         finally:
             push(None)
 

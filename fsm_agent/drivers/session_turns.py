@@ -213,7 +213,9 @@ class StoredTurns(RequestAnswers):
         messages = [message_of(m) for m in data["messages"]]
         pending = [ToolCall(**call) for call in data.get("pending") or ()]
         if data.get("paused"):
-            self._paused = paused_message(self.session_id, last, [(c.name, c.id) for c in pending])
+            decided, held = data.get("approvals") or {}, set(data.get("to_approve") or ())
+            waiting = [(c.name, c.id) for c in pending if c.id in held and c.id not in decided]
+            self._paused = paused_message(self.session_id, last, waiting)
             self._messages = [m for m in messages if m.role != "system"]
             if strict and self._repeated is None:
                 raise RunStateError(self._paused)
@@ -249,6 +251,9 @@ def session_id_of(session_id: object) -> str:
 
 
 def paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:
+    """Why a paused turn refuses the next: the calls ``waiting`` for a decision, or none left (decided elsewhere)."""
+    if not waiting:
+        return f"turn {n} of session {session!r} is paused, its calls decided: resume it (Session.resume) first"
     calls = ", ".join(f"{name} ({call_id})" for name, call_id in waiting)
     return f"turn {n} of session {session!r} is paused for a decision on {calls}: resume it (Session.resume) first"
 

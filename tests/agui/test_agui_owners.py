@@ -245,3 +245,63 @@ def test_a_client_that_left_after_the_send_and_retried_the_same_request_sends_on
         assert len(model.calls) == 3
         assert [m.role for m in model.calls[2]] == ["user", "assistant", "tool", "user"]
         assert sorted(r.run_id for r in store.list_runs(session="left")) == ["left/1", "left/2"]
+
+
+@pytest.mark.parametrize(
+    ("viewer_decision", "decided", "sent"),
+    [
+        ({"approve": True}, {"approved": True}, 1),
+        ({"approve": False, "why": "not today"}, {"approved": False, "reason": "not today"}, 0),
+    ],
+)
+def test_a_turn_the_viewer_decided_is_told_again_with_its_decision_and_that_answer_resumes_it(
+    served: tuple[AgUiApp, Scenarios, Served, Any], viewer_decision: dict[str, Any], decided: dict[str, Any], sent: int
+) -> None:
+    """The viewer decided every interrupt of the paused turn; the chat sends its request again, then answers.
+
+    The repeat is the same interrupt, carrying the decision given in its
+    metadata (before, no interrupt was left to send and the stream ended
+    with no final event); answered with that decision, the turn goes on.
+    """
+    _, scenarios, server, store = served
+    viewer = Viewer(store, allow_decisions=True)
+    try:
+        _paused(server.url, "decided")
+        status, _ = decide(viewer.url, "decided/1", {"call_id": "s1", **viewer_decision})
+        again = stream(server.url, run_input("decided", "approve"))
+        answer = [{"interruptId": "s1", "status": "resolved", "payload": decided}]
+        resumed = stream(server.url, run_input("decided", "approve", run_id="r2", resume=answer))
+    finally:
+        viewer.close()
+    assert status == 200
+    assert [e["type"] for e in again] == ["RUN_STARTED", "RUN_FINISHED"]
+    (interrupt,) = again[-1]["outcome"]["interrupts"]
+    assert (interrupt["id"], interrupt["metadata"]["fsm_agent"]["decided"]) == ("s1", decided)
+    assert ending(resumed) == "RUN_FINISHED success", resumed[-1]
+    state, result = _stored_result(store, "decided")
+    assert state == "Done"
+    assert results_of(resumed) == [("s1", result)]
+    assert ("sent to ada" in result) == bool(sent)
+    assert ("not today" in result) == (not sent)
+    assert scenarios.executed.get("send", 0) == sent
+    assert len(scenarios.models["decided"].seen) == 2  # the paused turn's call and the answer after s1's outcome
+
+
+def test_a_new_message_to_a_turn_the_viewer_decided_is_refused_naming_no_call_as_waiting(
+    served: tuple[AgUiApp, Scenarios, Served, Any],
+) -> None:
+    _, scenarios, server, store = served
+    viewer = Viewer(store, allow_decisions=True)
+    try:
+        _paused(server.url, "decided")
+        status, _ = decide(viewer.url, "decided/1", {"call_id": "s1", "approve": True})
+        refused = stream(server.url, run_input("decided", "approve", "and now?", run_id="r2"))
+    finally:
+        viewer.close()
+    assert status == 200
+    assert ending(refused) == "RUN_ERROR"
+    assert refused[-1]["message"] == (
+        "turn 1 of session 'decided' is paused, its calls decided: resume it (Session.resume) first"
+    )
+    assert scenarios.executed.get("send", 0) == 0
+    assert (store.load("decided/1")["paused"], store.load("decided/1")["approvals"]) == (True, {"s1": True})
