@@ -20,25 +20,21 @@ whatever the parent's stored snapshot still holds of it goes to no other call.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fsm_agent.core import snapshot
 from fsm_agent.core.hand_down import HandDown
 from fsm_agent.core.ledger import plus
 from fsm_agent.core.outside import CutWithRun
 from fsm_agent.definition.limits import Limits
-from fsm_agent.definition.run import Run
-from fsm_agent.definition.table import first_row
-from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED, RESUME
-from fsm_agent.drivers.child import FINISHED, PARAMETERS, ChildTool, answer_of
+from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
+from fsm_agent.drivers.child import PARAMETERS, ChildTool, answer_of
 from fsm_agent.drivers.child_limits import budget_used_up, limits_for, not_run, time_used
 from fsm_agent.drivers.child_spend import shares, with_lent_back
+from fsm_agent.drivers.child_stored import ReadBack, ataken_over, deps_of, is_finished, taken_over
 from fsm_agent.drivers.cut_spend import (
-    CUT_WITH_PARENT,
     beyond,
     calls_of,
     completed_by,
@@ -52,9 +48,8 @@ from fsm_agent.drivers.cut_spend import (
     spent_in,
     unrecorded,
 )
-from fsm_agent.drivers.read_back import stored_result
-from fsm_agent.drivers.stored import astored, awaited, stored
-from fsm_agent.errors import AgentLoopError, RunLeasedError
+from fsm_agent.drivers.stored import astored, stored
+from fsm_agent.errors import AgentLoopError
 from fsm_agent.jsontext import input_digest
 from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
@@ -62,7 +57,6 @@ from fsm_agent.tools.registry import ToolResult
 from fsm_agent.tools.schema import arguments_error
 
 if TYPE_CHECKING:
-    from fsm_agent.drivers.agent import Agent
     from fsm_agent.drivers.agent_run import AgentRun
     from fsm_agent.drivers.base import RunBase
 
@@ -73,21 +67,6 @@ def _bad_input(call: ToolCall) -> ToolResult | None:
         return None
     message = f"bad arguments for tool {call.name!r}: {problem}"
     return ToolResult(json.dumps({"error": message}, ensure_ascii=False), message)
-
-
-@attrs.frozen
-class ReadBack:
-    """A stored child that finished, read back (never run again): its result, and what its run spent."""
-
-    result: RunResult
-    spent: ChildOutcome
-
-
-def _read_back(agent: Agent, run_id: str, data: dict[str, Any]) -> ReadBack:
-    """The finished stored child ``data``: its result, and its spend (its model calls from its stored counters)."""
-    result = stored_result(agent, data)
-    counters = data.get("counters")
-    return ReadBack(result, spent_in(run_id, result, counters if isinstance(counters, dict) else {}))
 
 
 def _outcome(child: ChildTool, result: RunResult, spent: ChildOutcome, counted: ChildOutcome | None) -> ToolResult:
@@ -145,12 +124,12 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
     share, again = shares(parent), parent_cut(parent, call, run_id)
     used_up = budget_used_up(share)
-    if used_up is not None and not _finished(data, again):
+    if used_up is not None and not is_finished(data, again):
         return run_id, not_run(child, run_id, parent, used_up), False
     limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share), time_used(data))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
-    return run_id, _taken_over(child, store, run_id, data, parent, limits, again), False
+    return run_id, taken_over(child, store, run_id, data, parent, limits, again), False
 
 
 async def _abegin(
@@ -172,12 +151,12 @@ async def _abegin(
     parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
     share, again = shares(parent), parent_cut(parent, call, run_id)
     used_up = budget_used_up(share)
-    if used_up is not None and not _finished(data, again):
+    if used_up is not None and not is_finished(data, again):
         return run_id, not_run(child, run_id, parent, used_up), False
     limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share), time_used(data))
     if data is None:
         return run_id, _new_run(parent, child, call, run_id, link, limits), True
-    return run_id, await _ataken_over(child, store, run_id, data, parent, limits, again), False
+    return run_id, await ataken_over(child, store, run_id, data, parent, limits, again), False
 
 
 def _named(parent: RunBase, call: ToolCall) -> tuple[str, dict[str, str]]:
@@ -213,46 +192,12 @@ def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
     return renamed
 
 
-def _finished(
-    data: dict[str, Any] | None, again: str | None = None, agent: Agent | None = None, limits: Limits | None = None
-) -> bool:
-    """Whether a stored child (None: none stored) finished, so its result is read back, never run again.
-
-    ``again``: the parent's stop that cut this call in flight
-    (``parent_cut``).  A child that stopped ``cancelled`` then (the token
-    it shares with its parent, or its task cancelled with the parent's)
-    stopped with its parent, not of itself: it is resumed, as the parent is,
-    from where it stopped.  So is one that stopped ``timeout`` (its deadline
-    is its parent's) where its ``agent``'s table resumes it under ``limits``,
-    what the parent has left for it (``_resumes_under``).
-    """
-    if data is None or data.get("state") not in FINISHED or data.get("paused"):
-        return False
-    if again is None or data.get("state") != "Failed" or data.get("reason") not in CUT_WITH_PARENT:
-        return True
-    if data.get("reason") == "timeout":
-        return agent is not None and limits is not None and not _resumes_under(agent, data, limits)
-    return False
-
-
-def _resumes_under(agent: Agent, data: dict[str, Any], limits: Limits) -> bool:
-    """Whether ``agent``'s table takes the stopped child ``data`` on under ``limits``: its ``resume`` edge.
-
-    Why the table's own row, not the stop's rule said again here: what
-    ``Agent.resume`` would do with it (``Stepper.resume``) is what decides
-    whether the child goes on or is read back as it stopped.
-    """
-    position = Run(snapshot.limits_of(data, **_resumed_under(limits)), [], table=agent.table, policies=agent.on_stop)
-    snapshot.load(position, data, agent.table.states)
-    return first_row(position, RESUME) is not None
-
-
 def _new_run(
     parent: RunBase, child: ChildTool, call: ToolCall, run_id: str, link: dict[str, str], limits: Limits
 ) -> AgentRun:
     """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
     text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
-    deps = _deps(parent, child)
+    deps = deps_of(parent, child)
     begun = child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps)  # noqa: SLF001
     if parent.position.calls.carried_down:
         # Taken from the parent's run before the child's run holding it is stored: a Ctrl-C meanwhile must not
@@ -271,83 +216,6 @@ def _opened(parent: RunBase, child: RunBase) -> None:
     if child._hands_down:  # noqa: SLF001 - the parent's driver hands over its own run
         child._hands_down = False  # noqa: SLF001
         parent._handing_down -= 1  # noqa: SLF001
-
-
-def _deps(parent: RunBase, child: ChildTool) -> Any:
-    """The child run's deps: the sub-agent tool's own if it was given some, else the parent run's."""
-    return child.deps if child.deps is not None else parent._deps  # noqa: SLF001 - the parent's driver hands over its run
-
-
-def _taken_over(
-    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: str | None
-) -> AgentRun | ReadBack:
-    """The stored child's result if it finished, else its run resumed here once nobody else holds it.
-
-    A parent resumed after its process died finds its child still leased
-    to that process for up to a lease: it waits for the lease to lapse (or
-    for a live owner to finish the child, whose result it then takes),
-    within two leases; a child some live owner keeps advancing past that
-    is a ``RunLeasedError`` naming it.  Nothing of the child runs twice.
-    ``_ataken_over`` is the same, awaited.
-    """
-    from fsm_agent.persist.store import traits
-
-    agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
-    patience = time.time() + 2 * traits(store).lease
-    while True:
-        if _finished(data, again, agent, limits):
-            return _read_back(agent, run_id, data)
-        try:
-            return agent.resume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
-        except RunLeasedError as busy:
-            time.sleep(_lease_wait(busy, patience))
-        data = dict(store.load(run_id))
-
-
-async def _ataken_over(
-    child: ChildTool, store: Any, run_id: str, data: dict[str, Any], parent: RunBase, limits: Limits, again: str | None
-) -> AgentRun | ReadBack:
-    """``_taken_over``, awaited: the claim, the wait for a lease and the store's reads block no event loop."""
-    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
-
-    from fsm_agent.persist.store import traits
-
-    agent, cancel, deps = child.agent, parent._cancel, _deps(parent, child)  # noqa: SLF001 - the parent's run
-    patience = time.time() + 2 * traits(store).lease
-    while True:
-        if _finished(data, again, agent, limits):
-            return _read_back(agent, run_id, data)
-        try:
-            return await agent.aresume(data, cancel=cancel, store=store, deps=deps, **_resumed_under(limits))
-        except RunLeasedError as busy:
-            await asyncio.sleep(_lease_wait(busy, patience))
-        data = dict(await awaited(store, "load", run_id))
-
-
-def _resumed_under(limits: Limits) -> dict[str, Any]:
-    """The limits a stored child taken over goes on under: the time, tokens, tool calls and dollars left for it.
-
-    Each counts what the child's run used before (``limits_for``'s ``used``, ``with_lent_back``), as its own
-    counters go on from there.
-    """
-    return {
-        "timeout": limits.timeout,
-        "token_budget": limits.token_budget,
-        "max_tool_calls": limits.max_tool_calls,
-        "cost_budget": limits.cost_budget,
-    }
-
-
-def _lease_wait(busy: RunLeasedError, patience: float) -> float:
-    """Seconds to wait for the lease ``busy`` names to lapse; ``busy`` itself if it never will within ``patience``."""
-    now = time.time()
-    if busy.stale or now >= patience:
-        raise busy
-    return min(max(busy.until - now, 0.0) + _SLACK, patience - now)
-
-
-_SLACK = 0.05
-"""Seconds waited past a lease's end before taking it over: the clocks of two writers are never quite equal."""
 
 
 def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:

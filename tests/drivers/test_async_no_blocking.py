@@ -23,7 +23,7 @@ from support.async_only import BLOCKING, AsyncOnly
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, ModelResponse, RunResult, Session, SqliteStore, ToolRegistry
 from fsm_agent.batch import run_batch
-from fsm_agent.drivers import child_runs, stored
+from fsm_agent.drivers import child_runs, child_stored, stored
 from fsm_agent.jsontext import input_digest
 from fsm_agent.persist.store import JournaledStore, traits
 from fsm_agent.testing import FakeModel, demo_registry, edges, reply, tool_call, tool_turn
@@ -265,7 +265,7 @@ def test_a_store_given_as_a_path_is_opened_off_the_loop(tmp_path: Path) -> None:
 
 TWINS = [
     (child_runs._begin, child_runs._abegin),
-    (child_runs._taken_over, child_runs._ataken_over),
+    (child_stored.taken_over, child_stored.ataken_over),
     (Agent.resume, Agent.aresume),
     (Session._catch_up, Session._acatch_up),
     (Session._take_over, Session._atake_over),
@@ -276,7 +276,7 @@ TWINS = [
 ]
 SYNC_NAMES = {
     "astored": "stored",
-    "_ataken_over": "_taken_over",
+    "ataken_over": "taken_over",
     "aresume": "resume",
     "asyncio.sleep": "time.sleep",
     "_aopen_store": "_open_store",

@@ -26,7 +26,7 @@ import pytest
 from support.store_cases import durable_calls, in_child, tick_agent, tick_registry
 
 from fsm_agent import Agent, Message, ModelResponse, RunLeasedError, RunResult, Usage
-from fsm_agent.drivers.child_runs import stored_result
+from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.persist import SqliteStore, is_url, open_store
 from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema

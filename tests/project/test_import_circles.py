@@ -183,9 +183,10 @@ def _named_edges() -> set[tuple[str, str]]:
         ("drivers.agent_run", "drivers.agent"),
         *(
             (f"drivers.{name}", "drivers.agent")
-            for name in ("agent_again", "child_runs", "fork", "read_back", "rebuild")
+            for name in ("agent_again", "child_stored", "fork", "read_back", "rebuild")
         ),
-        ("drivers.child_runs", "drivers.agent_run"),  # `child_runs`, `cut_runs` and `streaming` name `AgentRun`
+        ("drivers.child_runs", "drivers.agent_run"),  # these four name `AgentRun` for the type checker only
+        ("drivers.child_stored", "drivers.agent_run"),
         ("drivers.cut_runs", "drivers.agent_run"),
         ("drivers.streaming", "drivers.agent_run"),
         ("drivers.child", "drivers.agent_parts"),  # `child` names `AgentParts`
