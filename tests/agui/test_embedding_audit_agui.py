@@ -144,15 +144,24 @@ def test_an_interrupt_answer_sent_again_after_the_client_left_mid_call_makes_the
 # --- a client that leaves while the store commits a checkpoint ---------------------------------------------------
 
 
+def _locked_by_another_writer(path: Path, other: list[sqlite3.Connection]) -> None:
+    """Another connection to the file (another process, the run viewer) takes SQLite's write lock, once."""
+    if not other:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.execute("BEGIN IMMEDIATE")
+        other.append(db)
+
+
 def test_a_client_leaving_while_the_store_commits_the_tools_checkpoint_does_not_keep_the_thread_waiting(
     tmp_path: Path,
 ) -> None:
     """ag-ui.md: a client that leaves while the turn's checkpoint is written leaves no half-kept turn; next is served.
 
-    Another connection to the file (another process, the run viewer) holds
-    SQLite's write lock as the send returns, so the store's writer thread
-    has taken the send's checkpoint and waits to commit it when the client
-    leaves; the lock is let go after the server saw the client leave.
+    Another writer holds SQLite's write lock from the send's ``after_tool``
+    hook on (its outcome is written before that: ``Journal.keep_outcome``),
+    so the store's writer thread has taken the transition's checkpoint and
+    waits to commit it when the client leaves; the lock is let go after the
+    server saw the client leave.
     """
     path = tmp_path / "runs.db"
     ran: Counter[str] = Counter()
@@ -161,12 +170,8 @@ def test_a_client_leaving_while_the_store_commits_the_tools_checkpoint_does_not_
 
     @registry.register
     def send(to: str, call_id: str) -> str:
-        """Send a message (counted); another writer of the file takes its write lock as it returns."""
+        """Send a message (counted)."""
         ran[call_id] += 1
-        if not other:
-            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            db.execute("BEGIN IMMEDIATE")
-            other.append(db)
         return f"sent to {to}"
 
     model = SendsOnce()
@@ -175,6 +180,7 @@ def test_a_client_leaving_while_the_store_commits_the_tools_checkpoint_does_not_
 
     def make_agent(_: Any) -> Agent:
         agent = Agent(model, registry)
+        agent.on("after_tool", lambda event: _locked_by_another_writer(path, other))
         agent.on("unfinished", lambda event: cut.set())  # the turn's task was cancelled inside the write
         return agent
 
@@ -201,6 +207,58 @@ def test_a_client_leaving_while_the_store_commits_the_tools_checkpoint_does_not_
     assert ran["s1"] == 1
 
 
+def test_a_client_leaving_while_the_store_commits_the_tools_outcome_ends_the_turn_cancelled_with_it_kept(
+    tmp_path: Path,
+) -> None:
+    """The write of the send's outcome (before its ``after_tool`` hooks: the relay's) waits on another writer's lock.
+
+    The client leaves then: the turn stops ``cancelled`` with the send kept
+    (``also_ran``), no call in flight, and the thread's next turn is served
+    once the lock is let go; the send ran once.
+    """
+    path = tmp_path / "runs.db"
+    ran: Counter[str] = Counter()
+    other: list[sqlite3.Connection] = []
+    registry = ToolRegistry()
+
+    @registry.register
+    def send(to: str, call_id: str) -> str:
+        """Send a message (counted); another writer of the file takes its write lock as it returns."""
+        ran[call_id] += 1
+        _locked_by_another_writer(path, other)
+        return f"sent to {to}"
+
+    model = SendsOnce()
+    store = SqliteStore(path)
+    asgi = app(lambda _: Agent(model, registry), store=store)
+    server = Served(asgi)
+    try:
+        with httpx.Client(timeout=WAIT) as http, http.stream("POST", server.url, json=run_input("tab", "tool")) as got:
+            lines = got.iter_lines()
+            for line in lines:
+                if '"TOOL_CALL_END"' in line:
+                    break
+            assert held_within(writer_holds_a_write, WAIT)  # the send returned; its outcome waits for the lock
+        assert held_within(lambda: bool(asgi._left), WAIT)  # the server saw the client leave
+        other[0].execute("COMMIT")
+        assert held_within(lambda: _state(store, "tab/1")[0] == "Failed", WAIT)
+        stored = store.load("tab/1")
+        following = stream(server.url, run_input("tab", "tool", text="again", run_id="r2"))
+    finally:
+        for db in other:
+            db.close()
+        server.close()
+    assert (stored["reason"], stored["evidence"]["also_ran"], stored["evidence"].get("unfinished")) == (
+        "cancelled",
+        ["s1"],
+        None,
+    )
+    assert ending(following) == "RUN_FINISHED success", following[-1].get("message")
+    assert ran == Counter({"s1": 1, "s1-2": 1})  # the next turn's question asks for a send of its own
+    assert len(model.calls) == 3  # the first turn's one call (none after the client left), the next turn's two
+    assert [m.tool_call_id for m in model.calls[1] if m.role == "tool"] == ["s1"]  # the next turn is told s1 once
+
+
 class SlowNextWrite(SqliteStore):
     """A SQLite store whose next awaited journal write, once ``slow`` is set, waits until its caller is cancelled.
 
@@ -223,12 +281,14 @@ def test_a_client_leaving_while_the_tools_checkpoint_is_written_makes_no_further
     ran: Counter[str] = Counter()
     store = SlowNextWrite(tmp_path / "runs.db")
     registry = ToolRegistry()
+    sent = threading.Event()
 
     @registry.register
     def send(to: str, call_id: str) -> str:
         """Send a message (counted); the disk is slow for the write of its outcome."""
         ran[call_id] += 1
         store.slow = True
+        sent.set()
         return f"sent to {to}"
 
     model = SendsOnce()
@@ -238,8 +298,9 @@ def test_a_client_leaving_while_the_tools_checkpoint_is_written_makes_no_further
         with httpx.Client(timeout=WAIT) as http, http.stream("POST", server.url, json=run_input("tab", "tool")) as got:
             lines = got.iter_lines()
             for line in lines:
-                if '"TOOL_CALL_RESULT"' in line:
-                    break  # the client leaves while the send's outcome is being written
+                if '"TOOL_CALL_END"' in line:
+                    break
+            assert sent.wait(WAIT)  # the client leaves while the send's outcome is being written
         assert held_within(lambda: _state(store, "tab/1")[0] in ("Done", "Failed"), WAIT)
         stored = store.load("tab/1")
     finally:
