@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.persist.checks import check_run_id
+
 
 @attrs.frozen
 class BatchItem:
@@ -77,4 +79,9 @@ def _item(index: int, entry: str | Mapping[str, Any]) -> BatchItem:
     if not isinstance(run_id, str) or not run_id:
         msg = f"input {index} has run_id {run_id!r}; it must be a non-empty str"
         raise ValueError(msg)
+    try:
+        check_run_id(run_id)  # what every store checks as it writes: here before any run starts, not as this one does
+    except ValueError as exc:
+        msg = f"input {index}: {exc}"
+        raise ValueError(msg) from None
     return BatchItem(index, text, run_id)

@@ -28,7 +28,15 @@ import time
 from collections.abc import Callable, Iterator
 
 from fsm_agent.batch.items import BatchItem
-from fsm_agent.batch.worker import AgentFactory, DepsFactory, Later, atry_item, blocking_calls, failed_result
+from fsm_agent.batch.worker import (
+    AgentFactory,
+    DepsFactory,
+    Later,
+    Patience,
+    atry_item,
+    blocking_calls,
+    failed_result,
+)
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.persist.store import Store
 from fsm_agent.records import RunResult
@@ -135,17 +143,17 @@ class _Line:
         self.stop, self.done, self.on_start, self.on_end = stop, done, on_start, on_end
         self.pending = iter(items)  # one iterator shared by every worker: each item is taken once
         # Runs another owner holds (a crashed driver's), back in line until their leases lapse:
-        # (at, index, item, give_up).
-        self.later: list[tuple[float, int, BatchItem, float]] = []
+        # (at, index, item, patience).
+        self.later: list[tuple[float, int, BatchItem, Patience]] = []
         self.busy = 0  # workers in the middle of an attempt, which may yet put their run back
         self.left: BaseException | None = None  # the KeyboardInterrupt or SystemExit a call raised, once one did
 
-    def take(self) -> tuple[BatchItem, float | None] | None:
+    def take(self) -> tuple[BatchItem, Patience | None] | None:
         """The next run to try: one put back whose lease is due (or any, once stopped), else the next new one."""
         later = self.later
         if later and (self.stop.cancelled or later[0][0] <= time.time()):
-            _, _, again, give_up = heapq.heappop(later)
-            return again, give_up
+            _, _, again, patience = heapq.heappop(later)
+            return again, patience
         item = next(self.pending, None)
         return None if item is None else (item, None)
 
@@ -159,15 +167,15 @@ class _Line:
                 # Only runs waiting on a lease (or in other workers' hands) are left: look again soon.
                 await asyncio.sleep(min(_POLL, self.later[0][0] - time.time()) if self.later else _POLL)
                 continue
-            item, give_up = got
+            item, patience = got
             if self.stop.cancelled:
-                self.done.put((item, _unstarted(item, self.stop, give_up)))
+                self.done.put((item, _unstarted(item, self.stop, patience)))
                 continue
             if self.on_start is not None:
                 self.on_start(item)
             self.busy += 1
             try:
-                outcome = await atry_item(self.make_agent, self.store, item, self.stop, give_up, self.make_deps)
+                outcome = await atry_item(self.make_agent, self.store, item, self.stop, patience, self.make_deps)
             except (KeyboardInterrupt, SystemExit) as exc:
                 # A call asked the program to leave: the run is left as the driver leaves it (written, unfinished)
                 # and the batch stops, the interrupt raised to the caller.
@@ -180,7 +188,7 @@ class _Line:
                     self.on_end(item)
             if isinstance(outcome, Later):
                 # Leased elsewhere: the slot goes to the next run; this one is tried again when the lease lapses.
-                heapq.heappush(self.later, (outcome.at, item.index, item, outcome.give_up))
+                heapq.heappush(self.later, (outcome.at, item.index, item, outcome.patience))
             else:
                 self.done.put((item, outcome))
 
@@ -213,9 +221,9 @@ class _Line:
             watcher.cancel()
 
 
-def _unstarted(item: BatchItem, stop: CancelToken, give_up: float | None) -> RunResult:
+def _unstarted(item: BatchItem, stop: CancelToken, patience: Patience | None) -> RunResult:
     """A run the batch stopped before it ran here: never begun, or put back waiting on another owner's lease."""
-    if give_up is None:
+    if patience is None:
         return failed_result(item, "cancelled", why=stop.why, started=False)
     return failed_result(item, "cancelled", why=stop.why, leased=True)
 

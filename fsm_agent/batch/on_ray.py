@@ -39,6 +39,7 @@ from fsm_agent.batch.worker import (
     AgentFactory,
     DepsFactory,
     Later,
+    Patience,
     agent_of,
     error_result,
     failed_result,
@@ -209,7 +210,7 @@ class _Pass:
         self._deaths: dict[int, int] = {}
         self._waiting = deque(items)
         # Runs another owner holds, put back until their leases lapse: (retry at, index, item, give up).
-        self._later: list[tuple[float, int, BatchItem, float]] = []
+        self._later: list[tuple[float, int, BatchItem, Patience]] = []
         # Runs whose actor died, to submit again at once.
         self._again: list[BatchItem] = []
         self.why = ""
@@ -228,17 +229,17 @@ class _Pass:
             if self._again:
                 self._send(self._again.pop(), None)
             elif self._later and self._later[0][0] <= time.time():
-                _, _, due, give_up = heapq.heappop(self._later)
-                self._send(due, give_up)
+                _, _, due, patience = heapq.heappop(self._later)
+                self._send(due, patience)
             elif self._waiting:
                 self._send(self._waiting.popleft(), None)
             else:
                 return
 
-    def _send(self, item: BatchItem, give_up: float | None) -> None:
+    def _send(self, item: BatchItem, patience: Patience | None) -> None:
         if self._on_start is not None:
             self._on_start(item)
-        ref, slot = self._slots.send(item, give_up)
+        ref, slot = self._slots.send(item, patience)
         self.pending[ref] = (item, slot)
 
     def _returned(self, ref: Any) -> tuple[BatchItem, int]:
@@ -319,7 +320,7 @@ class _Pass:
             if self.why:
                 yield item, failed_result(item, "cancelled", why=self.why, leased=True)
             else:  # leased elsewhere: the slot goes to the next run, this one comes back when the lease lapses
-                heapq.heappush(self._later, (got.at, item.index, item, got.give_up))
+                heapq.heappush(self._later, (got.at, item.index, item, got.patience))
         else:
             yield item, got
 

@@ -17,6 +17,7 @@ from fsm_agent.batch.worker import (
     DepsFactory,
     Later,
     Opened,
+    Patience,
     atry_item,
     blocking_calls,
     error_result,
@@ -98,7 +99,7 @@ class PoolWorker:
         self.store: Opened | None = None
         self.listener: asyncio.Task[None] | None = None
 
-    async def run(self, item: BatchItem, give_up: float | None = None) -> tuple[RunResult | Later, int]:
+    async def run(self, item: BatchItem, patience: Patience | None = None) -> tuple[RunResult | Later, int]:
         """One attempt at ``item`` here: its result (or ``Later``: leased elsewhere), and this process's id."""
         if self.listener is None:  # this actor's first run
             asyncio.get_running_loop().set_default_executor(blocking_calls(self.runs))
@@ -109,7 +110,7 @@ class PoolWorker:
         except Exception as exc:  # noqa: BLE001 - a store this worker cannot open is this run's result, not a crash
             return error_result(item, exc), os.getpid()
         try:
-            outcome = await atry_item(self.make_agent, self.store, item, self.token, give_up, self.make_deps)
+            outcome = await atry_item(self.make_agent, self.store, item, self.token, patience, self.make_deps)
         except (KeyboardInterrupt, SystemExit) as exc:
             # Raised out of this task it would end the actor's event loop, and every run on it would hang.
             return left_result(item, exc), os.getpid()

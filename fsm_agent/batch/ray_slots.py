@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from fsm_agent.batch.items import BatchItem
+from fsm_agent.batch.worker import Patience
 
 _ASK_AGAIN = 0.2
 """Seconds before an actor that did not answer yet (still restarting) is asked again whether it is back."""
@@ -39,11 +40,11 @@ class Slots:
         """The slots whose actor is alive and has room for one more run."""
         return [slot for slot in range(len(self._pool)) if slot not in self._down and self._load[slot] < self._runs]
 
-    def send(self, item: BatchItem, give_up: float | None) -> tuple[Any, int]:
+    def send(self, item: BatchItem, patience: Patience | None) -> tuple[Any, int]:
         """Submit ``item`` to the live actor with the fewest runs: the task's ref, and the actor's slot."""
         slot = min(self.up(), key=self._load.__getitem__)
         self._load[slot] += 1
-        return self._pool[slot].run.remote(item, give_up), slot
+        return self._pool[slot].run.remote(item, patience), slot
 
     def returned(self, slot: int) -> None:
         """A run the actor at ``slot`` had came back (ended, refused, or lost with its actor): room for one more."""

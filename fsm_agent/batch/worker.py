@@ -240,59 +240,74 @@ async def _aoutcome(run: AgentRun) -> RunResult:
 
 
 @attrs.frozen
+class Patience:
+    """How long a run another owner holds is waited for, carried from one attempt at the run to the next.
+
+    ``give_up``: the first attempt's time plus a lease.  ``seen``: where the
+    holder's lease ended at the attempt before.  A holder whose lease ends
+    past ``give_up`` at two attempts in a row, renewed between them, is live:
+    the run is reported ``leased`` rather than waited for without end.  One
+    that renewed past ``give_up`` once and then stopped (it died) is waited
+    for until that lease lapses, and its run taken over.
+    """
+
+    give_up: float
+    seen: float | None = None
+
+
+@attrs.frozen
 class Later:
-    """A run another owner holds for now: try it again at ``at`` (seconds since the epoch), not past ``give_up``.
+    """A run another owner holds for now: try it again at ``at`` (seconds since the epoch), with ``patience``.
 
     What one attempt at a run returns instead of waiting out the lease in
     its executor slot: the executor puts the run back, gives the slot to
     the next run, and tries this one again once ``at`` has passed (passing
-    ``give_up`` along, so a holder that keeps renewing is reported
-    ``leased`` rather than waited for without end).
+    ``patience`` along).
     """
 
     at: float
-    give_up: float
+    patience: Patience
 
 
-def _wait_for(exc: RunLeasedError | RunExistsError, give_up: float) -> float:
-    """Seconds to wait before trying a run again that another owner holds; ``exc`` re-raised past ``give_up``.
+def _wait_for(exc: RunLeasedError | RunExistsError, patience: Patience) -> Later | None:
+    """When to try a run again that another owner holds (None: at once); ``exc`` re-raised for a live holder.
 
     A holder that died (a killed worker, a crashed driver) stops renewing,
     so its lease lapses at ``until``; a live holder keeps pushing ``until``
-    on, and the run is reported ``leased`` rather than waited for without
-    end.  A run two workers created at once is simply read again.
+    on (``Patience``).  A run two workers created at once is simply read again.
     """
     if isinstance(exc, RunExistsError) or exc.stale:
-        return 0.0
-    if exc.until > give_up:
+        return None
+    seen, give_up = patience.seen, patience.give_up
+    if exc.until > give_up and seen is not None and seen > give_up and exc.until != seen:
         raise exc
-    return max(exc.until - time.time(), 0.0) + _MARGIN
+    return Later(max(exc.until, time.time()) + _MARGIN, attrs.evolve(patience, seen=exc.until))
 
 
 def _plan(
-    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, give_up: float, deps: Any
+    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, patience: Patience, deps: Any
 ) -> AgentRun | RunResult | Later:
     """``prepare``, read again at once after a race; ``Later`` if another owner's lease on the run is live."""
     while True:
         try:
             return prepare(agent, store, item, cancel, deps)
         except (RunLeasedError, RunExistsError) as exc:
-            wait = _wait_for(exc, give_up)
-            if wait > 0:
-                return Later(time.time() + wait, give_up)
+            later = _wait_for(exc, patience)
+            if later is not None:
+                return later
 
 
 async def _aplan(
-    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, give_up: float, deps: Any
+    agent: Agent, store: Store, item: BatchItem, cancel: CancelToken | None, patience: Patience, deps: Any
 ) -> AgentRun | RunResult | Later:
     """``_plan``, awaited."""
     while True:
         try:
             return await aprepare(agent, store, item, cancel, deps)
         except (RunLeasedError, RunExistsError) as exc:
-            wait = _wait_for(exc, give_up)
-            if wait > 0:
-                return Later(time.time() + wait, give_up)
+            later = _wait_for(exc, patience)
+            if later is not None:
+                return later
 
 
 def try_item(
@@ -300,19 +315,19 @@ def try_item(
     store: Store,
     item: BatchItem,
     cancel: CancelToken | None = None,
-    give_up: float | None = None,
+    patience: Patience | None = None,
     make_deps: DepsFactory | None = None,
 ) -> RunResult | Later:
     """One attempt at a run with the sync driver: its result, or ``Later`` if it is leased elsewhere (no waiting).
 
-    ``give_up`` is the first attempt's ``Later.give_up`` (``None`` on the
+    ``patience`` is the attempt before's ``Later.patience`` (``None`` on the
     first attempt: now plus the store's lease).  ``make_deps(item)`` gives
     the run its deps; what it raises is the run's ``error`` result.
     """
     try:
         agent = agent_of(make_agent)
         deps = None if make_deps is None else make_deps(item)
-        plan = _plan(agent, store, item, cancel, _deadline(store, give_up), deps)
+        plan = _plan(agent, store, item, cancel, _patience(store, patience), deps)
         return plan if isinstance(plan, RunResult | Later) else _outcome(plan)
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
         return error_result(item, exc)
@@ -323,14 +338,14 @@ async def atry_item(
     store: Store,
     item: BatchItem,
     cancel: CancelToken | None = None,
-    give_up: float | None = None,
+    patience: Patience | None = None,
     make_deps: DepsFactory | None = None,
 ) -> RunResult | Later:
     """One attempt at a run with the async driver (see ``try_item``); cancelling the task checkpoints the run."""
     try:
         agent = agent_of(make_agent)
         deps = None if make_deps is None else make_deps(item)
-        plan = await _aplan(agent, store, item, cancel, _deadline(store, give_up), deps)
+        plan = await _aplan(agent, store, item, cancel, _patience(store, patience), deps)
         return plan if isinstance(plan, RunResult | Later) else await _aoutcome(plan)
     except Exception as exc:  # noqa: BLE001 - a batch never raises for one run: the error is that run's result
         return error_result(item, exc)
@@ -344,12 +359,12 @@ def run_item(
     make_deps: DepsFactory | None = None,
 ) -> RunResult:
     """Carry out one run with the sync driver, waiting here for another owner's lease; every end is a result."""
-    give_up: float | None = None
+    patience: Patience | None = None
     while True:
-        got = try_item(make_agent, store, item, cancel, give_up, make_deps)
+        got = try_item(make_agent, store, item, cancel, patience, make_deps)
         if not isinstance(got, Later):
             return got
-        give_up = got.give_up
+        patience = got.patience
         time.sleep(max(got.at - time.time(), 0.0))
 
 
@@ -361,19 +376,19 @@ async def arun_item(
     make_deps: DepsFactory | None = None,
 ) -> RunResult:
     """Carry out one run with the async driver, waiting here for another owner's lease; every end is a result."""
-    give_up: float | None = None
+    patience: Patience | None = None
     while True:
-        got = await atry_item(make_agent, store, item, cancel, give_up, make_deps)
+        got = await atry_item(make_agent, store, item, cancel, patience, make_deps)
         if not isinstance(got, Later):
             return got
-        give_up = got.give_up
+        patience = got.patience
         await asyncio.sleep(max(got.at - time.time(), 0.0))
 
 
-def _deadline(store: Store, give_up: float | None) -> float:
-    """When to stop waiting for a run's holder: ``give_up`` if given, else now plus the store's lease.
+def _patience(store: Store, patience: Patience | None) -> Patience:
+    """``patience`` if given, else a first attempt's: now plus the store's lease.
 
     The lease the engine leases with (``traits``): the store's own, or
     ``DEFAULT_LEASE`` for a store that declares none.
     """
-    return give_up if give_up is not None else time.time() + traits(store).lease + _MARGIN
+    return patience if patience is not None else Patience(time.time() + traits(store).lease + _MARGIN)

@@ -34,6 +34,15 @@ def test_an_explicit_run_id_equal_to_another_inputs_derived_id_is_refused_before
     assert not (tmp_path / "runs.db").exists()
 
 
+@pytest.mark.parametrize("run_id", ["a\x00b", "half\ud83d", "x" * 1025], ids=["nul", "half-an-emoji", "too-long"])
+def test_a_run_id_no_store_can_hold_is_refused_before_any_run(tmp_path: Path, run_id: str) -> None:
+    """Input 2's run id is one every store refuses: a ValueError naming it, before the first run, no store opened."""
+    inputs = ["a", "b", {"input": "c", "run_id": run_id}, "d"]
+    with pytest.raises(ValueError, match=r"^input 2: run_id"):
+        run_batch(_echo_agent, inputs, store=tmp_path / "runs.db", executor="local", progress=False)
+    assert not (tmp_path / "runs.db").exists()
+
+
 def test_a_null_run_id_is_derived_as_if_absent() -> None:
     """``"run_id": null`` is no run id: the input gets the id of its position and text."""
     assert batch_items([{"input": "q", "run_id": None}]) == batch_items(["q"])

@@ -138,8 +138,21 @@ def test_a_final_answer_with_half_an_emoji_is_written_and_no_result_is_dropped(
         ('"a"\n{"input": 7}\n', "input 1 needs an 'input' that is a str"),
         ('"a"\n{"input": "b", "run_id": ""}\n', "input 1 has run_id ''"),
         ('"a"\n"b"\n["c"]\n', "input 2 must be a str or a dict"),
+        ('"a"\n{"input": "b", "run_id": "x\\u0000y"}\n"c"\n', "input 1: run_id 'x\\x00y' must be text without NUL"),
+        ('"a"\n{"input": "b", "run_id": "half\\ud83d"}\n', "input 1: run_id 'half\\ud83d' must be text without NUL"),
+        (f'"a"\n{{"input": "b", "run_id": "{"x" * 1025}"}}\n', "input 1: run_id must be at most 1024 bytes"),
     ],
-    ids=["duplicate-run-id", "unknown-key", "not-json", "input-not-text", "empty-run-id", "a-list"],
+    ids=[
+        "duplicate-run-id",
+        "unknown-key",
+        "not-json",
+        "input-not-text",
+        "empty-run-id",
+        "a-list",
+        "run-id-with-nul",
+        "run-id-with-half-an-emoji",
+        "run-id-too-long",
+    ],
 )
 def test_bad_inputs_are_refused_before_the_agent_the_store_or_the_out_file_is_touched(
     inputs: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
