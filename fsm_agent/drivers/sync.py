@@ -20,6 +20,7 @@ from fsm_agent.core.history import processor_name, sendable
 from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import run_child
+from fsm_agent.errors import RunStateError
 from fsm_agent.records import RunResult, Transition
 from fsm_agent.tools.calling import DeadlineError, Handoff, settle
 from fsm_agent.tools.context import driving
@@ -28,7 +29,7 @@ T = TypeVar("T")
 
 
 class _Abandoned(BaseException):
-    """Unwinds a worker whose call came back after the deadline: the run already stopped without it."""
+    """Unwinds a worker whose call came back after the run was left: stopped at its deadline, or cut by a Ctrl-C."""
 
 
 class SyncDriver(RunBase):
@@ -167,6 +168,9 @@ class SyncDriver(RunBase):
 
     def _bounded(self, work: Callable[[], T], expired: Callable[[Transition], T]) -> T:
         """``work()`` here, or with a deadline on a worker; at the deadline, stop the run and ``expired(edge)``."""
+        if self._abandoned:  # a Ctrl-C left it with its worker in a call: that worker may be running still
+            msg = "a Ctrl-C left this run with a call in flight on its worker thread: resume it from its store"
+            raise RunStateError(msg)
         remaining = self._remaining()
         if remaining is None:
             return work()
@@ -216,10 +220,12 @@ class SyncDriver(RunBase):
         store's last write is written, as a Ctrl-C inside the call writes it
         (``_keep_cut``).  Else the worker is taking a transition and nothing
         is written, nor while a fork's run has outcomes left to hand a
-        sub-agent down (the worker may be taking one meanwhile, unlocked).  The
-        worker is left as it was: its call may still return and the run go on
-        until the process ends.
+        sub-agent down (the worker may be taking one meanwhile, unlocked).
+        Either way the worker goes no further: the outcome of the call in
+        flight is not taken in when it returns, and no call is made after it
+        (``_Abandoned``), so the next owner makes only the cut call again.
         """
+        self._abandoned = True
         if not mutex.acquire(blocking=False):
             return
         try:
@@ -234,6 +240,8 @@ class SyncDriver(RunBase):
 
         A stored run's lease is renewed by a heartbeat while the call is in flight (a run without a store: none).
         """
+        if self._abandoned:
+            raise _Abandoned  # a Ctrl-C cut the run while this worker took a transition: no call after it
         journal = self._journal
         if journal is not None:
             journal.beat()

@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 from support.counted_calls import finish
 
-from fsm_agent import Agent, AgentRun, Message, ModelResponse, Retry, RunResult, ToolRegistry
+from fsm_agent import Agent, AgentRun, Message, ModelResponse, Retry, RunLeasedError, RunResult, ToolRegistry
+from fsm_agent.errors import RunStateError
 from fsm_agent.observe.events import JsonlLog, read_log
 from fsm_agent.persist import open_store
 from fsm_agent.testing import reply, tool_call, tool_turn
@@ -455,3 +456,60 @@ def test_a_real_sigint_while_a_tool_runs_writes_the_run(tmp_path: Path, timeout:
     assert result.final == "sent"
     assert counts.tools == {"s1": 1, "s2": 2}
     assert not missed.is_set()  # the interrupt came from the signal, not from the tool's own raise
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to its own process")
+@pytest.mark.usefixtures("sigint_raises")
+def test_a_real_sigint_while_a_deadline_workers_call_runs_stops_the_worker_when_the_call_returns(
+    store_target: str,
+) -> None:
+    """With a ``timeout`` the interrupt lands in the caller's thread while the worker's call runs on, and returns.
+
+    That call's outcome is not taken in and the worker makes no call after
+    it: before, it went on with the run behind the caller's back (the next
+    call made, the model asked, the run written to its end).  The next owner
+    makes the cut call again and nothing else; the object the Ctrl-C left
+    refuses to go on (its worker may be running still).
+    """
+    counts = Counts()
+    release, returned = threading.Event(), threading.Event()
+    tools = ToolRegistry()
+
+    @tools.register
+    def send(to: str, call_id: str) -> str:
+        """Send a note; s2's first run takes a real SIGINT to the process, then returns as if nothing happened."""
+        counts.tools[call_id] += 1
+        if call_id == "s2" and counts.tools[call_id] == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # raised in the caller's thread, waiting for this worker
+            release.wait(30)
+            returned.set()
+        return f"sent to {to}"
+
+    calls = [tool_call("send", id=f"s{i}", to=f"t{i}") for i in (1, 2, 3)]
+    agent = Agent(ByHistory(counts, [tool_turn(*calls), reply("sent")], None, KeyboardInterrupt()), tools, timeout=60)
+    with open_store(store_target, lease=LEASE) as store:
+        run = agent.start("q", store=store, run_id="r")
+        with pytest.raises(KeyboardInterrupt):
+            run.finish()
+        written = store.load("r")
+        release.set()
+        assert returned.wait(30)
+        deadline = time.monotonic() + 30
+        while run._mutex is not None and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.01)  # the worker unwinds once its call is back
+        assert (counts.tools, counts.model) == (Counter({"s1": 1, "s2": 1}), Counter({0: 1}))  # s3 never made
+        assert store.load("r")["stored_seq"] == written["stored_seq"]  # the worker wrote nothing more
+        with pytest.raises(RunStateError, match="resume it from its store"):
+            run.finish()
+        deadline = time.monotonic() + 30
+        while True:  # the lease the worker's heartbeat kept lapses once its call is back
+            try:
+                resumed = agent.resume(store.load("r"), store=store)
+                break
+            except RunLeasedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        result = resumed.finish()
+    assert result.final == "sent"
+    assert counts.tools == {"s1": 1, "s2": 2, "s3": 1}  # the cut call made again, as any cut call in flight
+    assert counts.model == {0: 1, 1: 1}
