@@ -35,7 +35,7 @@ from fsm_agent import (
 )
 from fsm_agent.cli import EXIT_DONE, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_STOPPED, SetupError, described, out_file
 from fsm_agent.cli.model_flags import PRICE_FLAG, UNREACHABLE, add_model_arguments, build_model, endpoint
-from fsm_agent.cli.terminal import Status, TextPrinter, drive, printable, report_pause
+from fsm_agent.cli.terminal import Status, TextPrinter, drive, one_field, printable, report_pause
 from fsm_agent.core.pricing import UnpricedModelError
 from fsm_agent.jsontext import dumps
 from fsm_agent.models.provider import ProviderModel
@@ -266,7 +266,7 @@ def main(args: argparse.Namespace) -> int:
                     msg = f"--run-id: {exc}"
                     raise SetupError(msg) from None
                 if store is not None:
-                    print(f"run id {run.run_id} (in {args.store})", file=err)
+                    print(f"run id {one_field(run.run_id)} (in {one_field(str(args.store))})", file=err)
                 status = Status(err, enabled=not args.quiet)
                 wanted = args.stream if args.stream is not None else out.isatty()
                 printer = TextPrinter(out, status) if wanted else None

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.cli import EXIT_DONE, SetupError
-from fsm_agent.cli.terminal import printable
+from fsm_agent.cli.terminal import one_field, printable
 from fsm_agent.definition.states import STATES, State
 from fsm_agent.errors import SnapshotError
 from fsm_agent.persist.cursor import RunCursor
@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 PAGE = 50
 """Runs ``runs list`` shows unless ``--limit`` says otherwise."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+LARGEST = 2**63 - 1
+"""The largest page a store can be asked for (its databases' 64-bit integers); ``--limit`` one less: one run more
+is read to tell whether more follow."""
 
 
 def add_parser(actions: Any) -> argparse.ArgumentParser:
@@ -118,8 +123,8 @@ def main(store: AnyStore, args: argparse.Namespace) -> int:
     offset, as it did; any other names the next cursor.
     """
     offset = args.offset
-    if args.limit < 1 or (offset is not None and offset < 0):
-        msg = "--limit must be >= 1 and --offset >= 0"
+    if not 1 <= args.limit < LARGEST or (offset is not None and not 0 <= offset <= LARGEST):
+        msg = f"--limit must be from 1 to {LARGEST - 1} and --offset from 0 to {LARGEST}"
         raise SetupError(msg)
     for name in ("state", "reason", "session", "parent"):
         value = getattr(args, name)
@@ -146,11 +151,12 @@ def main(store: AnyStore, args: argparse.Namespace) -> int:
         saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated))
         calls = run.tool_calls
         counts = f"{calls} tool call{'' if calls == 1 else 's'}\t{run.tokens} tokens"
-        line = f"{run.run_id}\t{where(run.state, paused=run.paused)}\t{run.reason or '-'}\t{counts}\t{saved}"
-        line += "" if run.forked_from is None else f"\t{origin(run.forked_from)}"
+        state = where(run.state, paused=run.paused)
+        line = f"{one_field(run.run_id)}\t{state}\t{one_field(run.reason or '-')}\t{counts}\t{saved}"
+        line += "" if run.forked_from is None else f"\t{one_field(origin(run.forked_from))}"
         if args.parent is not None:  # a last column only here: the lines of other listings keep theirs
-            line += f"\tcall={'-' if run.parent is None else run.parent[1]}"
-        print(printable(line))
+            line += f"\tcall={'-' if run.parent is None else one_field(run.parent[1])}"
+        print(line)
     if len(runs) > args.limit:
         if offset is not None:
             more = f"--offset {offset + args.limit}"

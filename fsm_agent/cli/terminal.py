@@ -27,6 +27,15 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda match: _escape(ord(match[0])), text)
 
 
+def one_field(text: str) -> str:
+    """``text`` as one column of a tab-separated line (``runs list``): ``printable``, its tabs and newlines escaped too.
+
+    A run id may hold them (no store refuses them), and a script reading the
+    listing by lines and tabs would split the id.
+    """
+    return printable(text).replace("\t", "\\t").replace("\n", "\\n")
+
+
 def _escape(code: int) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 

@@ -197,6 +197,34 @@ def test_runs_list_with_a_state_no_run_can_be_in_is_refused(
         assert "--state ExecuteTool" in line
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [["--limit", "99999999999999999999"], ["--limit", str(2**63 - 1)], ["--offset", str(2**63)], ["--limit", "0"]],
+)
+def test_runs_list_with_a_page_no_store_can_take_is_one_line(
+    stopped: Path, flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --limit or --offset past what the databases' 64-bit integers hold is a usage error, not a traceback."""
+    capsys.readouterr()
+    assert main(["runs", "list", *flags, "--store", str(stopped)]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"--limit must be from 1 to {2**63 - 2} and --offset from 0 to {2**63 - 1}" in line
+
+
+@pytest.mark.parametrize(("run_id", "shown"), [("two\nlines", "two\\nlines"), ("a\tb", "a\\tb")])
+def test_runs_list_shows_a_run_id_holding_a_newline_or_tab_on_its_one_line_escaped(
+    module: str, tmp_path: Path, run_id: str, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No store refuses such an id; the listing keeps one line per run and its columns, the id's escaped."""
+    store = tmp_path / "runs.db"
+    assert main(["run", "q", "--agent", f"{module}:short", "--quiet", "--store", str(store), "--run-id", run_id]) == 2
+    assert f"run id {shown} (in " in capsys.readouterr().err
+    assert main(["runs", "list", "--store", str(store)]) == 0
+    (row,) = capsys.readouterr().out.splitlines()
+    columns = row.split("\t")
+    assert (len(columns), columns[0], columns[1:3]) == (6, shown, ["Failed", "max_steps"])
+
+
 # --- batch --------------------------------------------------------------------------------------------------
 
 
