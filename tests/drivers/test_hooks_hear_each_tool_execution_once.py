@@ -314,7 +314,7 @@ def test_a_refused_write_is_heard_once_and_the_resume_from_the_store_hears_the_r
     agent = Agent(model, tools.registry)
     seen = recorded(agent)
     with RefusingStore(path, every="transition") as store:
-        store.refuse = 4  # the write of ExecuteTool -> AwaitModel, after q1 ran
+        store.refuse = 5  # the write of ExecuteTool -> Dispatch, after q1 ran (its outcome written before its hooks)
         run = agent.start("q", store=store, run_id="r1")
         with pytest.raises(StoreError):
             finish(run, driver)
@@ -331,7 +331,8 @@ def test_a_refused_write_is_heard_once_and_the_resume_from_the_store_hears_the_r
         result = finish(again.resume(store.load("r1"), store=store), driver)
     assert result.final == "done"
     assert [event.transition for event in transitions(seen) + transitions(seen_again)] == list(result.trace)
-    # q1's outcome was in the refused write: it is made again, and each execution is heard begin and end.
-    assert tools.ran == Counter({"q1": 2, "q2": 1})
+    # q1's outcome was written as it returned, before its hooks and the refused write: it is taken in, not made
+    # again, and each execution is heard begin and end once.
+    assert tools.ran == Counter({"q1": 1, "q2": 1})
     assert heard(seen, "before_tool") + heard(seen_again, "before_tool") == tools.ran
     assert heard(seen, "after_tool") + heard(seen_again, "after_tool") == tools.ran

@@ -350,7 +350,7 @@ def test_a_run_whose_store_refused_a_write_ends_its_spans_and_a_new_owner_starts
     first = Agent(FakeModel(tool_turn(tool_call("quick", id="q1", n=1)), reply("never")), tools.registry)
     traced(first, spans)
     with RefusingStore(path, every="transition") as store:
-        store.refuse = 4  # ExecuteTool -> AwaitModel, after q1 ran
+        store.refuse = 5  # ExecuteTool -> Dispatch, after q1 ran (its outcome written before its after_tool hooks)
         run = first.start("q", store=store, run_id="r1")
         with pytest.raises(StoreError):
             finish(run, driver)
@@ -370,7 +370,8 @@ def test_a_run_whose_store_refused_a_write_ends_its_spans_and_a_new_owner_starts
     spans.all_ended_once()
     cut, resumed = spans.named("invoke_agent")
     assert edges_of(cut) + edges_of(resumed) == edges(result)
-    assert Counter({call: len(found) for call, found in spans.tools().items()}) == tools.ran == Counter({"q1": 2})
+    # q1's outcome was kept before the refused write: the new owner takes it in, no span and no call again
+    assert Counter({call: len(found) for call, found in spans.tools().items()}) == tools.ran == Counter({"q1": 1})
     # resumed after an unfinished exit, not from Failed: its span is still marked so, and the first one is not
     assert attributes(resumed).get("fsm_agent.resumed") is True
     assert "fsm_agent.resumed" not in attributes(cut)

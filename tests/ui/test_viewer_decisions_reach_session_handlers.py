@@ -85,7 +85,7 @@ def test_a_rejection_from_the_viewer_holds_against_an_approval_sent_by_the_app_a
     with pytest.raises(ValueError, match=r"tool call 's1' was already decided \(rejected: not to ada\)"):
         chat.session("b").resume({"s1": True})
     assert chat.store.load("b/1")["approvals"] == {"s1": "not to ada"}
-    with pytest.raises(RunStateError, match=r"turn 1 of session 'b' is paused for a decision on send \(s1\)"):
+    with pytest.raises(RunStateError, match=r"turn 1 of session 'b' is paused, its calls decided: resume it"):
         chat.session("b").run("anything else?")
     result = chat.session("b").resume()
     assert result.final == "Handled."
