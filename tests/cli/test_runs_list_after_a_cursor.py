@@ -77,7 +77,10 @@ def test_pages_after_a_cursor_list_every_run_once_while_runs_are_saved_and_start
     [
         (["--after", "not-a-cursor"], "argument --after: a run cursor is '<created>:<run id>'"),
         (["--after", "1.5:x", "--offset", "2"], "argument --offset: not allowed with argument --after"),
-        (["--offset", "-1"], "--limit must be >= 1 and --offset >= 0"),
+        (
+            ["--offset", "-1"],
+            "--limit must be from 1 to 9223372036854775806 and --offset from 0 to 9223372036854775807",
+        ),
     ],
     ids=["no-cursor", "both", "negative-offset"],
 )
