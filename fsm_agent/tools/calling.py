@@ -15,6 +15,7 @@ import copy
 import inspect
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -163,6 +164,10 @@ def in_daemon_worker(function: Callable[..., T], *args: Any) -> asyncio.Future[T
     return asyncio.wrap_future(WORKERS.submit(lambda: function(*args)))
 
 
+WAKE = 0.25
+"""Seconds a caller waiting for a worker sleeps at most before it looks at pending signals (a Ctrl-C)."""
+
+
 class Handoff(Generic[T]):
     """``work()`` running on a daemon worker: ``wait`` for it as long as you like, then take its ``result``.
 
@@ -190,12 +195,21 @@ class Handoff(Generic[T]):
         WORKERS.start(report)
 
     def wait(self, timeout: float | None) -> bool:
-        """Wait until the work ended (True) or ``timeout`` seconds passed (False); None waits as long as it takes."""
-        # A lock cannot wait longer than TIMEOUT_MAX (about 292 years) and raises OverflowError instead.
-        if self._done.acquire(timeout=-1 if timeout is None else min(timeout, threading.TIMEOUT_MAX)):
-            self._done.release()  # so a later wait() or result() sees it ended too
-            return True
-        return False
+        """Wait until the work ended (True) or ``timeout`` seconds passed (False); None waits as long as it takes.
+
+        In slices of at most ``WAKE`` seconds: a Ctrl-C the OS handed another
+        thread (the worker's) is run by Python in the main thread only when it
+        next runs Python code, so a caller blocked for the whole wait would
+        take it only once the work ended, and the work would go on meanwhile.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = WAKE if end is None else min(WAKE, max(end - time.monotonic(), 0.0))
+            if self._done.acquire(timeout=left):
+                self._done.release()  # so a later wait() or result() sees it ended too
+                return True
+            if end is not None and time.monotonic() >= end:
+                return False
 
     def result(self) -> T:
         """What the ended work returned; what it raised is raised here."""

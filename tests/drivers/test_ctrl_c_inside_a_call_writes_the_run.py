@@ -460,8 +460,9 @@ def test_a_real_sigint_while_a_tool_runs_writes_the_run(tmp_path: Path, timeout:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to its own process")
 @pytest.mark.usefixtures("sigint_raises")
+@pytest.mark.parametrize("to", ["main", "worker"])
 def test_a_real_sigint_while_a_deadline_workers_call_runs_stops_the_worker_when_the_call_returns(
-    store_target: str,
+    store_target: str, to: str
 ) -> None:
     """With a ``timeout`` the interrupt lands in the caller's thread while the worker's call runs on, and returns.
 
@@ -469,7 +470,9 @@ def test_a_real_sigint_while_a_deadline_workers_call_runs_stops_the_worker_when_
     it: before, it went on with the run behind the caller's back (the next
     call made, the model asked, the run written to its end).  The next owner
     makes the cut call again and nothing else; the object the Ctrl-C left
-    refuses to go on (its worker may be running still).
+    refuses to go on (its worker may be running still).  The same when the
+    OS hands the signal to the worker's thread: before, the caller took it
+    only once the whole run had ended.
     """
     counts = Counts()
     release, returned = threading.Event(), threading.Event()
@@ -482,9 +485,9 @@ def test_a_real_sigint_while_a_deadline_workers_call_runs_stops_the_worker_when_
         """Send a note; s2's first run takes a real SIGINT to the process, then returns as if nothing happened."""
         counts.tools[call_id] += 1
         if call_id == "s2" and counts.tools[call_id] == 1:
-            # To the main thread, as a terminal's Ctrl-C mostly lands: one the OS hands another thread is run by
-            # Python in the main thread only once its wait ends (CPython's signal handling), here at the run's end.
-            signal.pthread_kill(main, signal.SIGINT)  # raised in the caller's thread, waiting for this worker
+            # The OS hands a terminal's Ctrl-C to one thread, mostly the main one; one handed the worker is run by
+            # Python in the main thread once that runs Python code: the caller's wait wakes for it (Handoff.WAKE).
+            signal.pthread_kill(main if to == "main" else threading.get_ident(), signal.SIGINT)
             release.wait(30)
             returned.set()
         return f"sent to {to}"
