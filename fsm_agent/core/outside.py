@@ -27,6 +27,7 @@ from fsm_agent.core.hand_down import (
 )
 from fsm_agent.core.ledger import answer_unexecuted, count_cut_child, count_cut_share, uncount_cuts
 from fsm_agent.core.walker import Walker
+from fsm_agent.definition.derived import resumes_finalize
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
@@ -231,6 +232,8 @@ class OutsideEvents:
         ``retry`` lets a ``model_error`` run call the model again.  On the
         edge, the stop's facts are cleared, and a reply whose calls never ran
         has them answered, so the next model call sees every call answered.
+        A finalize call made again (``resumes_finalize``) keeps the stop it
+        answers for: that stop still stands.
         ``before`` (the limits the run stopped under, which the resume may have
         lifted) is kept with the edge's index, so a fork can rebuild the run past it.
         """
@@ -243,7 +246,9 @@ class OutsideEvents:
             return None
         if entry.dest == AwaitModel:
             answer_unexecuted(run, "the reply that asked for this call was not usable")
-        run.at.reason, run.at.evidence, run.at.final, run.at.finalizing = None, {}, "", None
+        run.at.reason, run.at.evidence, run.at.final = None, {}, ""
+        if entry.guard != resumes_finalize.__name__:
+            run.at.finalizing = None
         run.faults.model_exception = run.faults.condition_error = None
         run.at.unfinished = None
         if before is not None:

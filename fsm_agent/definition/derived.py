@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fsm_agent.definition.guards import Declared, context_overflowed, fact, stopped_call_capped, tool_calls_exhausted
+from fsm_agent.definition.guards import Declared, context_overflowed, fact
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.stops import CATALOGUE, Stop, blocking_stop
 
@@ -21,21 +21,24 @@ LIFTABLE = tuple(
         {
             name
             for stop in CATALOGUE
-            if stop.resume == "lift" and isinstance(stop.guard, Declared)
-            for name in stop.guard.reads
+            if stop.resume == "lift" and isinstance(stop.still_holds, Declared)
+            for name in stop.still_holds.reads
         }
     )
 )
-"""What the guards of the stops a new limit can lift read: ``_lifted`` and ``blocking_stop`` ask them."""
+"""What the stops a new limit can lift are asked on a resume: ``_lifts`` and ``blocking_stop`` read them."""
+
+
+def _lifts(run: Run, reason: str | None) -> bool:
+    """Whether the stop ``reason`` is one new limits lift, and the run's limits (and token) now lift it."""
+    stop = run.table_stops.get(reason or "")
+    if stop is None or stop.resume != "lift" or stop.still_holds is None:
+        return False
+    return not stop.still_holds(run)
 
 
 def _lifted(run: Run) -> bool:
-    stop = run.table_stops.get(run.at.reason or "")
-    if stop is None or stop.resume != "lift" or stop.guard is None:
-        return False
-    if stop.guard is tool_calls_exhausted and not run.calls.pending:
-        return not stopped_call_capped(run)  # a finalize answered the calls the cap stopped
-    return not stop.guard(run)
+    return _lifts(run, run.at.reason)
 
 
 @fact("pending", "reason", "evidence", *LIFTABLE)
@@ -112,6 +115,25 @@ def retries_model_call(run: Run) -> bool:
     return stop is not None and stop.resume == "retry" and run.at.retry_model and blocking_stop(run) is None
 
 
+@fact("finalizing", "trace", "retry_model", *LIFTABLE)
+def resumes_finalize(run: Run) -> bool:
+    """The run's finalize call was cut (a cancel, the deadline, a model error) and that cut is lifted: make it again.
+
+    Why: the stop that asked for the finalize still stands (else
+    ``resumes_before_model`` took the run on with tools), and the one last
+    call it allows was never answered.  The cut is the reason on the edge
+    that ended the run, not the run's reason, which stays the stop that
+    asked for the finalize.  A model error is lifted by ``retry=True``.
+    """
+    if run.at.finalizing is None or not run.at.trace:
+        return False
+    cut = run.at.trace[-1].reason
+    stop = run.table_stops.get(cut or "")
+    if stop is not None and stop.resume == "retry":
+        return run.at.retry_model
+    return _lifts(run, cut)
+
+
 def describe_resumable(stops: Iterable[Stop]) -> str:
     """The resume rules in words, for the error a resume that lifts nothing raises (the rows above say them)."""
     lifted = [stop.reason for stop in stops if stop.resume == "lift"]
@@ -119,5 +141,6 @@ def describe_resumable(stops: Iterable[Stop]) -> str:
     return (
         f"resumable stops: {', '.join(lifted)}"
         + "".join(f", and {reason} with retry=True" for reason in retried)
-        + ", each only while no other limit forbids the next call"
+        + ", each only while no other limit forbids the next call; and a finalize call cut by one of these,"
+        + " made again once the cut is lifted"
     )

@@ -226,16 +226,18 @@ def tool_calls_exhausted(run: Run) -> bool:
     )
 
 
-@fact("tool_calls", "calls_by_tool", "evidence", bound="max_tool_calls")
+@fact("tool_calls", "calls_by_tool", "pending", "evidence", bound="max_tool_calls")
 def stopped_call_capped(run: Run) -> bool:
-    """The call ``max_tool_calls`` stopped, which a finalize then answered "not executed", would still exceed its cap.
+    """The call ``max_tool_calls`` stopped would still exceed its cap: what a resume of that stop asks.
 
-    Nothing is pending once the finalize answered it, so ``tool_calls_exhausted``
-    cannot ask about it: a resume asks this instead, of the tool the stop's
-    evidence names.
+    Why not ``tool_calls_exhausted``: a finalize answers the stopped call
+    "not executed", so nothing is pending to ask about; the stop's evidence
+    names its tool.  While the call is pending it is the one asked about.
     """
-    caps = run.limits.max_tool_calls
-    return caps is not None and cap_reached(run, str(run.at.evidence.get("tool", ""))) is not None
+    if run.limits.max_tool_calls is None:
+        return False
+    name = run.calls.pending[0].name if run.calls.pending else str(run.at.evidence.get("tool", ""))
+    return cap_reached(run, name) is not None
 
 
 @fact("child_stop")

@@ -98,6 +98,13 @@ class Stop:
     """The stop may be answered by compacting the history and making the call again (``on_stop="compact"``)."""
     keeps_guard: bool = False
     """Checked where the trigger alone means a stop (``UNGUARDED``), it takes only the triggers its guard holds for."""
+    stands: g.Guard | None = None
+    """What a resume asks to know whether the stop still holds, where ``guard`` cannot tell (None: ``guard``)."""
+
+    @property
+    def still_holds(self) -> g.Guard | None:
+        """The guard a resume asks: ``stands`` if declared, else the stop's own ``guard``."""
+        return self.stands or self.guard
 
     @property
     def policies(self) -> tuple[Policy, ...]:
@@ -211,7 +218,7 @@ CATALOGUE: tuple[Stop, ...] = (
          "the next call repeats the call just made", finalize=True),
     Stop("max_tool_calls", (A.BEFORE_TOOL,), g.tool_calls_exhausted, ev.max_tool_calls,
          "the next call would exceed a tool-call cap", finalize=True, resume="lift",
-         counter=g.TOOL_CALLS, limit="max_tool_calls"),
+         counter=g.TOOL_CALLS, limit="max_tool_calls", stands=g.stopped_call_capped),
     Stop("child_stopped", (A.AFTER_TOOL,), g.passes_child_stop, ev.child_stopped,
          "a sub-agent stopped and its tool passes the stop on"),
     Stop("tool_failures", (A.AFTER_TOOL,), g.failures_exhausted, ev.tool_failures,

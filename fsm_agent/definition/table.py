@@ -25,6 +25,7 @@ from fsm_agent.definition.derived import (
     resumes_before_answer,
     resumes_before_model,
     resumes_before_tool,
+    resumes_finalize,
     retries_model_call,
 )
 from fsm_agent.definition.guards import (
@@ -289,6 +290,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
         Row(S.Failed, RESUME, S.Dispatch, resumes_before_answer),
         Row(S.Failed, RESUME, S.AwaitModel, resumes_before_model),
         Row(S.Failed, RESUME, S.AwaitModel, retries_model_call),
+        Row(S.Failed, RESUME, S.AwaitModel, resumes_finalize),
     ]
     used = [stop for stop in (*stops, CONDITION_ERROR) if any(row.reason == stop.reason for row in flow)]
     return Table(flow + finalize + resume, [stop.reason for stop in used], stops=used)

@@ -59,15 +59,26 @@ def is_finished(
     stopped with its parent, not of itself: it is resumed, as the parent is,
     from where it stopped.  So is one that stopped ``timeout`` (its deadline
     is its parent's) where its ``agent``'s table resumes it under ``limits``,
-    what the parent has left for it (``_resumes_under``).
+    what the parent has left for it (``_resumes_under``).  A child whose
+    finalize call the parent's cut reached stopped with its parent too: its
+    run keeps the stop that asked for the finalize, the cut is on its last
+    edge, and its resume makes that call again.
     """
     if data is None or data.get("state") not in FINISHED or data.get("paused"):
         return False
-    if again is None or data.get("state") != "Failed" or data.get("reason") not in CUT_WITH_PARENT:
+    cut = _last_stop(data)
+    if again is None or data.get("state") != "Failed" or cut not in CUT_WITH_PARENT:
         return True
-    if data.get("reason") == "timeout":
+    if cut == "timeout":
         return agent is not None and limits is not None and not _resumes_under(agent, data, limits)
     return False
+
+
+def _last_stop(data: dict[str, Any]) -> Any:
+    """The reason on the edge that ended a stored run: its stop, or the cut of the finalize call answering it."""
+    trace = data.get("trace")
+    last = trace[-1] if isinstance(trace, list) and trace else None
+    return last.get("reason") if isinstance(last, dict) else data.get("reason")
 
 
 def _resumes_under(agent: Agent, data: dict[str, Any], limits: Limits) -> bool:

@@ -304,6 +304,14 @@ RESUMED: dict[str, Callable[[], AgentRun]] = {
     "Failed->AwaitModel[retries_model_call]": lambda: (lambda agent, result: agent.resume(result, retry=True))(
         *_stopped(FakeModel([RuntimeError("flaky"), reply("ok")]))
     ),
+    # The finalize call failed: the max_steps stop stands, and retry=True makes that call again.
+    "Failed->AwaitModel[resumes_finalize]": lambda: (lambda agent, result: agent.resume(result, retry=True))(
+        *_stopped(
+            FakeModel([tool_turn(ECHO), RuntimeError("flaky"), reply("what I have")]),
+            max_steps=1,
+            on_stop={"max_steps": "finalize"},
+        )
+    ),
 }
 """Resume edges are fired by Agent.resume on a stopped run."""
 

@@ -4,8 +4,11 @@ The finalize answers the calls the cap stopped "not executed", so none is
 pending when the run is resumed or forked: the resume asks about the call the
 stop names in its evidence (``stopped_call_capped``).  Before, the stop read
 as lifted under the very caps it stopped on: the resumed run was offered tools
-again and ended ``done``.  Each test counts the tools' executions and the
-model's calls, on both drivers and, where the run is stored, both stores.
+again and ended ``done``.  Under those caps the stop stands, and the resume
+makes the cut finalize call again, without tools (``resumes_finalize``); a
+failed one only with ``retry=True``.  Each test counts the tools' executions
+and the model's calls, on both drivers and, where the run is stored, both
+stores.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, AgentLoopError, ForkEdit, Message, ModelResponse, RunResult, ToolRegistry
-from fsm_agent.errors import ForkError
 from fsm_agent.persist import open_store
 from fsm_agent.testing import edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
@@ -118,7 +120,8 @@ def _resumed(agent: Agent, store_target: str, driver: str, **limits: Any) -> Run
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_Failed_resume_refused_under_the_caps_its_finalize_call_was_cut_on(store_target: str, driver: str) -> None:
+def test_Failed_resumes_finalize_under_the_caps_its_finalize_call_was_cut_on(store_target: str, driver: str) -> None:
+    """The stop stands: no tool is offered, the cut finalize call is made once more, and its answer ends the run."""
     model = Counted("cancel")
     _cut_in_the_finalize_call(model, store_target)
     with open_store(store_target) as store:
@@ -128,12 +131,17 @@ def test_Failed_resume_refused_under_the_caps_its_finalize_call_was_cut_on(store
         "max_tool_calls",
         "cancelled",
     )
-    with pytest.raises(ValueError, match="'max_tool_calls', which these limits do not lift"):
-        _resumed(_agent(model, 2), store_target, driver)
+    result = _resumed(_agent(model, 2), store_target, driver)
+    assert (result.reason, result.evidence["finalize"], result.final) == (
+        "max_tool_calls",
+        {"outcome": "answered"},
+        "what I have",
+    )
+    assert "Failed->AwaitModel[resumes_finalize]" in edges(result)
+    assert (model.model, dict(model.tools)) == (["tools", "finalize", "finalize"], {"a": 1, "b": 1})
     with open_store(store_target) as store:
         after = store.load("r")
-    assert (after["stored_seq"], after["state"], after["reason"]) == (before["stored_seq"], "Failed", "max_tool_calls")
-    assert (model.model, dict(model.tools)) == (["tools", "finalize"], {"a": 1, "b": 1})
+    assert (after["state"], after["reason"]) == ("Done", "max_tool_calls")
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -170,15 +178,35 @@ def _failed_finalize(driver: str, caps: Mapping[str, int]) -> tuple[Counted, Run
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-@pytest.mark.parametrize("retry", [False, True])
-def test_Failed_resume_refused_while_the_stopped_tool_is_still_at_its_own_cap(driver: str, retry: bool) -> None:
-    """The run's cap on all calls raised, or ``retry=True``, does not lift a stop on ``work``'s own cap."""
+def test_Failed_resume_refused_while_the_stopped_tool_is_still_at_its_own_cap(driver: str) -> None:
+    """The run's cap on all calls raised does not lift a stop on ``work``'s own cap, nor retry its failed finalize."""
     model, stopped = _failed_finalize(driver, {"work": 2})
     agent = _agent(model, {"work": 2})
     for caps in ({"work": 2}, {"work": 2, "*": 9}):
         with pytest.raises(ValueError, match="'max_tool_calls', which these limits do not lift"):
-            agent.resume(stopped, retry=retry, max_tool_calls=caps)
+            agent.resume(stopped, max_tool_calls=caps)
     assert (model.model, dict(model.tools)) == (["tools", "finalize"], {"a": 1, "b": 1})
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_Failed_resumes_finalize_with_retry_while_the_stopped_tool_is_still_at_its_own_cap(driver: str) -> None:
+    """``retry=True`` makes the failed finalize call again, without tools: the stop on ``work``'s cap stands."""
+    model, stopped = _failed_finalize(driver, {"work": 2})
+    agent = _agent(model, {"work": 2})
+    caps = {"work": 2, "*": 9}
+    run = (
+        agent.resume(stopped, retry=True, max_tool_calls=caps)
+        if driver == "sync"
+        else asyncio.run(agent.aresume(stopped, retry=True, max_tool_calls=caps))
+    )
+    result = _finish(run, driver)
+    assert (result.reason, result.evidence["finalize"], result.final) == (
+        "max_tool_calls",
+        {"outcome": "answered"},
+        "what I have",
+    )
+    assert "Failed->AwaitModel[resumes_finalize]" in edges(result)
+    assert (model.model, dict(model.tools)) == (["tools", "finalize", "finalize"], {"a": 1, "b": 1})
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -200,18 +228,21 @@ def test_Failed_resumes_before_model_once_the_stopped_tools_own_cap_is_raised(dr
 
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_fork_at_the_stop_goes_on_only_when_its_edit_raises_the_cap(store_target: str, driver: str) -> None:
-    """As a resume: the same caps are a ``ForkError``; ``ForkEdit(limits=...)`` lifts the stop, nothing run twice."""
+    """As a resume: the same caps make the cut finalize call again; ``ForkEdit(limits=...)`` lifts the stop.
+
+    Nothing runs twice: a fork's calls are the source's up to the fork.
+    """
     source = Counted("cancel")
     _cut_in_the_finalize_call(source, store_target)
     with open_store(store_target) as store:
         at = len(store.load("r")["trace"]) - 1
         same = Counted("")
-        with pytest.raises(ForkError, match="which these limits do not lift"):
-            _agent(same, 2).fork("r", at, store=store, run_id="same")
+        finalized = _finish(_agent(same, 2).fork("r", at, store=store, run_id="same"), driver)
         raised = Counted("")
         run = _agent(raised, 2).fork("r", at, store=store, run_id="raised", edit=ForkEdit(limits={"max_tool_calls": 4}))
         result = _finish(run, driver)
-    assert (same.model, dict(same.tools)) == ([], {})
+    assert (same.model, dict(same.tools)) == (["finalize"], {})
+    assert (finalized.reason, finalized.evidence["finalize"]) == ("max_tool_calls", {"outcome": "answered"})
     assert (result.reason, result.final) == ("done", "all done")
     assert (raised.model, dict(raised.tools)) == (["tools", "tools"], {"c": 1, "d": 1})  # a and b: the source's
     assert (source.model, dict(source.tools)) == (["tools", "finalize"], {"a": 1, "b": 1})

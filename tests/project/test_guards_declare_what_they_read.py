@@ -112,7 +112,7 @@ def test_the_table_has_the_facts_this_test_reads() -> None:
     names = {guard.__name__ for guard in FACTS}
     assert len(names) >= 15
     derived = {"compacts_history", "output_invalid", "resumes_before_tool", "resumes_before_model"}
-    derived |= {"retries_model_call", "resumes_before_answer"}
+    derived |= {"retries_model_call", "resumes_before_answer", "resumes_finalize"}
     assert derived <= names
 
 

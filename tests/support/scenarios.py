@@ -590,6 +590,8 @@ class Shadow:
         # The cases give no prices: a reply's own usage.cost is all that is priced.
         self.cost = 0.0
         self.finalizing: str | None = None
+        # The reason on the edge that ended the run: a finalize call's cut, where the run keeps the stop it answers.
+        self.cut: str | None = None
         # The stop a resume continues from, and whether it retries the model.
         self.stopped: str | None = None
         self.retry = False
@@ -633,6 +635,7 @@ class Shadow:
             "resumes_before_answer": lambda: False,  # generated agents have no output_type: an answer is taken at once
             "resumes_before_model": lambda: not pending and self.lifted() and self.model_call_allowed(),
             "retries_model_call": lambda: self.stopped == "model_error" and self.retry and self.model_call_allowed(),
+            "resumes_finalize": lambda: self.finalizing is not None and self.finalize_cut_lifted(),
         }
         if name not in checks:
             msg = f"guard {name!r} has no independent twin in tests/support/scenarios.py Shadow.guard; add one"
@@ -649,6 +652,13 @@ class Shadow:
     def lifted(self) -> bool:
         """The stop being resumed no longer holds under the resumed run's limits and token."""
         guard = LIFTABLE.get(self.stopped or "")
+        return guard is not None and not self.guard(guard)
+
+    def finalize_cut_lifted(self) -> bool:
+        """The finalize call's cut no longer holds: ``retry=True`` for a model error, else its guard is false now."""
+        if self.cut == "model_error":
+            return self.retry
+        guard = LIFTABLE.get(self.cut or "")
         return guard is not None and not self.guard(guard)
 
     def resume(self, reason: str, limits: Limits, token: CancelToken, *, retry: bool) -> Row | None:
@@ -669,7 +679,8 @@ class Shadow:
         if row is None:
             self.limits, self.stopped, self.retry, self.started = before
             return None
-        self.finalizing = None
+        if row.guard_name != "resumes_finalize":  # made again, the finalize call still answers its stop
+            self.finalizing = None
         if row.dest is State.AwaitModel:
             # Calls of a reply that is retried never ran; they are answered before the model is called again.
             self.pending = []
@@ -761,6 +772,7 @@ class Shadow:
             self.pending = []
         if row.dest in self.setup.agent.table.terminal:
             self.elapsed_at_stop = self.setup.clock.now - self.started
+            self.cut = row.reason
 
 
 def as_row(edge: Row | Transition) -> tuple[str, str, str, str | None, str | None]:
