@@ -51,6 +51,11 @@ waits without limit): a server that does not answer in time is stopped and
 the block raises ``StartupTimeoutError`` (a ``ConnectionError`` and a
 ``TimeoutError``) saying what did not come.  A ``KeyboardInterrupt`` or a
 cancelled task during start-up stops it too, and is raised as it is.
+
+Each call's request names the run and the call in its ``_meta``
+(``RUN_ID_KEY``, ``CALL_ID_KEY``): a call cut in flight and made again when
+the run is resumed carries the same two, so a server can key its effect by
+them and make it once, as a local tool does with its ``call_id`` parameter.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from fsm_agent.tools import ToolRegistry, ToolResult
+from fsm_agent.tools import RunContext, ToolRegistry, ToolResult
 
 try:
     from mcp import StdioServerParameters, stdio_client
@@ -81,8 +86,10 @@ from fsm_agent.mcp.results import tool_message
 from fsm_agent.mcp.stdio import StdioServer
 
 __all__ = [
+    "CALL_ID_KEY",
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_STARTUP_TIMEOUT",
+    "RUN_ID_KEY",
     "McpTools",
     "StartupTimeoutError",
     "http_tools",
@@ -140,10 +147,26 @@ def _args(args: Any) -> list[str]:
 
 
 def _caller(connection: Connection, name: str) -> Callable[..., Any]:
-    async def call_mcp_tool(**arguments: Any) -> ToolResult:
-        return await connection.call(name, arguments)
+    async def call_mcp_tool(_fsm_agent_context: RunContext[Any], **arguments: Any) -> ToolResult:
+        return await connection.call(name, arguments, call_keys(_fsm_agent_context))
 
     return call_mcp_tool
+
+
+def call_keys(context: RunContext[Any]) -> dict[str, Any]:
+    """The request ``_meta`` naming the run and the call: the same when a cut call is made again after a resume.
+
+    A server keys an effect by both (a call id is unique only within its
+    run) to make it once (``docs/how-to/mcp.md``).
+    """
+    keys = {RUN_ID_KEY: context.run_id, CALL_ID_KEY: context.call_id}
+    return {key: value for key, value in keys.items() if value}
+
+
+RUN_ID_KEY = "fsm-agent/run_id"
+"""The ``_meta`` key of each tool call's request that holds the run's id (none for a run without one)."""
+CALL_ID_KEY = "fsm-agent/call_id"
+"""The ``_meta`` key of each tool call's request that holds the call's id (``ToolCall.id``)."""
 
 
 class McpTools:

@@ -10,7 +10,7 @@ import re
 import threading
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import anyio
 import mcp_types
@@ -214,15 +214,19 @@ class Connection:
             return ConnectionError(f"could not connect to {self.source}: the start-up was abandoned")
         return failed
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call the server's tool ``name``; every outcome but a real cancellation of the caller is a ``ToolResult``."""
+    async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> ToolResult:
+        """Call the server's tool ``name`` with ``meta`` as the request's ``_meta``.
+
+        Every outcome but a real cancellation of the caller is a ``ToolResult``.
+        """
         if self.gone is not None:
             return failure(f"{self.source} is gone ({self.gone}); the call to {name!r} was not sent")
         loop, session = self._loop, self._session
         if loop is None or session is None:
             return failure(f"{self.source} is not connected; the call to {name!r} was not sent")
         try:
-            future = asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), loop)
+            sent = session.call_tool(name, arguments, meta=cast("mcp_types.RequestParamsMeta", meta))
+            future = asyncio.run_coroutine_threadsafe(sent, loop)
         except RuntimeError as exc:  # the connection's loop has ended
             return self._lost(name, exc)
         try:

@@ -221,7 +221,9 @@ class ToolRegistry:
         ``parameters`` the schema is shown to the model as given instead of
         being derived from type hints (tools of another system, such as an MCP
         server, bring their own); the registry then only checks that the
-        arguments are a JSON object, and ``call_id`` is not filled.
+        arguments are a JSON object, and ``call_id`` is not filled.  A
+        ``RunContext`` parameter still is (it names the run and the call), so
+        it must not be a property of the given schema.
         """
         if not isinstance(self, ToolRegistry):  # ToolRegistry.register(f): f taken for the registry, nothing kept
             msg = "register is a registry's method: make one with tools = ToolRegistry(), then use @tools.register"
@@ -237,7 +239,11 @@ class ToolRegistry:
             schema, context = parameters_schema(function, tool_name), context_parameter(function)
             tool = Tool(tool_name, doc, function, schema, accepts_call_id(function), takes_context=context)
         else:
-            tool = Tool(tool_name, doc, function, dict(parameters), schema_given=True)
+            context = context_parameter(function)
+            if context is not None and context in (parameters.get("properties") or {}):
+                msg = f"tool {tool_name!r}: its RunContext parameter {context!r} is also a property of its schema"
+                raise ValueError(msg)
+            tool = Tool(tool_name, doc, function, dict(parameters), schema_given=True, takes_context=context)
         self._tools[tool_name] = tool
         self._sources[tool_name] = self.source
         self.version += 1

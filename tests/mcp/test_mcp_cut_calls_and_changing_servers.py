@@ -149,6 +149,8 @@ def test_a_batch_cut_during_an_mcp_call_resumes_without_repeating_the_completed_
     assert _counted(counts) == {"a": 1, "h:started": 2, "h": 1}
     assert result.final == "1 | h finished after 1"
     assert [m.tool_call_id for m in result.messages if m.role == "tool"] == ["b1", "h1"]
+    # Both of hang's requests named the same run and call, so a server could make its effect once.
+    assert json.loads((tmp_path / "counts.keys.json").read_text()) == {"a": ["r b1"], "h": ["r h1", "r h1"]}
 
 
 def _drive_resume(agent: Agent, driver: str, stored: dict[str, Any], store: Any) -> Any:

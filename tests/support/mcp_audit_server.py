@@ -3,6 +3,9 @@
 Every tool counts its calls by label in the JSON file named by
 ``FSM_AGENT_TEST_COUNTS`` (``<label>`` when it completes, ``<label>:started``
 as it starts), so a test sees on the server's side how often each really ran.
+``hang`` and ``bump`` also list, by label, the run and call ids each request's
+``_meta`` named (``"<run_id> <call_id>"``) in ``<counts stem>.keys.json``
+beside it.
 
 - ``hang(label)`` counts its start; its first call under a label then
   waits until its request is cancelled or the server exits (a call a run's
@@ -30,7 +33,7 @@ from typing import Any
 
 import anyio
 import mcp_types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("fsm-agent-audit")
 
@@ -59,17 +62,32 @@ def _count_locked(key: str) -> int:
     return int(counts[key])
 
 
+def _keyed(label: str, ctx: Context) -> None:
+    """List the run and call ids the request's ``_meta`` named, under ``label``."""
+    meta = ctx.request_context.meta or {}
+    with _COUNTING:
+        path = Path(os.environ["FSM_AGENT_TEST_COUNTS"])
+        path = path.with_name(f"{path.stem}.keys.json")
+        keys = json.loads(path.read_text()) if path.exists() else {}
+        keys.setdefault(label, []).append(f"{meta.get('fsm-agent/run_id')} {meta.get('fsm-agent/call_id')}")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(keys))
+        tmp.replace(path)
+
+
 @server.tool()
-async def hang(label: str) -> str:
+async def hang(label: str, ctx: Context) -> str:
     """Count the start; the first call under ``label`` then waits until cancelled, a later one completes."""
+    _keyed(label, ctx)
     if _count(f"{label}:started") == 1:
         await anyio.sleep_forever()
     return f"{label} finished after {_count(label)}"
 
 
 @server.tool()
-def bump(label: str) -> int:
+def bump(label: str, ctx: Context) -> int:
     """Count one side effect under ``label``."""
+    _keyed(label, ctx)
     return _count(label)
 
 

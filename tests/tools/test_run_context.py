@@ -203,3 +203,30 @@ def test_a_stop_condition_of_a_run_without_deps_stops_it_with_the_error() -> Non
     with pytest.raises(AgentLoopError) as stop:
         agent.run("go")
     assert "NoDepsError" in json.dumps(stop.value.result.evidence)
+
+
+def test_a_tool_registered_with_its_own_schema_still_gets_its_run_context() -> None:
+    """A bridge to another system (an MCP server) shows the model that system's schema and still learns the call."""
+    seen: list[tuple[str, str | None, dict[str, Any]]] = []
+    tools = ToolRegistry()
+
+    def remote(context: RunContext[Any], **arguments: Any) -> str:
+        seen.append((context.run_id, context.call_id, arguments))
+        return "sent"
+
+    schema = {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}
+    tools.register(remote, name="send", description="Send a note.", parameters=schema)
+    assert tools.schemas()[0]["parameters"] == schema
+    model = FakeModel(tool_turn(tool_call("send", id="s1", to="ana")), reply("ok"))
+    Agent(model, tools).run("go", run_id="r")
+    assert seen == [("r", "s1", {"to": "ana"})]
+
+
+def test_a_run_context_parameter_that_is_also_a_property_of_the_given_schema_is_refused() -> None:
+    def remote(context: RunContext[Any], **arguments: Any) -> str:
+        return "sent"
+
+    tools = ToolRegistry()
+    with pytest.raises(ValueError, match="'context' is also a property of its schema"):
+        tools.register(remote, name="send", parameters={"type": "object", "properties": {"context": {}}})
+    assert tools.schemas() == []
