@@ -23,7 +23,8 @@ from fsm_agent.core.hand_down import below_problem, down_problem
 from fsm_agent.core.snapshot_migrations import MIGRATIONS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import State
+from fsm_agent.definition.states import AwaitModel, State
+from fsm_agent.definition.triggers import MODEL_FAILED, REPLIED
 from fsm_agent.errors import SnapshotError
 from fsm_agent.jsontext import versioned
 from fsm_agent.records import ChildOutcome, Message, plain
@@ -117,6 +118,7 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
         "final": run.at.final,
         "evidence": run.at.evidence,
         "unfinished": run.at.unfinished,
+        "replied": run.at.replied,
         "error": _error_text(run.faults.model_exception or run.faults.condition_error),
         "compaction": _compaction(run),
     }
@@ -280,6 +282,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.at.reason = data["reason"]
         run.at.final = data["final"]
         run.at.unfinished = data["unfinished"]
+        run.at.replied = _replied(data.get("replied"), run.at.state)  # none kept before it existed
     except SnapshotError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -295,6 +298,16 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
     if problems:
         msg = "snapshot contradicts itself: " + "; ".join(problems)
         raise SnapshotError(msg)
+
+
+def _replied(value: object, state: State) -> str | None:
+    """The model outcome a snapshot holds taken and not yet stepped (a reply kept before its hooks), or None."""
+    if value is None:
+        return None
+    if value not in (REPLIED, MODEL_FAILED) or state is not AwaitModel:
+        msg = f"snapshot field replied must be null, or {REPLIED!r} or {MODEL_FAILED!r} in AwaitModel, not {value!r}"
+        raise SnapshotError(msg)
+    return str(value)
 
 
 def _check_below(run: Run) -> None:

@@ -52,7 +52,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     __slots__ = (
         "_cut",
         "_messages",
-        "_replied",
         "_start",
         "_took",
         "approve",
@@ -90,8 +89,6 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self.finalize_from = settings.walker.finalize_sources(run.policies) if run.policies else _NOWHERE
         # A live view, so one serves every model call of the run.
         self._messages = MessagesView(run.talk.messages)
-        # The trigger a model outcome implies, from accept_* until step() fires it.
-        self._replied: str | None = None
         # The start row effect() found, which step() takes without asking its guards (a user's check) again.
         self._start: Row | None = None
         # The sub-agent calls cut with the run (CutWithRun), each with the trigger of its stop, until step() stops.
@@ -136,7 +133,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         run = self.run
         state = run.at.state
         if state is AwaitModel:
-            if self._replied is not None:
+            if run.at.replied is not None:
                 return None
             # Most runs have no start rows at all (no deadline, cancel token or input guardrail): none to look at.
             if run.counts.turns == 0 and run.rows.get(_START) and self._start_row() is not None:
@@ -199,7 +196,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if problem is not None:
             # The overflow stands and is not compacted again: the next step stops the run with context_overflow.
             run.talk.compact_error, run.counts.compacted_turn = problem, run.counts.turns - 1
-            self._replied = MODEL_FAILED
+            run.at.replied = MODEL_FAILED
             return
         assert isinstance(result, list)  # compaction_problem checked it
         run.talk.compact_error = ""  # an earlier attempt's failure no longer describes the run
@@ -243,14 +240,14 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
     def accept_reply(self, response: object) -> None:
         """The model replied: count the turn and keep the reply; ``step()`` then moves on (or stops)."""
         run = self.run
-        if run.at.state is not AwaitModel or self._replied is not None:
+        if run.at.state is not AwaitModel or run.at.replied is not None:
             self._expect(AwaitModel)
         run.counts.turns += 1
         problem = reply_checks.malformed(response)
         if problem is not None:
             self._log_model(None, f"TypeError: {problem}")
             ledger.count_unmetered(run, self.price)
-            run.faults.model_exception, self._replied = TypeError(problem), MODEL_FAILED
+            run.faults.model_exception, run.at.replied = TypeError(problem), MODEL_FAILED
             return
         assert isinstance(response, ModelResponse)  # malformed() checked it; this tells the type checker
         self._log_model(response, None)
@@ -259,14 +256,14 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
             # The reply is kept (messages, pending calls), but it cannot be acted on; the log entry just written
             # for it keeps it as a snapshot can hold it.
             self._log_unusable(reply_checks.as_kept(response))
-            run.faults.model_exception, self._replied = ValueError(problem), MODEL_FAILED
+            run.faults.model_exception, run.at.replied = ValueError(problem), MODEL_FAILED
             return
         if self.approve is not None and run.calls.pending:
             try:
                 self.gate()
             except Exception as exc:  # noqa: BLE001 - the user's predicate: a stop_condition_error (RULE_RAISED)
                 run.faults.condition_error, run.faults.condition_name = exc, rule_name(self.approve)
-        self._replied = REPLIED
+        run.at.replied = REPLIED
 
     def accept_model_error(self, error: BaseException, streamed: str = "") -> None:
         """The model call (already made, so counted) raised: a ``model_error`` stop at the next ``step()``.
@@ -280,7 +277,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         ledger.count_unmetered(self.run, self.price)
         self._log_model(None, f"{type(error).__name__}: {error}")
         self.run.faults.model_exception = error
-        self._replied = MODEL_FAILED
+        self.run.at.replied = MODEL_FAILED
 
     def accept_output(self, value: object) -> None:
         """The answer was checked: its value, or an ``Invalid`` saying why not; ``step()`` then takes the edge."""
@@ -311,7 +308,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         self._log_tool(call, outcome)
 
     def _expect(self, state: State) -> None:
-        if self.run.at.state is not state or self._replied is not None:
+        if self.run.at.state is not state or self.run.at.replied is not None:
             msg = f"the run is in {self.run.at.state}; this outcome belongs to {state}"
             raise RunStateError(msg)
 
@@ -327,10 +324,10 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         elif state is Dispatch:
             trigger = DISPATCH
         elif state is AwaitModel:
-            replied = self._replied
+            replied = run.at.replied
             if replied is None:  # before the first model call: a start row
                 return self._take_start()
-            trigger, self._replied = replied, None
+            trigger, run.at.replied = replied, None
         elif state in TERMINAL:
             msg = f"the run already finished in {state} (reason {run.at.reason!r}); start a new run"
             raise RunStateError(msg)
@@ -391,11 +388,11 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         run = self.run
         if run.at.frozen:
             self.thaw()  # the batch was cut: its stop sees the time and a cancel held since its plan
-        in_flight = run.at.state is AwaitModel and self._replied is None and unfinished is not None
+        in_flight = run.at.state is AwaitModel and run.at.replied is None and unfinished is not None
         if in_flight:
             run.counts.turns += 1  # the call was made, and may be billed
         run.faults.streamed = streamed if in_flight else ""
-        self._replied = None
+        run.at.replied = None
         run.at.unfinished = unfinished
         return fire(self, trigger)
 

@@ -77,6 +77,7 @@ class Place:
         "frozen",
         "held",
         "reason",
+        "replied",
         "retry_model",
         "state",
         "trace",
@@ -92,6 +93,9 @@ class Place:
         # The stop that a finalize call is answering for, once one was taken, and that stop's evidence.
         self.finalizing: str | None = None
         self.finalize_evidence: dict[str, Any] = {}
+        # The trigger a model outcome implies, from the stepper's accept_* until its step() fires it.  A reply
+        # kept before its after_model hooks (``Journal.keep_reply``) is written with it, so it is never asked again.
+        self.replied: str | None = None
         # Set by resume(retry=True): a model_error run may call the model again.
         self.retry_model = False
         # The limits the run ran under before each of its resume edges, by the edge's index in the trace (a

@@ -248,7 +248,14 @@ class AsyncDriver(ConcurrentCalls):
         except BaseException as exc:
             self._cut_in_call(exc)
             raise
+        if not self._observed:
+            self.stepper.accept_reply(response)  # _model_replied without the events nobody reads
+            return
         self._model_replied(response)
+        journal = self._journal
+        if journal is not None and self._hooks.get("after_model"):
+            await journal.akeep_reply(self.position)  # before its after_model hooks run: a crash in one asks not again
+        self._after_model()
 
     async def _athreaded(self, complete: Any, effect: ModelCall, keywords: Mapping[str, Any]) -> Any:
         """A sync model's call on a worker thread: a daemon one in a run with a deadline, which may abandon it."""

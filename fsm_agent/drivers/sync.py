@@ -303,10 +303,14 @@ class SyncDriver(RunBase):
             raise
         if held:
             self._take_back(mutex)
-        if self._observed:
-            self._model_replied(response)
-        else:
+        if not self._observed:
             self.stepper.accept_reply(response)  # _model_replied without the events nobody reads
+            return
+        self._model_replied(response)
+        journal = self._journal
+        if journal is not None and self._hooks.get("after_model"):
+            journal.keep_reply(self.position)  # before its after_model hooks run: a crash in one asks not again
+        self._after_model()
 
     def _call_tool(self, effect: ToolBatch) -> None:
         call = effect.calls[0]

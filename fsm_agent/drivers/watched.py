@@ -170,14 +170,13 @@ class WatchedRun:
         return "".join(shown)
 
     def _model_replied(self, response: object) -> None:
+        """The reply taken in, and what its ``after_model`` event tells (the driver then writes it and tells it)."""
         self.stepper.accept_reply(response)
-        if self._observed:
-            run = self.position
-            if run.faults.model_exception is not None:
-                self._error = f"{type(run.faults.model_exception).__name__}: {run.faults.model_exception}"
-            else:
-                self._response = run.talk.last_response
-            self._after_model()
+        run = self.position
+        if run.faults.model_exception is not None:
+            self._error = f"{type(run.faults.model_exception).__name__}: {run.faults.model_exception}"
+        else:
+            self._response = run.talk.last_response
 
     def _model_failed(self, error: Exception) -> None:
         self.stepper.accept_model_error(error, self._take_shown())

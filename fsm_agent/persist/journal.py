@@ -31,6 +31,7 @@ from typing import Any, cast
 from fsm_agent.core import snapshot
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL
+from fsm_agent.definition.triggers import REPLIED
 from fsm_agent.errors import RunExistsError, RunLeasedError
 from fsm_agent.persist.checkpoints import RENEW, Checkpoints
 from fsm_agent.persist.cut_writes import CutWrite, CutWrites, Point
@@ -241,6 +242,27 @@ class Journal(Checkpoints, CutWrites):
         self._early.update(kept)
         if in_flight:
             self.abeat()
+
+    def keep_reply(self, run: Run) -> None:
+        """A model's reply was taken in, not yet stepped: write it now, before its ``after_model`` hooks run.
+
+        Why: the transition that takes the reply comes after those hooks (a
+        strict one's error stops the run there), and a crash or a Ctrl-C
+        inside a hook would otherwise lose a reply that was paid for, and the
+        next owner would ask the model again.  A reply the run cannot use
+        (a ``model_error`` stop) is not written: its call is made again.  A
+        store that writes only before model calls (``every="turn"``) is not
+        asked.
+        """
+        self._resolve()
+        if run.at.replied == REPLIED and self.traits.every != "turn":
+            self._write(self._plan(run, False, force=True), run, False)
+
+    async def akeep_reply(self, run: Run) -> None:
+        """``keep_reply``, awaited."""
+        await self._aresolve()
+        if run.at.replied == REPLIED and self.traits.every != "turn":
+            await self._awrite(self._plan(run, False, force=True), run, False)
 
     def _outcome_due(self, run: Run) -> bool:
         """Whether a kept outcome is unwritten and wanted (none is when only model calls' turns are written)."""

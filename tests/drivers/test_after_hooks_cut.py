@@ -1,4 +1,4 @@
-"""A crash or a Ctrl-C inside an ``after_tool`` hook makes no tool call again; inside ``after_model``, only the model's.
+"""A crash or a Ctrl-C inside an ``after_tool`` or ``after_model`` hook makes no call again, tool or model.
 
 A call's ``after_tool`` hooks run before the transition that records its
 outcome (a strict hook's error stops the run on that edge), so the outcome is
@@ -6,8 +6,9 @@ written as the call returns when the agent has such a hook
 (``Journal.keep_outcome``).  Before, a process killed in the hook (a slow
 exporter's ``span.end()``), or a Ctrl-C there, left the outcome unwritten and
 the next owner made the call again.  A model's reply is taken in by the
-transition after its ``after_model`` hooks and has no such write: a cut
-there asks the model again, and no tool is made twice.  Every effect is
+transition after its ``after_model`` hooks alike, and is written as it is
+taken when the agent has such a hook (``Journal.keep_reply``, the snapshot's
+``replied``): before, a cut there asked the model again.  Every effect is
 tallied in a file, which a killed process cannot lose.
 """
 
@@ -103,10 +104,20 @@ def test_a_cut_in_an_after_tool_hook_makes_the_call_that_returned_not_again(
     assert effects == ["model asks", "pay", "model answers"]
 
 
+@pytest.mark.parametrize("every", ["call", "transition"])
 @pytest.mark.parametrize("cut", ["kill", "ctrl_c"])
 @pytest.mark.parametrize("driver", ["sync", "async"])
-def test_a_cut_in_an_after_model_hook_asks_the_model_again_and_makes_no_tool_call_twice(
-    store_target: str, tmp_path: Path, driver: str, cut: str
+def test_a_cut_in_an_after_model_hook_asks_the_model_not_again_and_makes_no_tool_call_twice(
+    store_target: str, tmp_path: Path, driver: str, cut: str, every: str
 ) -> None:
-    effects = _cut_and_taken_over(store_target, str(tmp_path), driver, "after_model", cut, "call")
+    effects = _cut_and_taken_over(store_target, str(tmp_path), driver, "after_model", cut, every)
+    assert effects == ["model asks", "pay", "model answers"]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_with_every_turn_a_cut_in_an_after_model_hook_asks_the_model_again(
+    store_target: str, tmp_path: Path, driver: str
+) -> None:
+    """``every="turn"`` writes only before model calls (fewer writes, exactly-once given up): the reply is not kept."""
+    effects = _cut_and_taken_over(store_target, str(tmp_path), driver, "after_model", "ctrl_c", "turn")
     assert effects == ["model asks", "model asks", "pay", "model answers"]
