@@ -84,7 +84,10 @@ class RunLeasedError(FsmAgentError, RuntimeError):
         if self.stale:
             return f"run {self.run_id!r} was changed in the store by {self.holder} since this run saved it; resume it"
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.until))
-        return f"run {self.run_id!r} is being advanced by {self.holder} (lease until {when})"
+        return (
+            f"run {self.run_id!r} is being advanced by {self.holder} (lease until {when}); if that owner is gone"
+            " (a crash, a Ctrl-C), its lease lapses then and the run can be taken over"
+        )
 
 
 class StaleRunError(RunLeasedError):

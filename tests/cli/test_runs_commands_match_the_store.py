@@ -136,6 +136,9 @@ def test_runs_resume_of_a_run_another_process_holds_is_refused_in_one_line(tmp_p
         assert "\n" not in line
         assert line.startswith("error: run 'live' is being advanced by ")
         assert "lease until" in line
+        assert line.endswith(
+            "if that owner is gone (a crash, a Ctrl-C), its lease lapses then and the run can be taken over"
+        )
         assert store.load("live")["trace"] == before["trace"]
         model.release(3)
         thread.join(30)
