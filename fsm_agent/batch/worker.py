@@ -27,6 +27,7 @@ import attrs
 from fsm_agent import persist
 from fsm_agent.batch.items import BatchItem
 from fsm_agent.core.cancellation import CancelToken
+from fsm_agent.core.snapshot_fields import ended_on
 from fsm_agent.drivers.agent import Agent, AgentRun
 from fsm_agent.drivers.read_back import stored_result
 from fsm_agent.drivers.stored import awaited
@@ -64,7 +65,8 @@ _MARGIN = 0.05
 """Seconds past a lease's end before trying again, so clocks that read a hair apart do not refuse the takeover."""
 
 RESUMABLE = frozenset({"cancelled"})
-"""Stops a batch resumes by itself: a cancelled batch (Ctrl-C, ``cancel``) continues where it was cut off."""
+"""Stops a batch resumes by itself: a cancelled batch (Ctrl-C, ``cancel``) continues where it was cut off (a run
+whose finalize call the cancel cut, too: its resume makes that call again)."""
 
 
 THREADS_PER_RUN = 4
@@ -172,7 +174,7 @@ def prepare(
         return other
     if data.get("paused") or data["state"] == "Done":
         return stored_result(agent, data)
-    if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
+    if data["state"] == "Failed" and ended_on(data) not in RESUMABLE:
         return stored_result(agent, data)
     try:
         return agent.resume(data, store=store, cancel=cancel, deps=deps)
@@ -194,7 +196,7 @@ async def aprepare(
         return other
     if data.get("paused") or data["state"] == "Done":
         return stored_result(agent, data)
-    if data["state"] == "Failed" and data.get("reason") not in RESUMABLE:
+    if data["state"] == "Failed" and ended_on(data) not in RESUMABLE:
         return stored_result(agent, data)
     try:
         return await agent.aresume(data, store=store, cancel=cancel, deps=deps)

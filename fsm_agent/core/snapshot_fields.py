@@ -9,7 +9,7 @@ would make a budget lie).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from reprlib import repr as _shown
 from typing import Any, TypeVar
 
@@ -112,6 +112,21 @@ def check_texts(data: dict[str, Any]) -> None:
             msg = f"snapshot field {name} must be an object, got {_shown(value)}"
             raise SnapshotError(msg)
     request_turns(data)
+
+
+def ended_on(data: Mapping[str, Any] | None) -> Any:
+    """The reason on the edge that ended a run, from its snapshot (None: none, or it did not stop).
+
+    Why not the snapshot's ``reason``: a run whose ``finalize`` call was cut
+    keeps the stop that asked for the finalize as its reason, and the cut
+    (``cancelled``, ``timeout``, ``model_error``) is only on its last edge.
+    Whoever asks whether a run was cut, and so goes on when resumed, asks this.
+    """
+    if data is None or data.get("state") != "Failed":
+        return None
+    trace = data.get("trace")
+    last = trace[-1] if isinstance(trace, list) and trace else None
+    return last.get("reason") if isinstance(last, dict) else data.get("reason")
 
 
 def request_turns(data: dict[str, Any]) -> dict[str, int]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core import snapshot
+from fsm_agent.core.snapshot_fields import ended_on
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.table import first_row
@@ -66,19 +67,12 @@ def is_finished(
     """
     if data is None or data.get("state") not in FINISHED or data.get("paused"):
         return False
-    cut = _last_stop(data)
-    if again is None or data.get("state") != "Failed" or cut not in CUT_WITH_PARENT:
+    cut = ended_on(data)
+    if again is None or cut not in CUT_WITH_PARENT:
         return True
     if cut == "timeout":
         return agent is not None and limits is not None and not _resumes_under(agent, data, limits)
     return False
-
-
-def _last_stop(data: dict[str, Any]) -> Any:
-    """The reason on the edge that ended a stored run: its stop, or the cut of the finalize call answering it."""
-    trace = data.get("trace")
-    last = trace[-1] if isinstance(trace, list) and trace else None
-    return last.get("reason") if isinstance(last, dict) else data.get("reason")
 
 
 def _resumes_under(agent: Agent, data: dict[str, Any], limits: Limits) -> bool:

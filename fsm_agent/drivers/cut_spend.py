@@ -37,6 +37,7 @@ import attrs
 from fsm_agent.core.exchanges import ToolExchange
 from fsm_agent.core.hand_down import Carried, HandDown, below, canonical_arguments, one_down, origins
 from fsm_agent.core.ledger import plus
+from fsm_agent.core.snapshot_fields import ended_on
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -355,7 +356,8 @@ def cut_with_parent(parent: RunBase, result: RunResult) -> bool:
     the call made again goes on with the child (its stored run taken back,
     or without a store a new one given what this one completed).
     """
-    if result.reason == "timeout":
+    cut = ended_on(result.snapshot)  # a child whose finalize answered its timeout ended Done, of itself
+    if cut == "timeout":
         return parent._out_of_time()  # noqa: SLF001 - the parent's driver hands over its own run
     token = parent._cancel  # noqa: SLF001
-    return result.reason == "cancelled" and token is not None and token.cancelled
+    return cut == "cancelled" and token is not None and token.cancelled

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fsm_agent.core.snapshot_fields import request_turns
+from fsm_agent.core.snapshot_fields import ended_on, request_turns
 from fsm_agent.drivers.session_owners import LastTurnOwners, carry_requests
 from fsm_agent.errors import AgentLoopError, RunStateError
 from fsm_agent.records import RunResult
@@ -63,7 +63,7 @@ class RequestAnswers(LastTurnOwners):
             return
         request, text = self._last_request
         self._answers.pop(request, None)
-        if result is not None and result.reason != "cancelled":
+        if result is not None and ended_on(result.snapshot) != "cancelled":
             self._answers[request] = (text, result)
             while len(self._answers) > REQUESTS_KEPT:
                 del self._answers[next(iter(self._answers))]
@@ -80,12 +80,12 @@ class RequestAnswers(LastTurnOwners):
     def _carried_by(self, data: Mapping[str, Any]) -> None:
         """What the turn after the stored turn ``data`` carries: its ``request_turns``, and its request if answered."""
         asked = data.get("request_id")
-        answered = isinstance(asked, str) and data.get("reason") != "cancelled"
+        answered = isinstance(asked, str) and ended_on(data) != "cancelled"
         self._carry = (request_turns(dict(data)), asked if answered else None)
 
     def _went_on_from(self, taken: RunResult) -> None:
         """The turn taken over ended ``taken``: cancelled, it answered nobody, so the next turn carries no request."""
-        if taken.reason == "cancelled":
+        if ended_on(taken.snapshot) == "cancelled":
             self._carry = (self._carry[0], None)
 
     def _carry_on(self, run: AgentRun) -> None:

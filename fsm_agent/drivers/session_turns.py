@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fsm_agent.core.approval import describe_decision, same_decision
 from fsm_agent.core.ledger import error_text
 from fsm_agent.core.snapshot import message_of
+from fsm_agent.core.snapshot_fields import ended_on
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.session_owners import version_of
 from fsm_agent.drivers.session_requests import (
@@ -208,7 +209,7 @@ class StoredTurns(RequestAnswers):
             return None
         self._turns, self._base = last, (last, version_of(data))
         self._carried_by(data)
-        if request is not None and data.get("request_id") == request and data.get("reason") != "cancelled":
+        if request is not None and data.get("request_id") == request and ended_on(data) != "cancelled":
             self._repeated = data
         messages = [message_of(m) for m in data["messages"]]
         pending = [ToolCall(**call) for call in data.get("pending") or ()]
