@@ -119,6 +119,17 @@ def _resumed(agent: Agent, store_target: str, driver: str, **limits: Any) -> Run
         return asyncio.run(go())
 
 
+def _finalized_again(result: RunResult, model: Counted) -> None:
+    """The stop stands, answered by the finalize call made once more, without tools; no call past the cap made."""
+    assert (result.reason, result.evidence["finalize"], result.final) == (
+        "max_tool_calls",
+        {"outcome": "answered"},
+        "what I have",
+    )
+    assert "Failed->AwaitModel[resumes_finalize]" in edges(result)
+    assert (model.model, dict(model.tools)) == (["tools", "finalize", "finalize"], {"a": 1, "b": 1})
+
+
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_Failed_resumes_finalize_under_the_caps_its_finalize_call_was_cut_on(store_target: str, driver: str) -> None:
     """The stop stands: no tool is offered, the cut finalize call is made once more, and its answer ends the run."""
@@ -132,13 +143,7 @@ def test_Failed_resumes_finalize_under_the_caps_its_finalize_call_was_cut_on(sto
         "cancelled",
     )
     result = _resumed(_agent(model, 2), store_target, driver)
-    assert (result.reason, result.evidence["finalize"], result.final) == (
-        "max_tool_calls",
-        {"outcome": "answered"},
-        "what I have",
-    )
-    assert "Failed->AwaitModel[resumes_finalize]" in edges(result)
-    assert (model.model, dict(model.tools)) == (["tools", "finalize", "finalize"], {"a": 1, "b": 1})
+    _finalized_again(result, model)
     with open_store(store_target) as store:
         after = store.load("r")
     assert (after["state"], after["reason"]) == ("Done", "max_tool_calls")
@@ -200,13 +205,7 @@ def test_Failed_resumes_finalize_with_retry_while_the_stopped_tool_is_still_at_i
         else asyncio.run(agent.aresume(stopped, retry=True, max_tool_calls=caps))
     )
     result = _finish(run, driver)
-    assert (result.reason, result.evidence["finalize"], result.final) == (
-        "max_tool_calls",
-        {"outcome": "answered"},
-        "what I have",
-    )
-    assert "Failed->AwaitModel[resumes_finalize]" in edges(result)
-    assert (model.model, dict(model.tools)) == (["tools", "finalize", "finalize"], {"a": 1, "b": 1})
+    _finalized_again(result, model)
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
