@@ -146,11 +146,29 @@ def _args(args: Any) -> list[str]:
     return listed
 
 
-def _caller(connection: Connection, name: str) -> Callable[..., Any]:
+def _caller(connection: Connection, name: str, schema: Mapping[str, Any]) -> Callable[..., Any]:
+    """The registry's function for the server's tool ``name``: it sends the call with the run's and the call's ids.
+
+    A tool whose own schema has a property named as the context parameter
+    (``CONTEXT``) is sent without them, its argument as it is.
+    """
+    if CONTEXT in (schema.get("properties") or {}):
+        message = "%s: tool %r has an argument named %r, so its calls carry no run or call ids"
+        logger.warning(message, connection.source, name, CONTEXT)
+
+        async def call_mcp_tool_unkeyed(**arguments: Any) -> ToolResult:
+            return await connection.call(name, arguments, {})
+
+        return call_mcp_tool_unkeyed
+
     async def call_mcp_tool(_fsm_agent_context: RunContext[Any], **arguments: Any) -> ToolResult:
         return await connection.call(name, arguments, call_keys(_fsm_agent_context))
 
     return call_mcp_tool
+
+
+CONTEXT = "_fsm_agent_context"
+"""The name of the ``RunContext`` parameter each server tool's function declares (``_caller``)."""
 
 
 def call_keys(context: RunContext[Any]) -> dict[str, Any]:
@@ -222,7 +240,7 @@ class McpTools:
         for tool in listed:
             if first[tool.name] is tool:
                 registry.register(
-                    _caller(connection, tool.name),
+                    _caller(connection, tool.name, tool.input_schema),
                     name=names[tool.name],
                     description=tool.description or "",
                     parameters=tool.input_schema,

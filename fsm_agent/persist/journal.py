@@ -250,19 +250,23 @@ class Journal(Checkpoints, CutWrites):
         strict one's error stops the run there), and a crash or a Ctrl-C
         inside a hook would otherwise lose a reply that was paid for, and the
         next owner would ask the model again.  A reply the run cannot use
-        (a ``model_error`` stop) is not written: its call is made again.  A
-        store that writes only before model calls (``every="turn"``) is not
-        asked.
+        (a ``model_error`` stop), or whose ``approve=`` rule raised, is not
+        written (a snapshot keeps such an error only as text): its call is
+        made again.  A store that writes only before model calls
+        (``every="turn"``) is not asked.
         """
         self._resolve()
-        if run.at.replied == REPLIED and self.traits.every != "turn":
+        if self._reply_due(run):
             self._write(self._plan(run, False, force=True), run, False)
 
     async def akeep_reply(self, run: Run) -> None:
         """``keep_reply``, awaited."""
         await self._aresolve()
-        if run.at.replied == REPLIED and self.traits.every != "turn":
+        if self._reply_due(run):
             await self._awrite(self._plan(run, False, force=True), run, False)
+
+    def _reply_due(self, run: Run) -> bool:
+        return run.at.replied == REPLIED and run.faults.condition_error is None and self.traits.every != "turn"
 
     def _outcome_due(self, run: Run) -> bool:
         """Whether a kept outcome is unwritten and wanted (none is when only model calls' turns are written)."""

@@ -265,6 +265,22 @@ def test_a_tool_the_server_drops_between_turns_is_a_clear_tool_failure_and_the_s
 
 
 @pytest.mark.subprocess
+def test_a_tool_with_an_argument_named_as_the_context_parameter_is_registered_and_sent_without_ids(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its calls cannot carry the run's and the call's ids; the server's other tools still do."""
+    from fsm_agent.mcp import stdio_tools
+
+    counts = tmp_path / "counts.json"
+    with stdio_tools(sys.executable, [str(SERVER), "contextarg"], {"FSM_AGENT_TEST_COUNTS": str(counts)}) as tools:
+        assert {"odd", "bump"} <= set(tools)
+        model = FakeModel(tool_turn(tool_call("bump", id="b1", label="a")), reply("ok"))
+        Agent(model, tools).run("go", run_id="r")
+    assert "'odd' has an argument named '_fsm_agent_context', so its calls carry no run or call ids" in caplog.text
+    assert json.loads((tmp_path / "counts.keys.json").read_text()) == {"a": ["r b1"]}
+
+
+@pytest.mark.subprocess
 def test_a_server_listing_a_bad_input_schema_is_one_line_naming_the_schema() -> None:
     """docs/how-to/mcp.md: a server that cannot be started or reached is a ConnectionError, one line long.
 

@@ -18,7 +18,9 @@ beside it.
 - ``shaped()`` returns structured content only (no content blocks).
 - ``fail_empty()`` is an error result without any text.
 
-MODE ``badschema`` adds a tool whose input schema is not an object schema.
+MODE ``badschema`` adds a tool whose input schema is not an object schema;
+MODE ``contextarg`` one with an argument named as the client's context
+parameter (``_fsm_agent_context``).
 """
 
 from __future__ import annotations
@@ -130,12 +132,13 @@ def fail_empty() -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(content=[], is_error=True)
 
 
-def _bad_schema_server() -> None:
+def _listing_also(schema: dict[str, Any]) -> None:
+    """List one more tool, ``odd``, with ``schema`` (listed only: never called)."""
     original = server.list_tools
 
     async def listed() -> list[mcp_types.Tool]:
         tools = await original()
-        tools.append(mcp_types.Tool(name="odd", description="A bad schema.", input_schema={"type": "string"}))
+        tools.append(mcp_types.Tool(name="odd", description="An odd schema.", input_schema=schema))
         return tools
 
     server.list_tools = listed  # type: ignore[method-assign]
@@ -143,5 +146,7 @@ def _bad_schema_server() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["badschema"]:
-        _bad_schema_server()
+        _listing_also({"type": "string"})
+    if sys.argv[1:2] == ["contextarg"]:
+        _listing_also({"type": "object", "properties": {"_fsm_agent_context": {"type": "string"}}})
     server.run("stdio")
