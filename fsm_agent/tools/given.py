@@ -1,7 +1,8 @@
 """What ``ToolRegistry.register`` is given, checked before anything is registered: each mistake a named error.
 
 A function, not its name; a tool name the providers accept; a method bound
-to its instance, not taken from its class.  Each is found here, at
+to its instance, not taken from its class; a ``RunContext`` parameter that
+a given schema does not also name.  Each is found here, at
 registration, rather than by the first model call (a provider refusing the
 name) or by every call the model makes (a ``self`` it cannot fill).
 """
@@ -12,7 +13,8 @@ import inspect
 import re
 from typing import Any
 
-from fsm_agent.tools.schema import ToolFunction
+from fsm_agent.tools.context import context_parameter
+from fsm_agent.tools.schema import JSONSchema, ToolFunction
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """Tool names both OpenAI and Anthropic accept."""
@@ -56,3 +58,12 @@ def check_bound(function: ToolFunction, name: str) -> None:
             f"register the bound method of an instance instead, as register({owner}().{function.__name__})"
         )
         raise TypeError(msg)
+
+
+def given_schema_context(function: ToolFunction, parameters: JSONSchema, name: str) -> str | None:
+    """The ``RunContext`` parameter of a function registered with its own schema, which must not be a property of it."""
+    context = context_parameter(function)
+    if context is not None and context in (parameters.get("properties") or {}):
+        msg = f"tool {name!r}: its RunContext parameter {context!r} is also a property of its schema"
+        raise ValueError(msg)
+    return context

@@ -32,7 +32,7 @@ from fsm_agent.tools.caps import DEFAULT_MAX_OUTPUT_CHARS, clip
 from fsm_agent.tools.caps import max_output_chars as max_output_chars_of
 from fsm_agent.tools.context import context_for, context_parameter
 from fsm_agent.tools.encoding import json_text
-from fsm_agent.tools.given import check_bound, check_given, check_name
+from fsm_agent.tools.given import check_bound, check_given, check_name, given_schema_context
 from fsm_agent.tools.schema import (
     CALL_ID,
     JSONSchema,
@@ -221,9 +221,7 @@ class ToolRegistry:
         ``parameters`` the schema is shown to the model as given instead of
         being derived from type hints (tools of another system, such as an MCP
         server, bring their own); the registry then only checks that the
-        arguments are a JSON object, and ``call_id`` is not filled.  A
-        ``RunContext`` parameter still is (it names the run and the call), so
-        it must not be a property of the given schema.
+        arguments are a JSON object; ``call_id`` is not filled, a ``RunContext`` parameter is.
         """
         if not isinstance(self, ToolRegistry):  # ToolRegistry.register(f): f taken for the registry, nothing kept
             msg = "register is a registry's method: make one with tools = ToolRegistry(), then use @tools.register"
@@ -239,10 +237,7 @@ class ToolRegistry:
             schema, context = parameters_schema(function, tool_name), context_parameter(function)
             tool = Tool(tool_name, doc, function, schema, accepts_call_id(function), takes_context=context)
         else:
-            context = context_parameter(function)
-            if context is not None and context in (parameters.get("properties") or {}):
-                msg = f"tool {tool_name!r}: its RunContext parameter {context!r} is also a property of its schema"
-                raise ValueError(msg)
+            context = given_schema_context(function, parameters, tool_name)
             tool = Tool(tool_name, doc, function, dict(parameters), schema_given=True, takes_context=context)
         self._tools[tool_name] = tool
         self._sources[tool_name] = self.source

@@ -350,7 +350,7 @@ def test_a_run_whose_store_refused_a_write_ends_its_spans_and_a_new_owner_starts
     first = Agent(FakeModel(tool_turn(tool_call("quick", id="q1", n=1)), reply("never")), tools.registry)
     traced(first, spans)
     with RefusingStore(path, every="transition") as store:
-        store.refuse = 5  # ExecuteTool -> Dispatch, after q1 ran (its outcome written before its after_tool hooks)
+        store.refuse = 6  # ExecuteTool -> AwaitModel, after q1 ran (it and the reply were written before their hooks)
         run = first.start("q", store=store, run_id="r1")
         with pytest.raises(StoreError):
             finish(run, driver)
