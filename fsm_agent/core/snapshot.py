@@ -24,7 +24,7 @@ from fsm_agent.core.snapshot_migrations import MIGRATIONS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, State
-from fsm_agent.definition.triggers import MODEL_FAILED, REPLIED
+from fsm_agent.definition.triggers import REPLIED
 from fsm_agent.errors import SnapshotError
 from fsm_agent.jsontext import versioned
 from fsm_agent.records import ChildOutcome, Message, plain
@@ -118,7 +118,8 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
         "final": run.at.final,
         "evidence": run.at.evidence,
         "unfinished": run.at.unfinished,
-        "replied": run.at.replied,
+        # A reply taken and not yet stepped; a failure taken so is not kept (its exception would come back as text).
+        "replied": run.at.replied if run.at.replied == REPLIED else None,
         "error": _error_text(run.faults.model_exception or run.faults.condition_error),
         "compaction": _compaction(run),
     }
@@ -301,13 +302,13 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
 
 
 def _replied(value: object, state: State) -> str | None:
-    """The model outcome a snapshot holds taken and not yet stepped (a reply kept before its hooks), or None."""
+    """The reply a snapshot holds taken and not yet stepped (kept before its ``after_model`` hooks), or None."""
     if value is None:
         return None
-    if value not in (REPLIED, MODEL_FAILED) or state is not AwaitModel:
-        msg = f"snapshot field replied must be null, or {REPLIED!r} or {MODEL_FAILED!r} in AwaitModel, not {value!r}"
+    if value != REPLIED or state is not AwaitModel:
+        msg = f"snapshot field replied must be null, or {REPLIED!r} in AwaitModel, not {value!r}"
         raise SnapshotError(msg)
-    return str(value)
+    return REPLIED
 
 
 def _check_below(run: Run) -> None:

@@ -42,6 +42,9 @@ async def _awaited(value: Any) -> Any:
 class AsyncDriver(ConcurrentCalls):
     """``aadvance()`` and ``afinish()``: the same steps as the sync driver, awaited."""
 
+    _reply_unheard = False
+    """A model's reply was taken in, its write and ``after_model`` event still to come (``_aafter_reply``)."""
+
     _batches = True
     """Whether a turn's calls that may run now are planned as one batch; a rebuilt run makes them one at a time."""
 
@@ -99,6 +102,8 @@ class AsyncDriver(ConcurrentCalls):
             expired = await self._acarry(effect)
             if expired is not None:
                 return expired
+            if self._reply_unheard:
+                await self._aafter_reply()
             self._observe()
         elif isinstance(effect, CheckOutput):
             expired = await self._acheck(effect)
@@ -252,9 +257,21 @@ class AsyncDriver(ConcurrentCalls):
             self.stepper.accept_reply(response)  # _model_replied without the events nobody reads
             return
         self._model_replied(response)
+        self._reply_unheard = True  # written and told once the call's deadline and cancel no longer cut it (_amove)
+
+    async def _aafter_reply(self) -> None:
+        """The reply's write and its ``after_model`` event, past the call's deadline: a cut there cuts no model call.
+
+        Written before its hooks run, so a crash or a Ctrl-C in one asks the
+        model not again (``Journal.akeep_reply``).  Why not inside the call
+        (the sync driver's worker writes it there, holding the run): an
+        await there is where the call's deadline or a cancel would land,
+        and it would stop the run as if the call were cut, its reply dropped.
+        """
+        self._reply_unheard = False
         journal = self._journal
         if journal is not None and self._hooks.get("after_model"):
-            await journal.akeep_reply(self.position)  # before its after_model hooks run: a crash in one asks not again
+            await journal.akeep_reply(self.position)
         self._after_model()
 
     async def _athreaded(self, complete: Any, effect: ModelCall, keywords: Mapping[str, Any]) -> Any:

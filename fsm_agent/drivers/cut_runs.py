@@ -52,7 +52,9 @@ async def astop_cut(run: AgentRun, exc: BaseException, *, landed: bool = False) 
     import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
 
     token, journal = run._cancel, run._journal  # noqa: SLF001 - the run's own token, set by whoever cut the turn
+    # Cut in a write: a transition's checkpoint (closing), a first write or claim, or a reply's (replied, not stepped).
     cut = landed or run._closing is not None or (journal is not None and journal.cut_pending())  # noqa: SLF001
+    cut = cut or run.position.at.replied is not None
     if not cut or not (_a_cancel(exc) or (token is not None and token.cancelled)):
         return
     try:

@@ -116,7 +116,7 @@ class Checkpoints:
         It left a calling state, and (for a tool call) the outcome it
         recorded was not already written while its batch was in flight.
         """
-        if not self.after_calls or run.at.trace[-1].source not in _CALLING:
+        if not self.after_calls or not run.at.trace or run.at.trace[-1].source not in _CALLING:
             return False
         if self._early and run.at.trace[-1].source == State.ExecuteTool and run.talk.messages:
             answered = run.talk.messages[-1].tool_call_id

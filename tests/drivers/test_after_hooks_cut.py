@@ -121,3 +121,85 @@ def test_with_every_turn_a_cut_in_an_after_model_hook_asks_the_model_again(
     """``every="turn"`` writes only before model calls (fewer writes, exactly-once given up): the reply is not kept."""
     effects = _cut_and_taken_over(store_target, str(tmp_path), driver, "after_model", "ctrl_c", "turn")
     assert effects == ["model asks", "model asks", "pay", "model answers"]
+
+
+class SlowWriteAfterReply:
+    """A store whose first write after the model replied takes ``seconds`` (a slow database round trip)."""
+
+    def __init__(self, store: Any, seconds: float) -> None:
+        self.armed, self.started = False, asyncio.Event()
+        inner = store.aappend
+
+        async def aappend(entry: Any, *, owner: str) -> None:
+            if self.armed:
+                self.armed = False
+                self.started.set()
+                await asyncio.sleep(seconds)
+            await inner(entry, owner=owner)
+
+        store.aappend = aappend
+
+
+class AnswersAtOnce:
+    """Answers at once, and arms the store's slow write; each call tallied."""
+
+    def __init__(self, tally: Tally, slow: SlowWriteAfterReply) -> None:
+        self.tally, self.slow = tally, slow
+
+    async def acomplete(self, messages: Sequence[Message], tools: list[JSONSchema]) -> ModelResponse:
+        self.tally.add("model answers")
+        self.slow.armed = True
+        return reply("all done")
+
+
+def _answering(tally: Tally, slow: SlowWriteAfterReply, **options: Any) -> Agent:
+    agent = Agent(AnswersAtOnce(tally, slow), ToolRegistry(), **options)
+    agent.on("after_model", lambda event: tally.add("after_model"))
+    return agent
+
+
+@pytest.mark.parametrize("every", ["call", "transition"])
+def test_a_deadline_passing_while_the_reply_is_written_ends_the_run_with_the_answer(
+    store_target: str, tmp_path: Path, every: str
+) -> None:
+    """Async driver: the write comes after the call's deadline scope, so the answer that came is not dropped."""
+    tally = Tally(tmp_path / "effects.log")
+    store = open_store(store_target, every=every)
+    slow = SlowWriteAfterReply(store, 0.6)
+    try:
+        result = asyncio.run(_answering(tally, slow, timeout=0.3).arun("go", store=store, run_id="r"))
+    finally:
+        store.close()
+    assert (result.reason, result.final) == ("done", "all done")
+    assert tally.lines() == ["model answers", "after_model"]
+
+
+def test_a_session_turn_cancelled_while_its_reply_is_written_ends_with_the_answer(
+    store_target: str, tmp_path: Path
+) -> None:
+    """The client left during the reply's write: the turn ends ``Done`` with the answer, and answers its request."""
+    from fsm_agent import Session
+
+    tally = Tally(tmp_path / "effects.log")
+    store = open_store(store_target)
+    slow = SlowWriteAfterReply(store, 0.6)
+
+    async def go() -> tuple[dict[str, Any], str, int]:
+        session = await Session.aopen(_answering(tally, slow), store, "s")
+        task = asyncio.create_task(session.arun("go", request_id="q1"))
+        await slow.started.wait()
+        await asyncio.sleep(0.1)  # inside the slow write
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = await store.aload("s/1")
+        again = await Session.aopen(_answering(tally, slow), store, "s")
+        result = await again.arun("go", request_id="q1")
+        return stored, result.final, again.turns
+
+    try:
+        stored, final, turns = asyncio.run(go())
+    finally:
+        store.close()
+    assert (stored["state"], stored["reason"], final, turns) == ("Done", "done", "all done", 1)
+    assert tally.lines().count("model answers") == 1
