@@ -42,9 +42,6 @@ async def _awaited(value: Any) -> Any:
 class AsyncDriver(ConcurrentCalls):
     """``aadvance()`` and ``afinish()``: the same steps as the sync driver, awaited."""
 
-    _reply_unheard = False
-    """A model's reply was taken in, its write and ``after_model`` event still to come (``_aafter_reply``)."""
-
     _batches = True
     """Whether a turn's calls that may run now are planned as one batch; a rebuilt run makes them one at a time."""
 
@@ -256,16 +253,14 @@ class AsyncDriver(ConcurrentCalls):
         if not self._observed:
             self.stepper.accept_reply(response)  # _model_replied without the events nobody reads
             return
-        self._model_replied(response)
-        self._reply_unheard = True  # written and told once the call's deadline and cancel no longer cut it (_amove)
+        self._model_replied(response)  # written and told once the call's deadline and cancel no longer cut it
 
     async def _aafter_reply(self) -> None:
         """The reply's write and its ``after_model`` event, past the call's deadline: a cut there cuts no model call.
 
         Written before its hooks run, so a crash or a Ctrl-C in one asks the
-        model not again (``Journal.akeep_reply``).  Why not inside the call
-        (the sync driver's worker writes it there, holding the run): an
-        await there is where the call's deadline or a cancel would land,
+        model not again (``Journal.akeep_reply``).  Why not inside the call:
+        an await there is where the call's deadline or a cancel would land,
         and it would stop the run as if the call were cut, its reply dropped.
         """
         self._reply_unheard = False

@@ -90,6 +90,8 @@ class SyncDriver(RunBase):
             if self._observed and not self._heard_before(effect):
                 return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
             self._make_call(effect)
+            if self._reply_unheard:
+                self._after_reply()
             self._observe()
         elif isinstance(effect, CheckOutput):
             expired = self._check(effect)
@@ -303,13 +305,21 @@ class SyncDriver(RunBase):
             raise
         if held:
             self._take_back(mutex)
-        if not self._observed:
+        if self._observed:
+            self._model_replied(response)
+        else:
             self.stepper.accept_reply(response)  # _model_replied without the events nobody reads
-            return
-        self._model_replied(response)
+
+    def _after_reply(self) -> None:
+        """The reply's write and its ``after_model`` event, once the call is back (on the worker, holding the run).
+
+        Written before its hooks run, so a crash or a Ctrl-C in one asks the
+        model not again (``Journal.keep_reply``).
+        """
+        self._reply_unheard = False
         journal = self._journal
         if journal is not None and self._hooks.get("after_model"):
-            journal.keep_reply(self.position)  # before its after_model hooks run: a crash in one asks not again
+            journal.keep_reply(self.position)
         self._after_model()
 
     def _call_tool(self, effect: ToolBatch) -> None:

@@ -31,6 +31,9 @@ Observer = Callable[[TransitionEvent], None]
 class WatchedRun:
     """The events half of a run handle (``RunBase``): what its hooks, observers and text observers are told."""
 
+    _reply_unheard = False
+    """A model's reply was taken in; its write and ``after_model`` event are to come (the drivers' ``_after_reply``)."""
+
     # Most runs never change these, so they are read from the class until a run sets its own.
     _text_observers: tuple[Callable[[TextDelta], object], ...] = ()
     # What moved the current transition, for its event (an observed run's only).
@@ -170,13 +173,14 @@ class WatchedRun:
         return "".join(shown)
 
     def _model_replied(self, response: object) -> None:
-        """The reply taken in, and what its ``after_model`` event tells (the driver then writes it and tells it)."""
+        """The reply taken in, and what its ``after_model`` event tells, once the driver wrote it (``_after_reply``)."""
         self.stepper.accept_reply(response)
         run = self.position
         if run.faults.model_exception is not None:
             self._error = f"{type(run.faults.model_exception).__name__}: {run.faults.model_exception}"
         else:
             self._response = run.talk.last_response
+        self._reply_unheard = True
 
     def _model_failed(self, error: Exception) -> None:
         self.stepper.accept_model_error(error, self._take_shown())

@@ -314,8 +314,8 @@ def test_a_refused_write_is_heard_once_and_the_resume_from_the_store_hears_the_r
     agent = Agent(model, tools.registry)
     seen = recorded(agent)
     with RefusingStore(path, every="transition") as store:
-        store.refuse = 6  # the write of ExecuteTool -> AwaitModel, after q1 ran (its outcome and the reply before it are
-        # written before their hooks)
+        # The write of ExecuteTool -> AwaitModel, after q1 ran (it and the reply before it written before their hooks).
+        store.refuse = 6
         run = agent.start("q", store=store, run_id="r1")
         with pytest.raises(StoreError):
             finish(run, driver)

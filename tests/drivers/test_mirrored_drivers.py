@@ -24,6 +24,7 @@ TWINS = {
     "_acheck": "_check",
     "_acompact": "_compact",
     "ahold": "hold",
+    "_aafter_reply": "_after_reply",
 }
 """The async driver's names of the sync driver's steps."""
 
