@@ -14,6 +14,7 @@ stores.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, AgentLoopError, ForkEdit, Message, ModelResponse, RunResult, ToolRegistry
+from fsm_agent.errors import RunLeasedError, StaleRunError
 from fsm_agent.persist import open_store
 from fsm_agent.testing import edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
@@ -245,3 +247,40 @@ def test_a_fork_at_the_stop_goes_on_only_when_its_edit_raises_the_cap(store_targ
     assert (result.reason, result.final) == ("done", "all done")
     assert (raised.model, dict(raised.tools)) == (["tools", "tools"], {"c": 1, "d": 1})  # a and b: the source's
     assert (source.model, dict(source.tools)) == (["tools", "finalize"], {"a": 1, "b": 1})
+
+
+@pytest.mark.parametrize("drivers", [("sync", "sync"), ("sync", "async"), ("async", "async")])
+def test_two_owners_resuming_the_cut_finalize_at_once_make_it_once(store_target: str, drivers: tuple[str, str]) -> None:
+    """Both read the stored run, then claim it at the same moment: one makes the finalize call, the other is refused."""
+    model = Counted("cancel")
+    _cut_in_the_finalize_call(model, store_target)
+    start = threading.Barrier(2)
+    outcomes: list[object] = [None, None]
+
+    def owner(i: int, driver: str) -> None:
+        with open_store(store_target) as store:
+            try:
+                if driver == "sync":
+                    data = store.load("r")
+                    start.wait()
+                    outcomes[i] = _finish(_agent(model, 2).resume(data, store=store), driver)
+                    return
+
+                async def go() -> RunResult:
+                    data = await store.aload("r")
+                    start.wait()
+                    return await (await _agent(model, 2).aresume(data, store=store)).afinish()
+
+                outcomes[i] = asyncio.run(go())
+            except (RunLeasedError, StaleRunError) as refused:
+                outcomes[i] = refused
+
+    threads = [threading.Thread(target=owner, args=(i, driver)) for i, driver in enumerate(drivers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    finished = [o for o in outcomes if isinstance(o, RunResult)]
+    assert len(finished) == 1, outcomes
+    assert isinstance(next(o for o in outcomes if o is not finished[0]), RunLeasedError)  # StaleRunError is one
+    _finalized_again(finished[0], model)
