@@ -97,7 +97,7 @@ def transition(data: dict[str, Any], states: tuple[State, ...]) -> Transition:
 
 
 _TEXTS = (  # the fields that hold a text or nothing (null, or left out)
-    *("run_id", "session_id", "request_id", "parent_run_id", "parent_call_id", "input_digest"),
+    *("run_id", "start_id", "session_id", "request_id", "parent_run_id", "parent_call_id", "input_digest"),
     *("reason", "final", "unfinished", "finalizing", "error"),
 )
 

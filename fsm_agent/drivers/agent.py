@@ -199,13 +199,14 @@ class Agent(RunsAgain):
         parent: Mapping[str, str] | None = None,
         deps: Any = None,
         request: str | None = None,
+        start_id: str | None = None,
     ) -> AgentRun:
         """A new run object, its store not written yet (``start`` writes it, ``arun`` awaits that).
 
         ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it,
         and ``request`` the request that takes the turn (``Session.run``'s ``request_id``), stored too;
         ``parent`` links the run to the tool call it answers (``as_tool``: ``persist.journal.LINK``); the
-        parent's remaining ``limits`` are given as ``limits``.
+        parent's remaining ``limits`` are given as ``limits``, and the start it is (``child_runs``) as ``start_id``.
         """
         if not isinstance(user_input, str):
             msg = f"user_input must be a str, got {type(user_input).__name__}"
@@ -232,6 +233,7 @@ class Agent(RunsAgain):
             observers=observers,
             store=store_for(store),
             run_id=run_id,
+            start_id=start_id,
             session=session,
             parent=parent,
             deps=deps,

@@ -85,7 +85,7 @@ class AgentRun(SyncDriver, AsyncDriver):
             raise ValueError(_decided_without_store(data.get("run_id")))
         position = Run(snapshot.limits_of(data, **lifted), [], table=agent.table, policies=agent.on_stop)
         snapshot.load(position, data, agent.table.states)
-        run_id = data.get("run_id")
+        run_id, start_id = data.get("run_id"), data.get("start_id")
         run = cls(
             agent,
             position,
@@ -93,6 +93,7 @@ class AgentRun(SyncDriver, AsyncDriver):
             observers=observers,
             store=store,
             run_id=run_id if isinstance(run_id, str) and run_id else None,
+            start_id=start_id if isinstance(start_id, str) else "",  # none: a snapshot older than start ids
             session=session_id(data.get("session_id")),
             request=session_id(data.get("request_id")),  # the request that took a session's turn: kept with it
             parent=link_of(data),

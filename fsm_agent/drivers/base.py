@@ -8,7 +8,6 @@ shape), so the sync and async paths cannot drift apart.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
 from fsm_agent.definition.triggers import EXPIRED
 from fsm_agent.drivers.checks import check_children_priced
-from fsm_agent.drivers.position import ReadThrough
+from fsm_agent.drivers.position import MadeWhenRead, ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer, WatchedRun
 from fsm_agent.errors import AgentLoopError, RunStateError
@@ -48,6 +47,7 @@ class RunBase(WatchedRun):
     _closing: Transition | None = None  # taken while deferred, closed once its checkpoint is awaited
     forked_from: tuple[str | None, int] | None = None
     """A fork's source run and the transition it was taken after (``Agent.fork``); None for any other run."""
+    _start_id: str | None = None  # a resumed run's or a sub-agent's, given; else made when first read
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
     # The sub-agent calls in flight, by call id: what their children's runs spent and completed (drivers.cut_spend).
     _flying: dict[str, InFlight] | None = None
@@ -68,6 +68,7 @@ class RunBase(WatchedRun):
         observers: Sequence[Observer] = (),
         store: Store | None = None,
         run_id: str | None,
+        start_id: str | None = None,
         session: str | None = None,
         parent: Mapping[str, str] | None = None,
         deps: Any = None,
@@ -92,6 +93,8 @@ class RunBase(WatchedRun):
         settings = self._settings = agent.settings
         self.stepper = Stepper(position, settings, list(schemas), rows)
         self._run_id = run_id
+        if start_id is not None:
+            self._start_id = start_id
         self.agent = agent
         self._model = agent.model
         self._registry = agent.registry
@@ -106,7 +109,9 @@ class RunBase(WatchedRun):
         self._store = store
         # The run's ownership and journal in the store; the async driver sets _deferred and awaits the write.
         self._journal = (
-            None if store is None else journal_for(store, self.run_id, session, parent, forked_from, request)
+            None
+            if store is None
+            else journal_for(store, self.run_id, self.start_id, session, parent, forked_from, request)
         )
         if forked_from is not None:  # most runs are no fork: the class's None serves them
             self.forked_from = forked_from
@@ -123,13 +128,10 @@ class RunBase(WatchedRun):
 
     # --- reading the run --------------------------------------------------------------------------------------
 
-    @property
-    def run_id(self) -> str:
-        """The run's id in stores, snapshots and events; a fresh random one unless one was given."""
-        if self._run_id is None:
-            # Made when first asked for: most runs nobody stores or watches never need one.
-            self._run_id = uuid.uuid4().hex
-        return self._run_id
+    run_id = MadeWhenRead()
+    """The run's id in stores, snapshots and events; a fresh random one unless one was given."""
+    start_id = MadeWhenRead()
+    """This start of the run (``RunContext.start_id``): fresh at each start, kept by a resume and a take-over."""
 
     @property
     def state(self) -> State:
@@ -193,7 +195,7 @@ class RunBase(WatchedRun):
         counts = self.position.counts
         usage = counts.usage()
         call_id, name = (None, None) if call is None else (call.id, call.name)
-        return RunContext(self._deps, self.run_id, call_id, usage, name, counts.turns)
+        return RunContext(self._deps, self.run_id, call_id, usage, name, counts.turns, self.start_id)
 
     def has_deadline(self) -> bool:
         """Whether the run has a ``timeout``, at which a call in flight is abandoned (see ``tools.context``)."""
@@ -230,7 +232,7 @@ class RunBase(WatchedRun):
         extra = {} if self._journal is None else self._journal.stamp()
         if self.forked_from is not None:
             extra["forked_from"] = list(self.forked_from)
-        return snapshot.dump(self.position, run_id=self.run_id, paused=self.paused, **extra)
+        return snapshot.dump(self.position, run_id=self.run_id, start_id=self.start_id, paused=self.paused, **extra)
 
     # --- around each effect and transition ---------------------------------------------------------------
 

@@ -198,7 +198,9 @@ def _new_run(
     """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
     text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
     deps = deps_of(parent, child)
-    begun = child.agent._begin(text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps)  # noqa: SLF001
+    begun = child.agent._begin(  # noqa: SLF001 - a sub-agent's run is begun by its parent's
+        text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps, start_id=_child_start(parent, call)
+    )
     if parent.position.calls.carried_down:
         # Taken from the parent's run before the child's run holding it is stored: a Ctrl-C meanwhile must not
         # write the parent without it (RunBase._keep_cut), until the child's store entry is written (_opened).
@@ -209,6 +211,18 @@ def _new_run(
         # What of it a cut counted (cut_spend) the child's spend leaves out; the rest (a fork's) it counts.
         begun.stepper.carry_in(handed)
     return begun
+
+
+def _child_start(parent: RunBase, call: ToolCall) -> str:
+    """A new child run's ``start_id``: made from its parent's start and call, the same each time they start it.
+
+    A parent resumed without a store starts the child of a call cut in
+    flight again: the child's call cut with it then goes out under the keys
+    it went out under, as a resumed run's does.  A new start of the parent
+    (a fork, ``overwrite=True``) makes a new one; under a parent from before
+    start ids (``""``) the child has none either.
+    """
+    return parent.start_id and uuid.uuid5(uuid.NAMESPACE_URL, f"{parent.start_id}/{call.id}").hex
 
 
 def _opened(parent: RunBase, child: RunBase) -> None:

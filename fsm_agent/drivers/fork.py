@@ -15,6 +15,7 @@ until the fork is whole.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +65,9 @@ def prepared(
     if run_id is not None:
         run_id = check_run_id(run_id)  # as start(run_id=...): an empty id is refused, not made a fresh one
     # What the rebuilt snapshot says of the run it belongs to (its id, version, session, parent): none is the fork's.
-    links = {"run_id", VERSION_KEY, "session_id", "request_id", "request_turns", *LINK, "forked_from"}
+    links = {"run_id", "start_id", VERSION_KEY, "session_id", "request_id", "request_turns", *LINK, "forked_from"}
     data = {k: v for k, v in run.snapshot().items() if k not in links}
+    data["start_id"] = uuid.uuid4().hex  # a fork is a run started anew: the calls it sends are its own
     data["messages"] = list(source["messages"][: len(data["messages"])])  # the source's own, system prompt too
     # A call the rebuilt run still holds undecided waited, in the source, for a decision taken after the fork point:
     # whether the fork holds it is its own agent's approve= (the source's rejections held it for the rebuild only).

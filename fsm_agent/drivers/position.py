@@ -1,11 +1,13 @@
 """Read-through attributes: a run handle shows its position's counters under the same names (``run.turns``).
 
-An agent shows its settings record's fields the same way (``agent.limits``).
+An agent shows its settings record's fields the same way (``agent.limits``);
+a run handle's ids are made when first read (``MadeWhenRead``).
 """
 
 from __future__ import annotations
 
 import operator
+import uuid
 from typing import Any, Generic, TypeVar, overload
 
 T = TypeVar("T")
@@ -43,3 +45,29 @@ class ReadThrough(Generic[T]):
     def __set__(self, handle: Any, value: object) -> None:
         msg = f"{self._name} is read-only: it is read from {self._holder}.{self._name}"
         raise AttributeError(msg)
+
+
+class MadeWhenRead:
+    """A run handle's id (``run_id``, ``start_id``): the one it was given, else a fresh random one made when first read.
+
+    Most runs nobody stores or watches never need theirs, so none is made
+    for them.  The handle keeps it in ``_<name>`` (its class says None).
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    @overload
+    def __get__(self, handle: None, owner: type) -> MadeWhenRead: ...
+
+    @overload
+    def __get__(self, handle: Any, owner: type | None = None) -> str: ...
+
+    def __get__(self, handle: Any | None, owner: type | None = None) -> str | MadeWhenRead:
+        if handle is None:
+            return self
+        made: str | None = getattr(handle, self._slot)
+        if made is None:
+            made = uuid.uuid4().hex
+            setattr(handle, self._slot, made)
+        return made

@@ -40,6 +40,7 @@ async def astore_for(target: StoreTarget | None) -> Store | None:
 def journal_for(
     store: Store,
     run_id: str,
+    start_id: str,
     session: str | None,
     parent: Mapping[str, str] | None,
     forked_from: tuple[str | None, int] | None = None,
@@ -48,7 +49,9 @@ def journal_for(
     """The journal through which a run owns and writes its stored run."""
     from fsm_agent.persist.journal import Journal
 
-    return Journal(store, run_id, session=session, parent=parent, forked_from=forked_from, request=request)
+    return Journal(
+        store, run_id, start_id=start_id, session=session, parent=parent, forked_from=forked_from, request=request
+    )
 
 
 async def awaited(store: Any, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -52,10 +52,11 @@ the block raises ``StartupTimeoutError`` (a ``ConnectionError`` and a
 ``TimeoutError``) saying what did not come.  A ``KeyboardInterrupt`` or a
 cancelled task during start-up stops it too, and is raised as it is.
 
-Each call's request names the run and the call in its ``_meta``
-(``RUN_ID_KEY``, ``CALL_ID_KEY``): a call cut in flight and made again when
-the run is resumed carries the same two, so a server can key its effect by
-them and make it once, as a local tool does with its ``call_id`` parameter.
+Each call's request names the run, its start and the call in its ``_meta``
+(``RUN_ID_KEY``, ``START_ID_KEY``, ``CALL_ID_KEY``): a call cut in flight and
+made again when the run is resumed carries the same three, so a server can
+key its effect by them and make it once, as a local tool does with its
+``call_id`` parameter; a run started again under its id has a new start.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_STARTUP_TIMEOUT",
     "RUN_ID_KEY",
+    "START_ID_KEY",
     "McpTools",
     "StartupTimeoutError",
     "http_tools",
@@ -172,17 +174,19 @@ CONTEXT = "_fsm_agent_context"
 
 
 def call_keys(context: RunContext[Any]) -> dict[str, Any]:
-    """The request ``_meta`` naming the run and the call: the same when a cut call is made again after a resume.
+    """The request ``_meta`` naming the run, its start and the call: the same when a resume makes a cut call again.
 
-    A server keys an effect by both (a call id is unique only within its
-    run) to make it once (``docs/how-to/mcp.md``).
+    A server keys an effect by the three (a call id is unique only within
+    one start of its run) to make it once (``docs/how-to/mcp.md``).
     """
-    keys = {RUN_ID_KEY: context.run_id, CALL_ID_KEY: context.call_id}
+    keys = {RUN_ID_KEY: context.run_id, START_ID_KEY: context.start_id, CALL_ID_KEY: context.call_id}
     return {key: value for key, value in keys.items() if value}
 
 
 RUN_ID_KEY = "fsm-agent/run_id"
 """The ``_meta`` key of each tool call's request that holds the run's id (none for a run without one)."""
+START_ID_KEY = "fsm-agent/start_id"
+"""The ``_meta`` key that holds the run's start (``RunContext.start_id``): new when a run starts again under its id."""
 CALL_ID_KEY = "fsm-agent/call_id"
 """The ``_meta`` key of each tool call's request that holds the call's id (``ToolCall.id``)."""
 

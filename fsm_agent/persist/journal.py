@@ -69,6 +69,7 @@ class Journal(Checkpoints, CutWrites):
         store: Store,
         run_id: str,
         owner: str | None = None,
+        start_id: str = "",
         session: str | None = None,
         parent: Mapping[str, str] | None = None,
         forked_from: tuple[str | None, int] | None = None,
@@ -81,6 +82,7 @@ class Journal(Checkpoints, CutWrites):
         self._named: dict[str, Any] = (
             {"run_id": run_id} if session is None else {"run_id": run_id, "session_id": session}
         )
+        self._named["start_id"] = start_id  # "": a run loaded from a snapshot written before start ids
         if parent is not None:
             self._named.update(parent)
         if forked_from is not None:  # a fork names its source run and the transition it was taken after

@@ -46,7 +46,11 @@ class RunContext(Generic[T]):
     caller sees as that call's error result, saying how to give them
     (``has_deps`` asks first).  ``usage`` is the run's tokens so far,
     ``turn`` the model turn the call came from; ``tool_name`` and
-    ``call_id`` name the call (None outside a tool call).
+    ``call_id`` name the call (None outside a tool call).  ``start_id``
+    names this start of the run: new each time a run is started (under a
+    used ``run_id`` too, with ``overwrite=True``), the same after a resume
+    or a take-over, so run, start and call together name one call made
+    once ("" for a run from a snapshot older than start ids).
     """
 
     _deps: T | None = attrs.field(default=None, repr=False)  # an application's objects are not for logs
@@ -55,6 +59,7 @@ class RunContext(Generic[T]):
     usage: Usage = attrs.field(factory=Usage)
     tool_name: str | None = None
     turn: int = 0
+    start_id: str = ""
 
     @property
     def deps(self) -> T:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from support.exactly_once import ataken_over, taken_over
-from support.exactly_once_audit import LEASE, WAIT, McpBatch, mcp_run_until_killed, mcp_tools
+from support.exactly_once_audit import LEASE, WAIT, McpBatch, keys_named, mcp_run_until_killed, mcp_tools
 from support.sdk import skip_unless_installed
 from support.store_cases import child_process, durable_calls
 
@@ -85,5 +85,9 @@ def test_an_mcp_batch_whose_process_is_killed_mid_call_is_finished_by_a_new_owne
     assert result.final == "1 | h finished after 1"
     assert _counted(counts) == {"a": 1, "h:started": 2, "h": 1}  # bump never sent again; hang made again
     assert [m.tool_call_id for m in result.messages if m.role == "tool"] == ["b1", "h1"]
-    # The killed process's request and the new owner's named the same run and call: a server can key its effect.
-    assert json.loads((tmp_path / "counts.keys.json").read_text()) == {"a": ["r b1"], "h": ["r h1", "r h1"]}
+    # The killed process's request and the new owner's named the same run, start and call: a server can key its
+    # effect by them.
+    named, starts = keys_named(counts)
+    assert named == {"a": ["r b1"], "h": ["r h1", "r h1"]}
+    assert len(starts) == 1
+    assert starts != {"None"}

@@ -16,6 +16,7 @@ side effect is made, ``model <who>`` for each model call.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 from collections import Counter
@@ -262,3 +263,10 @@ def mcp_run_until_killed(target: str, driver: str, counts: str, every: str) -> N
         store = open_store(target, lease=LEASE, every=every)
         drive(Agent(McpBatch(), tools, max_concurrency=2), driver, store, "r")
     raise AssertionError("the run was never killed")
+
+
+def keys_named(counts: Path) -> tuple[dict[str, list[str]], set[str]]:
+    """What the audit server's requests named in their ``_meta``: ``"<run> <call>"`` by label, and every start id."""
+    by_label = json.loads(counts.with_name(f"{counts.stem}.keys.json").read_text())
+    named = {label: [entry.rsplit(" ", 1)[0] for entry in entries] for label, entries in by_label.items()}
+    return named, {entry.rsplit(" ", 1)[1] for entries in by_label.values() for entry in entries}

@@ -4,13 +4,16 @@ Every tool counts its calls by label in the JSON file named by
 ``FSM_AGENT_TEST_COUNTS`` (``<label>`` when it completes, ``<label>:started``
 as it starts), so a test sees on the server's side how often each really ran.
 ``hang`` and ``bump`` also list, by label, the run and call ids each request's
-``_meta`` named (``"<run_id> <call_id>"``) in ``<counts stem>.keys.json``
+``_meta`` named (``"<run_id> <call_id> <start_id>"``) in ``<counts stem>.keys.json``
 beside it.
 
 - ``hang(label)`` counts its start; its first call under a label then
   waits until its request is cancelled or the server exits (a call a run's
   timeout or cancel cuts), a later one completes and counts ``<label>``.
 - ``bump(label)`` counts one completed side effect.
+- ``once(label)`` makes its effect (counts ``label``) once per run, start
+  and call its request names, and counts every request as ``label:sent``;
+  ``once_then_hang(label)`` then waits, on its first request, as ``hang``.
 - ``retire(name)`` removes the tool ``name`` from the server: the tool list
   changes under a client that listed it earlier.
 - ``mixed()`` returns text, an image, an embedded text resource, an embedded
@@ -65,13 +68,14 @@ def _count_locked(key: str) -> int:
 
 
 def _keyed(label: str, ctx: Context) -> None:
-    """List the run and call ids the request's ``_meta`` named, under ``label``."""
+    """List the run, call and start ids the request's ``_meta`` named, under ``label``."""
     meta = ctx.request_context.meta or {}
     with _COUNTING:
         path = Path(os.environ["FSM_AGENT_TEST_COUNTS"])
         path = path.with_name(f"{path.stem}.keys.json")
         keys = json.loads(path.read_text()) if path.exists() else {}
-        keys.setdefault(label, []).append(f"{meta.get('fsm-agent/run_id')} {meta.get('fsm-agent/call_id')}")
+        named = (meta.get(f"fsm-agent/{key}") for key in ("run_id", "call_id", "start_id"))
+        keys.setdefault(label, []).append(" ".join(map(str, named)))
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(keys))
         tmp.replace(path)
@@ -91,6 +95,39 @@ def bump(label: str, ctx: Context) -> int:
     """Count one side effect under ``label``."""
     _keyed(label, ctx)
     return _count(label)
+
+
+def _made_once(label: str, ctx: Context) -> bool:
+    """Count ``label:sent``; make the effect (count ``label``) unless a request with the same keys made it."""
+    meta = ctx.request_context.meta or {}
+    key = " ".join(str(meta.get(f"fsm-agent/{name}")) for name in ("run_id", "start_id", "call_id"))
+    with _COUNTING:
+        _count_locked(f"{label}:sent")
+        path = Path(os.environ["FSM_AGENT_TEST_COUNTS"])
+        path = path.with_name(f"{path.stem}.once.json")
+        made = json.loads(path.read_text()) if path.exists() else []
+        if key in made:
+            return False
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([*made, key]))
+        tmp.replace(path)
+        _count_locked(label)
+        return True
+
+
+@server.tool()
+def once(label: str, ctx: Context) -> str:
+    """A server that makes its effect once per run, start and call (``docs/how-to/mcp.md``)."""
+    return "made" if _made_once(label, ctx) else "made before"
+
+
+@server.tool()
+async def once_then_hang(label: str, ctx: Context) -> str:
+    """As ``once``; the first request under ``label`` then waits until cancelled (its answer never arrives)."""
+    made = _made_once(label, ctx)
+    if _count(f"{label}:started") == 1:
+        await anyio.sleep_forever()
+    return "made" if made else "made before"
 
 
 @server.tool()

@@ -1,0 +1,117 @@
+"""A run's ``start_id``: fresh at each start, kept by a resume, a new one for a fork; stored as its tools see it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from fsm_agent import Agent, AgentLoopError, ForkEdit, RunContext, ToolRegistry
+from fsm_agent.errors import SnapshotError
+from fsm_agent.persist import open_store
+from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
+
+DRIVERS = ["sync", "async"]
+
+
+def _agent(seen: list[str], *turns: int, **limits: Any) -> Agent:
+    """A turn calling ``mark`` (which notes the start it was called under) for each of ``turns``, then an answer."""
+    tools = ToolRegistry()
+
+    @tools.register
+    def mark(n: int, context: RunContext[None]) -> str:
+        """Note the run's start."""
+        seen.append(context.start_id)
+        return "marked"
+
+    model = FakeModel(*(tool_turn(tool_call("mark", id=f"c{n}", n=n)) for n in turns or (1, 2)), reply("ok"))
+    return Agent(model, tools, **limits)
+
+
+def _stopped(agent: Agent, driver: str, **how: Any) -> dict[str, Any]:
+    """The run, stopped at ``max_steps`` after its first turn: its snapshot."""
+    with pytest.raises(AgentLoopError) as stop:
+        agent.run("go", **how) if driver == "sync" else asyncio.run(agent.arun("go", **how))
+    assert stop.value.reason == "max_steps"
+    snapshot = stop.value.result.snapshot
+    assert snapshot is not None
+    return json.loads(json.dumps(snapshot))
+
+
+def _resumed(agent: Agent, driver: str, source: dict[str, Any], **how: Any) -> Any:
+    if driver == "sync":
+        return agent.resume(source, max_steps=5, **how).finish()
+
+    async def go() -> Any:
+        run = await agent.aresume(source, max_steps=5, **how)
+        return await run.afinish()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("resumer", DRIVERS)
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_resumed_run_keeps_its_start_and_a_new_run_under_the_same_id_gets_another(
+    store_target: str, driver: str, resumer: str
+) -> None:
+    seen: list[str] = []
+    agent = _agent(seen, max_steps=1)
+    with open_store(store_target) as store:
+        _stopped(agent, driver, store=store, run_id="r")
+        stored = store.load("r")
+        _resumed(agent, resumer, stored, store=store)
+        _stopped(_agent(seen, max_steps=1), driver, store=store, run_id="r", overwrite=True)
+        again = store.load("r")
+    first, kept, new = seen
+    assert first == kept == stored["start_id"]
+    assert len(first) == 32
+    assert new == again["start_id"] != first
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_snapshot_carries_the_start_to_a_resume_without_a_store(driver: str) -> None:
+    seen: list[str] = []
+    agent = _agent(seen, max_steps=1)
+    snapshot = _stopped(agent, driver, run_id="r")
+    _resumed(agent, driver, snapshot)
+    assert seen[0] == seen[1] == snapshot["start_id"]
+
+
+def test_a_fork_is_a_new_start() -> None:
+    seen: list[str] = []
+    agent = _agent(seen, max_steps=1)
+    snapshot = _stopped(agent, "sync", run_id="r")
+    edit = ForkEdit(limits={"max_steps": 5})
+    fork = _agent(seen, 2).fork(snapshot, 2, edit=edit)  # after c1's dispatch: its result is the source's
+    fork_start = fork.snapshot()["start_id"]
+    assert fork.finish().final == "ok"
+    assert fork_start not in (snapshot["start_id"], "")
+    assert seen == [snapshot["start_id"], fork_start]
+
+
+def test_a_snapshot_from_before_start_ids_resumes_with_none_and_sends_no_start_key() -> None:
+    """The keys a server gets are what the process that wrote the snapshot sent: a run and a call id, no start."""
+    from fsm_agent.mcp import START_ID_KEY, call_keys
+
+    seen: list[str] = []
+    keys: list[dict[str, Any]] = []
+    agent = _agent(seen, max_steps=1)
+    snapshot = _stopped(agent, "sync", run_id="r")
+    del snapshot["start_id"]
+    run = agent.resume(snapshot, max_steps=5)
+    keys.append(call_keys(run.run_context(tool_call("mark", id="c2", n=2))))
+    run.finish()
+    assert seen[1] == ""
+    assert START_ID_KEY not in keys[0]
+    assert keys[0] == {"fsm-agent/run_id": "r", "fsm-agent/call_id": "c2"}
+
+
+def test_a_start_id_that_is_no_string_is_a_snapshot_error_naming_it() -> None:
+    seen: list[str] = []
+    agent = _agent(seen, max_steps=1)
+    snapshot = _stopped(agent, "sync", run_id="r")
+    snapshot["start_id"] = 7
+    with pytest.raises(SnapshotError, match="snapshot field start_id must be a string or null, got 7"):
+        agent.resume(snapshot, max_steps=5)
