@@ -150,6 +150,8 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         approvals = run.calls.approvals  # _rejected, inlined: only a run with decisions can hold a rejection
         if call.id in run.calls.ran or (approvals and approvals.get(call.id, True) is not True):
             return None
+        if self._cut and call.id in self._cut:
+            return None  # a sub-agent call cut with the run: the run stops here (step), it is not made again
         if run.calls.carried and self._carry(call):
             return None  # the source run's outcome of the same call is taken: nothing to do but replay it
         if not parallel:
