@@ -24,7 +24,7 @@ from fsm_agent.core.exchanges import ExchangeLog
 from fsm_agent.core.firing import FINALIZE_INSTRUCTION as FINALIZE_INSTRUCTION
 from fsm_agent.core.firing import fire
 from fsm_agent.core.history import compaction_problem
-from fsm_agent.core.late_decisions import on_ended_run
+from fsm_agent.core.late_decisions import not_pending, on_ended_run
 from fsm_agent.core.output_kinds import Invalid
 from fsm_agent.core.outside import CutWithRun, OutsideEvents
 from fsm_agent.core.result import conclude, evidence_for
@@ -116,10 +116,13 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         return self.approve is not None or bool(self.run.calls.to_approve)
 
     def decide(self, approvals: Mapping[str, bool | str]) -> None:
-        """``ApprovalGate.decide``; on a run that ended, a ``ValueError`` saying what became of each call, none kept."""
+        """``ApprovalGate.decide``; on a run that ended, or for a call it no longer holds, a ``ValueError`` saying
+        what became of each call, none kept."""
         check_approvals(approvals)
         if self.run.at.state in TERMINAL:
             raise ValueError(on_ended_run(self.run, approvals, self.approve))
+        if gone := not_pending(self.run, approvals, self.approve):
+            raise ValueError(gone)
         super().decide(approvals)
 
     def effect(self, *, parallel: bool = False) -> Effect | None:

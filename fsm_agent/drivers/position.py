@@ -7,6 +7,7 @@ a run handle's ids are made when first read (``MadeWhenRead``).
 from __future__ import annotations
 
 import operator
+import threading
 import uuid
 from typing import Any, Generic, TypeVar, overload
 
@@ -68,6 +69,13 @@ class MadeWhenRead:
             return self
         made: str | None = getattr(handle, self._slot)
         if made is None:
-            made = uuid.uuid4().hex
-            setattr(handle, self._slot, made)
+            # A run's sync tools read it on worker threads at once (run_context()): one id is made, under a lock.
+            with _MAKING:
+                made = getattr(handle, self._slot)
+                if made is None:
+                    made = uuid.uuid4().hex
+                    setattr(handle, self._slot, made)
         return made
+
+
+_MAKING = threading.Lock()

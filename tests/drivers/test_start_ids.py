@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import threading
 from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, AgentLoopError, ForkEdit, RunContext, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, ForkEdit, RunContext, ToolRegistry, run_context
 from fsm_agent.errors import SnapshotError
 from fsm_agent.persist import open_store
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 DRIVERS = ["sync", "async"]
+WAIT = 30.0
+"""Seconds the barrier waits at most: its four threads start within milliseconds of each other."""
 
 
 def _agent(seen: list[str], *turns: int, **limits: Any) -> Agent:
@@ -115,3 +119,36 @@ def test_a_start_id_that_is_no_string_is_a_snapshot_error_naming_it() -> None:
     snapshot["start_id"] = 7
     with pytest.raises(SnapshotError, match="snapshot field start_id must be a string or null, got 7"):
         agent.resume(snapshot, max_steps=5)
+
+
+def test_parallel_sync_tools_of_a_run_without_a_store_all_see_its_one_run_id_and_start() -> None:
+    """The ids are made when first read; four worker threads reading them at once (run_context()) make one each.
+
+    A race: each run's four calls meet at a barrier and then read at once, with
+    the interpreter switching threads as often as it can. Without the lock about
+    half of such runs told their tools two ids; fifty runs are checked.
+    """
+    gate = threading.Barrier(4)
+    tools = ToolRegistry()
+    told: list[tuple[str, str]] = []
+
+    @tools.register
+    def mark(n: int) -> str:
+        """Note the ids the run is known by."""
+        gate.wait(timeout=WAIT)
+        context = run_context()
+        told.append((context.run_id, context.start_id))
+        return "marked"
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(50):
+            told.clear()
+            model = FakeModel(tool_turn(*(tool_call("mark", id=f"c{n}", n=n) for n in range(4))), reply("ok"))
+            result = asyncio.run(Agent(model, tools).arun("go"))
+            assert result.final == "ok"
+            assert len(told) == 4
+            assert len(set(told)) == 1, f"one run told its tools {set(told)}"
+    finally:
+        sys.setswitchinterval(interval)
