@@ -133,6 +133,7 @@ def rebuilding(agent: Agent, recording: dict[str, Any], at: int) -> tuple[AgentR
     double = copy.copy(agent)
     double.model = replies = _Replies(recording["model_calls"])
     outside = RecordedOutside(recording, replies)
+    outside.until = at  # a fork before a recorded deadline starts with none of the time the source spent past it
     parts = agent.run_parts if agent.run_parts[0] == agent.registry.version else agent.refresh_parts()
     double.registry = _Results(agent.registry, recording)  # type: ignore[assignment]
     double.run_parts = (parts[0], {}, parts[2], parts[3])  # a sub-agent's call returns its recorded outcome

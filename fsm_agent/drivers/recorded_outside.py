@@ -199,6 +199,8 @@ class RecordedOutside:
             if reason in ("timeout", "cancelled"):
                 self.stops[index] = (reason, entry["source"] == "ExecuteTool" and trigger in _AFTER_CALL)
         self.run: AgentRun | None = None
+        self.until: int | None = None
+        """The last transition taken again (a fork's point); a stop after it is not met (None: every stop)."""
         self.now = 0.0
         self._met: set[int] = set()
         self._token: CancelToken | None = None
@@ -217,7 +219,7 @@ class RecordedOutside:
             return self.now
         index = len(run.trace)
         stop = self.stops.get(index)
-        if stop is None or index in self._met:
+        if stop is None or index in self._met or (self.until is not None and index > self.until):
             return self.now
         reason, after_call = stop
         if after_call:

@@ -167,3 +167,22 @@ def test_a_fork_at_a_timeout_stop_its_edit_does_not_lift_says_so_and_stores_noth
         assert "from cancelled with a cancel token not cancelled" in said
         assert (model.asked, tool.ran) == (0, Counter())
         assert [run.run_id for run in store.list_runs()] == ["src"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_fork_just_before_a_timeout_stop_starts_with_no_seconds_and_goes_on(store_target: str, driver: str) -> None:
+    """Forked at the transition that sent the cut ``c1``: the source's deadline is past the fork point, not met.
+
+    The rebuild used to meet the stop recorded at the next transition as soon
+    as the fork point was taken, so the fork started with the source's whole
+    timeout spent and stopped at once, calling nothing.
+    """
+    with open_store(store_target) as store:
+        cut, source, _, _ = cut_source(f"timeout-{driver}", store)
+        stop, _ = stop_of(cut)
+        model, tool = Model(), Tool()
+        fork = forked_and_finished(driver, store, "src", stop - 1, model=model, tool=tool, run_id="fork")
+    assert (fork.reason, fork.final) == ("done", ANSWER)
+    assert fork.trace[:stop] == source.trace[:stop]
+    assert fork.steps[0].counters["seconds"][0] < cut["limits"]["timeout"]
