@@ -27,10 +27,10 @@ from fsm_agent.core.hand_down import (
 )
 from fsm_agent.core.ledger import answer_unexecuted, count_cut_child, count_cut_share, uncount_cuts
 from fsm_agent.core.walker import Walker
-from fsm_agent.definition.derived import resumes_finalize
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
+from fsm_agent.definition.table import first_row
 from fsm_agent.definition.triggers import INTERRUPTED, RESUME
 from fsm_agent.records import ChildOutcome, ToolCall, Transition
 from fsm_agent.tools import ToolResult
@@ -232,8 +232,8 @@ class OutsideEvents:
         ``retry`` lets a ``model_error`` run call the model again.  On the
         edge, the stop's facts are cleared, and a reply whose calls never ran
         has them answered, so the next model call sees every call answered.
-        A finalize call made again (``resumes_finalize``) keeps the stop it
-        answers for: that stop still stands.
+        A finalize call made again (a row that ``keeps_finalize``) keeps the
+        stop it answers for: that stop still stands.
         ``before`` (the limits the run stopped under, which the resume may have
         lifted) is kept with the edge's index, so a fork can rebuild the run past it.
         """
@@ -241,13 +241,14 @@ class OutsideEvents:
         if run.at.state is not Failed:
             return None
         run.at.retry_model = retry
-        entry = self.walker.try_fire(run, RESUME)
-        if entry is None:
+        row = first_row(run, RESUME)
+        if row is None:
             return None
+        entry = self.walker.take(run, row)
         if entry.dest == AwaitModel:
             answer_unexecuted(run, "the reply that asked for this call was not usable")
         run.at.reason, run.at.evidence, run.at.final = None, {}, ""
-        if entry.guard != resumes_finalize.__name__:
+        if not row.keeps_finalize:
             run.at.finalizing = None
         run.faults.model_exception = run.faults.condition_error = None
         run.at.unfinished = None

@@ -90,6 +90,8 @@ class Row:
     dest: State
     guard: Guard | None = None
     reason: str | None = None
+    keeps_finalize: bool = False
+    """A ``resume`` row that makes a cut ``finalize`` call again: the run keeps the stop the call answers for."""
     entry: Transition = attrs.field(init=False, eq=False, repr=False)
     """The trace entry of taking this row: immutable and the same every time, so built once."""
     test: Guard | None = attrs.field(init=False, eq=False, repr=False)  # what first_row calls: see Declared.test
@@ -290,7 +292,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
         Row(S.Failed, RESUME, S.Dispatch, resumes_before_answer),
         Row(S.Failed, RESUME, S.AwaitModel, resumes_before_model),
         Row(S.Failed, RESUME, S.AwaitModel, retries_model_call),
-        Row(S.Failed, RESUME, S.AwaitModel, resumes_finalize),
+        Row(S.Failed, RESUME, S.AwaitModel, resumes_finalize, keeps_finalize=True),
     ]
     used = [stop for stop in (*stops, CONDITION_ERROR) if any(row.reason == stop.reason for row in flow)]
     return Table(flow + finalize + resume, [stop.reason for stop in used], stops=used)
