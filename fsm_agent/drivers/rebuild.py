@@ -28,13 +28,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fsm_agent.core import snapshot
-from fsm_agent.core.approval import rejection_in
 from fsm_agent.core.exchanges import message_from, response_from
 from fsm_agent.definition.limits import Limits
 from fsm_agent.drivers.agent_run import AgentRun
-from fsm_agent.drivers.fork_source import error_in
 from fsm_agent.drivers.fork_spend import whole_result
-from fsm_agent.drivers.recorded_outside import RecordedOutside
+from fsm_agent.drivers.recorded_outside import RecordedOutside, recorded_decisions
 from fsm_agent.errors import ContextOverflowError, ForkError
 from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
@@ -348,33 +346,6 @@ def decisions(run: AgentRun, recording: dict[str, Any]) -> dict[str, bool | str]
     for call in run.awaiting():
         decision = known.get(call.id, (call.name, None))[1]
         found[call.id] = (call.id in made) if decision is None else decision
-    return found
-
-
-def recorded_decisions(recording: dict[str, Any]) -> dict[str, tuple[str, bool | str | None]]:
-    """What the recording says of each call a person could have decided on: by call id, its tool and the decision.
-
-    None: the call ran without waiting for anyone; True: it waited and was
-    approved; False or a reason text: a person rejected it.  A call that
-    ran is known where the recording kept whether it waited (``held``, kept
-    for runs made since it was); a rejected one in any recording, from the
-    answer the model was given.  Calls the recording says nothing of are
-    left out.
-    """
-    found: dict[str, tuple[str, bool | str | None]] = {}
-    for call in recording["tool_calls"]:
-        if isinstance(call.get("held"), bool):
-            found[call["id"]] = (call["name"], True if call["held"] else None)
-    ran = {c["id"] for c in recording["tool_calls"]}
-    own = recording["messages"][recording["prior"] :]
-    names = {c["id"]: c["name"] for m in own for c in m.get("tool_calls") or ()}
-    for message in own:
-        call_id = message.get("tool_call_id")
-        if message["role"] != "tool" or call_id in ran or call_id not in names:
-            continue
-        rejected = rejection_in(names[call_id], error_in(message["content"]) or "")
-        if rejected is not None:
-            found[call_id] = (names[call_id], rejected)
     return found
 
 

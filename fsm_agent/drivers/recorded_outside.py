@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fsm_agent.core.approval import rejection_in
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.snapshot import cut_shares_of, cuts_taken_back_of
 from fsm_agent.definition.states import AwaitModel
-from fsm_agent.definition.triggers import INTERRUPTED
+from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
+from fsm_agent.drivers.fork_source import error_in
 from fsm_agent.records import ChildOutcome, ToolCall, Transition
 
 if TYPE_CHECKING:
@@ -59,12 +61,21 @@ class RecordedCuts:
     def __init__(self, recording: dict[str, Any], model: Departs) -> None:
         self.model = model  # a replay whose request departed is a new run past there (re-recording): never cut
         self.trace: list[dict[str, Any]] = recording["trace"]
-        self.at = [i for i, entry in enumerate(self.trace) if entry["trigger"] == "interrupted"]
+        # A deadline that passed while a tool batch was out is such a cut too: the batch's leading calls that came
+        # back first are kept by its stop.
+        self.at = [
+            i
+            for i, entry in enumerate(self.trace)
+            if entry["trigger"] == INTERRUPTED or (entry["trigger"] == EXPIRED and entry["source"] == "ExecuteTool")
+        ]
         self.turns = [call.get("turn") for call in recording["model_calls"]]
         self.last = (len(self.trace) - 1, recording.get("unfinished"))
         # The calls the recording holds an outcome of: a call answered without one (its run stopped, or finalized,
         # before making it: "not executed") was never made, and came back before no cut.
         self.answered = {call["id"] for call in recording["tool_calls"]}
+        # A call a person rejected was never made either, but its rejection is taken in one transition as a
+        # result is: after a resume it is one of the calls the resume took in.
+        self.answered |= {i for i, (_, said) in recorded_decisions(recording).items() if said is not True}
         # Each cut's share of a sub-agent call, by the transitions taken before it was counted (none recorded: a
         # recording from before they were kept, whose answers bring what the cuts counted instead; fork_spend).
         self.shares: dict[int, list[tuple[str, ChildOutcome]]] = {}
@@ -152,7 +163,7 @@ class RecordedCuts:
         return pending[: max(len(pending) - made, 0)]
 
     def _cut(self, run: AgentRun) -> Transition:
-        """The driver's stop for the call its task's cancel cut: the stepper takes the ``interrupted`` edge."""
+        """The driver's stop for the call its task's cancel (or its deadline) cut: the edge the recorded run took."""
         index, position = len(run.trace), run.position
         if index == self.last[0]:  # the recording ends on this stop: it names what it cut (none: cut before a call)
             named = str(self.last[1] or "")
@@ -163,7 +174,8 @@ class RecordedCuts:
         else:
             ran = position.calls.ran
             named = ", ".join(call.id for call in position.calls.pending if call.id not in ran)
-        return run._interrupt(INTERRUPTED, named or None)  # noqa: SLF001 - the driver's own stop, as it took it
+        trigger = self.trace[index]["trigger"]
+        return run._interrupt(trigger, named or None)  # noqa: SLF001 - the driver's own stop, as it took it
 
 
 _AFTER_CALL = ("tool_done", "finalize")
@@ -234,3 +246,30 @@ class RecordedOutside:
         elif self._token is not None:
             self._token.cancel("the recorded run was cancelled here")
         return self.now
+
+
+def recorded_decisions(recording: dict[str, Any]) -> dict[str, tuple[str, bool | str | None]]:
+    """What the recording says of each call a person could have decided on: by call id, its tool and the decision.
+
+    None: the call ran without waiting for anyone; True: it waited and was
+    approved; False or a reason text: a person rejected it.  A call that
+    ran is known where the recording kept whether it waited (``held``, kept
+    for runs made since it was); a rejected one in any recording, from the
+    answer the model was given.  Calls the recording says nothing of are
+    left out.
+    """
+    found: dict[str, tuple[str, bool | str | None]] = {}
+    for call in recording["tool_calls"]:
+        if isinstance(call.get("held"), bool):
+            found[call["id"]] = (call["name"], True if call["held"] else None)
+    ran = {c["id"] for c in recording["tool_calls"]}
+    own = recording["messages"][recording["prior"] :]
+    names = {c["id"]: c["name"] for m in own for c in m.get("tool_calls") or ()}
+    for message in own:
+        call_id = message.get("tool_call_id")
+        if message["role"] != "tool" or call_id in ran or call_id not in names:
+            continue
+        rejected = rejection_in(names[call_id], error_in(message["content"]) or "")
+        if rejected is not None:
+            found[call_id] = (names[call_id], rejected)
+    return found

@@ -26,8 +26,8 @@ import attrs
 from fsm_agent.core.exchanges import response_from
 from fsm_agent.core.hand_down import canonical_arguments
 from fsm_agent.drivers.fork_spend import counted_result
-from fsm_agent.drivers.rebuild import recorded_decisions
 from fsm_agent.drivers.recorded_outside import RecordedOutside as Outside
+from fsm_agent.drivers.recorded_outside import recorded_decisions
 from fsm_agent.errors import ContextOverflowError
 from fsm_agent.persist.recording import canonical
 from fsm_agent.records import Message, ModelResponse, OutputSchema, ToolCall, child_outcome, plain
@@ -216,7 +216,7 @@ class RecordedHolds:
     """A replayed agent's ``approve=`` rule, held to what the recording says of each call it is asked about.
 
     The rule decides, as in any run; a call whose hold the recording knows
-    (``rebuild.recorded_decisions``: whether each call it ran waited, and
+    (``recorded_outside.recorded_decisions``: whether each call it ran waited, and
     every rejected call) and that the rule decides otherwise is kept as
     ``departure`` (the first such call) and held either way, so the replay
     pauses there and makes no call.  A call the recording says nothing of (one
