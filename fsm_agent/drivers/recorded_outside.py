@@ -40,7 +40,9 @@ class Departs(Protocol):
 
 
 class RecordedCuts:
-    """Where the recorded run was cut with a call due: its ``interrupted`` edges, each taken again where it was.
+    """Where the recorded run was cut with a call due: its ``interrupted`` edges (and a deadline's in a tool batch).
+
+    Each is taken again where it was.
 
     Why a replay or a fork's rebuild needs them: its calls come back at once
     and nobody cancels its task, so the call the recorded run's task was
