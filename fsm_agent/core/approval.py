@@ -294,17 +294,14 @@ class ApprovalGate:
 
         ``False`` and ``""`` are one decision (rejected, no reason given), kept
         as ``False``.  Every decision is checked before any is recorded: a call
-        that is not pending, already ran, needs no approval or was decided
-        otherwise is a ``ValueError``, and the run is left as it was.  (The
-        stepper refuses every decision on a run that ended first.)
+        that already ran, needs no approval or was decided otherwise is a
+        ``ValueError``, and the run is left as it was.  (The stepper refuses
+        first every decision on a run that ended and on a call that is not
+        pending, saying what became of it: ``late_decisions``.)
         """
         check_approvals(approvals)
         calls = self.run.calls
         for call_id, decision in approvals.items():
-            if not any(call.id == call_id for call in calls.pending):
-                known = ", ".join(call.id for call in calls.pending) or "none"
-                msg = f"no pending tool call has id {call_id!r} (pending: {known})"
-                raise ValueError(msg)
             if call_id in calls.ran:
                 msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
                 raise ValueError(msg)
