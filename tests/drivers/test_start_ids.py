@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fsm_agent import Agent, AgentLoopError, ForkEdit, RunContext, ToolRegistry, run_context
-from fsm_agent.errors import SnapshotError
+from fsm_agent.errors import RunLeasedError, SnapshotError, StaleRunError
 from fsm_agent.persist import open_store
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
@@ -152,3 +152,35 @@ def test_parallel_sync_tools_of_a_run_without_a_store_all_see_its_one_run_id_and
             assert len(set(told)) == 1, f"one run told its tools {set(told)}"
     finally:
         sys.setswitchinterval(interval)
+
+
+@pytest.mark.parametrize("drivers", [("sync", "sync"), ("sync", "async"), ("async", "async")])
+def test_two_owners_resuming_a_stored_run_at_once_one_goes_on_under_its_stored_start(
+    store_target: str, drivers: tuple[str, str]
+) -> None:
+    """Both read the stopped run, then claim it at the same moment: one makes ``c2`` under the stored start, once."""
+    seen: list[str] = []
+    with open_store(store_target) as store:
+        _stopped(_agent(seen, max_steps=1), "sync", store=store, run_id="r")
+        stored_start = store.load("r")["start_id"]
+    gate = threading.Barrier(2)
+    outcomes: list[object] = [None, None]
+
+    def owner(i: int, driver: str) -> None:
+        with open_store(store_target) as store:
+            data = store.load("r")
+            gate.wait(timeout=WAIT)
+            try:
+                outcomes[i] = _resumed(_agent(seen, 2), driver, data, store=store)
+            except (RunLeasedError, StaleRunError) as refused:
+                outcomes[i] = refused
+
+    threads = [threading.Thread(target=owner, args=(i, driver)) for i, driver in enumerate(drivers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    finished = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert len(finished) == 1, outcomes
+    assert sum(isinstance(o, RunLeasedError) for o in outcomes) == 1, outcomes  # StaleRunError is one
+    assert seen == [stored_start, stored_start]  # c1 by the first owner, c2 once, by the winner
