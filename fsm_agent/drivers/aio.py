@@ -89,6 +89,11 @@ class AsyncDriver(ConcurrentCalls):
         if effect is None:  # most transitions need no I/O
             return self._step()
         if isinstance(effect, ModelCall | ToolBatch):
+            if isinstance(effect, ModelCall) and self._settings.history_processors:
+                effect = await self._aprocessed(effect)  # first: the checks below see the time and lease they leave
+                if effect is None:  # what a processor made cannot be sent: a model_error, no call made
+                    self._observe()
+                    return self._step()
             journal = self._journal
             if journal is not None and journal.due():
                 await journal.ahold(self.position)  # no call on a run this object let go of or may have lost
@@ -140,8 +145,17 @@ class AsyncDriver(ConcurrentCalls):
         # Off the loop and within the time left (see OutputSpec.acheck): cut at the deadline, the run stops on
         # timeout (that edge returned). A cancel while the check runs leaves the answer unchecked in Dispatch (a
         # resume checks it again) and propagates.
+        # The lease is renewed while validators run, as during a call (see SyncDriver._check).
         remaining = self._remaining()
-        return self._checked(await effect.output.acheck(effect.text, remaining), remaining)
+        journal = self._journal
+        if journal is not None:
+            journal.abeat()
+        try:
+            checked = await effect.output.acheck(effect.text, remaining)
+        finally:
+            if journal is not None:
+                journal.rest()
+        return self._checked(checked, remaining)
 
     async def _acarry(self, effect: ModelCall | ToolBatch) -> Transition | None:
         """Await the call (a turn's tool calls at once), the lease renewed meanwhile; past the deadline, the stop.
@@ -222,17 +236,41 @@ class AsyncDriver(ConcurrentCalls):
             raise
         return self._outcome_of_run()
 
+    async def _aprocessed(self, effect: ModelCall) -> ModelCall | None:
+        """``SyncDriver._processed``, awaited: an async processor on the event loop, a sync one on a thread.
+
+        On a thread, so the loop is never held up: neither the other runs on
+        it nor this run's heartbeat, which renews the lease meanwhile.  A
+        cancel of the task meanwhile stops the run ``cancelled`` before the
+        call, as one during the call does (``_acarry``).
+        """
+        import asyncio
+
+        journal = self._journal
+        if journal is not None:
+            journal.abeat()
+        try:
+            messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
+            for processor in self._settings.history_processors:
+                if inspect.iscoroutinefunction(processor):
+                    made = await processor(messages)
+                else:
+                    made = await _awaited(await asyncio.to_thread(processor, messages))
+                messages = sendable(made, processor_name(processor))
+        except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
+            self._model_failed(exc)
+            return None
+        except asyncio.CancelledError as exc:
+            if not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit) and left_above() is None:
+                self._interrupt(INTERRUPTED, None)  # the task cancelled before the call: stopped, no call made
+            raise
+        finally:
+            if journal is not None:
+                journal.rest()
+        self.stepper.will_send(messages)
+        return ModelCall(tuple(messages), effect.tools, effect.turn)
+
     async def _acall_model(self, effect: ModelCall) -> None:
-        if self._settings.history_processors:
-            try:
-                messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-                for processor in self._settings.history_processors:
-                    messages = sendable(await _awaited(processor(messages)), processor_name(processor))
-            except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
-                self._model_failed(exc)
-                return
-            self.stepper.will_send(messages)
-            effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         try:
             acomplete = getattr(self._model, "acomplete", None)
             astream = self._streaming("acomplete_stream") if self._wants_text else None
@@ -307,7 +345,8 @@ class AsyncDriver(ConcurrentCalls):
 
         The cut write is written or read back, the transitions needing no call
         are taken (an answer that had come ends it ``Done``), and the run stops
-        ``cancelled`` on the ``interrupted`` edge before any call: ``afinish()``
+        ``cancelled`` on the ``interrupted`` edge before any call (a finalize call's
+        too: the run keeps its stop, the call left for a resume): ``afinish()``
         makes it first if the token was cancelled after the last check before it.
         """
         stepper = self.stepper
@@ -316,7 +355,7 @@ class AsyncDriver(ConcurrentCalls):
                 if stepper.gated and stepper.paused:
                     return  # written paused: nothing is called until a decision
                 self._observe()
-                if isinstance(stepper.effect(), ModelCall | ToolBatch | CompactHistory) and not self.finalizing:
+                if isinstance(stepper.effect(), ModelCall | ToolBatch | CompactHistory):
                     self._deferred = True
                     try:
                         self._interrupt(INTERRUPTED, None)

@@ -123,9 +123,13 @@ async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncGenerator[Str
                         yield feed.popleft()
             except BaseException:
                 # The reader stopped or was cancelled: the run records the call cut off, as a cancelled arun would.
-                step.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await step
+                if step.cancel():
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await step
+                elif not step.cancelled():
+                    # Ended: what it raised is taken, not raised again.  A Ctrl-C in it has left the loop already
+                    # (asyncio.run then cancels this task); raised here again, it would cut asyncio.run's shutdown.
+                    step.exception()
                 raise
             step.result()
             while feed:

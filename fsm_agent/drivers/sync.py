@@ -82,6 +82,11 @@ class SyncDriver(RunBase):
         if effect is None:  # most transitions need no I/O
             return self._step()
         if isinstance(effect, ModelCall | ToolBatch):
+            if isinstance(effect, ModelCall) and self._settings.history_processors:
+                effect = self._processed(effect)  # first: the checks below see the time and lease they leave
+                if effect is None:  # what a processor made cannot be sent: a model_error, no call made
+                    self._observe()
+                    return self._step()
             journal = self._journal
             if journal is not None and journal.due():
                 journal.hold(self.position)  # no call on a run this object let go of or may have lost
@@ -135,16 +140,26 @@ class SyncDriver(RunBase):
 
     def _check(self, effect: CheckOutput) -> Transition | None:
         # Within the time left, on a worker (see OutputSpec.check): cut at the deadline, the run stops on timeout
-        # (that edge returned).
+        # (that edge returned).  The lease is renewed while validators run, as during a call: one may be a paid
+        # model call of its own, not to be taken over by a second owner and made twice.
         remaining = self._remaining()
-        return self._checked(effect.output.check(effect.text, remaining), remaining)
+        journal = self._journal
+        if journal is not None:
+            journal.beat()
+        try:
+            checked = effect.output.check(effect.text, remaining)
+        finally:
+            if journal is not None:
+                journal.rest()
+        return self._checked(checked, remaining)
 
     def _end_cut(self) -> None:
         """A run nobody drives on (its stream's reader stopped): ended, no call made; ``AsyncDriver._aend_cut``.
 
         The transitions needing no call are taken (an answer that had come
         ends it ``Done``), and the run stops ``cancelled`` on the
-        ``interrupted`` edge before any call, written and let go: left where
+        ``interrupted`` edge before any call (a finalize call's too: the run keeps
+        its stop, the call left for a resume), written and let go: left where
         it was, it would be neither ended nor resumable by anyone holding it.
         """
         stepper = self.stepper
@@ -152,7 +167,7 @@ class SyncDriver(RunBase):
             if stepper.gated and stepper.paused:
                 return  # written paused: nothing is called until a decision
             self._observe()
-            if isinstance(stepper.effect(), ModelCall | ToolBatch | CompactHistory) and not self.finalizing:
+            if isinstance(stepper.effect(), ModelCall | ToolBatch | CompactHistory):
                 self._interrupt(INTERRUPTED, None)
                 return
             self.advance()
@@ -263,17 +278,32 @@ class SyncDriver(RunBase):
             if self._abandoned:
                 raise _Abandoned
 
+    def _processed(self, effect: ModelCall) -> ModelCall | None:
+        """The call with what the history processors make of its messages; None if one failed (a ``model_error``).
+
+        Before the checks of the call, which then see the time the processors
+        took: a call they delayed past the deadline is not made, as one its
+        hooks delayed.  The lease is renewed while they run, as during a call
+        (a slow processor is not taken over by a second owner), and held
+        again before the call if it is due.
+        """
+        journal = self._journal
+        if journal is not None:
+            journal.beat()
+        try:
+            messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
+            for processor in self._settings.history_processors:
+                messages = sendable(settle(processor(messages)), processor_name(processor))
+        except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
+            self._model_failed(exc)
+            return None
+        finally:
+            if journal is not None:
+                journal.rest()
+        self.stepper.will_send(messages)
+        return ModelCall(tuple(messages), effect.tools, effect.turn)
+
     def _call_model(self, effect: ModelCall) -> None:
-        if self._settings.history_processors:
-            try:
-                messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-                for processor in self._settings.history_processors:
-                    messages = sendable(settle(processor(messages)), processor_name(processor))
-            except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
-                self._model_failed(exc)
-                return
-            self.stepper.will_send(messages)
-            effect = ModelCall(tuple(messages), effect.tools, effect.turn)
         # Without a store or a deadline (so unclocked) there is nothing to let go of or take back: most runs
         # skip both calls.
         held = self._clock_each_transition and (self._journal is not None or self._mutex is not None)

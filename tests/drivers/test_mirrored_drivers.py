@@ -25,6 +25,7 @@ TWINS = {
     "_acompact": "_compact",
     "ahold": "hold",
     "_aafter_reply": "_after_reply",
+    "_aprocessed": "_processed",
 }
 """The async driver's names of the sync driver's steps."""
 

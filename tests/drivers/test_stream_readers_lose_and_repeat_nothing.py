@@ -368,3 +368,87 @@ def test_a_broken_stream_keeps_the_text_it_showed_in_the_result(driver: str) -> 
     assert "".join(shown) == "half of it"
     result: RunResult = stop.value.result
     assert result.evidence["streamed"] == "half of it"
+
+
+@pytest.mark.parametrize("model_class", [FakeModel, Typist], ids=["plain", "streams"])
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_reader_that_leaves_at_the_finalize_edge_gets_no_finalize_call_and_a_resume_makes_it_once(
+    driver: str, model_class: type[FakeModel]
+) -> None:
+    """The finalize call is a call like any: a reader gone before it leaves the stop standing, the call for a resume.
+
+    Docs (streaming.md, "Stopping early"): the run stops before its next
+    call; a run on its way to a finalize call keeps its stop, with
+    ``evidence["finalize"]["outcome"] == "cancelled"``, and a resume makes
+    the call (``resumes_finalize``).
+    """
+    tools = Counted()
+    model = model_class(tool_turn(tool_call("bump", id="a", key="a")), reply("A is bumped, the rest is missing."))
+    agent = Agent(model, tools.registry, max_steps=1, on_stop={"max_steps": "finalize"})
+    failed: list[TransitionEvent] = []
+    agent.on("failed", failed.append)
+    if driver == "sync":
+        before = set(stream_threads())
+        stream = agent.stream("q")
+        for event in stream:
+            if isinstance(event, TransitionEvent) and event.trigger == "finalize":
+                break
+        stream.close()  # type: ignore[attr-defined]
+        for thread in set(stream_threads()) - before:
+            thread.join(timeout=30)
+    else:
+
+        async def leave() -> None:
+            events = agent.astream("q")
+            async for event in events:
+                if isinstance(event, TransitionEvent) and event.trigger == "finalize":
+                    break
+            await events.aclose()
+
+        asyncio.run(leave())
+    assert len(model.seen) == 1  # the finalize call was not made for a reader who had left
+    (stop,) = failed
+    assert (stop.source, stop.reason) == ("AwaitModel", "cancelled")  # the edge; the run keeps its stop
+    assert stop.result is not None
+    assert stop.result.reason == "max_steps"
+    assert stop.result.evidence["finalize"]["outcome"] == "cancelled"
+    resumed = agent.resume(stop.result)
+    result = resumed.finish() if driver == "sync" else asyncio.run(resumed.afinish())
+    assert (result.reason, result.final) == ("max_steps", "A is bumped, the rest is missing.")
+    assert result.evidence["finalize"] == {"outcome": "answered"}
+    assert len(model.seen) == 2
+    assert tools.ran == {"a": 1}
+
+
+def test_a_ctrl_c_in_a_tool_under_astream_leaves_asyncio_run_to_close_its_async_generators() -> None:
+    """The interrupt reaches the caller once; asyncio.run's shutdown still runs (a store closes connections there).
+
+    The reading task, cancelled by that shutdown, must not raise the
+    interrupt its step already raised out of the loop: asyncio.run would
+    then skip closing the loop's async generators and its thread pool.
+    """
+    closed: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.register
+    def interrupts(key: str) -> str:
+        """Raise a Ctrl-C, as one arriving while the tool runs would."""
+        raise KeyboardInterrupt
+
+    async def held_open() -> Any:  # an async generator the loop must close at its shutdown
+        try:
+            yield 1
+            await asyncio.sleep(3600)
+        finally:
+            closed.append("closed")
+
+    async def main() -> None:
+        held = held_open()
+        await held.__anext__()
+        agent = Agent(Typist(tool_turn(tool_call("interrupts", key="a"), content="Calling it.")), registry)
+        async for _ in agent.astream("q"):
+            pass
+
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(main())
+    assert closed == ["closed"]
