@@ -292,25 +292,61 @@ class Agent(RunsAgain):
             return await run.afinish()
 
     def stream(
-        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None, deps: Any = None
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        store: StoreTarget | None = None,
+        run_id: str | None = None,
+        overwrite: bool = False,
+        history: History | None = None,
+        deps: Any = None,
     ) -> Iterator[StreamEvent]:
         """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it.
 
         A model that can stream (``complete_stream``) is called that way, and
         its reply's text arrives as ``TextDelta`` events before the
-        transition that takes the reply in.
+        transition that takes the reply in.  ``store``, ``run_id`` and
+        ``overwrite`` are ``start``'s: the run is written when the first
+        event is asked for.
         """
         check_sync_model(self.model, "stream", "agent.astream(...)", "complete_stream")
         feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
-        run = self.start(user_input, cancel=cancel, observers=[feed.put], history=history, deps=deps)
+        run = self.start(
+            user_input,
+            cancel=cancel,
+            observers=[feed.put],
+            store=store,
+            run_id=run_id,
+            overwrite=overwrite,
+            history=history,
+            deps=deps,
+        )
         yield from streaming.events(run, feed)
 
     async def astream(
-        self, user_input: str, *, cancel: CancelToken | None = None, history: History | None = None, deps: Any = None
+        self,
+        user_input: str,
+        *,
+        cancel: CancelToken | None = None,
+        store: StoreTarget | None = None,
+        run_id: str | None = None,
+        overwrite: bool = False,
+        history: History | None = None,
+        deps: Any = None,
     ) -> AsyncIterator[StreamEvent]:
-        """The async twin of ``stream`` (a model streams through ``acomplete_stream``)."""
+        """The async twin of ``stream`` (a model streams through ``acomplete_stream``); a store is written awaited."""
         feed: deque[StreamEvent] = deque()
-        run = self.start(user_input, cancel=cancel, observers=[feed.append], history=history, deps=deps)
+        run = await self.astart(
+            user_input,
+            cancel=cancel,
+            observers=[feed.append],
+            store=store,
+            run_id=run_id,
+            overwrite=overwrite,
+            history=history,
+            deps=deps,
+        )
         # Closed with this generator (a reader that stops reading), as ``yield from`` closes the sync one's.
         async with contextlib.aclosing(streaming.aevents(run, feed)) as events:
             async for event in events:

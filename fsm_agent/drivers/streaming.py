@@ -68,7 +68,8 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
         finally:
             feed.put(_END)
 
-    threading.Thread(target=drive, name=f"fsm_agent stream {run.run_id}", daemon=True).start()
+    driver = threading.Thread(target=drive, name=f"fsm_agent stream {run.run_id}", daemon=True)
+    driver.start()
     try:
         while (item := feed.get()) is not _END:
             if item is _STEPPED:
@@ -77,8 +78,16 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
                 raise item.error
             else:
                 yield item
+    except GeneratorExit:
+        # The reader stopped reading (it broke out of its loop, or closed this): the transition in progress ends,
+        # then the run stops cancelled (drive), and only then does close() return, as it does with no thread: a
+        # store holds the run ended and let go by the time the reader's next line runs.
+        stopped = True
+        go.release()
+        driver.join()
+        raise
     finally:
-        # A reader that stops reading lets the transition in progress end, then the run stops cancelled (drive).
+        # Also on an interrupt or an error: the run stops at its next step (drive), nobody waiting for it.
         stopped = True
         go.release()
     run.finish()

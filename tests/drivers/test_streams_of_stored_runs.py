@@ -1,0 +1,132 @@
+"""``stream(store=...)`` and ``astream(store=...)``: a streamed run is stored like ``run``'s, and a reader gone early
+leaves it stopped and free, for a resume that makes each call once.
+
+docs/how-to/streaming.md ("Stopping early": "A stored run is written so,
+and let go").  The model answers by the conversation so far, so any owner
+can go on from any point; each tool execution and model turn is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from fsm_agent import Agent, Message, ModelResponse, RunExistsError, ToolRegistry, TransitionEvent
+from fsm_agent.persist import open_store
+from fsm_agent.testing import reply, tool_call, tool_turn
+
+
+class ByHistory:
+    """Turn 1 asks for ``a`` and ``b`` at once, turn 2 for ``c``, turn 3 answers; each turn counted."""
+
+    def __init__(self, counts: Counter[str]) -> None:
+        self.counts = counts
+
+    def complete(self, messages: list[Message], tools: Any) -> ModelResponse:
+        turn = 1 + sum(1 for m in messages if m.role == "assistant")
+        self.counts[f"model:{turn}"] += 1
+        if turn == 1:
+            return tool_turn(tool_call("work", id="a", key="a"), tool_call("work", id="b", key="b"))
+        if turn == 2:
+            return tool_turn(tool_call("work", id="c", key="c"))
+        return reply("done: " + ", ".join(sorted(m.content for m in messages if m.role == "tool")))
+
+
+class Streams(ByHistory):
+    """``ByHistory`` that streams each reply's text: ``stream()`` then drives the run on a thread of its own."""
+
+    def complete_stream(self, messages: list[Message], tools: Any, on_text: Any) -> ModelResponse:
+        response = self.complete(messages, tools)
+        for word in response.message.content.split():
+            on_text(word)
+        return response
+
+    async def acomplete_stream(self, messages: list[Message], tools: Any, on_text: Any) -> ModelResponse:
+        return self.complete_stream(messages, tools, on_text)
+
+
+def make_agent(counts: Counter[str], *, streams: bool = False) -> Agent:
+    registry = ToolRegistry()
+
+    @registry.register
+    def work(key: str) -> str:
+        """Count one execution of ``key``."""
+        counts[f"tool:{key}"] += 1
+        return key.upper()
+
+    return Agent((Streams if streams else ByHistory)(counts), registry)
+
+
+EXPECTED = Counter({"model:1": 1, "model:2": 1, "model:3": 1, "tool:a": 1, "tool:b": 1, "tool:c": 1})
+FINAL = 'done: "A", "B", "C"'  # each result as its JSON text
+
+
+def _stream(agent: Agent, driver: str, store: Any, *, leave_after: int | None = None, **keywords: Any) -> list[Any]:
+    """The events of ``stream``/``astream`` of run "r" in ``store``; the reader leaves after ``leave_after`` edges.
+
+    The sync reader just breaks out of its loop, closing nothing: the generator is closed as it is let go of.
+    """
+    if driver == "sync":
+        seen: list[Any] = []
+        for event in agent.stream("q", store=store, run_id="r", **keywords):
+            seen.append(event)
+            if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
+                break
+        return seen
+
+    async def go() -> list[Any]:
+        seen: list[Any] = []
+        events = agent.astream("q", store=store, run_id="r", **keywords)
+        async for event in events:
+            seen.append(event)
+            if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
+                break
+        await events.aclose()  # type: ignore[attr-defined]
+        return seen
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_stream_read_to_the_end_stores_the_run_done(store_target: str, driver: str) -> None:
+    counts: Counter[str] = Counter()
+    with open_store(store_target) as store:
+        events = _stream(make_agent(counts), driver, store)
+        stored = store.load("r")
+    edges = [event for event in events if isinstance(event, TransitionEvent)]
+    assert (edges[-1].dest, stored["state"], stored["final"]) == ("Done", "Done", FINAL)
+    assert counts == EXPECTED
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_stream_under_a_stored_id_is_refused_before_anything_is_called(store_target: str, driver: str) -> None:
+    counts: Counter[str] = Counter()
+    with open_store(store_target) as store:
+        _stream(make_agent(counts), driver, store)
+        with pytest.raises(RunExistsError):
+            _stream(make_agent(counts), driver, store)
+        events = _stream(make_agent(counts), driver, store, overwrite=True)
+    assert events[-1].dest == "Done"
+    assert counts == EXPECTED + EXPECTED  # the refused stream called nothing; the overwrite is a new run
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["whole replies", "streamed replies"])
+@pytest.mark.parametrize("leave_after", [1, 3, 4, 6])
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_reader_gone_early_leaves_the_run_stored_stopped_and_free_and_a_resume_makes_each_call_once(
+    store_target: str, driver: str, leave_after: int, streams: bool
+) -> None:
+    """Stopped and written by the time the reader's next line runs, a streaming model's run (driven on a thread by
+    ``stream()``) too."""
+    counts: Counter[str] = Counter()
+    with open_store(store_target) as store:
+        _stream(make_agent(counts, streams=streams), driver, store, leave_after=leave_after)
+        stored = store.load("r")
+        assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
+        # Let go: another owner takes it at once, no lease to wait out.
+        result = make_agent(counts).resume(stored, store=store).finish()
+    assert result.final == FINAL
+    assert counts == EXPECTED
