@@ -182,8 +182,10 @@ def _ours(parent: RunBase, call: ToolCall, data: dict[str, Any] | None) -> bool:
 def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
     """The id for a child whose own id holds another run's child: one its input names.
 
-    Another run's child (a provider reusing call ids across runs, a parent
-    started again over its old id) is never taken for this call's answer.
+    Another call's child (a provider reusing call ids across runs, a parent
+    started again over its old id whose call asks the sub-agent another
+    input) is never taken for this call's answer; the call is what is
+    compared (parent id, call id, input digest), not the parent's question.
     """
     from fsm_agent.persist.journal import LINK
 
