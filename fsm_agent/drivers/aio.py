@@ -89,18 +89,19 @@ class AsyncDriver(ConcurrentCalls):
         if effect is None:  # most transitions need no I/O
             return self._step()
         if isinstance(effect, ModelCall | ToolBatch):
+            expired = await self._aheld_in_time()
+            if expired is not None:
+                return expired
+            if self._observed and not self._heard_before(effect):
+                return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
             if isinstance(effect, ModelCall) and self._settings.history_processors:
-                effect = await self._aprocessed(effect)  # first: the checks below see the time and lease they leave
+                effect = await self._aprocessed(effect)
                 if effect is None:  # what a processor made cannot be sent: a model_error, no call made
                     self._observe()
                     return self._step()
-            journal = self._journal
-            if journal is not None and journal.due():
-                await journal.ahold(self.position)  # no call on a run this object let go of or may have lost
-            if self._out_of_time():
-                return self._interrupt(EXPIRED, None)
-            if self._observed and not self._heard_before(effect):
-                return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
+                expired = await self._aheld_in_time()  # again: the processors took time, as hooks do
+                if expired is not None:
+                    return expired
             expired = await self._acarry(effect)
             if expired is not None:
                 return expired
@@ -235,6 +236,13 @@ class AsyncDriver(ConcurrentCalls):
             self._left_unfinished(exc)
             raise
         return self._outcome_of_run()
+
+    async def _aheld_in_time(self) -> Transition | None:
+        """``SyncDriver._held_in_time``, the lease held with the store's async methods."""
+        journal = self._journal
+        if journal is not None and journal.due():
+            await journal.ahold(self.position)
+        return self._interrupt(EXPIRED, None) if self._out_of_time() else None
 
     async def _aprocessed(self, effect: ModelCall) -> ModelCall | None:
         """``SyncDriver._processed``, awaited: an async processor on the event loop, a sync one on a thread.

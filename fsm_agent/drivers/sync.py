@@ -82,18 +82,19 @@ class SyncDriver(RunBase):
         if effect is None:  # most transitions need no I/O
             return self._step()
         if isinstance(effect, ModelCall | ToolBatch):
+            expired = self._held_in_time()
+            if expired is not None:
+                return expired
+            if self._observed and not self._heard_before(effect):
+                return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
             if isinstance(effect, ModelCall) and self._settings.history_processors:
-                effect = self._processed(effect)  # first: the checks below see the time and lease they leave
+                effect = self._processed(effect)
                 if effect is None:  # what a processor made cannot be sent: a model_error, no call made
                     self._observe()
                     return self._step()
-            journal = self._journal
-            if journal is not None and journal.due():
-                journal.hold(self.position)  # no call on a run this object let go of or may have lost
-            if self._out_of_time():
-                return self._interrupt(EXPIRED, None)
-            if self._observed and not self._heard_before(effect):
-                return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
+                expired = self._held_in_time()  # again: the processors took time, as hooks do
+                if expired is not None:
+                    return expired
             self._make_call(effect)
             if self._reply_unheard:
                 self._after_reply()
@@ -278,14 +279,26 @@ class SyncDriver(RunBase):
             if self._abandoned:
                 raise _Abandoned
 
+    def _held_in_time(self) -> Transition | None:
+        """Before a call: the lease held (renewed if a third gone) and the deadline not passed, or the stop it is.
+
+        A run this object let go of or may have lost makes no call (``hold``
+        raises), and a call the deadline has passed is not made: the run
+        stops ``timeout`` with nothing in flight.
+        """
+        journal = self._journal
+        if journal is not None and journal.due():
+            journal.hold(self.position)
+        return self._interrupt(EXPIRED, None) if self._out_of_time() else None
+
     def _processed(self, effect: ModelCall) -> ModelCall | None:
         """The call with what the history processors make of its messages; None if one failed (a ``model_error``).
 
-        Before the checks of the call, which then see the time the processors
-        took: a call they delayed past the deadline is not made, as one its
-        hooks delayed.  The lease is renewed while they run, as during a call
-        (a slow processor is not taken over by a second owner), and held
-        again before the call if it is due.
+        Between the call's hooks and the call, which is then checked again
+        (``_held_in_time``): a call they delayed past the deadline is not
+        made, as one its hooks delayed.  The lease is renewed while they run,
+        as during a call, so a slow processor is not taken over by a second
+        owner.
         """
         journal = self._journal
         if journal is not None:

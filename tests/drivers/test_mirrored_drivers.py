@@ -26,6 +26,7 @@ TWINS = {
     "ahold": "hold",
     "_aafter_reply": "_after_reply",
     "_aprocessed": "_processed",
+    "_aheld_in_time": "_held_in_time",
 }
 """The async driver's names of the sync driver's steps."""
 

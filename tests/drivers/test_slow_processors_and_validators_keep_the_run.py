@@ -273,3 +273,22 @@ def test_a_task_cancelled_in_a_processor_stops_the_run_cancelled_before_its_call
         result = Agent(model, ToolRegistry()).resume(stored, store=store).finish()
     assert result.final == "answer"
     assert model.calls == 1
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_processor_that_raises_is_heard_as_a_model_call_that_failed_between_its_two_events(driver: str) -> None:
+    """``before_model`` then ``after_model`` with the error, as for a failed call (a trace shows it errored): the
+    hooks still come first, the processors after them, the call not made."""
+    model = Counting()
+
+    def broken(messages: list[Message]) -> list[Message]:
+        raise KeyError("region")
+
+    agent = Agent(model, ToolRegistry(), history_processors=[broken], on_stop={"model_error": "return"})
+    heard: list[tuple[str, str | None]] = []
+    agent.on("before_model", lambda event: heard.append(("before_model", event.error)))
+    agent.on("after_model", lambda event: heard.append(("after_model", event.error)))
+    result = agent.run("q") if driver == "sync" else asyncio.run(agent.arun("q"))
+    assert result.reason == "model_error"
+    assert heard == [("before_model", None), ("after_model", "KeyError: 'region'")]
+    assert model.calls == 0
