@@ -124,9 +124,13 @@ class AgentRun(SyncDriver, AsyncDriver):
             run._observe()
             entry = run.stepper.resume(retry, snapshot.limits_of(data))  # the edge keeps what it stopped under
             if entry is None:
+                evidence = position.at.evidence
+                failed = position.at.reason == "model_error" and "error" in evidence  # what the model call raised
                 msg = (
-                    f"the run stopped with {position.at.reason!r}, which these limits do not lift "
-                    f"(counters {position.counters()}); {resumable or describe_resumable(agent.table.stops)}"
+                    f"the run stopped with {position.at.reason!r}"
+                    + (f" ({evidence.get('type', 'error')}: {evidence['error']})" if failed else "")
+                    + f", which these limits do not lift (counters {position.counters()}); "
+                    f"{resumable or describe_resumable(agent.table.stops)}"
                 )
                 raise ValueError(msg)
         if approvals:
@@ -251,7 +255,7 @@ def _decided_without_store(run_id: object) -> str:
     without decisions stays allowed: nothing is decided behind the store's back.
     """
     return (
-        f"approvals given for run {run_id!r}, a snapshot loaded from a store, without store=: the stored run would "
+        f"approvals given for run {run_id!r}, a snapshot of a stored run, without store=: the stored run would "
         "stay paused and make the call again when resumed from the store; pass store= (the store it came from), "
         "or record the decisions there with store.decide and resume with store="
     )

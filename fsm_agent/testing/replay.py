@@ -354,7 +354,10 @@ class RecordingFile:
         """The recording, read from ``path`` once (a missing file is a ``FileNotFoundError`` naming it)."""
         if self._data is None:
             if not self.path.is_file():
-                msg = f"no recording at {self.path}: export one with `python -m fsm_agent runs export RUN --out ...`"
+                msg = (
+                    f"no recording at {self.path}: export one with "
+                    "`python -m fsm_agent runs export RUN --store FILE|URL --out ...`"
+                )
                 raise FileNotFoundError(msg)
             self._data = read_recording(self.path)
         return self._data
