@@ -9,9 +9,7 @@ runs that begin where another was.
 from __future__ import annotations
 
 import contextlib
-import queue
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +27,6 @@ from fsm_agent.definition.stops import StopCondition
 from fsm_agent.definition.table import (
     Row,
 )
-from fsm_agent.drivers import streaming
 from fsm_agent.drivers.agent_again import RunsAgain
 from fsm_agent.drivers.agent_run import AgentRun as AgentRun  # also importable from here, as before
 from fsm_agent.drivers.checks import NO_PARTS, Parts, agent_settings, check_sync_model, model_of, registry_of
@@ -310,19 +307,11 @@ class Agent(RunsAgain):
         ``overwrite`` are ``start``'s: the run is written when the first
         event is asked for.
         """
-        check_sync_model(self.model, "stream", "agent.astream(...)", "complete_stream")
-        feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
+        check_sync_model(self.model, "stream", "agent.astream(...)", "complete_stream")  # before the store is written
         run = self.start(
-            user_input,
-            cancel=cancel,
-            observers=[feed.put],
-            store=store,
-            run_id=run_id,
-            overwrite=overwrite,
-            history=history,
-            deps=deps,
+            user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite, history=history, deps=deps
         )
-        yield from streaming.events(run, feed)
+        yield from run.stream()
 
     async def astream(
         self,
@@ -336,18 +325,10 @@ class Agent(RunsAgain):
         deps: Any = None,
     ) -> AsyncIterator[StreamEvent]:
         """The async twin of ``stream`` (a model streams through ``acomplete_stream``); a store is written awaited."""
-        feed: deque[StreamEvent] = deque()
         run = await self.astart(
-            user_input,
-            cancel=cancel,
-            observers=[feed.append],
-            store=store,
-            run_id=run_id,
-            overwrite=overwrite,
-            history=history,
-            deps=deps,
+            user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite, history=history, deps=deps
         )
         # Closed with this generator (a reader that stops reading), as ``yield from`` closes the sync one's.
-        async with contextlib.aclosing(streaming.aevents(run, feed)) as events:
+        async with contextlib.aclosing(run.astream()) as events:
             async for event in events:
                 yield event

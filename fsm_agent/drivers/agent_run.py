@@ -9,7 +9,10 @@ run in its store.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import contextlib
+import queue
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
@@ -22,8 +25,11 @@ from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
 from fsm_agent.definition.stops import next_call_forbidden
+from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
+from fsm_agent.drivers.checks import check_sync_model
 from fsm_agent.drivers.cut_runs import astop_cut
+from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import SnapshotError
@@ -36,6 +42,28 @@ if TYPE_CHECKING:
 
 class AgentRun(SyncDriver, AsyncDriver):
     """One run of an agent, driven by ``advance()``/``aadvance()`` (one transition) or ``finish()``/``afinish()``."""
+
+    def stream(self) -> Iterator[StreamEvent]:
+        """Drive the run to its end or a pause, yielding its events from here on, as ``Agent.stream`` does.
+
+        For a run ``Agent.resume`` returned (after a person's decision, say):
+        the resume edge it took is in its trace, and the stream begins with
+        the transition after it.  Stopping early stops the run as it does
+        for ``Agent.stream``.
+        """
+        check_sync_model(self.agent.model, "stream", "run.astream()", "complete_stream")
+        feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
+        self._watched_by(feed.put)
+        yield from streaming.events(self, feed)
+
+    async def astream(self) -> AsyncGenerator[StreamEvent, None]:
+        """The async twin of ``stream`` (a model streams through ``acomplete_stream``)."""
+        feed: deque[StreamEvent] = deque()
+        self._watched_by(feed.append)
+        # Closed with this generator (a reader that stops reading), as ``yield from`` closes the sync one's.
+        async with contextlib.aclosing(streaming.aevents(self, feed)) as events:
+            async for event in events:
+                yield event
 
     @classmethod
     def _resumed(

@@ -53,6 +53,7 @@ class WatchedRun:
     _hooks: Hooks
     _observers: tuple[Observer, ...]
     _observed: bool
+    _clock_each_transition: bool
     _wants_text: bool
     _shown: list[str]  # the text of the reply streaming in, kept for the stop's evidence if the reply never comes
     # Made by a run's first streaming call: held while a piece of text is taken in and heard, and while a stop
@@ -109,6 +110,12 @@ class WatchedRun:
     def _before_model(self) -> None:
         """The ``before_model`` event (only for an observed run)."""
         self._call_hooks(self._call_event("before_model", self.position.counts.turns + 1))
+
+    def _watched_by(self, observer: Observer) -> None:
+        """Tell ``observer`` of each transition from the next on too: a stream of a run begun without one."""
+        self._observers = (*self._observers, observer)
+        self._observed = True
+        self._clock_each_transition = True  # an observed run is told the time before every transition (RunBase)
 
     def on_text(self, observer: Callable[[TextDelta], object]) -> None:
         """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.

@@ -9,6 +9,7 @@ can go on from any point; each tool execution and model turn is counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -130,3 +131,65 @@ def test_a_reader_gone_early_leaves_the_run_stored_stopped_and_free_and_a_resume
         result = make_agent(counts).resume(stored, store=store).finish()
     assert result.final == FINAL
     assert counts == EXPECTED
+
+
+def _read(run: Any, driver: str, leave_after: int | None = None) -> list[Any]:
+    """The events of ``run.stream()`` or ``run.astream()``; the reader leaves after ``leave_after`` edges."""
+    if driver == "sync":
+        seen: list[Any] = []
+        for event in run.stream():
+            seen.append(event)
+            if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
+                break
+        return seen
+
+    async def go() -> list[Any]:
+        seen: list[Any] = []
+        async with contextlib.aclosing(run.astream()) as events:
+            async for event in events:
+                seen.append(event)
+                if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
+                    break
+        return seen
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["whole replies", "streamed replies"])
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_stored_run_resumed_with_a_decision_streams_on_and_a_reader_gone_early_leaves_it_for_the_next(
+    store_target: str, driver: str, streams: bool
+) -> None:
+    """``Agent.resume(..., approvals=, store=)`` then ``run.stream()``: the events from the transition after the
+    resume edge; a reader leaving after one edge stops the run, let go, and the next resume finishes it."""
+    counts: Counter[str] = Counter()
+
+    def careful() -> Agent:
+        agent = make_agent(counts, streams=streams)
+        return Agent(agent.model, agent.registry, approve={"work"})
+
+    with open_store(store_target) as store:
+        events = _stream(careful(), driver, store)
+        paused = events[-1].paused
+        assert paused is not None
+        assert [call.id for call in paused.pending] == ["a", "b"]
+        approvals = {"a": True, "b": True}
+        run = careful().resume(store.load("r"), approvals=approvals, store=store)
+        seen = _read(run, driver, leave_after=1)
+        # The first edge after the resume edge: the approved call made, taken in.
+        assert [(e.source, e.trigger) for e in seen if isinstance(e, TransitionEvent)] == [("ExecuteTool", "tool_done")]
+        stopped = store.load("r")
+        assert (stopped["state"], stopped["reason"]) == ("Failed", "cancelled")
+        resumed = careful().resume(stopped, store=store)
+        rest = _read(resumed, driver)
+        assert rest[-1].paused is not None  # the next turn's call waits for a person too
+        last = careful().resume(store.load("r"), approvals={"c": True}, store=store)
+        final = _read(last, driver)
+    assert final[-1].dest == "Done"
+    assert store_final(store_target) == FINAL
+    assert counts == EXPECTED
+
+
+def store_final(target: str) -> str:
+    with open_store(target) as store:
+        return str(store.load("r")["final"])
