@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 from fsm_agent.core import ledger
 from fsm_agent.core.coverage_watch import WATCHERS, notify
 from fsm_agent.core.result import conclude
-from fsm_agent.definition.derived import compacts_history, output_invalid
+from fsm_agent.definition.derived import compacts_history
 from fsm_agent.definition.states import TERMINAL, AwaitModel
 from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import Row, first_row
 from fsm_agent.definition.triggers import FINALIZE
-from fsm_agent.records import Message, Step, Transition
+from fsm_agent.records import Message, Transition
 
 if TYPE_CHECKING:
     from fsm_agent.core.stepper import Stepper
@@ -72,25 +72,13 @@ def take(stepper: Stepper, row: Row | None, trigger: str) -> Transition:
         conclude(run)
     elif dest is AwaitModel:
         run.at.frozen = False
-        if row.guard is output_invalid:
-            _ask_again(stepper)
+        if row.asks_again:
+            ledger.send_back(run, stepper.output)
         elif row.guard is compacts_history:
             run.talk.compacting = True
             if run.talk.context_head is None:
                 run.talk.context_head, run.talk.context_start = [], 0
     return entry
-
-
-def _ask_again(stepper: Stepper) -> None:
-    """Send a typed agent's answer back: record the failed check as a step, and tell the model the errors."""
-    run, output = stepper.run, stepper.output
-    assert run.talk.output_problem is not None  # the output_invalid guard held
-    assert output is not None
-    errors = run.talk.output_problem[0]
-    run.counts.output_retries += 1
-    run.talk.steps.append(Step(run.counts.turns - 1, "output_invalid", "; ".join(errors), run.counters()))
-    run.talk.messages.append(Message("user", output.retry_text(errors)))
-    run.talk.output_checked, run.talk.output_problem, run.talk.output = False, None, None
 
 
 def _finalize(stepper: Stepper, reason: str) -> Transition | None:

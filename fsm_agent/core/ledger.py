@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -17,6 +18,9 @@ from fsm_agent.core.reply_checks import usage_problem
 from fsm_agent.definition.run import Run, signature
 from fsm_agent.records import STOP_REASONS, ChildOutcome, Message, ModelResponse, Step, ToolCall, Usage
 from fsm_agent.tools import ToolResult
+
+if TYPE_CHECKING:
+    from fsm_agent.core.output import OutputSpec
 
 # One encoder, built once: json.dumps with options builds a new one per call, which costs more than the encoding.
 _arguments_text = json.JSONEncoder(ensure_ascii=False, default=repr).encode
@@ -109,6 +113,17 @@ def record_reply(run: Run, response: ModelResponse, price: Pricer | None = None)
         return f"model returned unknown stop_reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
     run.talk.last_response = response
     return None
+
+
+def send_back(run: Run, output: OutputSpec | None) -> None:
+    """Send a typed answer back: record the failed check as a step, count the retry, tell the model the errors."""
+    assert run.talk.output_problem is not None  # the row's guard held: an answer was not accepted
+    assert output is not None
+    errors = run.talk.output_problem[0]
+    run.counts.output_retries += 1
+    run.talk.steps.append(Step(run.counts.turns - 1, "output_invalid", "; ".join(errors), run.counters()))
+    run.talk.messages.append(Message("user", output.retry_text(errors)))
+    run.talk.output_checked, run.talk.output_problem, run.talk.output = False, None, None
 
 
 def count_tokens(run: Run, spent: Usage | ChildOutcome) -> None:

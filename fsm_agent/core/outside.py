@@ -13,6 +13,7 @@ see them as the sync driver's would.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -25,8 +26,11 @@ from fsm_agent.core.hand_down import (
     split_down,
     take_carried_down,
 )
-from fsm_agent.core.ledger import answer_unexecuted, count_cut_child, count_cut_share, uncount_cuts
+from fsm_agent.core.ledger import answer_unexecuted, count_cut_child, count_cut_share, send_back, uncount_cuts
 from fsm_agent.core.walker import Walker
+
+if TYPE_CHECKING:
+    from fsm_agent.core.output import OutputSpec
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
@@ -61,6 +65,7 @@ class OutsideEvents:
     __slots__ = ()
     run: Run
     walker: Walker
+    output: OutputSpec | None
     _took: set[str]
 
     def tell_time(self, elapsed: float) -> None:
@@ -247,6 +252,8 @@ class OutsideEvents:
         entry = self.walker.take(run, row)
         if entry.dest == AwaitModel:
             answer_unexecuted(run, "the reply that asked for this call was not usable")
+        if row.asks_again:  # the retry a cut forbade: the answer goes back as the edge into AwaitModel sends it
+            send_back(run, self.output)
         run.at.reason, run.at.evidence, run.at.final = None, {}, ""
         if not row.keeps_finalize:
             run.at.finalizing = None

@@ -23,7 +23,8 @@ from fsm_agent.core.hand_down import below_problem, down_problem
 from fsm_agent.core.snapshot_migrations import MIGRATIONS
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
-from fsm_agent.definition.states import AwaitModel, State
+from fsm_agent.definition.states import AwaitModel, Failed, State
+from fsm_agent.definition.table import SENDS_BACK
 from fsm_agent.definition.triggers import REPLIED
 from fsm_agent.errors import SnapshotError
 from fsm_agent.jsontext import versioned
@@ -293,8 +294,13 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.faults.model_exception = RuntimeError(data["error"])
     run.talk.prior = fields.prior(data, len(run.talk.messages))
     _load_compaction(run, data.get("compaction"))
-    # Each answer sent back is one output_invalid edge of the trace: the count needs no field of its own.
-    run.counts.output_retries = sum(1 for entry in run.at.trace if entry.guard == "output_invalid")
+    # Each answer sent back is one edge of the trace that sends it (Row.asks_again): the count needs no field.
+    run.counts.output_retries = sum(1 for entry in run.at.trace if entry.guard in SENDS_BACK)
+    if run.at.state is Failed and run.at.reason == "output_invalid":
+        # Why the answer was not taken, as its stop's evidence keeps it: a resume that lifts the stop which forbade
+        # its retry sends it back (resumes_output_retry).
+        evidence = run.at.evidence
+        run.talk.output_problem = (tuple(evidence.get("errors", ())), evidence.get("retryable", True))
     problems = contradictions(run)
     if problems:
         msg = "snapshot contradicts itself: " + "; ".join(problems)

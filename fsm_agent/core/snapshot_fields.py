@@ -121,12 +121,23 @@ def ended_on(data: Mapping[str, Any] | None) -> Any:
     keeps the stop that asked for the finalize as its reason, and the cut
     (``cancelled``, ``timeout``, ``model_error``) is only on its last edge.
     Whoever asks whether a run was cut, and so goes on when resumed, asks this.
+    So is a typed answer sent back for a retry that a cut forbade
+    (``output_invalid`` with ``blocked_by`` a cut): the cut ended the run,
+    and a resume that lifts it makes the retry (``resumes_output_retry``).
     """
     if data is None or data.get("state") != "Failed":
         return None
     trace = data.get("trace")
     last = trace[-1] if isinstance(trace, list) and trace else None
-    return last.get("reason") if isinstance(last, dict) else data.get("reason")
+    reason = last.get("reason") if isinstance(last, dict) else data.get("reason")
+    evidence = data.get("evidence")
+    if reason == "output_invalid" and isinstance(evidence, dict) and evidence.get("blocked_by") in CUTS:
+        return evidence["blocked_by"]  # the retry the answer was owed, forbidden by the cut: the cut ended it
+    return reason
+
+
+CUTS = ("cancelled", "timeout")
+"""The stops that come from outside a run's replies and results: a cancel (its token, its task) and its deadline."""
 
 
 def request_turns(data: dict[str, Any]) -> dict[str, int]:

@@ -92,6 +92,20 @@ def output_invalid(run: Run) -> bool:
     )
 
 
+@fact("reason", "output_problem", "finalizing", "output_retries", "output_retry_limit", *LIFTABLE)
+def resumes_output_retry(run: Run) -> bool:
+    """The run stopped on a typed answer it owed a retry that a stop forbade (``blocked_by``), now lifted: ask again.
+
+    Why: the answer was sent back with a retry left, and what kept the retry
+    from being made came from outside the answer (a cancel, the deadline, a
+    limit).  With a fresh token, more time or a higher limit the run makes
+    it, as a run stopped before any other model call would: a sub-agent cut
+    by its parent's cancel, or a batch's run by its Ctrl-C, goes on when
+    they are resumed instead of ending for good.
+    """
+    return run.at.reason == "output_invalid" and output_invalid(run)
+
+
 @fact("policies", "model_exception", "compacted_turn", "steps", *LIFTABLE)
 def compacts_history(run: Run) -> bool:
     """The context window overflowed and the agent compacts then: shorten the history and make the call again.

@@ -26,6 +26,7 @@ from fsm_agent.definition.derived import (
     resumes_before_model,
     resumes_before_tool,
     resumes_finalize,
+    resumes_output_retry,
     retries_model_call,
 )
 from fsm_agent.definition.guards import (
@@ -92,6 +93,8 @@ class Row:
     reason: str | None = None
     keeps_finalize: bool = False
     """A ``resume`` row that makes a cut ``finalize`` call again: the run keeps the stop the call answers for."""
+    asks_again: bool = False
+    """A row into ``AwaitModel`` that sends a typed answer back: its errors are the model's next message."""
     entry: Transition = attrs.field(init=False, eq=False, repr=False)
     """The trace entry of taking this row: immutable and the same every time, so built once."""
     test: Guard | None = attrs.field(init=False, eq=False, repr=False)  # what first_row calls: see Declared.test
@@ -269,7 +272,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
         *slot(At.CHECK_REPLY),
         Row(S.CheckTruncation, CHECK, S.Dispatch),
         *slot(At.CHECK_EXPIRED),
-        Row(S.Dispatch, DISPATCH, S.AwaitModel, output_invalid),
+        Row(S.Dispatch, DISPATCH, S.AwaitModel, output_invalid, asks_again=True),
         *slot(At.ANSWER),
         Row(S.Dispatch, DISPATCH, S.Done, has_no_tool_calls),
         *slot(At.BEFORE_TOOL),
@@ -290,6 +293,7 @@ def build_table(stops: Sequence[Stop]) -> Table:
     resume = [
         Row(S.Failed, RESUME, S.Dispatch, resumes_before_tool),
         Row(S.Failed, RESUME, S.Dispatch, resumes_before_answer),
+        Row(S.Failed, RESUME, S.AwaitModel, resumes_output_retry, asks_again=True),
         Row(S.Failed, RESUME, S.AwaitModel, resumes_before_model),
         Row(S.Failed, RESUME, S.AwaitModel, retries_model_call),
         Row(S.Failed, RESUME, S.AwaitModel, resumes_finalize, keeps_finalize=True),
@@ -298,12 +302,14 @@ def build_table(stops: Sequence[Stop]) -> Table:
     return Table(flow + finalize + resume, [stop.reason for stop in used], stops=used)
 
 
-TYPED_GUARDS = (output_invalid, output_rejected)
+TYPED_GUARDS = (output_invalid, output_rejected, resumes_output_retry)
 """The guards of the output check: they can hold only for an agent with an ``output_type``."""
 COMPACTING_GUARDS = (compacts_history,)
 """The guard of the compaction edge: it can hold only for an agent whose ``context_overflow`` policy is compact."""
 
 TABLE = build_table(CATALOGUE)
 """The default machine: every built-in stop in priority order per state, then the finalize and resume edges."""
+SENDS_BACK = frozenset(row.guard_name for row in TABLE.rows if row.asks_again)
+"""The guards of the edges that send a typed answer back: each such edge in a trace is one retry taken."""
 BUILTIN_REASONS = frozenset(stop.reason for stop in (*CATALOGUE, CONDITION_ERROR))
 """The reasons of the built-in stops, which no user's stop condition may take (the table with user stops has all)."""

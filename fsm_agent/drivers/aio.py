@@ -102,6 +102,8 @@ class AsyncDriver(ConcurrentCalls):
                 expired = await self._aheld_in_time()  # again: the processors took time, as hooks do
                 if expired is not None:
                     return expired
+                if self._cancel is not None and self._cancel.cancelled:
+                    return self._interrupt(INTERRUPTED, None)  # cancelled while they ran: stopped before the call
             expired = await self._acarry(effect)
             if expired is not None:
                 return expired

@@ -28,6 +28,7 @@ import attrs
 from fsm_agent.core.hand_down import HandDown
 from fsm_agent.core.ledger import plus
 from fsm_agent.core.outside import CutWithRun
+from fsm_agent.core.snapshot_fields import ended_on
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.child import PARAMETERS, ChildTool, answer_of
@@ -300,5 +301,5 @@ def _ended(
         return _outcome(child, result, spent, counted)
     kept, uncounted = cut_record(spent, counted, prepaid_calls(begun))
     done = completed_by(begun) if parent._store is None else HandDown()  # noqa: SLF001 - the parent's driver hands it over
-    trigger = INTERRUPTED if result.reason == "cancelled" else EXPIRED
+    trigger = INTERRUPTED if ended_on(result.snapshot) == "cancelled" else EXPIRED  # its reason may be the answer's
     return CutWithRun("", child=uncounted, spent=kept, done=done, trigger=trigger)

@@ -84,7 +84,8 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
         # store holds the run ended and let go by the time the reader's next line runs.
         stopped = True
         go.release()
-        driver.join()
+        if driver is not threading.current_thread():  # closed from a hook of the run itself: it ends as it returns
+            driver.join()
         raise
     finally:
         # Also on an interrupt or an error: the run stops at its next step (drive), nobody waiting for it.

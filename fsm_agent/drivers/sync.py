@@ -95,6 +95,8 @@ class SyncDriver(RunBase):
                 expired = self._held_in_time()  # again: the processors took time, as hooks do
                 if expired is not None:
                     return expired
+                if self._cancel is not None and self._cancel.cancelled:
+                    return self._interrupt(INTERRUPTED, None)  # cancelled while they ran: stopped before the call
             self._make_call(effect)
             if self._reply_unheard:
                 self._after_reply()

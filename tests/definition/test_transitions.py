@@ -304,6 +304,10 @@ RESUMED: dict[str, Callable[[], AgentRun]] = {
     "Failed->AwaitModel[retries_model_call]": lambda: (lambda agent, result: agent.resume(result, retry=True))(
         *_stopped(FakeModel([RuntimeError("flaky"), reply("ok")]))
     ),
+    # The answer was sent back with a retry left that max_steps forbade: a higher max_steps makes the retry.
+    "Failed->AwaitModel[resumes_output_retry]": lambda: (lambda agent, result: agent.resume(result, max_steps=3))(
+        *_stopped(FakeModel([reply("not a point"), reply('{"x": 1}')]), output_type=POINT, max_steps=1)
+    ),
     # The finalize call failed: the max_steps stop stands, and retry=True makes that call again.
     "Failed->AwaitModel[resumes_finalize]": lambda: (lambda agent, result: agent.resume(result, retry=True))(
         *_stopped(

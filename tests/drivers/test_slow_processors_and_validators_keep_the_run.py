@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, Message, ModelResponse, Retry, RunLeasedError, RunResult, ToolRegistry
+from fsm_agent import Agent, CancelToken, Message, ModelResponse, Retry, RunLeasedError, RunResult, ToolRegistry
 from fsm_agent.persist import open_store
 from fsm_agent.testing import reply, tool_call, tool_turn
 
@@ -292,3 +292,21 @@ def test_a_processor_that_raises_is_heard_as_a_model_call_that_failed_between_it
     assert result.reason == "model_error"
     assert heard == [("before_model", None), ("after_model", "KeyError: 'region'")]
     assert model.calls == 0
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_cancel_while_the_processors_run_stops_the_run_before_its_model_call(driver: str) -> None:
+    """limits-and-policies.md: the token is checked before every model call; after the processors too."""
+    model = Counting()
+    token = CancelToken()
+
+    def cancels(messages: list[Message]) -> list[Message]:
+        token.cancel("the user left")
+        return messages
+
+    agent = Agent(model, ToolRegistry(), history_processors=[cancels], on_stop={"cancelled": "return"})
+    result = agent.run("q", cancel=token) if driver == "sync" else asyncio.run(agent.arun("q", cancel=token))
+    assert result.reason == "cancelled"
+    assert model.calls == 0
+    assert agent.resume(result, cancel=CancelToken()).finish().final == "answer"
+    assert model.calls == 1

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, Message, ModelResponse, RunExistsError, ToolRegistry, TransitionEvent
+from fsm_agent import Agent, Message, ModelResponse, RunExistsError, TextDelta, ToolRegistry, TransitionEvent
 from fsm_agent.persist import open_store
 from fsm_agent.testing import reply, tool_call, tool_turn
 
@@ -30,7 +31,9 @@ class ByHistory:
         turn = 1 + sum(1 for m in messages if m.role == "assistant")
         self.counts[f"model:{turn}"] += 1
         if turn == 1:
-            return tool_turn(tool_call("work", id="a", key="a"), tool_call("work", id="b", key="b"))
+            return tool_turn(
+                tool_call("work", id="a", key="a"), tool_call("work", id="b", key="b"), content="Two calls now."
+            )
         if turn == 2:
             return tool_turn(tool_call("work", id="c", key="c"))
         return reply("done: " + ", ".join(sorted(m.content for m in messages if m.role == "tool")))
@@ -193,3 +196,34 @@ def test_a_stored_run_resumed_with_a_decision_streams_on_and_a_reader_gone_early
 def store_final(target: str) -> str:
     with open_store(target) as store:
         return str(store.load("r")["final"])
+
+
+def test_a_stream_closed_from_a_hook_of_its_own_run_stops_it_without_an_error(store_target: str) -> None:
+    """A streaming model's run is driven on a thread of its own, where its hooks run: closing the stream there
+    cannot wait for that thread; the run stops all the same, before its tools, stored and let go."""
+    counts: Counter[str] = Counter()
+    agent = make_agent(counts, streams=True)
+    raised: list[BaseException] = []
+    paused = threading.Event()  # the reader is out of the generator: closing it is allowed (Python's rule)
+    with open_store(store_target) as store:
+        events = agent.stream("q", store=store, run_id="r")
+
+        def close(event: TransitionEvent) -> None:
+            if event.source == "AwaitModel":  # the reply taken in, on the stream's thread
+                assert paused.wait(30)
+                try:
+                    events.close()  # type: ignore[attr-defined]
+                except BaseException as exc:  # noqa: BLE001 - kept for the assertion
+                    raised.append(exc)
+
+        agent.on("transition", close)
+        for event in events:
+            if isinstance(event, TextDelta):
+                break  # paused (not closed) while the stream's thread takes the reply in: its hook closes it
+        paused.set()
+        for thread in [t for t in threading.enumerate() if t.name.startswith("fsm_agent stream")]:
+            thread.join(timeout=30)
+        stored = store.load("r")
+    assert raised == []
+    assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
+    assert counts == Counter({"model:1": 1})

@@ -633,6 +633,7 @@ class Shadow:
             "five_calls": lambda: len(executed) >= 5,
             "resumes_before_tool": lambda: bool(pending) and self.lifted(),
             "resumes_before_answer": lambda: False,  # generated agents have no output_type: an answer is taken at once
+            "resumes_output_retry": lambda: False,  # nor is an answer ever sent back
             "resumes_before_model": lambda: not pending and self.lifted() and self.model_call_allowed(),
             "retries_model_call": lambda: self.stopped == "model_error" and self.retry and self.model_call_allowed(),
             "resumes_finalize": lambda: self.finalizing is not None and self.finalize_cut_lifted(),
