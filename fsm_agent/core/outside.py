@@ -28,9 +28,6 @@ from fsm_agent.core.hand_down import (
 )
 from fsm_agent.core.ledger import answer_unexecuted, count_cut_child, count_cut_share, send_back, uncount_cuts
 from fsm_agent.core.walker import Walker
-
-if TYPE_CHECKING:
-    from fsm_agent.core.output import OutputSpec
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import AwaitModel, Failed
@@ -38,6 +35,9 @@ from fsm_agent.definition.table import first_row
 from fsm_agent.definition.triggers import INTERRUPTED, RESUME
 from fsm_agent.records import ChildOutcome, ToolCall, Transition
 from fsm_agent.tools import ToolResult
+
+if TYPE_CHECKING:
+    from fsm_agent.core.output import OutputSpec
 
 
 @attrs.frozen
