@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -69,26 +70,42 @@ FINAL = 'done: "A", "B", "C"'  # each result as its JSON text
 
 
 def _stream(agent: Agent, driver: str, store: Any, *, leave_after: int | None = None, **keywords: Any) -> list[Any]:
-    """The events of ``stream``/``astream`` of run "r" in ``store``; the reader leaves after ``leave_after`` edges.
+    """The events of ``stream``/``astream`` of run "r" in ``store``; the reader leaves after ``leave_after`` edges."""
+    return _read_events(
+        lambda: agent.stream("q", store=store, run_id="r", **keywords),
+        lambda: agent.astream("q", store=store, run_id="r", **keywords),
+        driver,
+        leave_after,
+    )
 
-    The sync reader just breaks out of its loop, closing nothing: the generator is closed as it is let go of.
+
+def _read_events(
+    sync: Callable[[], Iterator[Any]], aio: Callable[[], AsyncIterator[Any]], driver: str, leave_after: int | None
+) -> list[Any]:
+    """Every event of ``sync()`` or ``aio()``, the reader leaving after ``leave_after`` edges (None: to the end).
+
+    The sync reader just breaks out of its loop, closing nothing: the generator is closed as it is let go of;
+    the async one reads in ``contextlib.aclosing``, as streaming.md says to.
     """
+
+    def leaves(seen: list[Any]) -> bool:
+        return leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after
+
     if driver == "sync":
         seen: list[Any] = []
-        for event in agent.stream("q", store=store, run_id="r", **keywords):
+        for event in sync():
             seen.append(event)
-            if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
+            if leaves(seen):
                 break
         return seen
 
     async def go() -> list[Any]:
         seen: list[Any] = []
-        events = agent.astream("q", store=store, run_id="r", **keywords)
-        async for event in events:
-            seen.append(event)
-            if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
-                break
-        await events.aclose()  # type: ignore[attr-defined]
+        async with contextlib.aclosing(aio()) as events:  # type: ignore[type-var]  # an AsyncGenerator in fact
+            async for event in events:
+                seen.append(event)
+                if leaves(seen):
+                    break
         return seen
 
     return asyncio.run(go())
@@ -138,24 +155,7 @@ def test_a_reader_gone_early_leaves_the_run_stored_stopped_and_free_and_a_resume
 
 def _read(run: Any, driver: str, leave_after: int | None = None) -> list[Any]:
     """The events of ``run.stream()`` or ``run.astream()``; the reader leaves after ``leave_after`` edges."""
-    if driver == "sync":
-        seen: list[Any] = []
-        for event in run.stream():
-            seen.append(event)
-            if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
-                break
-        return seen
-
-    async def go() -> list[Any]:
-        seen: list[Any] = []
-        async with contextlib.aclosing(run.astream()) as events:
-            async for event in events:
-                seen.append(event)
-                if leave_after is not None and sum(isinstance(e, TransitionEvent) for e in seen) == leave_after:
-                    break
-        return seen
-
-    return asyncio.run(go())
+    return _read_events(run.stream, run.astream, driver, leave_after)
 
 
 @pytest.mark.parametrize("streams", [False, True], ids=["whole replies", "streamed replies"])
