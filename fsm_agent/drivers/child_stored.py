@@ -83,6 +83,9 @@ def _resumes_under(agent: Agent, data: dict[str, Any], limits: Limits) -> bool:
     whether the child goes on or is read back as it stopped.
     """
     position = Run(snapshot.limits_of(data, **resumed_under(limits)), [], table=agent.table, policies=agent.on_stop)
+    output = agent.settings.output
+    if output is not None:  # as the stepper sets it: a typed answer's retries left are the resume's to weigh
+        position.output_retry_limit = output.retries
     snapshot.load(position, data, agent.table.states)
     return first_row(position, RESUME) is not None
 

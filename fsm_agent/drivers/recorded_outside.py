@@ -204,12 +204,15 @@ class RecordedOutside:
         trace = recording["trace"]
         self.cuts = RecordedCuts(recording, model)
         self.stops: dict[int, tuple[str, bool]] = {}  # index: (reason, whether the call before it must be back)
+        last = len(trace) - 1
         for index, entry in enumerate(trace):
             dest, trigger, reason = entry["dest"], entry["trigger"], entry.get("reason")
             if trigger == "finalize" and entry.get("guard") == "finalize_on_timeout":
                 reason = "timeout"
             elif dest != "Failed" or trigger == "interrupted":
                 continue
+            if reason == "output_invalid":
+                reason = _blocked_by(recording, index, last)
             if reason in ("timeout", "cancelled"):
                 self.stops[index] = (reason, entry["source"] == "ExecuteTool" and trigger in _AFTER_CALL)
         self.run: AgentRun | None = None
@@ -248,6 +251,22 @@ class RecordedOutside:
         elif self._token is not None:
             self._token.cancel("the recorded run was cancelled here")
         return self.now
+
+
+def _blocked_by(recording: dict[str, Any], index: int, last: int) -> str | None:
+    """The cut that forbade the retry an ``output_invalid`` stop at ``index`` owed its answer (None: none, or a limit).
+
+    The recording's last stop names it (``blocked_by``).  One it went on
+    from (``resumes_output_retry``) names nothing, and a limit that forbade
+    the retry there is met again by the run taken again, under the same
+    limits; so any other is met as a cancel: its resume, with a fresh token,
+    goes on as the recorded one did.
+    """
+    if index == last:
+        return recording.get("blocked_by")
+    trace = recording["trace"]
+    resumed = index + 1 < len(trace) and trace[index + 1].get("guard") == "resumes_output_retry"
+    return "cancelled" if resumed else None
 
 
 def recorded_decisions(recording: dict[str, Any]) -> dict[str, tuple[str, bool | str | None]]:

@@ -120,6 +120,9 @@ def recording_of(data: dict[str, Any], children: dict[str, dict[str, Any]]) -> d
         kept["cuts_taken_back"] = data.get("cuts_taken_back") or []  # and where a fork took them back
     if data.get("unfinished") is not None:  # the call its last stop cut off (a cancel, a deadline): a replay cuts it
         kept["unfinished"] = data["unfinished"]
+    blocked = (data.get("evidence") or {}).get("blocked_by")
+    if isinstance(blocked, str):  # what forbade the retry its last stop's answer was owed: a replay meets it again
+        kept["blocked_by"] = blocked
     if data.get("forked_from") is not None:  # a fork's source run and the transition it was taken after
         kept["forked_from"] = data["forked_from"]
     spent = spent_of(data.get("counters"))

@@ -82,7 +82,7 @@ def check_recording(data: dict[str, Any]) -> None:
     if missing:
         msg = f"recording lacks {', '.join(missing)}"
         raise RecordingError(msg)
-    for name in ("run_id", "state", "reason", "final", "unfinished"):
+    for name in ("run_id", "state", "reason", "final", "unfinished", "blocked_by"):
         _text_or_null(data.get(name), name)
     _spent(data.get("spent"))
     forked_from = data.get("forked_from")

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from fsm_agent import Agent, AgentLoopError, CancelToken, Message, ModelResponse, Retry, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, CancelToken, ForkEdit, Message, ModelResponse, Retry, ToolRegistry
 from fsm_agent.batch import run_batch
 from fsm_agent.persist import open_store
-from fsm_agent.testing import reply, tool_call, tool_turn
+from fsm_agent.testing import ManualClock, reply, tool_call, tool_turn
 
 
 class Cut:
@@ -158,3 +158,79 @@ def test_a_batch_run_whose_retry_its_cancel_forbade_is_resumed_by_the_rerun(stor
     again = run_batch(agent, ["q"], store=store_target, executor="local", progress=False)
     assert again[0].output == "7"
     assert cut.counts == EXPECTED
+
+
+class Clocked(Cut):
+    """A ``Cut`` whose validator, rejecting "21", takes 20 s of a shared manual clock: past a 10 s deadline."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = ManualClock()
+
+    def agent(self, *, cancels: bool = False, settle: float = 0.0, **options: Any) -> Agent:
+        agent = super().agent(cancels=False, **options)
+        clock = self.clock
+        (validator,) = agent.settings.output.validators  # type: ignore[union-attr]
+
+        def slow(answer: str) -> str:
+            if answer == "21":
+                clock.advance(20.0)
+            return str(validator(answer))
+
+        return Agent(
+            agent.model, agent.registry, output_type=str, output_validators=[slow], clock=clock, **options
+        )
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_stored_sub_agent_whose_retry_its_parents_deadline_forbade_retries_when_given_more_time(
+    store_target: str, driver: str
+) -> None:
+    """Its stored run is asked whether the parent's resume lifts its stop (``child_stored._resumes_under``): the
+    typed answer's retries left are weighed there as the stepper weighs them."""
+    cut = Clocked()
+    seen: list[str] = []
+
+    class Parent:
+        def complete(self, messages: list[Message], tools: Any) -> ModelResponse:
+            if messages[-1].role == "tool":
+                seen.append(messages[-1].content)
+                return reply("done")
+            return tool_turn(tool_call("research", id="p1", input="x"))
+
+    tools = ToolRegistry()
+    tools.register(cut.agent().as_tool("research", "Answers."))
+    parent = Agent(Parent(), tools, timeout=10.0, clock=cut.clock, on_stop={"timeout": "return"})
+    with open_store(store_target) as store:
+        stopped = _run(parent, driver, store, CancelToken())
+        assert stopped.reason == "timeout"
+        assert store.load("r/p1")["evidence"]["blocked_by"] == "timeout"
+        run = Agent(Parent(), tools, clock=cut.clock).resume(store.load("r"), store=store, timeout=100.0)
+        result = run.finish() if driver == "sync" else asyncio.run(run.afinish())
+    assert result.final == "done"
+    assert seen == ['"7"']
+    assert cut.counts == EXPECTED
+
+
+@pytest.mark.parametrize("blocker", ["cancelled", "timeout"])
+def test_a_run_whose_retry_a_cut_forbade_forks_at_every_transition_making_no_recorded_call_again(
+    store_target: str, blocker: str
+) -> None:
+    """fork-a-run.md: a run cancelled or timed out and resumed to its end forks at any transition.  The cut is in
+    its stop's evidence, not on its edge: the recording keeps the last stop's ``blocked_by`` and the rebuild meets
+    a cut it went on from as a cancel, so it takes the source's edges."""
+    cut = Clocked() if blocker == "timeout" else Cut()
+    options: dict[str, Any] = {"timeout": 10.0} if blocker == "timeout" else {}
+    with open_store(store_target) as store:
+        with pytest.raises(AgentLoopError) as stop:
+            _run(cut.agent(**options), "sync", store, cut.token)
+        assert stop.value.result.evidence["blocked_by"] == blocker
+        lift: dict[str, Any] = {"timeout": 1000.0} if blocker == "timeout" else {}
+        cut.agent(**options).resume(store.load("r"), store=store, **lift).finish()
+        trace = store.load("r")["trace"]
+        made = Counter(cut.counts)
+        edit = ForkEdit(limits=lift) if lift else None  # a fork at the timeout stop goes on with more time
+        for at in range(len(trace) - 1):  # every transition but the one into Done
+            forked = cut.agent(**options).fork("r", at, store=store, edit=edit).finish()
+            assert forked.output == "7", at
+    assert cut.counts["model:1"] == made["model:1"]  # each fork is taken after the first reply: never asked again
