@@ -177,9 +177,7 @@ class Clocked(Cut):
                 clock.advance(20.0)
             return str(validator(answer))
 
-        return Agent(
-            agent.model, agent.registry, output_type=str, output_validators=[slow], clock=clock, **options
-        )
+        return Agent(agent.model, agent.registry, output_type=str, output_validators=[slow], clock=clock, **options)
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
