@@ -53,13 +53,11 @@ class AgentRun(SyncDriver, AsyncDriver):
         """
         check_sync_model(self.agent.model, "stream", "run.astream()", "complete_stream")
         feed: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
-        self._watched_by(feed.put)
         yield from streaming.events(self, feed)
 
     async def astream(self) -> AsyncGenerator[StreamEvent, None]:
         """The async twin of ``stream`` (a model streams through ``acomplete_stream``)."""
         feed: deque[StreamEvent] = deque()
-        self._watched_by(feed.append)
         # Closed with this generator (a reader that stops reading), as ``yield from`` closes the sync one's.
         async with contextlib.aclosing(streaming.aevents(self, feed)) as events:
             async for event in events:

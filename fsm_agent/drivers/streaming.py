@@ -15,9 +15,10 @@ import contextlib
 import queue
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from fsm_agent.errors import RunStateError
 from fsm_agent.observe.events import TextDelta, TransitionEvent
 
 if TYPE_CHECKING:
@@ -38,7 +39,38 @@ class _Raised:
 
 
 def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]:
-    """Drive ``run`` (started with ``feed.put`` as observer), yielding what it puts there; then ``finish()`` it."""
+    """Drive ``run`` (watched with ``feed.put`` as observer), yielding what it puts there; then ``finish()`` it.
+
+    Ended however it ends, ``run`` is told to hand its feed nothing more: it may be streamed again.
+    """
+    told = feed.put
+    _begin(run)
+    run._watched_by(told)  # noqa: SLF001 - the stream's own observer
+    try:
+        yield from _events(run, feed, told)
+    finally:
+        run._unwatched_by(told, told)  # noqa: SLF001 - as above
+        run._streamed = False  # noqa: SLF001 - as above
+
+
+_TAKING = threading.Lock()
+"""Held while a stream takes a run (``_begin``): two streams begun at once see each other."""
+
+
+def _begin(run: AgentRun) -> None:
+    """Take ``run`` for a stream; a ``RunStateError`` if another stream of it is being read.
+
+    Why: each stream drives the run, so two read at once would each make
+    the run's next call.
+    """
+    with _TAKING:
+        if run._streamed:  # noqa: SLF001 - the stream's own mark
+            msg = f"run {run.run_id} is being streamed already: read one stream of a run at a time"
+            raise RunStateError(msg)
+        run._streamed = True  # noqa: SLF001 - as above
+
+
+def _events(run: AgentRun, feed: queue.SimpleQueue[Any], told: Any) -> Iterator[StreamEvent]:
     if not callable(getattr(run.agent.model, "complete_stream", None)):
         try:
             while not (run.done or run.paused):
@@ -50,7 +82,7 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
             raise
         run.finish()
         return
-    run.on_text(feed.put)
+    run.on_text(told)
     go = threading.Semaphore(0)
     stopped = False
 
@@ -95,56 +127,65 @@ def events(run: AgentRun, feed: queue.SimpleQueue[Any]) -> Iterator[StreamEvent]
 
 
 async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncGenerator[StreamEvent, None]:
-    """The async twin of ``events``: ``run`` was started with ``feed.append`` as observer."""
-    if not callable(getattr(run.agent.model, "acomplete_stream", None)):
+    """The async twin of ``events``: ``run`` watched with ``feed.append`` as observer, told no more at the end."""
+    told: Callable[[Any], None] = feed.append
+    _begin(run)
+    run._watched_by(told)  # noqa: SLF001 - the stream's own observer
+    text: Callable[[TextDelta], None] | None = None
+    try:
+        if not callable(getattr(run.agent.model, "acomplete_stream", None)):
+            try:
+                while not (run.done or run.paused):
+                    await run.aadvance()
+                    while feed:
+                        yield feed.popleft()
+            except GeneratorExit:
+                await run._aend_cut()  # noqa: SLF001 - the reader stopped reading: nobody drives the run on
+                raise
+            await run.afinish()
+            return
+        import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
+
+        arrived = asyncio.Event()
+        loop, here = asyncio.get_running_loop(), threading.get_ident()
+
+        def heard(delta: TextDelta) -> None:
+            feed.append(delta)
+            if threading.get_ident() == here:
+                arrived.set()
+            else:  # a model streaming from a thread of its own: an asyncio.Event is set from its loop only
+                loop.call_soon_threadsafe(arrived.set)
+
+        text = heard
+        run.on_text(text)
         try:
             while not (run.done or run.paused):
-                await run.aadvance()
+                step = asyncio.ensure_future(run.aadvance())
+                try:
+                    while not step.done():
+                        waiter = asyncio.ensure_future(arrived.wait())
+                        await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                        waiter.cancel()
+                        arrived.clear()
+                        while feed:
+                            yield feed.popleft()
+                except BaseException:
+                    # The reader stopped or was cancelled: the run records the call cut off, as a cancelled arun would.
+                    if step.cancel():
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await step
+                    elif not step.cancelled():
+                        # Ended: what it raised is taken, not raised again.  A Ctrl-C in it has left the loop already
+                        # (asyncio.run then cancels this task); raised here again, it would cut asyncio.run's shutdown.
+                        step.exception()
+                    raise
+                step.result()
                 while feed:
                     yield feed.popleft()
         except GeneratorExit:
-            await run._aend_cut()  # noqa: SLF001 - the reader stopped reading: nobody drives the run on
+            await run._aend_cut()  # noqa: SLF001 - the reader stopped between calls: nobody drives the run on
             raise
         await run.afinish()
-        return
-    import asyncio  # as in drivers.aio: import fsm_agent loads no asyncio
-
-    arrived = asyncio.Event()
-    loop, here = asyncio.get_running_loop(), threading.get_ident()
-
-    def text(delta: TextDelta) -> None:
-        feed.append(delta)
-        if threading.get_ident() == here:
-            arrived.set()
-        else:  # a model streaming from a thread of its own: an asyncio.Event is set from its loop only
-            loop.call_soon_threadsafe(arrived.set)
-
-    run.on_text(text)
-    try:
-        while not (run.done or run.paused):
-            step = asyncio.ensure_future(run.aadvance())
-            try:
-                while not step.done():
-                    waiter = asyncio.ensure_future(arrived.wait())
-                    await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    arrived.clear()
-                    while feed:
-                        yield feed.popleft()
-            except BaseException:
-                # The reader stopped or was cancelled: the run records the call cut off, as a cancelled arun would.
-                if step.cancel():
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await step
-                elif not step.cancelled():
-                    # Ended: what it raised is taken, not raised again.  A Ctrl-C in it has left the loop already
-                    # (asyncio.run then cancels this task); raised here again, it would cut asyncio.run's shutdown.
-                    step.exception()
-                raise
-            step.result()
-            while feed:
-                yield feed.popleft()
-    except GeneratorExit:
-        await run._aend_cut()  # noqa: SLF001 - the reader stopped between calls: nobody drives the run on
-        raise
-    await run.afinish()
+    finally:
+        run._unwatched_by(told, text)  # noqa: SLF001 - as above
+        run._streamed = False  # noqa: SLF001 - as above

@@ -47,6 +47,8 @@ class WatchedRun:
     _heard: set[str] | frozenset[str] = frozenset()
     # A run handle that goes on from a run begun before (AgentRun._resumed: a resume, a fork): its call events say so.
     _resumes = False
+    # A stream is reading the run now (drivers.streaming): a second is refused, as it would drive the run too.
+    _streamed = False
     position: Run
     stepper: Stepper
     _settings: AgentSettings
@@ -116,6 +118,19 @@ class WatchedRun:
         self._observers = (*self._observers, observer)
         self._observed = True
         self._clock_each_transition = True  # an observed run is told the time before every transition (RunBase)
+
+    def _unwatched_by(self, observer: Observer, text: Callable[[TextDelta], object] | None = None) -> None:
+        """Tell ``observer`` (and ``text``) no more: a stream that ended, so a later one of the run does not feed it.
+
+        Why: a stream ended at a pause leaves a run that may be streamed
+        again, maybe from another event loop; its old observers would still
+        be handed every event, one of them a closed loop's.
+        """
+        self._observers = tuple(known for known in self._observers if known is not observer)
+        if text is not None:
+            self._text_observers = tuple(known for known in self._text_observers if known is not text)
+            hooks = self._hooks
+            self._wants_text = bool(self._text_observers) or (hooks.active and bool(hooks.get("text")))
 
     def on_text(self, observer: Callable[[TextDelta], object]) -> None:
         """Also hand this run's streamed reply text to ``observer``, from the thread or task calling the model.

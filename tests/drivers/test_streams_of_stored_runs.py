@@ -227,3 +227,50 @@ def test_a_stream_closed_from_a_hook_of_its_own_run_stops_it_without_an_error(st
     assert raised == []
     assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
     assert counts == Counter({"model:1": 1})
+
+
+def test_a_run_streamed_again_on_another_loop_and_thread_feeds_only_its_latest_stream() -> None:
+    """``run.astream()`` to a pause in one ``asyncio.run``, a decision, then ``run.stream()``: the first stream's
+    observers went with it.  Left on the run, its text observer set an event of a closed loop on every piece the
+    sync stream's thread handed it, and a strict run stopped ``hook_error``."""
+    counts: Counter[str] = Counter()
+    base = make_agent(counts, streams=True)
+    agent = Agent(base.model, base.registry, approve={"work"}, strict_hooks=True)
+    run = agent.start("q")
+
+    async def first() -> list[Any]:
+        async with contextlib.aclosing(run.astream()) as events:
+            return [event async for event in events]
+
+    paused = asyncio.run(first())[-1].paused
+    assert paused is not None
+    run.decide({"a": True, "b": True})
+    second = list(run.stream())
+    assert second[-1].paused is not None  # turn 2 asks for c
+    run.decide({"c": True})
+    third = list(run.stream())
+    assert third[-1].dest == "Done"
+    assert run.result.final == FINAL
+    texts = [event.text for event in third if isinstance(event, TextDelta)]
+    assert texts == FINAL.split()  # each piece (a word) of the last reply once, in this stream only
+    assert counts == EXPECTED
+
+
+def test_a_second_stream_of_a_run_being_streamed_is_refused_and_nothing_is_made_twice() -> None:
+    """Each stream drives the run: two read at once made a batch's calls twice.  The second is refused."""
+    counts: Counter[str] = Counter()
+    agent = make_agent(counts, streams=True)
+
+    async def read(events: Any) -> list[Any]:
+        async with contextlib.aclosing(events) as reading:
+            return [event async for event in reading]
+
+    async def both() -> list[Any]:
+        run = await agent.astart("q")
+        return await asyncio.gather(read(run.astream()), read(run.astream()), return_exceptions=True)
+
+    first, second = asyncio.run(both())
+    refused = [outcome for outcome in (first, second) if isinstance(outcome, BaseException)]
+    assert [type(error).__name__ for error in refused] == ["RunStateError"]
+    assert "being streamed already" in str(refused[0])
+    assert counts == EXPECTED
