@@ -37,6 +37,8 @@ class At(StrEnum):
     MODEL_EXPIRED = "model_expired"
     AFTER_MODEL = "after_model"
     CHECK_REPLY = "check_reply"
+    CHECK_INTERRUPTED = "check_interrupted"
+    """Dispatch, when the task driving the run was cancelled while a typed answer was being checked."""
     CHECK_EXPIRED = "check_expired"
     """Dispatch, when the run's timeout passed while a typed answer was being checked (or before it could be)."""
     ANSWER = "answer"
@@ -51,7 +53,15 @@ class At(StrEnum):
 
 
 UNGUARDED = frozenset(
-    {At.MODEL_FAILED, At.MODEL_INTERRUPTED, At.MODEL_EXPIRED, At.CHECK_EXPIRED, At.TOOL_INTERRUPTED, At.TOOL_EXPIRED}
+    {
+        At.MODEL_FAILED,
+        At.MODEL_INTERRUPTED,
+        At.MODEL_EXPIRED,
+        At.CHECK_INTERRUPTED,
+        At.CHECK_EXPIRED,
+        At.TOOL_INTERRUPTED,
+        At.TOOL_EXPIRED,
+    }
 )
 """Checkpoints whose trigger alone means the stop: their rows carry no guard."""
 
@@ -208,7 +218,8 @@ CATALOGUE: tuple[Stop, ...] = (
          "the final answer failed the output type or a validator, and no retry was left", keeps_text=True),
     Stop("finalize_failed", (A.BEFORE_TOOL,), g.asks_tools_while_finalizing, ev.finalize_failed,
          "the finalize reply asked for tools anyway", edge_only=True),
-    Stop("cancelled", (A.START, A.MODEL_INTERRUPTED, A.BEFORE_TOOL, A.TOOL_INTERRUPTED, A.BEFORE_MODEL),
+    Stop("cancelled", (A.START, A.MODEL_INTERRUPTED, A.CHECK_INTERRUPTED, A.BEFORE_TOOL, A.TOOL_INTERRUPTED,
+                       A.BEFORE_MODEL),
          g.is_cancelled, ev.cancelled, "the run's CancelToken was cancelled, or the task driving it", resume="lift"),
     Stop("timeout", (A.START, A.MODEL_EXPIRED, A.CHECK_EXPIRED, A.BEFORE_TOOL, A.TOOL_EXPIRED, A.BEFORE_MODEL),
          g.deadline_passed,

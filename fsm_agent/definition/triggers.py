@@ -22,7 +22,7 @@ RESUME = "resume"
 TRIGGERS: dict[str, str] = {
     START: "the run is about to make its first model call",
     MODEL_FAILED: "the model call raised, or its reply was unusable",
-    INTERRUPTED: "the task driving the run was cancelled while a call was in flight",
+    INTERRUPTED: "the task driving the run was cancelled while a call (or a typed answer's check) was in flight",
     EXPIRED: "the run's timeout passed while a call (or a typed answer's check) was in flight",
     REPLIED: "the model replied",
     CHECK: "the reply is checked before any tool call is looked at",

@@ -146,15 +146,21 @@ class AsyncDriver(ConcurrentCalls):
 
     async def _acheck(self, effect: CheckOutput) -> Transition | None:
         # Off the loop and within the time left (see OutputSpec.acheck): cut at the deadline, the run stops on
-        # timeout (that edge returned). A cancel while the check runs leaves the answer unchecked in Dispatch (a
-        # resume checks it again) and propagates.
+        # timeout (that edge returned). A cancel of the task while the check runs stops the run cancelled, the
+        # answer unchecked in Dispatch (a resume checks it again), and propagates, as during a call (_acarry).
         # The lease is renewed while validators run, as during a call (see SyncDriver._check).
+        import asyncio
+
         remaining = self._remaining()
         journal = self._journal
         if journal is not None:
             journal.abeat()
         try:
             checked = await effect.output.acheck(effect.text, remaining)
+        except asyncio.CancelledError as exc:
+            if not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit) and left_above() is None:
+                self._interrupt(INTERRUPTED, "the output check")
+            raise
         finally:
             if journal is not None:
                 journal.rest()

@@ -195,6 +195,13 @@ def _interrupted(state: State) -> tuple[AgentRun, Stuck]:
     stuck = Stuck()
     registry = demo_registry()
     registry.register(stuck.tool, name="stuck")
+    if state is State.Dispatch:  # a typed answer's check, held until the test releases it
+        checking = Agent(FakeModel(reply("7")), registry, output_type=str,
+                         output_validators=[lambda value: stuck.release.wait(5) and value])  # fmt: skip
+        run = checking.start("q")
+        while run.state is not State.Dispatch:
+            run.advance()
+        return run, stuck
     run = Agent(stuck, registry).start("q")
     if state is State.ExecuteTool:
         run.position.at.state = state

@@ -310,3 +310,44 @@ def test_a_cancel_while_the_processors_run_stops_the_run_before_its_model_call(d
     assert model.calls == 0
     assert agent.resume(result, cancel=CancelToken()).finish().final == "answer"
     assert model.calls == 1
+
+
+def test_a_task_cancelled_while_its_answer_is_checked_stops_the_run_cancelled_let_go_for_a_resume(
+    store_target: str,
+) -> None:
+    """async.md: a cancelled task leaves its run in ``Failed`` with reason ``cancelled``; during a typed answer's
+    check too (``Dispatch->Failed[cancelled]`` on ``interrupted``).  It was left in Dispatch, leased until the lease
+    lapsed.  The resume checks the answer again and asks the model nothing."""
+    model = Counting()
+    entered, release = threading.Event(), threading.Event()
+    checked: list[str] = []
+
+    def slow(answer: str) -> str:
+        checked.append(answer)
+        entered.set()
+        release.wait(WAIT)
+        return answer
+
+    agent = Agent(model, ToolRegistry(), output_type=str, output_validators=[slow])
+
+    async def cut() -> None:
+        store = open_store(store_target, lease=LEASE)
+        try:
+            task = asyncio.ensure_future(agent.arun("q", store=store, run_id="r"))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            release.set()
+            await store.aclose()
+            store.close()
+
+    asyncio.run(cut())
+    with open_store(store_target, lease=LEASE) as store:
+        stored = store.load("r")
+        assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
+        assert stored["evidence"]["unfinished"] == "the output check"
+        result = agent.resume(stored, store=store).finish()  # let go: no lease to wait out
+    assert (result.output, model.calls, checked) == ("answer", 1, ["answer", "answer"])

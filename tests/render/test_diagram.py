@@ -114,11 +114,14 @@ def test_each_row_of_the_default_table_has_a_short_label_a_tooltip_and_its_style
 
 
 def test_a_reason_twice_from_one_state_is_told_apart_by_its_trigger() -> None:
-    """AwaitModel stops `cancelled` on start and on interrupted: the labels name the trigger; Dispatch's does not."""
-    labels = {(str(e.row.source), e.label) for e in diagram_edges(TABLE) if e.row.reason == "cancelled"}
+    """AwaitModel stops `cancelled` on start and on interrupted, Dispatch on dispatch and on interrupted (a check
+    cut): the labels name the trigger; a reason taken once from its state (ExecuteTool's `cycle`) is its label."""
+    labels = {(str(e.row.source), e.label) for e in diagram_edges(TABLE) if e.row.reason in ("cancelled", "cycle")}
     assert ("AwaitModel", "cancelled (start)") in labels
     assert ("AwaitModel", "cancelled (interrupted)") in labels
-    assert ("Dispatch", "cancelled") in labels
+    assert ("Dispatch", "cancelled (dispatch)") in labels
+    assert ("Dispatch", "cancelled (interrupted)") in labels
+    assert ("ExecuteTool", "cycle") in labels  # a reason once from a state: its label alone
 
 
 @pytest.mark.parametrize("make", TABLES)

@@ -55,7 +55,8 @@ def test_every_reason_has_a_row_and_every_state_its_edges_in_order() -> None:
         assert table.count(f"| `{reason}` |") == 1
     stops = stops_by_state(TABLE)
     dispatch = stops.split("- **Dispatch**")[1].split("- **ExecuteTool**")[0]
-    done, stop = dispatch.index("`Dispatch->Done[has_no_tool_calls]`"), dispatch.index("`Dispatch->Failed[cancelled]`")
+    done = dispatch.index("`Dispatch->Done[has_no_tool_calls]`")
+    stop = dispatch.index("`Dispatch->Failed[cancelled]` on `dispatch`")
     assert done < stop < dispatch.index("`Dispatch->ExecuteTool`")
 
 
