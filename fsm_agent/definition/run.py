@@ -345,6 +345,7 @@ class Run:
         table: Table,
         policies: Mapping[str, str] | None = None,
         prior: int = 0,
+        output_retries: int = 0,
     ) -> None:
         self.limits = limits
         self.at = Place()
@@ -357,7 +358,7 @@ class Run:
         self.readers: tuple[Reader, ...] = table.readers
         self.rows: Mapping[tuple[State, str], Sequence[Row]] = table.index
         self.table_stops: Mapping[str, Stop] = table.stop_for
-        self.output_retry_limit = 0
+        self.output_retry_limit = output_retries  # a typed answer's retries (the stepper sets its agent's)
 
     def counters(self) -> Counters:
         """Every counter against its limit, ``[used, limit]`` with ``None`` for no limit."""

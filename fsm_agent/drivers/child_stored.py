@@ -82,10 +82,10 @@ def _resumes_under(agent: Agent, data: dict[str, Any], limits: Limits) -> bool:
     ``Agent.resume`` would do with it (``Stepper.resume``) is what decides
     whether the child goes on or is read back as it stopped.
     """
-    position = Run(snapshot.limits_of(data, **resumed_under(limits)), [], table=agent.table, policies=agent.on_stop)
-    output = agent.settings.output
-    if output is not None:  # as the stepper sets it: a typed answer's retries left are the resume's to weigh
-        position.output_retry_limit = output.retries
+    output = agent.settings.output  # a typed answer's retries left are the resume's to weigh, as the stepper's
+    limits_now = snapshot.limits_of(data, **resumed_under(limits))
+    retries = 0 if output is None else output.retries
+    position = Run(limits_now, [], table=agent.table, policies=agent.on_stop, output_retries=retries)
     snapshot.load(position, data, agent.table.states)
     return first_row(position, RESUME) is not None
 

@@ -465,10 +465,11 @@ def test_cancelling_the_task_mid_batch_keeps_the_finished_calls_and_a_resume_run
     assert [m.content for m in result.messages if m.role == "tool"] == ["1", '"late"', "2"]
 
 
-def test_interrupted_edges_exist_out_of_await_model_and_execute_tool() -> None:
-    """The table has a cancelled edge on the interrupted trigger out of both states that wait on I/O."""
+def test_interrupted_edges_exist_out_of_await_model_dispatch_and_execute_tool() -> None:
+    """The table has a cancelled edge on the interrupted trigger out of each state that waits: on a call, or on a
+    typed answer's check (Dispatch)."""
     sources = {str(r.source) for r in TABLE.rows if r.trigger == INTERRUPTED and r.reason == "cancelled"}
-    assert sources == {"AwaitModel", "ExecuteTool"}
+    assert sources == {"AwaitModel", "Dispatch", "ExecuteTool"}
 
 
 # --- logs and serialisation --------------------------------------------------------------------------------
