@@ -65,6 +65,19 @@ class Cut:
 EXPECTED = Counter({"model:1": 1, "model:2": 1, "validator:21": 1, "validator:7": 1})
 
 
+class Parent:
+    """Asks its sub-agent ``research`` once, then is done; keeps what the sub-agent answered in ``seen``."""
+
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def complete(self, messages: list[Message], tools: Any) -> ModelResponse:
+        if messages[-1].role == "tool":
+            self.seen.append(messages[-1].content)
+            return reply("done")
+        return tool_turn(tool_call("research", id="p1", input="x"))
+
+
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_stored_run_whose_retry_a_cancel_forbade_makes_it_when_resumed_with_a_fresh_token(
     store_target: str, driver: str
@@ -116,17 +129,9 @@ def test_a_sub_agent_whose_retry_its_parents_cancel_forbade_goes_on_when_the_par
     with it, from its stored run: here, with the retry of its answer."""
     cut = Cut()
     seen: list[str] = []
-
-    class Parent:
-        def complete(self, messages: list[Message], tools: Any) -> ModelResponse:
-            if messages[-1].role == "tool":
-                seen.append(messages[-1].content)
-                return reply("done")
-            return tool_turn(tool_call("research", id="p1", input="x"))
-
     tools = ToolRegistry()
     tools.register(cut.agent().as_tool("research", "Answers."))
-    parent = Agent(Parent(), tools, on_stop={"cancelled": "return"})
+    parent = Agent(Parent(seen), tools, on_stop={"cancelled": "return"})
     with open_store(store_target) as store:
         if driver == "sync":
             stopped = parent.run("q", store=store, run_id="r", cancel=cut.token)
@@ -134,7 +139,7 @@ def test_a_sub_agent_whose_retry_its_parents_cancel_forbade_goes_on_when_the_par
             stopped = asyncio.run(parent.arun("q", store=store, run_id="r", cancel=cut.token))
         assert stopped.reason == "cancelled"
         assert store.load("r/p1")["evidence"]["blocked_by"] == "cancelled"
-        run = Agent(Parent(), tools).resume(store.load("r"), store=store)
+        run = Agent(Parent(seen), tools).resume(store.load("r"), store=store)
         result = run.finish() if driver == "sync" else asyncio.run(run.afinish())
     assert result.final == "done"
     assert seen == ['"7"']
@@ -188,22 +193,14 @@ def test_a_stored_sub_agent_whose_retry_its_parents_deadline_forbade_retries_whe
     typed answer's retries left are weighed there as the stepper weighs them."""
     cut = Clocked()
     seen: list[str] = []
-
-    class Parent:
-        def complete(self, messages: list[Message], tools: Any) -> ModelResponse:
-            if messages[-1].role == "tool":
-                seen.append(messages[-1].content)
-                return reply("done")
-            return tool_turn(tool_call("research", id="p1", input="x"))
-
     tools = ToolRegistry()
     tools.register(cut.agent().as_tool("research", "Answers."))
-    parent = Agent(Parent(), tools, timeout=10.0, clock=cut.clock, on_stop={"timeout": "return"})
+    parent = Agent(Parent(seen), tools, timeout=10.0, clock=cut.clock, on_stop={"timeout": "return"})
     with open_store(store_target) as store:
         stopped = _run(parent, driver, store, CancelToken())
         assert stopped.reason == "timeout"
         assert store.load("r/p1")["evidence"]["blocked_by"] == "timeout"
-        run = Agent(Parent(), tools, clock=cut.clock).resume(store.load("r"), store=store, timeout=100.0)
+        run = Agent(Parent(seen), tools, clock=cut.clock).resume(store.load("r"), store=store, timeout=100.0)
         result = run.finish() if driver == "sync" else asyncio.run(run.afinish())
     assert result.final == "done"
     assert seen == ['"7"']

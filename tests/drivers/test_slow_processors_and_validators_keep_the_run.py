@@ -252,20 +252,7 @@ def test_a_task_cancelled_in_a_processor_stops_the_run_cancelled_before_its_call
     processor = awaiting if kind == "async processor" else blocking
     agent = Agent(model, ToolRegistry(), history_processors=[processor])
 
-    async def cut() -> None:
-        store = open_store(store_target, lease=LEASE)
-        try:
-            task = asyncio.ensure_future(agent.arun("q", store=store, run_id="r"))
-            while not entered.is_set():
-                await asyncio.sleep(0.01)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        finally:
-            await store.aclose()
-            store.close()
-
-    asyncio.run(cut())
+    asyncio.run(_cancelled_in(agent, store_target, entered))
     with open_store(store_target, lease=LEASE) as store:
         stored = store.load("r")
         assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
@@ -330,24 +317,28 @@ def test_a_task_cancelled_while_its_answer_is_checked_stops_the_run_cancelled_le
 
     agent = Agent(model, ToolRegistry(), output_type=str, output_validators=[slow])
 
-    async def cut() -> None:
-        store = open_store(store_target, lease=LEASE)
-        try:
-            task = asyncio.ensure_future(agent.arun("q", store=store, run_id="r"))
-            while not entered.is_set():
-                await asyncio.sleep(0.01)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        finally:
-            release.set()
-            await store.aclose()
-            store.close()
-
-    asyncio.run(cut())
+    try:
+        asyncio.run(_cancelled_in(agent, store_target, entered))
+    finally:
+        release.set()
     with open_store(store_target, lease=LEASE) as store:
         stored = store.load("r")
         assert (stored["state"], stored["reason"]) == ("Failed", "cancelled")
         assert stored["evidence"]["unfinished"] == "the output check"
         result = agent.resume(stored, store=store).finish()  # let go: no lease to wait out
     assert (result.output, model.calls, checked) == ("answer", 1, ["answer", "answer"])
+
+
+async def _cancelled_in(agent: Agent, store_target: str, entered: threading.Event) -> None:
+    """Run "r" on ``agent`` in a task, cancelled once ``entered`` is set (the part the test holds has begun)."""
+    store = open_store(store_target, lease=LEASE)
+    try:
+        task = asyncio.ensure_future(agent.arun("q", store=store, run_id="r"))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await store.aclose()
+        store.close()
