@@ -11,10 +11,12 @@ holds one is refused here, naming it, before anything is written or called.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fsm_agent.records import Message, RunResult
+from fsm_agent.tools.calling import DeadlineError, in_daemon_worker, settle, within_deadline
 
 History = RunResult | Sequence[Message]
 """What ``history=`` accepts: an earlier result (its ``messages``) or the messages themselves."""
@@ -140,6 +142,66 @@ def sendable(result: object, what: str) -> list[Message]:
 def processor_name(processor: object) -> str:
     """How an error names a history processor."""
     return f"history processor {getattr(processor, '__name__', type(processor).__name__)}"
+
+
+def processed(
+    messages: list[Message], processors: Sequence[Callable[..., Any]], timeout: float | None
+) -> list[Message]:
+    """What the history processors make of ``messages``, one after another; ``DeadlineError`` once ``timeout`` passes.
+
+    Within the run's time left, on a daemon worker given up when it passes,
+    as a typed answer's check and ``compact`` are: a processor may be a
+    model's call of its own (a summary), which can hang as any call can.
+    What a processor raises, or a history it makes that cannot be sent, is
+    raised here: the call is not made (a ``model_error``).
+    """
+    if timeout is None:
+        return _processed(messages, processors)
+    return within_deadline(lambda: _processed(messages, processors), timeout, "history processors")
+
+
+async def aprocessed(
+    messages: list[Message], processors: Sequence[Callable[..., Any]], timeout: float | None
+) -> list[Message]:
+    """``processed`` on the event loop: an async processor awaited on it, a sync one on a thread.
+
+    On a thread, so the loop is never held up: neither the other runs on it
+    nor this run's heartbeat.  With a ``timeout`` the thread is a daemon
+    worker, so one given up at the deadline never holds up the loop's exit.
+    """
+    import asyncio  # here, not at the top: import fsm_agent loads no asyncio
+
+    work = _aprocessed(messages, processors, in_daemon_worker if timeout is not None else asyncio.to_thread)
+    if timeout is None:
+        return await work
+    deadline = asyncio.timeout(timeout)
+    try:
+        async with deadline:
+            return await work
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise DeadlineError("history processors") from None
+
+
+def _processed(messages: list[Message], processors: Sequence[Callable[..., Any]]) -> list[Message]:
+    for processor in processors:
+        messages = sendable(settle(processor(messages)), processor_name(processor))
+    return messages
+
+
+async def _aprocessed(
+    messages: list[Message], processors: Sequence[Callable[..., Any]], on_thread: Callable[..., Any]
+) -> list[Message]:
+    for processor in processors:
+        if inspect.iscoroutinefunction(processor):
+            made = await processor(messages)
+        else:
+            made = await on_thread(processor, messages)
+            if inspect.isawaitable(made):  # a sync function that returned a coroutine
+                made = await made
+        messages = sendable(made, processor_name(processor))
+    return messages
 
 
 def history_settings(

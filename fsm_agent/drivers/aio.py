@@ -16,12 +16,11 @@ importing the package, which a program that never awaits a run need not pay.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
-from fsm_agent.core.history import processor_name, sendable
+from fsm_agent.core.history import aprocessed
 from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.concurrent_calls import ConcurrentCalls
 from fsm_agent.drivers.leaving import left_above
@@ -33,10 +32,6 @@ from fsm_agent.tools.context import adriving
 
 _PLAIN: dict[str, dict[str, Any]] = {"acomplete_stream": {}, "acomplete": {}, "complete": {}}
 """An untyped agent's model calls: nothing besides messages and tools."""
-
-
-async def _awaited(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 class AsyncDriver(ConcurrentCalls):
@@ -95,10 +90,10 @@ class AsyncDriver(ConcurrentCalls):
             if self._observed and not self._heard_before(effect):
                 return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
             if isinstance(effect, ModelCall) and self._settings.history_processors:
-                effect = await self._aprocessed(effect)
-                if effect is None:  # what a processor made cannot be sent: a model_error, no call made
-                    self._observe()
-                    return self._step()
+                processed = await self._aprocessed(effect)
+                if not isinstance(processed, ModelCall):
+                    return processed  # a processor failed (a model_error) or took the time left: no call made
+                effect = processed
                 expired = await self._aheld_in_time()  # again: the processors took time, as hooks do
                 if expired is not None:
                     return expired
@@ -252,12 +247,10 @@ class AsyncDriver(ConcurrentCalls):
             await journal.ahold(self.position)
         return self._interrupt(EXPIRED, None) if self._out_of_time() else None
 
-    async def _aprocessed(self, effect: ModelCall) -> ModelCall | None:
-        """``SyncDriver._processed``, awaited: an async processor on the event loop, a sync one on a thread.
+    async def _aprocessed(self, effect: ModelCall) -> ModelCall | Transition:
+        """``SyncDriver._processed``, awaited (``core.history.aprocessed``: a sync processor on a thread).
 
-        On a thread, so the loop is never held up: neither the other runs on
-        it nor this run's heartbeat, which renews the lease meanwhile.  A
-        cancel of the task meanwhile stops the run ``cancelled`` before the
+        A cancel of the task meanwhile stops the run ``cancelled`` before the
         call, as one during the call does (``_acarry``).
         """
         import asyncio
@@ -266,16 +259,14 @@ class AsyncDriver(ConcurrentCalls):
         if journal is not None:
             journal.abeat()
         try:
-            messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-            for processor in self._settings.history_processors:
-                if inspect.iscoroutinefunction(processor):
-                    made = await processor(messages)
-                else:
-                    made = await _awaited(await asyncio.to_thread(processor, messages))
-                messages = sendable(made, processor_name(processor))
+            # A copy: the run's recorded history stays as it is.
+            messages = await aprocessed(list(effect.messages), self._settings.history_processors, self._remaining())
+        except DeadlineError:
+            return self._interrupt(EXPIRED, None)  # they took the time left: the call is not made
         except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
             self._model_failed(exc)
-            return None
+            self._observe()
+            return self._step()
         except asyncio.CancelledError as exc:
             if not isinstance(exc.__cause__, KeyboardInterrupt | SystemExit) and left_above() is None:
                 self._interrupt(INTERRUPTED, None)  # the task cancelled before the call: stopped, no call made

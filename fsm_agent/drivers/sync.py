@@ -16,13 +16,13 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 from fsm_agent.core.effects import CheckOutput, CompactHistory, ModelCall, ToolBatch
-from fsm_agent.core.history import processor_name, sendable
+from fsm_agent.core.history import processed
 from fsm_agent.definition.triggers import EXPIRED, INTERRUPTED
 from fsm_agent.drivers.base import RunBase
 from fsm_agent.drivers.child_runs import run_child
 from fsm_agent.errors import RunStateError
 from fsm_agent.records import RunResult, Transition
-from fsm_agent.tools.calling import DeadlineError, Handoff, settle
+from fsm_agent.tools.calling import DeadlineError, Handoff
 from fsm_agent.tools.context import driving
 
 T = TypeVar("T")
@@ -88,10 +88,10 @@ class SyncDriver(RunBase):
             if self._observed and not self._heard_before(effect):
                 return self._interrupt(EXPIRED, None)  # the call's hooks took the time left: it is not made
             if isinstance(effect, ModelCall) and self._settings.history_processors:
-                effect = self._processed(effect)
-                if effect is None:  # what a processor made cannot be sent: a model_error, no call made
-                    self._observe()
-                    return self._step()
+                processed = self._processed(effect)
+                if not isinstance(processed, ModelCall):
+                    return processed  # a processor failed (a model_error) or took the time left: no call made
+                effect = processed
                 expired = self._held_in_time()  # again: the processors took time, as hooks do
                 if expired is not None:
                     return expired
@@ -293,25 +293,29 @@ class SyncDriver(RunBase):
             journal.hold(self.position)
         return self._interrupt(EXPIRED, None) if self._out_of_time() else None
 
-    def _processed(self, effect: ModelCall) -> ModelCall | None:
-        """The call with what the history processors make of its messages; None if one failed (a ``model_error``).
+    def _processed(self, effect: ModelCall) -> ModelCall | Transition:
+        """The call with what the history processors make of its messages; else the stop, no call made.
 
         Between the call's hooks and the call, which is then checked again
-        (``_held_in_time``): a call they delayed past the deadline is not
-        made, as one its hooks delayed.  The lease is renewed while they run,
-        as during a call, so a slow processor is not taken over by a second
-        owner.
+        (``_held_in_time``): a call they delayed is not made past the
+        deadline, as one its hooks delayed.  Within the time left
+        (``core.history.processed``): processors that take it all stop the
+        run ``timeout`` while they run.  The lease is renewed meanwhile, as
+        during a call, so a slow processor is not taken over by a second
+        owner.  One that fails stops the run ``model_error``.
         """
         journal = self._journal
         if journal is not None:
             journal.beat()
         try:
-            messages = list(effect.messages)  # a copy: the run's recorded history stays as it is
-            for processor in self._settings.history_processors:
-                messages = sendable(settle(processor(messages)), processor_name(processor))
+            # A copy: the run's recorded history stays as it is.
+            messages = processed(list(effect.messages), self._settings.history_processors, self._remaining())
+        except DeadlineError:
+            return self._interrupt(EXPIRED, None)  # they took the time left: the call is not made
         except Exception as exc:  # noqa: BLE001 - what the model would have been sent is unusable: model_error
             self._model_failed(exc)
-            return None
+            self._observe()
+            return self._step()
         finally:
             if journal is not None:
                 journal.rest()

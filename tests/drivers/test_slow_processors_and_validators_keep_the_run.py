@@ -230,6 +230,61 @@ def test_a_model_call_the_processors_delayed_past_the_deadline_is_not_made_and_a
     assert model.calls == 1
 
 
+class Hanging:
+    """A processor that hangs until the test lets it go: a summary whose model call never answers."""
+
+    def __init__(self) -> None:
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, messages: list[Message]) -> list[Message]:
+        self.running.set()
+        try:
+            assert self.release.wait(WAIT)
+        finally:
+            self.running.clear()
+        return messages
+
+    async def hang(self, messages: list[Message]) -> list[Message]:
+        self.running.set()
+        try:
+            while not self.release.is_set():
+                await asyncio.sleep(0.01)
+        finally:
+            self.running.clear()
+        return messages
+
+
+@pytest.mark.parametrize("kind", ["sync processor", "async processor"])
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_processors_that_hang_stop_the_run_timeout_at_its_deadline_and_a_resume_makes_the_call_once(
+    store_target: str, driver: str, kind: str
+) -> None:
+    """long-runs.md: the processors run within the run's time left, as a typed answer's check does.  The run stops
+    while the processor still hangs (it is let go only after the run returned), with no call made."""
+    model = Counting()
+    hanging = Hanging()
+    processor = hanging if kind == "sync processor" else hanging.hang
+    on_the_loop = kind == "async processor" and driver == "async"  # cancelled there; a thread runs on
+    agent = Agent(
+        model, ToolRegistry(), history_processors=[processor], timeout=DEADLINE, on_stop={"timeout": "return"}
+    )
+    try:
+        with open_store(store_target, lease=LEASE) as store:
+            run = agent.start("q", store=store, run_id="r")
+            stopped = run.finish() if driver == "sync" else asyncio.run(run.afinish())
+            assert stopped.reason == "timeout"
+            assert hanging.running.is_set() is not on_the_loop
+            assert "unfinished" not in stopped.evidence
+            assert model.calls == 0
+            hanging.release.set()
+            result = agent.resume(store.load("r"), store=store, timeout=60).finish()
+    finally:
+        hanging.release.set()
+    assert result.final == "answer"
+    assert model.calls == 1
+
+
 @pytest.mark.parametrize("kind", ["async processor", "sync processor"])
 def test_a_task_cancelled_in_a_processor_stops_the_run_cancelled_before_its_call_and_a_resume_makes_it_once(
     store_target: str, kind: str
