@@ -124,6 +124,7 @@ def send_back(run: Run, output: OutputSpec | None) -> None:
     run.talk.steps.append(Step(run.counts.turns - 1, "output_invalid", "; ".join(errors), run.counters()))
     run.talk.messages.append(Message("user", output.retry_text(errors)))
     run.talk.output_checked, run.talk.output_problem, run.talk.output = False, None, None
+    run.talk.output_plain = None
 
 
 def count_tokens(run: Run, spent: Usage | ChildOutcome) -> None:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from fsm_agent.core.output_kinds import Invalid, Parser, schema_and_parser
+from fsm_agent.core.output_kinds import Invalid, Parser, plain_value, schema_and_parser
 from fsm_agent.errors import Retry
 from fsm_agent.records import OutputSchema
 from fsm_agent.tools.calling import DeadlineError, in_daemon_worker, settle, within_deadline
@@ -73,6 +73,29 @@ class OutputSpec:
         if self.request is None:
             return RETRY_TEXT_INSTRUCTION.format(errors=listed)
         return RETRY_INSTRUCTION.format(errors=listed, schema=json.dumps(self.request.schema, ensure_ascii=False))
+
+    def plain(self, value: Any) -> Any:
+        """The checked ``value`` in JSON form, for a snapshot to keep; None if it has none (see ``restored``)."""
+        try:
+            return plain_value(self.output_type, value)
+        except (TypeError, ValueError):  # pydantic's errors are ValueErrors: a value its type cannot write
+            return None
+
+    def restored(self, plain: Any) -> Any:
+        """The value a snapshot kept (``plain``), parsed as an answer is but not validated again; else ``Invalid``.
+
+        A finished run read back (a repeated request, a batch run again, a
+        sub-agent's answer to a resumed parent) has the output its run
+        returned: its validators are user code, perhaps a paid model call,
+        and are not run twice for one answer.  ``Invalid`` when nothing was
+        kept or the output type no longer reads it: the reader then checks
+        the answer's text again.
+        """
+        if plain is None:
+            return Invalid(("no value kept",))
+        if self.request is None:  # a str answer
+            return plain if isinstance(plain, str) else Invalid(("the kept value is no text",))
+        return self._parse(json.dumps(plain))
 
     def check(self, text: str, timeout: float | None = None) -> Any:
         """The value of the answer ``text`` after every validator (an async one run to completion), or ``Invalid``.

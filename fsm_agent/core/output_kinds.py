@@ -162,6 +162,20 @@ def schema_and_parser(output_type: Any) -> tuple[OutputSchema | None, Parser, ty
     return OutputSchema(_schema_name(name), schema, description, _strict(schema)), parse, kind
 
 
+def plain_value(output_type: Any, value: Any) -> Any:
+    """A checked answer's value in JSON form, which the type's parser reads back; ``TypeError``/``ValueError`` if not.
+
+    A snapshot keeps it (``OutputSpec.plain``), so a finished run read back
+    has its typed output without its validators run again.
+    """
+    if output_type is str:
+        return value
+    if isinstance(output_type, dict):
+        return json.loads(json.dumps(value, allow_nan=False))  # a copy, and only what JSON holds
+    adapter = _require("pydantic").TypeAdapter(output_type)  # a model, a dataclass or a TypedDict
+    return adapter.dump_python(value, mode="json")
+
+
 def _as_text(text: str) -> Any:
     return text
 

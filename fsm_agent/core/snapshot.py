@@ -117,6 +117,7 @@ def dump_small(run: Run, **extra: Any) -> dict[str, Any]:
         "finalize_evidence": run.at.finalize_evidence,
         "reason": run.at.reason,
         "final": run.at.final,
+        "output": run.talk.output_plain,
         "evidence": run.at.evidence,
         "unfinished": run.at.unfinished,
         # A reply taken and not yet stepped; a failure taken so is not kept (its exception would come back as text).
@@ -283,6 +284,7 @@ def load(run: Run, data: dict[str, Any], states: tuple[State, ...]) -> None:
         run.at.finalizing = data["finalizing"]
         run.at.reason = data["reason"]
         run.at.final = data["final"]
+        run.talk.output_plain = data.get("output")  # a typed answer's value; none kept before it existed
         run.at.unfinished = data["unfinished"]
         run.at.replied = _replied(data.get("replied"), run.at.state)  # none kept before it existed
     except SnapshotError:

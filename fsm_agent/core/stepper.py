@@ -294,7 +294,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if isinstance(value, Invalid):
             run.talk.output_problem = (value.errors, value.retryable)
         else:
-            run.talk.output = value
+            run.talk.output, run.talk.output_plain = value, self.output.plain(value)
 
     def accept_tool(self, call: ToolCall, outcome: ToolResult) -> None:
         """A tool call finished: keep its outcome by call id until the machine replays it."""

@@ -197,6 +197,7 @@ class Talk:
         "messages",
         "output",
         "output_checked",
+        "output_plain",
         "output_problem",
         "prior",
         "sent",
@@ -227,6 +228,8 @@ class Talk:
         self.output_checked = False
         self.output: Any = None
         self.output_problem: tuple[tuple[str, ...], bool] | None = None
+        # The accepted value in JSON form, which a snapshot keeps (None: none, or none JSON can hold).
+        self.output_plain: Any = None
 
 
 class Calls:

@@ -29,7 +29,8 @@ def stored_result(agent: Agent | None, data: dict[str, Any], reason: str | None 
     """The result the stored run ``data`` gave when it ran, read back under ``agent``'s table and output type.
 
     As ``Agent.run`` returned it: a run that ended in ``Done`` has its typed
-    output (its answer checked again by ``agent``) and no snapshot; any
+    output (the value its run kept, read by ``agent``'s output type; its
+    answer checked again only if none was kept) and no snapshot; any
     other keeps ``data`` as its snapshot, so it can be resumed; a paused one
     is reason ``paused``, pending the calls that await a decision.
     ``reason`` and ``evidence`` override the run's own: a batch reports a
@@ -47,9 +48,9 @@ def stored_result(agent: Agent | None, data: dict[str, Any], reason: str | None 
         own, facts, pending = run.at.reason or "running", run.at.evidence, tuple(run.calls.pending)
     done = run.at.state is Done
     result = make_result(run, reason or own, {**facts, **evidence}, pending, None if done else data)
-    if (
-        done and agent is not None and agent.output is not None
-    ):  # the answer checked again: the run is read, not changed
-        checked = agent.output.check(run.at.final)
-        result = attrs.evolve(result, output=None if isinstance(checked, Invalid) else checked)
+    if done and agent is not None and agent.output is not None:
+        value = agent.output.restored(run.talk.output_plain)  # as the run returned it, its validators not run again
+        if isinstance(value, Invalid):  # none kept (an older snapshot), or the type no longer reads it
+            value = agent.output.check(run.at.final)
+        result = attrs.evolve(result, output=None if isinstance(value, Invalid) else value)
     return result
