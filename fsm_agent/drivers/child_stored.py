@@ -57,10 +57,12 @@ def is_finished(
     ``again``: the parent's stop that cut this call in flight
     (``parent_cut``).  A child that stopped ``cancelled`` then (the token
     it shares with its parent, or its task cancelled with the parent's)
-    stopped with its parent, not of itself: it is resumed, as the parent is,
-    from where it stopped.  So is one that stopped ``timeout`` (its deadline
-    is its parent's) where its ``agent``'s table resumes it under ``limits``,
-    what the parent has left for it (``_resumes_under``).  A child whose
+    stopped with its parent, not of itself, and so did one that stopped
+    ``timeout`` (its deadline is its parent's): either is resumed, as the
+    parent is, from where it stopped, where its ``agent``'s table resumes it
+    under ``limits``, what the parent has left for it (``_resumes_under``).
+    Where it does not (a typed answer's retry the cut forbade, which the
+    child's agent no longer allows), it is read back as it stopped.  A child whose
     finalize call the parent's cut reached stopped with its parent too: its
     run keeps the stop that asked for the finalize, the cut is on its last
     edge, and its resume makes that call again.
@@ -70,9 +72,7 @@ def is_finished(
     cut = ended_on(data)
     if again is None or cut not in CUT_WITH_PARENT:
         return True
-    if cut == "timeout":
-        return agent is not None and limits is not None and not _resumes_under(agent, data, limits)
-    return False
+    return agent is not None and limits is not None and not _resumes_under(agent, data, limits)
 
 
 def _resumes_under(agent: Agent, data: dict[str, Any], limits: Limits) -> bool:

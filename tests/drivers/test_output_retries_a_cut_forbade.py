@@ -146,6 +146,33 @@ def test_a_sub_agent_whose_retry_its_parents_cancel_forbade_goes_on_when_the_par
     assert cut.counts == EXPECTED
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_sub_agent_owed_a_retry_its_agent_no_longer_allows_is_read_back_as_it_stopped_when_the_parent_resumes(
+    store_target: str, driver: str
+) -> None:
+    """The parent's cancel forbade the child's retry; the parent is resumed with a child agent of
+    ``output_retries=0``, under which nothing lifts the child's stop.  The child is read back as it stopped (the
+    call's tool error), as its timeout twin is, not resumed into a ``ValueError`` that left the parent stuck in
+    ``Dispatch`` for every later resume."""
+    cut = Cut()
+    seen: list[str] = []
+
+    def parent(**child_options: Any) -> Agent:
+        tools = ToolRegistry()
+        tools.register(cut.agent(**child_options).as_tool("research", "Answers."))
+        return Agent(Parent(seen), tools, on_stop={"cancelled": "return"})
+
+    with open_store(store_target) as store:
+        stopped = _run(parent(), driver, store, cut.token)
+        assert stopped.reason == "cancelled"
+        run = parent(cancels=False, output_retries=0).resume(store.load("r"), store=store)
+        result = run.finish() if driver == "sync" else asyncio.run(run.afinish())
+    assert result.final == "done"
+    assert len(seen) == 1
+    assert "output_invalid" in seen[0]
+    assert cut.counts == Counter({"model:1": 1, "validator:21": 1})
+
+
 SETTLE = 2.0
 """The batch passes its caller's cancel on to its runs every 0.1 s (``batch.local._POLL``): twenty polls."""
 
