@@ -177,7 +177,7 @@ def finished(thread_id: str, run_id: str, result: RunResult, usage: Usage, polic
         return RunFinishedEvent(
             thread_id=thread_id, run_id=run_id, outcome=outcome, usage=tokens, metadata=_facts(result, usage)
         )
-    if result.reason == "cancelled":
+    if cancelled(result):
         facts = _facts(result, usage, evidence=result.evidence)
         return RunFinishedEvent(
             thread_id=thread_id, run_id=run_id, outcome=RunFinishedCancelledOutcome(), usage=tokens, metadata=facts
@@ -190,6 +190,19 @@ def finished(thread_id: str, run_id: str, result: RunResult, usage: Usage, polic
         outcome=RunFinishedSuccessOutcome(),
         usage=tokens,
         metadata=_facts(result, usage, **more),
+    )
+
+
+def cancelled(result: RunResult) -> bool:
+    """Whether the turn ended on a cancel: its reason, or the retry of its answer a cancel forbade.
+
+    Why the second: such a turn stops ``output_invalid`` with ``blocked_by``
+    ``cancelled``, and the cancel is what ended it (``ended_on``).  Its
+    request answered nobody, as a cancelled turn's, and the same request
+    takes a new turn; its ending says so (the evidence keeps the errors).
+    """
+    return result.reason == "cancelled" or (
+        result.reason == "output_invalid" and result.evidence.get("blocked_by") == "cancelled"
     )
 
 
@@ -221,7 +234,7 @@ def _decided(decision: bool | str | None) -> dict[str, Any]:
 def stopped(thread_id: str, run_id: str, stop: AgentLoopError, usage: Usage) -> RunFinishedEvent | RunErrorEvent:
     """The ending of a turn that raised its stop: ``RUN_ERROR`` with reason, policy and evidence; cancelled apart."""
     result = stop.result
-    if stop.reason == "cancelled":
+    if cancelled(result):
         return finished(thread_id, run_id, result, usage, "raise")
     return RunErrorEvent(
         message=str(stop),
