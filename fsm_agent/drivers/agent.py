@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -298,7 +298,7 @@ class Agent(RunsAgain):
         overwrite: bool = False,
         history: History | None = None,
         deps: Any = None,
-    ) -> Iterator[StreamEvent]:
+    ) -> Generator[StreamEvent, None, None]:
         """Yield one ``TransitionEvent`` per transition; on a stop, raise like ``run`` after yielding it.
 
         A model that can stream (``complete_stream``) is called that way, and
@@ -323,7 +323,7 @@ class Agent(RunsAgain):
         overwrite: bool = False,
         history: History | None = None,
         deps: Any = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """The async twin of ``stream`` (a model streams through ``acomplete_stream``); a store is written awaited."""
         run = await self.astart(
             user_input, cancel=cancel, store=store, run_id=run_id, overwrite=overwrite, history=history, deps=deps

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import queue
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 class AgentRun(SyncDriver, AsyncDriver):
     """One run of an agent, driven by ``advance()``/``aadvance()`` (one transition) or ``finish()``/``afinish()``."""
 
-    def stream(self) -> Iterator[StreamEvent]:
+    def stream(self) -> Generator[StreamEvent, None, None]:
         """Drive the run to its end or a pause, yielding its events from here on, as ``Agent.stream`` does.
 
         For a run ``Agent.resume`` returned (after a person's decision, say):
