@@ -63,6 +63,19 @@ class RunExistsError(FsmAgentError, ValueError):
         return f"run {self.run_id!r} already exists in {self.where}; {advice}"
 
 
+class RunNotFoundError(FsmAgentError, KeyError):
+    """The store holds no run by this id (never written, deleted, or an id no store could hold).
+
+    A ``KeyError``, as a missing key is, so ``except KeyError`` still
+    catches it; its own class so an app tells it from a ``KeyError`` of its
+    own code, and its message reads as written (a bare ``KeyError`` shows
+    its message quoted).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "no such run"
+
+
 class RunLeasedError(FsmAgentError, RuntimeError):
     """Another owner (a process, a worker) holds the lease on this stored run; ``holder`` names it.
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from fsm_agent.core.approval import check_decision_value
 from fsm_agent.definition.states import State
+from fsm_agent.errors import RunNotFoundError
 from fsm_agent.persist import plans
 from fsm_agent.persist.checks import check_run_id, check_snapshot, cutoff, epoch, filter_text, page, storable
 from fsm_agent.persist.cursor import Order, RunCursor, check_listing
@@ -110,7 +111,7 @@ class PlannedStore(ABC):
         """``run_id``, or ``KeyError`` at once for an id no store could hold (NUL, too long): no run, in every store."""
         if not storable(run_id):
             msg = f"no run {run_id!r} in {self._plans.where}"
-            raise KeyError(msg)
+            raise RunNotFoundError(msg)
         return run_id
 
     def create(self, run_id: str, snapshot: dict[str, Any], *, owner: str, overwrite: bool = False) -> int:

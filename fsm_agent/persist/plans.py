@@ -25,7 +25,7 @@ from collections.abc import Generator
 from typing import Any, Literal, TypeVar
 
 from fsm_agent.core.approval import check_decision, settled
-from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
+from fsm_agent.errors import RunExistsError, RunLeasedError, RunNotFoundError, StaleRunError
 from fsm_agent.jsontext import dumps
 from fsm_agent.persist.cursor import Order, RunCursor
 from fsm_agent.persist.readback import rebuild
@@ -194,7 +194,7 @@ class Plans:
         _, rows = yield self.sql("SELECT owner, lease_until, seq FROM {runs} WHERE run_id = ?"), (run_id,)
         if not rows:
             msg = f"run {run_id!r} was deleted from {self.where} while it was being advanced"
-            raise KeyError(msg)
+            raise RunNotFoundError(msg)
         holder, until, seq = rows[0]
         if holder is not None and holder != owner and until is not None and until >= now:
             raise RunLeasedError(run_id, holder, until)
@@ -217,7 +217,7 @@ class Plans:
         )
         if not rows:
             msg = f"no run {run_id!r} in {self.where}"
-            raise KeyError(msg)
+            raise RunNotFoundError(msg)
         base, base_seq, seq, holder, until = rows[0]
         if holder is not None and until is not None and until >= now:
             raise RunLeasedError(run_id, holder, until)
@@ -252,7 +252,7 @@ class Plans:
         _, rows = yield self.sql("SELECT snapshot, base_seq, seq FROM {runs} WHERE run_id = ?"), (run_id,)
         if not rows:
             msg = f"no run {run_id!r} in {self.where}"
-            raise KeyError(msg)
+            raise RunNotFoundError(msg)
         base, base_seq, seq = rows[0]
         data = yield from self._rebuild(run_id, base, base_seq, seq)
         data[VERSION_KEY] = int(seq)
