@@ -24,7 +24,7 @@ from fsm_agent.definition.derived import describe_resumable
 from fsm_agent.definition.limits import Limits
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import State
-from fsm_agent.definition.stops import next_call_forbidden
+from fsm_agent.definition.stops import blocking_stop, next_call_forbidden
 from fsm_agent.drivers import streaming
 from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.checks import check_sync_model
@@ -155,7 +155,7 @@ class AgentRun(SyncDriver, AsyncDriver):
                 msg = (
                     f"the run stopped with {position.at.reason!r}"
                     + (f" ({evidence.get('type', 'error')}: {evidence['error']})" if failed else "")
-                    + f", which these limits do not lift (counters {position.counters()}); "
+                    + f", which these limits do not lift{_also_forbidding(position)} (counters {position.counters()}); "
                     f"{resumable or describe_resumable(agent.table.stops)}"
                 )
                 raise ValueError(msg)
@@ -285,3 +285,17 @@ def _decided_without_store(run_id: object) -> str:
         "stay paused and make the call again when resumed from the store; pass store= (the store it came from), "
         "or record the decisions there with store.decide and resume with store="
     )
+
+
+def _also_forbidding(position: Run) -> str:
+    """What a refused resume's message adds when another stop than the run's own forbids the next call.
+
+    Several stops can hold at once and only the first is recorded: a run
+    cancelled on its last allowed turn also stands at ``max_steps``, and a
+    fresh token alone lifts its stop but not that one.  Naming it says
+    which limit to raise as well.
+    """
+    blocker = blocking_stop(position)
+    if blocker is None or blocker == position.at.reason:
+        return ""
+    return f": {blocker!r} holds as well and forbids the next call, so raise its limit too"
