@@ -82,6 +82,9 @@ def iter_local(
     stop = CancelToken()
     line = _Line(make_agent, store, items, stop, done, on_start, on_end, make_deps)
     task = loop.create_task(line.main(min(max_in_flight, len(items)), cancel))
+    # Set once the loop has stopped for good.  Not ``thread.join``: a join a Ctrl-C interrupts can leave the thread
+    # marked stopped while it still runs (CPython 3.11's bpo-45274 handling), and a running loop cannot be closed.
+    ended = threading.Event()
 
     def drive() -> None:
         try:
@@ -100,8 +103,11 @@ def iter_local(
         finally:
             # The loop ends as asyncio.run ends one: its async generators finalised (a PostgreSQL store closes
             # this loop's connections in one) and its worker threads joined.
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                ended.set()
 
     thread = threading.Thread(target=drive, name="fsm_agent-batch", daemon=True)
     thread.start()
@@ -112,16 +118,16 @@ def iter_local(
                 raise got
             yield got
     finally:
-        # Gently first: each run stops at its next check as Failed/cancelled, checkpointed, its lease given up.
-        if not stop.cancelled:  # else stopped already (a cancel, a call's interrupt): its reason stands
-            stop.cancel("the batch was interrupted")
         try:
-            thread.join(GRACE)
+            # Gently first: each run stops at its next check as Failed/cancelled, checkpointed, its lease given up.
+            if not stop.cancelled:  # else stopped already (a cancel, a call's interrupt): its reason stands
+                stop.cancel("the batch was interrupted")
+            ended.wait(GRACE)
         finally:
-            if thread.is_alive():
+            if not ended.is_set():
                 # A call that does not return in time (or a second Ctrl-C): cancel the tasks where they wait.
                 loop.call_soon_threadsafe(task.cancel)
-                thread.join()
+                ended.wait()
             loop.close()
 
 
