@@ -17,7 +17,7 @@ import attrs
 from fsm_agent.core.output import OutputSpec
 from fsm_agent.records import Message, ToolCall
 from fsm_agent.tools import JSONSchema
-from fsm_agent.tools.calling import DeadlineError, in_daemon_worker, settle, within_deadline
+from fsm_agent.tools.calling import awaited_within, in_daemon_worker, settle, within_deadline
 
 
 @attrs.frozen
@@ -74,16 +74,7 @@ class CompactHistory:
             work: Awaitable[Any] = self._acompacted()
         else:
             work = (asyncio.to_thread if timeout is None else in_daemon_worker)(self._compacted)
-        if timeout is None:
-            return await work
-        deadline = asyncio.timeout(timeout)
-        try:
-            async with deadline:
-                return await work
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            raise DeadlineError("compaction") from None
+        return await (work if timeout is None else awaited_within(work, timeout, "compaction"))
 
     def _compacted(self) -> Any:
         try:

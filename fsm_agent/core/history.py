@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fsm_agent.records import Message, RunResult
-from fsm_agent.tools.calling import DeadlineError, in_daemon_worker, settle, within_deadline
+from fsm_agent.tools.calling import awaited_within, in_daemon_worker, settle, within_deadline
 
 History = RunResult | Sequence[Message]
 """What ``history=`` accepts: an earlier result (its ``messages``) or the messages themselves."""
@@ -172,16 +172,7 @@ async def aprocessed(
     import asyncio  # here, not at the top: import fsm_agent loads no asyncio
 
     work = _aprocessed(messages, processors, in_daemon_worker if timeout is not None else asyncio.to_thread)
-    if timeout is None:
-        return await work
-    deadline = asyncio.timeout(timeout)
-    try:
-        async with deadline:
-            return await work
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        raise DeadlineError("history processors") from None
+    return await (work if timeout is None else awaited_within(work, timeout, "history processors"))
 
 
 def _processed(messages: list[Message], processors: Sequence[Callable[..., Any]]) -> list[Message]:

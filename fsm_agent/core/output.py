@@ -26,7 +26,7 @@ from typing import Any
 from fsm_agent.core.output_kinds import Invalid, Parser, plain_value, schema_and_parser
 from fsm_agent.errors import Retry
 from fsm_agent.records import OutputSchema
-from fsm_agent.tools.calling import DeadlineError, in_daemon_worker, settle, within_deadline
+from fsm_agent.tools.calling import DeadlineError, awaited_within, in_daemon_worker, settle, within_deadline
 
 Validator = Callable[[Any], Any]
 """``fn(output) -> output`` (or an awaitable of it); raises ``fsm_agent.Retry`` to send the model back."""
@@ -150,13 +150,9 @@ class OutputSpec:
             return await self._acheck(text, asyncio.to_thread)
         if timeout <= 0:
             return Invalid((TOO_LATE,))
-        deadline = asyncio.timeout(timeout)
         try:
-            async with deadline:
-                return await self._acheck(text, in_daemon_worker)
-        except TimeoutError:
-            if not deadline.expired():
-                raise
+            return await awaited_within(self._acheck(text, in_daemon_worker), timeout, "output check")
+        except DeadlineError:
             return Invalid((OUT_OF_TIME,))
 
     async def _acheck(self, text: str, offload: Callable[[Callable[[Any], Any], Any], Awaitable[Any]]) -> Any:

@@ -232,6 +232,24 @@ def within_deadline(work: Callable[[], T], timeout: float, name: str) -> T:
     return handoff.result()
 
 
+async def awaited_within(work: Awaitable[T], timeout: float, name: str) -> T:
+    """``await work``, given up with ``DeadlineError`` once ``timeout`` seconds pass: ``within_deadline`` on a loop.
+
+    A ``TimeoutError`` the work raised itself is raised as it is: only the
+    deadline's own expiry is the ``DeadlineError``.
+    """
+    import asyncio
+
+    deadline = asyncio.timeout(timeout)
+    try:
+        async with deadline:
+            return await work
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise DeadlineError(f"{name} still running after {timeout:g} s") from None
+
+
 def call_with_deadline(function: ToolFunction, arguments: dict[str, Any], timeout: float, name: str) -> Any:
     """``call_sync`` of a tool, abandoned with ``DeadlineError`` once ``timeout`` seconds pass."""
     return within_deadline(lambda: call_sync(function, arguments), timeout, f"tool {name}")
