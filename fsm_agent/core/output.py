@@ -75,11 +75,21 @@ class OutputSpec:
         return RETRY_INSTRUCTION.format(errors=listed, schema=json.dumps(self.request.schema, ensure_ascii=False))
 
     def plain(self, value: Any) -> Any:
-        """The checked ``value`` in JSON form, for a snapshot to keep; None if it has none (see ``restored``)."""
+        """The checked ``value`` in JSON form, for a snapshot to keep; None unless it reads back as that same value.
+
+        Read back by the output type (``restored``), it must give a value
+        equal to ``value``, else a read back would return a value the run
+        never returned: a type whose own validators change what they read
+        (one that doubles a number doubles it again), a field written
+        masked (a secret), a key the type drops, a number JSON cannot hold.
+        Each is kept as None, and a reader checks the answer's text again.
+        """
         try:
-            return plain_value(self.output_type, value)
+            plain = plain_value(self.output_type, value)
+            json.dumps(plain, allow_nan=False)  # what JSON holds, NaN and infinities not
         except (TypeError, ValueError):  # pydantic's errors are ValueErrors: a value its type cannot write
             return None
+        return plain if self.restored(plain) == value else None
 
     def restored(self, plain: Any) -> Any:
         """The value a snapshot kept (``plain``), parsed as an answer is but not validated again; else ``Invalid``.

@@ -173,7 +173,7 @@ def plain_value(output_type: Any, value: Any) -> Any:
     if isinstance(output_type, dict):
         return json.loads(json.dumps(value, allow_nan=False))  # a copy, and only what JSON holds
     adapter = _require("pydantic").TypeAdapter(output_type)  # a model, a dataclass or a TypedDict
-    return adapter.dump_python(value, mode="json")
+    return adapter.dump_python(value, mode="json", by_alias=True)  # as the parser reads fields: by alias
 
 
 def _as_text(text: str) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections import Counter
 from typing import Any
 
@@ -95,6 +96,80 @@ def test_a_stored_finished_run_read_back_has_its_output_with_no_validator_run_ag
         again = stored_result(typed_agent(kind, counts), store.load("r"))
     assert first.output == again.output == KINDS[kind][2]
     assert counts == {"model": 1, "validator": 1}
+
+
+class Aliased(pydantic.BaseModel):
+    n: int = pydantic.Field(alias="N")
+    label: str = ""
+
+
+def test_a_field_read_by_its_alias_is_kept_by_its_alias_and_read_back_with_no_validator_run_again(
+    store_target: str,
+) -> None:
+    counts: Counter[str] = Counter()
+
+    def agent() -> Agent:
+        validator = labelled(Aliased, counts)
+        return Agent(Model('{"N": 7}', counts), ToolRegistry(), output_type=Aliased, output_validators=[validator])
+
+    with open_store(store_target) as store:
+        first = agent().run("q", store=store, run_id="r")
+        again = stored_result(agent(), store.load("r"))
+    assert first.output == again.output == Aliased(N=7, label="checked")
+    assert counts == {"model": 1, "validator": 1}
+
+
+class Doubling(pydantic.BaseModel):
+    """A type whose own validator changes what it reads: read again, 14 would become 28."""
+
+    n: int
+
+    @pydantic.field_validator("n")
+    @classmethod
+    def doubled(cls, n: int) -> int:
+        return n * 2
+
+
+class Secret(pydantic.BaseModel):
+    token: pydantic.SecretStr
+
+
+class Ratio(pydantic.BaseModel):
+    ratio: float | None = None
+
+
+CLOSED = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+
+UNKEPT = {
+    # output type, the answer, what the (deterministic) validator makes of the value
+    "a type's own validator": (Doubling, '{"n": 7}', lambda value: value),
+    "a secret": (Secret, '{"token": "hunter2"}', lambda value: value),
+    "NaN": (Ratio, '{"ratio": 0.5}', lambda value: value.model_copy(update={"ratio": float("nan")})),
+    "a key the schema forbids": (CLOSED, '{"n": 7}', lambda value: {**value, "label": "x"}),
+}
+
+
+@pytest.mark.parametrize("kind", list(UNKEPT))
+def test_a_value_its_type_would_not_read_back_as_it_was_is_kept_as_null_and_read_back_by_checking_the_text(
+    tmp_path: Any, kind: str
+) -> None:
+    """snapshots.md: such a value is kept as null, and a read back checks the answer's text again: the output is
+    what the run returned (a deterministic validator gives it again), never a value read back changed (28 for 14,
+    a masked secret, a dropped key)."""
+    output_type, text, validate = UNKEPT[kind]
+
+    def agent() -> Agent:
+        return Agent(Model(text, Counter()), ToolRegistry(), output_type=output_type, output_validators=[validate])
+
+    with open_store(str(tmp_path / "runs.db")) as store:
+        first = agent().run("q", store=store, run_id="r")
+        data = store.load("r")
+    assert data["output"] is None
+    again = stored_result(agent(), data).output
+    if kind == "NaN":  # NaN equals nothing, itself included
+        assert math.isnan(again.ratio)
+    else:
+        assert again == first.output
 
 
 def test_a_snapshot_kept_without_the_value_has_its_answer_checked_again(tmp_path: Any) -> None:
