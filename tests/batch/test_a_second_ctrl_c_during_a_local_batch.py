@@ -21,13 +21,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.batch_leases import lease_free
+from support.stuck_calls import calls, log
 
 from fsm_agent import Agent, Message, ModelResponse, ToolRegistry
 from fsm_agent.batch import batch_items, run_batch
@@ -48,20 +48,6 @@ hanging call starts 0.18-0.35 / 0.18-0.88 s after the child does, ``busy`` is st
 after the first SIGINT, ``hang`` 0.02 / 0.05 s after the second, the child exits 0.08 / 0.22 s after its call
 returns, and the rerun takes 0.13 / 0.22 s (its bound, a tenth of the lease, is 30 s).  60 s is over 60 times the
 worst.  The old code never stores ``hang`` cancelled: that wait runs out."""
-
-
-def _log(ledger: Path, line: str) -> None:
-    """One ``O_APPEND`` write: the child's lines and the test's never interleave."""
-    fd = os.open(ledger / "calls.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def _calls(ledger: Path) -> Counter[str]:
-    path = ledger / "calls.log"
-    return Counter(path.read_text().splitlines() if path.exists() else [])
 
 
 class _Model:
@@ -87,13 +73,13 @@ def agent(ledger: str) -> Agent:
     @tools.register
     def work(question: str, turn: int, call_id: str) -> str:
         """Do some work."""
-        _log(where, f"start {call_id}")
+        log(where, f"start {call_id}")
         if call_id == "hang-1":
             while (where / "hang.flag").exists():
                 time.sleep(0.01)
         elif question == "busy":
             time.sleep(0.02)
-        _log(where, f"end {call_id}")
+        log(where, f"end {call_id}")
         return f"did {call_id}"
 
     return Agent(_Model(where), tools, max_steps=100_000, clock=ManualClock())
@@ -142,7 +128,7 @@ def test_a_second_ctrl_c_cuts_the_call_in_flight_leaves_every_run_cancelled_and_
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              preexec_fn=_interruptible)  # fmt: skip
     try:
-        _until(lambda: _calls(tmp_path)["start hang-1"] and _calls(tmp_path)["end busy-0"], "the calls began")
+        _until(lambda: calls(tmp_path)["start hang-1"] and calls(tmp_path)["end busy-0"], "the calls began")
         child.send_signal(signal.SIGINT)
         # busy stored cancelled: the first Ctrl-C was handled, and the batch waits on hang's call.
         _until(lambda: _cancelled(store_target, "busy"), "busy stopped")
@@ -160,7 +146,7 @@ def test_a_second_ctrl_c_cuts_the_call_in_flight_leaves_every_run_cancelled_and_
     assert hang is not None
     assert hang["evidence"]["unfinished"] == "hang-1", hang
     assert [q for q in ("hang", "busy") if not lease_free(store_target, _run_id(q))] == [], "a lease outlived it"
-    made = _calls(tmp_path)
+    made = calls(tmp_path)
     assert (made["start hang-1"], made["end hang-1"]) == (1, 1)  # cut in the loop, ended in its thread
 
     started = time.monotonic()
@@ -168,7 +154,7 @@ def test_a_second_ctrl_c_cuts_the_call_in_flight_leaves_every_run_cancelled_and_
                       lease=LONG_LEASE, progress=False)  # fmt: skip
     assert time.monotonic() - started < LONG_LEASE / 10, "the rerun waited for a lease"
     assert [r.final for r in again] == [f"answer to {q}" for q in QUESTIONS], [r.evidence for r in again]
-    made = _calls(tmp_path)
+    made = calls(tmp_path)
     assert (made["start hang-1"], made["end hang-1"]) == (2, 2), "only the call that was cut is made again"
     assert {line: n for line, n in made.items() if not line.endswith(" hang-1")} == {
         f"{edge} {call}": 1

@@ -24,7 +24,8 @@ STARTED_WAIT = 120.0
 QUESTIONS = ["question 0", "stuck 1", "question 2"]
 
 
-def _log(ledger: Path, line: str) -> None:
+def log(ledger: Path, line: str) -> None:
+    """One ``O_APPEND`` write: a child's lines and its test's never interleave."""
     fd = os.open(ledger / "calls.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
@@ -56,10 +57,10 @@ def stuck_agent(ledger: str) -> Agent:
     @tools.register
     async def work(topic: str, turn: int, call_id: str) -> str:
         """Do some work."""
-        _log(where, f"start {call_id}")
+        log(where, f"start {call_id}")
         while topic.startswith("stuck") and call_id.endswith("-1") and (where / "stuck.flag").exists():
             await asyncio.sleep(0.05)
-        _log(where, f"end {call_id}")
+        log(where, f"end {call_id}")
         return f"did {call_id}"
 
     return Agent(_Model(), tools, max_steps=4, clock=ManualClock())
