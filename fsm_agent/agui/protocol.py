@@ -32,6 +32,7 @@ from ag_ui.core import (
 )
 
 from fsm_agent import AgentLoopError, RunResult, ToolCall, Usage
+from fsm_agent.core.snapshot_fields import retry_cut
 from fsm_agent.drivers.child import answer_of
 from fsm_agent.jsontext import dumps
 
@@ -197,13 +198,11 @@ def cancelled(result: RunResult) -> bool:
     """Whether the turn ended on a cancel: its reason, or the retry of its answer a cancel forbade.
 
     Why the second: such a turn stops ``output_invalid`` with ``blocked_by``
-    ``cancelled``, and the cancel is what ended it (``ended_on``).  Its
+    ``cancelled``, and the cancel is what ended it (``retry_cut``).  Its
     request answered nobody, as a cancelled turn's, and the same request
     takes a new turn; its ending says so (the evidence keeps the errors).
     """
-    return result.reason == "cancelled" or (
-        result.reason == "output_invalid" and result.evidence.get("blocked_by") == "cancelled"
-    )
+    return result.reason == "cancelled" or retry_cut(result.reason, result.evidence) == "cancelled"
 
 
 def held(result: RunResult) -> list[tuple[ToolCall, bool | str | None]]:

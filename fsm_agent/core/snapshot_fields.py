@@ -130,10 +130,18 @@ def ended_on(data: Mapping[str, Any] | None) -> Any:
     trace = data.get("trace")
     last = trace[-1] if isinstance(trace, list) and trace else None
     reason = last.get("reason") if isinstance(last, dict) else data.get("reason")
-    evidence = data.get("evidence")
+    return retry_cut(reason, data.get("evidence")) or reason
+
+
+def retry_cut(reason: object, evidence: object) -> str | None:
+    """The cut that forbade a typed answer's owed retry (``output_invalid`` with ``blocked_by`` a cut), else None.
+
+    Such a run was ended by the cut, not by its answer: a resume that lifts
+    the cut makes the retry (``resumes_output_retry``).
+    """
     if reason == "output_invalid" and isinstance(evidence, dict) and evidence.get("blocked_by") in CUTS:
-        return evidence["blocked_by"]  # the retry the answer was owed, forbidden by the cut: the cut ended it
-    return reason
+        return str(evidence["blocked_by"])
+    return None
 
 
 CUTS = ("cancelled", "timeout")
