@@ -8,9 +8,10 @@ import threading
 class CancelToken:
     """Set once by any thread with ``cancel()``; a run holding it stops at its next check with reason ``cancelled``.
 
-    Checks happen before each model call and before each tool call, so a call
-    already in flight finishes first and its result is kept.  One token may be
-    shared by several runs to cancel them together.
+    Checks happen before each model call and before each tool call (the last
+    one just before the call, after its hooks), so a call already in flight
+    finishes first and its result is kept, and one not yet started is not
+    made.  One token may be shared by several runs to cancel them together.
     """
 
     __slots__ = ("_event", "_why")

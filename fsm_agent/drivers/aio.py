@@ -97,8 +97,11 @@ class AsyncDriver(ConcurrentCalls):
                 expired = await self._aheld_in_time()  # again: the processors took time, as hooks do
                 if expired is not None:
                     return expired
-                if self._cancel is not None and self._cancel.cancelled:
-                    return self._interrupt(INTERRUPTED, None)  # cancelled while they ran: stopped before the call
+            # The guards read the token on the edge into this state; hooks, processors, a pause for a decision or
+            # the time between two advance() calls came since: cancelled then, the call is not made (as past the
+            # deadline), and a resume makes it.
+            if self._cancel is not None and self._cancel.cancelled:
+                return self._interrupt(INTERRUPTED, None)
             expired = await self._acarry(effect)
             if expired is not None:
                 return expired
@@ -353,8 +356,7 @@ class AsyncDriver(ConcurrentCalls):
         The cut write is written or read back, the transitions needing no call
         are taken (an answer that had come ends it ``Done``), and the run stops
         ``cancelled`` on the ``interrupted`` edge before any call (a finalize call's
-        too: the run keeps its stop, the call left for a resume): ``afinish()``
-        makes it first if the token was cancelled after the last check before it.
+        too: the run keeps its stop, the call left for a resume).
         """
         stepper = self.stepper
         while self._result is None:

@@ -95,8 +95,11 @@ class SyncDriver(RunBase):
                 expired = self._held_in_time()  # again: the processors took time, as hooks do
                 if expired is not None:
                     return expired
-                if self._cancel is not None and self._cancel.cancelled:
-                    return self._interrupt(INTERRUPTED, None)  # cancelled while they ran: stopped before the call
+            # The guards read the token on the edge into this state; hooks, processors, a pause for a decision or
+            # the time between two advance() calls came since: cancelled then, the call is not made (as past the
+            # deadline), and a resume makes it.
+            if self._cancel is not None and self._cancel.cancelled:
+                return self._interrupt(INTERRUPTED, None)
             self._make_call(effect)
             if self._reply_unheard:
                 self._after_reply()

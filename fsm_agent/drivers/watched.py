@@ -78,6 +78,8 @@ class WatchedRun:
 
         def _out_of_time(self) -> bool: ...
 
+        def _observe(self) -> None: ...
+
     def _heard_before(self, effect: ModelCall | ToolBatch) -> bool:
         """The ``before_model`` or ``before_tool`` event of the call about to be made; whether it may still be made.
 
@@ -243,6 +245,7 @@ class WatchedRun:
         come before the stop's transition event, as at a cut.
         """
         self._tool_done_event()
+        self._observe()  # a cancel (or the time) its after_tool hooks took: the edge to the next call reads it
         calls = self.position.calls
         ran = calls.ran
         beside = None

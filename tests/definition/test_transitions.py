@@ -35,6 +35,7 @@ FAIL = tool_call("fail", id="f1", reason="nope")
 A = tool_call("echo", id="a", text="a")
 B = tool_call("echo", id="b", text="b")
 SLOW = tool_call("pass_time", id="p1", seconds=1.0)
+STOP = tool_call("press_stop", id="s1")
 
 
 def _at(state: State, options: dict[str, Any], responses: tuple[object, ...] = (), **counters: Any) -> AgentRun:
@@ -47,9 +48,19 @@ def _at(state: State, options: dict[str, Any], responses: tuple[object, ...] = (
         clock.advance(seconds)
         return "later"
 
+    token = counters.pop("cancel", None)
+
+    def press_stop(seconds: float = 0.0) -> str:
+        """Let ``seconds`` pass, and cancel the run's token while the call runs (the guards cleared it before)."""
+        assert token is not None, "press_stop needs the run's token"
+        clock.advance(seconds)
+        token.cancel("user pressed stop")
+        return "stopped"
+
     registry.register(pass_time)
+    registry.register(press_stop)
     agent = Agent(FakeModel(list(responses)), registry, max_steps=3, clock=clock, **options)
-    run = agent.start("question", cancel=counters.pop("cancel", None))
+    run = agent.start("question", cancel=token)
     position = run.position
     position.at.state = state
     position.calls.pending.extend(counters.pop("pending", ()))
@@ -135,7 +146,8 @@ STOPS: dict[str, tuple[Arrange, dict[str, Any]]] = {
         ),
         {},
     ),
-    "ExecuteTool->Failed[cancelled]": (lambda o: _execute(o, cancel=_cancelled()), {}),
+    # The cancel comes while the call runs (one already there before it would be the interrupted edge).
+    "ExecuteTool->Failed[cancelled]": (lambda o: _execute(o, pending=[STOP], cancel=CancelToken()), {}),
     # The deadline passes while the call runs (one already past before it would be the expired edge).
     "ExecuteTool->Failed[timeout]": (lambda o: _execute(o, pending=[SLOW], seconds=4.0), {"timeout": 5}),
     "ExecuteTool->Failed[token_budget]": (
@@ -404,8 +416,8 @@ def test_failures_outrank_pending_calls_and_max_steps() -> None:
 
 def test_pending_calls_outrank_end_of_turn_stops() -> None:
     """The calls of the last allowed turn all run before max_steps, budget, timeout or cancel stop the run."""
-    late = tool_call("pass_time", id="p9", seconds=9)  # the deadline passes during this call
-    run = _execute({"timeout": 1, "token_budget": 5}, turns=3, pending=[late, ECHO2], cancel=_cancelled())
+    late = tool_call("press_stop", id="p9", seconds=9)  # the deadline passes and the stop is pressed during this call
+    run = _execute({"timeout": 1, "token_budget": 5}, turns=3, pending=[late, ECHO2], cancel=CancelToken())
     run.position.counts.input_tokens = 10
     assert edge_id(run.advance()) == "ExecuteTool->Dispatch[has_pending_calls]"
 
@@ -416,15 +428,17 @@ def test_end_of_turn_priority_is_cancelled_timeout_budget_steps() -> None:
     expected = ["cancelled", "timeout", "token_budget", "max_steps"]
     for reason in expected:
         lifted = expected[: expected.index(reason)]  # the stops that outrank this one are made not to hold
-        late = tool_call("pass_time", id="p9", seconds=9)  # the deadline passes during this call
+        # The deadline passes, or the stop is pressed, during this call: the stops that hold after it compete.
+        late = tool_call("press_stop" if "cancelled" not in lifted else "pass_time", id="p9", seconds=9)
         run = _execute(
             everything,
             turns=3,
             pending=[ECHO if "timeout" in lifted else late],
-            cancel=None if "cancelled" in lifted else _cancelled(),
+            cancel=None if "cancelled" in lifted else CancelToken(),
         )
         run.position.counts.input_tokens = 0 if "token_budget" in lifted else 10
-        assert edge_id(run.advance()) == f"ExecuteTool->Failed[{reason}]"
+        taken = run.advance()
+        assert (edge_id(taken), taken.trigger) == (f"ExecuteTool->Failed[{reason}]", "tool_done")
 
 
 def test_dispatch_priority_is_cancelled_timeout_repeat_cap() -> None:
