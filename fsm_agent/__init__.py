@@ -33,6 +33,8 @@ from fsm_agent.errors import (
     RunStateError,
     SnapshotError,
     StaleRunError,
+    TurnLeasedError,
+    TurnTakenError,
 )
 from fsm_agent.observe.events import CallEvent, JsonlLog, TextDelta, TransitionEvent
 from fsm_agent.records import (
@@ -163,6 +165,8 @@ __all__ = [
     "ToolResult",
     "Transition",
     "TransitionEvent",
+    "TurnLeasedError",
+    "TurnTakenError",
     "UnpricedModelError",
     "Usage",
     "arun",

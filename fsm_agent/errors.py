@@ -5,7 +5,9 @@
     ├── RunStateError (also RuntimeError)   a run object was driven wrongly
     ├── RunExistsError (also ValueError)    a new run's id is already in the store
     ├── RunLeasedError (also RuntimeError)  another owner is advancing that stored run
+    │   ├── TurnLeasedError                 a session's turn another owner is taking: wait and retry
     │   └── StaleRunError                   the stored run moved on since it was read: load it again
+    │       └── TurnTakenError              a session's turn was taken over by another owner meanwhile
     ├── DecisionError (also ValueError)     a decision on a stored run's call that cannot be taken
     ├── SnapshotError (also ValueError)     a snapshot that cannot be resumed: the field at fault named
     ├── ForkError (also ValueError)         a fork that cannot be taken: where, and why
@@ -137,6 +139,53 @@ class StaleRunError(RunLeasedError):
         return (
             f"{run} moved on to version {self.found} since version {self.expected} was read; "
             "nothing was written: load it again (store.load)"
+        )
+
+
+class TurnLeasedError(RunLeasedError):
+    """A session's turn another owner is taking (``Session.run``): wait for it and retry; a ``RunLeasedError``."""
+
+    def __str__(self) -> str:
+        session, _, n = self.run_id.rpartition("/")
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.until))
+        return (
+            f"turn {n} of session {session!r} is still being taken by {self.holder} (run {self.run_id!r},"
+            f" lease until {when}): wait for it and retry this turn; if its owner is gone, the first turn"
+            " asked for after the lease lapses finishes it first, and so does Session.resume()"
+        )
+
+
+class TurnTakenError(StaleRunError):
+    """A session's turn this object was taking was taken over by another owner once its lease lapsed: nothing more done.
+
+    Why a ``Session`` says so instead of the store's refusal: the store's
+    advice, load the run again, is a store's, and the question asked again
+    would be a new turn, its calls made again, while the turn taken over is
+    finished by its new owner, its answer stored.  A ``StaleRunError``
+    still, so code that handles a refused write handles it.
+    """
+
+    def __init__(self, refused: RunLeasedError) -> None:
+        if isinstance(refused, StaleRunError):
+            super().__init__(refused.run_id, refused.where, refused.expected, refused.found)
+        else:
+            super().__init__(refused.run_id, "the store", None, None)
+        self.holder = refused.holder
+        self.refused = refused
+
+    def __reduce__(self) -> tuple[type[TurnTakenError], tuple[RunLeasedError]]:
+        return type(self), (self.refused,)
+
+    def __str__(self) -> str:
+        session, _, n = self.run_id.rpartition("/")
+        who = "" if self.holder == "another owner" else f" ({self.holder})"
+        return (
+            f"turn {n} of session {session!r} was taken over by another owner{who} while this one was taking it:"
+            " this one's lease lapsed (its process stalled, or could not reach the store, for longer than the lease)."
+            " Nothing more was written or called here; the other owner goes on with the turn and stores its answer,"
+            f" so read the session again for it (a new Session, or store.load({self.run_id!r})). Asking the"
+            " question again takes a new turn, which makes its calls again, unless it comes with this turn's"
+            " request_id: the same request_id is answered from it, nothing called, however many turns came after"
         )
 
 

@@ -20,7 +20,7 @@ from fsm_agent.drivers.agent import Agent
 from fsm_agent.drivers.agent_again import unclaimed
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.stored import awaited
-from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
+from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError, TurnTakenError
 
 if TYPE_CHECKING:
     from fsm_agent.persist.store import Store
@@ -193,7 +193,7 @@ def version_of(data: dict[str, Any]) -> int | None:
 
 
 def taken_over(run: AgentRun, exc: BaseException) -> BaseException:
-    """What a turn's caller is told when ``exc`` cut the turn ``run``: a ``_TurnTakenError`` if another owner took it.
+    """What a turn's caller is told when ``exc`` cut the turn ``run``: a ``TurnTakenError`` if another owner took it.
 
     A write of the turn refused because it moved on (``StaleRunError``) or
     its lease is another's (``RunLeasedError``) means its lease lapsed and
@@ -204,38 +204,4 @@ def taken_over(run: AgentRun, exc: BaseException) -> BaseException:
         return exc
     if isinstance(exc, StaleRunError) and exc.found is None:
         return exc
-    return _TurnTakenError(exc)
-
-
-class _TurnTakenError(StaleRunError):
-    """A turn this object was taking was taken over by another owner once its lease lapsed: nothing more done here.
-
-    Why a ``Session`` says so instead of the store's refusal: the store's
-    advice, load the run again, is a store's, and the question asked again
-    would be a new turn, its calls made again, while the turn taken over is
-    finished by its new owner, its answer stored.  A ``StaleRunError``
-    still, so code that handles a refused write handles it.
-    """
-
-    def __init__(self, refused: RunLeasedError) -> None:
-        if isinstance(refused, StaleRunError):
-            super().__init__(refused.run_id, refused.where, refused.expected, refused.found)
-        else:
-            super().__init__(refused.run_id, "the store", None, None)
-        self.holder = refused.holder
-        self.refused = refused
-
-    def __reduce__(self) -> tuple[type[_TurnTakenError], tuple[RunLeasedError]]:
-        return type(self), (self.refused,)
-
-    def __str__(self) -> str:
-        session, _, n = self.run_id.rpartition("/")
-        who = "" if self.holder == "another owner" else f" ({self.holder})"
-        return (
-            f"turn {n} of session {session!r} was taken over by another owner{who} while this one was taking it:"
-            " this one's lease lapsed (its process stalled, or could not reach the store, for longer than the lease)."
-            " Nothing more was written or called here; the other owner goes on with the turn and stores its answer,"
-            f" so read the session again for it (a new Session, or store.load({self.run_id!r})). Asking the"
-            " question again takes a new turn, which makes its calls again, unless it comes with this turn's"
-            " request_id: the same request_id is answered from it, nothing called, however many turns came after"
-        )
+    return TurnTakenError(exc)

@@ -27,7 +27,7 @@ from fsm_agent.drivers.session_requests import (
 )
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError
+from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError, TurnLeasedError
 from fsm_agent.records import Message, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class StoredTurns(RequestAnswers):
 
             store = self.store  # a store of whole snapshots leases nothing
             until = time.time() + (traits(store).lease if store is not None and journaled(store) else 0.0)
-        return _TurnLeasedError(self.turn_id(n), holder or "another owner", until)
+        return TurnLeasedError(self.turn_id(n), holder or "another owner", until)
 
     def _held(self, refused: RunLeasedError) -> RunLeasedError:
         """A resume of the last turn refused by its live owner, told as a turn asked for then is (``_busy``)."""
@@ -363,16 +363,3 @@ def cut_of(data: dict[str, Any]) -> object:
     """The calls a stored turn's stop cut off while they ran: its ``unfinished`` (also in its evidence), if any."""
     evidence = data.get("evidence")
     return data.get("unfinished") or (evidence.get("unfinished") if isinstance(evidence, dict) else None)
-
-
-class _TurnLeasedError(RunLeasedError):
-    """A ``RunLeasedError`` for a session's turn that another owner holds, saying what to do about it."""
-
-    def __str__(self) -> str:
-        session, _, n = self.run_id.rpartition("/")
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.until))
-        return (
-            f"turn {n} of session {session!r} is still being taken by {self.holder} (run {self.run_id!r},"
-            f" lease until {when}): wait for it and retry this turn; if its owner is gone, the first turn"
-            " asked for after the lease lapses finishes it first, and so does Session.resume()"
-        )

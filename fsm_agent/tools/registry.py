@@ -44,6 +44,8 @@ from fsm_agent.tools.schema import (
 )
 
 T = TypeVar("T")
+F = TypeVar("F", bound=ToolFunction)
+"""A registered function, handed back as it is: a decorated tool keeps its own signature for a type checker."""
 
 
 @attrs.frozen
@@ -188,12 +190,12 @@ class ToolRegistry:
     @overload
     def register(
         self,
-        function: ToolFunction,
+        function: F,
         *,
         name: str | None = None,
         description: str | None = None,
         parameters: JSONSchema | None = None,
-    ) -> ToolFunction: ...
+    ) -> F: ...
 
     @overload
     def register(
@@ -203,16 +205,16 @@ class ToolRegistry:
         name: str | None = None,
         description: str | None = None,
         parameters: JSONSchema | None = None,
-    ) -> Callable[[ToolFunction], ToolFunction]: ...
+    ) -> Callable[[F], F]: ...
 
     def register(
         self,
-        function: ToolFunction | None = None,
+        function: F | None = None,
         *,
         name: str | None = None,
         description: str | None = None,
         parameters: JSONSchema | None = None,
-    ) -> ToolFunction | Callable[[ToolFunction], ToolFunction]:
+    ) -> F | Callable[[F], F]:
         """Register ``function`` as a tool; usable as ``@register`` or ``@register(name=...)``.
 
         Returns the function unchanged so decorated functions stay callable.

@@ -15,7 +15,16 @@ from typing import Any
 import pytest
 from support.sessions import echoing_agent
 
-from fsm_agent import Agent, AgentLoopError, Message, ModelResponse, RunLeasedError, RunStateError, Session
+from fsm_agent import (
+    Agent,
+    AgentLoopError,
+    Message,
+    ModelResponse,
+    RunLeasedError,
+    RunStateError,
+    Session,
+    TurnLeasedError,
+)
 from fsm_agent.__main__ import main as cli
 from fsm_agent.persist import open_store
 from fsm_agent.testing import demo_registry, reply
@@ -128,8 +137,9 @@ def test_two_turns_of_one_stored_session_at_once_never_interleave(store_target: 
     try:
         assert held.started.wait(10)
         other_agent, other_model = echoing_agent()
-        with pytest.raises(RunLeasedError, match="turn 1 of session 'busy' is still being taken by "):
+        with pytest.raises(RunLeasedError, match="turn 1 of session 'busy' is still being taken by ") as busy:
             Session(other_agent, store=store_target, session_id="busy").run("me too")
+        assert type(busy.value) is TurnLeasedError  # public: a traceback names fsm_agent.errors.TurnLeasedError
         assert other_model.seen == []
     finally:
         held.go.set()

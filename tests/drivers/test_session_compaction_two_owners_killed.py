@@ -49,7 +49,7 @@ _CHILD = """
 import asyncio, sys
 sys.path.insert(0, {tests!r})
 from support.session_compaction_owners import Hold, compaction_agent
-from fsm_agent import Session, StaleRunError
+from fsm_agent import Session, TurnTakenError
 from fsm_agent.persist import open_store
 hold = Hold("two", {flag!r}, kill={kill!r}) if {held!r} else None
 agent = compaction_agent({ledger!r}, hold, awaited={driver!r} == "async", kill_on_summary={kill_on_summary!r})
@@ -63,7 +63,7 @@ def ask():
 try:
     told = "answered: " + str(ask().final)
 except BaseException as exc:
-    told = ("stale " if isinstance(exc, StaleRunError) else type(exc).__name__ + " ") + str(exc)
+    told = ("stale " if type(exc) is TurnTakenError else type(exc).__name__ + " ") + str(exc)
     if {again!r}:
         told += " | again: " + str(ask().final) + " | " + repr([(m.role, m.content) for m in session.messages])
 with open({flag!r} + ".told", "w", encoding="utf-8") as file:
