@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
 
 PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
-"""Adapter module name fragment -> ``gen_ai.provider.name``."""
+"""Bundled adapter module name fragment (``fsm_agent.models.<fragment>...``) -> ``gen_ai.provider.name``."""
+
+ADAPTERS = "fsm_agent.models."
+"""Where the bundled adapters live: only a class from there names its provider."""
 
 OPERATIONS = {"gcp.gemini": "generate_content"}
 """``gen_ai.provider.name`` -> ``gen_ai.operation.name`` of its model calls, where it is not ``chat``."""
@@ -30,8 +33,21 @@ def model_name(agent: Agent) -> str | None:
 
 
 def provider_name(agent: Agent) -> str | None:
-    module = type(agent.model).__module__
-    return next((name for part, name in PROVIDERS.items() if part in module), None)
+    """The provider of the agent's model: that of the bundled adapter its class is, or derives from; else None.
+
+    Only the bundled adapters' modules are asked, class by class along the
+    method resolution order: a subclass of an adapter names its provider,
+    while a model of the user's own whose module merely contains a
+    provider's name (``my_openai_wrap``) names none.
+    """
+    for cls in type(agent.model).__mro__:
+        module = cls.__module__
+        if module.startswith(ADAPTERS):
+            adapter = module.removeprefix(ADAPTERS)
+            found = next((name for part, name in PROVIDERS.items() if adapter.startswith(part)), None)
+            if found is not None:
+                return found
+    return None
 
 
 def finish_reason(response: ModelResponse) -> str:

@@ -32,18 +32,11 @@ class Instrumentation:
         self.agent = agent
         self.capture_content = capture_content
         self._tracer = tracer
-        self._model = conventions.model_name(agent)
-        self._provider = conventions.provider_name(agent)
-        self._operation = conventions.OPERATIONS.get(self._provider or "", "chat")
+        self._name_model()
         self._agent_name = agent_name
         self._runs: dict[str, RunSpans] = {}
         # Hooks of parallel tool calls, and of runs on several threads, arrive concurrently.
         self._lock = threading.Lock()
-        self._common: dict[str, str] = {}
-        if self._model is not None:
-            self._common["gen_ai.request.model"] = self._model
-        if self._provider is not None:
-            self._common["gen_ai.provider.name"] = self._provider
         agent.on("before_model", self._before_model)
         agent.on("after_model", self._after_model)
         agent.on("before_tool", self._before_tool)
@@ -84,11 +77,20 @@ class Instrumentation:
                 self._parents.append(parent)
 
     def _take_over(self, tracer: Tracer, *, capture_content: bool, agent_name: str | None) -> None:
-        """Trace with the settings of an ``instrument`` call of the agent's own from now on."""
+        """Trace with the settings of an ``instrument`` call of the agent's own from now on, its model named again."""
         self.automatic = False
         self._tracer = tracer
         self.capture_content = capture_content
         self._agent_name = agent_name
+        self._name_model()
+
+    def _name_model(self) -> None:
+        """Read the model's name and provider, which every model call's span carries, as the model says them now."""
+        model, provider = conventions.model_name(self.agent), conventions.provider_name(self.agent)
+        self._model, self._provider = model, provider
+        self._operation = conventions.OPERATIONS.get(provider or "", "chat")
+        common = {"gen_ai.request.model": model, "gen_ai.provider.name": provider}
+        self._common: dict[str, str] = {key: value for key, value in common.items() if value is not None}
 
     def _open_tool(self, run_id: str, call_id: str) -> Span | None:
         """The ``execute_tool`` span of call ``call_id`` of run ``run_id``, if that call is in flight."""
