@@ -110,14 +110,12 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     parent's token or cost budget leaves it nothing (then the call's outcome says so).
     ``_abegin`` is the same, awaited.
     """
-    from fsm_agent.persist.journal import link_of  # as every store module, loaded by the first call that needs it
-
     store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
     data = None if store is None else stored(store, run_id)
-    if data is not None and link_of(data) != link:
+    if data is not None and not _answers(parent, call, link, data):
         run_id = _renamed(run_id, link, data)
         data = stored(store, run_id)
-        if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
+        if data is not None and not _answers(parent, call, link, data):  # a third run there: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
     # Its run, or a run of another call of the same arguments, began before and took what was handed down then.
     alike = parent.stepper.alike(call) if data is None and store is not None else []
@@ -137,14 +135,12 @@ async def _abegin(
     parent: RunBase, child: ChildTool, call: ToolCall
 ) -> tuple[str, AgentRun | ReadBack | ToolResult, bool]:
     """``_begin``, awaited: the store is read (and the child claimed) through its async methods."""
-    from fsm_agent.persist.journal import link_of
-
     store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
     data = None if store is None else await astored(store, run_id)
-    if data is not None and link_of(data) != link:
+    if data is not None and not _answers(parent, call, link, data):
         run_id = _renamed(run_id, link, data)
         data = await astored(store, run_id)
-        if data is not None and link_of(data) != link:  # only a store someone wrote by hand: a fresh id
+        if data is not None and not _answers(parent, call, link, data):  # a third run there: a fresh id
             run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
     # Its run, or a run of another call of the same arguments, began before and took what was handed down then.
     alike = parent.stepper.alike(call) if data is None and store is not None else []
@@ -175,23 +171,41 @@ def _ours(parent: RunBase, call: ToolCall, data: dict[str, Any] | None) -> bool:
 
     Only its own id is looked at: a call whose child was renamed (``_renamed``) is one no store holds by hand.
     """
-    from fsm_agent.persist.journal import link_of
+    return data is not None and _answers(parent, call, _named(parent, call)[1], data)
 
-    return data is not None and link_of(data) == _named(parent, call)[1]
+
+def _answers(parent: RunBase, call: ToolCall, link: dict[str, str], data: dict[str, Any]) -> bool:
+    """Whether the stored run ``data`` is the child of ``call`` in this start of the parent.
+
+    Linked to the call (``link``: the parent's id, the call's id, the
+    input's digest) and begun by this start of the parent (the child's
+    ``start_id`` is made from the parent's, ``_child_start``): a parent
+    started again over its old id (``overwrite=True``, a fork under the id
+    of a deleted run) is a new run, and takes no answer its old run's child
+    gave, though the call and its input be the same.
+    """
+    from fsm_agent.persist.journal import link_of  # as every store module, loaded by the first call that needs it
+
+    return link_of(data) == link and (data.get("start_id") or "") == _child_start(parent, call)
 
 
 def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
     """The id for a child whose own id holds another run's child: one its input names.
 
     Another call's child (a provider reusing call ids across runs, a parent
-    started again over its old id whose call asks the sub-agent another
-    input) is never taken for this call's answer; the call is what is
-    compared (parent id, call id, input digest), not the parent's question.
+    started again over its old id) is never taken for this call's answer;
+    the call is what is compared (parent id, call id, input digest), and
+    the parent's start, not the parent's question.
     """
     from fsm_agent.persist.journal import LINK
 
     renamed = f"{run_id}@{link['input_digest'][:12]}"
-    logger.warning("fsm_agent: stored run %r answers another call (%s); running %r", run_id, data.get(LINK[0]), renamed)
+    logger.warning(
+        "fsm_agent: stored run %r answers another call (%s) or another start of its parent; running %r",
+        run_id,
+        data.get(LINK[0]),
+        renamed,
+    )
     return renamed
 
 

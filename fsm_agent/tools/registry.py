@@ -44,8 +44,7 @@ from fsm_agent.tools.schema import (
 )
 
 T = TypeVar("T")
-F = TypeVar("F", bound=ToolFunction)
-"""A registered function, handed back as it is: a decorated tool keeps its own signature for a type checker."""
+F = TypeVar("F", bound=ToolFunction)  # a registered function, handed back as it is: its signature kept for a checker
 
 
 @attrs.frozen
@@ -217,13 +216,11 @@ class ToolRegistry:
     ) -> F | Callable[[F], F]:
         """Register ``function`` as a tool; usable as ``@register`` or ``@register(name=...)``.
 
-        Returns the function unchanged so decorated functions stay callable.
-        Registering a name twice is a ``ValueError``: silently replacing a tool
-        would change what an agent does without anyone noticing.  With
-        ``parameters`` the schema is shown to the model as given instead of
-        being derived from type hints (tools of another system, such as an MCP
-        server, bring their own); the registry then only checks that the
-        arguments are a JSON object; ``call_id`` is not filled, a ``RunContext`` parameter is.
+        Returns the function unchanged, so a decorated function stays callable (and typed as it was).  Registering
+        a name twice is a ``ValueError``: silently replacing a tool would change what an agent does without anyone
+        noticing.  With ``parameters`` the schema is shown to the model as given instead of being derived from type
+        hints (tools of another system, such as an MCP server, bring their own); the registry then only checks that
+        the arguments are a JSON object; ``call_id`` is not filled, a ``RunContext`` parameter is.
         """
         if not isinstance(self, ToolRegistry):  # ToolRegistry.register(f): f taken for the registry, nothing kept
             msg = "register is a registry's method: make one with tools = ToolRegistry(), then use @tools.register"

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from support.async_only import BLOCKING, AsyncOnly
+from support.children_of_a_start import child_start_of
 
 from fsm_agent import Agent, AgentLoopError, CancelToken, ModelResponse, RunResult, Session, SqliteStore, ToolRegistry
 from fsm_agent.batch import run_batch
@@ -72,12 +73,18 @@ def test_a_finished_stored_child_is_read_back_with_aload(inner: SqliteStore) -> 
     """A child already finished in the store is read back through ``aload``, never run again."""
     child_model = FakeModel(reply("Paris"))
     child = Agent(child_model, ToolRegistry())
-    child.run("capital of France?", store=inner, run_id="trip/c1")
-    data = dict(inner.load("trip/c1"))
-    data.update(parent_run_id="trip", parent_call_id="c1", input_digest=input_digest("capital of France?"))
-    inner.save("trip/c1", data)
     store = AsyncOnly(inner)
-    result = asyncio.run(_parent(child, [_asks(), reply("It is Paris.")]).arun("trip", store=store, run_id="trip"))
+
+    async def parent_after_its_child() -> RunResult:
+        parent = await _parent(child, [_asks(), reply("It is Paris.")]).astart("trip", store=store, run_id="trip")
+        child.run("capital of France?", store=inner, run_id="trip/c1")  # the child this parent began, then died
+        data = dict(inner.load("trip/c1"))
+        data.update(parent_run_id="trip", parent_call_id="c1", input_digest=input_digest("capital of France?"))
+        data["start_id"] = child_start_of(parent, "c1")
+        inner.save("trip/c1", data)
+        return await parent.afinish()
+
+    result = asyncio.run(parent_after_its_child())
     assert result.final == "It is Paris."
     assert len(child_model.seen) == 1
 
@@ -95,14 +102,22 @@ def test_an_unfinished_child_leased_to_a_dead_owner_is_waited_for_and_taken_over
     registry.register(look_up)
     script = [tool_turn(tool_call("look_up", id="l1", city="Paris")), reply("Paris")]
     link = {"parent_run_id": "trip", "parent_call_id": "c1", "input_digest": input_digest("capital of France?")}
-    cut = Agent(FakeModel(script), registry)._begin("capital of France?", None, (), inner, "trip/c1", parent=link)
-    cut._open_store(new=True)  # stored as a parent's driver stores its child
-    while not cut.steps:
-        cut.advance()  # the call ran and is checkpointed; then its process died, holding the lease
     store = AsyncOnly(inner)
-    started = time.monotonic()
     child = Agent(FakeModel(script[1:]), registry)
-    result = asyncio.run(_parent(child, [_asks(), reply("It is Paris.")]).arun("trip", store=store, run_id="trip"))
+
+    async def parent_after_its_child_died() -> RunResult:
+        parent = await _parent(child, [_asks(), reply("It is Paris.")]).astart("trip", store=store, run_id="trip")
+        begun = child_start_of(parent, "c1")
+        cut = Agent(FakeModel(script), registry)._begin(
+            "capital of France?", None, (), inner, "trip/c1", parent=link, start_id=begun
+        )
+        cut._open_store(new=True)  # stored as a parent's driver stores its child
+        while not cut.steps:
+            cut.advance()  # the call ran and is checkpointed; then its process died, holding the lease
+        return await parent.afinish()
+
+    started = time.monotonic()
+    result = asyncio.run(parent_after_its_child_died())
     assert time.monotonic() - started >= 0.2  # it waited for the lease (0.3 s) to lapse
     assert result.final == "It is Paris."
     assert calls == ["Paris"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.children_of_a_start import child_start_of
 from support.store_cases import Ticks, dying_store, in_child, tick_registry
 
 from fsm_agent import (
@@ -267,11 +268,13 @@ def test_a_finished_stored_child_is_read_back_not_run_again(tmp_path: Path, driv
     child_model = FakeModel(reply("Paris"))
     child = Agent(child_model, ToolRegistry())
     with SqliteStore(tmp_path / "runs.db") as store:
-        child.run("capital of France?", store=store, run_id="trip/c1")  # the child of a parent that then died
+        parent = _parent(child, [_asks(), reply("It is Paris.")]).start("trip", store=store, run_id="trip")
+        child.run("capital of France?", store=store, run_id="trip/c1")  # the child this parent began, then died
         data = dict(store.load("trip/c1"))  # as that parent's driver links it to the call it answers
         data.update(parent_run_id="trip", parent_call_id="c1", input_digest=input_digest("capital of France?"))
+        data["start_id"] = child_start_of(parent, "c1")
         store.save("trip/c1", data)
-        result = finish(_parent(child, [_asks(), reply("It is Paris.")]), driver, store=store, run_id="trip")
+        result = parent.finish() if driver == "sync" else asyncio.run(parent.afinish())
     assert told(result) == '"Paris"'
     assert len(child_model.seen) == 1
     assert result.steps[0].child == "trip/c1"
@@ -291,14 +294,20 @@ def test_an_unfinished_stored_child_goes_on_from_its_own_checkpoint(tmp_path: Pa
     registry.register(look_up)
     script = [tool_turn(tool_call("look_up", id="l1", city="Paris")), reply("Paris")]
     with SqliteStore(tmp_path / "runs.db", lease=0.2) as store:
-        cut = Agent(FakeModel(script), registry).start("capital of France?", store=store, run_id="trip/c1")
+        child = Agent(FakeModel(script[1:]), registry)
+        parent = _parent(child, [_asks(), reply("It is Paris.")]).start("trip", store=store, run_id="trip")
+        link = {"parent_run_id": "trip", "parent_call_id": "c1", "input_digest": input_digest("capital of France?")}
+        cut = Agent(FakeModel(script), registry)._begin(  # as this parent's driver begins its child
+            "capital of France?", None, (), store, "trip/c1", parent=link, start_id=child_start_of(parent, "c1")
+        )
+        cut._open_store(new=True)
         while not cut.steps:
             cut.advance()  # the call ran and is checkpointed; then its process died, holding the lease
         time.sleep(0.3)
-        child = Agent(FakeModel(script[1:]), registry)
-        result = finish(_parent(child, [_asks(), reply("It is Paris.")]), driver, store=store, run_id="trip")
+        result = parent.finish() if driver == "sync" else asyncio.run(parent.afinish())
     assert told(result) == '"Paris"'
     assert calls == ["Paris"]
+    assert result.steps[0].child == "trip/c1"  # taken over, not run again under another id
 
 
 def test_as_tool_refuses_a_missing_description_and_an_unknown_stop_policy() -> None:
