@@ -13,6 +13,7 @@ never take back a run somebody else took over; a refused one is kept in
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from typing import Any, cast
 
 from fsm_agent.errors import RunLeasedError
 from fsm_agent.persist.store import FullStore, JournaledStore, Store, Traits
+
+logger = logging.getLogger("fsm_agent")
 
 
 class Heartbeats:
@@ -34,6 +37,7 @@ class Heartbeats:
     lease: float
     seq: int
     _renew_at: float
+    _due: float  # when the async heartbeat is due to wake next (monotonic)
     _beat: CallInFlight | asyncio.Task[None] | None
     _beater: HeartbeatThread | None
     _beat_lock: threading.Lock
@@ -55,6 +59,7 @@ class Heartbeats:
     def abeat(self) -> None:
         """``beat`` for the async driver: a task on the running loop renews the lease until ``rest``."""
         if self.full and self._beat is None:
+            self._due = max(self._renew_at, time.monotonic())
             self._beat = asyncio.get_running_loop().create_task(self._abeating(), name=_beat_name(self.run_id))
 
     def rest(self) -> None:
@@ -63,6 +68,7 @@ class Heartbeats:
         if isinstance(beat, asyncio.Task):
             self._beat = None
             beat.cancel()
+            _late(time.monotonic() - self._due, self.lease, self.run_id)  # a call that blocked the loop all along
         elif beat is not None:
             with self._beat_lock:
                 self._beat = None
@@ -143,7 +149,10 @@ class Heartbeats:
         seq, me = self.seq, asyncio.current_task()
         wait = max(self._renew_at - time.monotonic(), 0.0)
         while True:
+            self._due = time.monotonic() + wait
             await asyncio.sleep(wait)
+            _late(time.monotonic() - self._due, self.lease, self.run_id)
+            self._due = float("inf")  # awake: renewing now, nothing for rest() to tell of
             try:
                 name = "keep" if self.traits.keeps or "keep" in self.traits.awaits else "renew"
                 await self._await(name, self.run_id, owner=self.owner, seq=seq)
@@ -154,6 +163,27 @@ class Heartbeats:
                 wait = self.lease / _RETRIES
             else:
                 wait = self._kept()
+
+
+def _late(late: float, lease: float, run_id: str) -> None:
+    """Log a renewal the event loop held up until the lease had lapsed, or nearly: async code blocked the loop.
+
+    The async heartbeat is a task on the run's loop, so an ``async def``
+    tool, model, validator or processor that blocks the loop (a blocking
+    call not handed to a thread) holds back the renewals of every run on
+    it.  Past the lease, another owner may take such a run over and make its
+    call in flight again; this owner's next write is then refused.  The
+    warning names the cause, which nothing else would.
+    """
+    if late >= lease * 2 / 3:  # a renewal is due a third of a lease after the last: the lease was (nearly) gone
+        logger.warning(
+            "fsm_agent: the event loop was blocked for %.1f s, which held back the renewal of run %r's %g s lease:"
+            " another owner may take the run over and make its call in flight again. Run blocking code in async"
+            " tools, models and validators with asyncio.to_thread (or make the function a plain def, run on a thread)",
+            late,
+            run_id,
+            lease,
+        )
 
 
 _RETRIES = 10
