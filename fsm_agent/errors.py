@@ -136,6 +136,11 @@ class StaleRunError(RunLeasedError):
                 f"{run} already exists (version {self.found}) and this snapshot was not read from the store: "
                 "load it (store.load) and resume that"
             )
+        if self.found == self.expected:
+            return (
+                f"{run} was deleted and started again under the same id since version {self.expected} was read: "
+                "this snapshot is of the deleted run; nothing was written"
+            )
         return (
             f"{run} moved on to version {self.found} since version {self.expected} was read; "
             "nothing was written: load it again (store.load)"

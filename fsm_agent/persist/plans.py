@@ -81,8 +81,8 @@ class Plans:
         insert = (
             self.sql(
                 "INSERT INTO {runs} (run_id, state, reason, paused, updated, steps, tokens, seq, base_seq, owner,"
-                " lease_until, snapshot, session, forked_from, forked_at, created, parent, parent_call)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+                " lease_until, snapshot, session, forked_from, forked_at, start_id, created, parent, parent_call)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
             ),
             (run_id, *_columns(summary, now), held, until, text, *_kept(summary), now, *_link(summary)),
         )
@@ -103,7 +103,8 @@ class Plans:
                     return 1
                 raise StaleRunError(run_id, self.where, None, 1)  # created by someone else meanwhile
             seq = _lease_seq(run_id, rows[0], owner, now)
-            if expected != seq:
+            if expected != seq or not _same_start(rows[0][3], summary.start, expected):
+                # At the version read, but of another start: the run was deleted, and its id started again since.
                 raise StaleRunError(run_id, self.where, expected, seq)
         seq += 1
         # ``created`` is left as it is: a run keeps its place in the creation order (``RunCursor``) for good.
@@ -111,7 +112,7 @@ class Plans:
             self.sql(
                 "UPDATE {runs} SET state = ?, reason = ?, paused = ?, updated = ?, steps = ?, tokens = ?, seq = ?,"
                 " base_seq = ?, owner = ?, lease_until = ?, snapshot = ?, session = ?, forked_from = ?, forked_at = ?,"
-                " parent = ?, parent_call = ? WHERE run_id = ?"
+                " start_id = ?, parent = ?, parent_call = ? WHERE run_id = ?"
             ),
             (*_columns(summary, now), seq, seq, held, until, text, *_kept(summary), *_link(summary), run_id),
         )
@@ -119,7 +120,7 @@ class Plans:
         return seq
 
     def _read_lease(self, run_id: str) -> Query:
-        return self.sql("SELECT owner, lease_until, seq FROM {runs} WHERE run_id = ?{for_update}"), (run_id,)
+        return self.sql("SELECT owner, lease_until, seq, start_id FROM {runs} WHERE run_id = ?{for_update}"), (run_id,)
 
     def _check_lease(self, run_id: str, owner: str | None, now: float) -> Plan[int]:
         """The run's ``seq``, after checking that nobody but ``owner`` holds a live lease on it."""
@@ -320,8 +321,8 @@ class Plans:
 
 
 def _lease_seq(run_id: str, row: tuple[Any, ...], owner: str | None, now: float) -> int:
-    """The run's ``seq`` from its ``(owner, lease_until, seq)`` row; ``RunLeasedError`` if another's lease is live."""
-    holder, until, seq = row
+    """The run's ``seq`` from its ``(owner, lease_until, seq, ...)`` row; ``RunLeasedError`` if another's is live."""
+    holder, until, seq = row[:3]
     if holder is not None and holder != owner and until is not None and until >= now:
         raise RunLeasedError(run_id, holder, until)
     return int(seq)
@@ -337,8 +338,18 @@ def _origin(summary: Summary) -> tuple[str | None, int | None]:
 
 
 def _kept(summary: Summary) -> tuple[Any, ...]:
-    """The ``session``, ``forked_from`` and ``forked_at`` columns of a base write."""
-    return summary.session, *_origin(summary)
+    """The ``session``, ``forked_from``, ``forked_at`` and ``start_id`` columns of a base write."""
+    return summary.session, *_origin(summary), summary.start
+
+
+def _same_start(stored: str | None, written: str | None, expected: int | None) -> bool:
+    """Whether a write built on version ``expected`` is of the start the run is stored at (unknown either side: yes).
+
+    A version names a version of one start of a run: deleted and started
+    again under the same id, a run counts its versions from 1 again, so a
+    snapshot read before the delete names a version of the new run too.
+    """
+    return expected is None or stored is None or written is None or stored == written
 
 
 def _link(summary: Summary) -> tuple[str | None, str | None]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE fsm_agent_runs (run_id text PRIMARY KEY, state text NOT NULL, reason text,"
@@ -76,6 +76,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " AND base ->> 'parent_run_id' <> '' AND base ->> 'parent_call_id' <> ''",
         "DROP FUNCTION pg_temp.fsm_agent_base(text)",
         "CREATE INDEX fsm_agent_runs_by_parent ON fsm_agent_runs (parent, updated)",
+    ),
+    6: (
+        # A worker of an older version still running inserts no start: a version it writes is checked as before,
+        # by its number alone, until a worker of this version writes the run whole again.  A run's start is in its
+        # base; a base jsonb cannot read is left without one rather than failing the upgrade.
+        "ALTER TABLE fsm_agent_runs ADD COLUMN start_id text",
+        "CREATE FUNCTION pg_temp.fsm_agent_base(text) RETURNS jsonb LANGUAGE plpgsql AS"
+        " $$ BEGIN RETURN $1::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END $$",
+        "UPDATE fsm_agent_runs SET start_id = base ->> 'start_id'"
+        " FROM (SELECT run_id AS started, pg_temp.fsm_agent_base(snapshot) AS base FROM fsm_agent_runs"
+        " WHERE strpos(snapshot, 'start_id') > 0) AS bases WHERE run_id = started"
+        " AND jsonb_typeof(base -> 'start_id') = 'string'",
+        "DROP FUNCTION pg_temp.fsm_agent_base(text)",
     ),
 }
 """Each schema version's statements; a store brings the database up to ``SCHEMA_VERSION`` on first use."""

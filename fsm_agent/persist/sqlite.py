@@ -51,7 +51,7 @@ from fsm_agent.persist.summary import Summary
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 EMPTY_PATH = "the path is empty; name a SQLite file (runs.db, say) or a postgresql:// URL"
 """Why an empty ``store=""`` (an unset setting, often) is refused, rather than taken for the working directory."""
@@ -112,11 +112,19 @@ _V6 = (
     f" WHERE instr(snapshot, 'parent_run_id') > 0 AND CASE WHEN json_valid(snapshot) THEN {_LINK} ELSE 0 END",
     "CREATE INDEX runs_by_parent ON runs (parent, updated)",
 )
+_V7 = (
+    # A worker of an older version still running inserts no start: a version it writes is checked as before, by its
+    # number alone, until a worker of this version writes the run whole again.  A run's start is in its base.
+    "ALTER TABLE runs ADD COLUMN start_id TEXT",
+    "UPDATE runs SET start_id = json_extract(snapshot, '$.start_id') WHERE instr(snapshot, 'start_id') > 0"
+    " AND CASE WHEN json_valid(snapshot) THEN json_type(snapshot, '$.start_id') = 'text' ELSE 0 END",
+)
 _COLUMNS = {
     *("run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"),
-    *("session", "forked_from", "forked_at", "created", "parent", "parent_call"),
+    *("session", "forked_from", "forked_at", "created", "parent", "parent_call", "start_id"),
 }
-_LINKED = {"parent", "parent_call"}
+_LATER = {"parent", "parent_call", "start_id"}
+"""The columns versions 6 and 7 add: an older file has none of them."""
 
 
 class SqliteStore(PlannedStore):
@@ -260,22 +268,26 @@ class SqliteStore(PlannedStore):
                     self._upgrade_to_v2()
                 if version < 3:
                     # Another program's table is refused, not altered.
-                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at", "created", *_LINKED})
+                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at", "created", *_LATER})
                     for statement in _V3:  # a run stored before sessions is no session's turn: NULL is right
                         self._db.execute(statement)
                 if version < 4:
-                    self._check_columns(_COLUMNS - {"forked_from", "forked_at", "created", *_LINKED})
+                    self._check_columns(_COLUMNS - {"forked_from", "forked_at", "created", *_LATER})
                     for statement in _V4:  # a run stored before forks is no fork: NULL is right, no snapshot read
                         self._db.execute(statement)
                 if version < 5:
-                    self._check_columns(_COLUMNS - {"created", *_LINKED})
+                    self._check_columns(_COLUMNS - {"created", *_LATER})
                     # When a run stored before this column was created is known nowhere (its snapshot keeps no
                     # time either): its last save is the closest, and it is set once, like any run's creation.
                     for statement in _V5:
                         self._db.execute(statement)
                 if version < 6:
-                    self._check_columns(_COLUMNS - _LINKED)
+                    self._check_columns(_COLUMNS - _LATER)
                     for statement in _V6:
+                        self._db.execute(statement)
+                if version < 7:
+                    self._check_columns(_COLUMNS - {"start_id"})
+                    for statement in _V7:
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self._check_columns(_COLUMNS)

@@ -119,7 +119,8 @@ class JournaledStore(Store, Protocol):
 
         ``RunLeasedError`` naming the holder while another owner's lease is
         live; ``StaleRunError`` unless the run is still at the version
-        ``snapshot["stored_seq"]`` names.
+        ``snapshot["stored_seq"]`` names, of the start ``snapshot["start_id"]``
+        names: a run deleted and started again under its id counts from 1 again.
         """
         ...
 

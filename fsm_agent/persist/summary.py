@@ -69,6 +69,8 @@ class Summary:
     session: str | None = None
     forked_from: tuple[str, int] | None = None
     parent: tuple[str, str] | None = None
+    start: str | None = None
+    """The run's ``start_id``: which start of a run id a version is a version of (one deleted and started again)."""
 
     @classmethod
     def of(cls, snapshot: dict[str, Any]) -> Summary:
@@ -79,7 +81,10 @@ class Summary:
         session = snapshot.get("session_id")
         steps = len(snapshot["steps"])
         origin, link = fork_origin(snapshot.get("forked_from")), parent_link(snapshot)
-        return cls(snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session), origin, link)
+        start = session_id(snapshot.get("start_id"))  # text or None, as a session id is kept
+        return cls(
+            snapshot["state"], snapshot.get("reason"), paused, steps, tokens, session_id(session), origin, link, start
+        )
 
 
 def stored_version(snapshot: dict[str, Any]) -> int | None:

@@ -108,6 +108,27 @@ class WriteChecks:
         with pytest.raises(StaleRunError):
             store.claim("new", {**base, "run_id": "new", "stored_seq": 4}, owner="A")  # read from no such run
 
+    def test_a_version_read_before_a_delete_names_no_version_of_the_run_started_again(
+        self, make_store: MakeStore
+    ) -> None:
+        """Deleted and started again under its id, a run counts its versions from 1 again: a snapshot of the deleted
+        run names a version of the new one, and its claim or save is StaleRunError, nothing written (``start_id``)."""
+        store = make_store(LONG)
+        need(store, "delete")
+        v = store.create("r", fresh_snapshot("r", "the first run"), owner="A")
+        store.renew("r", owner="A", seq=v, release=True)
+        read = store.load("r")
+        assert store.delete("r")
+        assert store.create("r", fresh_snapshot("r", "the second run"), owner="B") == v
+        store.renew("r", owner="B", seq=v, release=True)
+        kept = store.load("r")
+        with pytest.raises(StaleRunError) as stale:
+            store.claim("r", read, owner="A")
+        assert "deleted and started again" in str(stale.value)
+        with pytest.raises(StaleRunError):
+            store.save("r", read)
+        assert store.load("r") == kept, "a snapshot of the deleted run replaced the new one"
+
     def test_load_rebuilds_the_run_object_s_snapshot_after_each_write(self, make_store: MakeStore) -> None:
         """Driven by the engine, each write leaves load() equal to the run's own snapshot, and the end too."""
         store = make_store(LONG)

@@ -80,6 +80,7 @@ def _as_version_3(path: Path) -> None:
         db.execute("DROP INDEX runs_by_parent")
         db.execute("ALTER TABLE runs DROP COLUMN parent")
         db.execute("ALTER TABLE runs DROP COLUMN parent_call")
+        db.execute("ALTER TABLE runs DROP COLUMN start_id")
         db.execute("PRAGMA user_version = 3")
     db.close()
 
@@ -98,7 +99,7 @@ def test_a_store_file_from_before_forks_is_migrated_without_reading_a_snapshot(t
         store.save("fork", forked_snapshot("fork", "old", 1))
         assert {run.run_id: run.forked_from for run in store.list_runs()} == {"old": None, "fork": ("old", 1)}
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 7
         assert {"forked_from", "forked_at"} <= {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     db.close()
 
@@ -116,7 +117,7 @@ def test_a_postgres_database_from_before_forks_is_migrated(postgres_cluster: Clu
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "ALTER TABLE fsm_agent_runs DROP COLUMN forked_from, DROP COLUMN forked_at, DROP COLUMN created,"
-            " DROP COLUMN parent, DROP COLUMN parent_call"
+            " DROP COLUMN parent, DROP COLUMN parent_call, DROP COLUMN start_id"
         )
         conn.execute("DELETE FROM fsm_agent_schema WHERE version >= 3")
     with open_store(dsn) as store:
@@ -124,4 +125,4 @@ def test_a_postgres_database_from_before_forks_is_migrated(postgres_cluster: Clu
         store.save("fork", forked_snapshot("fork", "old", 3))
         assert {run.run_id: run.forked_from for run in store.list_runs()} == {"old": None, "fork": ("old", 3)}
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 6

@@ -67,6 +67,7 @@ def _as_version_5(path: Path) -> None:
         db.execute("DROP INDEX runs_by_parent")
         db.execute("ALTER TABLE runs DROP COLUMN parent")
         db.execute("ALTER TABLE runs DROP COLUMN parent_call")
+        db.execute("ALTER TABLE runs DROP COLUMN start_id")
         db.execute("UPDATE runs SET snapshot = '{\"parent_run_id\": \"boss\", not json' WHERE run_id = 'alone'")
         db.execute(
             "INSERT INTO runs SELECT 'broken/x', state, reason, paused, updated, '{\"parent_run_id\": "
@@ -94,7 +95,7 @@ def test_a_sqlite_file_from_before_the_parent_listing_lists_the_sub_agent_runs_i
 
         _old_worker_child_listed_once_written_again(store, insert)
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 7
         assert "runs_by_parent" in {row[1] for row in db.execute("PRAGMA index_list(runs)")}
     db.close()
 
@@ -113,8 +114,8 @@ def test_a_postgres_database_from_before_the_parent_listing_lists_the_sub_agent_
         _filled(store)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP INDEX fsm_agent_runs_by_parent")
-        conn.execute("ALTER TABLE fsm_agent_runs DROP COLUMN parent, DROP COLUMN parent_call")
-        conn.execute("DELETE FROM fsm_agent_schema WHERE version = 5")
+        conn.execute("ALTER TABLE fsm_agent_runs DROP COLUMN parent, DROP COLUMN parent_call, DROP COLUMN start_id")
+        conn.execute("DELETE FROM fsm_agent_schema WHERE version >= 5")
         conn.execute(
             "UPDATE fsm_agent_runs SET snapshot = '{\"parent_run_id\": \"boss\", not json' WHERE run_id = 'alone'"
         )
@@ -133,6 +134,6 @@ def test_a_postgres_database_from_before_the_parent_listing_lists_the_sub_agent_
 
         _old_worker_child_listed_once_written_again(store, insert)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 6
         indexes = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes")}
         assert "fsm_agent_runs_by_parent" in indexes

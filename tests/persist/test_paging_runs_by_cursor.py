@@ -112,6 +112,7 @@ def _as_version_4(path: Path) -> None:
         db.execute("DROP INDEX runs_by_parent")
         db.execute("ALTER TABLE runs DROP COLUMN parent")
         db.execute("ALTER TABLE runs DROP COLUMN parent_call")
+        db.execute("ALTER TABLE runs DROP COLUMN start_id")
         db.execute("PRAGMA user_version = 4")
     db.close()
 
@@ -135,7 +136,7 @@ def test_a_store_file_from_before_creation_times_lists_its_runs_by_their_last_sa
         after = RunCursor.of(store.list_runs(order="created", limit=2)[-1])
         assert [run.run_id for run in store.list_runs(order="created", after=after)] == ["first"]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 7
         assert "runs_by_created" in {row[1] for row in db.execute("PRAGMA index_list(runs)")}
     db.close()
 
@@ -152,14 +153,16 @@ def test_a_postgres_database_from_before_creation_times_is_migrated(postgres_clu
         tick_agent(1).run("go", store=store, run_id="old")
         saved = store.list_runs()[0].updated
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER TABLE fsm_agent_runs DROP COLUMN created, DROP COLUMN parent, DROP COLUMN parent_call")
+        conn.execute(
+            "ALTER TABLE fsm_agent_runs DROP COLUMN created, DROP COLUMN parent, DROP COLUMN parent_call, DROP COLUMN start_id"
+        )
         conn.execute("DELETE FROM fsm_agent_schema WHERE version >= 4")
     with open_store(dsn) as store:
         assert [(run.run_id, run.created) for run in store.list_runs(order="created")] == [("old", saved)]
         tick_agent(1).run("go", store=store, run_id="new")
         assert [run.run_id for run in store.list_runs(order="created")] == ["new", "old"]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("SELECT max(version) FROM fsm_agent_schema").fetchone()[0] == SCHEMA_VERSION == 6
         before = time.time()
         conn.execute(  # as a worker of the version before still running inserts: no created column named
             "INSERT INTO fsm_agent_runs (run_id, state, reason, paused, updated, steps, tokens, seq, base_seq,"
