@@ -69,7 +69,9 @@ class TurnEnds(StoredTurns):
         """A turn cut short (a Ctrl-C, its task cancelled) kept in a store-less session as a store keeps it.
 
         With a store, the store holds the turn and the next one reads it back
-        (and finishes it first if it was left unfinished).  Without one, its
+        (and finishes it first if it was left unfinished); a turn stored as it
+        ended (a cancelled task's: ``cut_runs.astop_cut``) is taken in here too,
+        so ``messages`` and ``turns`` say what the store says.  Without one, its
         messages are taken in here, each call it asked for and never made
         answered as not run: a cancelled turn's result (``Failed``,
         ``cancelled``), or an unfinished turn's messages so far, which no
@@ -78,6 +80,9 @@ class TurnEnds(StoredTurns):
         made: it is answered as cut off, never as not run.
         """
         if self.store is not None:
+            journal = run._journal  # noqa: SLF001 - the turn's own journal: whether its end is what the store holds
+            if run.done and journal is not None and not journal.unwritten(run.position):
+                self._take_in(run.result)
             return
         if run.done:
             self._take_in(run.result)
