@@ -202,7 +202,7 @@ class Agent(RunsAgain):
 
         ``session`` names the conversation the run is a turn of (``fsm_agent.Session``), stored with it,
         and ``request`` the request that takes the turn (``Session.run``'s ``request_id``), stored too;
-        ``parent`` links the run to the tool call it answers (``as_tool``: ``persist.journal.LINK``); the
+        ``parent`` links the run to the tool call it answers (``as_tool``: ``core.child_ids.LINK``); the
         parent's remaining ``limits`` are given as ``limits``, and the start it is (``child_runs``) as ``start_id``.
         """
         if not isinstance(user_input, str):

@@ -172,14 +172,15 @@ class AsyncDriver(ConcurrentCalls):
         interrupt (a call's ``KeyboardInterrupt`` or ``SystemExit``, here or
         in a batch this run is a sub-agent call of) is leaving the loop: then
         the run is left unfinished, written as it stands, as on the sync driver.
-        A parallel batch's call whose hooks took the time left is not made
-        (``_heard_in_time``): the run stops ``timeout``, that call unmade.
+        A parallel batch's call whose hooks took the time left, or before
+        which a cancel came, is not made (``ConcurrentCalls._may_start``): the
+        run stops ``timeout`` or ``cancelled``, that call and those after it unmade.
         """
         import asyncio
 
         remaining = self._remaining()
         deadline = None
-        unmade: list[str] = []  # the ids of a parallel batch's calls the deadline left unmade
+        unmade: list[str] = []  # the ids of a parallel batch's calls the deadline or a cancel left unmade
         journal = self._journal
         if journal is not None:
             journal.abeat()  # the lease is renewed while the calls are in flight (no store: no task)
@@ -219,7 +220,8 @@ class AsyncDriver(ConcurrentCalls):
             if journal is not None:
                 journal.rest()
         if unmade:  # the calls beside them came back, or ran to their end
-            return self._interrupt(EXPIRED, self._aunfinished(effect, unmade))
+            cancelled = self._cancel is not None and self._cancel.cancelled
+            return self._interrupt(INTERRUPTED if cancelled else EXPIRED, self._aunfinished(effect, unmade))
         return None
 
     async def _amake_call(self, effect: ModelCall | ToolBatch, unmade: list[str]) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from fsm_agent.core import child_ids
 from fsm_agent.core.hand_down import HandDown
 from fsm_agent.core.ledger import plus
 from fsm_agent.core.outside import CutWithRun
@@ -51,7 +52,6 @@ from fsm_agent.drivers.cut_spend import (
 )
 from fsm_agent.drivers.stored import astored, stored
 from fsm_agent.errors import AgentLoopError
-from fsm_agent.jsontext import input_digest
 from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 from fsm_agent.tools.registry import ToolResult
@@ -110,16 +110,19 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
     parent's token or cost budget leaves it nothing (then the call's outcome says so).
     ``_abegin`` is the same, awaited.
     """
-    store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
-    data = None if store is None else stored(store, run_id)
-    if data is not None and not _answers(parent, call, link, data):
-        run_id = _renamed(run_id, link, data)
-        data = stored(store, run_id)
-        if data is not None and not _answers(parent, call, link, data):  # a third run there: a fresh id
-            run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    store, ids = parent._store, _ids(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
+    run_id, data = ids[0], None
+    if store is not None:
+        for run_id in ids:
+            data = stored(store, run_id)
+            if data is None or _answers(parent, call, data):
+                break
+            _passed_over(run_id, data)
+        else:
+            run_id, data = _fresh(run_id), None
     # Its run, or a run of another call of the same arguments, began before and took what was handed down then.
     alike = parent.stepper.alike(call) if data is None and store is not None else []
-    found = [(other, stored(store, _named(parent, other)[0])) for other in alike]
+    found = [(other, stored(store, _ids(parent, other)[0])) for other in alike]
     parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
     share, again = shares(parent), parent_cut(parent, call, run_id)
     used_up = budget_used_up(share)
@@ -127,7 +130,7 @@ def _begin(parent: RunBase, child: ChildTool, call: ToolCall) -> tuple[str, Agen
         return run_id, not_run(child, run_id, parent, used_up), False
     limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share), time_used(data))
     if data is None:
-        return run_id, _new_run(parent, child, call, run_id, link, limits), True
+        return run_id, _new_run(parent, child, call, run_id, limits), True
     return run_id, taken_over(child, store, run_id, data, parent, limits, again), False
 
 
@@ -135,16 +138,19 @@ async def _abegin(
     parent: RunBase, child: ChildTool, call: ToolCall
 ) -> tuple[str, AgentRun | ReadBack | ToolResult, bool]:
     """``_begin``, awaited: the store is read (and the child claimed) through its async methods."""
-    store, (run_id, link) = parent._store, _named(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
-    data = None if store is None else await astored(store, run_id)
-    if data is not None and not _answers(parent, call, link, data):
-        run_id = _renamed(run_id, link, data)
-        data = await astored(store, run_id)
-        if data is not None and not _answers(parent, call, link, data):  # a third run there: a fresh id
-            run_id, data = f"{run_id}-{uuid.uuid4().hex[:8]}", None
+    store, ids = parent._store, _ids(parent, call)  # noqa: SLF001 - the parent's driver hands over its run
+    run_id, data = ids[0], None
+    if store is not None:
+        for run_id in ids:
+            data = await astored(store, run_id)
+            if data is None or _answers(parent, call, data):
+                break
+            _passed_over(run_id, data)
+        else:
+            run_id, data = _fresh(run_id), None
     # Its run, or a run of another call of the same arguments, began before and took what was handed down then.
     alike = parent.stepper.alike(call) if data is None and store is not None else []
-    found = [(other, await astored(store, _named(parent, other)[0])) for other in alike]
+    found = [(other, await astored(store, _ids(parent, other)[0])) for other in alike]
     parent.stepper.taken_back([call] if data is not None else [c for c, held in found if _ours(parent, c, held)])
     share, again = shares(parent), parent_cut(parent, call, run_id)
     used_up = budget_used_up(share)
@@ -152,71 +158,55 @@ async def _abegin(
         return run_id, not_run(child, run_id, parent, used_up), False
     limits = limits_for(parent, child.agent.limits, with_lent_back(parent, call, run_id, data, share), time_used(data))
     if data is None:
-        return run_id, _new_run(parent, child, call, run_id, link, limits), True
+        return run_id, _new_run(parent, child, call, run_id, limits), True
     return run_id, await ataken_over(child, store, run_id, data, parent, limits, again), False
 
 
-def _named(parent: RunBase, call: ToolCall) -> tuple[str, dict[str, str]]:
-    """The child's run id, ``<parent run id>/<call id>``, and the ``LINK`` its stored run keeps of the call."""
-    link = {
-        "parent_run_id": parent.run_id,
-        "parent_call_id": call.id,
-        "input_digest": input_digest(call.arguments["input"]),
-    }
-    return f"{parent.run_id}/{call.id}", link
+def _ids(parent: RunBase, call: ToolCall) -> tuple[str, ...]:
+    """The ids the call's child may be stored under (``core.child_ids``): its own first."""
+    return child_ids.child_ids(parent.run_id, parent.start_id, call.id, call.arguments["input"])
+
+
+def _answers(parent: RunBase, call: ToolCall, data: dict[str, Any]) -> bool:
+    """Whether the stored run ``data`` is the child of ``call`` in this start of the parent (``core.child_ids``).
+
+    A parent started again over its old id (``overwrite=True``, a fork
+    under the id of a deleted run) is a new run, and takes no answer its
+    old run's child gave, though the call and its input be the same.
+    """
+    return child_ids.is_child(data, parent.run_id, parent.start_id, call.id, call.arguments["input"])
 
 
 def _ours(parent: RunBase, call: ToolCall, data: dict[str, Any] | None) -> bool:
-    """Whether ``data``, stored under call ``call``'s child's id, is that call's run (not another run's child's).
+    """Whether ``data``, stored under call ``call``'s child's own id, is that call's run (not another run's child's).
 
-    Only its own id is looked at: a call whose child was renamed (``_renamed``) is one no store holds by hand.
+    Only its own id is looked at: a call whose child was renamed is one no store holds by hand.
     """
-    return data is not None and _answers(parent, call, _named(parent, call)[1], data)
+    return data is not None and _answers(parent, call, data)
 
 
-def _answers(parent: RunBase, call: ToolCall, link: dict[str, str], data: dict[str, Any]) -> bool:
-    """Whether the stored run ``data`` is the child of ``call`` in this start of the parent.
-
-    Linked to the call (``link``: the parent's id, the call's id, the
-    input's digest) and begun by this start of the parent (the child's
-    ``start_id`` is made from the parent's, ``_child_start``): a parent
-    started again over its old id (``overwrite=True``, a fork under the id
-    of a deleted run) is a new run, and takes no answer its old run's child
-    gave, though the call and its input be the same.
-    """
-    from fsm_agent.persist.journal import link_of  # as every store module, loaded by the first call that needs it
-
-    return link_of(data) == link and (data.get("start_id") or "") == _child_start(parent, call)
-
-
-def _renamed(run_id: str, link: dict[str, str], data: dict[str, Any]) -> str:
-    """The id for a child whose own id holds another run's child: one its input names.
-
-    Another call's child (a provider reusing call ids across runs, a parent
-    started again over its old id) is never taken for this call's answer;
-    the call is what is compared (parent id, call id, input digest), and
-    the parent's start, not the parent's question.
-    """
-    from fsm_agent.persist.journal import LINK
-
-    renamed = f"{run_id}@{link['input_digest'][:12]}"
+def _passed_over(run_id: str, data: dict[str, Any]) -> None:
+    """Say that the run stored at ``run_id`` answers another call, or the call in another start of its parent."""
     logger.warning(
-        "fsm_agent: stored run %r answers another call (%s) or another start of its parent; running %r",
+        "fsm_agent: stored run %r answers another call (%s) or another start of its parent: not taken",
         run_id,
-        data.get(LINK[0]),
-        renamed,
+        data.get(child_ids.LINK[0]),
     )
-    return renamed
 
 
-def _new_run(
-    parent: RunBase, child: ChildTool, call: ToolCall, run_id: str, link: dict[str, str], limits: Limits
-) -> AgentRun:
+def _fresh(run_id: str) -> str:
+    """An id for a child every id of whose call holds another run: only a store someone wrote by hand (or a
+    parent from before start ids started again twice over its id) leaves none."""
+    return f"{run_id}-{uuid.uuid4().hex[:8]}"
+
+
+def _new_run(parent: RunBase, child: ChildTool, call: ToolCall, run_id: str, limits: Limits) -> AgentRun:
     """A new child run under ``limits``, linked to its call; its store entry is written by whoever drives it."""
     text, store, cancel = call.arguments["input"], parent._store, parent._cancel  # noqa: SLF001 - the parent's run
+    link, start = child_ids.link(parent.run_id, call.id, text), child_ids.child_start(parent.start_id, call.id)
     deps = deps_of(parent, child)
     begun = child.agent._begin(  # noqa: SLF001 - a sub-agent's run is begun by its parent's
-        text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps, start_id=_child_start(parent, call)
+        text, cancel, (), store, run_id, limits=limits, parent=link, deps=deps, start_id=start
     )
     if parent.position.calls.carried_down:
         # Taken from the parent's run before the child's run holding it is stored: a Ctrl-C meanwhile must not
@@ -228,18 +218,6 @@ def _new_run(
         # What of it a cut counted (cut_spend) the child's spend leaves out; the rest (a fork's) it counts.
         begun.stepper.carry_in(handed)
     return begun
-
-
-def _child_start(parent: RunBase, call: ToolCall) -> str:
-    """A new child run's ``start_id``: made from its parent's start and call, the same each time they start it.
-
-    A parent resumed without a store starts the child of a call cut in
-    flight again: the child's call cut with it then goes out under the keys
-    it went out under, as a resumed run's does.  A new start of the parent
-    (a fork, ``overwrite=True``) makes a new one; under a parent from before
-    start ids (``""``) the child has none either.
-    """
-    return parent.start_id and uuid.uuid5(uuid.NAMESPACE_URL, f"{parent.start_id}/{call.id}").hex
 
 
 def _opened(parent: RunBase, child: RunBase) -> None:

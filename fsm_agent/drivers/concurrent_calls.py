@@ -36,6 +36,15 @@ class ConcurrentCalls(RunBase):
         # Kept the moment it exists: whatever happens to the rest of the batch, this call never runs again.
         self._accept_tool(call, outcome)
 
+    def _may_start(self, call: ToolCall) -> bool:
+        """Whether a call of a parallel batch may start: its hooks (heard first) took neither the time left nor a
+        cancel, and none came while it waited for its turn (``max_concurrency``), as the sync driver reads both
+        before each call."""
+        if self._observed and not self._heard_in_time(call):
+            return False
+        token = self._cancel
+        return token is None or not token.cancelled
+
     async def _run_batch(self, batch: tuple[ToolCall, ...], unmade: list[str]) -> None:
         journal = self._journal
         if len(batch) == 1:
@@ -69,8 +78,9 @@ class ConcurrentCalls(RunBase):
         async def one(call: ToolCall) -> None:
             try:
                 async with limit:
-                    # Unmade, neither heard of, once a call's hooks took the time left; else unmade if its own did.
-                    if unmade or (self._observed and not self._heard_in_time(call)):
+                    # Unmade, neither heard of, once a call's hooks took the time left or a cancel came; else
+                    # unmade if its own did.
+                    if unmade or not self._may_start(call):
                         unmade.append(call.id)  # never started: the stop names it as no call in flight
                         return
                     await self._acall_tool(call)

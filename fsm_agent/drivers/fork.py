@@ -58,7 +58,7 @@ def prepared(
     and results already in it (``drivers.fork_edit``): what is left here is
     to check that they fit the fork's position.
     """
-    from fsm_agent.persist.journal import LINK  # as every store module, loaded by the first call that needs it
+    from fsm_agent.core.child_ids import LINK
     from fsm_agent.persist.store import check_run_id
     from fsm_agent.persist.summary import VERSION_KEY
 

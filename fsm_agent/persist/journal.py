@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from fsm_agent.core import snapshot
+from fsm_agent.core.child_ids import LINK
 from fsm_agent.definition.run import Run
 from fsm_agent.definition.states import TERMINAL
 from fsm_agent.definition.triggers import REPLIED
@@ -38,9 +39,6 @@ from fsm_agent.persist.cut_writes import CutWrite, CutWrites, Point
 from fsm_agent.persist.heartbeat import CallInFlight, HeartbeatThread
 from fsm_agent.persist.store import JournaledStore, Store, new_owner, traits
 from fsm_agent.persist.summary import VERSION_KEY, Entry
-
-LINK = ("parent_run_id", "parent_call_id", "input_digest")
-"""What a sub-agent's stored run says of the call it answers: the parent run, the call's id, its input's digest."""
 
 
 def link_of(data: Mapping[str, Any]) -> dict[str, str] | None:

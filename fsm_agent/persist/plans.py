@@ -20,6 +20,7 @@ compare-and-set on the run's version, which ``load`` hands out as
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Generator
 from typing import Any, Literal, TypeVar
@@ -103,9 +104,14 @@ class Plans:
                     return 1
                 raise StaleRunError(run_id, self.where, None, 1)  # created by someone else meanwhile
             seq = _lease_seq(run_id, rows[0], owner, now)
-            if expected != seq or not _same_start(rows[0][3], summary.start, expected):
-                # At the version read, but of another start: the run was deleted, and its id started again since.
+            if expected != seq:
                 raise StaleRunError(run_id, self.where, expected, seq)
+            if not _same_start(rows[0][3], summary.start, expected):
+                # The column may be stale (an older worker's overwrite writes no start): the base says for certain.
+                _, based = yield self.sql("SELECT snapshot FROM {runs} WHERE run_id = ?"), (run_id,)
+                if not _same_start(_start_of(based[0][0]), summary.start, expected):
+                    # At the version read, but of another start: the run was deleted, and its id started again since.
+                    raise StaleRunError(run_id, self.where, expected, seq)
         seq += 1
         # ``created`` is left as it is: a run keeps its place in the creation order (``RunCursor``) for good.
         yield (
@@ -295,13 +301,13 @@ class Plans:
         size = "?" if limit is not None else self._no_limit
         text = (
             "SELECT run_id, state, reason, paused, updated, steps, tokens, session, forked_from, forked_at, created,"
-            " parent, parent_call FROM {runs}" + where + f" ORDER BY {by} LIMIT {size} OFFSET ?"
+            " parent, parent_call, start_id FROM {runs}" + where + f" ORDER BY {by} LIMIT {size} OFFSET ?"
         )
         params += (*(() if limit is None else (limit,)), offset)
         _, rows = yield self.sql(text), params
         return [
-            StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c, _fork(f, a), float(made), _parent(up, call))
-            for r, s, why, p, u, n, t, c, f, a, made, up, call in rows
+            StoredRun(r, s, why, bool(p), float(u), int(n), int(t), c, _fork(f, a), float(made), _parent(up, call), go)
+            for r, s, why, p, u, n, t, c, f, a, made, up, call, go in rows
         ]
 
     def delete(self, run_id: str) -> Plan[bool]:
@@ -340,6 +346,15 @@ def _origin(summary: Summary) -> tuple[str | None, int | None]:
 def _kept(summary: Summary) -> tuple[Any, ...]:
     """The ``session``, ``forked_from``, ``forked_at`` and ``start_id`` columns of a base write."""
     return summary.session, *_origin(summary), summary.start
+
+
+def _start_of(base: str) -> str | None:
+    """The ``start_id`` a stored base snapshot names (None: none, or a base that is not JSON)."""
+    try:
+        start = json.loads(base).get("start_id")
+    except (ValueError, AttributeError):
+        return None
+    return start if isinstance(start, str) and start else None
 
 
 def _same_start(stored: str | None, written: str | None, expected: int | None) -> bool:

@@ -20,12 +20,13 @@ Reading one back (its format, its versions, its shape checked) is
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from fsm_agent.core import child_ids
 from fsm_agent.jsontext import dumps as json_text
-from fsm_agent.jsontext import input_digest
 from fsm_agent.persist.recording_format import (
     MIGRATIONS,
     RECORDING_FORMAT,
@@ -155,40 +156,43 @@ def _child_ids(data: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def _unfinished_calls(run_id: str, data: dict[str, Any]) -> dict[str, list[str]]:
-    """The ids a stored sub-agent run of each call without a result may have (``drivers.child_runs``), by call id.
+def _unfinished_calls(run_id: str, data: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[Any], bool]]]:
+    """For each sub-agent call without a result, by call id: the ids its stored run may have, and its test.
 
     A run cut while a sub-agent was running holds no result of that call,
-    but the sub-agent's run is stored under ``<run id>/<call id>`` (or, where
-    that id held another call's run, that id and the input's digest), its
-    link naming the call; only a call with a text ``input`` can be one.
+    but the sub-agent's run is stored (``core.child_ids``: under
+    ``<run id>/<call id>``, or where that held another run, an id its input,
+    then its parent's start, names), linked to the call and begun by this
+    start of the run; only a call with a text ``input`` can be one.
     """
     done = {item["id"] for item in data.get("io") or () if "result" in item}
-    found = {}
+    given = data.get("start_id")
+    start = given if isinstance(given, str) else ""
+    found: dict[str, tuple[tuple[str, ...], Callable[[Any], bool]]] = {}
     for message in data["messages"]:
         for call in message.get("tool_calls") or ():
             text = (call.get("arguments") or {}).get("input") if isinstance(call.get("arguments"), dict) else None
             if call["id"] not in done and isinstance(text, str):
-                named = f"{run_id}/{call['id']}"
-                found[call["id"]] = [named, f"{named}@{input_digest(text)[:12]}"]
+                ids = child_ids.child_ids(run_id, start, call["id"], text)
+                found[call["id"]] = (ids, functools.partial(_answers, run_id, start, call["id"], text))
     return found
 
 
-def _answers(child: dict[str, Any], run_id: str, call_id: str) -> bool:
-    """Whether the stored run ``child`` is the sub-agent run of call ``call_id`` of the run ``run_id``."""
-    return child.get("parent_run_id") == run_id and child.get("parent_call_id") == call_id
+def _answers(run_id: str, start: str, call_id: str, text: str, child: Any) -> bool:
+    """Whether the stored run ``child`` is the sub-agent run of this call in this start of the run ``run_id``."""
+    return isinstance(child, dict) and child_ids.is_child(child, run_id, start, call_id, text)
 
 
 def _unfinished_children(store: Store, run_id: str, data: dict[str, Any]) -> dict[str, str]:
     """The stored sub-agent runs of the calls of ``run_id`` that hold no result (the run was cut), by call id."""
     found = {}
-    for call_id, names in _unfinished_calls(run_id, data).items():
+    for call_id, (names, answers) in _unfinished_calls(run_id, data).items():
         for name in names:
             try:
                 child = store.load(name)
             except KeyError:
-                break
-            if _answers(child, run_id, call_id):
+                continue
+            if answers(child):
                 found[call_id] = name
                 break
     return found
@@ -199,13 +203,13 @@ async def _aunfinished_children(
 ) -> dict[str, str]:
     """``_unfinished_children``, each run read with ``read``."""
     found = {}
-    for call_id, names in _unfinished_calls(run_id, data).items():
+    for call_id, (names, answers) in _unfinished_calls(run_id, data).items():
         for name in names:
             try:
                 child = await read(name)
             except KeyError:
-                break
-            if _answers(child, run_id, call_id):
+                continue
+            if answers(child):
                 found[call_id] = name
                 break
     return found

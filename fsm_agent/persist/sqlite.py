@@ -12,7 +12,7 @@ version 1) opens and loads as it was; version 5 added each run's ``created``
 time (the listing's creation order), set to the last save of the runs
 already there; version 6 a sub-agent run's ``parent`` and ``parent_call``
 (``list_runs(parent=...)``), read from the base snapshot of the runs already
-there.  The methods are
+there; version 7 each run's ``start_id`` (``persist/sqlite_schema.py``).  The methods are
 ``PlannedStore``'s (``persist/planned.py``); the async ones hand the same
 plans to the store's writer thread, which commits those of many runs in
 flight together (``persist/sqlite_writer.py``).
@@ -42,16 +42,16 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from fsm_agent.persist import plans
+from fsm_agent.persist import sqlite_schema as schema
 from fsm_agent.persist.checks import check_lease
 from fsm_agent.persist.every import check_every
 from fsm_agent.persist.planned import PlannedStore
+from fsm_agent.persist.sqlite_schema import SCHEMA_VERSION
 from fsm_agent.persist.sqlite_writer import GroupWriter
 from fsm_agent.persist.store import DEFAULT_LEASE, StoreError
 from fsm_agent.persist.summary import Summary
 
 T = TypeVar("T")
-
-SCHEMA_VERSION = 7
 
 EMPTY_PATH = "the path is empty; name a SQLite file (runs.db, say) or a postgresql:// URL"
 """Why an empty ``store=""`` (an unset setting, often) is refused, rather than taken for the working directory."""
@@ -63,67 +63,6 @@ another process or thread, even a stalled one (frozen, swapped out), before
 the write fails: more than two leases (``DEFAULT_LEASE``), so a writer that
 holds the file no longer than a stall the lease allows for is waited out."""
 
-_V1 = (
-    "CREATE TABLE runs (run_id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT,"
-    " paused INTEGER NOT NULL, updated REAL NOT NULL, snapshot TEXT NOT NULL)"
-)
-_V2 = (
-    "ALTER TABLE runs ADD COLUMN steps INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE runs ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE runs ADD COLUMN seq INTEGER NOT NULL DEFAULT 1",
-    "ALTER TABLE runs ADD COLUMN base_seq INTEGER NOT NULL DEFAULT 1",
-    "ALTER TABLE runs ADD COLUMN owner TEXT",
-    "ALTER TABLE runs ADD COLUMN lease_until REAL",
-    "CREATE TABLE journal (run_id TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL,"
-    " PRIMARY KEY (run_id, seq)) WITHOUT ROWID",
-    "CREATE INDEX runs_by_updated ON runs (updated)",
-)
-_V3 = (
-    "ALTER TABLE runs ADD COLUMN session TEXT",
-    "CREATE INDEX runs_by_session ON runs (session, updated)",
-)
-_V4 = (
-    "ALTER TABLE runs ADD COLUMN forked_from TEXT",
-    "ALTER TABLE runs ADD COLUMN forked_at INTEGER",
-)
-_V5 = (
-    # The default is for the ALTER (SQLite adds no NOT NULL column without a constant one): every insert of this
-    # version sets ``created``; one of an older version's process still running lists its run as the oldest.
-    "ALTER TABLE runs ADD COLUMN created REAL NOT NULL DEFAULT 0",
-    "UPDATE runs SET created = updated",
-    "CREATE INDEX runs_by_created ON runs (created, run_id)",
-)
-_LINK = " AND ".join(
-    f"json_type(snapshot, '$.{name}') = 'text' AND json_extract(snapshot, '$.{name}') <> ''"
-    for name in ("parent_run_id", "parent_call_id")
-)
-"""Where a run's base names its parent run and call, each as text, not empty (``summary.parent_link``)."""
-_V6 = (
-    # A worker of an older version still running inserts no link: its sub-agent runs are not listed by parent
-    # until a worker of this version writes them whole again (a claim, a save); the viewer loads those a run's
-    # steps name, but cannot see one still in flight.
-    "ALTER TABLE runs ADD COLUMN parent TEXT",
-    "ALTER TABLE runs ADD COLUMN parent_call TEXT",
-    # A run's link is written when it is created and never changes, so its base snapshot holds it.  Only a base
-    # that names one is parsed (one that is not JSON is left unlinked, not the upgrade failed; CASE runs the check
-    # first, which AND does not promise).
-    "UPDATE runs SET parent = json_extract(snapshot, '$.parent_run_id'),"
-    " parent_call = json_extract(snapshot, '$.parent_call_id')"
-    f" WHERE instr(snapshot, 'parent_run_id') > 0 AND CASE WHEN json_valid(snapshot) THEN {_LINK} ELSE 0 END",
-    "CREATE INDEX runs_by_parent ON runs (parent, updated)",
-)
-_V7 = (
-    # A worker of an older version still running inserts no start: a version it writes is checked as before, by its
-    # number alone, until a worker of this version writes the run whole again.  A run's start is in its base.
-    "ALTER TABLE runs ADD COLUMN start_id TEXT",
-    "UPDATE runs SET start_id = json_extract(snapshot, '$.start_id') WHERE instr(snapshot, 'start_id') > 0"
-    " AND CASE WHEN json_valid(snapshot) THEN json_type(snapshot, '$.start_id') = 'text' ELSE 0 END",
-)
-_COLUMNS = {
-    *("run_id", "state", "reason", "paused", "updated", "snapshot", "steps", "tokens", "seq", "base_seq", "owner"),
-    *("session", "forked_from", "forked_at", "created", "parent", "parent_call", "start_id"),
-}
-_LATER = {"parent", "parent_call", "start_id"}
 """The columns versions 6 and 7 add: an older file has none of them."""
 
 
@@ -251,7 +190,7 @@ class SqliteStore(PlannedStore):
         """
         with self._lock:
             if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-                self._check_columns(_COLUMNS)
+                self._check_columns(schema.COLUMNS)
                 return
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -263,34 +202,35 @@ class SqliteStore(PlannedStore):
                     msg = f"schema version {version} is newer than this fsm_agent reads ({SCHEMA_VERSION})"
                     raise sqlite3.DatabaseError(msg)  # noqa: TRY301 - inside the transaction, so it rolls back
                 if version < 1:
-                    self._db.execute(_V1)
+                    self._db.execute(schema.V1)
                 if version < 2:
                     self._upgrade_to_v2()
                 if version < 3:
                     # Another program's table is refused, not altered.
-                    self._check_columns(_COLUMNS - {"session", "forked_from", "forked_at", "created", *_LATER})
-                    for statement in _V3:  # a run stored before sessions is no session's turn: NULL is right
+                    before_sessions = {"session", "forked_from", "forked_at", "created", *schema.LATER}
+                    self._check_columns(schema.COLUMNS - before_sessions)
+                    for statement in schema.V3:  # a run stored before sessions is no session's turn: NULL is right
                         self._db.execute(statement)
                 if version < 4:
-                    self._check_columns(_COLUMNS - {"forked_from", "forked_at", "created", *_LATER})
-                    for statement in _V4:  # a run stored before forks is no fork: NULL is right, no snapshot read
+                    self._check_columns(schema.COLUMNS - {"forked_from", "forked_at", "created", *schema.LATER})
+                    for statement in schema.V4:  # a run stored before forks is no fork: NULL is right, no snapshot read
                         self._db.execute(statement)
                 if version < 5:
-                    self._check_columns(_COLUMNS - {"created", *_LATER})
+                    self._check_columns(schema.COLUMNS - {"created", *schema.LATER})
                     # When a run stored before this column was created is known nowhere (its snapshot keeps no
                     # time either): its last save is the closest, and it is set once, like any run's creation.
-                    for statement in _V5:
+                    for statement in schema.V5:
                         self._db.execute(statement)
                 if version < 6:
-                    self._check_columns(_COLUMNS - _LATER)
-                    for statement in _V6:
+                    self._check_columns(schema.COLUMNS - schema.LATER)
+                    for statement in schema.V6:
                         self._db.execute(statement)
                 if version < 7:
-                    self._check_columns(_COLUMNS - {"start_id"})
-                    for statement in _V7:
+                    self._check_columns(schema.COLUMNS - {"start_id"})
+                    for statement in schema.V7:
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                self._check_columns(_COLUMNS)
+                self._check_columns(schema.COLUMNS)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -303,7 +243,7 @@ class SqliteStore(PlannedStore):
             raise sqlite3.DatabaseError(msg)
 
     def _upgrade_to_v2(self) -> None:
-        for statement in _V2:
+        for statement in schema.V2:
             self._db.execute(statement)
         rows = self._db.execute("SELECT run_id, snapshot FROM runs").fetchall()
         for run_id, text in rows:

@@ -33,6 +33,9 @@ class StoredRun:
     does not record it (such a store cannot page by cursor).  ``parent`` is a
     sub-agent run's link, ``(parent run id, parent call id)``, which
     ``list_runs(parent=...)`` lists by; None for a run that is no tool call's.
+    ``start_id`` is the run's start (None where the store does not list it):
+    which of a parent's listed runs is the child of its call in its own start
+    (``core.child_ids``) is told by it without reading a snapshot.
     """
 
     run_id: str
@@ -46,6 +49,7 @@ class StoredRun:
     forked_from: tuple[str, int] | None = None
     created: float | None = None
     parent: tuple[str, str] | None = None
+    start_id: str | None = attrs.field(default=None, eq=False)
 
     @property
     def tool_calls(self) -> int:

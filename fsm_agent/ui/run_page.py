@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fsm_agent import TABLE, SnapshotError, Table
+from fsm_agent.core import child_ids
 from fsm_agent.persist.summary import StoredRun
 from fsm_agent.ui.replay import digest
 
@@ -45,9 +46,9 @@ def with_children(
 
     One read: the store lists the run's sub-agent runs (``list_runs(parent=run_id)``), with the state, reason
     and paused flag each stands at, whatever their number.  A sub-agent call in flight has no step naming its
-    run yet: for each call the run has not finished, the run ``<run id>/<call id>`` is taken if it is listed
-    for that call.  A child a step names that is not listed (deleted, a fork's source's, or stored by a worker
-    of a version before the listing) is loaded, as before; one the store does not have is listed with
+    run yet: for each call the run has not finished, its child in this start of the run is taken if it is
+    listed (``_in_flight_child``).  A child a step names that is not listed (deleted, a fork's source's, or
+    stored by a worker of a version before the listing) is loaded, as before; one the store does not have is listed with
     ``stored`` false and no state.  A child whose snapshot is corrupted is shown as the listing has it (its
     last write's state): only its own page reads its snapshot, and says so.
     """
@@ -56,13 +57,11 @@ def with_children(
     shown = {child["run_id"] for child in children}
     found: dict[str, str] = {}  # call id -> the in-flight child run found for it
     for call in data.get("pending") or ():
-        call_id = call.get("id") if isinstance(call, dict) else None
-        candidate = f"{run_id}/{call_id}"
-        if not isinstance(call_id, str) or candidate in shown:
+        candidate = _in_flight_child(run_id, data, call, listed)
+        if candidate is None or candidate in shown:
             continue
-        child = listed.get(candidate)
-        if not _is_call_run(child, run_id, call_id):
-            continue
+        call_id = call["id"]
+        child = listed[candidate]
         children.append({"run_id": candidate, "call_id": call_id, "tool": call.get("name"), **_standing(child, table)})
         shown.add(candidate)
         found[call_id] = candidate
@@ -87,13 +86,29 @@ def _known(store: Loads, listed: dict[str, StoredRun], child: str) -> Standing:
     return found if found is not None else _load(store, child)
 
 
-def _is_call_run(child: Standing, run_id: str, call_id: str) -> bool:
-    """Whether ``child`` was made for call ``call_id`` of run ``run_id``: its listing or its snapshot says so."""
-    if isinstance(child, StoredRun):
-        return child.parent == (run_id, call_id)
-    if isinstance(child, dict):
-        return (child.get("parent_run_id"), child.get("parent_call_id", call_id)) == (run_id, call_id)
-    return False
+def _in_flight_child(run_id: str, data: dict[str, Any], call: object, listed: dict[str, StoredRun]) -> str | None:
+    """The listed run that is the child of the pending ``call`` in this start of the run, if any (``core.child_ids``).
+
+    The listing says which call a run was made for and, from a store that
+    lists it, in which start of the parent (a parent started again over its
+    id leaves its old run's children listed under it); within one start a
+    call id names one call, so no snapshot is read.  A store that lists no
+    start is taken at the call's word, as before.
+    """
+    arguments = call.get("arguments") if isinstance(call, dict) else None
+    text = arguments.get("input") if isinstance(arguments, dict) else None
+    call_id = call.get("id") if isinstance(call, dict) else None
+    given = data.get("start_id")
+    start = given if isinstance(given, str) else ""
+    if not (isinstance(call_id, str) and isinstance(text, str)):
+        return None
+    for candidate in child_ids.child_ids(run_id, start, call_id, text):
+        child = listed.get(candidate)
+        if child is None or child.parent != (run_id, call_id):
+            continue
+        if child.start_id is None or child.start_id == child_ids.child_start(start, call_id):
+            return candidate
+    return None
 
 
 def _linked(moment: dict[str, Any], found: dict[str, str]) -> dict[str, Any]:

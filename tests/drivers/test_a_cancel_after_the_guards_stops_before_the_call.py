@@ -176,3 +176,18 @@ def test_a_paused_run_resumed_with_a_cancelled_token_makes_no_approved_call(
     resumed = _agent(ran, approve={"send"}).resume(again, cancel=CancelToken(), **where)
     assert finish(resumed, driver).final == "all sent"
     assert ran == Counter({"model": 2, "s1": 1})
+
+
+@pytest.mark.parametrize("max_concurrency", [None, 1])
+def test_a_cancel_in_a_parallel_batch_calls_before_tool_hook_leaves_it_and_the_rest_unmade(
+    max_concurrency: int | None,
+) -> None:
+    ran: Counter[str] = Counter()
+    token = CancelToken()
+    agent = _agent(ran, n=3, max_concurrency=max_concurrency)
+    agent.on("before_tool", _cancelling(token, lambda event: event.tool_call.id == "s1"))
+    stopped = drive(agent, "async", cancel=token)
+    assert (stopped.reason, stopped.trace[-1].trigger) == ("cancelled", "interrupted")
+    assert ran == Counter({"model": 1})
+    assert _resumed(stopped, ran, "async", None, n=3).final == "all sent"
+    assert ran == Counter({"model": 2, "s1": 1, "s2": 1, "s3": 1})

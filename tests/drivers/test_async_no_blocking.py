@@ -77,11 +77,12 @@ def test_a_finished_stored_child_is_read_back_with_aload(inner: SqliteStore) -> 
 
     async def parent_after_its_child() -> RunResult:
         parent = await _parent(child, [_asks(), reply("It is Paris.")]).astart("trip", store=store, run_id="trip")
-        child.run("capital of France?", store=inner, run_id="trip/c1")  # the child this parent began, then died
-        data = dict(inner.load("trip/c1"))
-        data.update(parent_run_id="trip", parent_call_id="c1", input_digest=input_digest("capital of France?"))
-        data["start_id"] = child_start_of(parent, "c1")
-        inner.save("trip/c1", data)
+        link = {"parent_run_id": "trip", "parent_call_id": "c1", "input_digest": input_digest("capital of France?")}
+        done = child._begin(  # the child this parent began, as its driver begins it; then the parent died
+            "capital of France?", None, (), inner, "trip/c1", parent=link, start_id=child_start_of(parent, "c1")
+        )
+        done._open_store(new=True)
+        done.finish()
         return await parent.afinish()
 
     result = asyncio.run(parent_after_its_child())

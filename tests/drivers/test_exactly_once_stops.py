@@ -263,7 +263,11 @@ def test_a_cancel_token_set_mid_batch_on_the_sync_driver_stops_before_the_next_c
 
 
 def test_a_cancel_token_set_mid_batch_on_the_async_driver_stops_the_run_before_the_next_model_call() -> None:
-    """The token is checked before every model and tool call: set while the batch ran, no model call follows."""
+    """The token is checked before every model and tool call: set while the batch ran, no model call follows.
+
+    The tools of this batch return without waiting, so ``a`` and ``b`` are done before ``c`` sets the token and
+    ``d`` starts after it: ``d`` is left unmade (the token is read as each call starts), and made once by a resume.
+    """
     effects = Effects()
     token = CancelToken()
     hold = Hold(effects, "c", after=("a", "b"), then=lambda: token.cancel("the user left"), stay=False)
@@ -272,7 +276,10 @@ def test_a_cancel_token_set_mid_batch_on_the_async_driver_stops_the_run_before_t
         asyncio.run(agent.arun("go", cancel=token))
     assert stopped.value.reason == "cancelled"
     assert effects.parent_model == 1  # no model call after the cancel
-    assert effects.tries == {"a": 1, "b": 1, "c": 1, "d": 1}  # the batch's calls were all in flight: each ran once
+    assert effects.tries == {"a": 1, "b": 1, "c": 1}  # those that started ran once; d, after the cancel, did not
+    assert [call.arguments["label"] for call in stopped.value.result.pending] == ["d"]
+    _resumed(agent, stopped.value.result, "async", cancel=CancelToken())
+    assert effects.tries == {"a": 1, "b": 1, "c": 1, "d": 1}
 
 
 # --- the task driving the run is cancelled while a batch is in flight ------------------------------------------

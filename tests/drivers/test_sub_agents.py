@@ -31,7 +31,7 @@ from fsm_agent import (
     ToolRegistry,
     Usage,
 )
-from fsm_agent.drivers.child_runs import input_digest
+from fsm_agent.jsontext import input_digest
 from fsm_agent.persist import open_store
 from fsm_agent.testing import FakeModel, ManualClock, demo_registry, edges, reply, tool_call, tool_turn
 from fsm_agent.tools import JSONSchema
@@ -269,11 +269,12 @@ def test_a_finished_stored_child_is_read_back_not_run_again(tmp_path: Path, driv
     child = Agent(child_model, ToolRegistry())
     with SqliteStore(tmp_path / "runs.db") as store:
         parent = _parent(child, [_asks(), reply("It is Paris.")]).start("trip", store=store, run_id="trip")
-        child.run("capital of France?", store=store, run_id="trip/c1")  # the child this parent began, then died
-        data = dict(store.load("trip/c1"))  # as that parent's driver links it to the call it answers
-        data.update(parent_run_id="trip", parent_call_id="c1", input_digest=input_digest("capital of France?"))
-        data["start_id"] = child_start_of(parent, "c1")
-        store.save("trip/c1", data)
+        link = {"parent_run_id": "trip", "parent_call_id": "c1", "input_digest": input_digest("capital of France?")}
+        done = child._begin(  # the child this parent began, as its driver begins it; then the parent died
+            "capital of France?", None, (), store, "trip/c1", parent=link, start_id=child_start_of(parent, "c1")
+        )
+        done._open_store(new=True)
+        done.finish()
         result = parent.finish() if driver == "sync" else asyncio.run(parent.afinish())
     assert told(result) == '"Paris"'
     assert len(child_model.seen) == 1

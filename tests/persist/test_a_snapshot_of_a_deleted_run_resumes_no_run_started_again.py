@@ -124,3 +124,28 @@ def test_a_postgres_database_from_before_the_check_learns_each_runs_start(postgr
         with pytest.raises(StaleRunError):
             _resumed(sent, held, store, "sync")
     assert sent == Counter()
+
+
+def _stale_start_column(target: str) -> None:
+    """Leave the run's ``start_id`` column at another start, as an older worker's overwrite (which writes no start)
+    leaves it under the snapshot it writes."""
+    if target.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("UPDATE fsm_agent_runs SET start_id = 'an-earlier-start' WHERE run_id = 'mail'")
+        return
+    with sqlite3.connect(target) as db:
+        db.execute("UPDATE runs SET start_id = 'an-earlier-start' WHERE run_id = 'mail'")
+    db.close()
+
+
+def test_a_start_column_an_older_worker_left_stale_refuses_no_resume_of_the_run_it_holds(store_target: str) -> None:
+    sent: Counter[str] = Counter()
+    with open_store(store_target) as store:
+        _paused(sent, "ada", store)
+        assert _agent(sent).run("bob", store=store, run_id="mail", overwrite=True).reason == "paused"
+        _stale_start_column(store_target)
+        held = store.load("mail")
+        assert _agent(sent).resume(held, store=store, approvals={"s1": True}).finish().final == "mailed bob"
+    assert sent == Counter({"bob": 1})

@@ -7,11 +7,10 @@ in the store for a parent to find must carry this start.
 
 from __future__ import annotations
 
-import uuid
-
 from fsm_agent import AgentRun
+from fsm_agent.core.child_ids import child_start
 
 
 def child_start_of(parent: AgentRun, call_id: str) -> str:
-    """The ``start_id`` of the child of call ``call_id`` in this start of ``parent`` (``child_runs._child_start``)."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"{parent.start_id}/{call_id}").hex
+    """The ``start_id`` of the child of call ``call_id`` in this start of ``parent`` (``core.child_ids``)."""
+    return child_start(parent.start_id, call_id)
