@@ -5,8 +5,11 @@ its evidence, whether ``finalize`` and ``resume`` apply, the counter and limit
 it judges and its one-line documentation.  The table's stop, finalize and
 resume rows, the README's reason list, ``Step.counters`` and the status line,
 the policy checks and the resume error message are all derived from this
-list, so adding a built-in stop is one entry here (plus a ``Limits`` field if
-it needs one).  A user's ``StopCondition`` is the same kind of object.
+list, so a built-in stop's row, drawing and reference come from one entry
+here; its guard, its evidence, a ``Limits`` field with its ``Agent`` keyword,
+and the checker's reading of a new fact are each in a module of their own
+(the architecture page lists every piece).  A user's ``StopCondition`` is the
+same kind of object.
 """
 
 from __future__ import annotations

@@ -87,7 +87,12 @@ def test_answer_guardrail_rows_come_just_before_done() -> None:
         "Dispatch->Failed[stop_condition_error]",
         "Dispatch->Failed[leaked_secret]",
         "Dispatch->Done[has_no_tool_calls]",
-    ]
+    ], (
+        "this order is written out by hand; it comes from build_table (fsm_agent/definition/table.py): the row that "
+        "sends a typed answer back, then the At.ANSWER checkpoint (its built-in stops in CATALOGUE order, then "
+        "stop_condition_error and the users' answer guardrails), then Dispatch->Done. A new built-in stop at "
+        f"At.ANSWER adds its row before stop_condition_error: write it in here. The rows now: {rows}"
+    )
     assert rows.count("Dispatch->Failed[stop_condition_error]") == 1
     assert rows[-2:] == ["Dispatch->Failed[forbidden]", "Dispatch->ExecuteTool"]
 

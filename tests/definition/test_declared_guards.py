@@ -47,9 +47,15 @@ def test_each_guarded_stop_row_declares_what_it_reads_and_its_bound(row: Row) ->
     assert not TABLE.opaque(row)
     assert TABLE.reads(row)
     if row.reason in BOUNDED:
-        assert (TABLE.reads(row), TABLE.bounds(row)) == BOUNDED[row.reason]
+        assert (TABLE.reads(row), TABLE.bounds(row)) == BOUNDED[row.reason], (
+            f"{row.reason}'s guard declares reads {TABLE.reads(row)} and bound {TABLE.bounds(row)!r}; "
+            "BOUNDED, written by hand, says otherwise"
+        )
     else:
-        assert TABLE.bounds(row) is None
+        assert TABLE.bounds(row) is None, (
+            f"{row.reason}'s guard declares bound={TABLE.bounds(row)!r}: add it to BOUNDED, written by hand, as "
+            f"{row.reason!r}: ({TABLE.reads(row)!r}, {TABLE.bounds(row)!r})"
+        )
 
 
 def test_every_guard_of_the_built_in_table_is_declared() -> None:

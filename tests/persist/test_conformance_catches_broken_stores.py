@@ -51,7 +51,7 @@ from fsm_agent.testing.store_kit import LAPSE, SHORT, Script, race
 
 pytest_plugins = ["pytester"]
 
-SUITE_SIZE = 50
+SUITE_SIZE = 51
 """Checks the suite runs on a store with every method (none skipped): ``SqliteStore`` and each mutant."""
 
 
@@ -102,7 +102,7 @@ def _adding(calls: list[tuple[int, int]], wait: Callable[[], None] | None = None
 
 @pytest.mark.slow
 def test_an_unbroken_sqlite_store_run_this_way_passes_every_check(pytester: pytest.Pytester) -> None:
-    """The harness itself: ``SqliteStore`` (as the mutants' base, nothing broken) passes all 50 checks, none skipped."""
+    """The harness itself: ``SqliteStore`` (as the mutants' base, nothing broken) passes all 51 checks, none skipped."""
     result = _suite(pytester, "Mutant")
     result.assert_outcomes(passed=SUITE_SIZE)
 
@@ -112,6 +112,7 @@ def test_an_unbroken_sqlite_store_run_this_way_passes_every_check(pytester: pyte
     ("mutant", "caught_by"),
     [
         ("SaveIgnoresTheVersion", "test_claim_and_save_are_compare_and_set_on_the_version_read"),
+        ("VersionsIgnoreTheStart", "test_a_version_read_before_a_delete_names_no_version_of_the_run_started_again"),
         ("AppendTakesAnyLaterVersion", "test_append_takes_only_the_next_version_from_the_holder"),
         ("AppendLosesEntries", "test_load_rebuilds_the_run_object_s_snapshot_after_each_write"),
         ("AappendIgnoresTheVersion", "test_each_async_twin_refuses_what_its_sync_method_refuses"),

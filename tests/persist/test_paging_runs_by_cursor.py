@@ -154,7 +154,8 @@ def test_a_postgres_database_from_before_creation_times_is_migrated(postgres_clu
         saved = store.list_runs()[0].updated
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "ALTER TABLE fsm_agent_runs DROP COLUMN created, DROP COLUMN parent, DROP COLUMN parent_call, DROP COLUMN start_id"
+            "ALTER TABLE fsm_agent_runs DROP COLUMN created, DROP COLUMN parent, DROP COLUMN parent_call,"
+            " DROP COLUMN start_id"
         )
         conn.execute("DELETE FROM fsm_agent_schema WHERE version >= 4")
     with open_store(dsn) as store:

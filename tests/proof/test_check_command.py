@@ -40,6 +40,19 @@ AGENTS = textwrap.dedent(
 )
 
 
+def _unscripted(source: str, reachable: tuple[str, ...]) -> str:
+    """Why the written tests are not one per reachable ending: the endings ``check`` wrote none for, and why not."""
+    missing = [reason for reason in reachable if f"\ndef test_the_shortest_run_to_{reason}()" not in source]
+    header = source.split('"""', 2)[1]
+    why = header.split("Not written:", 1)[1].strip() if "Not written:" in header else "(the file says nothing)"
+    return (
+        f"every_part reaches {len(reachable)} endings, and check --write-tests wrote no test for {missing}. "
+        f"The file's header says why (a path the script cannot make, or one the engine did not take):\n{why}\n"
+        "A guard the checker reads only by name (a fact) needs a reading in Explorer._fact (proof/model.py) and a "
+        "script in Script._world (proof/scripted.py); see docs/concepts/architecture.md, 'A built-in stop'."
+    )
+
+
 def _command(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "fsm_agent", "check", *args], cwd=cwd, capture_output=True, text=True, timeout=120
@@ -98,7 +111,7 @@ def test_the_written_tests_pass_as_written_one_per_reachable_stop_path(agents: P
     finally:
         sys.path.remove(str(agents))
         sys.modules.pop("my_agents", None)
-    assert source.count("\ndef test_the_shortest_run_to_") == len(proof.reachable)  # every ending can be scripted
+    assert source.count("\ndef test_the_shortest_run_to_") == len(proof.reachable), _unscripted(source, proof.reachable)
     long_paths = sum(len(path.moves) > 1 for path in proof.paths.values())
     assert source.count("_cut_after_any_transition_and_resumed_runs_each_call_once()") == long_paths
     tests = source.count("\ndef test_")

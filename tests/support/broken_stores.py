@@ -58,6 +58,22 @@ class SaveIgnoresTheVersion(Mutant):
         return self._run(self._plans.put(check_run_id(run_id), check_snapshot(snapshot), None, "overwrite"))
 
 
+class VersionsIgnoreTheStart(Mutant):
+    """claim() and save() take a version of the run as another start of it (one deleted and started again) has it."""
+
+    broken = "a version is compared without the run's start"
+
+    def claim(self, run_id: str, snapshot: dict[str, Any], *, owner: str) -> int:
+        return super().claim(run_id, _startless(snapshot), owner=owner)
+
+    def save(self, run_id: str, snapshot: dict[str, Any]) -> int:
+        return super().save(run_id, _startless(snapshot))
+
+
+def _startless(snapshot: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in snapshot.items() if key != "start_id"}
+
+
 class _Appends(plans.Plans):
     """``append`` with its fence, its journal insert and its release each open to a mutant."""
 
