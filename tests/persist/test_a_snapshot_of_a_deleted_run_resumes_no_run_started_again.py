@@ -80,6 +80,16 @@ def test_a_snapshot_of_a_deleted_run_is_stale_for_the_run_started_again(store_ta
         assert sent == Counter({"bob": 1})
 
 
+def _deleted_and_started_again_refuses_the_old_snapshot(sent: Counter[str], store: Any) -> None:
+    """Ada's paused run deleted and bob's started under its id: ada's snapshot resumes nothing, sends nothing."""
+    held = store.load("mail")
+    assert store.delete("mail")
+    _paused(sent, "bob", store)
+    with pytest.raises(StaleRunError):
+        _resumed(sent, held, store, "sync")
+    assert sent == Counter()
+
+
 def test_a_sqlite_file_from_before_the_check_learns_each_runs_start_when_opened(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     sent: Counter[str] = Counter()
@@ -95,12 +105,7 @@ def test_a_sqlite_file_from_before_the_check_learns_each_runs_start_when_opened(
             assert db.execute("PRAGMA user_version").fetchone()[0] == 7
             assert db.execute("SELECT start_id FROM runs").fetchone()[0] == start  # learnt on opening
         db.close()
-        held = store.load("mail")
-        assert store.delete("mail")
-        _paused(sent, "bob", store)
-        with pytest.raises(StaleRunError):
-            _resumed(sent, held, store, "sync")
-    assert sent == Counter()
+        _deleted_and_started_again_refuses_the_old_snapshot(sent, store)
 
 
 @pytest.mark.postgres
@@ -118,12 +123,7 @@ def test_a_postgres_database_from_before_the_check_learns_each_runs_start(postgr
     with open_store(dsn) as store:
         with psycopg.connect(dsn, autocommit=True) as conn:
             assert conn.execute("SELECT start_id FROM fsm_agent_runs").fetchone()[0] == start  # learnt on opening
-        held = store.load("mail")
-        assert store.delete("mail")
-        _paused(sent, "bob", store)
-        with pytest.raises(StaleRunError):
-            _resumed(sent, held, store, "sync")
-    assert sent == Counter()
+        _deleted_and_started_again_refuses_the_old_snapshot(sent, store)
 
 
 def _stale_start_column(target: str) -> None:
