@@ -50,6 +50,7 @@ from fsm_agent.definition.triggers import (
     DISPATCH,
     EXPIRED,
     FINALIZE,
+    INTERRUPTED,
     MODEL_FAILED,
     REPLIED,
     RESUME,
@@ -582,6 +583,7 @@ class Shadow:
         self.started = setup.clock.now
         self.model_calls = 0
         self.late = False  # whether the deadline had passed when the current advance() began
+        self.called_off = False  # whether the token was cancelled when the current advance() began
         self.last: ModelResponse | None = None
         self.pending: list[ToolCall] = []
         self.executed: list[tuple[ToolCall, ToolResult]] = []
@@ -718,6 +720,9 @@ class Shadow:
             if self.late:
                 assert self.setup.model.calls == self.model_calls, "no model call once the deadline passed"
                 return EXPIRED
+            if self.called_off:
+                assert self.setup.model.calls == self.model_calls, "no model call once the token was cancelled"
+                return INTERRUPTED
             self.model_calls += 1
             assert self.setup.model.calls == self.model_calls, "one advance() makes at most one model call"
             outcome = self.setup.model.outcomes[-1]
@@ -738,6 +743,9 @@ class Shadow:
             if self.late:
                 assert len(self.setup.registry.executed) == len(self.executed), "no tool call once the deadline passed"
                 return EXPIRED
+            if self.called_off:
+                assert len(self.setup.registry.executed) == len(self.executed), "no tool call once cancelled"
+                return INTERRUPTED
             assert len(self.setup.registry.executed) == len(self.executed) + 1, "one advance() runs exactly one tool"
             call, outcome = self.setup.registry.executed[-1]
             assert call == self.pending.pop(0), "tools run in the order the model asked for them"
@@ -755,7 +763,7 @@ class Shadow:
         table = self.setup.agent.table
         row = next(r for r in table.rows_from(state, trigger) if r.guard_name is None or self.guard(r.guard_name))
         # No last call before the first one, nor after a call abandoned at the deadline: its answer never came.
-        finalizable = row.reason is not None and row.trigger not in (START, EXPIRED)
+        finalizable = row.reason is not None and row.trigger not in (START, EXPIRED, INTERRUPTED)
         finalizable = finalizable and bool(table.rows_from(state, FINALIZE))
         if finalizable and self.policies.get(str(row.reason)) == "finalize" and self.finalizing is None:
             label = f"finalize_on_{row.reason}"
@@ -765,6 +773,7 @@ class Shadow:
     def check_edge(self, before: State, advance: Callable[[], Transition]) -> None:
         """Assert the run takes the predicted edge in one ``advance()`` from ``before``; then follow it."""
         self.late = self.out_of_time()  # judged before the call: a tool may move the clock past the deadline
+        self.called_off = self.guard("is_cancelled")  # read again by the driver just before the call, as the deadline
         taken = advance()
         row = self.expected_row(before, self.observe(before))
         assert as_row(taken) == as_row(row), f"from {before}: expected {row}, the run took {edge_name(taken)}"
@@ -933,6 +942,9 @@ def check_reason(setup: Setup, result: RunResult, limits: Limits | None = None) 
     since_resume = result.trace[resumes[-1] + 1 :] if resumes else result.trace
     finalize = [t for t in since_resume if t.trigger == FINALIZE]
     assert len(finalize) <= 1, "finalize is taken at most once per run (or per resume)"
+    if resumes and result.trace[resumes[-1]].guard == "resumes_finalize" and not finalize:
+        # Resumed to make a finalize call a cancel left unmade: the run keeps the stop it was finalizing.
+        finalize = [t for t in result.trace[: resumes[-1]] if t.trigger == FINALIZE][-1:]
     evidence = result.evidence
     json.dumps(evidence)
     assert result.usage == _usage(model)
@@ -950,7 +962,9 @@ def check_reason(setup: Setup, result: RunResult, limits: Limits | None = None) 
         assert (result.reason, result.ok) == (reason, False)
         assert agent.on_stop[reason] == "finalize"
         assert evidence["finalize"]["outcome"] == ("answered" if last.dest == "Done" else last.reason)
-        assert model.offered[-1] == 0, "the finalize call is offered no tools"
+        # Unless a cancel came before the finalize call: then none was made (the run keeps its stop, the call owed).
+        if not (last.trigger == INTERRUPTED and not evidence.get("unfinished")):
+            assert model.offered[-1] == 0, "the finalize call is offered no tools"
         assert evidence["step"] == max(model.calls - 2, 0)
     elif last.dest == str(State.Done):
         assert (result.reason, result.ok, evidence) == ("done", True, {})
