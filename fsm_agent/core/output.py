@@ -31,11 +31,10 @@ from fsm_agent.tools.calling import DeadlineError, awaited_within, in_daemon_wor
 Validator = Callable[[Any], Any]
 """``fn(output) -> output`` (or an awaitable of it); raises ``fsm_agent.Retry`` to send the model back."""
 
-RETRY_INSTRUCTION = (
-    "Your final answer was not accepted:\n{errors}\n"
-    "Answer again with only a JSON object that matches this JSON Schema:\n{schema}"
-)
-RETRY_TEXT_INSTRUCTION = "Your final answer was not accepted:\n{errors}\nAnswer again."
+NOT_ACCEPTED = "Your final answer was not accepted:\n{errors}"
+"""What a model is told of an answer that failed its check; a retry asks it again after this."""
+RETRY_INSTRUCTION = NOT_ACCEPTED + "\nAnswer again with only a JSON object that matches this JSON Schema:\n{schema}"
+RETRY_TEXT_INSTRUCTION = NOT_ACCEPTED + "\nAnswer again."
 OUT_OF_TIME = "the answer's check was still running when the run's timeout passed"
 """The error of a check (parsing, the schema, the validators) cut at the run's deadline."""
 TOO_LATE = "the run's timeout passed before the answer could be checked"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.cut_runs import astop_cut
 from fsm_agent.drivers.session_owners import taken_over
-from fsm_agent.drivers.session_turns import StoredTurns, closed, kept_of, paused_message
+from fsm_agent.drivers.session_turns import StoredTurns, closed, kept_of, paused_message, rejected_of
 from fsm_agent.errors import AgentLoopError
 from fsm_agent.records import RunResult
 
@@ -109,6 +109,8 @@ class TurnEnds(StoredTurns):
             self._paused = paused_message(self.session_id, self._turns, [(c.name, c.id) for c in result.pending])
             self._messages = [m for m in result.messages if m.role != "system"]
             return
+        evidence = result.evidence
+        rejected = rejected_of(result.reason, evidence)
         self._messages = closed(
-            result.messages, result.reason, result.evidence.get("unfinished"), kept_of(result.snapshot)
+            result.messages, result.reason, evidence.get("unfinished"), kept_of(result.snapshot), rejected
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsm_agent.core.approval import describe_decision, same_decision
 from fsm_agent.core.ledger import error_text
+from fsm_agent.core.output import NOT_ACCEPTED
 from fsm_agent.core.snapshot import message_of
 from fsm_agent.core.snapshot_fields import ended_on
 from fsm_agent.drivers.agent_run import AgentRun
@@ -221,7 +222,10 @@ class StoredTurns(RequestAnswers):
             if strict and self._repeated is None:
                 raise RunStateError(self._paused)
             return None
-        self._messages = closed(messages, data.get("reason") or "stopped", cut_of(data), kept_of(data))
+        reason = data.get("reason") or "stopped"
+        self._messages = closed(
+            messages, reason, cut_of(data), kept_of(data), rejected_of(reason, data.get("evidence"))
+        )
         if data["state"] not in _TERMINAL and strict and answer is None:
             return last, data
         return None
@@ -260,7 +264,11 @@ def paused_message(session: str, n: int, waiting: list[tuple[str, str]]) -> str:
 
 
 def closed(
-    messages: Sequence[Message], reason: str, cut: object = None, came_back: Mapping[str, str] | None = None
+    messages: Sequence[Message],
+    reason: str,
+    cut: object = None,
+    came_back: Mapping[str, str] | None = None,
+    rejected: Sequence[str] | None = None,
 ) -> list[Message]:
     """A turn's messages without the system prompt, each call it asked for and never made answered as not run.
 
@@ -274,8 +282,15 @@ def closed(
     call of a parallel batch that came back while another was cut (the
     stop's ``came_back``: its outcome kept for a resume, ``came_back`` maps
     its id to its tool message) is answered with its outcome: it ran.
+    A turn that stopped on its typed answer (``rejected``: the errors of
+    its check), which is its last message, ends with the message that tells
+    the model so, as a retry would have begun: a later turn must not read
+    the answer as accepted.
     """
     kept = [m for m in messages if m.role != "system"]
+    if rejected is not None and kept and kept[-1].role == "assistant" and not kept[-1].tool_calls:
+        kept.append(Message("user", NOT_ACCEPTED.format(errors="\n".join(f"- {error}" for error in rejected))))
+        return kept
     asked = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].role == "assistant"), None)
     if asked is None:
         return kept
@@ -289,6 +304,14 @@ def closed(
             text = cut_text(reason) if call.id in in_flight else why
             kept.append(Message("tool", outcomes.get(call.id, text), tool_call_id=call.id))
     return kept
+
+
+def rejected_of(reason: object, evidence: object) -> list[str] | None:
+    """The errors of the typed answer a turn stopped on (``output_invalid``), else None: not a rejected answer."""
+    if reason != "output_invalid" or not isinstance(evidence, Mapping):
+        return None
+    errors = evidence.get("errors")
+    return [str(error) for error in errors] if isinstance(errors, list) else []
 
 
 def kept_of(snapshot: Mapping[str, Any] | None) -> dict[str, str]:
