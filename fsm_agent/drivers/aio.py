@@ -5,7 +5,7 @@ If the task is cancelled while a call is in flight, the run is recorded as
 finished are kept) and the ``CancelledError`` propagates; if the run's
 timeout passes, the calls in flight are cancelled and the run stops on
 ``timeout``.  A call's ``KeyboardInterrupt`` or ``SystemExit`` propagates
-and leaves the run unfinished, written as it stands (``RunBase._keep_cut``),
+and leaves the run unfinished, written as it stands (``CutInCall._keep_cut``),
 as on the sync driver; so does a sub-agent's run in flight beside that call,
 which the batch cuts (``leaving.left_above``), nobody stopping it.
 
@@ -77,7 +77,7 @@ class AsyncDriver(ConcurrentCalls):
         return entry
 
     async def _amove(self) -> Transition:
-        """The sync driver's ``_advance``, awaited: carry out the effect the next transition needs, then take it."""
+        """The sync driver's ``_move``, awaited: carry out the effect the next transition needs, then take it."""
         if self._clock_each_transition:
             self._observe()
         effect = self.stepper.effect(parallel=self._batches)

@@ -23,22 +23,24 @@ from fsm_agent.definition.run import Counters, Run
 from fsm_agent.definition.states import TERMINAL, Done, ExecuteTool, Failed, State
 from fsm_agent.definition.triggers import EXPIRED
 from fsm_agent.drivers.checks import check_children_priced
+from fsm_agent.drivers.cut_in_call import CutInCall
 from fsm_agent.drivers.position import MadeWhenRead, ReadThrough
 from fsm_agent.drivers.stored import journal_for
-from fsm_agent.drivers.watched import Observer, WatchedRun
+from fsm_agent.drivers.watched import Observer
 from fsm_agent.errors import AgentLoopError, RunStateError
-from fsm_agent.observe.events import logger
 from fsm_agent.records import Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext, ToolResult
 from fsm_agent.tools.context import deps_types, refuse_deps
 
 if TYPE_CHECKING:
     from fsm_agent.drivers.agent import Agent
+    from fsm_agent.drivers.agent_run import AgentRun
     from fsm_agent.drivers.cut_spend import InFlight
     from fsm_agent.persist.store import Store
+    from fsm_agent.records import ChildOutcome
 
 
-class RunBase(WatchedRun):
+class RunBase(CutInCall):
     """One run of an agent: the stepper plus everything around it that is not waiting."""
 
     # Most runs never change these, so they are read from the class until a run sets its own: every attribute
@@ -51,13 +53,9 @@ class RunBase(WatchedRun):
     _deps: Any = None  # the application's objects for the run's code (deps=): on this object only, never stored
     # The sub-agent calls in flight, by call id: what their children's runs spent and completed (drivers.cut_spend).
     _flying: dict[str, InFlight] | None = None
-    # The Ctrl-C (KeyboardInterrupt, SystemExit) that came out of a model or tool call, itself or as the cause of
-    # the cancel it became, the run whole, until _keep_cut reads it; and the sub-agent calls whose hand-down (a
-    # fork's) was taken from this run and is not yet stored with the child's run (child_runs), while no Ctrl-C
-    # writes this run.
-    _cut: BaseException | None = None
-    _handing_down = 0
-    _hands_down = False  # a sub-agent's run: it holds what its parent's run handed down, not yet stored
+    # The sub-agent calls whose child run raised owing a store write, by call id: driven on when the call is made
+    # again, with what the parent counted of it (drivers.child_runs._keep_owing).
+    _owing_children: dict[str, tuple[AgentRun, ChildOutcome | None]] | None = None
 
     def __init__(
         self,
@@ -346,54 +344,30 @@ class RunBase(WatchedRun):
         """
         journal = self._journal
         if journal is not None:
+            self._closing = entry  # until its checkpoint is kept: a write that fails is made first when driven again
             if self._deferred:
-                self._closing = entry
                 return entry
             journal.save(self.position, self.paused)
+            self._closing = None
         self._close(entry)
         return entry
 
-    def _cut_in_call(self, exc: BaseException) -> None:
-        """``exc`` came out of a model or tool call: if it is a Ctrl-C, it found the run whole (``_keep_cut``).
+    def _close_owed(self) -> Transition:
+        """The transition whose checkpoint failed (``_closing``): written now, then closed, before the run goes on.
 
-        The drivers call this from the handler of the call itself (the I/O
-        between two transitions), never around the run's changes before or
-        after it: only there is the run known not to be in the middle of one.
-        A ``KeyboardInterrupt`` or ``SystemExit``, or the ``CancelledError``
-        that one raised in a call of an async batch became for the sub-agent runs
-        cut beside it (``leaving.left_above``): the interrupt itself is kept, so each call of a
-        batch it cut, whichever way it came out, names the same cut.
+        A store error out of a write (a dropped connection, a full disk)
+        leaves the run a transition ahead of its store; driven again, the run
+        writes it before anything else, so no call is made on a run whose
+        store lacks what came before it, and a run that ended returns its
+        result.  ``AsyncDriver._asave`` is the same, awaited.
         """
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            self._cut = exc
-        elif not isinstance(exc, Exception) and isinstance(exc.__cause__, KeyboardInterrupt | SystemExit):
-            self._cut = exc.__cause__
-
-    def _cut_here(self, exc: BaseException) -> bool:
-        """Whether ``exc``, leaving the run, is the Ctrl-C a call was cut by (or the cancel it became) and the run is
-        whole: no sub-agent call of it was handing its child outcomes down (``child_runs``) unstored."""
-        cut, self._cut = self._cut, None
-        return cut is not None and (exc is cut or exc.__cause__ is cut) and self._handing_down == 0
-
-    def _keep_cut(self, exc: BaseException) -> None:
-        """A Ctrl-C cut a call: write what the run took since its store's last write, the call left in flight.
-
-        A store that writes only some transitions (``every="call"`` or
-        ``"turn"``) has not kept those since its last write, though observers
-        heard of them; written now, the run's next owner resumes after them,
-        makes the cut call again (as it would have) and announces none of them
-        again.  Only a Ctrl-C from inside the call (``_cut_in_call``): one
-        anywhere else may have cut a change to the run in the middle.  A write
-        that fails (the lease lost, the store gone, a second Ctrl-C) is
-        logged: ``exc`` is what propagates.  ``_akeep_cut`` is the same, awaited.
-        """
-        journal = self._journal
-        if journal is None or not self._cut_here(exc) or not journal.unwritten(self.position):
-            return
-        try:
-            journal.keep(self.position, self.paused)
-        except BaseException:  # noqa: BLE001 - the interrupt propagates; the next owner hears those transitions again
-            logger.warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)
+        entry, journal = self._closing, self._journal
+        assert entry is not None  # the drivers call it only then
+        assert journal is not None  # only a stored run defers a close
+        journal.save(self.position, self.paused)
+        self._closing = None
+        self._close(entry)
+        return entry
 
     def _close(self, entry: Transition) -> None:
         if self.position.at.state in TERMINAL:

@@ -51,7 +51,7 @@ from fsm_agent.drivers.cut_spend import (
     unrecorded,
 )
 from fsm_agent.drivers.stored import astored, stored
-from fsm_agent.errors import AgentLoopError
+from fsm_agent.errors import AgentLoopError, RunLeasedError
 from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 from fsm_agent.tools.registry import ToolResult
@@ -227,25 +227,52 @@ def _opened(parent: RunBase, child: RunBase) -> None:
         parent._handing_down -= 1  # noqa: SLF001
 
 
+def _owing(parent: RunBase, call: ToolCall) -> tuple[AgentRun, ChildOutcome | None] | None:
+    """The child run of ``call`` left by a store write it owes (``_keep_owing``), and what the parent counted of it."""
+    owing = parent._owing_children  # noqa: SLF001 - the parent's driver hands over its own run
+    return owing.pop(call.id, None) if owing else None
+
+
+def _keep_owing(parent: RunBase, call: ToolCall, begun: AgentRun, counted: ChildOutcome | None, exc: Exception) -> None:
+    """Keep the child run ``begun`` that ``exc`` left owing a store write, for the parent's call made again.
+
+    Why: a child taken over from its store lacks what that write held (a
+    call it completed), and would make it again.  Driven on, this run writes
+    it first (``Journal.owed``).  Not a run another owner holds now
+    (``RunLeasedError``, ``StaleRunError``) or one gone from its store: it is
+    no longer this run's to drive, and is taken over or started as usual.
+    """
+    journal = begun._journal  # noqa: SLF001 - the child's own journal: whether it owes a write
+    if journal is not None and journal.owed and not isinstance(exc, RunLeasedError | KeyError):
+        parent._owing_children = {**(parent._owing_children or {}), call.id: (begun, counted)}  # noqa: SLF001
+
+
 def run_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolResult:
     """Carry out a parent's call of a sub-agent on the sync driver."""
     bad = _bad_input(call)
     if bad is not None:
         return bad
-    _, begun, new = _begin(parent, child, call)
-    if isinstance(begun, ToolResult):
-        return begun
-    if isinstance(begun, ReadBack):
-        return _outcome(child, begun.result, begun.spent, shared(parent, call, begun.spent))
-    counted = shared(parent, call, spent_by(begun), prepaid_calls(begun))
-    if new:
-        begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
-        _opened(parent, begun)
+    owing = _owing(parent, call)
+    if owing is not None:
+        begun, counted = owing
+    else:
+        _, found, new = _begin(parent, child, call)
+        if isinstance(found, ToolResult):
+            return found
+        if isinstance(found, ReadBack):
+            return _outcome(child, found.result, found.spent, shared(parent, call, found.spent))
+        begun, counted = found, shared(parent, call, spent_by(found), prepaid_calls(found))
+        if new:
+            begun._open_store(new=True)  # noqa: SLF001 - written as Agent.start writes a new run
+            _opened(parent, begun)
     fly(parent, call, begun, counted)  # a cut of the parent counts what the child spent until then
     try:
         result = begun.finish()
     except AgentLoopError as stop:
         result = stop.result
+    except Exception as exc:
+        _keep_owing(parent, call, begun, counted, exc)
+        raise
     return _ended(parent, child, call, result, begun, counted)
 
 
@@ -254,20 +281,27 @@ async def arun_child(parent: RunBase, child: ChildTool, call: ToolCall) -> ToolR
     bad = _bad_input(call)
     if bad is not None:
         return bad
-    _, begun, new = await _abegin(parent, child, call)
-    if isinstance(begun, ToolResult):
-        return begun
-    if isinstance(begun, ReadBack):
-        return _outcome(child, begun.result, begun.spent, shared(parent, call, begun.spent))
-    counted = shared(parent, call, spent_by(begun), prepaid_calls(begun))
-    if new:
-        await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
-        _opened(parent, begun)
+    owing = _owing(parent, call)
+    if owing is not None:
+        begun, counted = owing
+    else:
+        _, found, new = await _abegin(parent, child, call)
+        if isinstance(found, ToolResult):
+            return found
+        if isinstance(found, ReadBack):
+            return _outcome(child, found.result, found.spent, shared(parent, call, found.spent))
+        begun, counted = found, shared(parent, call, spent_by(found), prepaid_calls(found))
+        if new:
+            await begun._aopen_store(new=True)  # noqa: SLF001 - written as Agent.arun writes a new run
+            _opened(parent, begun)
     fly(parent, call, begun, counted)  # a cut of the parent (the child cancelled with it) counts what it spent
     try:
         result = await begun.afinish()
     except AgentLoopError as stop:
         result = stop.result
+    except Exception as exc:
+        _keep_owing(parent, call, begun, counted, exc)
+        raise
     return _ended(parent, child, call, result, begun, counted)
 
 

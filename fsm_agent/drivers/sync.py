@@ -44,7 +44,8 @@ class SyncDriver(RunBase):
     @driving  # the run is run_context()'s while it is driven, here and on a worker
     def advance(self) -> Transition:
         """Do this state's I/O, if any, fire exactly one transition and return the edge taken."""
-        self._check_live()
+        if self._closing is None:  # else the run's last transition waits for its checkpoint: see _advance
+            self._check_live()
         try:
             return self._bounded(self._advance, lambda entry: entry)
         except BaseException as exc:
@@ -75,6 +76,12 @@ class SyncDriver(RunBase):
         return self._outcome_of_run()
 
     def _advance(self) -> Transition:
+        """Take the next transition (``_move``), or first write the one whose checkpoint failed (``_close_owed``)."""
+        if self._closing is not None:
+            return self._close_owed()
+        return self._move()
+
+    def _move(self) -> Transition:
         """Carry out the effect the next transition needs, if any, then take it (or the stop the effect met)."""
         if self._clock_each_transition:
             self._observe()
@@ -112,7 +119,7 @@ class SyncDriver(RunBase):
             expired = self._compact(effect)
             if expired is not None:
                 return expired
-            return self._advance()  # the call made again, or the stop when the compaction failed
+            return self._move()  # the call made again, or the stop when the compaction failed
         return self._step()
 
     def _open_store(self, *, new: bool, overwrite: bool = False, expected: int | None = None) -> None:

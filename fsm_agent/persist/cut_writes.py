@@ -1,25 +1,30 @@
-"""A stored run's write whose await a cancel cut: whether the store committed it all the same.
+"""A stored run's write that failed or whose await a cancel cut: whether the store committed it all the same.
 
 A cancelled caller stops waiting, but the store may have its write already
 (SQLite's writer thread took it, or a PostgreSQL statement ran before the
-cancel reached the server) and commit it.  Planned as if it failed, the
-run's next write would be refused against the run's own (``StaleRunError``)
-and its lease held until it lapses; planned as if it landed, a write that
-failed would be lost.  So the journal keeps what the cut write would mean
-(``CutWrite``), and its next write first reads the stored run to learn
-which (``landed``).
+cancel reached the server) and commit it.  So may a write whose connection
+dropped after the server committed it, before its answer came back.  Planned
+as if it failed, the run's next write would be refused against the run's own
+(``StaleRunError``) and its lease held until it lapses; planned as if it
+landed, a write that failed would be lost.  So the journal keeps what the
+unsure write would mean (``CutWrite``), and its next write first reads the
+stored run to learn which (``landed``).  Until a write succeeds the run owes
+one (``owed``): the driver makes no call before it is written (``Journal.due``).
+A refusal (``REFUSALS``: the run is another owner's, or gone) wrote nothing
+and owes nothing: the object no longer owns the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from fsm_agent.core import snapshot
+from fsm_agent.errors import RunExistsError, RunLeasedError, StaleRunError
 from fsm_agent.persist.heartbeat import Heartbeats
 from fsm_agent.persist.summary import VERSION_KEY
 
@@ -30,6 +35,8 @@ Point = tuple[tuple[int, ...], tuple[object, ...], dict[str, Any]]
 
 _MISSING = object()
 _log = logging.getLogger("fsm_agent")
+REFUSALS = (StaleRunError, RunLeasedError, RunExistsError, KeyError)
+"""What a store raises for a write it refused, having written nothing: another owner's run, or none by the id."""
 
 
 @attrs.frozen
@@ -56,10 +63,12 @@ def landed(cut: CutWrite, stored: dict[str, Any]) -> bool:
 
 
 class CutWrites(Heartbeats):
-    """The half of a ``Journal`` that learns, before its next write, whether the write a cancel cut landed."""
+    """The half of a ``Journal`` that learns, before its next write, whether a failed or cut write landed."""
 
     _unsure: CutWrite | None
     _next: Point | None
+    owed = False
+    """A write failed (not refused) and none has succeeded since: the run holds transitions its store may lack."""
 
     if TYPE_CHECKING:
 
@@ -70,15 +79,40 @@ class CutWrites(Heartbeats):
         """Whether a write a cancel cut is yet to be read back (the next write does it first)."""
         return self._unsure is not None
 
+    def _sent(self, write: Callable[[], T], seq: int, release: bool) -> T:
+        """``write()``, which writes version ``seq``; if it fails, it is kept as a write that may have landed."""
+        planned = self._next
+        try:
+            return write()
+        except BaseException as exc:
+            self._failed(exc, planned, seq, release)
+            raise
+
     async def _guarded(self, write: Awaitable[T], seq: int, release: bool) -> T:
-        """Await ``write``, which writes version ``seq``; if a cancel cuts it, it is kept as a write that may land."""
+        """Await ``write``, which writes version ``seq``; if it fails or a cancel cuts it, it may land all the same."""
         planned = self._next
         try:
             return await write
-        except asyncio.CancelledError:
-            if planned is not None:  # where the next entry starts once it is written: taken with the plan
-                self._unsure = CutWrite(seq, release, planned)
+        except BaseException as exc:
+            self._failed(exc, planned, seq, release)
             raise
+
+    def _failed(self, exc: BaseException, planned: Point | None, seq: int, release: bool) -> None:
+        """A write of version ``seq`` raised ``exc``: unless the store refused it, it is owed, and it may have landed.
+
+        ``planned`` is where the next entry starts once it is written, taken with the plan.
+        """
+        if isinstance(exc, REFUSALS):
+            return
+        if isinstance(exc, Exception):  # the store's own error, told what became of the run
+            exc.add_note(
+                f"fsm_agent: run {self.run_id!r} could not be written to {self.store!r}. The run object holds what the"
+                " write held: drive it again (finish() or afinish()) once the store answers, and it is written before"
+                " anything else is done; no call is made before."
+            )
+        self.owed = True
+        if planned is not None:
+            self._unsure = CutWrite(seq, release, planned)
 
     async def _arelease(self, seq: int) -> None:
         """Give the lease of the run just written at ``seq`` up (it is paused or finished), even if a cancel cuts it.
@@ -106,11 +140,23 @@ class CutWrites(Heartbeats):
 
         False also when no write was cut, and when it was refused or withdrawn: the next write is planned as usual.
         """
-        return self._unsure is not None and self._take(self.store.load(self.run_id))
+        if self._unsure is None:
+            return False
+        try:
+            stored = self.store.load(self.run_id)
+        except KeyError:  # a first write that never landed: nothing is stored
+            stored = {}
+        return self._take(stored)
 
     async def _aresolve(self) -> bool:
         """``_resolve``, awaited: read with the store's ``aload`` (on SQLite, queued after the cut write)."""
-        return self._unsure is not None and self._take(await self._await("load", self.run_id))
+        if self._unsure is None:
+            return False
+        try:
+            stored = await self._await("load", self.run_id)
+        except KeyError:  # a first write that never landed: nothing is stored
+            stored = {}
+        return self._take(stored)
 
     def _take(self, stored: dict[str, Any]) -> bool:
         """The cut write taken as written if ``stored`` is what it held; forgotten either way."""

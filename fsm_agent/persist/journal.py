@@ -132,6 +132,8 @@ class Journal(Checkpoints, CutWrites):
             self._marks, self._tails, self._small = self._next
             self._next = None
             self._unsure = None
+        if wrote:
+            self.owed = False
         self.seq = seq
         self.released = released
         self._renew_at = time.monotonic() + self.lease / 3
@@ -175,8 +177,9 @@ class Journal(Checkpoints, CutWrites):
         self._written(seq, released)
 
     def due(self) -> bool:
-        """Whether ``hold`` must write: the run was let go of, or its lease is a third gone."""
-        return self.released or (self.full and self._lease_due())
+        """Whether ``hold`` must write: a write failed since the last, the run was let go of, or its lease is a third
+        gone."""
+        return self.owed or self.released or (self.full and self._lease_due())
 
     def _lease_due(self) -> bool:
         """Whether the lease is a third gone, so the next write renews it: the one clock a checkpoint reads."""
@@ -188,27 +191,36 @@ class Journal(Checkpoints, CutWrites):
         A run the last write let go of (it paused) is taken back with an
         entry fenced by the version this object last wrote, carrying the
         decisions given since, so they are stored before the calls they allow
-        are made.  Else a lease a third gone is
-        renewed, fenced alike, so a call starts with two thirds of a lease
-        ahead and never on a run another owner took over meanwhile (a
-        ``StaleRunError`` if anyone decided, resumed or saved it since).
+        are made.  So is a run whose last write failed (``owed``): what that
+        write held is written before a call, or the call is not made.  Else a
+        lease a third gone is renewed, fenced alike, so a call starts with two
+        thirds of a lease ahead and never on a run another owner took over
+        meanwhile (a ``StaleRunError`` if anyone decided, resumed or saved it
+        since).
         """
         self._resolve()
-        self._write(self._plan(run, False, force=True) if self.released else RENEW, run, False)
+        if self.released or self.owed:
+            self._write(self._plan(run, False, force=True), run, False)
+        elif self.full and self._lease_due():
+            self._write(RENEW, run, False)
 
     async def ahold(self, run: Run) -> None:
         """``hold``, awaited."""
         await self._aresolve()
-        await self._awrite(self._plan(run, False, force=True) if self.released else RENEW, run, False)
+        if self.released or self.owed:
+            await self._awrite(self._plan(run, False, force=True), run, False)
+        elif self.full and self._lease_due():
+            await self._awrite(RENEW, run, False)
 
     def save(self, run: Run, paused: bool) -> None:
         """Checkpoint the transition just taken if the store wants it or it ended a call, or renew a due lease.
 
-        Nothing is written when the write a cancel cut landed and holds the run as it is (``_resolve``).
+        Nothing is written when the write a cancel cut landed and holds the run as it is (``_resolve``); a run
+        that owes a failed write writes it now, whatever the store wants of this transition.
         """
         if self._resolve() and not self._moved(run, paused):
             return
-        action = self._plan(run, paused, force=self._called(run))
+        action = self._plan(run, paused, force=self._called(run) or self.owed)
         if action is not None:
             self._write(action, run, paused)
 
@@ -300,10 +312,10 @@ class Journal(Checkpoints, CutWrites):
         store = self.journaled
         if store is None:  # only whole snapshots are planned for a store that keeps no journal
             whole = cast("dict[str, Any]", action)
-            self.store.save(self.run_id, whole)
+            self._sent(lambda: self.store.save(self.run_id, whole), 0, False)
             self._written(0)
         elif isinstance(action, Entry):
-            store.append(action, owner=self.owner)
+            self._sent(lambda: store.append(action, owner=self.owner), action.seq, action.release)
             self._written(action.seq, action.release)
         elif action is RENEW:
             store.renew(self.run_id, owner=self.owner, seq=self.seq)
@@ -311,7 +323,9 @@ class Journal(Checkpoints, CutWrites):
         else:
             whole = cast("dict[str, Any]", action)
             released = paused or run.at.state in TERMINAL
-            seq = store.claim(self.run_id, _at(whole, self.seq), owner=self.owner)
+            seq = self._sent(
+                lambda: store.claim(self.run_id, _at(whole, self.seq), owner=self.owner), self.seq + 1, False
+            )
             if released:
                 store.renew(self.run_id, owner=self.owner, seq=seq, release=True)
             self._written(seq, released)
@@ -350,7 +364,7 @@ class Journal(Checkpoints, CutWrites):
         """``save``, awaited: a checkpoint never blocks the event loop."""
         if await self._aresolve() and not self._moved(run, paused):
             return
-        action = self._plan(run, paused, force=self._called(run))
+        action = self._plan(run, paused, force=self._called(run) or self.owed)
         if action is not None:
             await self._awrite(action, run, paused)
 
@@ -358,7 +372,7 @@ class Journal(Checkpoints, CutWrites):
         self._settle()
         if not self.full:  # only whole snapshots are planned for a store that keeps no journal
             whole = cast("dict[str, Any]", action)
-            await self._await("save", self.run_id, whole)
+            await self._guarded(self._await("save", self.run_id, whole), 0, False)
             self._written(0)
         elif isinstance(action, Entry):
             await self._guarded(self._await("append", action, owner=self.owner), action.seq, action.release)

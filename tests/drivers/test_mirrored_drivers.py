@@ -19,7 +19,7 @@ from fsm_agent.drivers.aio import AsyncDriver
 from fsm_agent.drivers.sync import SyncDriver
 
 TWINS = {
-    "_amove": "_advance",
+    "_amove": "_move",
     "_aadvance": "_advance",
     "_acheck": "_check",
     "_acompact": "_compact",
@@ -59,7 +59,7 @@ def _body(function: Callable[..., Any]) -> list[str]:
 
 
 def test_the_two_drivers_advance_a_run_by_the_same_steps_and_differ_only_in_how_a_call_is_cut_off() -> None:
-    sync, async_ = _body(SyncDriver._advance), _body(AsyncDriver._amove)
+    sync, async_ = _body(SyncDriver._move), _body(AsyncDriver._amove)
     matcher = difflib.SequenceMatcher(a=sync, b=async_, autojunk=False)
     differ = [(sync[i1:i2], async_[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
     assert differ == [

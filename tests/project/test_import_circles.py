@@ -185,7 +185,8 @@ def _named_edges() -> set[tuple[str, str]]:
             (f"drivers.{name}", "drivers.agent")
             for name in ("agent_again", "child_stored", "fork", "read_back", "rebuild")
         ),
-        ("drivers.child_runs", "drivers.agent_run"),  # these four name `AgentRun` for the type checker only
+        ("drivers.base", "drivers.agent_run"),  # these five name `AgentRun` for the type checker only
+        ("drivers.child_runs", "drivers.agent_run"),
         ("drivers.child_stored", "drivers.agent_run"),
         ("drivers.cut_runs", "drivers.agent_run"),
         ("drivers.streaming", "drivers.agent_run"),
