@@ -204,6 +204,8 @@ class RunBase(CutInCall):
         """The run's result; only available once the run is in ``Done`` or ``Failed``."""
         if self._result is None:
             msg = f"the run is in {self.state}, not finished; advance() it to Done or Failed first"
+            if self._closing is not None:
+                msg = f"the run's move into {self.state} is not written to its store yet: finish() it again"
             raise RunStateError(msg)
         return self._result
 

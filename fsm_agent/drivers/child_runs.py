@@ -238,12 +238,14 @@ def _keep_owing(parent: RunBase, call: ToolCall, begun: AgentRun, counted: Child
 
     Why: a child taken over from its store lacks what that write held (a
     call it completed), and would make it again.  Driven on, this run writes
-    it first (``Journal.owed``).  Not a run another owner holds now
+    it first (``Journal.owed``).  So is a child whose own sub-agent's run
+    owes a write: driven on, it drives that one on.  Not a run another owner holds now
     (``RunLeasedError``, ``StaleRunError``) or one gone from its store: it is
     no longer this run's to drive, and is taken over or started as usual.
     """
-    journal = begun._journal  # noqa: SLF001 - the child's own journal: whether it owes a write
-    if journal is not None and journal.owed and not isinstance(exc, RunLeasedError | KeyError):
+    journal = begun._journal  # noqa: SLF001 - the child's own journal: whether it (or a child of its own) owes a write
+    owes = journal is not None and (journal.owed or bool(begun._owing_children))  # noqa: SLF001
+    if owes and not isinstance(exc, RunLeasedError | KeyError):
         parent._owing_children = {**(parent._owing_children or {}), call.id: (begun, counted)}  # noqa: SLF001
 
 

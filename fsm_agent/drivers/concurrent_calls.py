@@ -64,10 +64,11 @@ class ConcurrentCalls(RunBase):
         writing = asyncio.Lock()
         writes: list[asyncio.Task[None]] = []
         interrupted: list[BaseException] = []  # a call's KeyboardInterrupt or SystemExit, raised here once all is cut
-        # An outcome write that failed (the store's error): the calls in flight still come back and their outcomes
-        # are kept (the run owes their write: persist.cut_writes), none starts after it, and it is raised once all
-        # are back.  Driven again, the run writes first, then makes the calls that did not start.
-        unwritten: list[Exception] = []
+        # A call's or an outcome write's error (a store's: this run's write, or a sub-agent's run's): the calls in
+        # flight still come back and their outcomes are kept (the run owes their write: persist.cut_writes), none
+        # starts after it, and it is raised once all are back.  Driven again, the run writes first, then makes the
+        # calls that did not start.
+        failed: list[Exception] = []
         leaving = LEAVING.get(None)
         outermost = None
         if leaving is None:  # the outermost batch: its tasks, and every batch under them, share this list
@@ -84,7 +85,7 @@ class ConcurrentCalls(RunBase):
                 async with limit:
                     # Unmade, neither heard of, once a call's hooks took the time left or a cancel came; else
                     # unmade if its own did.
-                    if unwritten:
+                    if failed:
                         return  # not started: a write failed, and no call is made before the run is written
                     if unmade or not self._may_start(call):
                         unmade.append(call.id)  # never started: the stop names it as no call in flight
@@ -102,13 +103,16 @@ class ConcurrentCalls(RunBase):
                     if task is not this:
                         task.cancel()
                 return
+            except Exception as exc:  # noqa: BLE001 - raised below, once every call in flight is back
+                failed.append(exc)  # a sub-agent's run that could not write (a tool's own error is its outcome)
+                return
             if journal is not None:
                 write = asyncio.ensure_future(kept())
                 writes.append(write)
                 try:
                     await asyncio.shield(write)
                 except Exception as exc:  # noqa: BLE001 - raised below, once every call in flight is back
-                    unwritten.append(exc)
+                    failed.append(exc)
 
         try:
             tasks = [asyncio.ensure_future(one(call)) for call in batch]
@@ -128,5 +132,5 @@ class ConcurrentCalls(RunBase):
             # The cut calls' sub-agent runs are left as the interrupt leaves them (written unfinished) first.
             await asyncio.gather(*tasks, *writes, return_exceptions=True)
             raise interrupted[0]
-        if unwritten:
-            raise unwritten[0]
+        if failed:
+            raise failed[0]

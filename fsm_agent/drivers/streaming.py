@@ -70,10 +70,20 @@ def _begin(run: AgentRun) -> None:
         run._streamed = True  # noqa: SLF001 - as above
 
 
+def _going(run: AgentRun) -> bool:
+    """Whether a stream drives ``run`` on: it has not ended or paused, or the transition that did is not yet written.
+
+    A transition whose store write failed (``RunBase._closing``) is
+    announced once it is written, when the run is driven again: a stream
+    read again after the store's error reads it then.
+    """
+    return not (run.done or run.paused) or run._closing is not None  # noqa: SLF001 - whether its write is owed
+
+
 def _events(run: AgentRun, feed: queue.SimpleQueue[Any], told: Any) -> Iterator[StreamEvent]:
     if not callable(getattr(run.agent.model, "complete_stream", None)):
         try:
-            while not (run.done or run.paused):
+            while _going(run):
                 run.advance()
                 while not feed.empty():
                     yield feed.get_nowait()
@@ -88,7 +98,7 @@ def _events(run: AgentRun, feed: queue.SimpleQueue[Any], told: Any) -> Iterator[
 
     def drive() -> None:
         try:
-            while not (run.done or run.paused):
+            while _going(run):
                 run.advance()
                 feed.put(_STEPPED)
                 go.acquire()  # as lazy as a plain generator: the next transition waits until it is asked for
@@ -135,7 +145,7 @@ async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncGenerator[Str
     try:
         if not callable(getattr(run.agent.model, "acomplete_stream", None)):
             try:
-                while not (run.done or run.paused):
+                while _going(run):
                     await run.aadvance()
                     while feed:
                         yield feed.popleft()
@@ -159,7 +169,7 @@ async def aevents(run: AgentRun, feed: deque[StreamEvent]) -> AsyncGenerator[Str
         text = heard
         run.on_text(text)
         try:
-            while not (run.done or run.paused):
+            while _going(run):
                 step = asyncio.ensure_future(run.aadvance())
                 try:
                     while not step.done():

@@ -107,8 +107,9 @@ class CutWrites(Heartbeats):
         if isinstance(exc, Exception):  # the store's own error, told what became of the run
             exc.add_note(
                 f"fsm_agent: run {self.run_id!r} could not be written to {self.store!r}. The run object holds what the"
-                " write held: drive it again (finish() or afinish()) once the store answers, and it is written before"
-                " anything else is done; no call is made before."
+                " write held: driven again (AgentRun.finish() or afinish()) once the store answers, it writes that"
+                " before any call. A run let go of instead (Agent.run, a Session's turn, a batch) is resumed from the"
+                " store by its next owner once its lease lapses, and the calls this write held are made again."
             )
         self.owed = True
         if planned is not None:

@@ -160,6 +160,84 @@ def test_the_store_error_says_which_run_could_not_be_written_and_what_to_do(stor
             _finish(run, driver)
         notes = " ".join(getattr(failed.value, "__notes__", []))
         assert f"run 'r1' could not be written to {store!r}" in notes
-        assert "drive it again (finish() or afinish())" in notes
+        assert "driven again (AgentRun.finish() or afinish())" in notes
         assert _finish(run, driver).final == "done after 1"
     assert dict(made) == {"t0": 1}
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_grandchild_that_owes_a_write_is_driven_on_through_its_parent(store_target: str, driver: str) -> None:
+    made: Counter[str] = Counter()
+    grand_model = FakeModel(
+        tool_turn(tool_call("effect", id="g0", tag="grand0")),
+        tool_turn(tool_call("effect", id="g1", tag="grand1")),
+        reply("grand done"),
+    )
+    child_tools = _tools(made)
+    child_tools.register(Agent(grand_model, _tools(made)).as_tool("deeper", "Goes deeper."))
+    child_model = FakeModel(tool_turn(tool_call("deeper", id="d", input="deeper")), reply("child done"))
+    tools = _tools(made)
+    tools.register(Agent(child_model, child_tools).as_tool("helper", "Helps."))
+    parent_model = FakeModel(tool_turn(tool_call("helper", id="h", input="do it")), reply("parent done"))
+    with failing_store(store_target) as store:
+        run = _start(Agent(parent_model, tools), store, driver)
+        store.fails, store.matching = 1, "did grand0"
+        result, seen = _retried(run, driver, made)
+        grandchild = store.load("r1/h/d")
+    assert seen == [{"grand0": 1}]
+    assert (result.final, grandchild["state"]) == ("parent done", "Done")
+    assert dict(made) == {"grand0": 1, "grand1": 1}
+    assert (len(parent_model.seen), len(child_model.seen), len(grand_model.seen)) == (2, 2, 3)
+
+
+def test_a_sub_agents_store_error_in_an_async_batch_lets_the_call_beside_it_come_back(store_target: str) -> None:
+    made: Counter[str] = Counter()
+    child_model = FakeModel(tool_turn(tool_call("effect", id="k0", tag="child0")), reply("child done"))
+    tools = _tools(made, wait=0.3)
+    tools.register(Agent(child_model, _tools(made)).as_tool("helper", "Helps."))
+    batch = tool_turn(tool_call("helper", id="h", input="do it"), tool_call("effect", id="c-b", tag="b"))
+    parent_model = FakeModel(batch, reply("parent done"))
+    with failing_store(store_target) as store:
+        run = _start(Agent(parent_model, tools), store, "async")
+        store.fails, store.matching = 1, "did child0"  # the child's write fails while b (slow) is in flight
+        result, seen = _retried(run, "async", made)
+    assert seen == [{"child0": 1, "b": 1}]  # b came back and was kept, not cut by the child's error
+    assert result.final == "parent done"
+    assert dict(made) == {"child0": 1, "b": 1}
+    assert (len(parent_model.seen), len(child_model.seen)) == (2, 2)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_stream_read_again_after_its_last_write_failed_yields_the_last_transition(
+    store_target: str, driver: str
+) -> None:
+    made: Counter[str] = Counter()
+    model = FakeModel(*_turns(1))
+    edges: list[str] = []
+
+    def read(run: Any) -> None:
+        async def aread() -> None:
+            async for event in run.astream():
+                edges.append(f"{event.source}->{event.dest}")
+
+        if driver == "async":
+            asyncio.run(aread())
+        else:
+            edges.extend(f"{event.source}->{event.dest}" for event in run.stream())
+
+    with failing_store(store_target) as store:
+        run = _start(Agent(model, _tools(made)), store, driver)
+        store.fails, store.matching = 1, '"Done"'
+        with pytest.raises(ConnectionError):
+            read(run)
+        read(run)
+    assert edges == [
+        "AwaitModel->CheckTruncation",
+        "CheckTruncation->Dispatch",
+        "Dispatch->ExecuteTool",
+        "ExecuteTool->AwaitModel",
+        "AwaitModel->CheckTruncation",
+        "CheckTruncation->Dispatch",
+        "Dispatch->Done",
+    ]
+    assert (run.result.final, dict(made), len(model.seen)) == ("done after 1", {"t0": 1}, 2)
