@@ -547,7 +547,7 @@ LIFTABLE = {
     "token_budget": "budget_spent",
     "cost_budget": "cost_spent",
     "timeout": "deadline_passed",
-    "max_tool_calls": "tool_calls_exhausted",
+    "max_tool_calls": "stopped_call_capped",
     "cancelled": "is_cancelled",
 }
 """Stops a resume may lift, by the guard that must no longer hold (as documented on ``Agent.resume``)."""
@@ -592,6 +592,8 @@ class Shadow:
         # The cases give no prices: a reply's own usage.cost is all that is priced.
         self.cost = 0.0
         self.finalizing: str | None = None
+        # The tool of the call max_tool_calls stopped: a finalize answers it, so no pending call names it then.
+        self.capped: str | None = None
         # The reason on the edge that ended the run: a finalize call's cut, where the run keeps the stop it answers.
         self.cut: str | None = None
         # The stop a resume continues from, and whether it retries the model.
@@ -624,6 +626,7 @@ class Shadow:
             ),
             "repeats_last_call": lambda: bool(executed) and call_key(pending[0]) == call_key(executed[-1][0]),
             "tool_calls_exhausted": lambda: self.cap_hit() is not None,
+            "stopped_call_capped": lambda: self.cap_hit(pending[0].name if pending else self.capped) is not None,
             "failures_exhausted": lambda: self.streak >= limits.max_consecutive_failures,
             "is_cycling": lambda: limits.cycle_window >= 4 and cycle_period(self.window()) > 0,
             "has_pending_calls": lambda: bool(pending),
@@ -694,15 +697,16 @@ class Shadow:
         window = self.limits.cycle_window
         return [(call_key(call), outcome.content) for call, outcome in self.executed[-window:]] if window else []
 
-    def cap_hit(self) -> tuple[str, int, int] | None:
-        """``(scope, used, cap)`` of the cap one more call of the next tool would exceed, if any."""
+    def cap_hit(self, name: str | None = None) -> tuple[str, int, int] | None:
+        """``(scope, used, cap)`` of the cap one more call of tool ``name`` (default: the next) would exceed, if any."""
         caps = self.limits.max_tool_calls
-        if caps is None or not self.pending:
+        if name is None and self.pending:
+            name = self.pending[0].name
+        if caps is None or name is None:
             return None
         total = len(self.executed)
         if isinstance(caps, int):
             return ("*", total, caps) if total >= caps else None
-        name = self.pending[0].name
         used = sum(1 for call, _ in self.executed if call.name == name)
         if name in caps and used >= caps[name]:
             return name, used, caps[name]
@@ -777,6 +781,8 @@ class Shadow:
         taken = advance()
         row = self.expected_row(before, self.observe(before))
         assert as_row(taken) == as_row(row), f"from {before}: expected {row}, the run took {edge_name(taken)}"
+        if "max_tool_calls" in (row.reason, row.guard_name and row.guard_name.removeprefix("finalize_on_")):
+            self.capped = self.pending[0].name  # the stopped call: a finalize answers it, a resume asks of it
         if row.trigger == FINALIZE:
             self.finalizing = row.guard_name.removeprefix("finalize_on_")  # type: ignore[union-attr]
             self.pending = []
