@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from fsm_agent.persist.summary import StoredRun
 
 _TERMINAL = ("Done", "Failed")
+_LISTINGS = 3
+"""How often the last turn is listed again when it is gone by the time it is read (a cut owner deleted it)."""
 
 
 class StoredTurns(RequestAnswers):
@@ -153,8 +155,15 @@ class StoredTurns(RequestAnswers):
         is kept in ``_repeated`` instead (see ``_caught_up``).
         """
         store: Any = self.store
-        last = self._last_turn(store.list_runs(session=self.session_id))
-        data = None if last is None else store.load(self.turn_id(last))
+        for _ in range(_LISTINGS):
+            last = self._last_turn(store.list_runs(session=self.session_id))
+            try:
+                data = None if last is None else store.load(self.turn_id(last))
+                break
+            except KeyError:  # listed, then deleted: a cut owner dropped the turn it had just begun
+                continue
+        else:
+            raise self._vanishing(last)
         earlier = earlier_turn(data, request)
         if earlier is None:
             return self._caught_up(last, data, strict, request)
@@ -167,8 +176,15 @@ class StoredTurns(RequestAnswers):
     async def _acatch_up(self, *, strict: bool = True, request: str | None = None) -> tuple[int, dict[str, Any]] | None:
         """``_catch_up``, awaited: the store's ``alist_runs`` and ``aload``."""
         store: Any = self.store
-        last = self._last_turn(await awaited(store, "list_runs", session=self.session_id))
-        data = None if last is None else await awaited(store, "load", self.turn_id(last))
+        for _ in range(_LISTINGS):
+            last = self._last_turn(await awaited(store, "list_runs", session=self.session_id))
+            try:
+                data = None if last is None else await awaited(store, "load", self.turn_id(last))
+                break
+            except KeyError:  # listed, then deleted: a cut owner dropped the turn it had just begun
+                continue
+        else:
+            raise self._vanishing(last)
         earlier = earlier_turn(data, request)
         if earlier is None:
             return self._caught_up(last, data, strict, request)
@@ -177,6 +193,14 @@ class StoredTurns(RequestAnswers):
         except KeyError:
             found = None
         return self._caught_up(last, data, strict, request, answer_of(self.session_id, request or "", earlier, found))
+
+    def _vanishing(self, last: int | None) -> RunStateError:
+        """The store listed the last turn and then had no run by its id, ``_LISTINGS`` times in a row."""
+        msg = (
+            f"the store lists turn {last} of session {self.session_id!r} but holds no run {self.turn_id(last or 0)!r}, "
+            f"{_LISTINGS} times in a row: its listing and its runs disagree"
+        )
+        return RunStateError(msg)
 
     def _last_turn(self, runs: Sequence[StoredRun]) -> int | None:
         """The number of the session's last stored turn among ``runs`` (its listing); None before its first."""
