@@ -17,6 +17,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -373,7 +374,8 @@ def test_a_task_cancelled_while_its_answer_is_checked_stops_the_run_cancelled_le
     agent = Agent(model, ToolRegistry(), output_type=str, output_validators=[slow])
 
     try:
-        asyncio.run(_cancelled_in(agent, store_target, entered))
+        # Released once the cancel has stopped the run: asyncio.run waits for the validator's thread as it closes.
+        asyncio.run(_cancelled_in(agent, store_target, entered, then=release.set))
     finally:
         release.set()
     with open_store(store_target, lease=LEASE) as store:
@@ -384,8 +386,11 @@ def test_a_task_cancelled_while_its_answer_is_checked_stops_the_run_cancelled_le
     assert (result.output, model.calls, checked) == ("answer", 1, ["answer", "answer"])
 
 
-async def _cancelled_in(agent: Agent, store_target: str, entered: threading.Event) -> None:
-    """Run "r" on ``agent`` in a task, cancelled once ``entered`` is set (the part the test holds has begun)."""
+async def _cancelled_in(
+    agent: Agent, store_target: str, entered: threading.Event, then: Callable[[], object] = lambda: None
+) -> None:
+    """Run "r" on ``agent`` in a task, cancelled once ``entered`` is set (the part the test holds has begun); ``then``
+    once the cancelled task has ended."""
     store = open_store(store_target, lease=LEASE)
     try:
         task = asyncio.ensure_future(agent.arun("q", store=store, run_id="r"))
@@ -394,6 +399,7 @@ async def _cancelled_in(agent: Agent, store_target: str, entered: threading.Even
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        then()
     finally:
         await store.aclose()
         store.close()
