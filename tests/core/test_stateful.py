@@ -36,6 +36,7 @@ from support.scenarios import (
     check_result,
     check_trace,
     edge_name,
+    finalize_calls_again,
     finalize_reasons,
 )
 
@@ -187,7 +188,7 @@ class RunByRun(RuleBasedStateMachine):
         if run.done:
             return
         assert run.failures < limits.max_consecutive_failures
-        assert run.turns <= limits.max_steps + len(finalize_reasons(run.trace))
+        assert run.turns <= limits.max_steps + len(finalize_reasons(run.trace)) + finalize_calls_again(run.trace)
         caps = limits.total_tool_calls
         assert caps is None or run.tool_calls <= caps
 

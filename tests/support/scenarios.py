@@ -853,6 +853,12 @@ def finalize_reasons(trace: Sequence[Transition]) -> list[str]:
     return [t.guard.removeprefix("finalize_on_") for t in trace if t.trigger == FINALIZE and t.guard]
 
 
+def finalize_calls_again(trace: Sequence[Transition]) -> int:
+    """The finalize calls a resume made again after they failed (``retry=True``): one model call more each."""
+    made_again = [i for i, t in enumerate(trace) if t.guard == "resumes_finalize" and i]
+    return sum(1 for i in made_again if trace[i - 1].trigger == MODEL_FAILED)
+
+
 def check_nothing_lost(setup: Setup, result: RunResult) -> None:
     """Every model message is kept, every executed call has one tool message right after its assistant message."""
     check_conversation(
@@ -954,12 +960,7 @@ def check_reason(setup: Setup, result: RunResult, limits: Limits | None = None) 
     evidence = result.evidence
     json.dumps(evidence)
     assert result.usage == _usage(model)
-    # A finalize call that failed and was made again by a resume (retry=True) is one more call after the stop.
-    again = sum(
-        1
-        for i, t in enumerate(result.trace)
-        if t.guard == "resumes_finalize" and i and result.trace[i - 1].trigger == MODEL_FAILED
-    )
+    again = finalize_calls_again(result.trace)
     finalizes = len(finalize_reasons(result.trace)) + again
     assert model.calls <= limits.max_steps + finalizes, "max_steps bounds the model calls, plus the finalize calls"
     streaks = _streaks(registry.executed)
@@ -986,7 +987,21 @@ def check_reason(setup: Setup, result: RunResult, limits: Limits | None = None) 
     else:
         assert (result.reason, result.ok) == (last.reason, False)
         assert evidence["step"] == max(model.calls - 1, 0)
+    if resumes and result.trace[resumes[-1]].guard == "resumes_finalize" and result.reason in STOPPED_UNDER:
+        # The finalize answers a stop taken before that resume, under the limit the run stopped under (the resume
+        # raised it): the evidence names that limit, which the rest of its evidence is checked against.
+        name, key = STOPPED_UNDER[result.reason]
+        limits = attrs.evolve(limits, **{name: evidence[key]})
     _check_evidence(setup, result, limits, evidence)
+
+
+STOPPED_UNDER = {
+    "timeout": ("timeout", "timeout"),
+    "max_steps": ("max_steps", "limit"),
+    "token_budget": ("token_budget", "budget"),
+    "cost_budget": ("cost_budget", "budget"),
+}
+"""A limit's stop: the ``Limits`` field it reads, and the evidence key that names the limit it stopped under."""
 
 
 def _streaks(executed: Sequence[tuple[ToolCall, ToolResult]]) -> list[int]:
