@@ -14,13 +14,16 @@ and both stores.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from support.failing_writes import DROPPED, failing_store
 
-from fsm_agent import Agent, RunResult, ToolRegistry
+from fsm_agent import Agent, RunLeasedError, RunResult, StaleRunError, ToolRegistry
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 DRIVERS = ["sync", "async"]
@@ -241,3 +244,53 @@ def test_a_stream_read_again_after_its_last_write_failed_yields_the_last_transit
         "Dispatch->Done",
     ]
     assert (run.result.final, dict(made), len(model.seen)) == ("done after 1", {"t0": 1}, 2)
+
+
+class _ByProgress(FakeModel):
+    """Answers from how many tool results the conversation holds, so whichever owner drives the run gets its turn."""
+
+    def complete(self, messages: Any, tools: Any, output: Any = None) -> Any:
+        self.seen.append(tuple(messages))
+        return self.responses[sum(1 for m in messages if m.role == "tool")]
+
+
+@pytest.mark.parametrize("landed", [False, True])
+def test_an_owing_run_driven_again_while_a_second_owner_takes_it_over_repeats_nothing(
+    store_target: str, landed: bool
+) -> None:
+    made: Counter[str] = Counter()
+    with failing_store(store_target, lease=0.5) as store, failing_store(store_target, lease=0.5) as other:
+        run = Agent(_ByProgress(*_turns(3)), _tools(made)).start("go", store=store, run_id="r1")
+        store.fails, store.matching, store.landed = 1, "did t1", landed
+        with pytest.raises(ConnectionError):
+            run.finish()
+        time.sleep(0.7)  # the owing object's lease lapses: a second owner may take the run over
+        outcomes: dict[str, Any] = {}
+
+        def drive(name: str, go: Callable[[], RunResult]) -> None:
+            try:
+                outcomes[name] = go().final
+            except (RunLeasedError, StaleRunError) as exc:
+                outcomes[name] = type(exc).__name__
+            except ValueError as exc:  # the first owner finished it before the second read it
+                outcomes[name] = "finished already" if "nothing to resume" in str(exc) else repr(exc)
+
+        second = Agent(_ByProgress(*_turns(3)), _tools(made))
+        threads = [
+            threading.Thread(target=drive, args=("first", run.finish)),
+            threading.Thread(
+                target=drive, args=("second", lambda: second.resume(other.load("r1"), store=other).finish())
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stored = other.load("r1")
+    assert stored["state"] == "Done"
+    assert "done after 3" in outcomes.values(), outcomes
+    assert set(outcomes.values()) <= {"done after 3", "finished already", "RunLeasedError", "StaleRunError"}, outcomes
+    assert (made["t0"], made["t2"]) == (1, 1)
+    # t1's outcome went with the failed write unless it landed: a second owner that won may make it once more.
+    assert made["t1"] == 1 if landed else made["t1"] in (1, 2)
+    assert [m["content"] for m in stored["messages"] if m["role"] == "tool"] == ['"did t0"', '"did t1"', '"did t2"']
