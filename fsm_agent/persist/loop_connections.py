@@ -17,10 +17,17 @@ from typing import Any
 
 
 class LoopConnections:
-    """Up to ``size`` connections for one event loop: an idle one is reused, a doubtful one closed."""
+    """Up to ``size`` connections for one event loop: an idle one reused unless broken or dropped."""
 
-    def __init__(self, connect: Callable[[], Awaitable[Any]], size: int, idle: Any) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[Any]],
+        size: int,
+        idle: Any,
+        check: Callable[[Any], Awaitable[None]],
+    ) -> None:
         self._connect = connect
+        self._check = check  # raises for an idle connection the server dropped (``persist/dropped_connections.py``)
         self._idle_status = idle  # psycopg's TransactionStatus.IDLE: no transaction left open
         self._idle: list[Any] = []
         self._free = asyncio.Semaphore(size)
@@ -30,7 +37,7 @@ class LoopConnections:
     async def connection(self) -> AsyncIterator[Any]:
         """A connection for one plan; back to the idle ones after, unless it is broken or mid-transaction."""
         async with self._free:
-            conn = self._idle.pop() if self._idle else await self._connect()
+            conn = await self._take()
             try:
                 yield conn
             finally:
@@ -40,6 +47,18 @@ class LoopConnections:
                     self._idle.append(conn)
                 else:
                     await conn.close()
+
+    async def _take(self) -> Any:
+        """The last idle connection the server did not drop, or a new one."""
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                await self._check(conn)
+            except Exception:  # noqa: BLE001 - dropped (psycopg's own error): the next idle one, or a new one
+                await conn.close()
+            else:
+                return conn
+        return await self._connect()
 
     async def close(self) -> None:
         """Close the idle connections; one in use is closed when its plan ends."""

@@ -20,7 +20,7 @@ import threading
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from fsm_agent.persist import plans
+from fsm_agent.persist import dropped_connections, plans
 from fsm_agent.persist.checks import check_lease
 from fsm_agent.persist.every import check_every
 from fsm_agent.persist.loop_connections import LoopConnections
@@ -213,11 +213,28 @@ class PostgresStore(PlannedStore):
                     from psycopg_pool import ConnectionPool
 
                     size = self._max_size
-                    opened = ConnectionPool(self.dsn, min_size=1, max_size=size, kwargs=self._connect, open=False)
+                    opened = ConnectionPool(
+                        self.dsn, min_size=1, max_size=size, kwargs=self._connect, open=False, check=self._check_idle
+                    )
                     opened.open()
                     self._pool = opened
                 pool = self._pool
         return pool
+
+    def _check_idle(self, conn: Any) -> None:
+        """The pool's check before it hands a connection out: one the server dropped is swapped for a new one.
+
+        A dropped connection means a restart or failover dropped its idle
+        siblings too: they are checked at once (``ConnectionPool.check``), so
+        the pool does not find them one by one, backing off between them.
+        """
+        try:
+            dropped_connections.check(conn)
+        except self._psycopg.Error:
+            pool = self._pool
+            if pool is not None:
+                pool.check()
+            raise
 
     def _run(self, plan: plans.Plan[T], *, write: bool = True, atomic: bool = False) -> T:
         """Run a plan in one transaction, or (``atomic``: its one write is a single statement) without one."""
@@ -239,7 +256,7 @@ class PostgresStore(PlannedStore):
                 return await psycopg.AsyncConnection.connect(self.dsn, **self._connect)
 
             idle = psycopg.pq.TransactionStatus.IDLE
-            connections = self._loops[loop] = LoopConnections(connect, self._max_size, idle)
+            connections = self._loops[loop] = LoopConnections(connect, self._max_size, idle, dropped_connections.acheck)
             watcher = self._watchers[loop] = self._closed_with(loop)
             await watcher.__anext__()  # started, so the loop finalises it when it shuts down
         return connections
