@@ -54,10 +54,12 @@ class LoopConnections:
             conn = self._idle.pop()
             try:
                 await self._check(conn)
-            except Exception:  # noqa: BLE001 - dropped (psycopg's own error): the next idle one, or a new one
-                await conn.close()
-            else:
-                return conn
+            except BaseException as exc:
+                await conn.close()  # dropped (psycopg's own error), or its check cut by a cancel: not one to reuse
+                if isinstance(exc, Exception):
+                    continue  # the next idle one, or a new one
+                raise
+            return conn
         return await self._connect()
 
     async def close(self) -> None:
