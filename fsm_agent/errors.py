@@ -195,16 +195,26 @@ class TurnTakenError(StaleRunError):
 
 
 class DecisionError(FsmAgentError, ValueError):
-    """A decision on a stored run's call was refused: why says which rule (not paused, not pending, decided)."""
+    """A decision on a run's call was refused by what the run holds: it ended, the call ran, or a decision holds.
 
-    def __init__(self, run_id: str, call_id: str, why: str) -> None:
+    ``why`` says which rule, and what became of the call.  Raised by a
+    store's ``decide`` and by every resume or run object given decisions
+    (``run.decide``, ``Agent.resume``, ``Session.resume``), so an app answers
+    all of them alike (409 Conflict): the decision came too late or clashes
+    with one taken, not that the request was malformed (a plain
+    ``ValueError`` or ``TypeError``).  ``run_id`` is None for a run object
+    that has none (no store), ``call_id`` the first call refused.
+    """
+
+    def __init__(self, run_id: str | None, call_id: str, why: str) -> None:
         super().__init__(run_id, call_id, why)
         self.run_id = run_id
         self.call_id = call_id
         self.why = why
 
     def __str__(self) -> str:
-        return f"no decision taken on call {self.call_id!r} of run {self.run_id!r}: {self.why}"
+        of_run = "" if self.run_id is None else f" of run {self.run_id!r}"
+        return f"no decision taken on call {self.call_id!r}{of_run}: {self.why}"
 
 
 class SnapshotError(FsmAgentError, ValueError):

@@ -295,7 +295,7 @@ class ApprovalGate:
         ``False`` and ``""`` are one decision (rejected, no reason given), kept
         as ``False``.  Every decision is checked before any is recorded: a call
         that already ran, needs no approval or was decided otherwise is a
-        ``ValueError``, and the run is left as it was.  (The stepper refuses
+        ``DecisionError``, and the run is left as it was.  (The stepper refuses
         first every decision on a run that ended and on a call that is not
         pending, saying what became of it: ``late_decisions``.)
         """
@@ -303,17 +303,16 @@ class ApprovalGate:
         calls = self.run.calls
         for call_id, decision in approvals.items():
             if call_id in calls.ran:
-                msg = f"tool call {call_id!r} already ran; a decision on it comes too late"
-                raise ValueError(msg)
+                raise DecisionError(None, call_id, f"tool call {call_id!r} already ran; a decision comes too late")
             if call_id in calls.approvals:
                 given = calls.approvals[call_id]
                 if not same_decision(given, decision):
                     # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
-                    msg = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
-                    raise ValueError(msg)
+                    held = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
+                    raise DecisionError(None, call_id, held)
             elif call_id not in calls.to_approve:
                 # Nobody is asked about such a call (the viewer, AG-UI and runs show offer none): a rejection would
                 # silently drop a call the agent lets run.
-                msg = f"tool call {call_id!r}: {_no_approval(c.id for c in calls.pending if c.id in calls.to_approve)}"
-                raise ValueError(msg)
+                waiting = _no_approval(c.id for c in calls.pending if c.id in calls.to_approve)
+                raise DecisionError(None, call_id, f"tool call {call_id!r}: {waiting}")
         calls.approvals.update({call_id: settled(decision) for call_id, decision in approvals.items()})

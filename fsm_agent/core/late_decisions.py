@@ -51,8 +51,10 @@ def on_ended_run(run: Run, approvals: Mapping[str, bool | str], held: Callable[[
     )
 
 
-def not_pending(run: Run, approvals: Mapping[str, bool | str], held: Callable[[ToolCall], bool] | None) -> str:
-    """Why decisions on calls ``run`` does not hold pending are refused: what became of each ("": all are pending).
+def not_pending(
+    run: Run, approvals: Mapping[str, bool | str], held: Callable[[ToolCall], bool] | None
+) -> tuple[str, str] | None:
+    """The first call ``run`` does not hold pending, and what became of each such call (None: all are pending).
 
     A run that went on past a call (a turn whose approved call came back
     before its cancel stopped it, then resumed) no longer holds it, and the
@@ -62,9 +64,9 @@ def not_pending(run: Run, approvals: Mapping[str, bool | str], held: Callable[[T
     pending = {call.id for call in run.calls.pending}
     gone = {call_id: decision for call_id, decision in approvals.items() if call_id not in pending}
     if not gone:
-        return ""
-    known = ", ".join(call.id for call in run.calls.pending) or "none"
-    return f"no pending tool call has id {next(iter(gone))!r} (pending: {known}): {too_late(run, gone, held)}"
+        return None
+    first, known = next(iter(gone)), ", ".join(call.id for call in run.calls.pending) or "none"
+    return first, f"no pending tool call has id {first!r} (pending: {known}): {too_late(run, gone, held)}"
 
 
 def _became_of(run: Run, call_id: str, given: bool | str, held: Callable[[ToolCall], bool] | None) -> str:

@@ -36,7 +36,7 @@ from fsm_agent.definition.stops import ConditionError
 from fsm_agent.definition.table import Row, first_row
 from fsm_agent.definition.triggers import CHECK, DISPATCH, MODEL_FAILED, REPLIED, START, TOOL_DONE
 from fsm_agent.definition.views import MessagesView
-from fsm_agent.errors import RunStateError
+from fsm_agent.errors import DecisionError, RunStateError
 from fsm_agent.records import ModelResponse, Step, ToolCall, Transition
 from fsm_agent.tools import JSONSchema, ToolResult
 
@@ -116,13 +116,16 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         return self.approve is not None or bool(self.run.calls.to_approve)
 
     def decide(self, approvals: Mapping[str, bool | str]) -> None:
-        """``ApprovalGate.decide``; on a run that ended, or for a call it no longer holds, a ``ValueError`` saying
-        what became of each call, none kept."""
+        """``ApprovalGate.decide``; on a run that ended, or for a call it no longer holds, a ``DecisionError`` saying
+        what became of each call, none kept.  Deciding nothing is nothing, on any run."""
         check_approvals(approvals)
+        first = next(iter(approvals), None)
+        if first is None:
+            return
         if self.run.at.state in TERMINAL:
-            raise ValueError(on_ended_run(self.run, approvals, self.approve))
+            raise DecisionError(None, first, on_ended_run(self.run, approvals, self.approve))
         if gone := not_pending(self.run, approvals, self.approve):
-            raise ValueError(gone)
+            raise DecisionError(None, *gone)
         super().decide(approvals)
 
     def effect(self, *, parallel: bool = False) -> Effect | None:

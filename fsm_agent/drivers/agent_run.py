@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapp
 from typing import TYPE_CHECKING, Any, Self
 
 from fsm_agent.core import snapshot
-from fsm_agent.core.approval import rule_name
+from fsm_agent.core.approval import check_approvals, rule_name
 from fsm_agent.core.cancellation import CancelToken
 from fsm_agent.core.late_decisions import too_late
 from fsm_agent.core.snapshot_fields import request_turns
@@ -32,7 +32,7 @@ from fsm_agent.drivers.cut_runs import astop_cut
 from fsm_agent.drivers.streaming import StreamEvent
 from fsm_agent.drivers.sync import SyncDriver
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import SnapshotError
+from fsm_agent.errors import DecisionError, SnapshotError
 from fsm_agent.records import RunResult, Transition
 
 if TYPE_CHECKING:
@@ -143,7 +143,9 @@ class AgentRun(SyncDriver, AsyncDriver):
             msg = "the run finished in Done; there is nothing to resume"
             if isinstance(approvals, Mapping) and approvals:
                 # Decisions that came too late (another request resumed the run): told the decision that stood.
-                msg += f": {too_late(position, approvals, run.stepper.approve)}"
+                check_approvals(approvals)  # a malformed decision is the request's error, not a late one
+                late = f"{msg}: {too_late(position, approvals, run.stepper.approve)}"
+                raise DecisionError(run.run_id, next(iter(approvals)), late)
             raise ValueError(msg)
         entry = None
         if position.at.state is State.Failed:

@@ -219,7 +219,7 @@ class RunBase(CutInCall):
         """Record decisions on calls awaiting approval: ``True`` runs it, ``False`` or a reason text rejects it.
 
         A run that ended (``Done`` or stopped in ``Failed``) takes none: a
-        ``ValueError`` says what became of each call, and the run is left as
+        ``DecisionError`` says what became of each call, and the run is left as
         it was; a stopped run's pending calls are decided by the resume that
         lifts its stop (``Agent.resume(result, approvals=...)``).
         """

@@ -28,7 +28,7 @@ from fsm_agent.drivers.session_requests import (
 )
 from fsm_agent.drivers.stored import awaited
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import RunLeasedError, RunStateError, StaleRunError, TurnLeasedError
+from fsm_agent.errors import DecisionError, RunLeasedError, RunStateError, StaleRunError, TurnLeasedError
 from fsm_agent.records import Message, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -402,8 +402,7 @@ def refuse_cut_decisions(turn: str, source: object, approvals: Mapping[str, bool
         if kept is not None and not same_decision(kept, approvals[call_id]):
             told += f", and a decision holds: this one ({describe_decision(approvals[call_id])}) was not taken"
         said.append(told)
-    msg = f"run {turn!r} stopped ({reason}); a decision comes too late: {'; '.join(said)}"
-    raise ValueError(msg)
+    raise DecisionError(turn, cut[0], f"run {turn!r} stopped ({reason}); a decision comes too late: {'; '.join(said)}")
 
 
 def cut_of(data: dict[str, Any]) -> object:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.deadline_cuts import DEADLINE
 
-from fsm_agent import Agent, AgentLoopError, Session, SqliteStore, ToolRegistry
+from fsm_agent import Agent, AgentLoopError, DecisionError, Session, SqliteStore, ToolRegistry
 from fsm_agent.testing import FakeModel, reply, tool_call, tool_turn
 
 
@@ -93,9 +93,10 @@ def test_a_decision_given_again_to_a_turn_whose_approved_call_the_deadline_cut_i
     assert (stop.value.reason, stop.value.evidence["unfinished"]) == ("timeout", "s1")
     gate.set()  # the cut send goes on in its worker thread, and sends
     for decision in (True, "not now"):
-        with pytest.raises(ValueError, match="tool call 's1' was already approved and started") as late:
+        with pytest.raises(DecisionError, match="tool call 's1' was already approved and started") as late:
             session.resume({"s1": decision})
         assert ("a decision holds" in str(late.value)) == (decision is not True)
+        assert (late.value.run_id, late.value.call_id) == (session.turn_id(1), "s1")
     assert session.run("Anything else?").final == "sent"
     assert ran == Counter({"s1": 1})
     told = [m.content for m in model.seen[-1] if m.role == "tool"]
