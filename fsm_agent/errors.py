@@ -202,19 +202,17 @@ class DecisionError(FsmAgentError, ValueError):
     (``run.decide``, ``Agent.resume``, ``Session.resume``), so an app answers
     all of them alike (409 Conflict): the decision came too late or clashes
     with one taken, not that the request was malformed (a plain
-    ``ValueError`` or ``TypeError``).  ``run_id`` is None for a run object
-    that has none (no store), ``call_id`` the first call refused.
+    ``ValueError`` or ``TypeError``).  ``call_id`` is the first call refused.
     """
 
-    def __init__(self, run_id: str | None, call_id: str, why: str) -> None:
+    def __init__(self, run_id: str, call_id: str, why: str) -> None:
         super().__init__(run_id, call_id, why)
         self.run_id = run_id
         self.call_id = call_id
         self.why = why
 
     def __str__(self) -> str:
-        of_run = "" if self.run_id is None else f" of run {self.run_id!r}"
-        return f"no decision taken on call {self.call_id!r}{of_run}: {self.why}"
+        return f"no decision taken on call {self.call_id!r} of run {self.run_id!r}: {self.why}"
 
 
 class SnapshotError(FsmAgentError, ValueError):

@@ -289,7 +289,7 @@ class ApprovalGate:
         """The tool calls of this turn that need approval and have no decision yet."""
         return awaiting(self.run)
 
-    def decide(self, approvals: Mapping[str, bool | str]) -> None:
+    def decide(self, approvals: Mapping[str, bool | str], run_id: str) -> None:
         """Record decisions on calls awaiting approval: ``True`` runs it, ``False`` or a reason text rejects it.
 
         ``False`` and ``""`` are one decision (rejected, no reason given), kept
@@ -303,16 +303,16 @@ class ApprovalGate:
         calls = self.run.calls
         for call_id, decision in approvals.items():
             if call_id in calls.ran:
-                raise DecisionError(None, call_id, f"tool call {call_id!r} already ran; a decision comes too late")
+                raise DecisionError(run_id, call_id, f"tool call {call_id!r} already ran; a decision comes too late")
             if call_id in calls.approvals:
                 given = calls.approvals[call_id]
                 if not same_decision(given, decision):
                     # A decision holds: a second person (or a retried request) cannot turn a rejection into an approval.
                     held = f"tool call {call_id!r} was already decided ({describe_decision(given)}); a decision holds"
-                    raise DecisionError(None, call_id, held)
+                    raise DecisionError(run_id, call_id, held)
             elif call_id not in calls.to_approve:
                 # Nobody is asked about such a call (the viewer, AG-UI and runs show offer none): a rejection would
                 # silently drop a call the agent lets run.
                 waiting = _no_approval(c.id for c in calls.pending if c.id in calls.to_approve)
-                raise DecisionError(None, call_id, f"tool call {call_id!r}: {waiting}")
+                raise DecisionError(run_id, call_id, f"tool call {call_id!r}: {waiting}")
         calls.approvals.update({call_id: settled(decision) for call_id, decision in approvals.items()})

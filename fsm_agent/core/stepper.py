@@ -115,7 +115,7 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         """Whether this run can pause: its agent asks for approvals, or it holds calls that wait for one."""
         return self.approve is not None or bool(self.run.calls.to_approve)
 
-    def decide(self, approvals: Mapping[str, bool | str]) -> None:
+    def decide(self, approvals: Mapping[str, bool | str], run_id: str) -> None:
         """``ApprovalGate.decide``; on a run that ended, or for a call it no longer holds, a ``DecisionError`` saying
         what became of each call, none kept.  Deciding nothing is nothing, on any run."""
         check_approvals(approvals)
@@ -123,10 +123,10 @@ class Stepper(ApprovalGate, OutsideEvents, ExchangeLog):
         if first is None:
             return
         if self.run.at.state in TERMINAL:
-            raise DecisionError(None, first, on_ended_run(self.run, approvals, self.approve))
+            raise DecisionError(run_id, first, on_ended_run(self.run, approvals, self.approve))
         if gone := not_pending(self.run, approvals, self.approve):
-            raise DecisionError(None, *gone)
-        super().decide(approvals)
+            raise DecisionError(run_id, *gone)
+        super().decide(approvals, run_id)
 
     def effect(self, *, parallel: bool = False) -> Effect | None:
         """The I/O the next transition needs, or None (none needed, or the run is finished or paused).

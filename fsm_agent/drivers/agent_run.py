@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 from fsm_agent.core import snapshot
 from fsm_agent.core.approval import check_approvals, rule_name
 from fsm_agent.core.cancellation import CancelToken
-from fsm_agent.core.late_decisions import too_late
+from fsm_agent.core.late_decisions import not_pending, too_late
 from fsm_agent.core.snapshot_fields import request_turns
 from fsm_agent.definition.derived import describe_resumable
 from fsm_agent.definition.limits import Limits
@@ -160,6 +160,11 @@ class AgentRun(SyncDriver, AsyncDriver):
                     + f", which these limits do not lift{_also_forbidding(position)} (counters {position.counters()}); "
                     f"{resumable or describe_resumable(agent.table.stops)}"
                 )
+                if isinstance(approvals, Mapping) and approvals:
+                    check_approvals(approvals)  # a malformed decision is the request's error, not a late one
+                if approvals and (gone := not_pending(position, approvals, run.stepper.approve)):
+                    # Decided on calls the stopped run went past (another request resumed it to this stop): late.
+                    raise DecisionError(run.run_id, gone[0], f"{gone[1]}; the run has stopped ({position.at.reason})")
                 raise ValueError(msg)
         if approvals:
             # Decided before the claim, so the claim stores the decisions and, with nothing left to wait

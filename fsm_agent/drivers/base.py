@@ -223,7 +223,7 @@ class RunBase(CutInCall):
         it was; a stopped run's pending calls are decided by the resume that
         lifts its stop (``Agent.resume(result, approvals=...)``).
         """
-        self.stepper.decide(approvals)
+        self.stepper.decide(approvals, self.run_id)
 
     def snapshot(self) -> dict[str, Any]:
         """The run's whole position as a JSON-ready dict, for ``Agent.resume`` here or in another process."""

@@ -252,9 +252,10 @@ class Session(TurnEnds):
     ) -> RunResult:
         """Continue the last turn (paused for approval, or stopped on a limit new ones lift), like ``Agent.resume``.
 
-        ``deps``: the turn's, instead of the session's.  A decision on a call
-        the turn's stop cut while it ran (a cancel, a deadline) comes too
-        late: a ``ValueError`` naming the decision that stood, nothing called.
+        ``deps``: the turn's, instead of the session's.  A decision that comes
+        too late (the turn ended, or its stop cut the call while it ran, a
+        cancel or a deadline) is a ``DecisionError`` naming the decision that
+        stood, nothing called.
         """
         deps = self.deps if deps is None else deps
         with self._lock:

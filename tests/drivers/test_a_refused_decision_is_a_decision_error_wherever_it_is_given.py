@@ -5,8 +5,8 @@ too late or clashed with one taken; a run object, ``Agent.resume`` and
 ``Session.resume`` said a plain ``ValueError``, the class a malformed
 decision has too, so an app could not answer the one 409 and the other 400.
 Now each refusal by what the run holds is a ``DecisionError`` (still a
-``ValueError``) naming the first call refused and, where the run has one,
-its id; nothing is kept, and no call is made.
+``ValueError``) naming the first call refused and the run's id; nothing is
+kept, and no call is made.
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ def _refused(run: AgentRun, approvals: dict[str, bool | str]) -> DecisionError:
     return refused.value
 
 
-def test_a_decision_on_a_run_that_ended_names_its_call_and_no_run_id() -> None:
+def test_a_decision_on_a_run_that_ended_names_its_call_and_the_run() -> None:
     effects = Effects()
     _, run = _paused(effects)
     run.decide({"read": True, "mail": "no"})
     assert run.finish().reason == "done"
     refused = _refused(run, {"mail": True})
-    assert (refused.run_id, refused.call_id) == (None, "mail")
-    assert str(refused).startswith("no decision taken on call 'mail': the run already finished in Done")
+    assert (refused.run_id, refused.call_id) == (run.run_id, "mail")
+    assert str(refused).startswith(f"no decision taken on call 'mail' of run {run.run_id!r}: the run already finished")
     assert "was already rejected: no" in str(refused)
     assert effects == {"read": 1}
 
@@ -85,7 +85,7 @@ def test_a_decision_on_a_call_no_one_is_asked_about_is_refused() -> None:
 def test_a_decision_on_a_call_the_run_does_not_hold_is_refused_naming_that_call() -> None:
     _, run = _paused(Effects())
     refused = _refused(run, {"read": True, "ghost": True})
-    assert refused.call_id == "ghost"
+    assert (refused.run_id, refused.call_id) == (run.run_id, "ghost")
     assert refused.why.startswith("no pending tool call has id 'ghost' (pending: read, mail)")
 
 
@@ -152,4 +152,30 @@ def test_a_sessions_late_decision_names_the_turn(tmp_path: Path) -> None:
     assert str(refused.value).endswith(
         "tool call 'mail' was already rejected, and a decision holds: this one (approved) was not taken"
     )
+    assert effects == {"read": 1}
+
+
+def test_a_late_decision_on_a_turn_whose_resume_ended_in_a_stop_names_the_turn(tmp_path: Path) -> None:
+    """Two tabs: the first approves, the call runs and the turn stops on ``max_steps``; the second tab is late."""
+    effects = Effects()
+    agent, _ = office(effects, max_steps=1, on_stop={"max_steps": "return"})
+    with SqliteStore(tmp_path / "chat.db") as store:
+        first, second = Session(agent, store, "s1"), Session(agent, store, "s1")
+        assert first.run("go").reason == "paused"
+        assert second.resume({"read": True, "mail": "no"}).reason == "max_steps"
+        stopped = store.load("s1/1")
+        refusals = []
+        for late in (
+            lambda: first.resume({"read": "no"}),
+            lambda: agent.resume(store.load("s1/1"), store=store, approvals={"read": True}),
+        ):
+            with pytest.raises(DecisionError) as refused:
+                late()
+            refusals.append(refused.value)
+        assert store.load("s1/1") == stopped
+    assert "and a decision holds: this one (rejected: no) was not taken" in refusals[0].why
+    for refused in refusals:
+        assert (refused.run_id, refused.call_id) == ("s1/1", "read")
+        assert refused.why.startswith("no pending tool call has id 'read' (pending: none): tool call 'read' was")
+        assert refused.why.endswith("; the run has stopped (max_steps)")
     assert effects == {"read": 1}
