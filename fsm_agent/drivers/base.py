@@ -354,6 +354,18 @@ class RunBase(CutInCall):
         self._close(entry)
         return entry
 
+    @property
+    def owes_a_write(self) -> bool:
+        """Whether a store write of this run, or of a sub-agent's run it holds, failed and is owed.
+
+        Driven on, such a run writes it before anything else; taken over from
+        its store by another object, it would make the calls that write held
+        again.  So whoever holds it keeps it: a parent its child
+        (``child_runs._keep_owing``), a ``Session`` its turn.
+        """
+        journal = self._journal
+        return journal is not None and (journal.owed or bool(self._owing_children))
+
     def _close_owed(self) -> Transition:
         """The transition whose checkpoint failed (``_closing``): written now, then closed, before the run goes on.
 

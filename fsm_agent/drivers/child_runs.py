@@ -243,9 +243,7 @@ def _keep_owing(parent: RunBase, call: ToolCall, begun: AgentRun, counted: Child
     (``RunLeasedError``, ``StaleRunError``) or one gone from its store: it is
     no longer this run's to drive, and is taken over or started as usual.
     """
-    journal = begun._journal  # noqa: SLF001 - the child's own journal: whether it (or a child of its own) owes a write
-    owes = journal is not None and (journal.owed or bool(begun._owing_children))  # noqa: SLF001
-    if owes and not isinstance(exc, RunLeasedError | KeyError):
+    if begun.owes_a_write and not isinstance(exc, RunLeasedError | KeyError):
         parent._owing_children = {**(parent._owing_children or {}), call.id: (begun, counted)}  # noqa: SLF001
 
 

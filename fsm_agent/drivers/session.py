@@ -143,8 +143,10 @@ class Session(TurnEnds):
         With a store, a last turn whose owner died is finished first, once
         its lease lapsed (with this turn's ``cancel`` and ``observers``), so
         this turn is built on it whole; while that lease is live, this is a
-        ``RunLeasedError`` saying to wait and retry.  ``deps``: this turn's,
-        instead of the session's.
+        ``RunLeasedError`` saying to wait and retry.  A turn of this object
+        whose store write failed is driven on first, writing first, so none of
+        its calls is made again (``session_ends.TurnEnds._owed_first``).
+        ``deps``: this turn's, instead of the session's.
 
         ``request_id`` names the request asking for the turn (an AG-UI
         ``runId``, a web request's idempotency key) and is stored with it.
@@ -165,6 +167,7 @@ class Session(TurnEnds):
         with self._lock:
             if self.store is None and (answered := self._answered_here(request, text)) is not None:
                 return self._again(answered)
+            self._owed_first()
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = self._catch_up(request=request)
@@ -211,6 +214,7 @@ class Session(TurnEnds):
         try:
             if self.store is None and (answered := self._answered_here(request, text)) is not None:
                 return self._again(answered)
+            await self._aowed_first()
             for _ in range(_TRIES):
                 if self.store is not None:
                     unfinished = await self._acatch_up(request=request)
@@ -259,6 +263,7 @@ class Session(TurnEnds):
         """
         deps = self.deps if deps is None else deps
         with self._lock:
+            self._owed_first()
             if self.store is not None:
                 self._catch_up(strict=False)
             if self.store is not None and self._turns:
@@ -282,6 +287,7 @@ class Session(TurnEnds):
         deps = self.deps if deps is None else deps
         await acquire(self._lock)
         try:
+            await self._aowed_first()
             if self.store is not None:
                 await self._acatch_up(strict=False)
             if self.store is not None and self._turns:

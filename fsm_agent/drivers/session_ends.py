@@ -7,20 +7,61 @@ history is one every provider accepts), the pause that holds the next turn
 back, and, for a turn cut short in a session without a store, its messages so
 far, closed as a store would keep them.  Apart so the turn-taking reads
 without what each ending leaves behind.
+
+A turn whose store write failed (the database restarting, a dropped
+connection) is kept (``_owing``): the session's next request drives it on
+before anything else (``_owed_first``), so it writes what the store lacks
+and its calls are not made again, as they would be by a request that took
+the turn over from the store once its lease lapsed.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from fsm_agent.drivers.agent_run import AgentRun
 from fsm_agent.drivers.cut_runs import astop_cut
 from fsm_agent.drivers.session_owners import taken_over
 from fsm_agent.drivers.session_turns import StoredTurns, closed, kept_of, paused_message, rejected_of
-from fsm_agent.errors import AgentLoopError
+from fsm_agent.errors import AgentLoopError, RunLeasedError
 from fsm_agent.records import RunResult
 
 
 class TurnEnds(StoredTurns):
     """The half of a ``Session`` that takes each turn's end in: the conversation after it, its stop raised again."""
+
+    _owing: AgentRun | None = None
+    """The last turn, left owing a store write by the error its request raised: driven on by the next request."""
+
+    def _keep_owing(self, run: AgentRun, exc: BaseException) -> None:
+        """Keep ``run`` if ``exc``, a store's error, left it owing a write (not a cancel, not a refusal)."""
+        if isinstance(exc, Exception) and not isinstance(exc, RunLeasedError | KeyError) and run.owes_a_write:
+            self._owing = run
+
+    def _owed_first(self) -> None:
+        """The turn a failed write left owing, driven on to its end before this request's turn is taken.
+
+        It writes what it owes first and makes no call before that write
+        succeeds; a store still failing raises its error again, the turn still
+        kept.  It goes on with the cancel token and observers of the request
+        that began it: this request only waits for it.  Its stop, if it
+        stops, was that request's: taken in, not raised.  A turn another
+        owner took over meanwhile (its lease lapsed), or one deleted, is no
+        longer this object's to drive: it is let go, and read from the store.
+        """
+        owing, self._owing = self._owing, None
+        if owing is None:
+            return
+        with contextlib.suppress(RunLeasedError, KeyError):  # another owner's now, or gone: read from the store
+            self._finished(owing, quiet=True)
+
+    async def _aowed_first(self) -> None:
+        """``_owed_first``, awaited."""
+        owing, self._owing = self._owing, None
+        if owing is None:
+            return
+        with contextlib.suppress(RunLeasedError, KeyError):
+            await self._afinished(owing, quiet=True)
 
     def _finished(self, run: AgentRun, *, quiet: bool = False) -> RunResult:
         """The result of ``run.finish()`` taken in; a stop raised again after, unless ``quiet`` (a turn taken over).
@@ -38,6 +79,7 @@ class TurnEnds(StoredTurns):
                 return exc.result
             raise
         except BaseException as exc:
+            self._keep_owing(run, exc)
             self._take_in_cut(run)
             told = taken_over(run, exc)
             if told is exc:
@@ -56,6 +98,7 @@ class TurnEnds(StoredTurns):
                 return exc.result
             raise
         except BaseException as exc:
+            self._keep_owing(run, exc)
             await astop_cut(run, exc)
             self._take_in_cut(run)
             told = taken_over(run, exc)
