@@ -34,8 +34,11 @@ class TurnEnds(StoredTurns):
     """The last turn, left owing a store write by the error its request raised: driven on by the next request."""
 
     def _keep_owing(self, run: AgentRun, exc: BaseException) -> None:
-        """Keep ``run`` if ``exc``, a store's error, left it owing a write (not a cancel, not a refusal)."""
-        if isinstance(exc, Exception) and not isinstance(exc, RunLeasedError | KeyError) and run.owes_a_write:
+        """Keep ``run`` if it still owes a write after ``exc`` (a store's error, or a cancel while one failed).
+
+        Not after a refusal: the turn is another owner's now, or gone.
+        """
+        if not isinstance(exc, RunLeasedError | KeyError) and run.owes_a_write:
             self._owing = run
 
     def _owed_first(self) -> None:
@@ -44,8 +47,9 @@ class TurnEnds(StoredTurns):
         It writes what it owes first and makes no call before that write
         succeeds; a store still failing raises its error again, the turn still
         kept.  It goes on with the cancel token and observers of the request
-        that began it: this request only waits for it.  Its stop, if it
-        stops, was that request's: taken in, not raised.  A turn another
+        that began it; this request's task cancelled cuts it, as it would
+        this request's own turn (one that still owes a write stays kept).
+        Its stop, if it stops, was that request's: taken in, not raised.  A turn another
         owner took over meanwhile (its lease lapsed), or one deleted, is no
         longer this object's to drive: it is let go, and read from the store.
         """
@@ -98,8 +102,8 @@ class TurnEnds(StoredTurns):
                 return exc.result
             raise
         except BaseException as exc:
+            await astop_cut(run, exc)  # a cancel: the turn ended and stored, if the store answers
             self._keep_owing(run, exc)
-            await astop_cut(run, exc)
             self._take_in_cut(run)
             told = taken_over(run, exc)
             if told is exc:

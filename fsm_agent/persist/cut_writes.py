@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -166,4 +167,7 @@ class CutWrites(Heartbeats):
             return False
         self._next = cut.planned
         self._written(cut.seq, cut.release)
+        # Its lease dates from when it committed, which may be a lease ago: renewed (fenced) before the next call,
+        # or another owner could claim the run in the meantime and make that call too.
+        self._renew_at = time.monotonic()
         return True

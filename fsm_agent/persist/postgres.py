@@ -93,6 +93,17 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 """Each schema version's statements; a store brings the database up to ``SCHEMA_VERSION`` on first use."""
 
+RECONNECT_TIMEOUT = 10.0
+"""How long the sync pool tries to open one connection before it gives that attempt up (psycopg_pool: 300 s).
+
+Its tries back off, doubling from 1 s, so after an outage of a minute the
+next try could come a minute after the server is back, past a write's 30 s
+wait for a connection (``PoolTimeout``).  Given up after 10 s, a new attempt
+starts at once if a write is waiting (``_tried_long``), else
+with the next write: once the server is back, a write waits at most the
+last back-off step, about 4 s.
+"""
+
 _LOCK_KEY = 0x46534D41  # "FSMA": the advisory lock that serialises migrations
 _REPEATABLE = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"  # a load sees its base and journal as of one moment
 
@@ -214,7 +225,14 @@ class PostgresStore(PlannedStore):
 
                     size = self._max_size
                     opened = ConnectionPool(
-                        self.dsn, min_size=1, max_size=size, kwargs=self._connect, open=False, check=self._check_idle
+                        self.dsn,
+                        min_size=1,
+                        max_size=size,
+                        kwargs=self._connect,
+                        open=False,
+                        check=self._check_idle,
+                        reconnect_timeout=RECONNECT_TIMEOUT,
+                        reconnect_failed=_tried_long,
                     )
                     opened.open()
                     self._pool = opened
@@ -311,6 +329,17 @@ class PostgresStore(PlannedStore):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
         await asyncio.to_thread(self.close)  # the sync pool's connections close in a worker: the loop goes on
+
+
+def _tried_long(pool: ConnectionPool) -> None:
+    """After ``RECONNECT_TIMEOUT`` of failed tries: a new attempt, its back-off from 1 s, if a write is waiting.
+
+    ``ConnectionPool.check`` grows a pool that has no connection to hand out;
+    a pool nobody waits on tries again with the next write, and stays quiet
+    (no try, no warning) while the server is down and nothing is written.
+    """
+    if pool.get_stats()["requests_waiting"]:
+        pool.check()
 
 
 async def _adrive(plan: plans.Plan[T], conn: Any) -> T:

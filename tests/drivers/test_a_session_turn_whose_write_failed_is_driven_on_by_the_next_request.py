@@ -145,3 +145,28 @@ def test_a_resume_after_the_failed_write_ends_the_owing_turn_first(store_target:
             _resumed(session, driver, {})
         assert store.load("chat/1")["state"] == "Done"
     assert (dict(made), len(model.seen)) == ({"A-1": 1}, 2)
+
+
+def test_a_request_cut_while_the_owed_write_hangs_keeps_the_turn_for_the_next(store_target: str) -> None:
+    """The store still does not answer; the request's task is cancelled (a client that left): the turn stays kept."""
+    made: Counter[str] = Counter()
+    agent, model = _agent(made)
+    with failing_store(store_target, fails=3, matching="paid A-1") as store:
+        session = Session(agent, store, "chat")
+        _failed(session, "async", "Pay A-1.", "req-1")
+        store.hangs = 1.0  # the owed write, and the cut turn's end after it, get no answer before failing
+
+        async def cut_while_hanging() -> None:
+            request = asyncio.create_task(session.arun("Pay A-1.", request_id="req-1"))
+            assert await asyncio.to_thread(store.hanging.wait, 30)  # in the owed write
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+
+        asyncio.run(cut_while_hanging())
+        assert (dict(made), len(model.seen)) == ({"A-1": 1}, 1)
+        store.hangs = 0.0
+        again = _ask(session, "async", "Pay A-1.", "req-1")
+        stored = store.load("chat/1")
+    assert (again.final, stored["state"]) == ("Paid A-1.", "Done")
+    assert (dict(made), len(model.seen)) == ({"A-1": 1}, 2)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 
+import psycopg
 import pytest
 from support.pg_cluster import Cluster
 from support.pg_killable import KillableCluster
@@ -196,3 +198,41 @@ def _set_idle_timeout(url: str, name: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"ALTER DATABASE \"{name}\" SET idle_session_timeout = '1s'")  # a fixed test name
+
+
+OUTAGE = 70.0
+"""How long the server is down: a write waits 30 s for a connection, so the third starts at 60 s and waits through
+the server's return.  The pool's own back-off (tries at 1, 3, 7, 15, 31, 63, then 127 s, each within 10%) would
+try next at 115-140 s, after that wait: a write would fail with the server back for 20 s."""
+
+
+@pytest.mark.slow  # the server is down for OUTAGE seconds
+def test_a_write_waiting_when_the_server_returns_from_a_long_outage_gets_its_connection(
+    killable: KillableCluster,
+) -> None:
+    made: Counter[str] = Counter()
+    agent = _agent(made, turns=2)
+    with PostgresStore(killable.dsn) as store:
+        run = agent.start("go", store=store, run_id="r")
+        while not _first_tool_ran(run):
+            run.advance()  # t0's outcome written: the next write is the model's reply
+        killable.shut_down()
+        down = time.monotonic()
+        back = threading.Timer(OUTAGE, killable.restart)
+        back.start()
+        try:
+            failed_while_down = 0
+            while True:
+                try:
+                    result = run.finish()
+                    break
+                except psycopg.OperationalError:  # the pool's PoolTimeout is one: no connection within 30 s
+                    failed_at = time.monotonic() - down
+                    assert failed_at < OUTAGE, f"a write failed {failed_at - OUTAGE:.1f} s after the server's return"
+                    failed_while_down += 1
+        finally:
+            back.join()
+        stored = store.load("r")
+    assert failed_while_down >= 1
+    assert (result.final, stored["state"]) == ("done", "Done")
+    assert dict(made) == {"t0": 1, "t1": 1}

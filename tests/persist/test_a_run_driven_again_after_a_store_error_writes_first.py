@@ -294,3 +294,46 @@ def test_an_owing_run_driven_again_while_a_second_owner_takes_it_over_repeats_no
     # t1's outcome went with the failed write unless it landed: a second owner that won may make it once more.
     assert made["t1"] == 1 if landed else made["t1"] in (1, 2)
     assert [m["content"] for m in stored["messages"] if m["role"] == "tool"] == ['"did t0"', '"did t1"', '"did t2"']
+
+
+class _HeldSecondCall(FakeModel):
+    """A scripted model whose second call waits until the test lets it go (``go``), saying it began (``asked``)."""
+
+    def __init__(self, *script: Any) -> None:
+        super().__init__(*script)
+        self.asked, self.go = threading.Event(), threading.Event()
+
+    def complete(self, messages: Any, tools: Any, output: Any = None) -> Any:
+        if len(self.seen) == 1:
+            self.asked.set()
+            self.go.wait(30)
+        return super().complete(messages, tools, output)
+
+
+@pytest.mark.parametrize("every", ["call", "turn"])
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_write_read_back_as_landed_after_its_lease_lapsed_retakes_the_lease_before_the_next_call(
+    store_target: str, driver: str, every: str
+) -> None:
+    """The landed write's lease dates from its commit, long gone: renewed before the call, so nobody claims the run."""
+    made: Counter[str] = Counter()
+    model = _HeldSecondCall(*_turns(2))
+    with failing_store(store_target, lease=0.5, every=every) as store:
+        run = _start(Agent(model, _tools(made)), store, driver)
+        store.fails, store.matching, store.landed = 1, "did t0", True
+        with pytest.raises(ConnectionError):
+            _finish(run, driver)
+        time.sleep(0.7)  # the lease the landed write took lapses
+        finished: list[Any] = []
+        driving = threading.Thread(target=lambda: finished.append(_finish(run, driver).final))
+        driving.start()
+        try:
+            assert model.asked.wait(30)  # driven again: it read its write back and is in its next model call
+            other = Agent(FakeModel(*_turns(2)[1:]), _tools(made))
+            with pytest.raises(RunLeasedError):  # the lease is this object's again: the other makes no call
+                other.resume(store.load("r1"), store=store)
+        finally:
+            model.go.set()
+            driving.join(30)
+    assert finished == ["done after 2"]
+    assert (dict(made), len(model.seen)) == ({"t0": 1, "t1": 1}, 3)

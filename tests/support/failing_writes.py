@@ -5,10 +5,14 @@ path or a ``postgresql://`` URL) as a subclass whose next ``fails`` appends
 holding ``matching`` in their entry raise ``ConnectionError``: before the
 write (nothing stored), or with ``landed=True`` after it committed (the
 server had it; its answer never came back).  Sync and async appends alike.
+With ``hangs`` (seconds), an async append that fails first waits that long,
+as a server that does not answer, and says it began (``hanging``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 from fsm_agent import PostgresStore, SqliteStore
@@ -25,6 +29,8 @@ class _Failing:
     matching = ""
     landed = False
     failed = 0
+    hangs = 0.0
+    hanging: threading.Event
 
     def _fails_now(self, entry: Entry) -> bool:
         if self.fails and self.matching in entry.text:
@@ -47,6 +53,9 @@ class _Failing:
             return
         if self.landed:
             await super().aappend(entry, owner=owner)  # type: ignore[misc]
+        if self.hangs:
+            self.hanging.set()
+            await asyncio.sleep(self.hangs)
         raise ConnectionError(DROPPED)
 
 
@@ -65,4 +74,5 @@ def failing_store(target: str, *, fails: int = 0, matching: str = "", landed: bo
         FailingPostgres(target, **options) if is_url(target) else FailingSqlite(target, **options)
     )
     store.fails, store.matching, store.landed = fails, matching, landed
+    store.hanging = threading.Event()
     return store
