@@ -162,9 +162,10 @@ class AgentRun(SyncDriver, AsyncDriver):
                 )
                 if isinstance(approvals, Mapping) and approvals:
                     check_approvals(approvals)  # a malformed decision is the request's error, not a late one
-                if approvals and (gone := not_pending(position, approvals, run.stepper.approve)):
-                    # Decided on calls the stopped run went past (another request resumed it to this stop): late.
-                    raise DecisionError(run.run_id, gone[0], f"{gone[1]}; the run has stopped ({position.at.reason})")
+                    if gone := not_pending(position, approvals, run.stepper.approve):
+                        # Decided on calls the stopped run went past (another request resumed it to this stop).
+                        late = f"{gone[1]}; the run has stopped ({position.at.reason})"
+                        raise DecisionError(run.run_id, gone[0], late)
                 raise ValueError(msg)
         if approvals:
             # Decided before the claim, so the claim stores the decisions and, with nothing left to wait

@@ -49,9 +49,10 @@ class TurnEnds(StoredTurns):
         kept.  It goes on with the cancel token and observers of the request
         that began it; this request's task cancelled cuts it, as it would
         this request's own turn (one that still owes a write stays kept).
-        Its stop, if it stops, was that request's: taken in, not raised.  A turn another
-        owner took over meanwhile (its lease lapsed), or one deleted, is no
-        longer this object's to drive: it is let go, and read from the store.
+        Its stop, if it stops, was that request's: taken in, not raised.  A
+        turn another owner took over meanwhile (its lease lapsed), or one
+        deleted, is no longer this object's to drive: it is let go, and read
+        from the store.
         """
         owing, self._owing = self._owing, None
         if owing is None:
