@@ -30,6 +30,35 @@ def dumps(value: Any, **options: Any) -> str:
     return text if text.isascii() else _SURROGATE.sub(_escape, text)
 
 
+_JSON_SCALARS = (str, int, float, type(None))  # bool is an int
+
+
+def not_json(value: object, name: str) -> str | None:
+    """Where ``value`` (called ``name``) holds what JSON cannot encode, as ``"name['data'] is of type bytes"``; or None.
+
+    What ``json.dumps`` encodes is fine (so a snapshot, a store and
+    ``RunResult.to_json`` can write it): dicts whose keys are strings,
+    numbers, booleans or None, lists, tuples, strings, numbers, booleans and
+    None.  Walked without recursion; ``value`` must not contain itself (a
+    caller bounds its nesting first, as the check of a reply does).
+    """
+    pending: list[tuple[str, object]] = [(name, value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, _JSON_SCALARS):
+            continue
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, _JSON_SCALARS):
+                    return f"{path} has a key JSON cannot encode: {key!r}"
+            pending.extend((f"{path}[{key!r}]", inner) for key, inner in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            pending.extend((f"{path}[{index}]", inner) for index, inner in reversed(list(enumerate(item))))
+        else:
+            return f"{path} is of type {type(item).__name__}"
+    return None
+
+
 def versioned(
     source: dict[str, Any] | str,
     what: str,

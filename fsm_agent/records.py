@@ -8,6 +8,7 @@ tests.  The one mutable object of a run lives in :mod:`fsm_agent.run`.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import Any
 
 import attr
@@ -24,6 +25,10 @@ def _dict(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+# Built once: json.dumps with options builds a new encoder per call, which costs more than the encoding.
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
+
+
 @attrs.frozen
 class ToolCall:
     """One tool call requested by the model; ``arguments`` is the decoded JSON object.
@@ -37,6 +42,18 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = attrs.field(factory=dict)
     raw_arguments: str | None = None
+
+    @cached_property
+    def canonical_arguments(self) -> str | None:
+        """``arguments`` as JSON text with sorted keys, or None if they do not encode so: kept once computed.
+
+        The reply's check, the ``repeated_action`` guard and the ledger read one
+        encoding; a tool gets its own copy of the arguments (``tools.calling``).
+        """
+        try:
+            return _canonical(self.arguments)
+        except (TypeError, ValueError):  # not JSON, or keys JSON holds but that do not sort (str beside int)
+            return None
 
 
 @attrs.frozen
@@ -340,35 +357,6 @@ def plain(record: Any) -> dict[str, Any]:
     """An attrs record as JSON-ready data: nested records become dicts and tuples become lists."""
     data: dict[str, Any] = attr.asdict(record, retain_collection_types=False)
     return data
-
-
-_JSON_SCALARS = (str, int, float, type(None))  # bool is an int
-
-
-def not_json(value: object, name: str) -> str | None:
-    """Where ``value`` (called ``name``) holds what JSON cannot encode, as ``"name['data'] is of type bytes"``; or None.
-
-    What ``json.dumps`` encodes is fine (so a snapshot, a store and
-    ``RunResult.to_json`` can write it): dicts whose keys are strings,
-    numbers, booleans or None, lists, tuples, strings, numbers, booleans and
-    None.  Walked without recursion; ``value`` must not contain itself (a
-    caller bounds its nesting first, as the ledger does).
-    """
-    pending: list[tuple[str, object]] = [(name, value)]
-    while pending:
-        path, item = pending.pop()
-        if isinstance(item, _JSON_SCALARS):
-            continue
-        if isinstance(item, dict):
-            for key in item:
-                if not isinstance(key, _JSON_SCALARS):
-                    return f"{path} has a key JSON cannot encode: {key!r}"
-            pending.extend((f"{path}[{key!r}]", inner) for key, inner in reversed(item.items()))
-        elif isinstance(item, list | tuple):
-            pending.extend((f"{path}[{index}]", inner) for index, inner in reversed(list(enumerate(item))))
-        else:
-            return f"{path} is of type {type(item).__name__}"
-    return None
 
 
 def _result_to_dict(result: RunResult) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from typing import Any
 
 import attrs
 
-from fsm_agent.records import Message, ModelResponse, ToolCall, Usage, not_json
+from fsm_agent.jsontext import not_json
+from fsm_agent.records import Message, ModelResponse, ToolCall, Usage
 
 MAX_NESTING = 100
 """How deep a tool call's arguments may nest (objects and arrays); deeper is an unusable reply.
@@ -118,6 +119,8 @@ def _not_json_arguments(call: ToolCall) -> str | None:
     nobody decoded, and telling the model would only make it ask again.
     """
     raw = call.raw_arguments
+    if raw is None and isinstance(call.arguments, dict) and call.canonical_arguments is not None:
+        return None  # they encode: the one encoding the guards and the ledger read (``ToolCall.canonical_arguments``)
     if raw is not None and not isinstance(raw, str):
         problem: str | None = f"raw_arguments is of type {type(raw).__name__}, not str"
     else:

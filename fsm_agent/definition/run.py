@@ -12,7 +12,6 @@ users' stop conditions and models are handed to read is a view of it
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -32,20 +31,13 @@ Reader = tuple[str, Callable[[Any], int | float | None], Callable[[Limits], int 
 """A meter as ``Run.counters`` reads it: its name, the reader of its count from a run, and its limit."""
 
 
-# Built once: json.dumps with options builds a new encoder per call, which costs more than the encoding.
-_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
-
-
 def signature(call: ToolCall) -> Signature:
     """Identify a tool call by name and canonical arguments, so key order does not matter."""
     if call.raw_arguments is not None:
         return call.name, "raw:" + call.raw_arguments
-    try:
-        arguments = _canonical(call.arguments)
-    except (TypeError, ValueError):
-        # Arguments a model could not have sent as JSON still need a stable identity.
-        arguments = repr(call.arguments)
-    return call.name, arguments
+    arguments = call.canonical_arguments
+    # Arguments a model could not have sent as JSON still need a stable identity.
+    return call.name, repr(call.arguments) if arguments is None else arguments
 
 
 class Meter(NamedTuple):
