@@ -27,7 +27,7 @@ from fsm_agent.drivers.cut_in_call import CutInCall
 from fsm_agent.drivers.position import MadeWhenRead, ReadThrough
 from fsm_agent.drivers.stored import journal_for
 from fsm_agent.drivers.watched import Observer
-from fsm_agent.errors import AgentLoopError, RunStateError
+from fsm_agent.errors import AgentLoopError, RunLeasedError, RunStateError
 from fsm_agent.records import Message, RunResult, Step, ToolCall, Transition
 from fsm_agent.tools import RunContext, ToolResult
 from fsm_agent.tools.context import deps_types, refuse_deps
@@ -354,17 +354,19 @@ class RunBase(CutInCall):
         self._close(entry)
         return entry
 
-    @property
-    def owes_a_write(self) -> bool:
-        """Whether a store write of this run, or of a sub-agent's run it holds, failed and is owed.
+    def kept_after(self, exc: BaseException) -> bool:
+        """Whether whoever holds this run keeps it after ``exc``: a store write of it, or of a child's run, is owed.
 
         Driven on, such a run writes it before anything else; taken over from
         its store by another object, it would make the calls that write held
-        again.  So whoever holds it keeps it: a parent its child
-        (``child_runs._keep_owing``), a ``Session`` its turn.
+        again.  So its holder keeps it: a parent its child
+        (``child_runs._keep_owing``), a ``Session`` its turn.  Not after a
+        refusal (``RunLeasedError``, ``StaleRunError``, a ``KeyError`` for a
+        run gone from its store): it is another owner's now, or gone.
         """
         journal = self._journal
-        return journal is not None and (journal.owed or bool(self._owing_children))
+        owes = journal is not None and (journal.owed or bool(self._owing_children))
+        return owes and not isinstance(exc, RunLeasedError | KeyError)
 
     def _close_owed(self) -> Transition:
         """The transition whose checkpoint failed (``_closing``): written now, then closed, before the run goes on.

@@ -51,7 +51,7 @@ from fsm_agent.drivers.cut_spend import (
     unrecorded,
 )
 from fsm_agent.drivers.stored import astored, stored
-from fsm_agent.errors import AgentLoopError, RunLeasedError
+from fsm_agent.errors import AgentLoopError
 from fsm_agent.observe.events import logger
 from fsm_agent.records import ChildOutcome, RunResult, ToolCall
 from fsm_agent.tools.registry import ToolResult
@@ -239,11 +239,10 @@ def _keep_owing(parent: RunBase, call: ToolCall, begun: AgentRun, counted: Child
     Why: a child taken over from its store lacks what that write held (a
     call it completed), and would make it again.  Driven on, this run writes
     it first (``Journal.owed``).  So is a child whose own sub-agent's run
-    owes a write: driven on, it drives that one on.  Not a run another owner holds now
-    (``RunLeasedError``, ``StaleRunError``) or one gone from its store: it is
-    no longer this run's to drive, and is taken over or started as usual.
+    owes a write: driven on, it drives that one on.  A run another owner
+    holds now, or one gone from its store, is taken over or started as usual.
     """
-    if begun.owes_a_write and not isinstance(exc, RunLeasedError | KeyError):
+    if begun.kept_after(exc):
         parent._owing_children = {**(parent._owing_children or {}), call.id: (begun, counted)}  # noqa: SLF001
 
 

@@ -34,11 +34,8 @@ class TurnEnds(StoredTurns):
     """The last turn, left owing a store write by the error its request raised: driven on by the next request."""
 
     def _keep_owing(self, run: AgentRun, exc: BaseException) -> None:
-        """Keep ``run`` if it still owes a write after ``exc`` (a store's error, or a cancel while one failed).
-
-        Not after a refusal: the turn is another owner's now, or gone.
-        """
-        if not isinstance(exc, RunLeasedError | KeyError) and run.owes_a_write:
+        """Keep ``run`` if it still owes a write after ``exc`` (a store's error, or a cancel while one failed)."""
+        if run.kept_after(exc):
             self._owing = run
 
     def _owed_first(self) -> None:
