@@ -388,7 +388,7 @@ class AsyncDriver(ConcurrentCalls):
         try:
             await journal.akeep(self.position, self.paused)
         except BaseException:  # noqa: BLE001 - the interrupt propagates; the next owner hears those transitions again
-            logger.warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)
+            logger().warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)
 
     def _aunfinished(self, effect: ModelCall | ToolBatch, unmade: list[str]) -> str | None:
         if isinstance(effect, ModelCall):

@@ -187,7 +187,7 @@ def _ours(parent: RunBase, call: ToolCall, data: dict[str, Any] | None) -> bool:
 
 def _passed_over(run_id: str, data: dict[str, Any]) -> None:
     """Say that the run stored at ``run_id`` answers another call, or the call in another start of its parent."""
-    logger.warning(
+    logger().warning(
         "fsm_agent: stored run %r answers another call (%s) or another start of its parent: not taken",
         run_id,
         data.get(child_ids.LINK[0]),

@@ -75,4 +75,4 @@ class CutInCall(WatchedRun):
         try:
             journal.keep(self.position, self.paused)
         except BaseException:  # noqa: BLE001 - the interrupt propagates; the next owner hears those transitions again
-            logger.warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)
+            logger().warning("fsm_agent: the run cut by an interrupt in a call could not be written", exc_info=True)

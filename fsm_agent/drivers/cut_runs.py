@@ -62,7 +62,7 @@ async def astop_cut(run: AgentRun, exc: BaseException, *, landed: bool = False) 
     except KeyError:  # the turn was never stored
         pass
     except Exception:  # noqa: BLE001 - the cancel is what propagates; the turn's lease lapses as a dead owner's
-        logger.warning("fsm_agent: the cut turn %s could not be ended", run.run_id, exc_info=True)
+        logger().warning("fsm_agent: the cut turn %s could not be ended", run.run_id, exc_info=True)
 
 
 def _a_cancel(exc: BaseException) -> bool:
@@ -90,4 +90,4 @@ async def adrop_cut(store: Store | None, run_id: str) -> None:
     try:
         await asyncio.shield(awaited(store, "delete", run_id))
     except Exception:  # noqa: BLE001 - the cancel is what propagates; the turn's lease lapses as a dead owner's
-        logger.warning("fsm_agent: the cut turn %s could not be deleted", run_id, exc_info=True)
+        logger().warning("fsm_agent: the cut turn %s could not be deleted", run_id, exc_info=True)

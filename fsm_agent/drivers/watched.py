@@ -365,6 +365,6 @@ class WatchedRun:
         if exc is None or not self._settings.strict_hooks or self.position.faults.hook_error is not None:
             return
         if terminal:
-            logger.warning("fsm_agent: strict hook raised after the run finished; the result stands")
+            logger().warning("fsm_agent: strict hook raised after the run finished; the result stands")
             return
         self.stepper.hook_failed(exc)

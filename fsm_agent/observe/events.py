@@ -13,10 +13,9 @@ import contextlib
 import inspect
 import io
 import json
-import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TextIO, get_args
+from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 import attrs
 
@@ -24,7 +23,22 @@ from fsm_agent.definition.states import STATES
 from fsm_agent.jsontext import dumps
 from fsm_agent.records import ModelResponse, RunResult, ToolCall, Transition, plain
 
-logger = logging.getLogger("fsm_agent")
+if TYPE_CHECKING:
+    import logging
+
+
+def logger() -> logging.Logger:
+    """The package's logger, ``logging.getLogger("fsm_agent")``: what a raising hook or a failed write is told to.
+
+    Why a function: most runs log nothing, and ``logging`` (with the
+    ``traceback``, ``string`` and ``textwrap`` it loads) was a twentieth of
+    ``import fsm_agent``'s time.  It loads when something is first logged, or
+    with ``transitions`` as the first agent is built.
+    """
+    import logging
+
+    return logging.getLogger("fsm_agent")
+
 
 HookName = Literal[
     "transition",
@@ -216,8 +230,8 @@ class Hooks:
         for hook in self._by_name.get(name, ()):
             try:
                 hook(event)
-            except Exception as exc:
-                logger.exception("fsm_agent hook %r (%s) raised", name, getattr(hook, "__qualname__", hook))
+            except Exception as exc:  # noqa: BLE001 - logged: ruff knows a logger, not a call that returns one
+                logger().exception("fsm_agent hook %r (%s) raised", name, getattr(hook, "__qualname__", hook))
                 first = first or exc
         return first
 
@@ -240,9 +254,9 @@ def notify(observers: Iterable[Callable[[Any], object]], event: object) -> BaseE
     for observer in observers:
         try:
             observer(event)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - logged (as in Hooks.call)
             name = getattr(observer, "__qualname__", None) or type(observer).__qualname__
-            logger.exception("fsm_agent observer (%s) raised", name)
+            logger().exception("fsm_agent observer (%s) raised", name)
             first = first or exc
     return first
 
@@ -314,5 +328,5 @@ def log_observers(path: str | Path | None) -> Iterator[list[Callable[[Transition
     finally:
         try:
             log.close()
-        except Exception:  # a line the disk refused, flushed again as the file closes: the run's result stands
-            logger.exception("fsm_agent: the log %s could not be closed", path)
+        except Exception:  # noqa: BLE001 - a line the disk refused, flushed again as the file closes: the result stands
+            logger().exception("fsm_agent: the log %s could not be closed", path)

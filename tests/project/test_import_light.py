@@ -38,6 +38,24 @@ def test_importing_the_package_loads_no_asyncio() -> None:
 
 
 @pytest.mark.subprocess
+def test_importing_the_package_loads_no_logging() -> None:
+    """``logging`` (with ``traceback`` and ``textwrap``) is not loaded by the import; a raising hook is still logged."""
+    assert _loaded_after("import fsm_agent", ("logging", "traceback", "textwrap")) == []
+    raising = (
+        "import logging, fsm_agent\nfrom fsm_agent.testing import FakeModel, reply\n"
+        "told = []\n"
+        "class Keep(logging.Handler):\n"
+        "    def emit(self, record): told.append(record.getMessage())\n"
+        "logging.getLogger('fsm_agent').addHandler(Keep())\n"
+        "agent = fsm_agent.Agent(FakeModel(reply('hi')), fsm_agent.ToolRegistry())\n"
+        "agent.on('transition', lambda event: 1 / 0)\n"
+        "assert agent.run('go').final == 'hi'\n"
+        "assert told and told[0].startswith(\"fsm_agent hook 'transition'\"), told"
+    )
+    assert _loaded_after(raising, ("logging",)) == ["logging"]
+
+
+@pytest.mark.subprocess
 def test_a_sync_run_whose_tools_fail_or_have_a_deadline_loads_no_asyncio() -> None:
     """The sync driver, a tool that raises and one under ``tool_timeout`` never import ``asyncio``."""
     code = (
