@@ -354,19 +354,26 @@ class RunBase(CutInCall):
         self._close(entry)
         return entry
 
-    def kept_after(self, exc: BaseException) -> bool:
-        """Whether whoever holds this run keeps it after ``exc``: a store write of it, or of a child's run, is owed.
+    @property
+    def owes_a_write(self) -> bool:
+        """Whether a store write of this run, or of a sub-agent's run it holds, failed and is owed.
 
         Driven on, such a run writes it before anything else; taken over from
         its store by another object, it would make the calls that write held
-        again.  So its holder keeps it: a parent its child
-        (``child_runs._keep_owing``), a ``Session`` its turn.  Not after a
-        refusal (``RunLeasedError``, ``StaleRunError``, a ``KeyError`` for a
-        run gone from its store): it is another owner's now, or gone.
+        again.  So whoever holds it keeps it (``kept_after``).
         """
         journal = self._journal
-        owes = journal is not None and (journal.owed or bool(self._owing_children))
-        return owes and not isinstance(exc, RunLeasedError | KeyError)
+        return journal is not None and (journal.owed or bool(self._owing_children))
+
+    def kept_after(self, exc: BaseException) -> bool:
+        """Whether whoever holds this run keeps it after ``exc``: it owes a write, and ``exc`` is no refusal.
+
+        A parent keeps its child (``child_runs._keep_owing``), a ``Session``
+        its turn.  Not after ``RunLeasedError`` (``StaleRunError`` too) or a
+        ``KeyError`` for a run gone from its store: it is another owner's now,
+        or gone, and is taken over or started as usual.
+        """
+        return self.owes_a_write and not isinstance(exc, RunLeasedError | KeyError)
 
     def _close_owed(self) -> Transition:
         """The transition whose checkpoint failed (``_closing``): written now, then closed, before the run goes on.
