@@ -204,7 +204,7 @@ def _show(store: AnyStore, args: argparse.Namespace) -> int:
         approvals, waiting = snapshot.get("approvals") or {}, set(snapshot.get("to_approve") or ())
         lines.append("pending:")
         for call in result.pending:
-            arguments = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
+            arguments = call.canonical_arguments or repr(call.arguments)  # keys that do not sort: shown as Python
             if call.id in approvals:
                 state = describe_decision(approvals[call.id])
             else:
